@@ -1,0 +1,175 @@
+/* Compile-time variants shared by the sapporo OpenCL kernels.
+ *
+ *   ORDER      2 (acceleration, potential), 4 (+ jerk) or 6 (+ snap)
+ *   PRECISION  1 = double-single (j - i differences in hi/lo float pairs, the rest in float,
+ *                  partial sums combined in double), 2 = double (everything in double)
+ *   NGB        0 or 1: neighbour lists off or on
+ *   LI, LJ     work-group shape: LI work-items over i x LJ j-lanes (tuning parameters)
+ *   W          i-particles per work-item, held in OpenCL vector types (1 on GPUs; 4 to 16
+ *              on CPUs, where it is what makes PoCL use SIMD instructions)
+ *   JT         j-particles per tile (a multiple of LI*LJ when tiles go through local memory)
+ *   USE_LOCAL  1: tiles are staged in local memory (GPUs); 0: read straight from global (CPUs)
+ *   NB_CAP     neighbour-list capacity per i-particle
+ *
+ * Every macro has a default, so each file also compiles on its own.
+ */
+#ifndef SAPPORO_COMMON_H
+#define SAPPORO_COMMON_H
+
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+/* No contraction into fused multiply-adds: r^2 must round exactly as the host reference. */
+#pragma OPENCL FP_CONTRACT OFF
+
+#ifndef ORDER
+#define ORDER 4
+#endif
+#ifndef PRECISION
+#define PRECISION 1
+#endif
+#ifndef NGB
+#define NGB 0
+#endif
+#ifndef LI
+#define LI 16
+#endif
+#ifndef LJ
+#define LJ 1
+#endif
+#ifndef W
+#define W 1
+#endif
+#ifndef USE_LOCAL
+#define USE_LOCAL 1
+#endif
+#ifndef JT
+#define JT (LI * LJ)
+#endif
+#ifndef NB_CAP
+#define NB_CAP 256
+#endif
+
+#if ORDER != 2 && ORDER != 4 && ORDER != 6
+#error "ORDER must be 2, 4 or 6"
+#endif
+#if PRECISION != 1 && PRECISION != 2
+#error "PRECISION must be 1 (double-single) or 2 (double)"
+#endif
+#if NGB != 0 && NGB != 1
+#error "NGB must be 0 or 1"
+#endif
+#if LI < 1 || LJ < 1
+#error "LI and LJ must be positive"
+#endif
+#if W != 1 && W != 2 && W != 4 && W != 8 && W != 16
+#error "W must be 1, 2, 4, 8 or 16"
+#endif
+#if USE_LOCAL != 0 && USE_LOCAL != 1
+#error "USE_LOCAL must be 0 or 1"
+#endif
+#if LJ > 1 && W != 1
+#error "LJ > 1 (j-lanes) needs W == 1"
+#endif
+#if USE_LOCAL && (JT % (LI * LJ) != 0)
+#error "JT must be a multiple of LI * LJ"
+#endif
+
+#define SAP_CAT_(a, b) a##b
+#define SAP_CAT(a, b) SAP_CAT_(a, b)
+
+/* Predicted j-particle records as the force kernel reads them. */
+#if PRECISION == 1
+#define REAL float
+#else
+#define REAL double
+#endif
+typedef REAL real;
+typedef SAP_CAT(REAL, 4) real4;
+#define convert_real4 SAP_CAT(convert_, SAP_CAT(REAL, 4))
+
+/* W i-particles per work-item: vector types, loads, stores and mask conversions.
+ * Comparisons of float vectors give int vectors, of double vectors long vectors; scalar
+ * comparisons give int. MASK_R turns an int mask into the mask type of `real` vectors,
+ * MASK_I the other way. select() works alike on scalars (non-zero) and vectors (sign bit). */
+#if W == 1
+typedef real vreal;
+typedef double vdouble;
+typedef int vint;
+#define VLOAD_D(i, p) ((p)[i])
+#define VSTORE_D(v, i, p) ((p)[i] = (v))
+#define VSTORE_I(v, i, p) ((p)[i] = (v))
+#define TO_VREAL(x) ((real)(x))
+#define TO_VDOUBLE(x) ((double)(x))
+#define TO_VINT(x) ((int)(x))
+#define TO_VFLOAT(x) ((float)(x))
+#if PRECISION == 1
+#define MASK_R(m) (m)
+#else
+#define MASK_R(m) ((long)(m))
+#endif
+#define MASK_I(m) ((int)(m))
+#define ANY(m) ((m) != 0)
+#else
+typedef SAP_CAT(REAL, W) vreal;
+typedef SAP_CAT(double, W) vdouble;
+typedef SAP_CAT(int, W) vint;
+#define VLOAD_D(i, p) SAP_CAT(vload, W)((i), (p))
+#define VSTORE_D(v, i, p) SAP_CAT(vstore, W)((v), (i), (p))
+#define VSTORE_I(v, i, p) SAP_CAT(vstore, W)((v), (i), (p))
+#define TO_VREAL(x) SAP_CAT(SAP_CAT(convert_, REAL), W)(x)
+#define TO_VDOUBLE(x) SAP_CAT(convert_double, W)(x)
+#define TO_VINT(x) SAP_CAT(convert_int, W)(x)
+#define TO_VFLOAT(x) SAP_CAT(convert_float, W)(x)
+#if PRECISION == 1
+#define MASK_R(m) (m)
+#define MASK_I(m) (m)
+#else
+#define MASK_R(m) SAP_CAT(convert_long, W)(m)
+#define MASK_I(m) SAP_CAT(convert_int, W)(m)
+#endif
+#define ANY(m) any(m)
+#endif
+
+/* Raw j-particle record: 6 double4 per address, as the host packs them. */
+#define RAW_XM 0 /* x, y, z, mass     */
+#define RAW_VT 1 /* vx, vy, vz, t_j   */
+#define RAW_A 2  /* acceleration, 0   */
+#define RAW_J 3  /* jerk, 0           */
+#define RAW_S 4  /* snap, 0           */
+#define RAW_C 5  /* crackle, 0        */
+#define RAW_N 6
+
+/* i-particles: NCI component rows of ni_pad doubles each (structure of arrays, so that W
+ * consecutive i-particles load as one vector). The id rides as an exact double. */
+#define IC_X 0
+#define IC_Y 1
+#define IC_Z 2
+#define IC_H2 3 /* neighbour radius squared */
+#define IC_VX 4
+#define IC_VY 5
+#define IC_VZ 6
+#define IC_ID 7
+#define IC_AX 8 /* predicted acceleration, order 6 only */
+#define IC_AY 9
+#define IC_AZ 10
+#if ORDER >= 6
+#define NCI 11
+#else
+#define NCI 8
+#endif
+
+/* Results: NCO rows of ni_pad doubles (per part before the reduction). */
+#define OC_AX 0
+#define OC_AY 1
+#define OC_AZ 2
+#define OC_POT 3
+#define OC_JX 4
+#define OC_JY 5
+#define OC_JZ 6
+#define OC_NNR2 7 /* unsoftened r^2 of the nearest neighbour (inf: none) */
+#define OC_SX 8
+#define OC_SY 9
+#define OC_SZ 10
+#define OC_NNID 11 /* its id as a double (-1: none) */
+#define NCO 12
+
+#endif

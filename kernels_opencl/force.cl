@@ -1,0 +1,284 @@
+/* Forces on a block of i-particles from the predicted j-particles.
+ *
+ * Work split. The global range is (ni_pad / W, nparts * LJ) with work-groups of (LI, LJ).
+ * A work-item holds W consecutive i-particles in vector registers. Group (gi, part) takes
+ * i-particles [gi*LI*W, (gi+1)*LI*W) and the j-range [part*jchunk, (part+1)*jchunk); inside
+ * the group, lane lj takes every LJ-th j-particle of each tile of JT. Lanes are combined in
+ * local memory in lane order, parts by the `reduce` kernel in part order: a fixed summation
+ * order, so the same inputs on the same configuration give bitwise identical results.
+ *
+ * Double-single: j - i position differences from hi/lo float pairs, the rest in float; each
+ * lane sums one tile in float and adds that tile sum to double accumulators, so float
+ * rounding grows over at most JT/LJ terms, never over the whole j-range.
+ */
+#include "common.h"
+
+#if PRECISION == 1
+#define RSQRT(x) rsqrt(x)
+#else
+#define RSQRT(x) (1.0 / sqrt(x))
+#endif
+
+#if USE_LOCAL
+#define JPOS(k) lpos[k]
+#define JPOS_LO(k) lpos_lo[k]
+#define JVEL(k) lvel[k]
+#define JACC(k) lacc[k]
+#define JID(k) lid[k]
+#else
+#define JPOS(k) jpos[jt + (k)]
+#define JPOS_LO(k) jpos_lo[jt + (k)]
+#define JVEL(k) jvel[jt + (k)]
+#define JACC(k) jacc[jt + (k)]
+#define JID(k) jid[jt + (k)]
+#endif
+
+__kernel __attribute__((reqd_work_group_size(LI, LJ, 1)))
+void force(const int nj, const int ni, const int ni_pad, const int jchunk, const double eps2_d,
+           __global const real4 *jpos,
+#if PRECISION == 1
+           __global const float4 *jpos_lo,
+#endif
+           __global const real4 *jvel,
+#if ORDER >= 6
+           __global const real4 *jacc,
+#endif
+           __global const int *jid,
+           __global const double *idata,
+           __global double *out
+#if NGB
+           , __global int *nb_count, __global int *nb_list
+#endif
+           )
+{
+    const int li = get_local_id(0);
+    const int lj = get_local_id(1);
+    const int iv = get_group_id(0) * LI + li; /* vector index: i-particles iv*W .. iv*W+W-1 */
+    const int part = get_group_id(1);
+    const int j0 = part * jchunk;
+    const int j1 = min(j0 + jchunk, nj);
+
+#define ILOAD(c) VLOAD_D(iv, idata + (c) * ni_pad)
+    const vdouble xd = ILOAD(IC_X), yd = ILOAD(IC_Y), zd = ILOAD(IC_Z);
+    const vint idi = TO_VINT(ILOAD(IC_ID));
+#if PRECISION == 1
+    const vreal xhi = TO_VFLOAT(xd), yhi = TO_VFLOAT(yd), zhi = TO_VFLOAT(zd);
+    const vreal xlo = TO_VFLOAT(xd - TO_VDOUBLE(xhi));
+    const vreal ylo = TO_VFLOAT(yd - TO_VDOUBLE(yhi));
+    const vreal zlo = TO_VFLOAT(zd - TO_VDOUBLE(zhi));
+#endif
+    const real eps2 = (real)eps2_d;
+#if NGB
+    const vreal h2 = TO_VREAL(ILOAD(IC_H2));
+#endif
+#if ORDER >= 4
+    const vreal vxi = TO_VREAL(ILOAD(IC_VX)), vyi = TO_VREAL(ILOAD(IC_VY));
+    const vreal vzi = TO_VREAL(ILOAD(IC_VZ));
+#endif
+#if ORDER >= 6
+    const vreal axi = TO_VREAL(ILOAD(IC_AX)), ayi = TO_VREAL(ILOAD(IC_AY));
+    const vreal azi = TO_VREAL(ILOAD(IC_AZ));
+#endif
+
+    vdouble sum_ax = 0, sum_ay = 0, sum_az = 0, sum_pot = 0;
+#if ORDER >= 4
+    vdouble sum_jx = 0, sum_jy = 0, sum_jz = 0;
+#endif
+#if ORDER >= 6
+    vdouble sum_sx = 0, sum_sy = 0, sum_sz = 0;
+#endif
+    vreal nn_r2 = (vreal)INFINITY;
+    vint nn_id = (vint)(-1);
+
+#if USE_LOCAL
+    __local real4 lpos[JT];
+#if PRECISION == 1
+    __local float4 lpos_lo[JT];
+#endif
+#if ORDER >= 4
+    __local real4 lvel[JT];
+#endif
+#if ORDER >= 6
+    __local real4 lacc[JT];
+#endif
+    __local int lid[JT];
+#endif
+    const int flat = lj * LI + li;
+
+    for (int jt = j0; jt < j1; jt += JT) {
+        const int nt = min(JT, j1 - jt);
+#if USE_LOCAL
+        for (int l = flat; l < nt; l += LI * LJ) {
+            lpos[l] = jpos[jt + l];
+#if PRECISION == 1
+            lpos_lo[l] = jpos_lo[jt + l];
+#endif
+#if ORDER >= 4
+            lvel[l] = jvel[jt + l];
+#endif
+#if ORDER >= 6
+            lacc[l] = jacc[jt + l];
+#endif
+            lid[l] = jid[jt + l];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+        vreal ax = 0, ay = 0, az = 0, pot = 0;
+#if ORDER >= 4
+        vreal jx = 0, jy = 0, jz = 0;
+#endif
+#if ORDER >= 6
+        vreal sx = 0, sy = 0, sz = 0;
+#endif
+        for (int k = lj; k < nt; k += LJ) {
+            const int idj = JID(k);
+            const real4 pj = JPOS(k);
+#if PRECISION == 1
+            const float4 pl = JPOS_LO(k);
+            const vreal dx = (pj.x - xhi) + (pl.x - xlo);
+            const vreal dy = (pj.y - yhi) + (pl.y - ylo);
+            const vreal dz = (pj.z - zhi) + (pl.z - zlo);
+#else
+            const vreal dx = pj.x - xd;
+            const vreal dy = pj.y - yd;
+            const vreal dz = pj.z - zd;
+#endif
+            const vreal r2u = dx * dx + dy * dy + dz * dz;
+            /* self-exclusion by id; unused addresses carry id -1 */
+            const vint other_i = (idj != idi) & (vint)(idj >= 0 ? -1 : 0);
+            const vreal rinv = select((vreal)0, RSQRT(r2u + eps2), MASK_R(other_i));
+            const vreal rinv2 = rinv * rinv;
+            const vreal mrinv = pj.w * rinv;
+            const vreal mrinv3 = mrinv * rinv2;
+            pot -= mrinv;
+            const vreal fx = mrinv3 * dx, fy = mrinv3 * dy, fz = mrinv3 * dz;
+            ax += fx;
+            ay += fy;
+            az += fz;
+#if ORDER >= 4
+            const real4 vj = JVEL(k);
+            const vreal dvx = vj.x - vxi, dvy = vj.y - vyi, dvz = vj.z - vzi;
+            const vreal alpha = (dx * dvx + dy * dvy + dz * dvz) * rinv2;
+            const vreal gx = mrinv3 * dvx - 3 * alpha * fx;
+            const vreal gy = mrinv3 * dvy - 3 * alpha * fy;
+            const vreal gz = mrinv3 * dvz - 3 * alpha * fz;
+            jx += gx;
+            jy += gy;
+            jz += gz;
+#endif
+#if ORDER >= 6
+            const real4 aj = JACC(k);
+            const vreal dax = aj.x - axi, day = aj.y - ayi, daz = aj.z - azi;
+            const vreal beta = (dvx * dvx + dvy * dvy + dvz * dvz + dx * dax + dy * day + dz * daz)
+                               * rinv2 + alpha * alpha;
+            sx += mrinv3 * dax - 6 * alpha * gx - 3 * beta * fx;
+            sy += mrinv3 * day - 6 * alpha * gy - 3 * beta * fy;
+            sz += mrinv3 * daz - 6 * alpha * gz - 3 * beta * fz;
+#endif
+            /* nearest neighbour: smallest unsoftened r^2, ties to the lower id */
+            const vint closer = MASK_I((r2u < nn_r2) | ((r2u == nn_r2) & MASK_R(idj < nn_id)))
+                                & other_i;
+            nn_r2 = select(nn_r2, r2u, MASK_R(closer));
+            nn_id = select(nn_id, (vint)idj, closer);
+#if NGB
+            const vint in_list = MASK_I(r2u < h2) & other_i;
+            if (ANY(in_list)) {
+                int flag[W];
+                VSTORE_I(in_list, 0, flag);
+                for (int l = 0; l < W; l++) {
+                    const int i = iv * W + l;
+                    if (flag[l] && i < ni) {
+                        const int slot = atomic_inc(&nb_count[i]);
+                        if (slot < NB_CAP) nb_list[(size_t)i * NB_CAP + slot] = idj;
+                    }
+                }
+            }
+#endif
+        }
+        sum_ax += TO_VDOUBLE(ax);
+        sum_ay += TO_VDOUBLE(ay);
+        sum_az += TO_VDOUBLE(az);
+        sum_pot += TO_VDOUBLE(pot);
+#if ORDER >= 4
+        sum_jx += TO_VDOUBLE(jx);
+        sum_jy += TO_VDOUBLE(jy);
+        sum_jz += TO_VDOUBLE(jz);
+#endif
+#if ORDER >= 6
+        sum_sx += TO_VDOUBLE(sx);
+        sum_sy += TO_VDOUBLE(sy);
+        sum_sz += TO_VDOUBLE(sz);
+#endif
+#if USE_LOCAL
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+    }
+
+    vdouble r[NCO];
+    r[OC_AX] = sum_ax;
+    r[OC_AY] = sum_ay;
+    r[OC_AZ] = sum_az;
+    r[OC_POT] = sum_pot;
+#if ORDER >= 4
+    r[OC_JX] = sum_jx;
+    r[OC_JY] = sum_jy;
+    r[OC_JZ] = sum_jz;
+#else
+    r[OC_JX] = r[OC_JY] = r[OC_JZ] = 0;
+#endif
+#if ORDER >= 6
+    r[OC_SX] = sum_sx;
+    r[OC_SY] = sum_sy;
+    r[OC_SZ] = sum_sz;
+#else
+    r[OC_SX] = r[OC_SY] = r[OC_SZ] = 0;
+#endif
+    r[OC_NNR2] = TO_VDOUBLE(nn_r2);
+    r[OC_NNID] = TO_VDOUBLE(nn_id);
+
+#if LJ > 1
+    /* Combine the lanes of each i-particle in lane order (LJ > 1 implies W == 1). */
+    __local double red[NCO * LJ * LI];
+    for (int c = 0; c < NCO; c++) red[(c * LJ + lj) * LI + li] = r[c];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lj != 0) return;
+    for (int l = 1; l < LJ; l++) {
+        for (int c = 0; c < NCO; c++) {
+            if (c != OC_NNR2 && c != OC_NNID) r[c] += red[(c * LJ + l) * LI + li];
+        }
+        const double r2 = red[(OC_NNR2 * LJ + l) * LI + li];
+        const double id = red[(OC_NNID * LJ + l) * LI + li];
+        if (id >= 0 && (r[OC_NNID] < 0 || r2 < r[OC_NNR2]
+                        || (r2 == r[OC_NNR2] && id < r[OC_NNID]))) {
+            r[OC_NNR2] = r2;
+            r[OC_NNID] = id;
+        }
+    }
+#endif
+    __global double *o = out + (size_t)part * NCO * ni_pad;
+    for (int c = 0; c < NCO; c++) VSTORE_D(r[c], iv, o + (size_t)c * ni_pad);
+}
+
+/* Sum the per-part results of each i-particle in part order; nearest neighbour by minimum
+ * unsoftened r^2, ties to the lower id. */
+__kernel void reduce(const int ni, const int ni_pad, const int nparts,
+                     __global const double *partial, __global double *out)
+{
+    const int i = get_global_id(0);
+    if (i >= ni) return;
+    double r[NCO];
+    for (int c = 0; c < NCO; c++) r[c] = partial[(size_t)c * ni_pad + i];
+    for (int q = 1; q < nparts; q++) {
+        __global const double *p = partial + (size_t)q * NCO * ni_pad + i;
+        for (int c = 0; c < NCO; c++) {
+            if (c != OC_NNR2 && c != OC_NNID) r[c] += p[(size_t)c * ni_pad];
+        }
+        const double r2 = p[(size_t)OC_NNR2 * ni_pad], id = p[(size_t)OC_NNID * ni_pad];
+        if (id >= 0 && (r[OC_NNID] < 0 || r2 < r[OC_NNR2]
+                        || (r2 == r[OC_NNR2] && id < r[OC_NNID]))) {
+            r[OC_NNR2] = r2;
+            r[OC_NNID] = id;
+        }
+    }
+    for (int c = 0; c < NCO; c++) out[(size_t)c * ni_pad + i] = r[c];
+}

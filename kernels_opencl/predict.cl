@@ -1,0 +1,58 @@
+/* j-particle memory: scatter of changed addresses, and prediction to the current time. */
+#include "common.h"
+
+/* Copy n packed records (RAW_N double4 each) and their ids to their addresses. */
+__kernel void scatter_j(const int n,
+                        __global const int *addr,
+                        __global const double4 *packed,
+                        __global const int *packed_id,
+                        __global double4 *raw,
+                        __global int *jid)
+{
+    const int k = get_global_id(0);
+    if (k >= n) return;
+    const int a = addr[k];
+    for (int q = 0; q < RAW_N; q++) raw[a * RAW_N + q] = packed[k * RAW_N + q];
+    jid[a] = packed_id[k];
+}
+
+/* Taylor prediction of every stored address to time t, one polynomial for all orders
+ * (terms the caller did not give are zero). Positions of double-single are split into
+ * hi/lo float pairs; the mass rides in .w. */
+__kernel void predict(const int n, const double t,
+                      __global const double4 *raw,
+                      __global real4 *pos,
+#if PRECISION == 1
+                      __global float4 *pos_lo,
+#endif
+                      __global real4 *vel
+#if ORDER >= 6
+                      , __global real4 *acc
+#endif
+                      )
+{
+    const int a = get_global_id(0);
+    if (a >= n) return;
+    __global const double4 *r = raw + a * RAW_N;
+    const double4 xm = r[RAW_XM], vt = r[RAW_VT];
+    const double3 x = xm.xyz, v = vt.xyz;
+    const double3 a0 = r[RAW_A].xyz, j0 = r[RAW_J].xyz, s0 = r[RAW_S].xyz, c0 = r[RAW_C].xyz;
+    const double dt = t - vt.w;
+    const double3 xp = x + dt * (v + dt * (a0 * 0.5 + dt * (j0 * (1.0 / 6.0)
+                       + dt * (s0 * (1.0 / 24.0) + dt * (c0 * (1.0 / 120.0))))));
+    const double3 vp = v + dt * (a0 + dt * (j0 * 0.5 + dt * (s0 * (1.0 / 6.0)
+                       + dt * (c0 * (1.0 / 24.0)))));
+#if PRECISION == 1
+    const float3 hi = convert_float3(xp);
+    const float3 lo = convert_float3(xp - convert_double3(hi));
+    pos[a] = (float4)(hi, (float)xm.w);
+    pos_lo[a] = (float4)(lo, 0.0f);
+#else
+    pos[a] = (double4)(xp, xm.w);
+#endif
+    vel[a] = convert_real4((double4)(vp, 0.0));
+#if ORDER >= 6
+    const double3 ap = a0 + dt * (j0 + dt * (s0 * 0.5 + dt * (c0 * (1.0 / 6.0))));
+    acc[a] = convert_real4((double4)(ap, 0.0));
+#endif
+}

@@ -1,0 +1,51 @@
+"""sapporo: GRAPE-compatible direct-summation gravity on GPUs and CPUs.
+
+Conventions everywhere: G = 1; positions, velocities and masses in the integrator's units;
+the potential is negative; acceleration, jerk and snap are returned unscaled
+(``acc = sum_j m_j r_ij / R^3`` with ``r_ij = x_j - x_i`` and ``R^2 = |r_ij|^2 + eps2``).
+
+Importing the package touches no device; backends load when a :class:`Library` opens.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    BackendError,
+    BuildError,
+    ConfigError,
+    InputError,
+    NeighbourOverflowError,
+    NonFiniteError,
+    SapporoError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendError",
+    "BuildError",
+    "ConfigError",
+    "ForceResult",
+    "InputError",
+    "Library",
+    "NeighbourOverflowError",
+    "NonFiniteError",
+    "PendingForce",
+    "SapporoError",
+    "__version__",
+]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .library import ForceResult, Library, PendingForce
+
+_LAZY = {"Library": "library", "ForceResult": "library", "PendingForce": "library"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from importlib import import_module
+
+        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'sapporo' has no attribute {name!r}")

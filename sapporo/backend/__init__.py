@@ -1,0 +1,105 @@
+"""Backend selection: explicit name, ``SAPPORO_BACKEND``, or automatic.
+
+Automatic selection takes CUDA when PyCUDA imports and sees a device, else OpenCL. The
+backend modules are imported lazily, so a machine without PyCUDA never imports it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass
+
+from .. import config
+from ..errors import BackendError
+from .base import Backend, Buffer, Context, DeviceInfo, Event, Kernel, Program
+
+__all__ = [
+    "Backend",
+    "BackendStatus",
+    "Buffer",
+    "Context",
+    "DeviceInfo",
+    "Event",
+    "Kernel",
+    "Program",
+    "get_backend",
+    "probe_backends",
+]
+
+log = logging.getLogger(__name__)
+
+_MODULES = {"opencl": ("opencl", "OpenCLBackend"), "cuda": ("cuda", "CUDABackend")}
+_INSTALL_HINT = (
+    "To compute on the CPU, install the PoCL OpenCL runtime: "
+    "pip install 'sapporo-nbody[pocl]' (package pocl-binary-distribution). "
+    "For NVIDIA GPUs install PyCUDA: pip install 'sapporo-nbody[cuda]'."
+)
+_cache: dict[str, Backend | BackendError] = {}
+
+
+@dataclass
+class BackendStatus:
+    """Whether a backend is usable here, and why not."""
+
+    name: str
+    backend: Backend | None
+    devices: list[DeviceInfo]
+    reason: str  # empty when usable
+
+
+def _load(name: str) -> Backend:
+    if name not in _cache:
+        module_name, cls_name = _MODULES[name]
+        try:
+            module = importlib.import_module(f"{__name__}.{module_name}")
+            _cache[name] = getattr(module, cls_name)()
+        except BackendError as exc:
+            _cache[name] = exc
+    result = _cache[name]
+    if isinstance(result, BackendError):
+        raise result
+    return result
+
+
+def probe_backends() -> list[BackendStatus]:
+    """Try every backend; report devices or the reason it is unusable."""
+    out = []
+    for name in ("cuda", "opencl"):
+        try:
+            backend = _load(name)
+        except BackendError as exc:
+            out.append(BackendStatus(name, None, [], str(exc)))
+            continue
+        devices = backend.devices()
+        reason = "" if devices else (getattr(backend, "reason", "") or "no device")
+        out.append(BackendStatus(name, backend, devices, reason))
+    return out
+
+
+def get_backend(name: str | None = None) -> Backend:
+    """The backend called ``name`` (``opencl``/``cuda``), else ``SAPPORO_BACKEND``, else auto.
+
+    Raises
+    ------
+    BackendError
+        When the requested backend (or, automatically, every backend) has no usable device;
+        the message says what was tried and how to install the CPU runtime.
+    """
+    name = config.parse_backend(name) if name is not None else config.from_environment().backend
+    if name is not None:
+        try:
+            backend = _load(name)
+        except BackendError as exc:
+            raise BackendError(f"backend {name!r} is unusable: {exc}. {_INSTALL_HINT}") from None
+        if not backend.devices():
+            reason = getattr(backend, "reason", "") or "no device"
+            raise BackendError(f"backend {name!r} has no usable device: {reason}. {_INSTALL_HINT}")
+        return backend
+    tried = []
+    for status in probe_backends():
+        if status.devices:
+            log.debug("automatic backend selection: %s", status.name)
+            return status.backend
+        tried.append(f"{status.name}: {status.reason}")
+    raise BackendError("no usable compute device. Tried " + "; ".join(tried) + ". " + _INSTALL_HINT)

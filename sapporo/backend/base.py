@@ -1,0 +1,219 @@
+"""The backend interface: devices, buffers, programs and kernels.
+
+Kept deliberately small: only what the force library uses. Two implementations exist,
+:mod:`sapporo.backend.opencl` (PyOpenCL) and :mod:`sapporo.backend.cuda` (PyCUDA).
+Global and local sizes are given OpenCL-style (total work-items per dimension and work-group
+size); the CUDA backend converts them to grid and block dimensions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import BackendError
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What the library needs to know about one compute device."""
+
+    backend: str
+    index: int
+    name: str
+    vendor: str
+    platform: str
+    device_type: str  # "cpu", "gpu" or "accelerator"
+    compute_units: int
+    max_work_group_size: int
+    local_mem_size: int
+    global_mem_size: int
+    double_support: bool
+    driver_version: str
+
+    @property
+    def key(self) -> str:
+        """A stable key for tuning profiles: backend and device name."""
+        return f"{self.backend}:{self.name.strip()}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a plain dictionary."""
+        return dict(self.__dict__)
+
+
+class Event(ABC):
+    """Completion of an asynchronous operation."""
+
+    @abstractmethod
+    def wait(self) -> None:
+        """Block until the operation has finished."""
+
+    @property
+    @abstractmethod
+    def elapsed(self) -> float | None:
+        """Device time of the operation in seconds, when profiling was asked for."""
+
+
+class Buffer(ABC):
+    """A block of device memory."""
+
+    nbytes: int
+
+    @abstractmethod
+    def upload(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> Event:
+        """Copy a contiguous host array to the buffer at byte ``offset``."""
+
+    @abstractmethod
+    def download(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> Event:
+        """Copy ``host.nbytes`` bytes from byte ``offset`` of the buffer into ``host``."""
+
+    @abstractmethod
+    def fill(self, value: int = 0) -> Event:
+        """Set every 32-bit word of the buffer to ``value``."""
+
+    @abstractmethod
+    def free(self) -> None:
+        """Release the memory (idempotent)."""
+
+
+class Kernel(ABC):
+    """A compiled kernel, launched as ``kernel(global_size, local_size, *args)``."""
+
+    name: str
+
+    @abstractmethod
+    def __call__(
+        self,
+        global_size: tuple[int, ...],
+        local_size: tuple[int, ...] | None,
+        *args: Any,
+        wait: bool = False,
+    ) -> Event:
+        """Launch over a 1-D or 2-D range; ``args`` are :class:`Buffer` or numpy scalars."""
+
+
+class Program(ABC):
+    """A compiled kernel source."""
+
+    @abstractmethod
+    def kernel(self, name: str) -> Kernel:
+        """The kernel called ``name``."""
+
+
+class Context(ABC):
+    """One open device with its queue/stream."""
+
+    info: DeviceInfo
+
+    @abstractmethod
+    def alloc(self, nbytes: int) -> Buffer:
+        """Allocate ``nbytes`` bytes (at least 1) of device memory."""
+
+    @abstractmethod
+    def build(self, source_name: str, defines: dict[str, Any] | None = None) -> Program:
+        """Build a kernel file of this backend's kernel tree with compile-time definitions."""
+
+    @abstractmethod
+    def finish(self) -> None:
+        """Wait for all queued work."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the device (idempotent)."""
+
+
+class Backend(ABC):
+    """A compute API (OpenCL or CUDA)."""
+
+    name: str
+
+    @abstractmethod
+    def devices(self) -> list[DeviceInfo]:
+        """Every device this backend sees (empty when none)."""
+
+    @abstractmethod
+    def open(self, index: int, profiling: bool = False) -> Context:
+        """Open device ``index`` of :meth:`devices`."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers shared by the implementations
+
+
+def kernel_dir(language: str) -> Path:
+    """Folder of the kernel tree for ``language`` (``"opencl"`` or ``"cuda"``)."""
+    package = f"sapporo.kernels_{language}"
+    try:
+        path = Path(str(resources.files(package)))
+        if path.is_dir():
+            return path
+    except ModuleNotFoundError:
+        pass
+    # Running from a source checkout without installation.
+    path = Path(__file__).resolve().parents[2] / f"kernels_{language}"
+    if not path.is_dir():
+        raise BackendError(f"kernel folder kernels_{language}/ not found (looked in {path})")
+    return path
+
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
+
+
+def load_source(language: str, name: str) -> str:
+    """Read a kernel file with its local ``#include "..."`` files inlined (once each).
+
+    Inlining makes the source self-contained, so driver-side caches that key on the
+    source text (PoCL, NVIDIA) never reuse a binary built from a stale header.
+    """
+    root = kernel_dir(language)
+    seen: set[str] = set()
+
+    def expand(fname: str) -> str:
+        path = root / fname
+        if not path.is_file():
+            raise BackendError(f"kernel source {fname!r} not found in {root}")
+        text = path.read_text()
+
+        def repl(m: re.Match[str]) -> str:
+            inc = m.group(1)
+            if inc in seen:
+                return f"/* {inc} already included */"
+            seen.add(inc)
+            return f"/* begin {inc} */\n{expand(inc)}\n/* end {inc} */"
+
+        return _INCLUDE.sub(repl, text)
+
+    return expand(name)
+
+
+def format_defines(defines: dict[str, Any] | None) -> list[str]:
+    """Turn ``{"ORDER": 4, "NGB": True}`` into ``["-DORDER=4", "-DNGB=1"]`` (sorted)."""
+    out = []
+    for key, value in sorted((defines or {}).items()):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise BackendError(f"invalid macro name {key!r}")
+        if isinstance(value, bool):
+            value = int(value)
+        out.append(f"-D{key}={value}")
+    return out
+
+
+def save_failed_source(source: str, suffix: str) -> str | None:
+    """Save a source that failed to build, for the error message; returns the path."""
+    digest = hashlib.sha1(source.encode()).hexdigest()[:12]
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"sapporo-failed-{digest}-", suffix=suffix)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(source)
+        return path
+    except OSError:
+        return None

@@ -1,0 +1,253 @@
+"""PyOpenCL implementation of the backend interface."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any
+
+import numpy as np
+
+from ..errors import BackendError, BuildError
+from . import quirks
+from .base import (
+    Backend,
+    Buffer,
+    Context,
+    DeviceInfo,
+    Event,
+    Kernel,
+    Program,
+    format_defines,
+    load_source,
+    save_failed_source,
+)
+
+log = logging.getLogger(__name__)
+
+try:  # imported lazily by sapporo.backend; failing here only disables this backend
+    import pyopencl as cl
+except ImportError as _exc:  # pragma: no cover - depends on the machine
+    cl = None
+    _IMPORT_ERROR: Exception | None = _exc
+else:
+    _IMPORT_ERROR = None
+
+
+class CLEvent(Event):
+    """Wraps a ``pyopencl.Event``."""
+
+    def __init__(self, event: Any, profiling: bool):
+        self._event = event
+        self._profiling = profiling
+
+    def wait(self) -> None:
+        if self._event is not None:
+            self._event.wait()
+
+    @property
+    def elapsed(self) -> float | None:
+        if self._event is None or not self._profiling:
+            return None
+        self._event.wait()
+        return (self._event.profile.end - self._event.profile.start) * 1e-9
+
+
+class CLBuffer(Buffer):
+    """A ``pyopencl.Buffer`` bound to its queue."""
+
+    def __init__(self, ctx: CLContext, nbytes: int):
+        self._ctx = ctx
+        self.nbytes = int(nbytes)
+        try:
+            self.buf = cl.Buffer(ctx.cl_context, cl.mem_flags.READ_WRITE, size=max(self.nbytes, 4))
+        except cl.Error as exc:
+            raise BackendError(
+                f"cannot allocate {self.nbytes} bytes on {ctx.info.name}: {exc}"
+            ) from exc
+
+    def _check(self, host: np.ndarray, offset: int) -> None:
+        if not host.flags.c_contiguous:
+            raise BackendError("host array must be C-contiguous")
+        if offset < 0 or offset + host.nbytes > self.nbytes:
+            raise BackendError(
+                f"transfer of {host.nbytes} bytes at offset {offset} exceeds buffer of "
+                f"{self.nbytes} bytes"
+            )
+
+    def upload(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> Event:
+        self._check(host, offset)
+        if host.nbytes == 0:
+            return CLEvent(None, False)
+        ev = cl.enqueue_copy(self._ctx.queue, self.buf, host, dst_offset=offset, is_blocking=wait)
+        return CLEvent(ev, self._ctx.profiling)
+
+    def download(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> Event:
+        self._check(host, offset)
+        if host.nbytes == 0:
+            return CLEvent(None, False)
+        ev = cl.enqueue_copy(self._ctx.queue, host, self.buf, src_offset=offset, is_blocking=wait)
+        return CLEvent(ev, self._ctx.profiling)
+
+    def fill(self, value: int = 0) -> Event:
+        size = self.nbytes // 4 * 4
+        if size == 0:
+            return CLEvent(None, False)
+        ev = cl.enqueue_fill_buffer(self._ctx.queue, self.buf, np.int32(value), 0, size)
+        return CLEvent(ev, self._ctx.profiling)
+
+    def free(self) -> None:
+        buf = getattr(self, "buf", None)
+        if buf is not None:
+            buf.release()
+            self.buf = None
+
+
+class CLKernel(Kernel):
+    def __init__(self, ctx: CLContext, kernel: Any, name: str):
+        self._ctx = ctx
+        self._kernel = kernel
+        self.name = name
+
+    def __call__(self, global_size, local_size, *args, wait=False) -> Event:
+        self._kernel.set_args(*[a.buf if isinstance(a, CLBuffer) else a for a in args])
+        ev = cl.enqueue_nd_range_kernel(
+            self._ctx.queue,
+            self._kernel,
+            tuple(int(g) for g in global_size),
+            None if local_size is None else tuple(int(s) for s in local_size),
+        )
+        if wait:
+            ev.wait()
+        return CLEvent(ev, self._ctx.profiling)
+
+
+class CLProgram(Program):
+    def __init__(self, ctx: CLContext, program: Any):
+        self._ctx = ctx
+        self._program = program
+        self._kernels: dict[str, CLKernel] = {}
+
+    def kernel(self, name: str) -> Kernel:
+        if name not in self._kernels:
+            try:
+                k = cl.Kernel(self._program, name)
+            except cl.Error as exc:
+                raise BackendError(f"kernel {name!r} not found in program: {exc}") from exc
+            self._kernels[name] = CLKernel(self._ctx, k, name)
+        return self._kernels[name]
+
+
+class CLContext(Context):
+    """One OpenCL device with an in-order command queue."""
+
+    def __init__(self, info: DeviceInfo, device: Any, profiling: bool):
+        self.info = info
+        self.profiling = profiling
+        self.cl_context = cl.Context([device])
+        props = cl.command_queue_properties.PROFILING_ENABLE if profiling else 0
+        self.queue = cl.CommandQueue(self.cl_context, device, properties=props)
+        self._device = device
+        self._programs: dict[str, CLProgram] = {}
+
+    def alloc(self, nbytes: int) -> Buffer:
+        return CLBuffer(self, nbytes)
+
+    def build(self, source_name: str, defines: dict[str, Any] | None = None) -> Program:
+        source = load_source("opencl", source_name)
+        options = format_defines(defines) + quirks.opencl_build_options(self.info)
+        key = hashlib.sha256((source + "\0" + " ".join(options)).encode()).hexdigest()
+        if key in self._programs:
+            return self._programs[key]
+        log.debug("building %s with %s on %s", source_name, options, self.info.name)
+        try:
+            program = cl.Program(self.cl_context, source).build(options=options)
+        except cl.Error as exc:
+            build_log = str(exc)
+            path = save_failed_source(source, ".cl")
+            raise BuildError(
+                f"OpenCL build of {source_name} failed on {self.info.name}\n"
+                f"options: {' '.join(options)}\nsource saved to: {path}\n{build_log}",
+                options,
+                build_log,
+                path,
+            ) from None
+        prog = CLProgram(self, program)
+        self._programs[key] = prog
+        return prog
+
+    def finish(self) -> None:
+        self.queue.finish()
+
+    def close(self) -> None:
+        if getattr(self, "queue", None) is not None:
+            self.queue.finish()
+            self.queue = None
+            self._programs.clear()
+
+
+class OpenCLBackend(Backend):
+    """Every OpenCL device of every platform, numbered in platform order."""
+
+    name = "opencl"
+
+    def __init__(self) -> None:
+        if cl is None:
+            raise BackendError(f"PyOpenCL is not importable: {_IMPORT_ERROR}")
+        self._devices: list[tuple[DeviceInfo, Any]] | None = None
+        self.reason = ""
+
+    def _scan(self) -> list[tuple[DeviceInfo, Any]]:
+        if self._devices is not None:
+            return self._devices
+        found: list[tuple[DeviceInfo, Any]] = []
+        try:
+            platforms = cl.get_platforms()
+        except cl.Error as exc:
+            self.reason = f"no OpenCL platform ({exc})"
+            platforms = []
+        for platform in platforms:
+            try:
+                devices = platform.get_devices()
+            except cl.Error as exc:
+                log.debug("platform %s: %s", platform.name, exc)
+                continue
+            for dev in devices:
+                dtype = dev.type
+                if dtype & cl.device_type.GPU:
+                    kind = "gpu"
+                elif dtype & cl.device_type.CPU:
+                    kind = "cpu"
+                else:
+                    kind = "accelerator"
+                info = DeviceInfo(
+                    backend="opencl",
+                    index=len(found),
+                    name=dev.name.strip(),
+                    vendor=dev.vendor.strip(),
+                    platform=platform.name.strip(),
+                    device_type=kind,
+                    compute_units=int(dev.max_compute_units),
+                    max_work_group_size=int(dev.max_work_group_size),
+                    local_mem_size=int(dev.local_mem_size),
+                    global_mem_size=int(dev.global_mem_size),
+                    double_support=bool(dev.double_fp_config) or "cl_khr_fp64" in dev.extensions,
+                    driver_version=str(dev.driver_version),
+                )
+                found.append((info, dev))
+        if not found and not self.reason:
+            self.reason = "OpenCL platforms exist but expose no device"
+        self._devices = found
+        return found
+
+    def devices(self) -> list[DeviceInfo]:
+        return [info for info, _ in self._scan()]
+
+    def open(self, index: int, profiling: bool = False) -> Context:
+        devs = self._scan()
+        if not 0 <= index < len(devs):
+            raise BackendError(
+                f"OpenCL device index {index} out of range: {len(devs)} device(s) found"
+            )
+        info, dev = devs[index]
+        return CLContext(info, dev, profiling)

@@ -1,0 +1,38 @@
+"""Device quirks in one place: what PoCL, NVIDIA and AMD need differently.
+
+The rest of the code asks this module; it never tests vendor strings itself.
+"""
+
+from __future__ import annotations
+
+from .base import DeviceInfo
+
+
+def is_pocl(info: DeviceInfo) -> bool:
+    """True for the Portable Computing Language runtime (our CPU default)."""
+    return "portable computing language" in info.platform.lower() or "pocl" in info.platform.lower()
+
+
+def is_cpu(info: DeviceInfo) -> bool:
+    """True for a CPU device (vectorises over work-items, gains nothing from local memory)."""
+    return info.device_type == "cpu"
+
+
+def opencl_build_options(info: DeviceInfo) -> list[str]:
+    """Extra OpenCL compiler options for a device.
+
+    No fast-math flags anywhere: the double-precision path must be IEEE-exact, and the
+    double-single path chooses its fast single-precision reciprocal square root in the
+    kernel source itself.
+    """
+    opts: list[str] = []
+    if info.vendor.lower().startswith("nvidia"):
+        # Keep NVIDIA's OpenCL from contracting the r^2 sums differently from the reference.
+        opts.append("-cl-nv-opt-level=3")
+    return opts
+
+
+def cuda_arch_option(compute_capability: tuple[int, int]) -> str:
+    """The ``-arch`` option for NVRTC/nvcc for a device of the given compute capability."""
+    major, minor = compute_capability
+    return f"sm_{major}{minor}"

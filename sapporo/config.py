@@ -1,0 +1,167 @@
+"""All ``SAPPORO_*`` environment variables are parsed here, and nowhere else.
+
+=========================  =====================================================
+variable                   meaning
+=========================  =====================================================
+``SAPPORO_BACKEND``        ``opencl``, ``cuda`` or ``auto`` (default ``auto``)
+``SAPPORO_DEVICES``        ``all`` or comma-separated device indices, e.g. ``0,1``
+``SAPPORO_ORDER``          2, 4 or 6 (used by the C API; default 4)
+``SAPPORO_PRECISION``      ``double`` or ``double-single`` (C API; default
+                           ``double-single``)
+``SAPPORO_NPIPES``         i-particles per GRAPE force call (C API; default 256)
+``SAPPORO_CONFIG``         path of a ``sapporo2.config`` device file (C API)
+``SAPPORO_NB_CAPACITY``    neighbour-list capacity per i-particle (default 256)
+``SAPPORO_PROFILE_DIR``    where tuning profiles are read and written
+``SAPPORO_NO_PROFILE``     set to 1 to ignore tuning profiles (built-in defaults)
+``SAPPORO_SITE``           extra site directory for the embedded interpreter
+=========================  =====================================================
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .errors import ConfigError
+
+BACKENDS = ("opencl", "cuda")
+PRECISIONS = ("double", "double-single")
+ORDERS = (2, 4, 6)
+
+
+def _get(name: str) -> str | None:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return None
+    return value.strip()
+
+
+def parse_backend(value: str | None, source: str = "backend") -> str | None:
+    """Normalise a backend name; ``None``/``auto`` mean automatic selection."""
+    if value is None:
+        return None
+    v = value.strip().lower()
+    if v in ("", "auto"):
+        return None
+    if v in ("cl", "ocl"):
+        v = "opencl"
+    if v not in BACKENDS:
+        raise ConfigError(f"{source}: unknown backend {value!r}; expected one of opencl, cuda, auto")
+    return v
+
+
+def parse_devices(value: str | None, source: str = "devices") -> str | list[int] | None:
+    """Parse a device selection: ``None``, ``"all"`` or a list of non-negative indices."""
+    if value is None:
+        return None
+    v = value.strip().lower()
+    if v == "all":
+        return "all"
+    try:
+        out = [int(p) for p in v.replace(" ", "").split(",") if p != ""]
+    except ValueError:
+        raise ConfigError(
+            f"{source}: expected 'all' or comma-separated device indices, got {value!r}"
+        ) from None
+    if not out or any(d < 0 for d in out):
+        raise ConfigError(f"{source}: device indices must be >= 0, got {value!r}")
+    return out
+
+
+def parse_order(value: str | int | None, source: str = "order") -> int | None:
+    """Parse an integration order (2, 4 or 6)."""
+    if value is None:
+        return None
+    try:
+        order = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{source}: expected 2, 4 or 6, got {value!r}") from None
+    if order not in ORDERS:
+        raise ConfigError(f"{source}: expected 2, 4 or 6, got {value!r}")
+    return order
+
+
+def parse_precision(value: str | None, source: str = "precision") -> str | None:
+    """Parse a precision name (``double`` or ``double-single``; ``ds`` is accepted)."""
+    if value is None:
+        return None
+    v = value.strip().lower().replace("_", "-")
+    if v in ("ds", "doublesingle", "mixed"):
+        v = "double-single"
+    if v not in PRECISIONS:
+        raise ConfigError(f"{source}: expected 'double' or 'double-single', got {value!r}")
+    return v
+
+
+def _parse_positive_int(value: str | None, source: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise ConfigError(f"{source}: expected a positive integer, got {value!r}") from None
+    if n <= 0:
+        raise ConfigError(f"{source}: expected a positive integer, got {value!r}")
+    return n
+
+
+def read_sapporo2_config(path: str) -> list[int] | None:
+    """Read a ``sapporo2.config`` file: first line the device count (negative: any), then ids.
+
+    Returns the list of device ids, or ``None`` when the count is negative ("any free ones").
+    """
+    try:
+        with open(path) as fh:
+            lines = [ln.split("#", 1)[0].strip() for ln in fh]
+    except OSError as exc:
+        raise ConfigError(f"cannot read device configuration {path!r}: {exc}") from None
+    lines = [ln for ln in lines if ln]
+    if not lines:
+        raise ConfigError(f"{path}: empty device configuration")
+    try:
+        count = int(lines[0].split()[0])
+        ids = [int(ln.split()[0]) for ln in lines[1:]]
+    except ValueError:
+        raise ConfigError(f"{path}: expected integers (device count, then one id per line)") from None
+    if count < 0:
+        return None
+    if count == 0:
+        raise ConfigError(f"{path}: device count is 0")
+    if len(ids) < count:
+        raise ConfigError(f"{path}: says {count} devices but lists {len(ids)} ids")
+    ids = ids[:count]
+    if any(d < 0 for d in ids):
+        raise ConfigError(f"{path}: device ids must be >= 0")
+    return ids
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Settings taken from the environment (``None`` where unset)."""
+
+    backend: str | None
+    devices: str | list[int] | None
+    order: int | None
+    precision: str | None
+    npipes: int | None
+    config_file: str | None
+    nb_capacity: int | None
+    profile_dir: str | None
+    no_profile: bool
+    site: str | None
+
+
+def from_environment() -> Settings:
+    """Read every ``SAPPORO_*`` variable; raise :class:`ConfigError` on malformed values."""
+    return Settings(
+        backend=parse_backend(_get("SAPPORO_BACKEND"), "SAPPORO_BACKEND"),
+        devices=parse_devices(_get("SAPPORO_DEVICES"), "SAPPORO_DEVICES"),
+        order=parse_order(_get("SAPPORO_ORDER"), "SAPPORO_ORDER"),
+        precision=parse_precision(_get("SAPPORO_PRECISION"), "SAPPORO_PRECISION"),
+        npipes=_parse_positive_int(_get("SAPPORO_NPIPES"), "SAPPORO_NPIPES"),
+        config_file=_get("SAPPORO_CONFIG"),
+        nb_capacity=_parse_positive_int(_get("SAPPORO_NB_CAPACITY"), "SAPPORO_NB_CAPACITY"),
+        profile_dir=_get("SAPPORO_PROFILE_DIR"),
+        no_profile=(_get("SAPPORO_NO_PROFILE") or "0") not in ("0", "false", "no"),
+        site=_get("SAPPORO_SITE"),
+    )

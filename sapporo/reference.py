@@ -1,0 +1,531 @@
+"""Independent float64 NumPy oracle for every force kernel of the library.
+
+Everything here is plain, vectorised double-precision NumPy, written to be read and
+trusted rather than to be fast.  The kernel tests compare the devices against it.
+
+Conventions
+-----------
+* G = 1; the potential is negative, ``pot_i = -sum_j m_j / R``.
+* All time derivatives are unscaled (no factorials folded in).
+* With ``r = xj - xi``, ``v = vj - vi``, ``a = aj - ai`` and ``R^2 = |r|^2 + eps2``::
+
+      acc_ij  = m r / R^3
+      alpha   = (r . v) / R^2
+      jerk_ij = m v / R^3 - 3 alpha acc_ij
+      beta    = (|v|^2 + r . a) / R^2 + alpha^2
+      snap_ij = m a / R^3 - 6 alpha jerk_ij - 3 beta acc_ij      (Nitadori & Makino 2008)
+      pot_ij  = -m / R
+
+* A j-particle whose id equals the i-particle's id contributes nothing and is never a
+  neighbour.  Zero-mass j-particles give no force but are neighbour candidates.
+* Coincident particles with different ids and ``eps2 = 0`` give non-finite results,
+  silently (no NumPy warnings): the oracle does not hide them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import InputError
+
+__all__ = [
+    "ReferenceForces",
+    "forces",
+    "plummer",
+    "predict",
+    "relative_vector_error",
+    "uniform_cube",
+]
+
+#: Default upper bound on the number of (i, j) pairs handled at once by :func:`forces`.
+#: Each per-pair temporary is then at most 8 MiB (vector temporaries 24 MiB).
+DEFAULT_CHUNK_ELEMENTS = 1 << 20
+
+_NO_ID = np.iinfo(np.int64).max
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _vectors(name: str, value: object, n: int | None = None) -> np.ndarray:
+    """Check that ``value`` is a real (n, 3) array and return it as float64."""
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "biuf":
+        raise InputError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
+    if arr.ndim != 2 or arr.shape[1] != 3:
+        raise InputError(f"{name} must have shape (n, 3), got {arr.shape}")
+    if n is not None and arr.shape[0] != n:
+        raise InputError(f"{name} must have {n} rows, got {arr.shape[0]}")
+    return arr.astype(np.float64)
+
+
+def _scalars(name: str, value: object, n: int) -> np.ndarray:
+    """Check that ``value`` is a real (n,) array and return it as float64."""
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "biuf":
+        raise InputError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
+    if arr.shape != (n,):
+        raise InputError(f"{name} must have shape ({n},), got {arr.shape}")
+    return arr.astype(np.float64)
+
+
+def _ids(name: str, value: object, n: int) -> np.ndarray:
+    """Check that ``value`` is an integer (n,) array and return it as int64."""
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
+        raise InputError(f"{name} must be an integer array, got dtype {arr.dtype}")
+    if arr.shape != (n,):
+        raise InputError(f"{name} must have shape ({n},), got {arr.shape}")
+    return arr.astype(np.int64)
+
+
+def _scalar_or_per_particle(name: str, value: object, n: int) -> np.ndarray:
+    """Check that ``value`` is a real scalar or (n,) array; return it broadcast to (n,)."""
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "biuf":
+        raise InputError(f"{name} must be real, got dtype {arr.dtype}")
+    if arr.ndim == 0:
+        return np.full(n, float(arr), dtype=np.float64)
+    if arr.shape != (n,):
+        raise InputError(f"{name} must be a scalar or have shape ({n},), got {arr.shape}")
+    return arr.astype(np.float64)
+
+
+# --------------------------------------------------------------------------- prediction
+
+
+def predict(
+    t: float,
+    tj: float | np.ndarray,
+    x: np.ndarray,
+    v: np.ndarray,
+    a: np.ndarray | None = None,
+    jerk: np.ndarray | None = None,
+    snap: np.ndarray | None = None,
+    crackle: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Taylor-predict j-particles from their times ``tj`` to time ``t``.
+
+    With ``dt = t - tj``::
+
+        xp = x + v dt + a dt^2/2 + jerk dt^3/6 + snap dt^4/24 + crackle dt^5/120
+        vp = v + a dt + jerk dt^2/2 + snap dt^3/6 + crackle dt^4/24
+        ap = a + jerk dt + snap dt^2/2 + crackle dt^3/6
+
+    Parameters
+    ----------
+    t : float
+        Target time.
+    tj : float or ndarray, shape (n,)
+        Time of each particle's data (one scalar for all, or one per particle).
+    x, v : ndarray, shape (n, 3)
+        Positions and velocities at ``tj``.
+    a, jerk, snap, crackle : ndarray, shape (n, 3), optional
+        Higher derivatives at ``tj``; a missing (None) term is zero.
+
+    Returns
+    -------
+    xp, vp, ap : ndarray, shape (n, 3), float64
+        Predicted position, velocity and acceleration (new arrays).
+    """
+    x = _vectors("x", x)
+    n = x.shape[0]
+    v = _vectors("v", v, n)
+    zero = np.zeros((n, 3))
+    a = zero if a is None else _vectors("a", a, n)
+    jerk = zero if jerk is None else _vectors("jerk", jerk, n)
+    snap = zero if snap is None else _vectors("snap", snap, n)
+    crackle = zero if crackle is None else _vectors("crackle", crackle, n)
+    t_arr = np.asarray(t)
+    if t_arr.dtype.kind not in "biuf" or t_arr.ndim != 0:
+        raise InputError(f"t must be a real scalar, got {t!r}")
+    dt = (float(t_arr) - _scalar_or_per_particle("tj", tj, n))[:, None]
+
+    xp = (
+        x
+        + v * dt
+        + a * dt**2 / 2
+        + jerk * dt**3 / 6
+        + snap * dt**4 / 24
+        + crackle * dt**5 / 120
+    )
+    vp = v + a * dt + jerk * dt**2 / 2 + snap * dt**3 / 6 + crackle * dt**4 / 24
+    ap = a + jerk * dt + snap * dt**2 / 2 + crackle * dt**3 / 6
+    return xp, vp, ap
+
+
+# --------------------------------------------------------------------------- forces
+
+
+@dataclass
+class ReferenceForces:
+    """Forces on a set of i-particles from a set of j-particles (see :func:`forces`).
+
+    Attributes
+    ----------
+    acc, jerk, snap : ndarray, shape (ni, 3)
+        Acceleration and its first two time derivatives (jerk when order >= 4, snap when
+        order == 6, else None).
+    pot : ndarray, shape (ni,)
+        Potential, ``-sum_j m_j / R``.
+    nn_index : ndarray, shape (ni,), int64
+        Id (not position) of the nearest neighbour by unsoftened r^2; ties go to the
+        lower id; -1 when there is no candidate.
+    nn_r2 : ndarray, shape (ni,)
+        Unsoftened r^2 to that neighbour; inf when there is none.
+    acc_abs, jerk_abs, snap_abs : ndarray, shape (ni,)
+        Sum over j of the magnitudes of the pairwise terms: the error scale.
+    pot_abs : ndarray, shape (ni,)
+        ``sum_j |m_j| / R`` (``sum_j m_j / R`` for non-negative masses).
+    neighbours : list of ndarray or None
+        When ``h2`` is given: per i, the ascending int64 ids with unsoftened r^2 < h2.
+    neighbour_r2 : list of ndarray or None
+        The matching unsoftened r^2 values, in the same order.
+    """
+
+    acc: np.ndarray
+    jerk: np.ndarray | None
+    snap: np.ndarray | None
+    pot: np.ndarray
+    nn_index: np.ndarray
+    nn_r2: np.ndarray
+    acc_abs: np.ndarray
+    jerk_abs: np.ndarray | None
+    snap_abs: np.ndarray | None
+    pot_abs: np.ndarray
+    neighbours: list[np.ndarray] | None
+    neighbour_r2: list[np.ndarray] | None
+
+
+def _dot(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Component-wise dot product of two (3, ...) arrays, summed x + y + z in order."""
+    return p[0] * q[0] + p[1] * q[1] + p[2] * q[2]
+
+
+def _norm(p: np.ndarray) -> np.ndarray:
+    """Euclidean norm of a (3, ...) array."""
+    return np.sqrt(_dot(p, p))
+
+
+def forces(
+    xi: np.ndarray,
+    vi: np.ndarray | None,
+    index_i: np.ndarray,
+    xj: np.ndarray,
+    vj: np.ndarray | None,
+    mj: np.ndarray,
+    index_j: np.ndarray,
+    eps2: float,
+    *,
+    order: int = 4,
+    ai: np.ndarray | None = None,
+    aj: np.ndarray | None = None,
+    h2: float | np.ndarray | None = None,
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+) -> ReferenceForces:
+    """Direct-summation forces on i-particles from j-particles, in float64.
+
+    Parameters
+    ----------
+    xi, vi : ndarray, shape (ni, 3)
+        Positions and velocities of the i-particles (``vi`` may be None for order 2).
+    index_i : ndarray, shape (ni,), integer
+        Ids of the i-particles (a j-particle with the same id is excluded).
+    xj, vj : ndarray, shape (nj, 3)
+        Positions and velocities of the j-particles (``vj`` may be None for order 2).
+    mj : ndarray, shape (nj,)
+        Masses of the j-particles.
+    index_j : ndarray, shape (nj,), integer
+        Ids of the j-particles.
+    eps2 : float
+        Softening length squared (>= 0).
+    order : {2, 4, 6}
+        2: acceleration and potential; 4: plus jerk; 6: plus snap (needs ``ai``, ``aj``).
+    ai, aj : ndarray, shape (ni, 3) / (nj, 3), optional
+        Accelerations of the i- and j-particles, required for order 6.
+    h2 : float or ndarray, shape (ni,), optional
+        Neighbour radius squared (unsoftened); when given, neighbour lists are built.
+    chunk_elements : int
+        Upper bound on the number of pairs evaluated at once (memory bound; results do
+        not depend on it).
+
+    Returns
+    -------
+    ReferenceForces
+        The forces, error scales, nearest neighbours and (optionally) neighbour lists.
+
+    Raises
+    ------
+    ValueError
+        On a bad order, shape, dtype, length or missing argument (the message names it).
+    """
+    if isinstance(order, bool) or order not in (2, 4, 6):
+        raise InputError(f"order must be 2, 4 or 6, got {order!r}")
+    xi = _vectors("xi", xi)
+    ni = xi.shape[0]
+    xj = _vectors("xj", xj)
+    nj = xj.shape[0]
+    index_i = _ids("index_i", index_i, ni)
+    index_j = _ids("index_j", index_j, nj)
+    mj = _scalars("mj", mj, nj)
+    if order >= 4:
+        if vi is None:
+            raise InputError(f"vi is required for order {order}")
+        if vj is None:
+            raise InputError(f"vj is required for order {order}")
+    vi = np.zeros((ni, 3)) if vi is None else _vectors("vi", vi, ni)
+    vj = np.zeros((nj, 3)) if vj is None else _vectors("vj", vj, nj)
+    if order == 6:
+        if ai is None:
+            raise InputError("ai is required for order 6")
+        if aj is None:
+            raise InputError("aj is required for order 6")
+    ai = np.zeros((ni, 3)) if ai is None else _vectors("ai", ai, ni)
+    aj = np.zeros((nj, 3)) if aj is None else _vectors("aj", aj, nj)
+    eps2_arr = np.asarray(eps2)
+    if eps2_arr.dtype.kind not in "biuf" or eps2_arr.ndim != 0:
+        raise InputError(f"eps2 must be a real scalar, got {eps2!r}")
+    eps2 = float(eps2_arr)
+    if not (np.isfinite(eps2) and eps2 >= 0.0):
+        raise InputError(f"eps2 must be finite and >= 0, got {eps2!r}")
+    h2_arr = None if h2 is None else _scalar_or_per_particle("h2", h2, ni)
+    if isinstance(chunk_elements, bool) or not isinstance(chunk_elements, (int, np.integer)):
+        raise InputError(f"chunk_elements must be an integer, got {chunk_elements!r}")
+    if chunk_elements < 1:
+        raise InputError(f"chunk_elements must be >= 1, got {chunk_elements!r}")
+
+    out = ReferenceForces(
+        acc=np.zeros((ni, 3)),
+        jerk=np.zeros((ni, 3)) if order >= 4 else None,
+        snap=np.zeros((ni, 3)) if order == 6 else None,
+        pot=np.zeros(ni),
+        nn_index=np.full(ni, -1, dtype=np.int64),
+        nn_r2=np.full(ni, np.inf),
+        acc_abs=np.zeros(ni),
+        jerk_abs=np.zeros(ni) if order >= 4 else None,
+        snap_abs=np.zeros(ni) if order == 6 else None,
+        pot_abs=np.zeros(ni),
+        neighbours=[] if h2_arr is not None else None,
+        neighbour_r2=[] if h2_arr is not None else None,
+    )
+    if nj == 0:
+        if h2_arr is not None:
+            out.neighbours = [np.zeros(0, dtype=np.int64) for _ in range(ni)]
+            out.neighbour_r2 = [np.zeros(0) for _ in range(ni)]
+        return out
+
+    # Component-major (3, n) copies: every per-pair array below is (3, rows, nj) or
+    # (rows, nj), so sums over j run along contiguous rows, independently of the chunking.
+    xjT, vjT, ajT = xj.T.copy(), vj.T.copy(), aj.T.copy()
+    rows = max(1, chunk_elements // nj)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for s in range(0, ni, rows):
+            e = min(ni, s + rows)
+            _chunk(out, s, e, order, eps2, h2_arr,
+                   xi[s:e].T, vi[s:e].T, ai[s:e].T, index_i[s:e],
+                   xjT, vjT, ajT, mj, index_j)
+    return out
+
+
+def _chunk(
+    out: ReferenceForces,
+    s: int,
+    e: int,
+    order: int,
+    eps2: float,
+    h2: np.ndarray | None,
+    xi: np.ndarray,
+    vi: np.ndarray,
+    ai: np.ndarray,
+    index_i: np.ndarray,
+    xj: np.ndarray,
+    vj: np.ndarray,
+    aj: np.ndarray,
+    mj: np.ndarray,
+    index_j: np.ndarray,
+) -> None:
+    """Fill rows ``s:e`` of ``out``; vector inputs are component-major, shape (3, n)."""
+    r = xj[:, None, :] - xi[:, :, None]  # (3, c, nj)
+    r2 = _dot(r, r)  # unsoftened, (c, nj)
+    same = index_j[None, :] == index_i[:, None]
+
+    # Nearest neighbour: minimum unsoftened r^2 among the other ids, ties to the lower id.
+    r2_other = np.where(same, np.inf, r2)
+    nn_r2 = r2_other.min(axis=1)
+    candidate = ~same & (r2_other == nn_r2[:, None])
+    nn_id = np.where(candidate, index_j[None, :], _NO_ID).min(axis=1)
+    has_nn = candidate.any(axis=1)
+    out.nn_index[s:e] = np.where(has_nn, nn_id, -1)
+    out.nn_r2[s:e] = np.where(has_nn, nn_r2, np.inf)
+
+    if h2 is not None:
+        inside = ~same & (r2 < h2[s:e, None])
+        for row in range(e - s):
+            ids = index_j[inside[row]]
+            order_by_id = np.argsort(ids, kind="stable")
+            out.neighbours.append(ids[order_by_id])
+            out.neighbour_r2.append(r2[row][inside[row]][order_by_id])
+
+    # Self pairs are masked *before* dividing, so eps2 = 0 gives no 0/0 for them; other
+    # coincident pairs with eps2 = 0 divide by zero and stay non-finite on purpose.
+    R2 = np.where(same, 1.0, r2 + eps2)
+    inv_R2 = np.where(same, 0.0, 1.0 / R2)
+    inv_R = np.sqrt(inv_R2)
+    m = mj[None, :]
+    m_R3 = m * inv_R * inv_R2
+
+    acc = m_R3 * r  # (3, c, nj)
+    out.acc[s:e] = acc.sum(axis=2).T
+    out.acc_abs[s:e] = _norm(acc).sum(axis=1)
+    pot = m * inv_R
+    out.pot[s:e] = -pot.sum(axis=1)
+    out.pot_abs[s:e] = np.abs(pot).sum(axis=1)
+    if order == 2:
+        return
+
+    v = vj[:, None, :] - vi[:, :, None]
+    alpha = _dot(r, v) * inv_R2
+    jerk = m_R3 * v - 3.0 * alpha * acc
+    out.jerk[s:e] = jerk.sum(axis=2).T
+    out.jerk_abs[s:e] = _norm(jerk).sum(axis=1)
+    if order == 4:
+        return
+
+    a = aj[:, None, :] - ai[:, :, None]
+    beta = (_dot(v, v) + _dot(r, a)) * inv_R2 + alpha * alpha
+    snap = m_R3 * a - 6.0 * alpha * jerk - 3.0 * beta * acc
+    out.snap[s:e] = snap.sum(axis=2).T
+    out.snap_abs[s:e] = _norm(snap).sum(axis=1)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def plummer(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Plummer sphere in Henon units (G = M = 1, E = -1/4), reproducible from ``seed``.
+
+    Aarseth, Henon & Wielen (1974) sampling with ``np.random.default_rng(seed)``: radii
+    from the inverted cumulative mass (mass fraction drawn below 0.999, as in the usual
+    implementations, to avoid rare far outliers), speeds by von Neumann rejection from
+    ``q^2 (1 - q^2)^(7/2)``, isotropic directions; then moved to the centre-of-mass frame
+    and scaled from Plummer's structural units by ``3 pi / 16`` (lengths) and
+    ``sqrt(16 / (3 pi))`` (velocities).
+
+    Parameters
+    ----------
+    n : int
+        Number of particles (>= 1).
+    seed : int
+        Seed for :func:`numpy.random.default_rng`.
+
+    Returns
+    -------
+    x, v : ndarray, shape (n, 3)
+        Positions and velocities.
+    m : ndarray, shape (n,)
+        Masses, ``1 / n`` each.
+    """
+    n = _count(n)
+    rng = np.random.default_rng(seed)
+    mass_fraction = rng.uniform(0.0, 0.999, n)
+    # Guard the (measure-zero) draw 0.0, which would put a particle at r = 0 exactly.
+    mass_fraction = np.maximum(mass_fraction, np.finfo(np.float64).tiny)
+    radius = 1.0 / np.sqrt(mass_fraction ** (-2.0 / 3.0) - 1.0)
+    x = radius[:, None] * _isotropic(rng, n)
+
+    q = np.empty(n)
+    filled = 0
+    while filled < n:
+        want = n - filled
+        trial = rng.uniform(0.0, 1.0, want)
+        accept = rng.uniform(0.0, 0.1, want) < trial**2 * (1.0 - trial**2) ** 3.5
+        got = trial[accept]
+        q[filled:filled + got.size] = got
+        filled += got.size
+    escape = np.sqrt(2.0) * (1.0 + radius**2) ** -0.25
+    v = (q * escape)[:, None] * _isotropic(rng, n)
+
+    m = np.full(n, 1.0 / n)
+    x -= m @ x
+    v -= m @ v
+    scale = 3.0 * np.pi / 16.0
+    return x * scale, v / np.sqrt(scale), m
+
+
+def uniform_cube(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Positions uniform in [-1, 1]^3, small random velocities, equal masses.
+
+    Parameters
+    ----------
+    n : int
+        Number of particles (>= 1).
+    seed : int
+        Seed for :func:`numpy.random.default_rng`.
+
+    Returns
+    -------
+    x : ndarray, shape (n, 3)
+        Positions, uniform in [-1, 1]^3.
+    v : ndarray, shape (n, 3)
+        Velocities, normal with standard deviation 0.1 per component.
+    m : ndarray, shape (n,)
+        Masses, ``1 / n`` each.
+    """
+    n = _count(n)
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1.0, 1.0, (n, 3))
+    v = rng.normal(0.0, 0.1, (n, 3))
+    return x, v, np.full(n, 1.0 / n)
+
+
+def relative_vector_error(
+    result: np.ndarray, reference: np.ndarray, scale: float | np.ndarray
+) -> np.ndarray:
+    """The library's error metric: ``|result - reference|`` per row divided by ``scale``.
+
+    Parameters
+    ----------
+    result, reference : ndarray, shape (n, 3) or (n,)
+        Values to compare; for 2-d input the Euclidean norm of each row's difference is
+        taken, for 1-d input the absolute difference.
+    scale : float or ndarray, shape (n,)
+        Error scale, normally ``sum_j |term_j|`` (e.g. ``ReferenceForces.acc_abs``).
+        Where it is 0 the absolute difference is returned unscaled.
+
+    Returns
+    -------
+    ndarray, shape (n,)
+        The relative error per row (non-finite where either input is).
+    """
+    result = np.asarray(result, dtype=np.float64)
+    reference = np.asarray(reference, dtype=np.float64)
+    if result.shape != reference.shape:
+        raise InputError(
+            f"result and reference must have the same shape, got {result.shape} and "
+            f"{reference.shape}"
+        )
+    if result.ndim not in (1, 2):
+        raise InputError(f"result must be 1-d or 2-d, got shape {result.shape}")
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = result - reference
+        delta = np.abs(diff) if diff.ndim == 1 else np.sqrt((diff * diff).sum(axis=1))
+        scale_arr = np.broadcast_to(np.asarray(scale, dtype=np.float64), delta.shape)
+        safe = np.where(scale_arr == 0.0, 1.0, scale_arr)
+        return np.where(scale_arr == 0.0, delta, delta / safe)
+
+
+def _count(n: object) -> int:
+    """Validate a particle count."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise InputError(f"n must be a positive integer, got {n!r}")
+    return int(n)
+
+
+def _isotropic(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` random unit vectors, uniform on the sphere, shape (n, 3)."""
+    z = rng.uniform(-1.0, 1.0, n)
+    phi = rng.uniform(0.0, 2.0 * np.pi, n)
+    s = np.sqrt(1.0 - z * z)
+    return np.stack([s * np.cos(phi), s * np.sin(phi), z], axis=1)
