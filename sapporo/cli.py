@@ -1,0 +1,63 @@
+"""The ``sapporo`` command: one dispatcher, one module per sub-command.
+
+Each module ``sapporo/cli_<name>.py`` provides ``add_parser(subparsers)``, which registers the
+sub-command and sets ``func`` (taking the parsed arguments, returning an exit code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from .errors import SapporoError
+
+COMMANDS = ("info", "run", "bench", "tune", "capi")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every available sub-command."""
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="sapporo",
+        description="GRAPE-compatible direct-summation gravity on GPUs and CPUs.",
+    )
+    parser.add_argument("--version", action="version", version=f"sapporo {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"sapporo.cli_{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"sapporo.cli_{name}":
+                raise
+            continue
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``sapporo`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(args.verbose, 2),
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except SapporoError as exc:
+        sys.stderr.write(f"sapporo {args.command}: error: {exc}\n")
+        return 1
+    except KeyboardInterrupt:
+        sys.stderr.write(f"sapporo {args.command}: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
