@@ -26,6 +26,10 @@ def opencl_build_options(info: DeviceInfo) -> list[str]:
     kernel source itself.
     """
     opts: list[str] = []
+    if is_pocl(info):
+        # PoCL's clang warns about 8-wide double vectors changing the AVX ABI: harmless
+        # inside a kernel, and noise for users (PyOpenCL turns it into Python warnings).
+        opts.append("-w")
     if info.vendor.lower().startswith("nvidia"):
         # Keep NVIDIA's OpenCL from contracting the r^2 sums differently from the reference.
         opts.append("-cl-nv-opt-level=3")

@@ -1,0 +1,199 @@
+"""Launch parameters of the force kernels: built-in defaults and tuning profiles.
+
+A :class:`LaunchTable` maps the number of active i-particles to a :class:`LaunchConfig`.
+Tables come from a tuning profile (JSON written by ``sapporo tune``, keyed by backend,
+device name, order and precision) when one matches, else from built-in defaults chosen by
+device type. Profiles are data, never code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from . import config
+from .backend.base import DeviceInfo
+from .errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: i-particles per kernel launch; larger blocks are cut into chunks of this size.
+NI_CHUNK = 8192
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Shape of one force-kernel launch.
+
+    Parameters
+    ----------
+    li, lj : int
+        Work-group shape: ``li`` work-items over i times ``lj`` lanes over j.
+    w : int
+        i-particles per work-item (OpenCL vector width; 1 on GPUs).
+    jt : int
+        j-particles per tile.
+    use_local : bool
+        Stage tiles in local/shared memory (GPUs) or read them from global memory (CPUs).
+    groups_per_cu : int
+        The j-range is cut into parts until there are about this many work-groups per
+        compute unit (so that a single active particle still fills the device).
+    min_jchunk : int
+        Never cut the j-range into parts shorter than this.
+    """
+
+    li: int = 1
+    lj: int = 1
+    w: int = 8
+    jt: int = 64
+    use_local: bool = False
+    groups_per_cu: int = 4
+    min_jchunk: int = 256
+
+    def __post_init__(self) -> None:
+        if self.li < 1 or self.lj < 1 or self.jt < 1 or self.groups_per_cu < 1:
+            raise ConfigError(f"invalid launch configuration {self}")
+        if self.w not in (1, 2, 4, 8, 16):
+            raise ConfigError(f"launch configuration: w must be 1, 2, 4, 8 or 16, got {self.w}")
+        if self.lj > 1 and self.w != 1:
+            raise ConfigError("launch configuration: lj > 1 needs w == 1")
+        if self.use_local and self.jt % (self.li * self.lj):
+            raise ConfigError("launch configuration: jt must be a multiple of li * lj")
+
+    def defines(self) -> dict[str, int]:
+        """The kernel's compile-time definitions for this shape."""
+        return {
+            "LI": self.li,
+            "LJ": self.lj,
+            "W": self.w,
+            "JT": self.jt,
+            "USE_LOCAL": int(self.use_local),
+        }
+
+    @property
+    def i_per_group(self) -> int:
+        """i-particles per work-group."""
+        return self.li * self.w
+
+
+@dataclass
+class LaunchTable:
+    """Launch configurations by number of active i-particles (``ni <= ni_max``)."""
+
+    entries: list[tuple[int, LaunchConfig]]
+    source: str = "defaults"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def for_ni(self, ni: int) -> LaunchConfig:
+        """The configuration for a launch of ``ni`` i-particles."""
+        for ni_max, cfg in self.entries:
+            if ni <= ni_max:
+                return cfg
+        return self.entries[-1][1]
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable form (the profile format)."""
+        return {
+            **self.meta,
+            "entries": [{"ni_max": n, **asdict(c)} for n, c in self.entries],
+        }
+
+
+def default_table(info: DeviceInfo, order: int, precision: str) -> LaunchTable:
+    """Built-in launch parameters for a device type."""
+    if info.device_type == "cpu":
+        # Explicit vectors over i are what makes PoCL emit SIMD code; 8 floats or 4 doubles
+        # fill an AVX2 register.
+        w = 8 if precision == "double-single" else 4
+        cfg = LaunchConfig(li=1, lj=1, w=w, jt=64, use_local=False, groups_per_cu=4)
+        return LaunchTable([(NI_CHUNK, cfg)], source="defaults (cpu)")
+    # GPUs: one i-particle per work-item; few active particles share a group across j-lanes.
+    entries = [
+        (1, LaunchConfig(li=1, lj=128, w=1, jt=128, use_local=True, groups_per_cu=4)),
+        (8, LaunchConfig(li=8, lj=32, w=1, jt=256, use_local=True, groups_per_cu=4)),
+        (32, LaunchConfig(li=32, lj=8, w=1, jt=256, use_local=True, groups_per_cu=4)),
+        (128, LaunchConfig(li=64, lj=2, w=1, jt=128, use_local=True, groups_per_cu=4)),
+        (NI_CHUNK, LaunchConfig(li=128, lj=1, w=1, jt=128, use_local=True, groups_per_cu=4)),
+    ]
+    return LaunchTable(entries, source="defaults (gpu)")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
+
+
+def profile_name(info: DeviceInfo, order: int, precision: str) -> str:
+    """File name of the tuning profile for a device, order and precision."""
+    return f"{info.backend}-{_slug(info.name)}-order{order}-{precision}.json"
+
+
+def user_profile_dir() -> Path:
+    """Where ``sapporo tune`` writes profiles (``SAPPORO_PROFILE_DIR`` overrides)."""
+    env = config.from_environment()
+    if env.profile_dir:
+        return Path(env.profile_dir)
+    import platformdirs
+
+    from . import __version__
+
+    return Path(platformdirs.user_cache_dir("sapporo", version=__version__.rsplit(".", 1)[0])) / (
+        "profiles"
+    )
+
+
+def _shipped_profile_dir() -> Path | None:
+    try:
+        path = Path(str(resources.files("sapporo.tune"))) / "profiles"
+    except ModuleNotFoundError:
+        path = Path(__file__).resolve().parents[1] / "tune" / "profiles"
+    return path if path.is_dir() else None
+
+
+def table_from_json(data: dict[str, Any], source: str) -> LaunchTable:
+    """Parse a profile; raise :class:`ConfigError` when malformed."""
+    try:
+        entries = []
+        for e in data["entries"]:
+            e = dict(e)
+            ni_max = int(e.pop("ni_max"))
+            entries.append((ni_max, LaunchConfig(**e)))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"malformed tuning profile {source}: {exc}") from None
+    if not entries:
+        raise ConfigError(f"tuning profile {source} has no entries")
+    entries.sort(key=lambda t: t[0])
+    meta = {k: v for k, v in data.items() if k != "entries"}
+    return LaunchTable(entries, source=source, meta=meta)
+
+
+def load_table(info: DeviceInfo, order: int, precision: str) -> LaunchTable:
+    """The tuned table for this device when a profile exists, else the defaults."""
+    env = config.from_environment()
+    if not env.no_profile:
+        name = profile_name(info, order, precision)
+        for folder in (user_profile_dir(), _shipped_profile_dir()):
+            if folder is None:
+                continue
+            path = folder / name
+            if path.is_file():
+                try:
+                    table = table_from_json(json.loads(path.read_text()), str(path))
+                except (OSError, json.JSONDecodeError, ConfigError) as exc:
+                    log.warning("ignoring tuning profile %s: %s", path, exc)
+                    continue
+                log.debug("using tuning profile %s", path)
+                return table
+    return default_table(info, order, precision)
+
+
+def parts_for(cfg: LaunchConfig, info: DeviceInfo, ni_pad: int, nj: int) -> int:
+    """How many parts to cut the j-range into for a launch of ``ni_pad`` i-particles."""
+    groups_i = max(1, ni_pad // cfg.i_per_group)
+    target = info.compute_units * cfg.groups_per_cu
+    want = -(-target // groups_i)
+    return int(max(1, min(want, nj // max(cfg.min_jchunk, 1), 4096)))

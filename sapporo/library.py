@@ -1,0 +1,790 @@
+"""The force library: j-particle memory, on-device prediction, forces on blocks of i-particles.
+
+Conventions: G = 1; ``acc = sum_j m_j r_ij / R^3``, ``pot = -sum_j m_j / R`` with
+``r_ij = x_j - x_i`` and ``R^2 = |r_ij|^2 + eps2``; jerk and snap are the unscaled time
+derivatives of the acceleration. A j-particle whose id equals the i-particle's id is excluded
+(no force, not a neighbour), so eps2 = 0 is allowed.
+
+Memory model (as on a GRAPE board): j-particles live in numbered memory slots
+("addresses"); the host keeps a mirror and sends only changed addresses, batched, before the
+next force call. Before each force call the j-particles are predicted on the device to the
+time given by :meth:`Library.set_time`. With several devices, addresses are spread round-robin
+(address ``a`` lives on device ``a % ndev``), each device computes partial forces, and the host
+combines them in device order.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import config
+from .backend import Buffer, Context, DeviceInfo, Event, get_backend
+from .errors import BackendError, InputError, NonFiniteError, SapporoError
+from .launch import NI_CHUNK, LaunchTable, load_table, parts_for
+
+log = logging.getLogger(__name__)
+
+RAW_N = 6  # double4 records per raw j-particle: x|m, v|t, a, jerk, snap, crackle
+NCO = 12  # result rows: ax ay az pot jx jy jz nn_r2 sx sy sz nn_id
+OC_NNR2, OC_NNID = 7, 11
+MAX_ID = 2**31 - 1
+MAX_ADDRESS = 2**31 - 2
+DEFAULT_NB_CAPACITY = 256
+
+_EXT = {"opencl": "cl", "cuda": "cu"}
+
+
+# ---------------------------------------------------------------------------------------------
+# input validation
+
+
+def _vec3(name: str, value: Any, n: int | None) -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"{name}: expected an array of shape (n, 3) of floats") from None
+    if arr.ndim == 1 and arr.shape == (3,) and n in (None, 1):
+        arr = arr.reshape(1, 3)
+    if arr.ndim != 2 or arr.shape[1] != 3:
+        raise InputError(f"{name}: expected shape (n, 3), got {arr.shape}")
+    if n is not None and arr.shape[0] != n:
+        raise InputError(f"{name}: expected {n} rows, got {arr.shape[0]}")
+    if not np.isfinite(arr).all():
+        bad = int(np.flatnonzero(~np.isfinite(arr).all(axis=1))[0])
+        raise InputError(f"{name}: non-finite value in row {bad}: {arr[bad].tolist()}")
+    return np.ascontiguousarray(arr)
+
+
+def _ints(name: str, value: Any, n: int | None, lo: int, hi: int) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.ndim != 1:
+        raise InputError(f"{name}: expected a 1-D array of integers, got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        if np.issubdtype(arr.dtype, np.floating) and np.all(np.isfinite(arr)) and np.all(
+            arr == np.round(arr)
+        ):
+            arr = arr.astype(np.int64)
+        else:
+            raise InputError(f"{name}: expected integers, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64, copy=False)
+    if n is not None and arr.shape[0] != n:
+        raise InputError(f"{name}: expected {n} values, got {arr.shape[0]}")
+    if arr.size and (arr.min() < lo or arr.max() > hi):
+        bad = arr[(arr < lo) | (arr > hi)][0]
+        raise InputError(f"{name}: value {bad} outside [{lo}, {hi}]")
+    return arr
+
+
+def _scalars(name: str, value: Any, n: int, nonneg: bool = False) -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"{name}: expected a number or an array of {n} numbers") from None
+    if arr.ndim == 0:
+        arr = np.full(n, float(arr))
+    if arr.shape != (n,):
+        raise InputError(f"{name}: expected a scalar or shape ({n},), got {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise InputError(f"{name}: non-finite value at position {int(np.argmin(np.isfinite(arr)))}")
+    if nonneg and (arr < 0).any():
+        raise InputError(f"{name}: negative value at position {int(np.argmax(arr < 0))}")
+    return arr
+
+
+def _scalar(name: str, value: Any, nonneg: bool = False) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name}: expected a number, got {value!r}") from None
+    if not math.isfinite(v):
+        raise InputError(f"{name}: non-finite value {v}")
+    if nonneg and v < 0:
+        raise InputError(f"{name}: must be >= 0, got {v}")
+    return v
+
+
+# ---------------------------------------------------------------------------------------------
+# results
+
+
+@dataclass
+class ForceResult:
+    """Forces on a block of i-particles (all arrays float64 unless stated).
+
+    Attributes
+    ----------
+    acc : (ni, 3) array
+        Acceleration.
+    jerk : (ni, 3) array or None
+        Its time derivative (order >= 4).
+    snap : (ni, 3) array or None
+        Second time derivative (order 6).
+    pot : (ni,) array
+        Potential (negative).
+    nn_index : (ni,) int64 array
+        Id of the nearest neighbour by unsoftened distance, -1 when there is none.
+    nn_r2 : (ni,) array
+        Its unsoftened squared distance, inf when there is none.
+    neighbour_counts : (ni,) int64 array or None
+        Exact number of neighbours (even on overflow); None when no ``h2`` was given.
+    overflow : bool
+        True when any neighbour list held more than ``capacity`` entries.
+    capacity : int
+        Neighbour-list capacity per i-particle.
+    """
+
+    acc: np.ndarray
+    jerk: np.ndarray | None
+    snap: np.ndarray | None
+    pot: np.ndarray
+    nn_index: np.ndarray
+    nn_r2: np.ndarray
+    neighbour_counts: np.ndarray | None = None
+    overflow: bool = False
+    capacity: int = DEFAULT_NB_CAPACITY
+    _lists: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list, repr=False)
+
+    @property
+    def ni(self) -> int:
+        """Number of i-particles."""
+        return self.acc.shape[0]
+
+    def neighbours(self, k: int) -> np.ndarray:
+        """Ascending ids of the neighbours of the k-th i-particle (at most ``capacity``)."""
+        if self.neighbour_counts is None:
+            raise InputError("neighbours: no neighbour lists were computed (pass h2 to compute)")
+        if not -self.ni <= k < self.ni:
+            raise InputError(f"neighbours: k={k} out of range for {self.ni} i-particles")
+        k = k % self.ni
+        parts = [lists[k, : min(int(counts[k]), lists.shape[1])] for counts, lists in self._lists]
+        ids = np.sort(np.concatenate(parts).astype(np.int64)) if parts else np.zeros(0, np.int64)
+        return ids[: self.capacity]
+
+
+class PendingForce:
+    """A force computation in flight; :meth:`result` waits for it (GRAPE's lasthalf)."""
+
+    def __init__(self, lib: Library, finish: Any):
+        self._lib = lib
+        self._finish = finish
+        self._result: ForceResult | None = None
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        """True once :meth:`result` has been collected."""
+        return self._result is not None or self._error is not None
+
+    def result(self) -> ForceResult:
+        """Wait for the devices and return the forces.
+
+        Raises
+        ------
+        NonFiniteError
+            When a result is not finite; the message names the i-particle.
+        """
+        if self._error is not None:
+            raise self._error
+        if self._result is None:
+            try:
+                self._result = self._finish()
+            except BaseException as exc:
+                self._error = exc
+                raise
+            finally:
+                self._finish = None
+                if self._lib._pending is self:
+                    self._lib._pending = None
+        return self._result
+
+
+# ---------------------------------------------------------------------------------------------
+# one device
+
+
+class _Device:
+    """Buffers and programs of one device; j-addresses are local to it."""
+
+    def __init__(self, lib: Library, ctx: Context):
+        self.lib = lib
+        self.ctx = ctx
+        self.info: DeviceInfo = ctx.info
+        self.ext = _EXT[self.info.backend]
+        defs = lib._base_defines()
+        self.predict_prog = ctx.build(f"predict.{self.ext}", defs)
+        self.k_scatter = self.predict_prog.kernel("scatter_j")
+        self.k_predict = self.predict_prog.kernel("predict")
+        self.table: LaunchTable = load_table(self.info, lib.order, lib.precision)
+        self.cap = 0  # j capacity (local addresses)
+        self.j: dict[str, Buffer] = {}
+        self.bufs: dict[str, Buffer] = {}
+        self.kernel_seconds = 0.0
+        self.events: list[Event] = []
+
+    # -- memory
+    def _buf(self, name: str, nbytes: int) -> Buffer:
+        buf = self.bufs.get(name)
+        if buf is None or buf.nbytes < nbytes:
+            if buf is not None:
+                self.ctx.finish()  # queued work may still use it
+                buf.free()
+            buf = self.ctx.alloc(max(nbytes, 64))
+            self.bufs[name] = buf
+        return buf
+
+    def ensure_j_capacity(self, n: int) -> bool:
+        """Grow the j-buffers to hold ``n`` local addresses; True when they were reallocated."""
+        if n <= self.cap:
+            return False
+        cap = max(n, 2 * self.cap, 1024)
+        for buf in self.j.values():
+            buf.free()
+        rs = 4 if self.lib.precision == "double-single" else 8
+        self.j = {
+            "raw": self.ctx.alloc(cap * RAW_N * 32),
+            "id": self.ctx.alloc(cap * 4),
+            "pos": self.ctx.alloc(cap * 4 * rs),
+            "vel": self.ctx.alloc(cap * 4 * rs),
+        }
+        if self.lib.precision == "double-single":
+            self.j["pos_lo"] = self.ctx.alloc(cap * 16)
+        if self.lib.order >= 6:
+            self.j["acc"] = self.ctx.alloc(cap * 4 * rs)
+        self.j["id"].fill(-1)
+        self.cap = cap
+        return True
+
+    def upload_j(self, local_addr: np.ndarray, raw: np.ndarray, ids: np.ndarray) -> None:
+        """Send records for the given local addresses (contiguous block or scatter)."""
+        n = local_addr.size
+        if n == 0:
+            return
+        lo, hi = int(local_addr[0]), int(local_addr[-1])
+        if hi - lo + 1 == n:  # one contiguous block: plain copies
+            self.j["raw"].upload(np.ascontiguousarray(raw), offset=lo * RAW_N * 32)
+            self.j["id"].upload(np.ascontiguousarray(ids, dtype=np.int32), offset=lo * 4)
+            return
+        addr = self._buf("scatter_addr", n * 4)
+        packed = self._buf("scatter_raw", n * RAW_N * 32)
+        pid = self._buf("scatter_id", n * 4)
+        addr.upload(local_addr.astype(np.int32))
+        packed.upload(np.ascontiguousarray(raw))
+        pid.upload(np.ascontiguousarray(ids, dtype=np.int32))
+        self.k_scatter((_round_up(n, 64),), None, np.int32(n), addr, packed, pid,
+                       self.j["raw"], self.j["id"])
+
+    def predict(self, n_local: int, t: float) -> None:
+        if n_local == 0:
+            return
+        j = self.j
+        args: list[Any] = [np.int32(n_local), np.float64(t), j["raw"], j["pos"]]
+        if self.lib.precision == "double-single":
+            args.append(j["pos_lo"])
+        args.append(j["vel"])
+        if self.lib.order >= 6:
+            args.append(j["acc"])
+        self._record(self.k_predict((_round_up(n_local, 64),), None, *args))
+
+    def _record(self, ev: Event) -> None:
+        if self.lib.profiling:
+            self.events.append(ev)
+
+    # -- forces
+    def launch_force(self, idata_host: np.ndarray, ni: int, nj_local: int, eps2: float,
+                     ngb: bool) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """Enqueue one i-chunk; returns host arrays that fill when the queue finishes.
+
+        The queue is in order, so chunks may reuse the same device buffers; ``idata_host``
+        must stay alive until the queue finishes (the caller keeps it).
+        """
+        lib = self.lib
+        cfg = self.table.for_ni(ni)
+        ni_pad = idata_host.shape[1]
+        nparts = parts_for(cfg, self.info, ni_pad, nj_local)
+        jchunk = max(1, -(-nj_local // nparts))
+        defs = {**lib._base_defines(), **cfg.defines(), "NGB": int(ngb),
+                "NB_CAP": lib.nb_capacity}
+        kernel = self.ctx.build(f"force.{self.ext}", defs).kernel("force")
+        idata = self._buf("idata", idata_host.nbytes)
+        idata.upload(idata_host, wait=False)
+        partial = self._buf("partial", nparts * NCO * ni_pad * 8)
+        j = self.j
+        args: list[Any] = [np.int32(nj_local), np.int32(ni), np.int32(ni_pad), np.int32(jchunk),
+                           np.float64(eps2), j["pos"]]
+        if lib.precision == "double-single":
+            args.append(j["pos_lo"])
+        args.append(j["vel"])
+        if lib.order >= 6:
+            args.append(j["acc"])
+        args += [j["id"], idata, partial]
+        nb_counts = nb_lists = None
+        if ngb:
+            cnt = self._buf("nbcount", ni_pad * 4)
+            lst = self._buf("nblist", ni_pad * lib.nb_capacity * 4)
+            cnt.fill(0)
+            args += [cnt, lst]
+        self._record(kernel((ni_pad // cfg.w, nparts * cfg.lj), (cfg.li, cfg.lj), *args))
+        out_host = np.empty((NCO, ni_pad), dtype=np.float64)
+        if nparts > 1:
+            final = self._buf("final", NCO * ni_pad * 8)
+            reduce_k = self.ctx.build(f"force.{self.ext}", defs).kernel("reduce")
+            self._record(reduce_k((_round_up(ni, 64),), None, np.int32(ni), np.int32(ni_pad),
+                                  np.int32(nparts), partial, final))
+            final.download(out_host, wait=False)
+        else:
+            partial.download(out_host, offset=0, wait=False)
+        if ngb:
+            nb_counts = np.empty(ni_pad, dtype=np.int32)
+            nb_lists = np.empty((ni_pad, lib.nb_capacity), dtype=np.int32)
+            cnt.download(nb_counts, wait=False)
+            lst.download(nb_lists, wait=False)
+        return out_host, nb_counts, nb_lists
+
+    def finish(self) -> None:
+        self.ctx.finish()
+        if self.events:
+            self.kernel_seconds += sum(ev.elapsed or 0.0 for ev in self.events)
+            self.events.clear()
+
+    def close(self) -> None:
+        for buf in list(self.j.values()) + list(self.bufs.values()):
+            buf.free()
+        self.j.clear()
+        self.bufs.clear()
+        self.ctx.close()
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+# ---------------------------------------------------------------------------------------------
+# the library
+
+
+class Library:
+    """Direct-summation gravity on one or several devices (GRAPE-6 semantics).
+
+    Parameters
+    ----------
+    order : {2, 4, 6}
+        2: acceleration and potential; 4: + jerk; 6: + snap.
+    precision : {"double-single", "double"}
+        ``"double-single"``: j - i position differences in hi/lo float pairs, the rest in
+        float, partial sums in double (relative error ~1e-6). ``"double"``: all in double.
+    backend : {None, "opencl", "cuda"}
+        None: ``SAPPORO_BACKEND``, else CUDA when usable, else OpenCL.
+    devices : None, list of int, or "all"
+        None: ``SAPPORO_DEVICES``, else the backend's first device.
+    nb_capacity : int
+        Neighbour-list capacity per i-particle (``SAPPORO_NB_CAPACITY``, default 256).
+    profiling : bool
+        Time kernels on the device (see :attr:`kernel_seconds`).
+    """
+
+    def __init__(
+        self,
+        order: int = 4,
+        precision: str = "double-single",
+        backend: str | None = None,
+        devices: Any = None,
+        nb_capacity: int | None = None,
+        profiling: bool = False,
+    ):
+        try:
+            self.order = config.parse_order(order, "order")
+            self.precision = config.parse_precision(precision, "precision")
+        except SapporoError as exc:
+            raise InputError(str(exc)) from None
+        env = config.from_environment()
+        if nb_capacity is None:
+            nb_capacity = env.nb_capacity or DEFAULT_NB_CAPACITY
+        if int(nb_capacity) < 1:
+            raise InputError(f"nb_capacity: must be >= 1, got {nb_capacity}")
+        self.nb_capacity = int(nb_capacity)
+        self.profiling = bool(profiling)
+        be = get_backend(backend)
+        self.backend_name = be.name
+        available = be.devices()
+        if devices is None:
+            devices = env.devices if env.devices is not None else [0]
+        if isinstance(devices, str):
+            if devices.strip().lower() != "all":
+                devices = config.parse_devices(devices, "devices")
+            else:
+                devices = list(range(len(available)))
+        if isinstance(devices, (int, np.integer)):
+            devices = [int(devices)]
+        devices = list(devices)
+        if not devices:
+            raise InputError("devices: empty device list")
+        for d in devices:
+            if not isinstance(d, (int, np.integer)) or not 0 <= d < len(available):
+                raise InputError(
+                    f"devices: {d!r} is not a device index of backend {be.name} "
+                    f"(0..{len(available) - 1}; see 'sapporo info')"
+                )
+        if len(set(devices)) != len(devices):
+            raise InputError(f"devices: repeated index in {devices}")
+        self._devs: list[_Device] = []
+        try:
+            for d in devices:
+                ctx = be.open(int(d), profiling=self.profiling)
+                if not ctx.info.double_support:
+                    ctx.close()
+                    raise BackendError(
+                        f"device {ctx.info.name} has no double-precision support, which "
+                        "both precisions need (double-single sums partial results in double)"
+                    )
+                self._devs.append(_Device(self, ctx))
+        except BaseException:
+            for dev in self._devs:
+                dev.close()
+            raise
+        self._raw = np.zeros((0, RAW_N, 4), dtype=np.float64)
+        self._ids = np.full(0, -1, dtype=np.int64)
+        self._dirty = np.zeros(0, dtype=bool)
+        self._any_dirty = False
+        self._n_stored = 0
+        self._time = 0.0
+        self._predicted_time: float | None = None
+        self._predicted_n = [0] * len(self._devs)
+        self._pending: PendingForce | None = None
+        self._closed = False
+        log.info(
+            "sapporo: order %d, %s, %s on %s", self.order, self.precision, self.backend_name,
+            ", ".join(d.info.name for d in self._devs),
+        )
+
+    # -- properties
+    @property
+    def device_infos(self) -> list[DeviceInfo]:
+        """The devices in use."""
+        return [d.info for d in self._devs]
+
+    @property
+    def device_name(self) -> str:
+        """Name(s) of the devices in use."""
+        names = [d.info.name for d in self._devs]
+        return names[0] if len(set(names)) == 1 and len(names) == 1 else " + ".join(names)
+
+    @property
+    def n_stored(self) -> int:
+        """Number of j-addresses in use (highest address set + 1)."""
+        return self._n_stored
+
+    @property
+    def ndev(self) -> int:
+        """Number of devices."""
+        return len(self._devs)
+
+    @property
+    def kernel_seconds(self) -> float:
+        """Device time spent in kernels so far (only with ``profiling=True``)."""
+        return sum(d.kernel_seconds for d in self._devs)
+
+    def launch_tables(self) -> list[LaunchTable]:
+        """The launch-parameter table of each device (from a profile or defaults)."""
+        return [d.table for d in self._devs]
+
+    def _base_defines(self) -> dict[str, int]:
+        return {"ORDER": self.order, "PRECISION": 1 if self.precision == "double-single" else 2}
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SapporoError("the library has been closed")
+
+    # -- lifecycle
+    def close(self) -> None:
+        """Release the devices (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pending = None
+        for d in self._devs:
+            try:
+                d.close()
+            except Exception as exc:  # pragma: no cover - driver trouble at shutdown
+                log.warning("closing %s: %s", d.info.name, exc)
+        self._devs = []
+
+    def __enter__(self) -> Library:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            if not self._closed:
+                self.close()
+        except Exception:
+            pass
+
+    # -- j-particles
+    def set_j_particles(
+        self,
+        address: Any,
+        index: Any,
+        t: Any,
+        mass: Any,
+        x: Any,
+        v: Any,
+        a: Any = None,
+        jerk: Any = None,
+        snap: Any = None,
+        crackle: Any = None,
+    ) -> None:
+        """Store j-particles in memory slots ``address`` (any order, any number of times).
+
+        Parameters
+        ----------
+        address : int or (n,) ints >= 0
+            Memory slots; memory grows as addresses grow.
+        index : int or (n,) ints
+            Particle ids (0 <= id < 2**31), used for self-exclusion and neighbour output.
+        t : float or (n,)
+            Time of the particle data (prediction uses ``set_time(t) - t``).
+        mass : float or (n,)
+        x, v : (n, 3)
+            Position and velocity.
+        a, jerk, snap, crackle : (n, 3) or None
+            Unscaled derivatives (None: zero), all used by the predictor.
+        """
+        self._check_open()
+        addr = _ints("address", address, None, 0, MAX_ADDRESS)
+        n = addr.size
+        if n == 0:
+            return
+        ids = _ints("index", index, n, 0, MAX_ID)
+        tj = _scalars("t", t, n)
+        m = _scalars("mass", mass, n)
+        rec = np.zeros((n, RAW_N, 4), dtype=np.float64)
+        rec[:, 0, :3] = _vec3("x", x, n)
+        rec[:, 0, 3] = m
+        rec[:, 1, :3] = _vec3("v", v, n)
+        rec[:, 1, 3] = tj
+        for q, (name, val) in enumerate(
+            (("a", a), ("jerk", jerk), ("snap", snap), ("crackle", crackle)), start=2
+        ):
+            if val is not None:
+                rec[:, q, :3] = _vec3(name, val, n)
+        top = int(addr.max()) + 1
+        if top > self._raw.shape[0]:
+            self._grow(top)
+        self._raw[addr] = rec
+        self._ids[addr] = ids
+        self._dirty[addr] = True
+        self._any_dirty = True
+        self._n_stored = max(self._n_stored, top)
+
+    def reset(self) -> None:
+        """Forget every j-particle (addresses become unused; memory is kept)."""
+        self._check_open()
+        self._raw[: self._n_stored] = 0.0
+        self._ids[: self._n_stored] = -1
+        self._dirty[: self._n_stored] = True
+        self._any_dirty = True
+        self._n_stored = 0
+
+    def _grow(self, top: int) -> None:
+        cap = max(top, 2 * self._raw.shape[0], 1024)
+        need = cap * (RAW_N * 32 + 8) / self.ndev
+        mem = min(d.info.global_mem_size for d in self._devs)
+        if need > 0.8 * mem:
+            raise InputError(
+                f"address: {top - 1} needs {need / 2**30:.1f} GiB of j-memory per device, "
+                f"more than the device has ({mem / 2**30:.1f} GiB)"
+            )
+        raw = np.zeros((cap, RAW_N, 4), dtype=np.float64)
+        ids = np.full(cap, -1, dtype=np.int64)
+        dirty = np.zeros(cap, dtype=bool)
+        k = self._raw.shape[0]
+        raw[:k], ids[:k], dirty[:k] = self._raw, self._ids, self._dirty
+        self._raw, self._ids, self._dirty = raw, ids, dirty
+
+    def set_time(self, t: float) -> None:
+        """Predict j-particles to time ``t`` before the next force call."""
+        self._check_open()
+        self._time = _scalar("t", t)
+
+    def _n_local(self, n: int, d: int) -> int:
+        """Local addresses of device d among global addresses [0, n)."""
+        return max(0, -(-(n - d) // self.ndev))
+
+    def _sync_j(self) -> None:
+        """Send changed addresses and predict, where needed."""
+        nd = self.ndev
+        changed = False
+        if self._any_dirty:
+            dirty = np.flatnonzero(self._dirty[: self._n_stored])
+            for d, dev in enumerate(self._devs):
+                n_loc = self._n_local(self._n_stored, d)
+                if dev.ensure_j_capacity(n_loc):
+                    sel = np.arange(d, self._n_stored, nd)  # everything, after a reallocation
+                else:
+                    sel = dirty[dirty % nd == d]
+                if sel.size:
+                    dev.upload_j(sel // nd, self._raw[sel], self._ids[sel])
+            self._dirty[:] = False
+            self._any_dirty = False
+            changed = True
+        if changed or self._predicted_time != self._time:
+            for d, dev in enumerate(self._devs):
+                n_loc = self._n_local(self._n_stored, d)
+                dev.predict(n_loc, self._time)
+                self._predicted_n[d] = n_loc
+            self._predicted_time = self._time
+
+    # -- forces
+    def compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None, a: Any = None,
+                nj: int | None = None) -> ForceResult:
+        """Forces on i-particles from j-addresses [0, nj); blocking. See :meth:`start_compute`."""
+        return self.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj).result()
+
+    def start_compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None,
+                      a: Any = None, nj: int | None = None) -> PendingForce:
+        """Start the forces on i-particles and return at once (GRAPE's firsthalf).
+
+        Parameters
+        ----------
+        x, v : (ni, 3)
+            Positions and velocities of the i-particles at the current time.
+        index : (ni,) ints
+            Their ids: a j-particle with the same id is excluded.
+        eps2 : float
+            Softening length squared (>= 0; 0 is fine thanks to self-exclusion).
+        h2 : float or (ni,), optional
+            Neighbour radius squared per i-particle; switches neighbour lists on.
+        a : (ni, 3), optional
+            Predicted accelerations of the i-particles (required for order 6).
+        nj : int, optional
+            Use j-addresses [0, nj) (default: every stored address).
+        """
+        self._check_open()
+        if self._pending is not None:
+            # Collect an earlier computation nobody waited for; its buffers are reused.
+            try:
+                self._pending.result()
+            except SapporoError:
+                pass
+        xi = _vec3("x", x, None)
+        ni = xi.shape[0]
+        if ni == 0:
+            raise InputError("x: no i-particles (ni = 0)")
+        vi = _vec3("v", v, ni)
+        ids = _ints("index", index, ni, 0, MAX_ID)
+        eps2 = _scalar("eps2", eps2, nonneg=True)
+        if a is None and self.order >= 6:
+            raise InputError("a: order 6 needs the i-particles' predicted accelerations")
+        ai = None if a is None else _vec3("a", a, ni)  # checked always, used by order 6
+        if self.order < 6:
+            ai = None
+        ngb = h2 is not None
+        h2v = _scalars("h2", h2, ni, nonneg=True) if ngb else None
+        if nj is None:
+            nj = self._n_stored
+        else:
+            try:
+                nj = int(nj)
+            except (TypeError, ValueError):
+                raise InputError(f"nj: expected an integer, got {nj!r}") from None
+            if nj < 0 or nj > self._n_stored:
+                raise InputError(f"nj: {nj} outside [0, {self._n_stored}] (addresses stored)")
+        self._sync_j()
+
+        chunks = []
+        nci = 11 if self.order >= 6 else 8
+        for c0 in range(0, ni, NI_CHUNK):
+            c1 = min(ni, c0 + NI_CHUNK)
+            nic = c1 - c0
+            per_dev = []
+            for d, dev in enumerate(self._devs):
+                cfg = dev.table.for_ni(nic)
+                ni_pad = _round_up(nic, cfg.i_per_group)
+                idata = np.empty((nci, ni_pad), dtype=np.float64)
+                idata[0:3, :nic] = xi[c0:c1].T
+                idata[3, :nic] = h2v[c0:c1] if ngb else 0.0
+                idata[4:7, :nic] = vi[c0:c1].T
+                idata[7, :nic] = ids[c0:c1]
+                if ai is not None:
+                    idata[8:11, :nic] = ai[c0:c1].T
+                idata[:, nic:] = idata[:, nic - 1 : nic]  # padding repeats the last particle
+                per_dev.append(
+                    (idata, *dev.launch_force(idata, nic, self._n_local(nj, d), eps2, ngb))
+                )
+            chunks.append((c0, c1, per_dev))
+
+        def finish() -> ForceResult:
+            for dev in self._devs:
+                dev.finish()
+            return self._assemble(chunks, ni, ids, ngb)
+
+        pending = PendingForce(self, finish)
+        self._pending = pending
+        return pending
+
+    def _assemble(self, chunks: list, ni: int, ids: np.ndarray, ngb: bool) -> ForceResult:
+        out = np.zeros((NCO, ni), dtype=np.float64)
+        counts = np.zeros(ni, dtype=np.int64) if ngb else None
+        lists: list[tuple[np.ndarray, np.ndarray]] = []
+        for d in range(self.ndev):
+            dev_counts = np.zeros(ni, dtype=np.int64) if ngb else None
+            dev_lists = np.zeros((ni, self.nb_capacity), dtype=np.int32) if ngb else None
+            for c0, c1, per_dev in chunks:
+                _, o, nbc, nbl = per_dev[d]
+                nic = c1 - c0
+                block = o[:, :nic]
+                if d == 0:
+                    out[:, c0:c1] = block
+                else:
+                    for c in range(NCO):
+                        if c not in (OC_NNR2, OC_NNID):
+                            out[c, c0:c1] += block[c]
+                    r2, nid = block[OC_NNR2], block[OC_NNID]
+                    cur_r2, cur_id = out[OC_NNR2, c0:c1], out[OC_NNID, c0:c1]
+                    take = (nid >= 0) & (
+                        (cur_id < 0) | (r2 < cur_r2) | ((r2 == cur_r2) & (nid < cur_id))
+                    )
+                    out[OC_NNR2, c0:c1] = np.where(take, r2, cur_r2)
+                    out[OC_NNID, c0:c1] = np.where(take, nid, cur_id)
+                if ngb:
+                    dev_counts[c0:c1] = nbc[:nic]
+                    dev_lists[c0:c1] = nbl[:nic]
+            if ngb:
+                counts += dev_counts
+                lists.append((dev_counts, dev_lists))
+        acc = np.ascontiguousarray(out[0:3].T)
+        pot = out[3].copy()
+        jerk = np.ascontiguousarray(out[4:7].T) if self.order >= 4 else None
+        snap = np.ascontiguousarray(out[8:11].T) if self.order >= 6 else None
+        finite = np.isfinite(acc).all(axis=1) & np.isfinite(pot)
+        if jerk is not None:
+            finite &= np.isfinite(jerk).all(axis=1)
+        if snap is not None:
+            finite &= np.isfinite(snap).all(axis=1)
+        if not finite.all():
+            bad = np.flatnonzero(~finite)
+            k = int(bad[0])
+            raise NonFiniteError(
+                f"non-finite force on i-particle {k} (id {int(ids[k])}) and {bad.size - 1} "
+                "other(s): coincident particles with eps2 = 0, or overflow?"
+            )
+        nn_id = out[OC_NNID].astype(np.int64)
+        nn_r2 = np.where(nn_id < 0, np.inf, out[OC_NNR2])
+        overflow = bool(ngb and (counts > self.nb_capacity).any())
+        return ForceResult(
+            acc=acc, jerk=jerk, snap=snap, pot=pot, nn_index=nn_id, nn_r2=nn_r2,
+            neighbour_counts=counts, overflow=overflow, capacity=self.nb_capacity,
+            _lists=lists,
+        )
+
+    def interactions(self, ni: int, nj: int | None = None) -> int:
+        """Number of pairwise interactions of a force call (for throughput figures)."""
+        return int(ni) * int(self._n_stored if nj is None else nj)

@@ -1,0 +1,446 @@
+"""The force library against the float64 reference model.
+
+Tolerances (the issue's accuracy contract), per i-particle:
+- vector quantities: |Delta| / sum_j |term_j| <= 1e-12 (double), <= 1e-5 (double-single);
+- potential: |Delta| / |pot| with the same bounds;
+- nearest neighbour and neighbour lists: exactly the reference in double; in double-single,
+  a differing choice must be a near-tie (r^2 within 1e-5 relative) and list differences must
+  lie within 1e-5 relative of the radius.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sapporo
+from sapporo import reference as ref
+
+TOL = {"double": 1e-12, "double-single": 1e-5}
+EPS2 = 1e-4
+VARIANTS = [(o, p) for p in ("double", "double-single") for o in (2, 4, 6)]
+
+
+@pytest.fixture(scope="module")
+def libs(request):
+    """One open library per (backend, order, precision), shared by the tests of this module."""
+    cache: dict = {}
+    yield cache
+    for lib in cache.values():
+        lib.close()
+
+
+@pytest.fixture
+def make_lib(libs, backend):
+    def get(order: int, precision: str, fresh: bool = False, **kw) -> sapporo.Library:
+        key = (backend, order, precision)
+        if fresh or kw:
+            return sapporo.Library(order=order, precision=precision, backend=backend, **kw)
+        if key not in libs:
+            libs[key] = sapporo.Library(order=order, precision=precision, backend=backend)
+        libs[key].reset()
+        libs[key].set_time(0.0)
+        return libs[key]
+
+    return get
+
+
+def system(n: int, seed: int, kind: str = "plummer", shift: float = 0.0):
+    x, v, m = (ref.plummer if kind == "plummer" else ref.uniform_cube)(n, seed=seed)
+    x = x + shift
+    rng = np.random.default_rng(seed + 100)
+    ids = rng.permutation(n) * 3 + 5  # ids unrelated to addresses
+    a = ref.forces(x, v, ids, x, v, m, ids, EPS2, order=2).acc
+    jerk = rng.normal(scale=0.1, size=(n, 3))
+    return x, v, m, ids, a, jerk
+
+
+def check(res, r, order, precision, label=""):
+    tol = TOL[precision]
+    err = ref.relative_vector_error(res.acc, r.acc, r.acc_abs)
+    assert err.max() <= tol, f"{label} acc error {err.max():.2e} > {tol}"
+    perr = np.abs(res.pot - r.pot) / np.abs(r.pot)
+    assert perr.max() <= tol, f"{label} pot error {perr.max():.2e} > {tol}"
+    if order >= 4:
+        err = ref.relative_vector_error(res.jerk, r.jerk, r.jerk_abs)
+        assert err.max() <= tol, f"{label} jerk error {err.max():.2e} > {tol}"
+    else:
+        assert res.jerk is None
+    if order >= 6:
+        err = ref.relative_vector_error(res.snap, r.snap, r.snap_abs)
+        assert err.max() <= tol, f"{label} snap error {err.max():.2e} > {tol}"
+    else:
+        assert res.snap is None
+
+
+def check_nn(res, r, precision, xi, xj_by_id):
+    if precision == "double":
+        np.testing.assert_array_equal(res.nn_index, r.nn_index)
+        np.testing.assert_array_equal(res.nn_r2, r.nn_r2)
+        return
+    diff = np.flatnonzero(res.nn_index != r.nn_index)
+    for k in diff:
+        got = xj_by_id[int(res.nn_index[k])]
+        r2 = float(((got - xi[k]) ** 2).sum())
+        assert abs(r2 - r.nn_r2[k]) <= 1e-5 * r.nn_r2[k], f"nn of {k} is not a near-tie"
+    ok = np.isfinite(r.nn_r2)
+    np.testing.assert_allclose(res.nn_r2[ok], r.nn_r2[ok], rtol=1e-5)
+
+
+def check_lists(res, r, precision, h2):
+    h2 = np.broadcast_to(h2, res.pot.shape)
+    np.testing.assert_array_equal(res.neighbour_counts >= 0, True)
+    for k in range(res.ni):
+        got = res.neighbours(k)
+        assert np.all(np.diff(got) > 0), "lists must be ascending"
+        want = r.neighbours[k]
+        if precision == "double":
+            np.testing.assert_array_equal(got, want)
+            assert res.neighbour_counts[k] == want.size
+        else:
+            sym = np.setxor1d(got, want)
+            if sym.size:
+                r2_by_id = dict(zip(want.tolist(), r.neighbour_r2[k].tolist(), strict=True))
+                for idj in sym:
+                    if idj in r2_by_id:
+                        assert abs(r2_by_id[idj] - h2[k]) <= 1e-5 * h2[k]
+            assert abs(res.neighbour_counts[k] - want.size) <= sym.size
+
+
+def load(lib, x, v, m, ids, a=None, jerk=None, t=0.0, order_addresses=None):
+    n = len(m)
+    addr = np.arange(n) if order_addresses is None else order_addresses
+    lib.set_j_particles(addr, ids[addr], t, m[addr], x[addr], v[addr],
+                        a=None if a is None else a[addr], jerk=None if jerk is None else jerk[addr])
+
+
+@pytest.mark.parametrize("order,precision", VARIANTS)
+@pytest.mark.parametrize("n_active", [1, 7, 257, 1031])
+def test_plummer_against_reference(make_lib, order, precision, n_active):
+    lib = make_lib(order, precision)
+    n = 1031  # not a multiple of any work-group size
+    x, v, m, ids, a, _ = system(n, seed=3)
+    # addresses sent in shuffled order
+    load(lib, x, v, m, ids, a=a, order_addresses=np.random.default_rng(1).permutation(n))
+    lib.set_time(0.0)
+    sel = np.sort(np.random.default_rng(n_active).choice(n, n_active, replace=False))
+    h2 = 0.02
+    res = lib.compute(x[sel], v[sel], ids[sel], EPS2, a=a[sel], h2=h2)
+    r = ref.forces(x[sel], v[sel], ids[sel], x, v, m, ids, EPS2, order=order, ai=a[sel], aj=a,
+                   h2=h2)
+    check(res, r, order, precision, f"N_active={n_active}")
+    check_nn(res, r, precision, x[sel], dict(zip(ids.tolist(), x, strict=True)))
+    check_lists(res, r, precision, h2)
+    assert not res.overflow
+
+
+@pytest.mark.parametrize("order,precision", VARIANTS)
+def test_eps2_zero_self_exclusion_cube(make_lib, order, precision):
+    lib = make_lib(order, precision)
+    n = 333
+    x, v, m, ids, a, _ = system(n, seed=5, kind="cube")
+    load(lib, x, v, m, ids, a=a)
+    lib.set_time(0.0)
+    res = lib.compute(x, v, ids, 0.0, a=a)
+    r = ref.forces(x, v, ids, x, v, m, ids, 0.0, order=order, ai=a, aj=a)
+    assert np.isfinite(res.acc).all()
+    check(res, r, order, precision)
+    check_nn(res, r, precision, x, dict(zip(ids.tolist(), x, strict=True)))
+    assert not np.isin(res.nn_index, -1).any()
+    assert (res.nn_index != ids).all(), "a particle is never its own nearest neighbour"
+
+
+@pytest.mark.parametrize("order,precision", VARIANTS)
+def test_far_from_origin(make_lib, order, precision):
+    """Shift by 1e4 in every coordinate: double-single keeps 1e-5 (plain float would not)."""
+    lib = make_lib(order, precision)
+    n = 300
+    x, v, m, ids, a, _ = system(n, seed=7, shift=1e4)
+    load(lib, x, v, m, ids, a=a)
+    lib.set_time(0.0)
+    sel = np.arange(0, n, 3)
+    res = lib.compute(x[sel], v[sel], ids[sel], EPS2, a=a[sel])
+    r = ref.forces(x[sel], v[sel], ids[sel], x, v, m, ids, EPS2, order=order, ai=a[sel], aj=a)
+    check(res, r, order, precision, "shifted by 1e4")
+
+
+@pytest.mark.parametrize("order,precision", VARIANTS)
+def test_zero_masses_and_nj(make_lib, order, precision):
+    lib = make_lib(order, precision)
+    n = 500
+    x, v, m, ids, a, _ = system(n, seed=11)
+    m = m.copy()
+    m[::4] = 0.0
+    load(lib, x, v, m, ids, a=a)
+    lib.set_time(0.0)
+    nj = 321
+    sel = np.arange(0, n, 5)
+    res = lib.compute(x[sel], v[sel], ids[sel], EPS2, a=a[sel], nj=nj, h2=0.05)
+    r = ref.forces(x[sel], v[sel], ids[sel], x[:nj], v[:nj], m[:nj], ids[:nj], EPS2,
+                   order=order, ai=a[sel], aj=a[:nj], h2=0.05)
+    check(res, r, order, precision, "nj < stored")
+    check_lists(res, r, precision, 0.05)
+    # zero-mass particles are still neighbours
+    zero_ids = set(ids[:nj][m[:nj] == 0].tolist())
+    assert any(zero_ids & set(res.neighbours(k).tolist()) for k in range(res.ni))
+
+
+@pytest.mark.parametrize("order,precision", VARIANTS)
+def test_prediction_and_updates(make_lib, order, precision):
+    """j-particles at different times are predicted on the device; a few addresses change."""
+    lib = make_lib(order, precision)
+    n = 400
+    rng = np.random.default_rng(13)
+    x, v, m, ids, a, jerk = system(n, seed=13)
+    snap = rng.normal(scale=0.05, size=(n, 3))
+    crackle = rng.normal(scale=0.05, size=(n, 3))
+    tj = rng.choice([0.0, 0.125, 0.25], size=n)
+    lib.set_j_particles(np.arange(n), ids, tj, m, x, v, a=a, jerk=jerk, snap=snap,
+                        crackle=crackle)
+    t = 0.3125
+    lib.set_time(t)
+    xp, vp, ap = ref.predict(t, tj, x, v, a, jerk, snap, crackle)
+    sel = rng.choice(n, 50, replace=False)
+    res = lib.compute(xp[sel], vp[sel], ids[sel], EPS2, a=ap[sel])
+    r = ref.forces(xp[sel], vp[sel], ids[sel], xp, vp, m, ids, EPS2, order=order, ai=ap[sel],
+                   aj=ap)
+    check(res, r, order, precision, "predicted")
+    # update five addresses (in reverse order) and compute again at the same time
+    upd = np.array([399, 17, 3, 250, 100])
+    x2 = x.copy()
+    x2[upd] += 0.01
+    m2 = m.copy()
+    m2[upd] *= 2
+    lib.set_j_particles(upd, ids[upd], tj[upd], m2[upd], x2[upd], v[upd], a=a[upd],
+                        jerk=jerk[upd], snap=snap[upd], crackle=crackle[upd])
+    xp2, vp2, ap2 = ref.predict(t, tj, x2, v, a, jerk, snap, crackle)
+    res = lib.compute(xp2[sel], vp2[sel], ids[sel], EPS2, a=ap2[sel])
+    r = ref.forces(xp2[sel], vp2[sel], ids[sel], xp2, vp2, m2, ids, EPS2, order=order,
+                   ai=ap2[sel], aj=ap2)
+    check(res, r, order, precision, "after update")
+
+
+@pytest.mark.parametrize("precision", ["double", "double-single"])
+def test_bitwise_reproducible(make_lib, precision):
+    lib = make_lib(4, precision)
+    n = 700
+    x, v, m, ids, a, _ = system(n, seed=17)
+    load(lib, x, v, m, ids)
+    lib.set_time(0.0)
+    outs = [lib.compute(x[:5], v[:5], ids[:5], EPS2) for _ in range(3)]
+    outs.append(lib.compute(x, v, ids, EPS2))
+    outs.append(lib.compute(x, v, ids, EPS2))
+    for q in ("acc", "jerk", "pot"):
+        assert np.array_equal(getattr(outs[0], q), getattr(outs[1], q))
+        assert np.array_equal(getattr(outs[0], q), getattr(outs[2], q))
+        assert np.array_equal(getattr(outs[3], q), getattr(outs[4], q))
+
+
+def test_start_compute_result(make_lib):
+    lib = make_lib(4, "double")
+    n = 200
+    x, v, m, ids, _, _ = system(n, seed=19)
+    load(lib, x, v, m, ids)
+    lib.set_time(0.0)
+    pending = lib.start_compute(x, v, ids, EPS2)
+    assert not pending.done()
+    res = pending.result()
+    assert pending.done()
+    assert pending.result() is res
+    r = ref.forces(x, v, ids, x, v, m, ids, EPS2, order=4)
+    check(res, r, 4, "double")
+
+
+def test_neighbour_overflow(backend):
+    n = 200
+    x, v, m, ids, _, _ = system(n, seed=23)
+    with sapporo.Library(order=2, precision="double", backend=backend, nb_capacity=4) as lib:
+        load(lib, x, v, m, ids)
+        h2 = np.full(n, 0.05)
+        h2[0] = 0.0  # no neighbours at all
+        res = lib.compute(x, v, ids, EPS2, h2=h2)
+    r = ref.forces(x, v, ids, x, v, m, ids, EPS2, order=2, h2=h2)
+    counts = np.array([len(nb) for nb in r.neighbours])
+    np.testing.assert_array_equal(res.neighbour_counts, counts)  # exact even on overflow
+    assert counts.max() > 4 and res.overflow
+    assert res.neighbours(0).size == 0
+    for k in range(n):
+        got = res.neighbours(k)
+        assert got.size == min(4, counts[k])
+        assert set(got.tolist()) <= set(r.neighbours[k].tolist())
+
+
+def test_many_i_particles_are_chunked(make_lib):
+    """ni above one launch's chunk (8192) and a j-set too small to split."""
+    from sapporo.launch import NI_CHUNK
+
+    lib = make_lib(4, "double")
+    nj = 40
+    xj, vj, mj, idj, _, _ = system(nj, seed=29)
+    load(lib, xj, vj, mj, idj)
+    lib.set_time(0.0)
+    ni = NI_CHUNK + 37
+    rng = np.random.default_rng(29)
+    xi = rng.normal(size=(ni, 3))
+    vi = rng.normal(size=(ni, 3))
+    idi = np.arange(ni) + 10**6
+    res = lib.compute(xi, vi, idi, EPS2, nj=nj)
+    r = ref.forces(xi, vi, idi, xj, vj, mj, idj, EPS2, order=4)
+    check(res, r, 4, "double", "chunked")
+    np.testing.assert_array_equal(res.nn_index, r.nn_index)
+
+
+def test_sparse_addresses_and_growth(make_lib):
+    """Unused addresses are invisible; memory grows with the highest address."""
+    lib = make_lib(4, "double", fresh=True)
+    try:
+        x, v, m, ids, _, _ = system(50, seed=31)
+        addr = np.arange(50) * 97  # gaps, highest address 4753 > initial capacity
+        lib.set_j_particles(addr, ids, 0.0, m, x, v)
+        assert lib.n_stored == 49 * 97 + 1
+        res = lib.compute(x, v, ids, EPS2, h2=10.0)
+        r = ref.forces(x, v, ids, x, v, m, ids, EPS2, order=4, h2=10.0)
+        check(res, r, 4, "double")
+        np.testing.assert_array_equal(res.nn_index, r.nn_index)
+        assert all(np.array_equal(res.neighbours(k), r.neighbours[k]) for k in range(50))
+    finally:
+        lib.close()
+
+
+def test_empty_j_set(make_lib):
+    lib = make_lib(4, "double", fresh=True)
+    try:
+        lib.set_j_particles([0], [1], 0.0, [1.0], [[1.0, 0, 0]], [[0, 0, 0]])
+        res = lib.compute([[0.0, 0, 0]], [[0.0, 0, 0]], [7], 0.0, nj=0)
+        assert np.all(res.acc == 0) and res.pot[0] == 0
+        assert res.nn_index[0] == -1 and np.isinf(res.nn_r2[0])
+        only_self = lib.compute([[1.0, 0, 0]], [[0.0, 0, 0]], [1], 0.0)
+        assert only_self.nn_index[0] == -1 and np.all(only_self.acc == 0)
+    finally:
+        lib.close()
+
+
+def test_two_body_exact(make_lib):
+    lib = make_lib(4, "double")
+    lib.set_j_particles([0, 1], [0, 1], 0.0, [2.0, 3.0], [[0, 0, 0], [2.0, 0, 0]],
+                        [[0, 0, 0], [0, 0.5, 0]])
+    lib.set_time(0.0)
+    res = lib.compute([[0, 0, 0], [2.0, 0, 0]], [[0, 0, 0], [0, 0.5, 0]], [0, 1], 0.0, nj=2)
+    np.testing.assert_allclose(res.acc[0], [3.0 / 4.0, 0, 0], rtol=1e-15)
+    np.testing.assert_allclose(res.acc[1], [-2.0 / 4.0, 0, 0], rtol=1e-15)
+    np.testing.assert_allclose(res.pot, [-1.5, -1.0], rtol=1e-15)
+    # jerk of i=0: m v / r^3 (v perpendicular to r)
+    np.testing.assert_allclose(res.jerk[0], [0, 3.0 * 0.5 / 8.0, 0], rtol=1e-15, atol=1e-16)
+    np.testing.assert_array_equal(res.nn_index, [1, 0])
+    np.testing.assert_array_equal(res.nn_r2, [4.0, 4.0])
+
+
+def test_nearest_neighbour_ties_to_lower_id(make_lib):
+    lib = make_lib(2, "double")
+    pos = [[1.0, 0, 0], [-1.0, 0, 0], [0, 1.0, 0], [0, 0, 5.0]]
+    lib.set_j_particles([0, 1, 2, 3], [9, 4, 6, 1], 0.0, [1.0] * 4, pos, [[0, 0, 0]] * 4)
+    res = lib.compute([[0.0, 0, 0]], [[0.0, 0, 0]], [100], 1e-2, nj=4)
+    assert res.nn_index[0] == 4 and res.nn_r2[0] == 1.0
+
+
+def test_non_finite_result_names_particle(make_lib):
+    lib = make_lib(2, "double")
+    lib.set_j_particles([0, 1], [0, 1], 0.0, [1.0, 1.0], [[0, 0, 0], [1.0, 0, 0]],
+                        [[0, 0, 0]] * 2)
+    with pytest.raises(sapporo.NonFiniteError, match="i-particle 1 \\(id 5\\)"):
+        lib.compute([[3.0, 0, 0], [1.0, 0, 0]], [[0, 0, 0]] * 2, [4, 5], 0.0, nj=2)
+
+
+BAD_CALLS = [
+    (dict(x=np.zeros((3, 2))), "x"),
+    (dict(x=np.zeros((0, 3)), v=np.zeros((0, 3)), index=np.zeros(0, int)), "x"),
+    (dict(v=np.zeros((2, 3))), "v"),
+    (dict(index=[1, 2]), "index"),
+    (dict(index=[1.5, 2, 3]), "index"),
+    (dict(index=[-1, 2, 3]), "index"),
+    (dict(x=[[np.nan, 0, 0], [0, 0, 0], [1, 1, 1]]), "x"),
+    (dict(v=[[np.inf, 0, 0], [0, 0, 0], [1, 1, 1]]), "v"),
+    (dict(eps2=-1.0), "eps2"),
+    (dict(eps2=np.nan), "eps2"),
+    (dict(h2=[1.0, 2.0]), "h2"),
+    (dict(h2=np.nan), "h2"),
+    (dict(nj=10**6), "nj"),
+    (dict(nj=-1), "nj"),
+    (dict(a=np.zeros((2, 3))), "a"),
+]
+
+
+@pytest.mark.parametrize("bad,name", BAD_CALLS)
+def test_bad_compute_input(make_lib, bad, name):
+    lib = make_lib(4, "double")
+    lib.set_j_particles(np.arange(3), np.arange(3), 0.0, np.ones(3), np.eye(3), np.zeros((3, 3)))
+    kw = dict(x=np.eye(3) * 2, v=np.zeros((3, 3)), index=[0, 1, 2], eps2=0.01)
+    kw.update(bad)
+    with pytest.raises(sapporo.InputError, match=f"^{name}:"):
+        lib.compute(**kw)
+
+
+def test_order6_needs_a(make_lib):
+    lib = make_lib(6, "double")
+    lib.set_j_particles([0], [0], 0.0, [1.0], [[1.0, 0, 0]], [[0, 0, 0]])
+    with pytest.raises(sapporo.InputError, match="^a:"):
+        lib.compute([[0.0, 0, 0]], [[0.0, 0, 0]], [1], 0.01)
+
+
+BAD_J = [
+    (dict(address=[-1]), "address"),
+    (dict(address=[0.5]), "address"),
+    (dict(index=[2**31]), "index"),
+    (dict(mass=[np.nan]), "mass"),
+    (dict(x=[[0, 0]]), "x"),
+    (dict(v=[[0, np.inf, 0]]), "v"),
+    (dict(t=[np.nan]), "t"),
+    (dict(jerk=[[0, 0, np.nan]]), "jerk"),
+    (dict(mass=[1.0, 2.0]), "mass"),
+]
+
+
+@pytest.mark.parametrize("bad,name", BAD_J)
+def test_bad_j_input(make_lib, bad, name):
+    lib = make_lib(4, "double")
+    kw = dict(address=[0], index=[0], t=0.0, mass=[1.0], x=[[0, 0, 0]], v=[[0, 0, 0]])
+    kw.update(bad)
+    with pytest.raises(sapporo.InputError, match=f"^{name}:"):
+        lib.set_j_particles(**kw)
+
+
+def test_bad_library_arguments(backend):
+    with pytest.raises(sapporo.InputError, match="order"):
+        sapporo.Library(order=3, backend=backend)
+    with pytest.raises(sapporo.InputError, match="precision"):
+        sapporo.Library(precision="single", backend=backend)
+    with pytest.raises(sapporo.InputError, match="devices"):
+        sapporo.Library(devices=[99], backend=backend)
+    with pytest.raises(sapporo.InputError, match="nb_capacity"):
+        sapporo.Library(nb_capacity=0, backend=backend)
+    with pytest.raises(sapporo.SapporoError, match="unknown backend"):
+        sapporo.Library(backend="vulkan")
+
+
+def test_closed_library(backend):
+    lib = sapporo.Library(order=2, backend=backend)
+    lib.close()
+    lib.close()  # idempotent
+    with pytest.raises(sapporo.SapporoError, match="closed"):
+        lib.set_time(1.0)
+    with pytest.raises(sapporo.SapporoError, match="closed"):
+        lib.compute([[0.0, 0, 0]], [[0.0, 0, 0]], [0], 0.0)
+
+
+def test_result_accessors(make_lib):
+    lib = make_lib(2, "double")
+    lib.set_j_particles([0, 1], [0, 1], 0.0, [1.0, 1.0], [[0, 0, 0], [1.0, 0, 0]],
+                        [[0, 0, 0]] * 2)
+    res = lib.compute([[0.5, 0, 0]], [[0, 0, 0]], [7], 0.0, nj=2)
+    with pytest.raises(sapporo.InputError, match="no neighbour lists"):
+        res.neighbours(0)
+    res = lib.compute([[0.5, 0, 0]], [[0, 0, 0]], [7], 0.0, nj=2, h2=1.0)
+    np.testing.assert_array_equal(res.neighbours(0), [0, 1])
+    np.testing.assert_array_equal(res.neighbours(-1), [0, 1])
+    with pytest.raises(sapporo.InputError, match="out of range"):
+        res.neighbours(1)
