@@ -46,7 +46,9 @@ def parse_backend(value: str | None, source: str = "backend") -> str | None:
     if v in ("cl", "ocl"):
         v = "opencl"
     if v not in BACKENDS:
-        raise ConfigError(f"{source}: unknown backend {value!r}; expected one of opencl, cuda, auto")
+        raise ConfigError(
+            f"{source}: unknown backend {value!r}; expected one of opencl, cuda, auto"
+        )
     return v
 
 
@@ -122,7 +124,9 @@ def read_sapporo2_config(path: str) -> list[int] | None:
         count = int(lines[0].split()[0])
         ids = [int(ln.split()[0]) for ln in lines[1:]]
     except ValueError:
-        raise ConfigError(f"{path}: expected integers (device count, then one id per line)") from None
+        raise ConfigError(
+            f"{path}: expected integers (device count, then one id per line)"
+        ) from None
     if count < 0:
         return None
     if count == 0:

@@ -493,6 +493,12 @@ class Library:
         """The launch-parameter table of each device (from a profile or defaults)."""
         return [d.table for d in self._devs]
 
+    def set_launch_table(self, table: LaunchTable) -> None:
+        """Use ``table`` for every device from now on (tuning sweeps and experiments)."""
+        self._check_open()
+        for d in self._devs:
+            d.table = table
+
     def _base_defines(self) -> dict[str, int]:
         return {"ORDER": self.order, "PRECISION": 1 if self.precision == "double-single" else 2}
 

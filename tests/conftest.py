@@ -32,7 +32,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for name, reason in _BACKENDS:
         if wanted_set is not None and name not in wanted_set:
             continue
-        marks = [pytest.mark.skip(reason=f"backend {name} unusable here: {reason}")] if reason else []
+        skip = pytest.mark.skip(reason=f"backend {name} unusable here: {reason}")
+        marks = [skip] if reason else []
         params.append(pytest.param(name, id=name, marks=marks))
     metafunc.parametrize("backend", params)
 
