@@ -1,0 +1,135 @@
+"""The backend layer driven for real on OpenCL (PoCL on a machine without a GPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sapporo.backend import get_backend
+from sapporo.backend.base import format_defines, load_source
+from sapporo.errors import BackendError, BuildError
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    backend = get_backend("opencl")
+    c = backend.open(0, profiling=True)
+    yield c
+    c.close()
+
+
+def test_device_info_fields():
+    devs = get_backend("opencl").devices()
+    assert devs, "PoCL must provide at least one device"
+    d = devs[0]
+    assert d.backend == "opencl" and d.index == 0 and d.name
+    assert d.compute_units >= 1 and d.max_work_group_size >= 1
+    assert d.local_mem_size > 0 and d.global_mem_size > 0
+    assert d.device_type in ("cpu", "gpu", "accelerator")
+    assert isinstance(d.double_support, bool)
+    assert d.key.startswith("opencl:")
+
+
+def test_buffer_round_trip_and_offsets(ctx):
+    host = np.arange(1000, dtype=np.float64)
+    buf = ctx.alloc(host.nbytes)
+    buf.upload(host)
+    back = np.empty_like(host)
+    buf.download(back)
+    np.testing.assert_array_equal(back, host)
+    # partial upload at a byte offset, asynchronous with an explicit wait
+    part = np.full(10, -1.0)
+    ev = buf.upload(part, offset=100 * 8, wait=False)
+    ev.wait()
+    sub = np.empty(12)
+    buf.download(sub, offset=99 * 8, wait=False).wait()
+    np.testing.assert_array_equal(sub, [99.0] + [-1.0] * 10 + [110.0])
+    buf.free()
+    buf.free()  # idempotent
+
+
+def test_fill(ctx):
+    buf = ctx.alloc(64 * 4)
+    buf.fill(7)
+    out = np.empty(64, dtype=np.int32)
+    buf.download(out)
+    assert (out == 7).all()
+    buf.fill(-1)
+    buf.download(out)
+    assert (out == -1).all()
+
+
+def test_transfer_bounds_are_checked(ctx):
+    buf = ctx.alloc(80)
+    with pytest.raises(BackendError, match="exceeds buffer"):
+        buf.upload(np.zeros(11))
+    with pytest.raises(BackendError, match="exceeds buffer"):
+        buf.download(np.zeros(10), offset=8)
+    with pytest.raises(BackendError, match="contiguous"):
+        buf.upload(np.zeros((10, 2))[:, 0])
+
+
+def test_kernel_with_definitions_1d(ctx):
+    n = 1000  # not a multiple of the local size: the kernel guards
+    x = np.random.default_rng(0).normal(size=n)
+    bx, by = ctx.alloc(x.nbytes), ctx.alloc(x.nbytes)
+    bx.upload(x)
+    for scale in (2, 5):
+        prog = ctx.build("selftest.cl", {"SCALE": scale})
+        ev = prog.kernel("axpb")((1024,), (64,), np.int32(n), np.float64(0.5), bx, by)
+        ev.wait()
+        assert ev.elapsed is not None and ev.elapsed >= 0
+        y = np.empty(n)
+        by.download(y)
+        np.testing.assert_allclose(y, scale * x + 0.5, rtol=1e-15, atol=1e-15)
+
+
+def test_programs_are_cached_per_definitions(ctx):
+    a = ctx.build("selftest.cl", {"SCALE": 3})
+    b = ctx.build("selftest.cl", {"SCALE": 3})
+    c = ctx.build("selftest.cl", {"SCALE": 4})
+    assert a is b and a is not c
+
+
+def test_kernel_2d(ctx):
+    nrows, ncols = 5, 7
+    buf = ctx.alloc(nrows * ncols * 4)
+    prog = ctx.build("selftest.cl")
+    prog.kernel("grid2d")((8, 6), (4, 2), np.int32(nrows), np.int32(ncols), buf, wait=True)
+    out = np.empty((nrows, ncols), dtype=np.int32)
+    buf.download(out)
+    r, c = np.mgrid[0:nrows, 0:ncols]
+    np.testing.assert_array_equal(out, r * 1000 + c + 8 * 1000000)
+
+
+def test_broken_kernel_gives_readable_error(ctx):
+    with pytest.raises(BuildError) as info:
+        ctx.build("selftest.cl", {"BROKEN": 1})
+    err = info.value
+    assert "selftest.cl" in str(err) and "-DBROKEN=1" in str(err)
+    assert "error" in err.log.lower()
+    assert err.source_path and open(err.source_path).read().count("this line is not OpenCL C")
+
+
+def test_missing_kernel_and_source(ctx):
+    with pytest.raises(BackendError, match="not found"):
+        ctx.build("no_such_file.cl")
+    with pytest.raises(BackendError, match="nope"):
+        ctx.build("selftest.cl").kernel("nope")
+
+
+def test_open_out_of_range():
+    with pytest.raises(BackendError, match="out of range"):
+        get_backend("opencl").open(99)
+
+
+def test_includes_are_inlined_once():
+    src = load_source("opencl", "force.cl")
+    assert "#include" not in src.replace("already included", "")
+    assert src.count("#define SAPPORO_COMMON_H") == 1
+
+
+def test_format_defines():
+    assert format_defines({"B": True, "A": 4}) == ["-DA=4", "-DB=1"]
+    with pytest.raises(BackendError, match="invalid macro"):
+        format_defines({"bad name": 1})

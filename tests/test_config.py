@@ -1,0 +1,65 @@
+"""SAPPORO_* environment parsing and the sapporo2.config device file."""
+
+from __future__ import annotations
+
+import pytest
+
+from sapporo import config
+from sapporo.errors import ConfigError, SapporoError
+
+
+def test_defaults_when_unset(monkeypatch):
+    for name in ("BACKEND", "DEVICES", "ORDER", "PRECISION", "NPIPES", "CONFIG", "NB_CAPACITY",
+                 "PROFILE_DIR", "NO_PROFILE", "SITE"):
+        monkeypatch.delenv(f"SAPPORO_{name}", raising=False)
+    s = config.from_environment()
+    assert s.backend is None and s.devices is None and s.order is None
+    assert s.precision is None and s.npipes is None and not s.no_profile
+
+
+def test_values_are_parsed(monkeypatch):
+    monkeypatch.setenv("SAPPORO_BACKEND", "CL")
+    monkeypatch.setenv("SAPPORO_DEVICES", "0, 2")
+    monkeypatch.setenv("SAPPORO_ORDER", "6")
+    monkeypatch.setenv("SAPPORO_PRECISION", "ds")
+    monkeypatch.setenv("SAPPORO_NPIPES", "128")
+    monkeypatch.setenv("SAPPORO_NO_PROFILE", "1")
+    s = config.from_environment()
+    assert s.backend == "opencl" and s.devices == [0, 2] and s.order == 6
+    assert s.precision == "double-single" and s.npipes == 128 and s.no_profile
+
+
+@pytest.mark.parametrize(
+    "name,value",
+    [("BACKEND", "metal"), ("DEVICES", "a,b"), ("DEVICES", "-1"), ("ORDER", "5"),
+     ("ORDER", "four"), ("PRECISION", "single"), ("NPIPES", "0"), ("NB_CAPACITY", "x")],
+)
+def test_malformed_values_name_the_variable(monkeypatch, name, value):
+    monkeypatch.setenv(f"SAPPORO_{name}", value)
+    with pytest.raises(ConfigError, match=f"SAPPORO_{name}"):
+        config.from_environment()
+
+
+def test_config_error_is_a_sapporo_error():
+    assert issubclass(ConfigError, SapporoError) and issubclass(ConfigError, ValueError)
+
+
+def test_auto_backend_and_all_devices():
+    assert config.parse_backend("auto") is None
+    assert config.parse_devices("ALL") == "all"
+
+
+def test_sapporo2_config(tmp_path):
+    f = tmp_path / "sapporo2.config"
+    f.write_text("2\n1\n0\n")
+    assert config.read_sapporo2_config(str(f)) == [1, 0]
+    f.write_text("-1\n")
+    assert config.read_sapporo2_config(str(f)) is None
+    f.write_text("# two devices\n2   # count\n3\n")
+    with pytest.raises(ConfigError, match="lists 1"):
+        config.read_sapporo2_config(str(f))
+    f.write_text("two\n")
+    with pytest.raises(ConfigError, match="integers"):
+        config.read_sapporo2_config(str(f))
+    with pytest.raises(ConfigError, match="cannot read"):
+        config.read_sapporo2_config(str(tmp_path / "missing"))
