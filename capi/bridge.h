@@ -1,0 +1,19 @@
+/* The functions implemented in Python (sapporo/capi_bridge.py), called by shim.c only.
+ * build.py passes this text to ffi.embedding_api() as well, so it holds plain C
+ * declarations only: no preprocessor lines, no comments after this one.  The symbols are
+ * made local by the link's version script; they never appear in the exported ABI. */
+int shim_py_npipes(void);
+int shim_py_version(char *buffer, int size);
+int shim_py_open(int order, const char *precision, const char *backend, int ndev,
+                 const int *devices);
+int shim_py_close(void);
+int shim_py_set_j(int n, const int *address, const int *index, const double *t,
+                  const double *mass, const double *x, const double *v, const double *a,
+                  const double *jerk, const double *snap, const double *crackle);
+int shim_py_set_time(double t);
+int shim_py_start(int nj, int ni, const int *index, const double *x, const double *v,
+                  const double *a, double eps2, const double *h2);
+int shim_py_finish(int ni, double *acc, double *jerk, double *snap, double *pot, int *nnb,
+                   double *nn_r2);
+int shim_py_read_neighbours(int *ni, const int **offsets, const int **counts,
+                            const int **ids);

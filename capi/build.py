@@ -1,0 +1,326 @@
+"""Build and install ``libsapporo.so`` (and ``libg6.so``), the GRAPE-6 API for C and Fortran.
+
+The library is made with cffi's embedding support: :func:`make_ffi` declares the functions
+of ``bridge.h`` with ``ffi.embedding_api`` (implemented in Python by
+:mod:`sapporo.capi_bridge`), pastes ``shim.c`` in with ``set_source`` and gives the
+``embedding_init_code`` that finds and imports the installed ``sapporo``.  cffi writes the C
+file; the C compiler (``$CC``, default ``cc``) links it against this interpreter's
+``libpython`` with an rpath, a version script that exports only ``g6*`` and ``sapporo_*``,
+and ``-Bsymbolic``.
+
+Installed layout under a prefix::
+
+    PREFIX/include/grape6.h  PREFIX/include/sapporo.h
+    PREFIX/lib/libsapporo.so  PREFIX/lib/libg6.so -> libsapporo.so
+    PREFIX/lib/sapporo-capi.json   (what was built, for staleness checks)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import site
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from sapporo.errors import BuildError, SapporoError
+
+__all__ = [
+    "Installation",
+    "build",
+    "default_prefix",
+    "ensure_built",
+    "flags",
+    "installation",
+    "make_ffi",
+]
+
+#: cffi module name of the embedded extension (never importable from outside).
+MODULE_NAME = "_sapporo_capi"
+LIBRARY = "libsapporo.so"
+ALIASES = ("libg6.so",)
+HEADERS = ("grape6.h", "sapporo.h")
+STAMP = "sapporo-capi.json"
+_SOURCES = ("shim.c", "bridge.h", "grape6.h", "sapporo.h", "build.py")
+
+#: Exported ABI: every other symbol (cffi's PyInit_, the bridge functions) becomes local.
+VERSION_SCRIPT = "{\n  global:\n    g6*;\n    sapporo_*;\n  local:\n    *;\n};\n"
+
+#: Functions of shim.c that Python calls, plus the error codes read from sapporo.h.
+_CDEF_HELPERS = """
+void shim_record_error(int code, const char *message);
+void shim_mark_ready(void);
+"""
+
+_INIT_CODE = '''\
+import os
+import site
+import sys
+
+# Recorded when the library was built: where the installing interpreter found sapporo and
+# its dependencies.  SAPPORO_SITE (os.pathsep-separated) replaces them; it is read here and
+# not in sapporo.config because sapporo is not importable before these paths are added.
+_SITES = {sites!r}
+_override = os.environ.get("SAPPORO_SITE", "").strip()
+_dirs = [d for d in _override.split(os.pathsep) if d] if _override else _SITES
+_before = list(sys.path)
+for _d in _dirs:
+    site.addsitedir(_d)
+# Like the installing virtual environment: its directories come before the base Python's.
+sys.path[:] = [p for p in sys.path if p not in _before] + _before
+
+from {module} import ffi, lib  # noqa: E402
+from sapporo.capi_bridge import bind  # noqa: E402
+
+bind(ffi, lib)
+'''
+
+
+def source_dir() -> Path:
+    """The folder holding ``shim.c`` and the headers (this package)."""
+    return Path(__file__).resolve().parent
+
+
+def _read(name: str) -> str:
+    return (source_dir() / name).read_text()
+
+
+def recorded_sites() -> list[str]:
+    """Directories the embedded interpreter adds before importing sapporo.
+
+    The folder that holds the ``sapporo`` package in use (the source checkout for an
+    editable install), then this interpreter's site directories (a virtual environment's
+    included) and the user site directory when enabled.
+    """
+    import sapporo
+
+    dirs = [str(Path(sapporo.__file__).resolve().parents[1])]
+    dirs += site.getsitepackages()
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    out: list[str] = []
+    for d in dirs:
+        if d not in out and os.path.isdir(d):
+            out.append(d)
+    return out
+
+
+def _error_code_names() -> list[str]:
+    return re.findall(r"^#define\s+(SAPPORO_(?:OK|ERR_\w+))\s", _read("sapporo.h"), re.M)
+
+
+def make_ffi(sites: list[str] | None = None):  # noqa: ANN201 (cffi.FFI, imported lazily)
+    """The cffi ``FFI`` object of the embedding (not compiled)."""
+    import cffi
+
+    ffi = cffi.FFI()
+    ffi.embedding_api(_read("bridge.h"))
+    ffi.cdef(_CDEF_HELPERS + "".join(f"#define {n} ...\n" for n in _error_code_names()))
+    ffi.set_source(MODULE_NAME, '#include "shim.c"\n')
+    ffi.embedding_init_code(
+        _INIT_CODE.format(sites=recorded_sites() if sites is None else sites, module=MODULE_NAME)
+    )
+    return ffi
+
+
+@dataclass(frozen=True)
+class _PythonLink:
+    include_dirs: list[str]
+    library_dir: str
+    library: str
+
+
+def _python_link() -> _PythonLink:
+    """Where this interpreter's headers and shared ``libpython`` are."""
+    cfg = sysconfig.get_config_var
+    paths = sysconfig.get_paths()
+    includes = list(dict.fromkeys([paths["include"], paths["platinclude"]]))
+    name = f"python{cfg('LDVERSION') or cfg('VERSION')}"
+    dirs = [cfg("LIBDIR"), cfg("LIBPL")]
+    if cfg("MULTIARCH") and cfg("LIBDIR"):
+        dirs.append(os.path.join(cfg("LIBDIR"), cfg("MULTIARCH")))
+    for d in dirs:
+        if d and os.path.exists(os.path.join(d, f"lib{name}.so")):
+            return _PythonLink(includes, d, name)
+    raise BuildError(
+        f"no shared lib{name}.so found (looked in {', '.join(d for d in dirs if d)}): the C "
+        "API embeds Python and needs an interpreter built with --enable-shared",
+        options=[], log="", source_path=None,
+    )
+
+
+def _fingerprint() -> str:
+    import cffi
+
+    import sapporo
+
+    h = hashlib.sha256()
+    for name in _SOURCES:
+        h.update((source_dir() / name).read_bytes())
+    h.update(f"{sapporo.__version__} {cffi.__version__} {sys.executable}".encode())
+    return h.hexdigest()[:16]
+
+
+def default_prefix() -> Path:
+    """Per-user, per-environment install prefix: ``<user data dir>/sapporo/capi/<env>``.
+
+    ``<env>`` names this interpreter's environment (``sys.prefix``) and Python version, so
+    every virtual environment gets its own library, linked to its own ``libpython``.
+    """
+    import platformdirs
+
+    key = hashlib.sha256(os.path.abspath(sys.prefix).encode()).hexdigest()[:10]
+    env = f"{Path(sys.prefix).name}-py{sys.version_info[0]}{sys.version_info[1]}-{key}"
+    return Path(platformdirs.user_data_path("sapporo")) / "capi" / env
+
+
+@dataclass(frozen=True)
+class Installation:
+    """Paths of a built C API under ``prefix``."""
+
+    prefix: Path
+
+    @property
+    def include_dir(self) -> Path:
+        """``PREFIX/include`` (grape6.h, sapporo.h)."""
+        return self.prefix / "include"
+
+    @property
+    def lib_dir(self) -> Path:
+        """``PREFIX/lib`` (libsapporo.so, libg6.so)."""
+        return self.prefix / "lib"
+
+    @property
+    def library(self) -> Path:
+        """``PREFIX/lib/libsapporo.so``."""
+        return self.lib_dir / LIBRARY
+
+    def is_current(self) -> bool:
+        """Whether the library exists and was built from these sources by this Python."""
+        try:
+            stamp = json.loads((self.lib_dir / STAMP).read_text())
+        except (OSError, ValueError):
+            return False
+        return (
+            self.library.is_file()
+            and all((self.include_dir / h).is_file() for h in HEADERS)
+            and stamp.get("fingerprint") == _fingerprint()
+        )
+
+
+def installation(prefix: str | os.PathLike[str] | None = None) -> Installation:
+    """The :class:`Installation` under ``prefix`` (default: :func:`default_prefix`)."""
+    return Installation(Path(prefix).expanduser().resolve() if prefix else default_prefix())
+
+
+def build(
+    prefix: str | os.PathLike[str] | None = None,
+    sites: list[str] | None = None,
+    keep_dir: str | os.PathLike[str] | None = None,
+) -> Installation:
+    """Compile ``libsapporo.so`` and install it, its alias and the headers under ``prefix``.
+
+    Parameters
+    ----------
+    prefix : path, optional
+        Install prefix (default :func:`default_prefix`).
+    sites : list of str, optional
+        Directories for the embedded interpreter (default :func:`recorded_sites`).
+    keep_dir : path, optional
+        Where to write the generated C file and the version script (default: a temporary
+        folder, removed after a successful build).
+
+    Raises
+    ------
+    BuildError
+        When the compiler fails (the message has the command and its output).
+    """
+    inst = installation(prefix)
+    link = _python_link()
+    ffi = make_ffi(sites)
+    work = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix="sapporo-capi-"))
+    work.mkdir(parents=True, exist_ok=True)
+    c_file = work / f"{MODULE_NAME}.c"
+    with contextlib.redirect_stdout(io.StringIO()):  # cffi prints 'generating ...'
+        ffi.emit_c_code(str(c_file))
+    map_file = work / "exports.map"
+    map_file.write_text(VERSION_SCRIPT)
+    inst.lib_dir.mkdir(parents=True, exist_ok=True)
+    inst.include_dir.mkdir(parents=True, exist_ok=True)
+    tmp_lib = inst.lib_dir / f".{LIBRARY}.{os.getpid()}.tmp"
+    cmd = [
+        *shlex.split(os.environ.get("CC", "cc")),
+        "-shared", "-fPIC", "-O2", "-pthread", "-fvisibility=hidden",
+        f"-I{source_dir()}", *(f"-I{d}" for d in link.include_dirs),
+        str(c_file), "-o", str(tmp_lib),
+        f"-Wl,-soname,{LIBRARY}", f"-Wl,--version-script={map_file}", "-Wl,-Bsymbolic",
+        "-Wl,-z,defs", f"-L{link.library_dir}", f"-l{link.library}",
+        f"-Wl,-rpath,{link.library_dir}", "-lm",
+    ]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as exc:
+        raise BuildError(f"cannot run the C compiler {cmd[0]!r}: {exc} (set CC)",
+                         options=cmd, log="", source_path=str(c_file)) from None
+    if proc.returncode != 0:
+        tmp_lib.unlink(missing_ok=True)
+        raise BuildError(
+            f"building {LIBRARY} failed:\n{shlex.join(cmd)}\n{proc.stderr.strip()}",
+            options=cmd, log=proc.stdout + proc.stderr, source_path=str(c_file),
+        )
+    os.replace(tmp_lib, inst.library)
+    for alias in ALIASES:
+        tmp_link = inst.lib_dir / f".{alias}.{os.getpid()}.tmp"
+        tmp_link.unlink(missing_ok=True)
+        tmp_link.symlink_to(LIBRARY)
+        os.replace(tmp_link, inst.lib_dir / alias)
+    for header in HEADERS:
+        shutil.copyfile(source_dir() / header, inst.include_dir / header)
+    stamp = {
+        "fingerprint": _fingerprint(),
+        "python": sys.executable,
+        "libpython": os.path.join(link.library_dir, f"lib{link.library}.so"),
+        "sites": recorded_sites() if sites is None else sites,
+    }
+    (inst.lib_dir / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+    if not keep_dir:
+        shutil.rmtree(work, ignore_errors=True)
+    return inst
+
+
+def ensure_built(prefix: str | os.PathLike[str] | None = None) -> tuple[Installation, bool]:
+    """The installation under ``prefix``, built first when missing or stale.
+
+    Returns
+    -------
+    installation : Installation
+    built : bool
+        Whether a build ran.
+    """
+    inst = installation(prefix)
+    if inst.is_current():
+        return inst, False
+    return build(inst.prefix), True
+
+
+def flags(inst: Installation, which: str = "all") -> str:
+    """Compiler and linker flags for a program using the installation.
+
+    ``which``: ``"cflags"`` (``-I``), ``"libs"`` (``-L``, rpath, ``-lsapporo``) or ``"all"``.
+    """
+    cflags = [f"-I{inst.include_dir}"]
+    libs = [f"-L{inst.lib_dir}", f"-Wl,-rpath,{inst.lib_dir}", "-lsapporo"]
+    chosen = {"cflags": cflags, "libs": libs, "all": cflags + libs}.get(which)
+    if chosen is None:
+        raise SapporoError(f"which must be 'cflags', 'libs' or 'all', got {which!r}")
+    return " ".join(shlex.quote(f) for f in chosen)

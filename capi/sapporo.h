@@ -1,0 +1,63 @@
+/*
+ * sapporo.h -- sapporo's extensions to the GRAPE-6 interface (includes grape6.h).
+ *
+ * Naming: every exported symbol is g6* (the GRAPE-6 names) or sapporo_<verb>; 0 means
+ * success, a negative SAPPORO_ERR_* code an error, whose one-line message is printed on
+ * stderr and kept for sapporo_last_error().  Units: G = 1, float64, potential negative, all
+ * derivatives unscaled in these functions (unlike g6_set_j_particle).
+ */
+#ifndef SAPPORO_SAPPORO_H
+#define SAPPORO_SAPPORO_H
+
+#include "grape6.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SAPPORO_OK             0
+#define SAPPORO_ERR_INPUT     -1 /* bad argument: range, NaN/inf, ni above g6_npipes() */
+#define SAPPORO_ERR_STATE     -2 /* library not open, or no force call pending */
+#define SAPPORO_ERR_CONFIG    -3 /* malformed SAPPORO_* variable or sapporo2.config */
+#define SAPPORO_ERR_BACKEND   -4 /* no usable device, or a device operation failed */
+#define SAPPORO_ERR_NONFINITE -5 /* a force is not finite (coincident particles, eps2 = 0) */
+#define SAPPORO_ERR_INTERNAL  -6 /* embedded Python not available, out of memory, a bug */
+
+/* Open the library.  order: 2, 4 or 6 (0: SAPPORO_ORDER, else 4); precision: "double" or
+ * "double-single" (NULL: SAPPORO_PRECISION, else double-single); backend: "opencl", "cuda"
+ * or "auto" (NULL: SAPPORO_BACKEND); devices: ndev > 0 indices, ndev < 0 all devices,
+ * ndev == 0 SAPPORO_DEVICES, else the sapporo2.config file, else the first device. */
+int sapporo_open(int order, const char *precision, const char *backend, int ndev,
+                 const int *devices);
+
+/* Store a j-particle with unscaled derivatives; NULL vectors mean zero.  Buffered like
+ * g6_set_j_particle.  Order 6 predicts with snap and crackle. */
+int sapporo_set_j_particle(int address, int index, double tj, double mass, const double x[3],
+                           const double v[3], const double a[3], const double jerk[3],
+                           const double snap[3], const double crackle[3]);
+
+/* Start a force call (like g6calc_firsthalf); ai, the i-particles' predicted accelerations,
+ * is required at order 6 and ignored otherwise; h2 may be NULL (no neighbour lists). */
+void sapporo_calc_firsthalf(int nj, int ni, int index[], double xi[][3], double vi[][3],
+                            double ai[][3], double eps2, double h2[]);
+
+/* Finish it: any output may be NULL.  snap is filled at order 6 (zeros below), jerk at
+ * order >= 4; nnbindex[i] is the nearest neighbour's index (-1 when none) and nn_r2[i] its
+ * unsoftened distance squared (HUGE_VAL when none). */
+int sapporo_calc_lasthalf(int ni, double acc[][3], double jerk[][3], double snap[][3],
+                          double pot[], int nnbindex[], double nn_r2[]);
+
+/* Send buffered j-particles now (done anyway by g6_set_ti and every force call). */
+int sapporo_flush(void);
+
+/* The message of the most recent error ("" when none yet); valid until the next error. */
+const char *sapporo_last_error(void);
+
+/* The version of the sapporo Python package behind the library ("" if Python failed). */
+const char *sapporo_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SAPPORO_SAPPORO_H */

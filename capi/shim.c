@@ -1,0 +1,708 @@
+/*
+ * shim.c -- the C half of libsapporo.so (compiled by build.py through cffi's embedding).
+ *
+ * Every GRAPE-6 function has a C name and a Fortran name (trailing underscore, arguments by
+ * pointer); both are thin exported wrappers over one static function here, so the library
+ * never calls its own exported symbols.  j-particles are buffered in growable arrays and
+ * handed to Python in one batch before the next g6_set_ti, force call, flush or close.  One
+ * process-wide mutex serialises every call (the GIL then serialises the Python side).
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sapporo.h"
+#include "bridge.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* Called from Python (declared in the cdef by build.py). */
+static void shim_record_error(int code, const char *message);
+static void shim_mark_ready(void);
+
+static pthread_mutex_t shim_lock = PTHREAD_MUTEX_INITIALIZER;
+static const char *current_fn = "sapporo";   /* API function being served, for messages */
+static char last_error[1024];
+static char version[64];
+static int python_ready;                     /* set by the embedded init code when done */
+static int is_open;
+static int npipes;                           /* 0: not asked yet */
+static int pending;                          /* firsthalf ran; lasthalf not yet */
+static int pending_rc;                       /* firsthalf's error code, returned by lasthalf */
+
+/* j-particles waiting to be sent; derivatives are stored unscaled. */
+static struct {
+    int n, cap;
+    int *address, *index;
+    double *t, *mass;
+    double *x, *v, *a, *jerk, *snap, *crackle;  /* 3 per particle */
+    int any_snap, any_crackle;
+    int *slot;      /* slot[address] = 1 + position in the buffer, 0 when not buffered */
+    int slot_cap;
+} jb;
+
+/* Neighbour lists of the last force call, owned by Python (valid until the next read). */
+static struct {
+    int valid, ni, overflow;
+    const int *offsets, *counts, *ids;
+} nb;
+
+/* ---------------------------------------------------------------------------- errors */
+
+static void shim_record_error(int code, const char *message)
+{
+    snprintf(last_error, sizeof last_error, "%s: %s (code %d)", current_fn, message, code);
+    fprintf(stderr, "sapporo: %s\n", last_error);
+    fflush(stderr);
+}
+
+static int fail(int code, const char *fmt, ...)
+{
+    char message[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    shim_record_error(code, message);
+    return code;
+}
+
+static void shim_mark_ready(void)
+{
+    python_ready = 1;
+}
+
+/* Start the embedded interpreter on first use; fail clearly if it could not import sapporo. */
+static int python_up(void)
+{
+    if (python_ready)
+        return 0;
+    if (cffi_start_python() != 0 || !python_ready)
+        return fail(SAPPORO_ERR_INTERNAL,
+                    "the embedded Python could not load sapporo (see the messages above; "
+                    "SAPPORO_SITE may name the site directories to use)");
+    return 0;
+}
+
+static void enter(const char *fn)
+{
+    pthread_mutex_lock(&shim_lock);
+    current_fn = fn;
+}
+
+static int leave(int rc)
+{
+    current_fn = "sapporo";
+    pthread_mutex_unlock(&shim_lock);
+    return rc;
+}
+
+static int need_open(void)
+{
+    if (!is_open)
+        return fail(SAPPORO_ERR_STATE, "the library is not open (call g6_open first)");
+    return 0;
+}
+
+static int get_npipes(void)
+{
+    int rc;
+    if (npipes > 0)
+        return npipes;
+    if ((rc = python_up()) < 0)
+        return rc;
+    rc = shim_py_npipes();
+    if (rc > 0)
+        npipes = rc;
+    return rc;
+}
+
+/* -------------------------------------------------------------------- j-particle buffer */
+
+static int grow_array(void **p, size_t elem, int cap)
+{
+    void *q = realloc(*p, elem * (size_t)cap);
+    if (q == NULL)
+        return -1;
+    *p = q;
+    return 0;
+}
+
+static int jb_reserve(int address)
+{
+    if (jb.n == jb.cap) {
+        int cap = jb.cap ? 2 * jb.cap : 1024;
+        if (grow_array((void **)&jb.address, sizeof(int), cap)
+            || grow_array((void **)&jb.index, sizeof(int), cap)
+            || grow_array((void **)&jb.t, sizeof(double), cap)
+            || grow_array((void **)&jb.mass, sizeof(double), cap)
+            || grow_array((void **)&jb.x, 3 * sizeof(double), cap)
+            || grow_array((void **)&jb.v, 3 * sizeof(double), cap)
+            || grow_array((void **)&jb.a, 3 * sizeof(double), cap)
+            || grow_array((void **)&jb.jerk, 3 * sizeof(double), cap)
+            || grow_array((void **)&jb.snap, 3 * sizeof(double), cap)
+            || grow_array((void **)&jb.crackle, 3 * sizeof(double), cap))
+            return fail(SAPPORO_ERR_INTERNAL, "out of memory buffering %d j-particles", cap);
+        jb.cap = cap;
+    }
+    if (address >= jb.slot_cap) {
+        int cap = jb.slot_cap ? jb.slot_cap : 1024;
+        while (cap <= address)
+            cap = cap > 0x3fffffff ? 0x7fffffff : 2 * cap;
+        if (grow_array((void **)&jb.slot, sizeof(int), cap))
+            return fail(SAPPORO_ERR_INTERNAL, "out of memory for j-address %d", address);
+        memset(jb.slot + jb.slot_cap, 0, sizeof(int) * (size_t)(cap - jb.slot_cap));
+        jb.slot_cap = cap;
+    }
+    return 0;
+}
+
+static void jb_clear(void)
+{
+    for (int k = 0; k < jb.n; k++)
+        jb.slot[jb.address[k]] = 0;
+    jb.n = 0;
+    jb.any_snap = jb.any_crackle = 0;
+}
+
+static int finite3(const double *p)
+{
+    return p == NULL || (isfinite(p[0]) && isfinite(p[1]) && isfinite(p[2]));
+}
+
+/* Copy scale * p (or zeros) into dst; return whether any component is non-zero. */
+static int put3(double *dst, const double *p, double scale)
+{
+    if (p == NULL) {
+        dst[0] = dst[1] = dst[2] = 0.0;
+        return 0;
+    }
+    dst[0] = scale * p[0];
+    dst[1] = scale * p[1];
+    dst[2] = scale * p[2];
+    return dst[0] != 0.0 || dst[1] != 0.0 || dst[2] != 0.0;
+}
+
+/* Buffer one j-particle; a, jerk and snap are multiplied by the given factors (2, 6 and 18
+ * for the GRAPE-scaled a/2, jerk/6, snap/18).  A re-sent address replaces its entry. */
+static int jb_put(int address, int index, double t, double mass, const double *x,
+                  const double *v, const double *a, double fa, const double *jerk, double fj,
+                  const double *snap, double fs, const double *crackle)
+{
+    int rc, k;
+    if ((rc = need_open()) < 0)
+        return rc;
+    if (address < 0)
+        return fail(SAPPORO_ERR_INPUT, "address = %d must be >= 0", address);
+    if (index < 0)
+        return fail(SAPPORO_ERR_INPUT, "index = %d must be >= 0 (address %d)", index, address);
+    if (x == NULL || v == NULL)
+        return fail(SAPPORO_ERR_INPUT, "x and v must not be NULL (address %d)", address);
+    if (!isfinite(t) || !isfinite(mass) || !finite3(x) || !finite3(v) || !finite3(a)
+        || !finite3(jerk) || !finite3(snap) || !finite3(crackle))
+        return fail(SAPPORO_ERR_INPUT,
+                    "j-particle at address %d (index %d) has a NaN or infinite value",
+                    address, index);
+    if ((rc = jb_reserve(address)) < 0)
+        return rc;
+    k = jb.slot[address] - 1;
+    if (k < 0) {
+        k = jb.n++;
+        jb.slot[address] = k + 1;
+    }
+    jb.address[k] = address;
+    jb.index[k] = index;
+    jb.t[k] = t;
+    jb.mass[k] = mass;
+    put3(jb.x + 3 * k, x, 1.0);
+    put3(jb.v + 3 * k, v, 1.0);
+    put3(jb.a + 3 * k, a, fa);
+    put3(jb.jerk + 3 * k, jerk, fj);
+    jb.any_snap |= put3(jb.snap + 3 * k, snap, fs);
+    jb.any_crackle |= put3(jb.crackle + 3 * k, crackle, 1.0);
+    return SAPPORO_OK;
+}
+
+static int jb_flush(void)
+{
+    int rc;
+    if (jb.n == 0)
+        return SAPPORO_OK;
+    rc = shim_py_set_j(jb.n, jb.address, jb.index, jb.t, jb.mass, jb.x, jb.v, jb.a, jb.jerk,
+                       jb.any_snap ? jb.snap : NULL, jb.any_crackle ? jb.crackle : NULL);
+    jb_clear();
+    return rc;
+}
+
+/* -------------------------------------------------------------- the shared implementations */
+
+static int do_open(int order, const char *precision, const char *backend, int ndev,
+                   const int *devices)
+{
+    int rc;
+    if (is_open)
+        return SAPPORO_OK;
+    if ((rc = python_up()) < 0)
+        return rc;
+    if (ndev > 0 && devices == NULL)
+        return fail(SAPPORO_ERR_INPUT, "ndev = %d but devices is NULL", ndev);
+    rc = shim_py_open(order, precision, backend, ndev, devices);
+    if (rc == SAPPORO_OK)
+        is_open = 1;
+    return rc;
+}
+
+static int do_close(void)
+{
+    int rc = SAPPORO_OK;
+    jb_clear();
+    pending = 0;
+    nb.valid = 0;
+    if (is_open) {
+        is_open = 0;
+        rc = shim_py_close();
+    }
+    return rc;
+}
+
+static int do_set_ti(double ti)
+{
+    int rc, rc2;
+    if ((rc = need_open()) < 0)
+        return rc;
+    if (!isfinite(ti))
+        return fail(SAPPORO_ERR_INPUT, "ti = %g is not finite", ti);
+    rc = jb_flush();
+    rc2 = shim_py_set_time(ti);
+    return rc < 0 ? rc : rc2;
+}
+
+static int do_flush(void)
+{
+    int rc;
+    if (!is_open)
+        return SAPPORO_OK;
+    if ((rc = jb_flush()) < 0)
+        return rc;
+    return SAPPORO_OK;
+}
+
+static void do_firsthalf(int nj, int ni, const int *index, const double *xi, const double *vi,
+                         const double *ai, double eps2, const double *h2)
+{
+    int rc, np;
+    pending = 1;
+    nb.valid = 0;
+    if ((rc = need_open()) < 0)
+        goto done;
+    if ((np = get_npipes()) < 0) {
+        rc = np;
+        goto done;
+    }
+    if (ni < 1 || ni > np) {
+        rc = fail(SAPPORO_ERR_INPUT, "ni = %d must be between 1 and g6_npipes() = %d "
+                  "(SAPPORO_NPIPES sets it)", ni, np);
+        goto done;
+    }
+    if (nj < 0) {
+        rc = fail(SAPPORO_ERR_INPUT, "nj = %d must be >= 0", nj);
+        goto done;
+    }
+    if (index == NULL || xi == NULL || vi == NULL) {
+        rc = fail(SAPPORO_ERR_INPUT, "index, xi and vi must not be NULL");
+        goto done;
+    }
+    if ((rc = jb_flush()) < 0)
+        goto done;
+    rc = shim_py_start(nj, ni, index, xi, vi, ai, eps2, h2);
+done:
+    pending_rc = rc;
+}
+
+static int do_lasthalf(int ni, double *acc, double *jerk, double *snap, double *pot, int *nnb,
+                       double *nn_r2)
+{
+    if (!pending)
+        return fail(SAPPORO_ERR_STATE, "no force call pending (call g6calc_firsthalf first)");
+    pending = 0;
+    if (pending_rc < 0)
+        return pending_rc;
+    return shim_py_finish(ni, acc, jerk, snap, pot, nnb, nn_r2);
+}
+
+static int do_read_neighbours(void)
+{
+    int rc;
+    if ((rc = need_open()) < 0)
+        return rc;
+    nb.valid = 0;
+    rc = shim_py_read_neighbours(&nb.ni, &nb.offsets, &nb.counts, &nb.ids);
+    if (rc < 0)
+        return rc;
+    nb.valid = 1;
+    nb.overflow = rc;
+    return rc;
+}
+
+static int do_get_neighbours(int ipipe, int maxlength, int *nblen, int *nbl)
+{
+    int rc, count, stored, ncopy;
+    if (!nb.valid && (rc = do_read_neighbours()) < 0)
+        return rc;
+    if (ipipe < 0 || ipipe >= nb.ni)
+        return fail(SAPPORO_ERR_INPUT, "ipipe = %d outside the last force call's [0, %d)",
+                    ipipe, nb.ni);
+    if (maxlength < 0 || (maxlength > 0 && nbl == NULL))
+        return fail(SAPPORO_ERR_INPUT, "maxlength = %d with nbl %s", maxlength,
+                    nbl == NULL ? "NULL" : "given");
+    count = nb.counts[ipipe];
+    stored = nb.offsets[ipipe + 1] - nb.offsets[ipipe];
+    ncopy = stored < maxlength ? stored : maxlength;
+    if (ncopy > 0)
+        memcpy(nbl, nb.ids + nb.offsets[ipipe], sizeof(int) * (size_t)ncopy);
+    if (nblen != NULL)
+        *nblen = count;
+    return count > maxlength || count > stored;
+}
+
+/* -------------------------------------------------------------------------- GRAPE-6: C */
+
+EXPORT int g6_open(int cluster_id)
+{
+    (void)cluster_id;
+    enter("g6_open");
+    return leave(do_open(0, NULL, NULL, 0, NULL));
+}
+
+EXPORT int g6_open_special(int ndev, int *devices)
+{
+    enter("g6_open_special");
+    if (ndev <= 0)
+        return leave(fail(SAPPORO_ERR_INPUT, "ndev = %d must be >= 1", ndev));
+    return leave(do_open(0, NULL, NULL, ndev, devices));
+}
+
+EXPORT int g6_close(int cluster_id)
+{
+    (void)cluster_id;
+    enter("g6_close");
+    return leave(do_close());
+}
+
+EXPORT int g6_npipes(void)
+{
+    enter("g6_npipes");
+    return leave(get_npipes());
+}
+
+EXPORT int g6_set_tunit(double unit)
+{
+    (void)unit;  /* callers pass an int or a double: never read it */
+    return SAPPORO_OK;
+}
+
+EXPORT int g6_set_xunit(double unit)
+{
+    (void)unit;
+    return SAPPORO_OK;
+}
+
+EXPORT int g6_set_ti(int cluster_id, double ti)
+{
+    (void)cluster_id;
+    enter("g6_set_ti");
+    return leave(do_set_ti(ti));
+}
+
+EXPORT int g6_set_j_particle(int cluster_id, int address, int index, double tj, double dtj,
+                             double mass, double k18[3], double j6[3], double a2[3],
+                             double v[3], double x[3])
+{
+    (void)cluster_id;
+    (void)dtj;
+    enter("g6_set_j_particle");
+    return leave(jb_put(address, index, tj, mass, x, v, a2, 2.0, j6, 6.0, k18, 18.0, NULL));
+}
+
+EXPORT void g6calc_firsthalf(int cluster_id, int nj, int ni, int index[], double xi[][3],
+                             double vi[][3], double aold[][3], double j6old[][3],
+                             double phiold[], double eps2, double h2[])
+{
+    (void)cluster_id;
+    (void)j6old;
+    (void)phiold;
+    enter("g6calc_firsthalf");
+    do_firsthalf(nj, ni, index, (double *)xi, (double *)vi, (double *)aold, eps2, h2);
+    leave(0);
+}
+
+EXPORT int g6calc_lasthalf(int cluster_id, int nj, int ni, int index[], double xi[][3],
+                           double vi[][3], double eps2, double h2[], double acc[][3],
+                           double jerk[][3], double pot[])
+{
+    (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2, (void)h2;
+    enter("g6calc_lasthalf");
+    return leave(do_lasthalf(ni, (double *)acc, (double *)jerk, NULL,
+                             pot, NULL, NULL));
+}
+
+EXPORT int g6calc_lasthalf2(int cluster_id, int nj, int ni, int index[], double xi[][3],
+                            double vi[][3], double eps2, double h2[], double acc[][3],
+                            double jerk[][3], double pot[], int nnbindex[])
+{
+    (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2, (void)h2;
+    enter("g6calc_lasthalf2");
+    return leave(do_lasthalf(ni, (double *)acc, (double *)jerk, NULL,
+                             pot, nnbindex, NULL));
+}
+
+EXPORT int g6_read_neighbour_list(int cluster_id)
+{
+    (void)cluster_id;
+    enter("g6_read_neighbour_list");
+    return leave(do_read_neighbours());
+}
+
+EXPORT int g6_get_neighbour_list(int cluster_id, int ipipe, int maxlength, int *nblen,
+                                 int nbl[])
+{
+    (void)cluster_id;
+    enter("g6_get_neighbour_list");
+    return leave(do_get_neighbours(ipipe, maxlength, nblen, nbl));
+}
+
+EXPORT int g6_initialize_jp_buffer(int cluster_id, int size)
+{
+    (void)cluster_id;
+    (void)size;
+    return SAPPORO_OK;
+}
+
+EXPORT int g6_flush_jp_buffer(int cluster_id)
+{
+    (void)cluster_id;
+    enter("g6_flush_jp_buffer");
+    return leave(do_flush());
+}
+
+EXPORT int g6_reset(int cluster_id)
+{
+    (void)cluster_id;
+    return SAPPORO_OK;
+}
+
+EXPORT int g6_reset_fofpga(int cluster_id)
+{
+    (void)cluster_id;
+    return SAPPORO_OK;
+}
+
+EXPORT void g6_set_neighbour_list_sort_mode(int mode)
+{
+    (void)mode;
+}
+
+EXPORT int g6_set_overflow_flag_test_mode(int a, int b, int c)
+{
+    (void)a, (void)b, (void)c;
+    return SAPPORO_OK;
+}
+
+/* -------------------------------------------------------------------- GRAPE-6: Fortran */
+
+EXPORT int g6_open_(int *cluster_id)
+{
+    (void)cluster_id;  /* one client passes NULL */
+    enter("g6_open_");
+    return leave(do_open(0, NULL, NULL, 0, NULL));
+}
+
+EXPORT int g6_open_special_(int *ndev, int *devices)
+{
+    enter("g6_open_special_");
+    if (ndev == NULL || *ndev <= 0)
+        return leave(fail(SAPPORO_ERR_INPUT, "ndev must be >= 1"));
+    return leave(do_open(0, NULL, NULL, *ndev, devices));
+}
+
+EXPORT int g6_close_(int *cluster_id)
+{
+    (void)cluster_id;
+    enter("g6_close_");
+    return leave(do_close());
+}
+
+EXPORT int g6_npipes_(void)
+{
+    enter("g6_npipes_");
+    return leave(get_npipes());
+}
+
+EXPORT int g6_set_tunit_(void *unit)
+{
+    (void)unit;
+    return SAPPORO_OK;
+}
+
+EXPORT int g6_set_xunit_(void *unit)
+{
+    (void)unit;
+    return SAPPORO_OK;
+}
+
+EXPORT int g6_set_ti_(int *cluster_id, double *ti)
+{
+    (void)cluster_id;
+    enter("g6_set_ti_");
+    return leave(do_set_ti(*ti));
+}
+
+EXPORT int g6_set_j_particle_(int *cluster_id, int *address, int *index, double *tj,
+                              double *dtj, double *mass, double k18[3], double j6[3],
+                              double a2[3], double v[3], double x[3])
+{
+    (void)cluster_id;
+    (void)dtj;
+    enter("g6_set_j_particle_");
+    return leave(jb_put(*address, *index, *tj, *mass, x, v, a2, 2.0, j6, 6.0, k18, 18.0, NULL));
+}
+
+EXPORT void g6calc_firsthalf_(int *cluster_id, int *nj, int *ni, int index[], double xi[][3],
+                              double vi[][3], double aold[][3], double j6old[][3],
+                              double phiold[], double *eps2, double h2[])
+{
+    (void)cluster_id;
+    (void)j6old;
+    (void)phiold;
+    enter("g6calc_firsthalf_");
+    do_firsthalf(*nj, *ni, index, (double *)xi, (double *)vi, (double *)aold, *eps2, h2);
+    leave(0);
+}
+
+EXPORT int g6calc_lasthalf_(int *cluster_id, int *nj, int *ni, int index[], double xi[][3],
+                            double vi[][3], double *eps2, double h2[], double acc[][3],
+                            double jerk[][3], double pot[])
+{
+    (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2, (void)h2;
+    enter("g6calc_lasthalf_");
+    return leave(do_lasthalf(*ni, (double *)acc, (double *)jerk, NULL,
+                             pot, NULL, NULL));
+}
+
+EXPORT int g6calc_lasthalf2_(int *cluster_id, int *nj, int *ni, int index[], double xi[][3],
+                             double vi[][3], double *eps2, double h2[], double acc[][3],
+                             double jerk[][3], double pot[], int nnbindex[])
+{
+    (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2, (void)h2;
+    enter("g6calc_lasthalf2_");
+    return leave(do_lasthalf(*ni, (double *)acc, (double *)jerk, NULL,
+                             pot, nnbindex, NULL));
+}
+
+EXPORT int g6_read_neighbour_list_(int *cluster_id)
+{
+    (void)cluster_id;
+    enter("g6_read_neighbour_list_");
+    return leave(do_read_neighbours());
+}
+
+EXPORT int g6_get_neighbour_list_(int *cluster_id, int *ipipe, int *maxlength, int *nblen,
+                                  int nbl[])
+{
+    (void)cluster_id;
+    enter("g6_get_neighbour_list_");
+    return leave(do_get_neighbours(*ipipe, *maxlength, nblen, nbl));
+}
+
+EXPORT int g6_initialize_jp_buffer_(int *cluster_id, int *size)
+{
+    (void)cluster_id;
+    (void)size;
+    return SAPPORO_OK;
+}
+
+EXPORT int g6_flush_jp_buffer_(int *cluster_id)
+{
+    (void)cluster_id;
+    enter("g6_flush_jp_buffer_");
+    return leave(do_flush());
+}
+
+EXPORT int g6_reset_(int *cluster_id)
+{
+    (void)cluster_id;
+    return SAPPORO_OK;
+}
+
+EXPORT int g6_reset_fofpga_(int *cluster_id)
+{
+    (void)cluster_id;
+    return SAPPORO_OK;
+}
+
+EXPORT void g6_set_neighbour_list_sort_mode_(int *mode)
+{
+    (void)mode;
+}
+
+EXPORT int g6_set_overflow_flag_test_mode_(int *a, int *b, int *c)
+{
+    (void)a, (void)b, (void)c;
+    return SAPPORO_OK;
+}
+
+/* ---------------------------------------------------------------- sapporo's extensions */
+
+EXPORT int sapporo_open(int order, const char *precision, const char *backend, int ndev,
+                        const int *devices)
+{
+    enter("sapporo_open");
+    return leave(do_open(order, precision, backend, ndev, devices));
+}
+
+EXPORT int sapporo_set_j_particle(int address, int index, double tj, double mass,
+                                  const double x[3], const double v[3], const double a[3],
+                                  const double jerk[3], const double snap[3],
+                                  const double crackle[3])
+{
+    enter("sapporo_set_j_particle");
+    return leave(jb_put(address, index, tj, mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0, crackle));
+}
+
+EXPORT void sapporo_calc_firsthalf(int nj, int ni, int index[], double xi[][3], double vi[][3],
+                                   double ai[][3], double eps2, double h2[])
+{
+    enter("sapporo_calc_firsthalf");
+    do_firsthalf(nj, ni, index, (double *)xi, (double *)vi, (double *)ai, eps2, h2);
+    leave(0);
+}
+
+EXPORT int sapporo_calc_lasthalf(int ni, double acc[][3], double jerk[][3], double snap[][3],
+                                 double pot[], int nnbindex[], double nn_r2[])
+{
+    enter("sapporo_calc_lasthalf");
+    return leave(do_lasthalf(ni, (double *)acc, (double *)jerk, (double *)snap, pot, nnbindex, nn_r2));
+}
+
+EXPORT int sapporo_flush(void)
+{
+    enter("sapporo_flush");
+    return leave(do_flush());
+}
+
+EXPORT const char *sapporo_last_error(void)
+{
+    return last_error;
+}
+
+EXPORT const char *sapporo_version(void)
+{
+    enter("sapporo_version");
+    if (version[0] == '\0' && python_up() == 0)
+        shim_py_version(version, (int)sizeof version);
+    leave(0);
+    return version;
+}

@@ -1,0 +1,326 @@
+"""The Python half of the GRAPE-6 C API (``libsapporo.so``), run by its embedded interpreter.
+
+The C half (``capi/shim.c``) validates arguments, buffers j-particles and calls the
+functions declared in ``capi/bridge.h``; :func:`bind` attaches one ``@ffi.def_extern`` to
+each of them.  :class:`Bridge` holds the state (one :class:`sapporo.Library` per process)
+and works on NumPy arrays only, so it can be tested without C.
+
+Conventions: G = 1, float64; everything handed to the library is unscaled (the C half has
+already multiplied the GRAPE-scaled ``a/2``, ``jerk/6``, ``snap/18`` back).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+
+from . import config
+from .errors import (
+    BackendError,
+    ConfigError,
+    InputError,
+    NonFiniteError,
+    SapporoError,
+)
+
+__all__ = ["DEFAULT_NPIPES", "Bridge", "bind", "open_settings"]
+
+logger = logging.getLogger(__name__)
+
+#: i-particles per force call when ``SAPPORO_NPIPES`` is not set.
+DEFAULT_NPIPES = 256
+#: Order and precision of ``g6_open`` when neither the caller nor the environment says.
+DEFAULT_ORDER = 4
+DEFAULT_PRECISION = "double-single"
+#: Device file read by ``g6_open`` when ``SAPPORO_CONFIG`` is not set and it exists.
+LOCAL_CONFIG_FILE = "sapporo2.config"
+
+
+def open_settings(
+    order: int = 0,
+    precision: str | None = None,
+    backend: str | None = None,
+    devices: str | list[int] | None = None,
+) -> dict[str, Any]:
+    """Resolve the arguments of ``Library(...)`` for an open call from C.
+
+    Explicit arguments win (``order`` 0 and ``None`` mean "not given"); then the
+    ``SAPPORO_*`` variables; then, for the devices, the ``sapporo2.config`` file named by
+    ``SAPPORO_CONFIG`` (or ``./sapporo2.config`` when present); then 4th order,
+    double-single precision, automatic backend and the first device.
+
+    Returns
+    -------
+    dict
+        Keyword arguments for :class:`sapporo.Library`.
+    """
+    env = config.from_environment()
+    order_ = config.parse_order(order) if order else env.order
+    precision_ = config.parse_precision(precision) if precision is not None else env.precision
+    backend_ = config.parse_backend(backend) if backend is not None else env.backend
+    devices_ = devices if devices is not None else env.devices
+    if devices_ is None:
+        path = env.config_file
+        if path is None and os.path.isfile(LOCAL_CONFIG_FILE):
+            path = LOCAL_CONFIG_FILE
+        if path is not None:
+            devices_ = config.read_sapporo2_config(path)
+    return {
+        "order": order_ or DEFAULT_ORDER,
+        "precision": precision_ or DEFAULT_PRECISION,
+        "backend": backend_,
+        "devices": devices_,
+    }
+
+
+class Bridge:
+    """State behind the C API: the open library, the pending force, the last result."""
+
+    def __init__(self) -> None:
+        self.lib: Any = None
+        self._pending: Any = None
+        self._pending_ni = 0
+        self._result: Any = None
+        self._npipes: int | None = None
+        self._nb_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    # ------------------------------------------------------------------------ lifecycle
+    def npipes(self) -> int:
+        """i-particles per force call: ``SAPPORO_NPIPES``, default :data:`DEFAULT_NPIPES`."""
+        if self._npipes is None:
+            self._npipes = config.from_environment().npipes or DEFAULT_NPIPES
+        return self._npipes
+
+    def open(self, **kwargs: Any) -> None:
+        """Open the library with :func:`open_settings` applied to ``kwargs``."""
+        from .library import Library
+
+        if self.lib is not None:
+            return
+        settings = open_settings(**kwargs)
+        self.lib = Library(**settings)
+        logger.info("C API opened %s", settings)
+
+    def close(self) -> None:
+        """Close the library and drop every result (idempotent)."""
+        lib, self.lib = self.lib, None
+        self._pending = self._result = self._nb_arrays = None
+        if lib is not None:
+            lib.close()
+
+    def _open_lib(self) -> Any:
+        if self.lib is None:
+            raise SapporoError("the library is not open (call g6_open first)")
+        return self.lib
+
+    # ------------------------------------------------------------------------ j-particles
+    def set_j(
+        self,
+        address: np.ndarray,
+        index: np.ndarray,
+        t: np.ndarray,
+        mass: np.ndarray,
+        x: np.ndarray,
+        v: np.ndarray,
+        a: np.ndarray,
+        jerk: np.ndarray,
+        snap: np.ndarray | None,
+        crackle: np.ndarray | None,
+    ) -> None:
+        """Store a batch of j-particles (unscaled derivatives; None means zero)."""
+        self._open_lib().set_j_particles(address, index, t, mass, x, v, a, jerk, snap, crackle)
+
+    def set_time(self, t: float) -> None:
+        """Time to which j-particles are predicted before the next force call."""
+        self._open_lib().set_time(t)
+
+    # ------------------------------------------------------------------------ forces
+    def start(
+        self,
+        nj: int,
+        index: np.ndarray,
+        x: np.ndarray,
+        v: np.ndarray,
+        a: np.ndarray | None,
+        eps2: float,
+        h2: np.ndarray | None,
+    ) -> None:
+        """Start a force call (firsthalf); ``h2`` that is all <= 0 switches lists off."""
+        lib = self._open_lib()
+        self._pending = self._result = self._nb_arrays = None
+        if h2 is not None and not (h2 > 0.0).any():
+            h2 = None
+        a = a if lib.order == 6 else None
+        self._pending = lib.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj)
+        self._pending_ni = len(index)
+
+    def finish(self, ni: int) -> Any:
+        """Wait for the pending force (lasthalf) and return its ``ForceResult``."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            raise SapporoError("no force call pending (call g6calc_firsthalf first)")
+        self._result = pending.result()
+        if ni != self._pending_ni:
+            raise InputError(f"ni = {ni} differs from the firsthalf call's ni = "
+                             f"{self._pending_ni}")
+        return self._result
+
+    def read_neighbours(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+        """Neighbour lists of the last force call as int32 CSR arrays.
+
+        Returns
+        -------
+        offsets : ndarray, shape (ni + 1,)
+            List k is ``ids[offsets[k]:offsets[k + 1]]`` (ascending indices, at most the
+            library's ``nb_capacity`` of them).
+        counts : ndarray, shape (ni,)
+            Full list lengths, also on overflow.
+        ids : ndarray
+            The lists, concatenated.
+        overflow : bool
+            Whether any list exceeded the capacity.
+        """
+        res = self._result
+        if res is None:
+            raise SapporoError("no force result to read neighbour lists from")
+        ni = len(res.pot)
+        if res.neighbour_counts is None:
+            zeros = np.zeros(ni + 1, dtype=np.int32)
+            self._nb_arrays = (zeros, zeros[:ni], zeros[:0])
+            return (*self._nb_arrays, False)
+        lists = [res.neighbours(k) for k in range(ni)]
+        offsets = np.zeros(ni + 1, dtype=np.int32)
+        np.cumsum([len(x) for x in lists], out=offsets[1:])
+        ids = (np.concatenate(lists) if ni else np.zeros(0)).astype(np.int32)
+        counts = np.asarray(res.neighbour_counts, dtype=np.int32)
+        self._nb_arrays = (offsets, counts, ids)
+        return offsets, counts, ids, bool(res.overflow)
+
+
+def _error_code(lib: Any, exc: BaseException) -> int:
+    """The ``SAPPORO_ERR_*`` code (from sapporo.h, through ``lib``) for an exception."""
+    for cls, name in (
+        (InputError, "SAPPORO_ERR_INPUT"),
+        (ConfigError, "SAPPORO_ERR_CONFIG"),
+        (NonFiniteError, "SAPPORO_ERR_NONFINITE"),
+        (BackendError, "SAPPORO_ERR_BACKEND"),
+        (SapporoError, "SAPPORO_ERR_STATE"),
+    ):
+        if isinstance(exc, cls):
+            return int(getattr(lib, name))
+    return int(lib.SAPPORO_ERR_INTERNAL)
+
+
+def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
+    """Attach the Python implementation of every function of ``capi/bridge.h``.
+
+    Called once by the embedded init code of ``libsapporo.so``.  Each function returns 0
+    or a positive value on success; an exception becomes its ``SAPPORO_ERR_*`` code, with
+    the message handed to the C half (which prints it and keeps it for
+    ``sapporo_last_error()``).
+    """
+    import sapporo
+
+    state = bridge if bridge is not None else Bridge()
+    internal = int(lib.SAPPORO_ERR_INTERNAL)
+
+    def on_error(exc_type: type, exc: BaseException, tb: Any) -> int:
+        code = _error_code(lib, exc)
+        message = str(exc) if isinstance(exc, SapporoError) else f"{exc_type.__name__}: {exc}"
+        lib.shim_record_error(code, " ".join(message.split()).encode("utf-8", "replace"))
+        return code
+
+    def extern(func: Any) -> Any:
+        return ffi.def_extern(error=internal, onerror=on_error)(func)
+
+    def text(p: Any) -> str | None:
+        return None if p == ffi.NULL else ffi.string(p).decode()
+
+    # Views of the C arrays, valid during the call only: the library copies what it keeps.
+    def vectors(p: Any, n: int) -> np.ndarray | None:
+        if p == ffi.NULL:
+            return None
+        return np.frombuffer(ffi.buffer(p, 24 * n), dtype=np.float64).reshape(n, 3)
+
+    def scalars(p: Any, n: int, dtype: type) -> np.ndarray | None:
+        if p == ffi.NULL:
+            return None
+        return np.frombuffer(ffi.buffer(p, np.dtype(dtype).itemsize * n), dtype=dtype)
+
+    def put(p: Any, values: np.ndarray, dtype: type) -> None:
+        if p != ffi.NULL:
+            src = np.ascontiguousarray(values, dtype=dtype)
+            ffi.memmove(p, src, src.nbytes)
+
+    @extern
+    def shim_py_npipes() -> int:
+        return state.npipes()
+
+    @extern
+    def shim_py_version(buffer: Any, size: int) -> int:
+        data = sapporo.__version__.encode()[: max(size - 1, 0)]
+        ffi.memmove(buffer, data + b"\0", len(data) + 1)
+        return 0
+
+    @extern
+    def shim_py_open(order: int, precision: Any, backend: Any, ndev: int, devices: Any) -> int:
+        if ndev > 0:
+            devs: str | list[int] | None = [int(d) for d in ffi.unpack(devices, ndev)]
+        else:
+            devs = "all" if ndev < 0 else None
+        state.open(order=order, precision=text(precision), backend=text(backend), devices=devs)
+        return 0
+
+    @extern
+    def shim_py_close() -> int:
+        state.close()
+        return 0
+
+    @extern
+    def shim_py_set_j(n, address, index, t, mass, x, v, a, jerk, snap, crackle) -> int:
+        state.set_j(
+            scalars(address, n, np.int32), scalars(index, n, np.int32),
+            scalars(t, n, np.float64), scalars(mass, n, np.float64),
+            vectors(x, n), vectors(v, n), vectors(a, n), vectors(jerk, n),
+            vectors(snap, n), vectors(crackle, n),
+        )
+        return 0
+
+    @extern
+    def shim_py_set_time(t: float) -> int:
+        state.set_time(t)
+        return 0
+
+    @extern
+    def shim_py_start(nj, ni, index, x, v, a, eps2, h2) -> int:
+        a_ = vectors(a, ni) if state.lib is not None and state.lib.order == 6 else None
+        state.start(nj, scalars(index, ni, np.int32), vectors(x, ni), vectors(v, ni), a_,
+                    eps2, scalars(h2, ni, np.float64))
+        return 0
+
+    @extern
+    def shim_py_finish(ni, acc, jerk, snap, pot, nnb, nn_r2) -> int:
+        res = state.finish(ni)
+        zero = np.zeros((ni, 3))
+        put(acc, res.acc, np.float64)
+        put(jerk, zero if res.jerk is None else res.jerk, np.float64)
+        put(snap, zero if res.snap is None else res.snap, np.float64)
+        put(pot, res.pot, np.float64)
+        put(nnb, res.nn_index, np.int32)
+        put(nn_r2, res.nn_r2, np.float64)
+        return 0
+
+    @extern
+    def shim_py_read_neighbours(ni_out, offsets_out, counts_out, ids_out) -> int:
+        offsets, counts, ids, overflow = state.read_neighbours()
+        ni_out[0] = len(counts)
+        offsets_out[0] = ffi.from_buffer("int[]", offsets)
+        counts_out[0] = ffi.from_buffer("int[]", counts)
+        ids_out[0] = ffi.from_buffer("int[]", ids)
+        return int(overflow)
+
+    lib.shim_mark_ready()
+    return state
