@@ -62,28 +62,46 @@ void shim_record_error(int code, const char *message);
 void shim_mark_ready(void);
 """
 
-_INIT_CODE = '''\
-import os
-import site
-import sys
+#: Run by shim.c (PyRun_SimpleString) right after it starts the interpreter and before cffi
+#: sets the module up, which already imports _cffi_backend: the directories recorded when the
+#: library was built (the installing environment's, e.g. a virtual environment's
+#: site-packages) go first on sys.path, their .pth files processed.  SAPPORO_SITE
+#: (os.pathsep-separated) replaces them; it is read here, not in sapporo.config, because
+#: sapporo is not importable before these directories are added.
+_SITE_CODE = """\
+def _sapporo_add_sites():
+    import os, site, sys
+    override = os.environ.get("SAPPORO_SITE", "").strip()
+    dirs = [d for d in override.split(os.pathsep) if d] if override else {sites!r}
+    before = list(sys.path)
+    for d in dirs:
+        site.addsitedir(d)
+    sys.path[:] = [p for p in sys.path if p not in before] + before
+_sapporo_add_sites()
+del _sapporo_add_sites
+"""
 
-# Recorded when the library was built: where the installing interpreter found sapporo and
-# its dependencies.  SAPPORO_SITE (os.pathsep-separated) replaces them; it is read here and
-# not in sapporo.config because sapporo is not importable before these paths are added.
-_SITES = {sites!r}
-_override = os.environ.get("SAPPORO_SITE", "").strip()
-_dirs = [d for d in _override.split(os.pathsep) if d] if _override else _SITES
-_before = list(sys.path)
-for _d in _dirs:
-    site.addsitedir(_d)
-# Like the installing virtual environment: its directories come before the base Python's.
-sys.path[:] = [p for p in sys.path if p not in _before] + _before
-
-from {module} import ffi, lib  # noqa: E402
-from sapporo.capi_bridge import bind  # noqa: E402
+#: cffi's embedding_init_code: import the real package and bind the Python functions.
+_INIT_CODE = """\
+from {module} import ffi, lib
+from sapporo.capi_bridge import bind
 
 bind(ffi, lib)
-'''
+"""
+
+
+def _c_string(text: str) -> str:
+    """``text`` (UTF-8) as a C string literal."""
+    out = []
+    for byte in text.encode("utf-8"):
+        ch = chr(byte)
+        if ch == "\n":
+            out.append("\\n")
+        elif 32 <= byte < 127 and ch not in '"\\?':
+            out.append(ch)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
 
 
 def source_dir() -> Path:
@@ -126,10 +144,14 @@ def make_ffi(sites: list[str] | None = None):  # noqa: ANN201 (cffi.FFI, importe
     ffi = cffi.FFI()
     ffi.embedding_api(_read("bridge.h"))
     ffi.cdef(_CDEF_HELPERS + "".join(f"#define {n} ...\n" for n in _error_code_names()))
-    ffi.set_source(MODULE_NAME, '#include "shim.c"\n')
-    ffi.embedding_init_code(
-        _INIT_CODE.format(sites=recorded_sites() if sites is None else sites, module=MODULE_NAME)
+    site_code = _SITE_CODE.format(sites=recorded_sites() if sites is None else sites)
+    ffi.set_source(
+        MODULE_NAME,
+        f"static const char shim_python[] = {_c_string(sys.executable)};\n"
+        f"static const char shim_site_code[] = {_c_string(site_code)};\n"
+        '#include "shim.c"\n',
     )
+    ffi.embedding_init_code(_INIT_CODE.format(module=MODULE_NAME))
     return ffi
 
 

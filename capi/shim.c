@@ -6,6 +6,9 @@
  * never calls its own exported symbols.  j-particles are buffered in growable arrays and
  * handed to Python in one batch before the next g6_set_ti, force call, flush or close.  One
  * process-wide mutex serialises every call (the GIL then serialises the Python side).
+ *
+ * build.py defines shim_python (the installing interpreter) and shim_site_code (Python that
+ * adds the recorded site directories) before including this file into cffi's C source.
  */
 #include <math.h>
 #include <pthread.h>
@@ -75,12 +78,51 @@ static void shim_mark_ready(void)
     python_ready = 1;
 }
 
+/* Start Python as the interpreter that built the library (shim_python, written by build.py,
+ * e.g. a virtual environment's bin/python: its prefix, standard library and site-packages),
+ * unless the process already runs Python.  Then put the site directories recorded at build
+ * time first on sys.path (shim_site_code) -- before cffi sets the module up, which already
+ * imports _cffi_backend. */
+static int start_python(void)
+{
+    PyGILState_STATE gil = PyGILState_UNLOCKED;
+    int fresh = !Py_IsInitialized();
+    if (fresh) {
+        PyConfig config;
+        PyStatus status;
+        PyConfig_InitPythonConfig(&config);
+        config.install_signal_handlers = 0;  /* leave the program's signal handlers alone */
+        status = PyConfig_SetBytesString(&config, &config.program_name, shim_python);
+        if (!PyStatus_Exception(status))
+            status = Py_InitializeFromConfig(&config);
+        PyConfig_Clear(&config);
+        if (PyStatus_Exception(status)) {
+            fprintf(stderr, "sapporo: cannot start Python as %s: %s\n", shim_python,
+                    status.err_msg ? status.err_msg : "unknown error");
+            return -1;
+        }
+    }
+    else {
+        gil = PyGILState_Ensure();
+    }
+    if (PyRun_SimpleString(shim_site_code) != 0)
+        fprintf(stderr, "sapporo: could not add the recorded site directories\n");
+    if (fresh)
+        PyEval_SaveThread();  /* release the GIL, as cffi expects */
+    else
+        PyGILState_Release(gil);
+    return 0;
+}
+
 /* Start the embedded interpreter on first use; fail clearly if it could not import sapporo. */
 static int python_up(void)
 {
+    static int started;  /* 1: started, -1: could not start */
     if (python_ready)
         return 0;
-    if (cffi_start_python() != 0 || !python_ready)
+    if (started == 0)
+        started = start_python() == 0 ? 1 : -1;
+    if (started < 0 || cffi_start_python() != 0 || !python_ready)
         return fail(SAPPORO_ERR_INTERNAL,
                     "the embedded Python could not load sapporo (see the messages above; "
                     "SAPPORO_SITE may name the site directories to use)");

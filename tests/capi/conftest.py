@@ -1,0 +1,114 @@
+"""Fixtures for the C API tests: one library build per session, compiled test programs.
+
+The library is built once (``sapporo capi build --prefix <tmp>``) into a session folder; the
+C and Fortran programs in this folder are compiled against it on first use.  Programs run
+with ``PYTHONPATH``, ``LD_LIBRARY_PATH`` and every ``SAPPORO_*`` variable removed from
+their environment: the library must find Python, sapporo and its dependencies by itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+
+def _which(env: str, *names: str) -> str | None:
+    if os.environ.get(env):
+        return shutil.which(os.environ[env].split()[0])
+    for name in names:
+        if path := shutil.which(name):
+            return path
+    return None
+
+
+@dataclass
+class CApi:
+    """A built C API and the programs compiled against it."""
+
+    prefix: Path
+    cc: str
+    fc: str | None
+    workdir: Path
+    programs: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def lib_dir(self) -> Path:
+        return self.prefix / "lib"
+
+    @property
+    def library(self) -> Path:
+        return self.lib_dir / "libsapporo.so"
+
+    @property
+    def sites(self) -> list[str]:
+        """Site directories recorded in the build (see capi/build.py)."""
+        return json.loads((self.lib_dir / "sapporo-capi.json").read_text())["sites"]
+
+    def link_flags(self, lib: str = "sapporo") -> list[str]:
+        return [f"-I{self.prefix / 'include'}", f"-L{self.lib_dir}",
+                f"-Wl,-rpath,{self.lib_dir}", f"-l{lib}"]
+
+    def program(self, source: str, lib: str = "sapporo", extra: tuple[str, ...] = ()) -> Path:
+        """Compile ``tests/capi/<source>`` (C, or Fortran for .f90) once; return the binary."""
+        key = f"{source}:{lib}:{' '.join(extra)}"
+        if key in self.programs:
+            return self.programs[key]
+        fortran = source.endswith(".f90")
+        if fortran and self.fc is None:
+            pytest.skip("no Fortran compiler (gfortran) found: apt-get install gfortran")
+        exe = self.workdir / f"{Path(source).stem}-{lib}{len(self.programs)}"
+        compiler = self.fc if fortran else self.cc
+        std = [] if fortran else ["-std=gnu99", "-Wall", "-Werror"]
+        cmd = [compiler, "-O2", *std, str(HERE / source), "-o", str(exe), *extra,
+               *self.link_flags(lib), "-lm", "-pthread"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
+        self.programs[key] = exe
+        return exe
+
+    @staticmethod
+    def env(**extra: str) -> dict[str, str]:
+        """The environment for a test program: no help to find Python or sapporo."""
+        env = {
+            k: v for k, v in os.environ.items()
+            if not k.startswith("SAPPORO_") and k not in ("PYTHONPATH", "LD_LIBRARY_PATH")
+        }
+        env.update(extra)
+        return env
+
+    def run(self, exe: Path, *args: object, cwd: Path, env: dict[str, str] | None = None,
+            check: bool = True) -> subprocess.CompletedProcess:
+        """Run a test program; with ``check``, fail showing its output when the status is not 0."""
+        proc = subprocess.run([str(exe), *map(str, args)], cwd=cwd, env=env or self.env(),
+                              capture_output=True, text=True, timeout=300)
+        if check:
+            assert proc.returncode == 0, (
+                f"{exe.name} exited with {proc.returncode}\nstdout:\n{proc.stdout}\n"
+                f"stderr:\n{proc.stderr}"
+            )
+        return proc
+
+
+@pytest.fixture(scope="session")
+def capi(tmp_path_factory: pytest.TempPathFactory) -> CApi:
+    """Build the library once per session with ``sapporo capi build``."""
+    cc = _which("CC", "cc", "gcc", "clang")
+    if cc is None:
+        pytest.skip("no C compiler (cc, gcc or clang) found: the C API cannot be built")
+    prefix = tmp_path_factory.mktemp("capi-prefix")
+    proc = subprocess.run(
+        [sys.executable, "-m", "sapporo.cli", "capi", "build", "--prefix", str(prefix)],
+        capture_output=True, text=True,
+    )
+    assert proc.returncode == 0, f"sapporo capi build failed:\n{proc.stdout}{proc.stderr}"
+    return CApi(prefix=prefix, cc=cc, fc=_which("FC", "gfortran"),
+                workdir=tmp_path_factory.mktemp("capi-programs"))

@@ -1,0 +1,382 @@
+"""The GRAPE-6 API for C and Fortran (libsapporo.so), driven by real C and Fortran programs.
+
+Tolerances: the library's default precision is double-single (relative force error ~1e-6),
+so first forces must agree with the float64 reference to 1e-5 of sum_j |term_j|; ``double``
+precision to 1e-10.  A 4th-order Hermite run of a 128-body Plummer model (eps2 = 0,
+eta = 0.02, to t = 1/4) must conserve energy to |dE/E| < 1e-6 (measured: 7e-8).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+
+from sapporo.reference import forces, plummer, relative_vector_error
+
+if TYPE_CHECKING:
+    from conftest import CApi
+
+N = 128
+H2 = 0.05
+ENERGY_TOL = 1e-6
+DS_TOL = 1e-5
+
+# Every function of docs grape6-api.md, C name; the Fortran name adds "_".
+GRAPE6 = [
+    "g6_open", "g6_close", "g6_npipes", "g6_set_tunit", "g6_set_xunit", "g6_set_ti",
+    "g6_set_j_particle", "g6calc_firsthalf", "g6calc_lasthalf", "g6calc_lasthalf2",
+    "g6_read_neighbour_list", "g6_get_neighbour_list", "g6_initialize_jp_buffer",
+    "g6_flush_jp_buffer", "g6_reset", "g6_reset_fofpga", "g6_set_neighbour_list_sort_mode",
+    "g6_set_overflow_flag_test_mode", "g6_open_special",
+]
+EXTENSIONS = [
+    "sapporo_open", "sapporo_set_j_particle", "sapporo_calc_firsthalf",
+    "sapporo_calc_lasthalf", "sapporo_flush", "sapporo_last_error", "sapporo_version",
+]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def write_ic(path: Path, n: int = N, seed: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    x, v, m = plummer(n, seed=seed)
+    rows = np.column_stack([m, x, v])
+    np.savetxt(path, rows, fmt="%.17g", header=str(n), comments="")
+    return x, v, m
+
+
+def read_neighbour_file(path: Path) -> dict[int, list[int]]:
+    out = {}
+    for line in path.read_text().splitlines():
+        vals = [int(t) for t in line.split()]
+        assert len(vals) == 2 + vals[1], f"bad neighbour line {line!r}"
+        out[vals[0]] = vals[2:]
+    return out
+
+
+def check_first_forces(prefix: Path, x: np.ndarray, v: np.ndarray, m: np.ndarray,
+                       eps2: float, tol: float) -> None:
+    """Compare OUT.forces and OUT.nb of a hermite run with the float64 reference."""
+    data = np.loadtxt(f"{prefix}.forces")
+    idx = np.arange(len(m))
+    assert np.array_equal(data[:, 0], idx)
+    ref = forces(x, v, idx, x, v, m, idx, eps2, order=4, h2=H2)
+    assert relative_vector_error(data[:, 1:4], ref.acc, ref.acc_abs).max() < tol
+    assert relative_vector_error(data[:, 4:7], ref.jerk, ref.jerk_abs).max() < tol
+    assert relative_vector_error(data[:, 7], ref.pot, ref.pot_abs).max() < tol
+    r2 = ((x[:, None, :] - x[None, :, :]) ** 2).sum(axis=2)
+    nnb = data[:, 8].astype(int)
+    assert (nnb != idx).all(), "a particle is its own nearest neighbour"
+    differ = np.flatnonzero(nnb != ref.nn_index)  # only on near ties
+    assert np.allclose(r2[differ, nnb[differ]], ref.nn_r2[differ], rtol=tol, atol=0)
+    lists = read_neighbour_file(Path(f"{prefix}.nb"))
+    assert sorted(lists) == list(idx)
+    for i in idx:
+        got = lists[i]
+        assert got == sorted(got), "neighbour list not ascending"
+        assert i not in got, "a particle is in its own neighbour list"
+        for k in set(got) ^ set(ref.neighbours[i].tolist()):  # only on the sphere's edge
+            assert abs(r2[i, k] - H2) <= tol * H2, (i, k)
+    assert sum(len(lst) for lst in lists.values()) > N / 4, "test needs some neighbours"
+
+
+def parse_energy(stdout: str) -> tuple[float, float]:
+    match = re.search(r"E0\s+(\S+)\s+E1\s+(\S+)\s+steps\s+(\d+)", stdout)
+    assert match, stdout
+    return float(match[1]), float(match[2])
+
+
+# ----------------------------------------------------------------------------- the build
+
+
+def test_exported_symbols_only_g6_and_sapporo(capi: CApi) -> None:
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) not found")
+    out = subprocess.run([nm, "-D", "--defined-only", str(capi.library)],
+                         capture_output=True, text=True, check=True).stdout
+    names = {line.split()[-1] for line in out.splitlines() if line.strip()}
+    names = {n.split("@")[0] for n in names}
+    stray = sorted(n for n in names if not re.match(r"(g6|sapporo_)", n))
+    assert not stray, f"exported symbols outside g6*/sapporo_*: {stray}"
+    expected = set(GRAPE6) | {f"{f}_" for f in GRAPE6} | set(EXTENSIONS)
+    assert expected <= names, f"missing: {sorted(expected - names)}"
+
+
+def test_libg6_alias_and_headers(capi: CApi) -> None:
+    alias = capi.lib_dir / "libg6.so"
+    assert alias.resolve() == capi.library.resolve()
+    for header in ("grape6.h", "sapporo.h"):
+        assert (capi.prefix / "include" / header).is_file()
+
+
+def test_flags_command(capi: CApi) -> None:
+    def flags(*args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "sapporo.cli", "capi", "flags", "--prefix", str(capi.prefix),
+             *args], capture_output=True, text=True, check=True,
+        )
+        assert "building" not in proc.stderr, "flags rebuilt a current library"
+        return proc.stdout.strip()
+
+    assert flags().split() == capi.link_flags()
+    assert flags("--cflags") == f"-I{capi.prefix / 'include'}"
+    assert flags("--libs").split() == capi.link_flags()[1:]
+
+
+# ----------------------------------------------------------------------------- integrators
+
+
+def test_c_hermite_plummer(capi: CApi, tmp_path: Path) -> None:
+    """C names: first forces, nearest neighbours, neighbour lists, eps2 = 0, energy."""
+    exe = capi.program("hermite.c")
+    x, v, m = write_ic(tmp_path / "ic.txt")
+    proc = capi.run(exe, "ic.txt", "out", 0.0, 0.25, 0.02, H2, cwd=tmp_path)
+    check_first_forces(tmp_path / "out", x, v, m, 0.0, DS_TOL)
+    e0, e1 = parse_energy(proc.stdout)
+    assert abs((e1 - e0) / e0) < ENERGY_TOL
+    assert abs(e0 + 0.25) < 0.05  # a Plummer model in Henon units
+
+
+def test_fortran_hermite_plummer(capi: CApi, tmp_path: Path) -> None:
+    """Fortran names through gfortran, linked with -lg6; the same checks as in C."""
+    exe = capi.program("hermite.f90", lib="g6")
+    x, v, m = write_ic(tmp_path / "ic.txt")
+    proc = capi.run(exe, "ic.txt", "out", 0.0, 0.25, 0.02, H2, cwd=tmp_path)
+    check_first_forces(tmp_path / "out", x, v, m, 0.0, DS_TOL)
+    e0, e1 = parse_energy(proc.stdout)
+    assert abs((e1 - e0) / e0) < ENERGY_TOL
+
+
+def test_c_hermite_double_precision_softened(capi: CApi, tmp_path: Path) -> None:
+    """Precision from the environment (SAPPORO_PRECISION=double), eps2 > 0, npipes 32."""
+    exe = capi.program("hermite.c")
+    x, v, m = write_ic(tmp_path / "ic.txt", seed=3)
+    env = capi.env(SAPPORO_PRECISION="double", SAPPORO_NPIPES="32")
+    proc = capi.run(exe, "ic.txt", "out", 1e-4, 0.125, 0.02, H2, cwd=tmp_path, env=env)
+    check_first_forces(tmp_path / "out", x, v, m, 1e-4, 1e-10)
+    e0, e1 = parse_energy(proc.stdout)
+    assert abs((e1 - e0) / e0) < ENERGY_TOL
+
+
+def test_order6_extensions(capi: CApi, tmp_path: Path) -> None:
+    """sapporo_open(6, "double"), unscaled j-particles with snap and crackle, snap, nn_r2."""
+    n, ti, eps2 = 64, 0.01, 1e-3
+    x, v, m = plummer(n, seed=5)
+    rng = np.random.default_rng(5)
+    a, jerk, snap, crackle = (rng.normal(0, s, (n, 3)) for s in (1.0, 3.0, 10.0, 30.0))
+    np.savetxt(tmp_path / "ic.txt", np.column_stack([m, x, v, a, jerk, snap, crackle]),
+               fmt="%.17g", header=str(n), comments="")
+    capi.run(capi.program("ext.c"), "ic.txt", "out", ti, eps2, cwd=tmp_path)
+    data = np.loadtxt(tmp_path / "out")
+    dt = ti
+    xp = x + dt * (v + dt * (a / 2 + dt * (jerk / 6 + dt * (snap / 24 + dt * crackle / 120))))
+    vp = v + dt * (a + dt * (jerk / 2 + dt * (snap / 6 + dt * crackle / 24)))
+    ap = a + dt * (jerk + dt * (snap / 2 + dt * crackle / 6))
+    idx = np.arange(n)
+    ref = forces(x, v, idx, xp, vp, m, idx, eps2, order=6, ai=a, aj=ap)
+    tol = 1e-10
+    assert relative_vector_error(data[:, 1:4], ref.acc, ref.acc_abs).max() < tol
+    assert relative_vector_error(data[:, 4:7], ref.jerk, ref.jerk_abs).max() < tol
+    assert relative_vector_error(data[:, 7:10], ref.snap, ref.snap_abs).max() < tol
+    assert relative_vector_error(data[:, 10], ref.pot, ref.pot_abs).max() < tol
+    assert np.array_equal(data[:, 11].astype(int), ref.nn_index)
+    np.testing.assert_allclose(data[:, 12], ref.nn_r2, rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------- robustness
+
+
+def test_bad_calls_report_and_continue(capi: CApi, tmp_path: Path) -> None:
+    proc = capi.run(capi.program("badcalls.c"), cwd=tmp_path, env=capi.env(SAPPORO_NPIPES="8"))
+    assert "END" in proc.stdout
+    assert "npipes 8" in proc.stdout
+    checks = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("CHECK "):
+            head, _, message = line.partition(" | ")
+            _, label, rc = head.split()
+            checks[label] = (int(rc), message)
+    expected = {  # label: (code, words of the message)
+        "settime_before_open": (-2, "not open"),
+        "open": (0, ""),
+        "settime": (0, ""),
+        "address_negative": (-1, "address = -1"),
+        "nan_j": (-1, "NaN"),
+        "ni_above_npipes": (-1, "g6_npipes() = 8"),
+        "good_after_errors": (0, ""),
+        "ni_zero": (-1, "ni = 0"),
+        "nan_i": (-1, "non-finite"),
+        "lasthalf_without_firsthalf": (-2, "no force call pending"),
+        "nj_beyond_stored": (-1, "nj"),
+        "coincident": (-5, "non-finite"),
+        "good_again": (0, ""),
+        "read_neighbours": (0, ""),
+        "ipipe_out_of_range": (-1, "ipipe = 50"),
+        "close": (0, ""),
+        "set_j_closed": (-2, "not open"),
+        "settime_closed": (-2, "not open"),
+        "force_closed": (-2, "not open"),
+        "close_again": (0, ""),
+        "reopen_null": (0, ""),
+        "settime_reopened": (0, ""),
+        "good_reopened": (0, ""),
+        "close_end": (0, ""),
+    }
+    for label, (code, words) in expected.items():
+        assert label in checks, f"check {label} did not run:\n{proc.stdout}"
+        rc, message = checks[label]
+        assert rc == code, f"{label}: rc {rc}, expected {code} ({message})"
+        assert words in message, f"{label}: message {message!r} lacks {words!r}"
+        if code:
+            assert f"(code {code})" in message
+    # One stderr line per error, in the documented form.
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("sapporo: ")]
+    assert len(errors) == sum(1 for c, _ in expected.values() if c), proc.stderr
+    assert "Traceback" not in proc.stderr
+    acc = [line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("acc0")]
+    assert len(acc) == 2 and acc[0] == acc[1]
+    # Unit masses at (1,0,0), (0,1,0), (0,0,1) on one at the origin: acc = (1, 1, 1).
+    np.testing.assert_allclose([float(a) for a in acc[0]], [1, 1, 1], rtol=1e-6)
+
+
+def test_client_wrappers_over_fortran_names_do_not_recurse(capi: CApi, tmp_path: Path) -> None:
+    """A client's own g6_open() etc. over g6_open_() & co.; g6_open_(NULL) tolerated."""
+    proc = capi.run(capi.program("wrappers.c", extra=("-rdynamic",)), cwd=tmp_path)
+    assert "RECURSION" not in proc.stdout
+    match = re.search(r"OK acc (\S+)", proc.stdout)
+    assert match and abs(float(match[1]) - 1.0) < 1e-6, proc.stdout
+
+
+def test_first_call_from_several_threads(capi: CApi, tmp_path: Path) -> None:
+    proc = capi.run(capi.program("threads.c"), cwd=tmp_path)
+    match = re.search(r"OK npipes (\d+) version (\S+) maxerr (\S+)", proc.stdout)
+    assert match, proc.stdout
+    assert int(match[1]) == 256
+    assert float(match[3]) < DS_TOL
+
+
+def test_sapporo2_config_file_is_read(capi: CApi, tmp_path: Path) -> None:
+    """./sapporo2.config names a device that does not exist: g6_open says so, no crash."""
+    (tmp_path / "sapporo2.config").write_text("1\n97\n")
+    proc = capi.run(capi.program("badcalls.c"), cwd=tmp_path, check=False)
+    assert proc.returncode == 3, proc.stderr  # badcalls stops: it cannot store particles
+    assert re.search(r"CHECK open -1 \| g6_open: devices: 97", proc.stdout), proc.stdout
+    # SAPPORO_DEVICES wins over the file.
+    proc = capi.run(capi.program("badcalls.c"), cwd=tmp_path, env=capi.env(SAPPORO_DEVICES="0"))
+    assert "CHECK open 0 |" in proc.stdout
+
+
+def test_init_failure_is_reported_not_fatal(capi: CApi, tmp_path: Path) -> None:
+    """The embedded init fails (capi_bridge made unimportable): calls return -6, no crash."""
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    (site_dir / "zz_break.pth").write_text(
+        "import sys; sys.modules['sapporo.capi_bridge'] = None\n"
+    )
+    env = capi.env(SAPPORO_SITE=os.pathsep.join([*capi.sites, str(site_dir)]))
+    proc = capi.run(capi.program("badcalls.c"), cwd=tmp_path, check=False, env=env)
+    assert proc.returncode == 3, proc.stderr  # went on to its first store, which it checks
+    assert re.search(r"CHECK open -6 \| g6_open: the embedded Python could not load sapporo",
+                     proc.stdout), proc.stdout
+    assert "npipes -6" in proc.stdout
+
+
+def stub_env(capi: CApi, tmp_path: Path) -> dict[str, str]:
+    """SAPPORO_SITE: the recorded sites plus a folder whose .pth installs :data:`STUB`."""
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    (stub / "sapporo_capi_stub.py").write_text(STUB)
+    (stub / "zz_sapporo_capi_stub.pth").write_text("import sapporo_capi_stub\n")
+    return capi.env(SAPPORO_SITE=os.pathsep.join([*capi.sites, str(stub)]))
+
+
+def test_embedded_interpreter_is_the_installing_one(capi: CApi, tmp_path: Path) -> None:
+    """With no variables set, the program runs this interpreter with these packages."""
+    import _cffi_backend
+
+    capi.run(capi.program("bench.c"), 64, 16, 3, cwd=tmp_path, env=stub_env(capi, tmp_path))
+    seen = json.loads((tmp_path / "embedded-modules.json").read_text())
+    assert seen == {
+        "executable": sys.executable,
+        "_cffi_backend": _cffi_backend.__file__,
+        "numpy": np.__file__,
+        "sapporo": sys.modules["sapporo"].__file__,
+    }
+
+
+def test_host_overhead(capi: CApi, tmp_path: Path) -> None:
+    """Host cost of the C layer, with the library replaced by an instant stub.
+
+    The stub (a .pth in an extra site directory, via SAPPORO_SITE) returns precomputed
+    results, so the time of a force call is the C + cffi + bridge overhead.  Budgets (2x the
+    design targets, for noisy CI machines): g6_set_j_particle < 1 us per call (buffered in
+    C, no Python), a force call (firsthalf + lasthalf) < 60 us.
+    """
+    proc = capi.run(capi.program("bench.c"), 4096, 256, 2000, cwd=tmp_path,
+                    env=stub_env(capi, tmp_path))
+    match = re.search(r"set_j_us (\S+) flush_us (\S+) force_us (\S+)", proc.stdout)
+    assert match, proc.stdout
+    set_j_us, force_us = float(match[1]), float(match[3])
+    print(f"host overhead: g6_set_j_particle {set_j_us:.3f} us, force call {force_us:.1f} us, "
+          f"flush of 4096 {float(match[2]):.0f} us")
+    assert set_j_us < 1.0
+    assert force_us < 60.0
+
+
+STUB = '''\
+"""Replaces sapporo.library.Library by an instant stub (C API tests only)."""
+import json
+import sys
+
+import numpy as np
+import sapporo.library as L
+
+
+class _Pending:
+    def __init__(self, result):
+        self._result = result
+
+    def result(self):
+        return self._result
+
+
+class StubLibrary:
+    order = 4
+
+    def __init__(self, **kwargs):
+        self._results = {}
+        seen = {name: sys.modules[name].__file__ for name in ("_cffi_backend", "numpy", "sapporo")}
+        with open("embedded-modules.json", "w") as fh:
+            json.dump({"executable": sys.executable, **seen}, fh)
+
+    def set_j_particles(self, *args, **kwargs):
+        pass
+
+    def set_time(self, t):
+        pass
+
+    def start_compute(self, x, v, index, eps2, h2=None, a=None, nj=None):
+        ni = len(index)
+        if ni not in self._results:
+            z = np.zeros((ni, 3))
+            self._results[ni] = L.ForceResult(
+                acc=z, jerk=z, snap=None, pot=np.zeros(ni),
+                nn_index=np.zeros(ni, np.int64), nn_r2=np.zeros(ni))
+        return _Pending(self._results[ni])
+
+    def close(self):
+        pass
+
+
+L.Library = StubLibrary
+'''
