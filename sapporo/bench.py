@@ -1,0 +1,768 @@
+"""Benchmarks of the force library, with peers measured in the same process.
+
+Three measurements per order and precision (:func:`run_bench`):
+
+* **N x N**: every particle of an N-body system as i-particle against all N as j-particles,
+  for a list of N. When a full evaluation would exceed the time budget, only a subset of
+  the i-particles is computed (the row says so: ``n_active < n``); throughput is then
+  ``n_active * n`` interactions over the time.
+* **N_active sweep**: time per force call for 1, 2, 4, ..., 1024 active i-particles at a
+  fixed N (what a block time-step integrator sees).
+* **Host overhead**: wall time minus device kernel time per call at N_active = 1
+  (``Library(profiling=True)``).
+
+Peers, each on the same particles: the float64 NumPy reference model
+(:func:`sapporo.reference.forces`, small N), pytreegrav's numba brute force (acceleration
+only, ``parallel=True``; JIT compiled before timing), and on GPUs a naive CuPy or PyTorch
+direct sum when installed. GFLOP/s use the customary operation counts per interaction
+(:data:`FLOPS`). Results go to a CSV file, a text table and PNG plots (matplotlib).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import logging
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import InputError
+
+log = logging.getLogger(__name__)
+
+#: Floating-point operations counted per interaction, by order (Sapporo2 conventions).
+FLOPS = {2: 38, 4: 60, 6: 97}
+#: Softening used by every benchmark.
+EPS2 = 1e-4
+#: File names written into the output folder.
+CSV_NAME = "bench-results.csv"
+TABLE_NAME = "bench-table.txt"
+PLOT_NAMES = ("bench-nactive.png", "bench-nxn.png", "bench-orders.png")
+#: Peers known to :func:`run_bench`.
+PEERS = ("numpy-reference", "pytreegrav", "pytreegrav-target", "cupy", "torch")
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Row:
+    """One measurement (a CSV line).
+
+    ``kind`` is ``"nxn"``, ``"n_active"`` or ``"overhead"``; ``code`` is ``"sapporo"`` or a
+    peer's name. Times are in seconds (best over repeats; ``seconds_median`` the median);
+    ``kernel_seconds`` is device kernel time (sapporo only); ``overhead_us`` wall minus
+    kernel time per call in microseconds (median; ``overhead_us_min`` the smallest).
+    """
+
+    device: str
+    backend: str
+    date: str
+    kind: str
+    code: str
+    order: int | None
+    precision: str
+    n: int
+    n_active: int
+    repeats: int
+    seconds: float
+    seconds_median: float | None = None
+    kernel_seconds: float | None = None
+    overhead_us: float | None = None
+    overhead_us_min: float | None = None
+    interactions_per_s: float | None = None
+    gflops: float | None = None
+    peak_fraction: float | None = None
+    launch: str = ""
+    note: str = ""
+    ratios: dict[str, float] = field(default_factory=dict)
+
+
+#: The fixed CSV columns (``ratio_<peer>`` columns follow for each peer measured).
+COLUMNS = [f.name for f in fields(Row) if f.name != "ratios"]
+
+
+@dataclass
+class BenchSettings:
+    """What :func:`run_bench` measures.
+
+    Attributes
+    ----------
+    orders, precisions : sequences
+        Variants of the library to measure.
+    n_list : sequence of int
+        N of the N x N measurements.
+    sweep_n : int
+        N of the N_active sweep and of the host-overhead measurement.
+    n_active : sequence of int
+        Active-particle counts of the sweep.
+    overhead_calls : int
+        Calls timed for the host overhead.
+    repeats : int
+        Timed repeats of each N x N measurement (the best counts).
+    budget : float
+        Seconds allowed per N x N measurement (all repeats); beyond it a subset of the
+        i-particles is computed, and a peer is skipped.
+    sweep_seconds : float
+        Time spent per point of the N_active sweep (3 to 30 calls).
+    peers : sequence of str
+        Among :data:`PEERS`; unavailable ones are skipped with a note.
+    numpy_max_n : int
+        Largest N for the NumPy reference.
+    backend, devices
+        As for :class:`sapporo.Library`.
+    peak_gflops : dict
+        Device peak in GFLOP/s by precision, for the fraction of peak (empty: unknown).
+    launch : {"auto", "defaults"}
+        ``"auto"``: the library's table (tuning profile when present); ``"defaults"``: the
+        built-in launch parameters.
+    seed : int
+        Seed of the Plummer spheres.
+    """
+
+    orders: Sequence[int] = (2, 4, 6)
+    precisions: Sequence[str] = ("double-single", "double")
+    n_list: Sequence[int] = (1024, 4096, 16384, 65536)
+    sweep_n: int = 16384
+    n_active: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+    overhead_calls: int = 200
+    repeats: int = 3
+    budget: float = 30.0
+    sweep_seconds: float = 0.3
+    peers: Sequence[str] = ("numpy-reference", "pytreegrav")
+    numpy_max_n: int = 2048
+    backend: str | None = None
+    devices: Any = None
+    peak_gflops: dict[str, float] = field(default_factory=dict)
+    launch: str = "auto"
+    seed: int = 3
+
+    @classmethod
+    def quick(cls, **kw: Any) -> BenchSettings:
+        """A run of about a minute on a 2-core CPU."""
+        base = dict(n_list=(1024, 4096), sweep_n=4096, overhead_calls=50, repeats=2,
+                    budget=4.0, sweep_seconds=0.05, numpy_max_n=1024)
+        base.update(kw)
+        return cls(**base)
+
+    @classmethod
+    def tiny(cls, **kw: Any) -> BenchSettings:
+        """A few seconds: for tests of the machinery, not for numbers."""
+        base = dict(n_list=(256, 512), sweep_n=512, n_active=(1, 4, 16), overhead_calls=5,
+                    repeats=1, budget=2.0, sweep_seconds=0.0, numpy_max_n=256)
+        base.update(kw)
+        return cls(**base)
+
+
+@dataclass
+class BenchReport:
+    """Everything :func:`run_bench` measured."""
+
+    device: str
+    backend: str
+    device_type: str
+    date: str
+    rows: list[Row]
+    launch_sources: dict[str, str]
+    settings: BenchSettings
+    load_average: tuple[float, float, float] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def peers(self) -> list[str]:
+        """Peers with at least one measurement, in :data:`PEERS` order."""
+        have = {r.code for r in self.rows if r.code != "sapporo"}
+        return [p for p in PEERS if p in have]
+
+    def select(self, kind: str, code: str = "sapporo") -> list[Row]:
+        """Rows of one kind and code."""
+        return [r for r in self.rows if r.kind == kind and r.code == code]
+
+
+# ---------------------------------------------------------------------------------------------
+# systems
+
+
+def _system(n: int, seed: int, order: int) -> dict[str, Any]:
+    from .reference import plummer
+
+    x, v, m = plummer(n, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    a = rng.normal(scale=0.3, size=(n, 3)) if order >= 6 else None
+    return {"x": x, "v": v, "m": m, "a": a, "id": np.arange(n, dtype=np.int64)}
+
+
+def _rate(row: Row, peak: dict[str, float]) -> Row:
+    """Fill interactions/s, GFLOP/s and fraction of peak from the time."""
+    inter = row.n_active * row.n
+    if row.seconds > 0:
+        row.interactions_per_s = inter / row.seconds
+        if row.order in FLOPS and row.code in ("sapporo", "numpy-reference"):
+            row.gflops = row.interactions_per_s * FLOPS[row.order] / 1e9
+            if row.code == "sapporo" and peak.get(row.precision):
+                row.peak_fraction = row.gflops / peak[row.precision]
+    return row
+
+
+# ---------------------------------------------------------------------------------------------
+# sapporo
+
+
+def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[str, Any],
+                   say: Progress, sources: dict[str, str]) -> list[Row]:
+    from .launch import default_table
+    from .library import Library
+
+    rows: list[Row] = []
+    tag = f"order {order} {precision}"
+    with Library(order=order, precision=precision, backend=s.backend, devices=s.devices,
+                 profiling=True) as lib:
+        if s.launch == "defaults":
+            lib.set_launch_table(default_table(lib.device_infos[0], order, precision))
+        source = lib.launch_tables()[0].source
+        sources[tag] = source
+        launch = Path(source).name if source.endswith(".json") else source
+
+        def load(n: int) -> dict[str, Any]:
+            sysd = _system(n, s.seed, order)
+            lib.reset()
+            lib.set_j_particles(np.arange(n), sysd["id"], 0.0, sysd["m"], sysd["x"],
+                                sysd["v"], a=sysd["a"])
+            return sysd
+
+        def call(sysd: dict[str, Any], ni: int, nj: int | None = None) -> tuple[float, float]:
+            a = None if sysd["a"] is None else sysd["a"][:ni]
+            k0 = lib.kernel_seconds
+            t0 = time.perf_counter()
+            lib.compute(sysd["x"][:ni], sysd["v"][:ni], sysd["id"][:ni], EPS2, a=a, nj=nj)
+            return time.perf_counter() - t0, lib.kernel_seconds - k0
+
+        # N x N
+        for n in s.n_list:
+            sysd = load(n)
+            probe = min(n, 1024)
+            call(sysd, n, nj=min(n, 256))  # builds every configuration this size uses
+            call(sysd, probe)
+            t_probe, _ = call(sysd, probe)
+            per_i = t_probe / probe
+            ni, note = n, ""
+            if per_i * n * s.repeats > s.budget:
+                ni = max(probe, int(s.budget / s.repeats / per_i) // 1024 * 1024)
+                ni = min(ni, n)
+                if ni < n:
+                    note = f"i-subset: {ni} of {n} i-particles (time budget {s.budget:g} s)"
+            walls, kerns = [], []
+            for _ in range(s.repeats):
+                w, k = call(sysd, ni)
+                walls.append(w)
+                kerns.append(k)
+            row = _rate(Row(**common, kind="nxn", code="sapporo", order=order,
+                            precision=precision, n=n, n_active=ni, repeats=s.repeats,
+                            seconds=min(walls), seconds_median=statistics.median(walls),
+                            kernel_seconds=min(kerns), launch=launch, note=note),
+                        s.peak_gflops)
+            rows.append(row)
+            say(f"{tag}: N x N  N={n:>7} i={ni:>7}  {row.seconds:9.4f} s  "
+                f"{row.interactions_per_s / 1e9:7.3f} Gint/s  {row.gflops:7.2f} GFLOP/s"
+                + (f"  ({note})" if note else ""))
+
+        # N_active sweep and host overhead at sweep_n
+        n = s.sweep_n
+        sysd = load(n)
+        for ni in s.n_active:
+            if ni > n:
+                continue
+            call(sysd, ni, nj=min(n, 256))
+            w1, _ = call(sysd, ni)
+            reps = int(min(30, max(3, math.ceil(s.sweep_seconds / max(w1, 1e-6)))))
+            if s.sweep_seconds <= 0:
+                reps = 1
+            walls, kerns = [], []
+            for _ in range(reps):
+                w, k = call(sysd, ni)
+                walls.append(w)
+                kerns.append(k)
+            row = _rate(Row(**common, kind="n_active", code="sapporo", order=order,
+                            precision=precision, n=n, n_active=ni, repeats=reps,
+                            seconds=min(walls), seconds_median=statistics.median(walls),
+                            kernel_seconds=min(kerns), launch=launch), s.peak_gflops)
+            rows.append(row)
+            say(f"{tag}: N_active={ni:>5} at N={n}  {row.seconds * 1e6:10.1f} us  "
+                f"(kernel {row.kernel_seconds * 1e6:9.1f} us)  "
+                f"{row.interactions_per_s / 1e9:7.3f} Gint/s")
+        call(sysd, 1, nj=min(n, 256))
+        walls, kerns = [], []
+        for _ in range(max(1, s.overhead_calls)):
+            w, k = call(sysd, 1)
+            walls.append(w)
+            kerns.append(k)
+        over = [(w - k) * 1e6 for w, k in zip(walls, kerns, strict=True)]
+        row = _rate(Row(**common, kind="overhead", code="sapporo", order=order,
+                        precision=precision, n=n, n_active=1, repeats=len(walls),
+                        seconds=statistics.median(walls), seconds_median=statistics.median(walls),
+                        kernel_seconds=statistics.median(kerns),
+                        overhead_us=statistics.median(over), overhead_us_min=min(over),
+                        launch=launch), s.peak_gflops)
+        rows.append(row)
+        say(f"{tag}: host overhead at N_active=1, N={n}: median {row.overhead_us:8.1f} us, "
+            f"min {row.overhead_us_min:8.1f} us (wall {row.seconds * 1e6:.1f} us, kernel "
+            f"{row.kernel_seconds * 1e6:.1f} us)")
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# peers
+
+
+def _numpy_peer(s: BenchSettings, common: dict[str, Any], say: Progress) -> list[Row]:
+    from .reference import forces
+
+    rows = []
+    for order in s.orders:
+        for n in s.n_list:
+            if n > s.numpy_max_n:
+                continue
+            sysd = _system(n, s.seed, order)
+            best = float("inf")
+            times = []
+            for _ in range(2):
+                t0 = time.perf_counter()
+                forces(sysd["x"], sysd["v"], sysd["id"], sysd["x"], sysd["v"], sysd["m"],
+                       sysd["id"], EPS2, order=order, ai=sysd["a"], aj=sysd["a"])
+                times.append(time.perf_counter() - t0)
+                best = min(best, times[-1])
+                if best > s.budget / 4:
+                    break
+            row = _rate(Row(**common, kind="nxn", code="numpy-reference", order=order,
+                            precision="float64", n=n, n_active=n, repeats=len(times),
+                            seconds=best, seconds_median=statistics.median(times)), {})
+            rows.append(row)
+            say(f"peer numpy-reference order {order}: N={n:>7}  {best:9.4f} s  "
+                f"{row.interactions_per_s / 1e9:7.4f} Gint/s")
+    return rows
+
+
+def _pytreegrav_peer(s: BenchSettings, common: dict[str, Any], say: Progress,
+                     target: bool) -> list[Row]:
+    import pytreegrav
+
+    name = "pytreegrav-target" if target else "pytreegrav"
+
+    def run(x: np.ndarray, m: np.ndarray, ni: int) -> None:
+        if target:
+            pytreegrav.AccelTarget(x[:ni], x, m, method="bruteforce", parallel=True)
+        else:
+            pytreegrav.Accel(x, m, method="bruteforce", parallel=True)
+
+    # JIT warm-up of every code path the sizes below take (Accel switches kernels at ~1000)
+    for n in sorted({min(n, 1024) for n in s.n_list} | {min(n, 999) for n in s.n_list}):
+        sysd = _system(n, s.seed, 2)
+        run(sysd["x"], sysd["m"], n)
+    rows = []
+    per_pair = None
+    for n in s.n_list:
+        sysd = _system(n, s.seed, 2)
+        ni, note = n, ""
+        if per_pair is not None and per_pair * n * n > s.budget:
+            if not target:
+                rows_note = f"skipped N={n}: estimated {per_pair * n * n:.0f} s > budget"
+                say(f"peer {name}: {rows_note}")
+                continue
+            ni = max(1024, int(s.budget / (per_pair * n)) // 1024 * 1024)
+            if ni < n:
+                note = f"i-subset: {ni} of {n} targets (time budget {s.budget:g} s)"
+            else:
+                ni = n
+        times = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            run(sysd["x"], sysd["m"], ni)
+            times.append(time.perf_counter() - t0)
+            if times[-1] > s.budget / 4:
+                break
+        best = min(times)
+        per_pair = best / (ni * n)
+        row = _rate(Row(**common, kind="nxn", code=name, order=None, precision="float64",
+                        n=n, n_active=ni, repeats=len(times), seconds=best,
+                        seconds_median=statistics.median(times),
+                        note=("acceleration only, numba parallel=True"
+                              + ("" if target else ", symmetric N^2/2 pair kernel"))
+                        + (f"; {note}" if note else "")), {})
+        rows.append(row)
+        say(f"peer {name}: N={n:>7} i={ni:>7}  {best:9.4f} s  "
+            f"{row.interactions_per_s / 1e9:7.4f} Gint/s")
+    return rows
+
+
+def _gpu_peer(s: BenchSettings, common: dict[str, Any], say: Progress, lib: str) -> list[Row]:
+    """A naive float32 direct sum (acceleration and potential) on a CUDA GPU."""
+    if lib == "cupy":
+        import cupy as xp
+
+        def sync() -> None:
+            xp.cuda.Device().synchronize()
+    else:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ImportError("torch sees no CUDA device")
+
+        class _T:
+            @staticmethod
+            def asarray(a: np.ndarray) -> Any:
+                return torch.as_tensor(a, device="cuda")
+
+        xp = _T()
+
+        def sync() -> None:
+            torch.cuda.synchronize()
+
+    def direct(x: Any, m: Any, chunk: int) -> None:
+        n = x.shape[0]
+        for i0 in range(0, n, chunk):
+            d = x[None, :, :] - x[i0:i0 + chunk, None, :]
+            r2 = (d * d).sum(-1) + EPS2
+            inv = r2 ** -0.5
+            w = m[None, :] * inv * inv * inv
+            (w[:, :, None] * d).sum(1)
+            (-m[None, :] * inv).sum(1)
+
+    rows = []
+    per_pair = None
+    for n in s.n_list:
+        sysd = _system(n, s.seed, 2)
+        if per_pair is not None and per_pair * n * n > s.budget:
+            say(f"peer {lib}: skipped N={n} (time budget)")
+            continue
+        x = xp.asarray(sysd["x"].astype(np.float32))
+        m = xp.asarray(sysd["m"].astype(np.float32))
+        chunk = max(1, (1 << 26) // n)
+        direct(x, m, chunk)
+        sync()
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            direct(x, m, chunk)
+            sync()
+            times.append(time.perf_counter() - t0)
+        best = min(times)
+        per_pair = best / (n * n)
+        row = _rate(Row(**common, kind="nxn", code=lib, order=None, precision="float32",
+                        n=n, n_active=n, repeats=len(times), seconds=best,
+                        seconds_median=statistics.median(times),
+                        note="naive float32 direct sum (acc, pot)"), {})
+        rows.append(row)
+        say(f"peer {lib}: N={n:>7}  {best:9.4f} s  {row.interactions_per_s / 1e9:7.3f} Gint/s")
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# driver
+
+
+def run_bench(settings: BenchSettings, progress: Progress | None = None) -> BenchReport:
+    """Measure every requested variant and peer.
+
+    Parameters
+    ----------
+    settings : BenchSettings
+    progress : callable, optional
+        Called with one line of text per measurement.
+
+    Returns
+    -------
+    BenchReport
+    """
+    from . import config
+    from .backend import get_backend
+
+    say = progress or (lambda line: log.info("%s", line))
+    s = settings
+    try:
+        orders = [config.parse_order(o, "orders") for o in s.orders]
+        precisions = [config.parse_precision(p, "precisions") for p in s.precisions]
+    except Exception as exc:
+        raise InputError(str(exc)) from None
+    for name, vals in (("n", s.n_list), ("n_active", s.n_active)):
+        if not vals or min(int(v) for v in vals) < 1:
+            raise InputError(f"{name}: expected positive integers, got {list(vals)}")
+    unknown = [p for p in s.peers if p not in PEERS]
+    if unknown:
+        raise InputError(f"peers: unknown {unknown}; known: {', '.join(PEERS)}")
+    s.orders, s.precisions = orders, precisions
+
+    be = get_backend(s.backend)
+    devs = be.devices()
+    first = 0 if s.devices in (None, "all") else (
+        s.devices if isinstance(s.devices, int) else list(s.devices)[0])
+    if not 0 <= int(first) < len(devs):
+        raise InputError(f"devices: no device {first} in backend {be.name}")
+    info = devs[int(first)]
+    ndev = len(devs) if s.devices == "all" else (
+        1 if s.devices is None or isinstance(s.devices, int) else len(list(s.devices)))
+    device = info.name if ndev == 1 else f"{ndev} x {info.name}"
+    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    common = {"device": device, "backend": be.name, "date": date}
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    report = BenchReport(device=device, backend=be.name, device_type=info.device_type,
+                         date=date, rows=[], launch_sources={}, settings=s, load_average=load)
+    say(f"sapporo bench on {device} ({be.name}, {info.device_type}), {date}")
+
+    for precision in precisions:
+        for order in orders:
+            report.rows += _bench_library(s, order, precision, common, say,
+                                          report.launch_sources)
+
+    for peer in s.peers:
+        try:
+            if peer == "numpy-reference":
+                report.rows += _numpy_peer(s, common, say)
+            elif peer in ("pytreegrav", "pytreegrav-target"):
+                report.rows += _pytreegrav_peer(s, common, say, peer == "pytreegrav-target")
+            elif info.device_type != "gpu":
+                report.notes.append(f"{peer}: skipped (a GPU peer; the device is a "
+                                    f"{info.device_type})")
+            else:
+                report.rows += _gpu_peer(s, common, say, peer)
+        except ImportError as exc:
+            report.notes.append(f"{peer}: skipped (not available: {exc})")
+            say(f"peer {peer}: skipped (not available: {exc})")
+    _fill_ratios(report)
+    return report
+
+
+def _fill_ratios(report: BenchReport) -> None:
+    """Throughput ratio of each sapporo N x N row to each peer at the same N (and order, for
+    the NumPy reference)."""
+    peers = [r for r in report.rows if r.kind == "nxn" and r.code != "sapporo"]
+    for row in report.select("nxn"):
+        for p in peers:
+            if p.n != row.n or (p.order is not None and p.order != row.order):
+                continue
+            if p.interactions_per_s and row.interactions_per_s:
+                row.ratios[p.code] = row.interactions_per_s / p.interactions_per_s
+
+
+# ---------------------------------------------------------------------------------------------
+# output
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def write_csv(report: BenchReport, path: str | Path) -> Path:
+    """Write every row; ``ratio_<peer>`` columns follow the fixed :data:`COLUMNS`."""
+    path = Path(path)
+    peers = report.peers()
+    with path.open("w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(COLUMNS + [f"ratio_{p.replace('-', '_')}" for p in peers])
+        for r in report.rows:
+            d = asdict(r)
+            out.writerow([_cell(d[c]) for c in COLUMNS] + [_cell(r.ratios.get(p)) for p in peers])
+    return path
+
+
+def format_table(report: BenchReport) -> str:
+    """The results as a plain-text table."""
+    s = report.settings
+    lines = [f"sapporo bench: {report.device} ({report.backend}, {report.device_type}), "
+             f"{report.date}"]
+    if report.load_average:
+        lines.append("load average at start: " + " ".join(f"{x:.2f}" for x in
+                                                         report.load_average))
+    for tag, src in report.launch_sources.items():
+        lines.append(f"launch table, {tag}: {src}")
+    peak = ", ".join(f"{k} {v:g}" for k, v in s.peak_gflops.items())
+    lines.append(f"flops per interaction: order 2: {FLOPS[2]}, 4: {FLOPS[4]}, 6: {FLOPS[6]}"
+                 + (f"; peak GFLOP/s: {peak}" if peak else ""))
+    peers = report.peers()
+    lines += ["", "N x N (wall time per evaluation; i < N: subset of i-particles timed)"]
+    head = (f"{'order':>5} {'precision':<13} {'N':>7} {'i':>7} {'time [s]':>10} "
+            f"{'Gint/s':>8} {'GFLOP/s':>8} {'%peak':>6}")
+    head += "".join(f" {'x ' + p:>19}" for p in peers)
+    lines.append(head)
+    for r in report.select("nxn"):
+        pk = f"{100 * r.peak_fraction:6.1f}" if r.peak_fraction else f"{'-':>6}"
+        line = (f"{r.order:>5} {r.precision:<13} {r.n:>7} {r.n_active:>7} {r.seconds:10.4f} "
+                f"{r.interactions_per_s / 1e9:8.3f} {r.gflops:8.2f} {pk}")
+        line += "".join(f" {r.ratios[p]:19.2f}" if p in r.ratios else f" {'-':>19}"
+                        for p in peers)
+        lines.append(line)
+    if peers:
+        lines += ["", "peers (same particles, same process)"]
+        lines.append(f"{'code':<18} {'order':>5} {'N':>7} {'i':>7} {'time [s]':>10} "
+                     f"{'Gint/s':>8}  note")
+        for p in peers:
+            for r in report.select("nxn", p):
+                lines.append(f"{r.code:<18} {r.order or '-':>5} {r.n:>7} {r.n_active:>7} "
+                             f"{r.seconds:10.4f} {r.interactions_per_s / 1e9:8.4f}  {r.note}")
+    sweep = report.select("n_active")
+    if sweep:
+        lines += ["", f"N_active sweep at N = {sweep[0].n} (best wall time per call)"]
+        lines.append(f"{'order':>5} {'precision':<13} {'N_active':>8} {'time [us]':>11} "
+                     f"{'kernel [us]':>11} {'Gint/s':>8} {'GFLOP/s':>8}")
+        for r in sweep:
+            lines.append(f"{r.order:>5} {r.precision:<13} {r.n_active:>8} "
+                         f"{r.seconds * 1e6:11.1f} {r.kernel_seconds * 1e6:11.1f} "
+                         f"{r.interactions_per_s / 1e9:8.4f} {r.gflops:8.3f}")
+    over = report.select("overhead")
+    if over:
+        lines += ["", f"host overhead per call at N_active = 1, N = {over[0].n} "
+                      "(wall minus kernel time)"]
+        lines.append(f"{'order':>5} {'precision':<13} {'median [us]':>11} {'min [us]':>9} "
+                     f"{'wall [us]':>10} {'kernel [us]':>11} {'calls':>6}")
+        for r in over:
+            lines.append(f"{r.order:>5} {r.precision:<13} {r.overhead_us:11.1f} "
+                         f"{r.overhead_us_min:9.1f} {r.seconds * 1e6:10.1f} "
+                         f"{r.kernel_seconds * 1e6:11.1f} {r.repeats:>6}")
+    for note in report.notes:
+        lines.append(f"note: {note}")
+    return "\n".join(lines) + "\n"
+
+
+_COLORS = {2: "tab:green", 4: "tab:blue", 6: "tab:red"}
+_STYLES = {"double-single": "-", "double": "--"}
+_MARKERS = {"double-single": "o", "double": "s"}
+
+
+def plot(report: BenchReport, out_dir: str | Path) -> list[Path]:
+    """Write the PNG figures (Sapporo2-paper style); empty list without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        report.notes.append("plots skipped: matplotlib is not installed")
+        return []
+    out = Path(out_dir)
+    title = f"{report.device} ({report.backend}), {report.date}"
+    variants = [(o, p) for p in report.settings.precisions for o in report.settings.orders]
+    written = []
+
+    # 1. time per call against N_active at fixed N
+    sweep = report.select("n_active")
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    for o, p in variants:
+        rs = [r for r in sweep if r.order == o and r.precision == p]
+        if rs:
+            ax.loglog([r.n_active for r in rs], [r.seconds for r in rs], _STYLES[p],
+                      marker=_MARKERS[p], color=_COLORS[o], label=f"order {o}, {p}")
+    if sweep:
+        ax.set_title(f"force call at N = {sweep[0].n}\n{title}", fontsize=9)
+    ax.set_xlabel("N_active (i-particles per call)")
+    ax.set_ylabel("wall time per call [s]")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    written.append(out / PLOT_NAMES[0])
+    fig.savefig(written[-1], dpi=120)
+    plt.close(fig)
+
+    # 2. time of a full N x N evaluation against N, with an N^2 line
+    nxn = report.select("nxn")
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    for o, p in variants:
+        rs = [r for r in nxn if r.order == o and r.precision == p]
+        if rs:
+            ax.loglog([r.n for r in rs], [r.seconds * r.n / r.n_active for r in rs],
+                      _STYLES[p], marker=_MARKERS[p], color=_COLORS[o],
+                      label=f"sapporo order {o}, {p}")
+    peer_marks = {"numpy-reference": "^", "pytreegrav": "v", "pytreegrav-target": "<",
+                  "cupy": "D", "torch": "D"}
+    for peer in report.peers():
+        for o in [None, *report.settings.orders]:
+            rs = [r for r in report.select("nxn", peer) if r.order == o]
+            if rs:
+                ax.loglog([r.n for r in rs], [r.seconds * r.n / r.n_active for r in rs], ":",
+                          marker=peer_marks.get(peer, "x"), color=_COLORS.get(o, "k"),
+                          label=f"{peer}" + (f" order {o}" if o else ""))
+    if nxn:
+        ns = sorted({r.n for r in nxn})
+        ref = min(nxn, key=lambda r: r.n)
+        t0 = ref.seconds * ref.n / ref.n_active
+        ax.loglog(ns, [t0 * (n / ref.n) ** 2 for n in ns], color="0.6", lw=1,
+                  label="∝ N²")
+    ax.set_title(f"N x N force evaluation (i-subsets scaled to N)\n{title}", fontsize=9)
+    ax.set_xlabel("N")
+    ax.set_ylabel("wall time [s]")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    written.append(out / PLOT_NAMES[1])
+    fig.savefig(written[-1], dpi=120)
+    plt.close(fig)
+
+    # 3. 4th vs 6th order, double-single vs double: throughput against N
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
+    for o, p in variants:
+        rs = [r for r in nxn if r.order == o and r.precision == p]
+        if rs:
+            for ax, key in zip(axes, ("interactions_per_s", "gflops"), strict=True):
+                ax.semilogx([r.n for r in rs], [getattr(r, key) / (1e9 if key[0] == "i" else 1)
+                                                for r in rs],
+                            _STYLES[p], marker=_MARKERS[p], color=_COLORS[o],
+                            label=f"order {o}, {p}")
+    axes[0].set_ylabel("10⁹ interactions / s")
+    axes[1].set_ylabel("GFLOP/s (38 / 60 / 97 flops per interaction)")
+    for ax in axes:
+        ax.set_xlabel("N")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"orders and precisions, N x N\n{title}", fontsize=9)
+    fig.tight_layout()
+    written.append(out / PLOT_NAMES[2])
+    fig.savefig(written[-1], dpi=120)
+    plt.close(fig)
+    return written
+
+
+def write_outputs(report: BenchReport, out_dir: str | Path, plots: bool = True) -> list[Path]:
+    """CSV, text table and (optionally) plots into ``out_dir``; returns the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [write_csv(report, out / CSV_NAME)]
+    if plots:
+        paths += plot(report, out)
+    table = out / TABLE_NAME
+    table.write_text(format_table(report))
+    paths.append(table)
+    return paths
+
+
+def parse_peak(text: str | None) -> dict[str, float]:
+    """``"150"`` (both precisions) or ``"double-single=150,double=75"`` to a dictionary."""
+    from . import config
+
+    if not text:
+        return {}
+    out: dict[str, float] = {}
+    try:
+        for part in text.replace(" ", "").split(","):
+            if not part:
+                continue
+            if "=" in part:
+                k, v = part.split("=", 1)
+                out[config.parse_precision(k, "peak")] = float(v)
+            else:
+                out["double-single"] = out["double"] = float(part)
+    except Exception:
+        raise InputError(f"--peak-gflops: expected a number or 'double-single=X,double=Y', "
+                         f"got {text!r}") from None
+    return out

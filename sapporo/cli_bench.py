@@ -1,0 +1,111 @@
+"""``sapporo bench``: N x N throughput, N_active sweep and host overhead, with peers.
+
+Writes ``bench-results.csv``, ``bench-table.txt`` and PNG plots (``bench-nactive.png``,
+``bench-nxn.png``, ``bench-orders.png``; needs matplotlib) into ``--out`` and prints the
+table. ``--quick`` takes about a minute on a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .errors import InputError
+
+
+def _ints(text: str, what: str) -> list[int]:
+    vals = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        mult = 1
+        if part[-1] in "kK":
+            part, mult = part[:-1], 1024
+        try:
+            vals.append(int(float(part) * mult))
+        except ValueError:
+            raise InputError(f"{what}: expected comma-separated integers, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise InputError(f"{what}: expected positive integers, got {text!r}")
+    return vals
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark, print the table, write the files."""
+    from . import bench, config
+
+    w = sys.stdout.write
+
+    def progress(line: str) -> None:
+        w(line + "\n")
+        sys.stdout.flush()
+
+    kw: dict = {}
+    if args.orders:
+        kw["orders"] = _ints(args.orders, "--orders")
+    if args.precisions:
+        kw["precisions"] = [p for p in args.precisions.split(",") if p.strip()]
+    if args.n:
+        kw["n_list"] = _ints(args.n, "--n")
+    if args.sweep_n:
+        kw["sweep_n"] = _ints(str(args.sweep_n), "--sweep-n")[0]
+    if args.n_active:
+        kw["n_active"] = _ints(args.n_active, "--n-active")
+    if args.repeats:
+        kw["repeats"] = args.repeats
+    if args.budget:
+        kw["budget"] = args.budget
+    if args.peers is not None:
+        kw["peers"] = [] if args.peers.strip().lower() in ("", "none") else [
+            p.strip() for p in args.peers.split(",") if p.strip()]
+    kw["backend"] = config.parse_backend(args.backend, "--backend")
+    if args.devices:
+        kw["devices"] = config.parse_devices(args.devices, "--devices")
+    kw["peak_gflops"] = bench.parse_peak(args.peak_gflops)
+    kw["launch"] = args.launch
+    if args.tiny:
+        settings = bench.BenchSettings.tiny(**kw)
+    elif args.quick:
+        settings = bench.BenchSettings.quick(**kw)
+    else:
+        settings = bench.BenchSettings(**kw)
+    report = bench.run_bench(settings, progress=progress)
+    paths = bench.write_outputs(report, args.out, plots=not args.no_plots)
+    w("\n" + bench.format_table(report))
+    w("\nwrote: " + ", ".join(str(p) for p in paths) + "\n")
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``sapporo bench``."""
+    p = sub.add_parser(
+        "bench", help="benchmark the force kernels (N x N, N_active sweep, host overhead)",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--quick", action="store_true", help="small sizes, about a minute")
+    p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--out", default="sapporo-bench", help="output folder (default sapporo-bench)")
+    p.add_argument("--orders", default=None, help="orders, e.g. 4,6 (default 2,4,6)")
+    p.add_argument("--precisions", default=None,
+                   help="precisions, e.g. double-single,double (default both)")
+    p.add_argument("--n", default=None,
+                   help="N of the N x N runs, e.g. 4k,16k,64k (default 1k,4k,16k,64k)")
+    p.add_argument("--sweep-n", default=None,
+                   help="N of the N_active sweep and overhead (default 16k; 4k with --quick)")
+    p.add_argument("--n-active", default=None, help="N_active values (default 1,2,4,...,1024)")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats of N x N runs")
+    p.add_argument("--budget", type=float, default=None,
+                   help="seconds per N x N measurement before an i-subset is used "
+                        "(default 30; 4 with --quick)")
+    p.add_argument("--peers", default=None,
+                   help="comma-separated: numpy-reference, pytreegrav, pytreegrav-target, cupy, "
+                        "torch, or none (default numpy-reference,pytreegrav)")
+    p.add_argument("--backend", default=None, help="opencl, cuda or auto (default: auto)")
+    p.add_argument("--devices", default=None, help="device indices, e.g. 0 or 0,1, or all")
+    p.add_argument("--peak-gflops", default=None,
+                   help="device peak for the fraction of peak: one number, or "
+                        "'double-single=X,double=Y'")
+    p.add_argument("--launch", choices=("auto", "defaults"), default="auto",
+                   help="auto: tuning profile when present; defaults: built-in parameters")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.set_defaults(func=run)

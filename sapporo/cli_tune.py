@@ -1,0 +1,115 @@
+"""``sapporo tune``: sweep launch parameters per order and precision and write profiles.
+
+One line per configuration tried (with its time) goes to stdout while tuning, then a summary
+per order and precision: the chosen configuration per range of active particles, its time,
+and the time of the built-in default. Profiles go to the user profile folder
+(``SAPPORO_PROFILE_DIR`` overrides) or ``--out``; the library then loads them automatically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import config
+from .errors import InputError, SapporoError
+
+
+def _list(text: str, parse, what: str) -> list:
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if part:
+            try:
+                out.append(parse(part, what))
+            except SapporoError as exc:
+                raise InputError(str(exc)) from None
+    if not out:
+        raise InputError(f"{what}: empty list")
+    return out
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        vals = [int(float(p)) for p in text.replace(" ", "").split(",") if p]
+    except ValueError:
+        raise InputError(f"{what}: expected comma-separated integers, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise InputError(f"{what}: expected positive integers, got {text!r}")
+    return vals
+
+
+def run(args: argparse.Namespace) -> int:
+    """Tune every requested order and precision; exit code 0 on success."""
+    from . import tuning
+
+    w = sys.stdout.write
+
+    def progress(line: str) -> None:
+        w(line + "\n")
+        sys.stdout.flush()
+
+    orders = _list(args.order, config.parse_order, "--order")
+    precisions = _list(args.precision, config.parse_precision, "--precision")
+    points = _ints(args.n_active, "--n-active") if args.n_active else None
+    configs = ([tuning.parse_config(c) for c in args.configs.split(";") if c.strip()]
+               if args.configs else None)
+    backend = config.parse_backend(args.backend, "--backend")
+    results = []
+    for precision in precisions:
+        for order in orders:
+            res = tuning.tune(
+                order, precision, backend=backend, device=args.device, n=args.n,
+                points=points, configs=configs, quick=args.quick, repeats=args.repeats,
+                metric=args.metric, margin=args.margin, verify=not args.no_verify,
+                write=not args.dry_run, out_dir=args.out, progress=progress,
+            )
+            results.append((order, precision, res))
+    w("\nsummary (time per force call; 'default' is the built-in launch configuration)\n")
+    for order, precision, res in results:
+        meta = res.table.meta
+        w(f"\norder {order} {precision} on {meta['device']} ({meta['backend']}), "
+          f"N = {meta['n']}, {meta['created']}\n")
+        w(f"  {'N_active':>8}  {'chosen':<42} {'time':>11} {'default':>11} {'speedup':>8}\n")
+        for row in tuning.summary_rows(res):
+            cfg = tuning.describe(tuning.LaunchConfig(
+                **{k: row[k] for k in tuning.LaunchConfig.__dataclass_fields__}))
+            d = row["default_seconds"]
+            ds = f"{d * 1e3:9.3f}ms" if d else f"{'-':>11}"
+            sp = f"{row['speedup']:7.2f}x" if row["speedup"] else f"{'-':>8}"
+            w(f"  {row['n_active']:>8}  {cfg:<42} {row['seconds'] * 1e3:9.3f}ms {ds} {sp}\n")
+        w(f"  profile: {res.path if res.path else '(not written: --dry-run)'}\n")
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``sapporo tune``."""
+    p = sub.add_parser(
+        "tune", help="sweep the force kernels' launch parameters and write a tuning profile",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--order", default="2,4,6", help="orders to tune (default 2,4,6)")
+    p.add_argument("--precision", default="double-single,double",
+                   help="precisions to tune (default double-single,double)")
+    p.add_argument("--backend", default=None, help="opencl, cuda or auto (default: auto)")
+    p.add_argument("--device", type=int, default=0, help="device index (default 0)")
+    p.add_argument("--n", type=int, default=None,
+                   help="reference j-count (default 131072 on a GPU, 16384 on a CPU; "
+                        "4096 with --quick)")
+    p.add_argument("--n-active", default=None,
+                   help="comma-separated active-particle counts (default 1,2,4,...,1024,N)")
+    p.add_argument("--quick", action="store_true", help="a fast, reduced sweep")
+    p.add_argument("--repeats", type=int, default=2, help="timed calls per point (default 2)")
+    p.add_argument("--metric", choices=("kernel", "wall"), default="kernel",
+                   help="time to minimise: device kernel time (default) or wall time")
+    p.add_argument("--margin", type=float, default=0.05,
+                   help="keep the built-in default unless a candidate is faster by more than "
+                        "this fraction (default 0.05)")
+    p.add_argument("--configs", default=None,
+                   help="explicit candidates, ';'-separated, e.g. 'w=8,jt=64,gpc=4;w=4,jt=256'")
+    p.add_argument("--out", default=None,
+                   help="folder for the profiles (default: the user profile folder)")
+    p.add_argument("--no-verify", action="store_true",
+                   help="skip the check of the chosen configurations against the reference")
+    p.add_argument("--dry-run", action="store_true", help="do not write profiles")
+    p.set_defaults(func=run)

@@ -1,0 +1,76 @@
+"""``sapporo bench``: the machinery on tiny sizes (files, columns); no timing assertions."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+
+import pytest
+
+from sapporo import bench
+from sapporo.cli import main
+from sapporo.errors import InputError
+
+HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
+
+
+def test_bench_quick_tiny_writes_csv_and_plots(tmp_path, backend, capsys):
+    out = tmp_path / "bench"
+    code = main(["bench", "--quick", "--tiny", "--backend", backend, "--out", str(out),
+                 "--orders", "4", "--precisions", "double-single", "--n", "256",
+                 "--sweep-n", "256", "--n-active", "1,8", "--peers", "numpy-reference",
+                 "--peak-gflops", "100"])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "N x N" in text and "host overhead" in text and "N_active sweep" in text
+    with (out / bench.CSV_NAME).open() as fh:
+        rows = list(csv.DictReader(fh))
+    header = list(rows[0])
+    assert header[: len(bench.COLUMNS)] == bench.COLUMNS
+    assert "ratio_numpy_reference" in header
+    kinds = {(r["kind"], r["code"]) for r in rows}
+    assert kinds == {("nxn", "sapporo"), ("n_active", "sapporo"), ("overhead", "sapporo"),
+                     ("nxn", "numpy-reference")}
+    nxn = [r for r in rows if r["kind"] == "nxn" and r["code"] == "sapporo"]
+    assert len(nxn) == 1 and nxn[0]["n"] == "256" and float(nxn[0]["gflops"]) > 0
+    assert float(nxn[0]["ratio_numpy_reference"]) > 0
+    assert 0 < float(nxn[0]["peak_fraction"])
+    assert all(r["device"] and r["date"] for r in rows)
+    assert [r["n_active"] for r in rows if r["kind"] == "n_active"] == ["1", "8"]
+    over = [r for r in rows if r["kind"] == "overhead"]
+    assert len(over) == 1 and over[0]["overhead_us"]
+    assert (out / bench.TABLE_NAME).is_file()
+    for name in bench.PLOT_NAMES:
+        assert (out / name).is_file() == HAVE_MPL
+
+
+def test_settings_presets():
+    q = bench.BenchSettings.quick()
+    assert max(q.n_list) <= 4096 and q.sweep_n <= 4096
+    t = bench.BenchSettings.tiny(orders=(2,))
+    assert t.orders == (2,) and max(t.n_list) <= 512
+
+
+def test_parse_peak():
+    assert bench.parse_peak("150") == {"double-single": 150.0, "double": 150.0}
+    assert bench.parse_peak("ds=150, double=75") == {"double-single": 150.0, "double": 75.0}
+    assert bench.parse_peak(None) == {}
+    with pytest.raises(InputError):
+        bench.parse_peak("fast")
+
+
+def test_unknown_peer_is_an_input_error(backend):
+    with pytest.raises(InputError):
+        bench.run_bench(bench.BenchSettings.tiny(peers=("abacus",), backend=backend))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("pytreegrav") is None, reason="needs pytreegrav")
+def test_pytreegrav_peer(backend):
+    s = bench.BenchSettings.tiny(orders=(4,), precisions=("double-single",), n_list=(1024,),
+                                 sweep_n=256, n_active=(1,), peers=("pytreegrav",),
+                                 backend=backend)
+    report = bench.run_bench(s)
+    peer = report.select("nxn", "pytreegrav")
+    assert len(peer) == 1 and peer[0].interactions_per_s > 0
+    assert "pytreegrav" in report.select("nxn")[0].ratios
