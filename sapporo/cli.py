@@ -13,7 +13,7 @@ import sys
 
 from .errors import SapporoError
 
-COMMANDS = ("info", "run", "bench", "tune", "capi")
+COMMANDS = ("info", "run", "bench", "tune", "accuracy", "capi")
 
 
 def build_parser() -> argparse.ArgumentParser:
