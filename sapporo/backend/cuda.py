@@ -1,8 +1,23 @@
 """PyCUDA implementation of the backend interface.
 
-Imported only when asked for (or during automatic selection): a machine without PyCUDA never
-imports it. Kernels are compiled at run time by PyCUDA for the detected architecture, with
-PyCUDA's own on-disk cache (no second cache is added here).
+Imported only when asked for (or during automatic selection), and even then PyCUDA itself
+is imported only when :class:`CUDABackend` is constructed: a machine without PyCUDA never
+imports it. Kernels (``kernels_cuda/*.cu``) are compiled at run time by PyCUDA's
+``SourceModule`` (nvcc) for the device's architecture, with PyCUDA's own on-disk cache
+(``PYCUDA_CACHE_DIR``; ``PYCUDA_DISABLE_CACHE`` turns it off): no second cache is added.
+
+Mapping of the OpenCL-style interface:
+
+* A context is a PyCUDA context (``Device.make_context``) with one stream; every operation
+  pushes the context for its duration and pops it afterwards, so several devices can be
+  driven from one thread and no context stays current between calls.
+* Launch sizes are given OpenCL-style (``global_size``, ``local_size``): block =
+  ``local_size``, grid = ``global_size / local_size`` per dimension.
+* Transfers are stream-ordered. Downloads with ``wait=False`` go through a page-locked
+  staging buffer, so that they really are asynchronous (a copy into pageable memory would
+  block until the queued kernels have finished); the caller's array is filled when the
+  returned event is waited for or when the context finishes. Uploads from pageable memory
+  are staged by the driver itself and return as soon as the source has been read.
 """
 
 from __future__ import annotations
@@ -10,6 +25,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import math
+import weakref
+from collections.abc import Callable, Iterator
+from pathlib import PurePath
 from typing import Any
 
 import numpy as np
@@ -32,46 +51,75 @@ from .base import (
 
 log = logging.getLogger(__name__)
 
-try:
-    import pycuda.driver as cuda
-except Exception as _exc:  # ImportError, or a driver library that fails to load
-    cuda = None
-    _IMPORT_ERROR: Exception | None = _exc
-else:
-    _IMPORT_ERROR = None
+_INSTALL = (
+    "install it with: pip install 'sapporo-nbody[cuda]' (needs the NVIDIA driver and the "
+    "CUDA toolkit's nvcc on PATH)"
+)
+
+
+def _import_driver() -> Any:
+    """Import ``pycuda.driver``; raise :class:`BackendError` saying why it failed."""
+    try:
+        import pycuda.driver as drv
+    except Exception as exc:  # ImportError, or a driver library that fails to load
+        raise BackendError(
+            f"PyCUDA is not importable ({type(exc).__name__}: {exc}); {_INSTALL}"
+        ) from None
+    return drv
 
 
 class CUEvent(Event):
-    def __init__(self, start: Any, end: Any, ctx: CUContext | None):
-        self._start, self._end, self._ctx = start, end, ctx
+    """Completion of stream work: a recorded ``pycuda.driver.Event`` (None: already done).
+
+    ``then`` runs once, on the host, after the event has completed (used to copy a staged
+    download into the caller's array).
+    """
+
+    def __init__(
+        self,
+        ctx: CUContext | None,
+        end: Any,
+        start: Any = None,
+        then: Callable[[], None] | None = None,
+    ):
+        self._ctx, self._end, self._start, self._then = ctx, end, start, then
 
     def wait(self) -> None:
-        if self._end is not None:
+        if self._end is not None and self._ctx is not None:
             with self._ctx.active():
                 self._end.synchronize()
+        then, self._then = self._then, None
+        if then is not None:
+            then()
 
     @property
     def elapsed(self) -> float | None:
-        if self._start is None or self._end is None:
+        if self._start is None or self._end is None or self._ctx is None:
             return None
+        self.wait()
         with self._ctx.active():
-            self._end.synchronize()
             return self._end.time_since(self._start) * 1e-3
 
 
 class CUBuffer(Buffer):
+    """Device memory from ``mem_alloc``."""
+
     def __init__(self, ctx: CUContext, nbytes: int):
         self._ctx = ctx
         self.nbytes = int(nbytes)
+        self.mem: Any = None
+        drv = ctx.drv
         with ctx.active():
             try:
-                self.mem = cuda.mem_alloc(max(self.nbytes, 4))
-            except cuda.Error as exc:
+                self.mem = drv.mem_alloc(max(self.nbytes, 4))
+            except drv.Error as exc:
                 raise BackendError(
                     f"cannot allocate {self.nbytes} bytes on {ctx.info.name}: {exc}"
                 ) from exc
 
     def _check(self, host: np.ndarray, offset: int) -> None:
+        if self.mem is None:
+            raise BackendError("buffer was freed")
         if not host.flags.c_contiguous:
             raise BackendError("host array must be C-contiguous")
         if offset < 0 or offset + host.nbytes > self.nbytes:
@@ -83,64 +131,144 @@ class CUBuffer(Buffer):
     def upload(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> Event:
         self._check(host, offset)
         if host.nbytes == 0:
-            return CUEvent(None, None, None)
-        with self._ctx.active():
-            cuda.memcpy_htod_async(int(self.mem) + offset, host, self._ctx.stream)
-            end = self._ctx.record()
+            return CUEvent(None, None)
+        ctx = self._ctx
+        with ctx.active():
+            ctx.drv.memcpy_htod_async(int(self.mem) + offset, host, ctx.stream)
+            end = ctx.record()
             if wait:
                 end.synchronize()
-        return CUEvent(None, end, self._ctx)
+        return CUEvent(ctx, end)
 
     def download(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> Event:
         self._check(host, offset)
         if host.nbytes == 0:
-            return CUEvent(None, None, None)
-        with self._ctx.active():
-            cuda.memcpy_dtoh_async(host, int(self.mem) + offset, self._ctx.stream)
-            end = self._ctx.record()
-            if wait:
+            return CUEvent(None, None)
+        ctx = self._ctx
+        if wait:
+            with ctx.active():
+                ctx.drv.memcpy_dtoh_async(host, int(self.mem) + offset, ctx.stream)
+                end = ctx.record()
                 end.synchronize()
-        return CUEvent(None, end, self._ctx)
+            return CUEvent(ctx, end)
+        n = host.nbytes
+        with ctx.active():
+            stage = ctx.staging_acquire(n)
+            ctx.drv.memcpy_dtoh_async(stage[:n], int(self.mem) + offset, ctx.stream)
+            end = ctx.record()
+        target = host.reshape(-1).view(np.uint8)
+
+        def copy_out() -> None:
+            np.copyto(target, stage[:n])
+            ctx.staging_release(stage, event)
+
+        event = CUEvent(ctx, end, then=copy_out)
+        ctx.pending.append(event)
+        return event
 
     def fill(self, value: int = 0) -> Event:
-        with self._ctx.active():
-            cuda.memset_d32_async(self.mem, int(value) & 0xFFFFFFFF, self.nbytes // 4,
-                                  self._ctx.stream)
-            end = self._ctx.record()
-        return CUEvent(None, end, self._ctx)
+        if self.mem is None:
+            raise BackendError("buffer was freed")
+        words = self.nbytes // 4
+        if words == 0:
+            return CUEvent(None, None)
+        ctx = self._ctx
+        with ctx.active():
+            ctx.drv.memset_d32_async(self.mem, int(value) & 0xFFFFFFFF, words, ctx.stream)
+            end = ctx.record()
+        return CUEvent(ctx, end)
 
     def free(self) -> None:
-        mem = getattr(self, "mem", None)
+        mem, self.mem = self.mem, None
         if mem is not None:
             with self._ctx.active():
                 mem.free()
-            self.mem = None
+
+
+def _default_block(global_size: int, limit: int = 256) -> int:
+    """A block size for a dimension launched without a local size: a divisor of it."""
+    return math.gcd(global_size, limit) or 1
 
 
 class CUKernel(Kernel):
+    """A ``pycuda.driver.Function``, launched OpenCL-style."""
+
     def __init__(self, ctx: CUContext, func: Any, name: str):
         self._ctx, self._func, self.name = ctx, func, name
 
-    def __call__(self, global_size, local_size, *args, wait=False) -> Event:
-        gs = tuple(int(g) for g in global_size) + (1,) * (3 - len(global_size))
-        ls = tuple(int(s) for s in (local_size or (1,) * len(global_size)))
-        ls = ls + (1,) * (3 - len(ls))
+    def _args(self, args: tuple[Any, ...]) -> list[Any]:
+        out: list[Any] = []
+        for pos, a in enumerate(args):
+            if isinstance(a, CUBuffer):
+                if a.mem is None:
+                    raise BackendError(f"kernel {self.name}: argument {pos} is a freed buffer")
+                out.append(a.mem)
+            elif isinstance(a, (np.int32, np.uint32, np.float32, np.float64)):
+                out.append(a)
+            elif isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, float)):
+                raise BackendError(
+                    f"kernel {self.name}: argument {pos} has unsupported type "
+                    f"{type(a).__name__} (give a Buffer, numpy.int32 or numpy.float64)"
+                )
+            elif isinstance(a, int):
+                if not -(2**31) <= a < 2**31:
+                    raise BackendError(f"kernel {self.name}: argument {pos} overflows an int")
+                out.append(np.int32(a))
+            else:
+                out.append(np.float64(a))
+        return out
+
+    def __call__(
+        self,
+        global_size: tuple[int, ...],
+        local_size: tuple[int, ...] | None,
+        *args: Any,
+        wait: bool = False,
+    ) -> Event:
+        gs = tuple(int(g) for g in global_size)
+        if not 1 <= len(gs) <= 3 or any(g < 1 for g in gs):
+            raise BackendError(f"kernel {self.name}: invalid global size {gs}")
+        if local_size is None:
+            ls = tuple(_default_block(g) for g in gs)
+        else:
+            ls = tuple(int(s) for s in local_size)
+        if len(ls) != len(gs) or any(s < 1 for s in ls):
+            raise BackendError(f"kernel {self.name}: invalid local size {ls} for global {gs}")
         if any(g % s for g, s in zip(gs, ls, strict=True)):
-            raise BackendError(f"global size {gs} is not a multiple of local size {ls}")
-        grid = tuple(g // s for g, s in zip(gs, ls, strict=True))
-        cargs = [a.mem if isinstance(a, CUBuffer) else a for a in args]
-        with self._ctx.active():
-            start = self._ctx.record() if self._ctx.profiling else None
-            self._func(*cargs, block=ls, grid=grid[:2], stream=self._ctx.stream)
-            end = self._ctx.record()
+            raise BackendError(
+                f"kernel {self.name}: global size {gs} is not a multiple of local size {ls}"
+            )
+        threads = math.prod(ls)
+        if threads > self._ctx.info.max_work_group_size:
+            raise BackendError(
+                f"kernel {self.name}: block of {threads} threads exceeds the device limit "
+                f"{self._ctx.info.max_work_group_size}"
+            )
+        pad = (1,) * (3 - len(gs))
+        block = ls + pad
+        grid = tuple(g // s for g, s in zip(gs, ls, strict=True)) + pad
+        cargs = self._args(args)
+        ctx = self._ctx
+        with ctx.active():
+            start = ctx.record(timing=True) if ctx.profiling else None
+            try:
+                self._func(*cargs, block=block, grid=grid, stream=ctx.stream)
+            except ctx.drv.Error as exc:
+                raise BackendError(
+                    f"launch of kernel {self.name} (grid {grid}, block {block}) failed on "
+                    f"{ctx.info.name}: {exc}"
+                ) from exc
+            end = ctx.record(timing=ctx.profiling)
             if wait:
                 end.synchronize()
-        return CUEvent(start, end, self._ctx)
+        return CUEvent(ctx, end, start)
 
 
 class CUProgram(Program):
-    def __init__(self, ctx: CUContext, module: Any):
-        self._ctx, self._module = ctx, module
+    """A compiled ``SourceModule``."""
+
+    def __init__(self, ctx: CUContext, module: Any, source_name: str):
+        self._ctx, self._module, self._source_name = ctx, module, source_name
         self._kernels: dict[str, CUKernel] = {}
 
     def kernel(self, name: str) -> Kernel:
@@ -148,50 +276,117 @@ class CUProgram(Program):
             with self._ctx.active():
                 try:
                     func = self._module.get_function(name)
-                except cuda.LogicError as exc:
-                    raise BackendError(f"kernel {name!r} not found in module: {exc}") from exc
+                except self._ctx.drv.Error as exc:
+                    raise BackendError(
+                        f"kernel {name!r} not found in {self._source_name}: {exc}"
+                    ) from exc
             self._kernels[name] = CUKernel(self._ctx, func, name)
         return self._kernels[name]
 
 
+def _cuda_source_name(source_name: str) -> str:
+    """``force``, ``force.cl`` or ``force.cu`` -> ``force.cu``."""
+    path = PurePath(source_name)
+    if path.suffix in (".cl", ".cu", ""):
+        return str(path.with_suffix(".cu"))
+    return source_name
+
+
+def _compile_log(exc: BaseException) -> str:
+    """The compiler output carried by a PyCUDA ``CompileError`` (else the message)."""
+    parts = [getattr(exc, "stdout", None), getattr(exc, "stderr", None)]
+    text = "\n".join(p if isinstance(p, str) else p.decode("utf-8", "replace")
+                     for p in parts if p)
+    return text or f"{type(exc).__name__}: {exc}"
+
+
 class CUContext(Context):
-    def __init__(self, info: DeviceInfo, device: Any, profiling: bool):
+    """One CUDA device: a PyCUDA context and a stream."""
+
+    def __init__(self, drv: Any, info: DeviceInfo, profiling: bool):
+        self.drv = drv
         self.info = info
         self.profiling = profiling
-        self._device = device
-        self._ctx = device.make_context()
-        try:
-            self.stream = cuda.Stream()
-        finally:
-            self._ctx.pop()
+        self.pending: list[CUEvent] = []  # staged downloads not yet copied out
+        self._staging: list[np.ndarray] = []  # free page-locked staging areas
         self._programs: dict[str, CUProgram] = {}
+        self._buffers: weakref.WeakSet[CUBuffer] = weakref.WeakSet()
+        self._device = drv.Device(info.index)
+        try:
+            self._ctx = self._device.make_context()
+        except drv.Error as exc:
+            raise BackendError(
+                f"cannot open CUDA device {info.index} ({info.name}): {exc}"
+            ) from exc
+        try:
+            self.stream = drv.Stream()
+        except drv.Error as exc:
+            drv.Context.pop()
+            self._ctx.detach()
+            self._ctx = None
+            raise BackendError(f"cannot create a stream on {info.name}: {exc}") from exc
+        drv.Context.pop()
+        self._no_timing = int(getattr(getattr(drv, "event_flags", None), "DISABLE_TIMING", 0))
 
     @contextlib.contextmanager
-    def active(self):
+    def active(self) -> Iterator[None]:
         """Make this context current for the duration of the block."""
+        if self._ctx is None:
+            raise BackendError(f"CUDA context of {self.info.name} is closed")
         self._ctx.push()
         try:
             yield
         finally:
-            cuda.Context.pop()
+            self.drv.Context.pop()
 
-    def record(self) -> Any:
-        ev = cuda.Event()
+    def record(self, timing: bool = False) -> Any:
+        """Record an event on the stream (timing events only when asked for)."""
+        ev = self.drv.Event() if timing else self.drv.Event(self._no_timing)
         ev.record(self.stream)
         return ev
 
+    def staging_acquire(self, nbytes: int) -> np.ndarray:
+        """A free page-locked byte array of at least ``nbytes`` (call with the context active)."""
+        fits = [a for a in self._staging if a.nbytes >= nbytes]
+        if fits:
+            best = min(fits, key=lambda a: a.nbytes)
+            self._staging.remove(best)
+            return best
+        size = max(1 << 16, 1 << (nbytes - 1).bit_length())
+        try:
+            return self.drv.pagelocked_empty(size, np.uint8)
+        except self.drv.Error as exc:
+            raise BackendError(
+                f"cannot allocate {size} bytes of page-locked memory: {exc}"
+            ) from exc
+
+    def staging_release(self, area: np.ndarray, event: CUEvent) -> None:
+        """Return a staging area once the download ``event`` has been copied out."""
+        self._staging.append(area)
+        with contextlib.suppress(ValueError):
+            self.pending.remove(event)
+
     def alloc(self, nbytes: int) -> Buffer:
-        return CUBuffer(self, nbytes)
+        buf = CUBuffer(self, nbytes)
+        self._buffers.add(buf)
+        return buf
 
     def build(self, source_name: str, defines: dict[str, Any] | None = None) -> Program:
-        from pycuda.compiler import SourceModule
-
-        source = load_source("cuda", source_name)
-        arch = quirks.cuda_arch_option(self._device.compute_capability())
-        options = format_defines(defines) + ["-std=c++14"]
-        key = hashlib.sha256((source + "\0" + " ".join(options) + arch).encode()).hexdigest()
+        """Compile ``kernels_cuda/<name>.cu`` (a ``.cl`` name maps to its CUDA twin)."""
+        name = _cuda_source_name(source_name)
+        source = load_source("cuda", name)
+        arch = quirks.cuda_arch_option(self.compute_capability())
+        options = format_defines(defines) + quirks.cuda_build_options(self.info)
+        key = hashlib.sha256(
+            "\0".join([source, " ".join(options), arch]).encode()
+        ).hexdigest()
         if key in self._programs:
             return self._programs[key]
+        log.debug("building %s with %s -arch=%s on %s", name, options, arch, self.info.name)
+        try:
+            from pycuda.compiler import SourceModule
+        except Exception as exc:
+            raise BackendError(f"pycuda.compiler is not importable: {exc}; {_INSTALL}") from None
         with self.active():
             try:
                 module = SourceModule(
@@ -201,79 +396,118 @@ class CUContext(Context):
                     no_extern_c=True,
                     include_dirs=[str(kernel_dir("cuda"))],
                 )
-            except Exception as exc:  # pycuda.driver.CompileError and driver errors
-                build_log = getattr(exc, "stderr", "") or str(exc)
+            except Exception as exc:  # CompileError, nvcc missing, module load failures
+                build_log = _compile_log(exc)
+                if isinstance(exc, OSError) or "not found" in build_log.lower():
+                    build_log += "\n(is the CUDA toolkit's nvcc on PATH?)"
                 path = save_failed_source(source, ".cu")
                 raise BuildError(
-                    f"CUDA build of {source_name} failed on {self.info.name}\n"
+                    f"CUDA build of {name} failed on {self.info.name}\n"
                     f"options: {' '.join(options)} -arch={arch}\nsource saved to: {path}\n"
                     f"{build_log}",
-                    options,
+                    options + [f"-arch={arch}"],
                     build_log,
                     path,
                 ) from None
-        prog = CUProgram(self, module)
+        prog = CUProgram(self, module, name)
         self._programs[key] = prog
         return prog
+
+    def compute_capability(self) -> tuple[int, int]:
+        """The device's compute capability (major, minor)."""
+        major, minor = self._device.compute_capability()
+        return int(major), int(minor)
 
     def finish(self) -> None:
         with self.active():
             self.stream.synchronize()
+        pending, self.pending = self.pending, []
+        for ev in pending:
+            ev.wait()
 
     def close(self) -> None:
-        if getattr(self, "_ctx", None) is not None:
+        if getattr(self, "_ctx", None) is None:
+            return
+        try:
             self.finish()
+            for buf in list(self._buffers):
+                buf.free()
             self._programs.clear()
-            self._ctx.detach()
-            self._ctx = None
+            with self.active():
+                for area in self._staging:
+                    if hasattr(area.base, "free"):
+                        area.base.free()
+            self._staging.clear()
+            self.stream = None
+        finally:
+            ctx, self._ctx = self._ctx, None
+            ctx.detach()
 
 
 class CUDABackend(Backend):
-    """Every CUDA device, numbered as the driver numbers them."""
+    """Every CUDA device, numbered as the driver numbers them.
+
+    Construction imports PyCUDA (raising :class:`BackendError` when it cannot) and asks the
+    driver for its devices; when that fails, the backend has no device and ``reason`` says
+    why.
+    """
 
     name = "cuda"
 
     def __init__(self) -> None:
-        if cuda is None:
-            raise BackendError(f"PyCUDA is not importable: {_IMPORT_ERROR}")
+        drv = _import_driver()
+        self.drv = drv
         self.reason = ""
+        self._infos: list[DeviceInfo] = []
         try:
-            cuda.init()
-            self._count = cuda.Device.count()
+            drv.init()
         except Exception as exc:
-            self._count = 0
             self.reason = f"CUDA driver initialisation failed: {exc}"
-        if self._count == 0 and not self.reason:
+            return
+        try:
+            count = int(drv.Device.count())
+        except Exception as exc:
+            self.reason = f"cannot count CUDA devices: {exc}"
+            return
+        if count == 0:
             self.reason = "the CUDA driver reports no device"
+            return
+        try:
+            self._infos = [self._describe(i) for i in range(count)]
+        except Exception as exc:
+            self.reason = f"cannot query the CUDA devices: {exc}"
+            self._infos = []
+
+    def _describe(self, index: int) -> DeviceInfo:
+        drv = self.drv
+        attr = drv.device_attribute
+        dev = drv.Device(index)
+        major, minor = dev.compute_capability()
+        version = ".".join(str(v) for v in drv.get_version())
+        return DeviceInfo(
+            backend="cuda",
+            index=index,
+            name=str(dev.name()).strip(),
+            vendor="NVIDIA Corporation",
+            platform=f"CUDA {version}",
+            device_type="gpu",
+            compute_units=int(dev.get_attribute(attr.MULTIPROCESSOR_COUNT)),
+            max_work_group_size=int(dev.get_attribute(attr.MAX_THREADS_PER_BLOCK)),
+            # Static __shared__ arrays (all the kernels use) are limited to this per block.
+            local_mem_size=int(dev.get_attribute(attr.MAX_SHARED_MEMORY_PER_BLOCK)),
+            global_mem_size=int(dev.total_memory()),
+            double_support=True,
+            driver_version=f"{drv.get_driver_version()} (sm_{major}{minor})",
+        )
 
     def devices(self) -> list[DeviceInfo]:
-        out = []
-        attr = cuda.device_attribute
-        for i in range(self._count):
-            dev = cuda.Device(i)
-            major, minor = dev.compute_capability()
-            out.append(
-                DeviceInfo(
-                    backend="cuda",
-                    index=i,
-                    name=dev.name(),
-                    vendor="NVIDIA Corporation",
-                    platform=f"CUDA {'.'.join(map(str, cuda.get_version()))}",
-                    device_type="gpu",
-                    compute_units=dev.get_attribute(attr.MULTIPROCESSOR_COUNT),
-                    max_work_group_size=dev.get_attribute(attr.MAX_THREADS_PER_BLOCK),
-                    local_mem_size=dev.get_attribute(attr.MAX_SHARED_MEMORY_PER_BLOCK),
-                    global_mem_size=dev.total_memory(),
-                    double_support=True,
-                    driver_version=f"{cuda.get_driver_version()} (sm_{major}{minor})",
-                )
-            )
-        return out
+        return list(self._infos)
 
     def open(self, index: int, profiling: bool = False) -> Context:
-        infos = self.devices()
-        if not 0 <= index < len(infos):
+        if not 0 <= index < len(self._infos):
+            why = f" ({self.reason})" if self.reason else ""
             raise BackendError(
-                f"CUDA device index {index} out of range: {len(infos)} device(s) found"
+                f"CUDA device index {index} out of range: {len(self._infos)} device(s) "
+                f"found{why}"
             )
-        return CUContext(infos[index], cuda.Device(index), profiling)
+        return CUContext(self.drv, self._infos[index], profiling)

@@ -37,6 +37,33 @@ def opencl_build_options(info: DeviceInfo) -> list[str]:
 
 
 def cuda_arch_option(compute_capability: tuple[int, int]) -> str:
-    """The ``-arch`` option for NVRTC/nvcc for a device of the given compute capability."""
+    """The ``-arch`` value for nvcc for a device of the given compute capability.
+
+    Parameters
+    ----------
+    compute_capability : tuple of int
+        ``(major, minor)``, e.g. ``(9, 0)`` for an H100.
+
+    Returns
+    -------
+    str
+        E.g. ``"sm_90"``. nvcc of CUDA 13 no longer knows ``sm_70`` (Volta); the build then
+        fails with a :class:`~sapporo.errors.BuildError` that names the architecture.
+    """
     major, minor = compute_capability
     return f"sm_{major}{minor}"
+
+
+#: nvcc options of every CUDA kernel build. ``-fmad=false`` is the CUDA spelling of the
+#: OpenCL tree's ``FP_CONTRACT OFF``: no fused multiply-adds, so the sums round as the
+#: OpenCL kernels round them (r^2 is also written with intrinsics that never fuse).
+CUDA_OPTIONS = ("-fmad=false",)
+
+
+def cuda_build_options(info: DeviceInfo | None = None) -> list[str]:
+    """nvcc options for a CUDA device (the architecture is passed separately).
+
+    No fast-math flags: the double-precision path must be IEEE-exact, and the double-single
+    path uses the fast single-precision ``rsqrtf`` by name in the kernel source.
+    """
+    return list(CUDA_OPTIONS)

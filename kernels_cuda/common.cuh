@@ -1,0 +1,162 @@
+/* Compile-time variants shared by the sapporo CUDA kernels.
+ *
+ * The CUDA tree mirrors kernels_opencl/ (common.h, predict.cl, force.cl): the same kernel
+ * names, argument lists and row constants, and the same macros with the same defaults:
+ *
+ *   ORDER      2 (acceleration, potential), 4 (+ jerk) or 6 (+ snap)
+ *   PRECISION  1 = double-single (j - i differences in hi/lo float pairs, the rest in float,
+ *                  partial sums combined in double), 2 = double (everything in double)
+ *   NGB        0 or 1: neighbour lists off or on
+ *   LI, LJ     thread-block shape: LI threads over i x LJ j-lanes (tuning parameters)
+ *   W          i-particles per thread: must be 1 on CUDA (OpenCL uses W > 1 only to make
+ *              CPU compilers emit SIMD code; a GPU warp is already the vector)
+ *   JT         j-particles per tile (a multiple of LI*LJ when tiles go through shared memory)
+ *   USE_LOCAL  1: tiles are staged in shared memory; 0: read straight from global memory
+ *   NB_CAP     neighbour-list capacity per i-particle
+ *
+ * Every macro has a default, so each file also compiles on its own with nvcc. The backend
+ * compiles with -fmad=false, the CUDA spelling of the OpenCL tree's FP_CONTRACT OFF; r^2 is
+ * additionally written with round-to-nearest intrinsics, which are never fused, so that it
+ * rounds exactly as the host reference whatever the flags.
+ */
+#ifndef SAPPORO_COMMON_CUH
+#define SAPPORO_COMMON_CUH
+
+#ifndef ORDER
+#define ORDER 4
+#endif
+#ifndef PRECISION
+#define PRECISION 1
+#endif
+#ifndef NGB
+#define NGB 0
+#endif
+#ifndef LI
+#define LI 16
+#endif
+#ifndef LJ
+#define LJ 1
+#endif
+#ifndef W
+#define W 1
+#endif
+#ifndef USE_LOCAL
+#define USE_LOCAL 1
+#endif
+#ifndef JT
+#define JT (LI * LJ)
+#endif
+#ifndef NB_CAP
+#define NB_CAP 256
+#endif
+
+#if ORDER != 2 && ORDER != 4 && ORDER != 6
+#error "ORDER must be 2, 4 or 6"
+#endif
+#if PRECISION != 1 && PRECISION != 2
+#error "PRECISION must be 1 (double-single) or 2 (double)"
+#endif
+#if NGB != 0 && NGB != 1
+#error "NGB must be 0 or 1"
+#endif
+#if LI < 1 || LJ < 1
+#error "LI and LJ must be positive"
+#endif
+#if LI * LJ > 1024
+#error "LI * LJ must be at most 1024 (CUDA threads per block)"
+#endif
+#if W != 1
+#error "W must be 1 on CUDA (vectors over i serve OpenCL on CPUs; a warp already is the vector)"
+#endif
+#if USE_LOCAL != 0 && USE_LOCAL != 1
+#error "USE_LOCAL must be 0 or 1"
+#endif
+#if USE_LOCAL && (JT % (LI * LJ) != 0)
+#error "JT must be a multiple of LI * LJ"
+#endif
+#if JT < 1
+#error "JT must be positive"
+#endif
+#if NB_CAP < 1
+#error "NB_CAP must be positive"
+#endif
+
+/* OpenCL's double4. CUDA 13 deprecates the plain double4 in favour of types that state
+ * their alignment; the 32-byte one is the natural layout (4 doubles, as the host packs
+ * them) and lets newer GPUs load a record with one instruction. */
+#if defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ >= 13
+typedef double4_32a dbl4;
+#else
+typedef double4 dbl4;
+#endif
+
+/* Predicted j-particle records as the force kernel reads them. */
+#if PRECISION == 1
+typedef float real;
+typedef float4 real4;
+#define REAL_INF __int_as_float(0x7f800000)
+/* Round-to-nearest products and sums: never contracted into fused multiply-adds. */
+#define MUL_RN(a, b) __fmul_rn((a), (b))
+#define ADD_RN(a, b) __fadd_rn((a), (b))
+#else
+typedef double real;
+typedef dbl4 real4;
+#define REAL_INF __longlong_as_double(0x7ff0000000000000LL)
+#define MUL_RN(a, b) __dmul_rn((a), (b))
+#define ADD_RN(a, b) __dadd_rn((a), (b))
+#endif
+
+/* Raw j-particle record: 6 double4 per address, as the host packs them. */
+#define RAW_XM 0 /* x, y, z, mass     */
+#define RAW_VT 1 /* vx, vy, vz, t_j   */
+#define RAW_A 2  /* acceleration, 0   */
+#define RAW_J 3  /* jerk, 0           */
+#define RAW_S 4  /* snap, 0           */
+#define RAW_C 5  /* crackle, 0        */
+#define RAW_N 6
+
+/* i-particles: NCI component rows of ni_pad doubles each (structure of arrays). The id
+ * rides as an exact double. */
+#define IC_X 0
+#define IC_Y 1
+#define IC_Z 2
+#define IC_H2 3 /* neighbour radius squared */
+#define IC_VX 4
+#define IC_VY 5
+#define IC_VZ 6
+#define IC_ID 7
+#define IC_AX 8 /* predicted acceleration, order 6 only */
+#define IC_AY 9
+#define IC_AZ 10
+#if ORDER >= 6
+#define NCI 11
+#else
+#define NCI 8
+#endif
+
+/* Results: NCO rows of ni_pad doubles (per part before the reduction). */
+#define OC_AX 0
+#define OC_AY 1
+#define OC_AZ 2
+#define OC_POT 3
+#define OC_JX 4
+#define OC_JY 5
+#define OC_JZ 6
+#define OC_NNR2 7 /* unsoftened r^2 of the nearest neighbour (inf: none) */
+#define OC_SX 8
+#define OC_SY 9
+#define OC_SZ 10
+#define OC_NNID 11 /* its id as a double (-1: none) */
+#define NCO 12
+
+/* Merge nearest-neighbour candidate (r2, id) into (*best_r2, *best_id): smallest r^2, ties
+ * to the lower id, id < 0 meaning "none". Shared by the lane and the part reductions. */
+__device__ __forceinline__ void nn_merge(double *best_r2, double *best_id, double r2, double id)
+{
+    if (id >= 0 && (*best_id < 0 || r2 < *best_r2 || (r2 == *best_r2 && id < *best_id))) {
+        *best_r2 = r2;
+        *best_id = id;
+    }
+}
+
+#endif

@@ -1,0 +1,318 @@
+/* Forces on a block of i-particles from the predicted j-particles.
+ * CUDA twin of kernels_opencl/force.cl: same names, arguments, work split and arithmetic.
+ *
+ * Work split. The host launches grid (ni_pad / LI, nparts) of blocks (LI, LJ). Block
+ * (gi, part) takes i-particles [gi*LI, (gi+1)*LI) and the j-range
+ * [part*jchunk, (part+1)*jchunk); inside the block, lane lj of an i-particle takes every
+ * LJ-th j-particle of each tile of JT. Threads are numbered so that the LJ lanes of one
+ * i-particle are consecutive (flat = li * LJ + lj): they then share a warp whenever LJ is a
+ * power of two up to 32, and are combined with warp shuffles (a butterfly, lane pairs at
+ * distance 1, 2, 4, ...); larger LJ combines warps in shared memory in warp order, and an LJ
+ * that is not a power of two combines all lanes in shared memory in lane order. Parts are
+ * combined by the `reduce` kernel in part order. Every order is fixed, so the same inputs
+ * on the same configuration give bitwise identical results.
+ *
+ * Double-single: j - i position differences from hi/lo float pairs, the rest in float
+ * (reciprocal square root by the fast rsqrtf); each lane sums one tile in float and adds
+ * that tile sum to double accumulators, so float rounding grows over at most JT/LJ terms.
+ */
+#include "common.cuh"
+
+#if PRECISION == 1
+#define RSQRT(x) rsqrtf(x)
+#else
+#define RSQRT(x) (1.0 / sqrt(x))
+#endif
+
+/* Lanes combined by warp shuffles (SHFL_LANES, a power of two <= 32) and then through
+ * shared memory (SMEM_LANES groups, in group order). */
+#if (LJ & (LJ - 1)) == 0
+#define SHFL_LANES (LJ < 32 ? LJ : 32)
+#else
+#define SHFL_LANES 1
+#endif
+#define SMEM_LANES (LJ / SHFL_LANES)
+
+/* Result rows this order computes (the others are stored as zeros and need no shuffles). */
+#define LIVE(c) ((ORDER >= 4 || (c) < OC_JX || (c) > OC_JZ) \
+                 && (ORDER >= 6 || (c) < OC_SX || (c) > OC_SZ))
+
+#if USE_LOCAL
+#define JPOS(k) lpos[k]
+#define JPOS_LO(k) lpos_lo[k]
+#define JVEL(k) lvel[k]
+#define JACC(k) lacc[k]
+#define JID(k) lid[k]
+#else
+#define JPOS(k) jpos[jt + (k)]
+#define JPOS_LO(k) jpos_lo[jt + (k)]
+#define JVEL(k) jvel[jt + (k)]
+#define JACC(k) jacc[jt + (k)]
+#define JID(k) jid[jt + (k)]
+#endif
+
+extern "C" __global__ void __launch_bounds__(LI * LJ)
+force(const int nj, const int ni, const int ni_pad, const int jchunk, const double eps2_d,
+      const real4 *__restrict__ jpos,
+#if PRECISION == 1
+      const float4 *__restrict__ jpos_lo,
+#endif
+      const real4 *__restrict__ jvel,
+#if ORDER >= 6
+      const real4 *__restrict__ jacc,
+#endif
+      const int *__restrict__ jid,
+      const double *__restrict__ idata,
+      double *__restrict__ out
+#if NGB
+      , int *__restrict__ nb_count, int *__restrict__ nb_list
+#endif
+      )
+{
+    const int flat = threadIdx.y * LI + threadIdx.x;
+    const int li = flat / LJ;
+    const int lj = flat % LJ;
+    const int i = blockIdx.x * LI + li;
+    const int part = blockIdx.y;
+    const int j0 = part * jchunk;
+    const int j1 = min(j0 + jchunk, nj);
+
+#define ILOAD(c) idata[(size_t)(c) * ni_pad + i]
+    const double xd = ILOAD(IC_X), yd = ILOAD(IC_Y), zd = ILOAD(IC_Z);
+    const int idi = (int)ILOAD(IC_ID);
+#if PRECISION == 1
+    const float xhi = (float)xd, yhi = (float)yd, zhi = (float)zd;
+    const float xlo = (float)(xd - (double)xhi);
+    const float ylo = (float)(yd - (double)yhi);
+    const float zlo = (float)(zd - (double)zhi);
+#endif
+    const real eps2 = (real)eps2_d;
+#if NGB
+    const real h2 = (real)ILOAD(IC_H2);
+#endif
+#if ORDER >= 4
+    const real vxi = (real)ILOAD(IC_VX), vyi = (real)ILOAD(IC_VY), vzi = (real)ILOAD(IC_VZ);
+#endif
+#if ORDER >= 6
+    const real axi = (real)ILOAD(IC_AX), ayi = (real)ILOAD(IC_AY), azi = (real)ILOAD(IC_AZ);
+#endif
+#undef ILOAD
+
+    double sum_ax = 0, sum_ay = 0, sum_az = 0, sum_pot = 0;
+#if ORDER >= 4
+    double sum_jx = 0, sum_jy = 0, sum_jz = 0;
+#endif
+#if ORDER >= 6
+    double sum_sx = 0, sum_sy = 0, sum_sz = 0;
+#endif
+    real nn_r2 = REAL_INF;
+    int nn_id = -1;
+
+#if USE_LOCAL
+    __shared__ real4 lpos[JT];
+#if PRECISION == 1
+    __shared__ float4 lpos_lo[JT];
+#endif
+#if ORDER >= 4
+    __shared__ real4 lvel[JT];
+#endif
+#if ORDER >= 6
+    __shared__ real4 lacc[JT];
+#endif
+    __shared__ int lid[JT];
+#endif
+
+    for (int jt = j0; jt < j1; jt += JT) {
+        const int nt = min(JT, j1 - jt);
+#if USE_LOCAL
+        for (int l = flat; l < nt; l += LI * LJ) {
+            lpos[l] = jpos[jt + l];
+#if PRECISION == 1
+            lpos_lo[l] = jpos_lo[jt + l];
+#endif
+#if ORDER >= 4
+            lvel[l] = jvel[jt + l];
+#endif
+#if ORDER >= 6
+            lacc[l] = jacc[jt + l];
+#endif
+            lid[l] = jid[jt + l];
+        }
+        __syncthreads();
+#endif
+        real ax = 0, ay = 0, az = 0, pot = 0;
+#if ORDER >= 4
+        real jx = 0, jy = 0, jz = 0;
+#endif
+#if ORDER >= 6
+        real sx = 0, sy = 0, sz = 0;
+#endif
+        for (int k = lj; k < nt; k += LJ) {
+            const int idj = JID(k);
+            const real4 pj = JPOS(k);
+#if PRECISION == 1
+            const float4 pl = JPOS_LO(k);
+            const real dx = (pj.x - xhi) + (pl.x - xlo);
+            const real dy = (pj.y - yhi) + (pl.y - ylo);
+            const real dz = (pj.z - zhi) + (pl.z - zlo);
+#else
+            const real dx = pj.x - xd;
+            const real dy = pj.y - yd;
+            const real dz = pj.z - zd;
+#endif
+            const real r2u = ADD_RN(ADD_RN(MUL_RN(dx, dx), MUL_RN(dy, dy)), MUL_RN(dz, dz));
+            /* self-exclusion by id; unused addresses carry id -1 */
+            const bool other = (idj != idi) && (idj >= 0);
+            const real rinv = other ? RSQRT(r2u + eps2) : (real)0;
+            const real rinv2 = rinv * rinv;
+            const real mrinv = pj.w * rinv;
+            const real mrinv3 = mrinv * rinv2;
+            pot -= mrinv;
+            const real fx = mrinv3 * dx, fy = mrinv3 * dy, fz = mrinv3 * dz;
+            ax += fx;
+            ay += fy;
+            az += fz;
+#if ORDER >= 4
+            const real4 vj = JVEL(k);
+            const real dvx = vj.x - vxi, dvy = vj.y - vyi, dvz = vj.z - vzi;
+            const real alpha = (dx * dvx + dy * dvy + dz * dvz) * rinv2;
+            const real gx = mrinv3 * dvx - 3 * alpha * fx;
+            const real gy = mrinv3 * dvy - 3 * alpha * fy;
+            const real gz = mrinv3 * dvz - 3 * alpha * fz;
+            jx += gx;
+            jy += gy;
+            jz += gz;
+#endif
+#if ORDER >= 6
+            const real4 aj = JACC(k);
+            const real dax = aj.x - axi, day = aj.y - ayi, daz = aj.z - azi;
+            const real beta = (dvx * dvx + dvy * dvy + dvz * dvz + dx * dax + dy * day + dz * daz)
+                              * rinv2 + alpha * alpha;
+            sx += mrinv3 * dax - 6 * alpha * gx - 3 * beta * fx;
+            sy += mrinv3 * day - 6 * alpha * gy - 3 * beta * fy;
+            sz += mrinv3 * daz - 6 * alpha * gz - 3 * beta * fz;
+#endif
+            /* nearest neighbour: smallest unsoftened r^2, ties to the lower id */
+            if (other && (r2u < nn_r2 || (r2u == nn_r2 && idj < nn_id))) {
+                nn_r2 = r2u;
+                nn_id = idj;
+            }
+#if NGB
+            if (other && r2u < h2 && i < ni) {
+                const int slot = atomicAdd(&nb_count[i], 1);
+                if (slot < NB_CAP) nb_list[(size_t)i * NB_CAP + slot] = idj;
+            }
+#endif
+        }
+        sum_ax += (double)ax;
+        sum_ay += (double)ay;
+        sum_az += (double)az;
+        sum_pot += (double)pot;
+#if ORDER >= 4
+        sum_jx += (double)jx;
+        sum_jy += (double)jy;
+        sum_jz += (double)jz;
+#endif
+#if ORDER >= 6
+        sum_sx += (double)sx;
+        sum_sy += (double)sy;
+        sum_sz += (double)sz;
+#endif
+#if USE_LOCAL
+        __syncthreads();
+#endif
+    }
+
+    double r[NCO];
+    r[OC_AX] = sum_ax;
+    r[OC_AY] = sum_ay;
+    r[OC_AZ] = sum_az;
+    r[OC_POT] = sum_pot;
+#if ORDER >= 4
+    r[OC_JX] = sum_jx;
+    r[OC_JY] = sum_jy;
+    r[OC_JZ] = sum_jz;
+#else
+    r[OC_JX] = r[OC_JY] = r[OC_JZ] = 0;
+#endif
+#if ORDER >= 6
+    r[OC_SX] = sum_sx;
+    r[OC_SY] = sum_sy;
+    r[OC_SZ] = sum_sz;
+#else
+    r[OC_SX] = r[OC_SY] = r[OC_SZ] = 0;
+#endif
+    r[OC_NNR2] = (double)nn_r2;
+    r[OC_NNID] = (double)nn_id;
+
+#if SHFL_LANES > 1
+    {
+        /* Butterfly over the lanes of each i-particle, inside one warp. Threads past the end
+         * of a block that does not fill its last warp are left out of the mask. */
+#if (LI * LJ) % 32 == 0
+        const unsigned mask = 0xffffffffu;
+#else
+        const int warp_threads = min(32, LI * LJ - (flat & ~31));
+        const unsigned mask = warp_threads >= 32 ? 0xffffffffu : (1u << warp_threads) - 1u;
+#endif
+#pragma unroll
+        for (int off = 1; off < SHFL_LANES; off <<= 1) {
+            double o[NCO];
+#pragma unroll
+            for (int c = 0; c < NCO; c++) o[c] = LIVE(c) ? __shfl_xor_sync(mask, r[c], off) : 0;
+#pragma unroll
+            for (int c = 0; c < NCO; c++) {
+                if (c != OC_NNR2 && c != OC_NNID) r[c] += o[c];
+            }
+            nn_merge(&r[OC_NNR2], &r[OC_NNID], o[OC_NNR2], o[OC_NNID]);
+        }
+    }
+#endif
+#if SMEM_LANES > 1
+    /* Combine the lane groups of each i-particle in group order. */
+    __shared__ double red[NCO * SMEM_LANES * LI];
+    const int g = lj / SHFL_LANES;
+    if (lj % SHFL_LANES == 0) {
+#pragma unroll
+        for (int c = 0; c < NCO; c++) red[(c * SMEM_LANES + g) * LI + li] = r[c];
+    }
+    __syncthreads();
+    if (lj != 0) return;
+    for (int l = 1; l < SMEM_LANES; l++) {
+#pragma unroll
+        for (int c = 0; c < NCO; c++) {
+            if (c != OC_NNR2 && c != OC_NNID) r[c] += red[(c * SMEM_LANES + l) * LI + li];
+        }
+        nn_merge(&r[OC_NNR2], &r[OC_NNID], red[(OC_NNR2 * SMEM_LANES + l) * LI + li],
+                 red[(OC_NNID * SMEM_LANES + l) * LI + li]);
+    }
+#endif
+    if (lj != 0) return;
+    double *o = out + (size_t)part * NCO * ni_pad + i;
+#pragma unroll
+    for (int c = 0; c < NCO; c++) o[(size_t)c * ni_pad] = r[c];
+}
+
+/* Sum the per-part results of each i-particle in part order; nearest neighbour by minimum
+ * unsoftened r^2, ties to the lower id. */
+extern "C" __global__ void reduce(const int ni, const int ni_pad, const int nparts,
+                                  const double *__restrict__ partial,
+                                  double *__restrict__ out)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= ni) return;
+    double r[NCO];
+#pragma unroll
+    for (int c = 0; c < NCO; c++) r[c] = partial[(size_t)c * ni_pad + i];
+    for (int q = 1; q < nparts; q++) {
+        const double *p = partial + (size_t)q * NCO * ni_pad + i;
+#pragma unroll
+        for (int c = 0; c < NCO; c++) {
+            if (c != OC_NNR2 && c != OC_NNID) r[c] += p[(size_t)c * ni_pad];
+        }
+        nn_merge(&r[OC_NNR2], &r[OC_NNID], p[(size_t)OC_NNR2 * ni_pad],
+                 p[(size_t)OC_NNID * ni_pad]);
+    }
+#pragma unroll
+    for (int c = 0; c < NCO; c++) out[(size_t)c * ni_pad + i] = r[c];
+}

@@ -1,0 +1,93 @@
+/* j-particle memory: scatter of changed addresses, and prediction to the current time.
+ * CUDA twin of kernels_opencl/predict.cl (same names, arguments and arithmetic). */
+#include "common.cuh"
+
+/* Copy n packed records (RAW_N double4 each) and their ids to their addresses. */
+extern "C" __global__ void scatter_j(const int n,
+                                     const int *__restrict__ addr,
+                                     const dbl4 *__restrict__ packed,
+                                     const int *__restrict__ packed_id,
+                                     dbl4 *__restrict__ raw,
+                                     int *__restrict__ jid)
+{
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= n) return;
+    const int a = addr[k];
+#pragma unroll
+    for (int q = 0; q < RAW_N; q++) raw[(size_t)a * RAW_N + q] = packed[(size_t)k * RAW_N + q];
+    jid[a] = packed_id[k];
+}
+
+/* The Taylor polynomials of the prediction, one helper per quantity, evaluated per component
+ * in the same Horner order as the OpenCL kernel. */
+__device__ __forceinline__ double taylor_x(double x, double v, double a, double j, double s,
+                                           double c, double dt)
+{
+    return x + dt * (v + dt * (a * 0.5 + dt * (j * (1.0 / 6.0)
+               + dt * (s * (1.0 / 24.0) + dt * (c * (1.0 / 120.0))))));
+}
+
+__device__ __forceinline__ double taylor_v(double v, double a, double j, double s, double c,
+                                           double dt)
+{
+    return v + dt * (a + dt * (j * 0.5 + dt * (s * (1.0 / 6.0) + dt * (c * (1.0 / 24.0)))));
+}
+
+__device__ __forceinline__ double taylor_a(double a, double j, double s, double c, double dt)
+{
+    return a + dt * (j + dt * (s * 0.5 + dt * (c * (1.0 / 6.0))));
+}
+
+/* Taylor prediction of every stored address to time t, one polynomial for all orders
+ * (terms the caller did not give are zero). Positions of double-single are split into
+ * hi/lo float pairs; the mass rides in .w. */
+extern "C" __global__ void predict(const int n, const double t,
+                                   const dbl4 *__restrict__ raw,
+                                   real4 *__restrict__ pos,
+#if PRECISION == 1
+                                   float4 *__restrict__ pos_lo,
+#endif
+                                   real4 *__restrict__ vel
+#if ORDER >= 6
+                                   , real4 *__restrict__ acc
+#endif
+                                   )
+{
+    const int a = blockIdx.x * blockDim.x + threadIdx.x;
+    if (a >= n) return;
+    const dbl4 *r = raw + (size_t)a * RAW_N;
+    const dbl4 xm = r[RAW_XM], vt = r[RAW_VT];
+    const dbl4 a0 = r[RAW_A], j0 = r[RAW_J], s0 = r[RAW_S], c0 = r[RAW_C];
+    const double dt = t - vt.w;
+    const double xp = taylor_x(xm.x, vt.x, a0.x, j0.x, s0.x, c0.x, dt);
+    const double yp = taylor_x(xm.y, vt.y, a0.y, j0.y, s0.y, c0.y, dt);
+    const double zp = taylor_x(xm.z, vt.z, a0.z, j0.z, s0.z, c0.z, dt);
+    const double vxp = taylor_v(vt.x, a0.x, j0.x, s0.x, c0.x, dt);
+    const double vyp = taylor_v(vt.y, a0.y, j0.y, s0.y, c0.y, dt);
+    const double vzp = taylor_v(vt.z, a0.z, j0.z, s0.z, c0.z, dt);
+#if PRECISION == 1
+    const float xh = (float)xp, yh = (float)yp, zh = (float)zp;
+    pos[a] = make_float4(xh, yh, zh, (float)xm.w);
+    pos_lo[a] = make_float4((float)(xp - (double)xh), (float)(yp - (double)yh),
+                            (float)(zp - (double)zh), 0.0f);
+    vel[a] = make_float4((float)vxp, (float)vyp, (float)vzp, 0.0f);
+#else
+    real4 p, v;
+    p.x = xp; p.y = yp; p.z = zp; p.w = xm.w;
+    v.x = vxp; v.y = vyp; v.z = vzp; v.w = 0.0;
+    pos[a] = p;
+    vel[a] = v;
+#endif
+#if ORDER >= 6
+    const double axp = taylor_a(a0.x, j0.x, s0.x, c0.x, dt);
+    const double ayp = taylor_a(a0.y, j0.y, s0.y, c0.y, dt);
+    const double azp = taylor_a(a0.z, j0.z, s0.z, c0.z, dt);
+#if PRECISION == 1
+    acc[a] = make_float4((float)axp, (float)ayp, (float)azp, 0.0f);
+#else
+    real4 q;
+    q.x = axp; q.y = ayp; q.z = azp; q.w = 0.0;
+    acc[a] = q;
+#endif
+#endif
+}

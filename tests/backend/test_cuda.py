@@ -1,0 +1,688 @@
+"""The PyCUDA backend: selection and error paths without a GPU, and kernels on a GPU.
+
+Without a GPU a fake ``pycuda`` package (placed in ``sys.modules``) stands in for PyCUDA:
+it raises on ``init``, reports no device, or reports one device whose memory is host
+memory, so that selection, error messages, transfers, staging, launch-size conversion and
+build failures are all exercised. The tests marked ``gpu`` run the real kernels through the
+backend and compare with :func:`sapporo.reference.forces`; they skip with a reason when no
+CUDA GPU and PyCUDA are usable. Tolerances of the GPU tests: the error metric
+``|result - reference| / sum_j |term_j|`` below 1e-12 (double) and 1e-5 (double-single).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+from typing import Any
+
+import numpy as np
+import pytest
+
+import sapporo.backend as backend_mod
+from sapporo import reference
+from sapporo.errors import BackendError, BuildError
+
+# --------------------------------------------------------------------------- fake PyCUDA
+
+
+class FakeCompileError(Exception):
+    """Shaped like ``pycuda.driver.CompileError``: message, command line, stdout, stderr."""
+
+    def __init__(self, msg: str, command_line: list[str], stdout: str = "", stderr: str = ""):
+        super().__init__(msg)
+        self.command_line, self.stdout, self.stderr = command_line, stdout, stderr
+
+
+def make_fake_pycuda(
+    *, init_error: str | None = None, count: int = 1, compile_error: str | None = None
+) -> dict[str, types.ModuleType]:
+    """A minimal stand-in for ``pycuda``, ``pycuda.driver`` and ``pycuda.compiler``."""
+    drv = types.ModuleType("pycuda.driver")
+    state: dict[str, Any] = {"depth": 0, "memory": {}, "next": 1 << 20, "launches": [],
+                             "builds": [], "pinned": 0, "detached": 0}
+    drv.state = state
+
+    class Error(Exception):
+        pass
+
+    class LogicError(Error):
+        pass
+
+    drv.Error, drv.LogicError, drv.CompileError = Error, LogicError, FakeCompileError
+
+    def init(flags: int = 0) -> None:
+        if init_error:
+            raise Error(init_error)
+
+    drv.init = init
+    drv.get_version = lambda: (13, 0, 0)
+    drv.get_driver_version = lambda: 13000
+    drv.device_attribute = types.SimpleNamespace(
+        MULTIPROCESSOR_COUNT="sm", MAX_THREADS_PER_BLOCK="tpb", MAX_SHARED_MEMORY_PER_BLOCK="smem"
+    )
+    drv.event_flags = types.SimpleNamespace(DISABLE_TIMING=2)
+
+    class Ctx:
+        def push(self) -> None:
+            state["depth"] += 1
+
+        @staticmethod
+        def pop() -> None:
+            assert state["depth"] > 0, "pop without push"
+            state["depth"] -= 1
+
+        def detach(self) -> None:
+            state["detached"] += 1
+
+    class Device:
+        def __init__(self, index: int):
+            if not 0 <= index < count:
+                raise LogicError("invalid device ordinal")
+            self.index = index
+
+        @staticmethod
+        def count() -> int:
+            return count
+
+        def name(self) -> str:
+            return "Fake GPU"
+
+        def compute_capability(self) -> tuple[int, int]:
+            return (9, 0)
+
+        def total_memory(self) -> int:
+            return 80 << 30
+
+        def get_attribute(self, attr: str) -> int:
+            return {"sm": 132, "tpb": 1024, "smem": 49152}[attr]
+
+        def make_context(self, flags: int = 0) -> Ctx:
+            state["depth"] += 1
+            return Ctx()
+
+    drv.Device, drv.Context = Device, Ctx
+
+    class Stream:
+        def synchronize(self) -> None:
+            pass
+
+    class Event:
+        def __init__(self, flags: int = 0):
+            self.flags = flags
+
+        def record(self, stream: Any = None) -> Event:
+            assert state["depth"] > 0, "no current context"
+            return self
+
+        def synchronize(self) -> Event:
+            return self
+
+        def query(self) -> bool:
+            return True
+
+        def time_since(self, other: Event) -> float:
+            assert not (self.flags or other.flags), "timing on an event without timing"
+            return 1.5  # milliseconds
+
+    drv.Stream, drv.Event = Stream, Event
+
+    class Alloc:
+        def __init__(self, nbytes: int):
+            self.addr = state["next"]
+            state["next"] += nbytes + 4096
+            state["memory"][self.addr] = np.zeros(nbytes, np.uint8)
+
+        def __int__(self) -> int:
+            return self.addr
+
+        def free(self) -> None:
+            del state["memory"][self.addr]
+
+    def locate(ptr: int, n: int) -> np.ndarray:
+        for base, mem in state["memory"].items():
+            if base <= ptr and ptr + n <= base + mem.size:
+                return mem[ptr - base:ptr - base + n]
+        raise LogicError(f"invalid device pointer {ptr:#x}")
+
+    def mem_alloc(nbytes: int) -> Alloc:
+        assert state["depth"] > 0, "no current context"
+        return Alloc(nbytes)
+
+    def memcpy_htod_async(dest: Any, src: np.ndarray, stream: Any = None) -> None:
+        locate(int(dest), src.nbytes)[:] = src.reshape(-1).view(np.uint8)
+
+    def memcpy_dtoh_async(dest: np.ndarray, src: Any, stream: Any = None) -> None:
+        dest.reshape(-1).view(np.uint8)[:] = locate(int(src), dest.nbytes)
+
+    def memset_d32_async(dest: Any, value: int, words: int, stream: Any = None) -> None:
+        locate(int(dest), 4 * words).view(np.uint32)[:] = value
+
+    def pagelocked_empty(shape: Any, dtype: Any) -> np.ndarray:
+        state["pinned"] += 1
+        return np.empty(shape, dtype)
+
+    drv.mem_alloc, drv.pagelocked_empty = mem_alloc, pagelocked_empty
+    drv.memcpy_htod_async, drv.memcpy_dtoh_async = memcpy_htod_async, memcpy_dtoh_async
+    drv.memset_d32_async = memset_d32_async
+
+    class Function:
+        def __init__(self, name: str):
+            self.name = name
+
+        def __call__(self, *args: Any, block: tuple, grid: tuple, stream: Any = None) -> None:
+            assert state["depth"] > 0, "no current context"
+            state["launches"].append((self.name, args, block, grid))
+
+    class SourceModule:
+        def __init__(self, source: str, options: list[str] | None = None, arch: str | None = None,
+                     no_extern_c: bool = False, include_dirs: list[str] | None = None):
+            state["builds"].append((source, list(options or []), arch, no_extern_c))
+            if compile_error:
+                raise FakeCompileError("nvcc compilation of kernel.cu failed",
+                                       ["nvcc", "--cubin"], stderr=compile_error)
+
+        def get_function(self, name: str) -> Function:
+            if name not in ("scatter_j", "predict", "force", "reduce"):
+                raise LogicError(f"cuModuleGetFunction failed: named symbol not found ({name})")
+            return Function(name)
+
+    compiler = types.ModuleType("pycuda.compiler")
+    compiler.SourceModule = SourceModule
+    pkg = types.ModuleType("pycuda")
+    pkg.__path__ = []  # a package, so that "import pycuda.driver" is allowed
+    pkg.driver, pkg.compiler = drv, compiler
+    return {"pycuda": pkg, "pycuda.driver": drv, "pycuda.compiler": compiler}
+
+
+@pytest.fixture
+def clean_selection(monkeypatch: pytest.MonkeyPatch):
+    """An empty backend cache and no SAPPORO_BACKEND; the cache is restored afterwards."""
+    saved = dict(backend_mod._cache)
+    backend_mod._cache.clear()
+    monkeypatch.delenv("SAPPORO_BACKEND", raising=False)
+    yield monkeypatch
+    backend_mod._cache.clear()
+    backend_mod._cache.update(saved)
+
+
+def install_fake(monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> types.ModuleType:
+    """Put a fake PyCUDA into ``sys.modules``; returns its driver module."""
+    modules = make_fake_pycuda(**kwargs)
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    return modules["pycuda.driver"]
+
+
+def hide_pycuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``import pycuda`` fail as on a machine without it."""
+    for name in ("pycuda", "pycuda.driver", "pycuda.compiler"):
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+def opencl_usable() -> bool:
+    try:
+        return bool(backend_mod._load("opencl").devices())
+    except BackendError:
+        return False
+
+
+# --------------------------------------------------------------------------- selection
+
+
+def test_backend_package_never_imports_pycuda() -> None:
+    code = (
+        "import sys, sapporo, sapporo.backend\n"
+        "from sapporo.backend import base, quirks\n"
+        "assert 'pycuda' not in sys.modules, 'pycuda imported'\n"
+        "assert 'sapporo.backend.cuda' not in sys.modules, 'cuda backend imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_pycuda_missing_explicit(clean_selection: pytest.MonkeyPatch) -> None:
+    hide_pycuda(clean_selection)
+    with pytest.raises(BackendError) as err:
+        backend_mod.get_backend("cuda")
+    msg = str(err.value)
+    assert "backend 'cuda' is unusable" in msg
+    assert "PyCUDA is not importable" in msg
+    assert "pip install 'sapporo-nbody[cuda]'" in msg
+
+
+def test_pycuda_missing_environment(clean_selection: pytest.MonkeyPatch) -> None:
+    hide_pycuda(clean_selection)
+    clean_selection.setenv("SAPPORO_BACKEND", "cuda")
+    with pytest.raises(BackendError, match="PyCUDA is not importable"):
+        backend_mod.get_backend()
+
+
+def test_pycuda_missing_reason_recorded(clean_selection: pytest.MonkeyPatch) -> None:
+    hide_pycuda(clean_selection)
+    status = {s.name: s for s in backend_mod.probe_backends()}
+    assert status["cuda"].backend is None and not status["cuda"].devices
+    assert "PyCUDA is not importable" in status["cuda"].reason
+
+
+def test_init_failure_falls_back_to_opencl(clean_selection: pytest.MonkeyPatch) -> None:
+    install_fake(clean_selection, init_error="cuInit failed: no CUDA-capable device is detected")
+    status = {s.name: s for s in backend_mod.probe_backends()}
+    assert status["cuda"].devices == []
+    assert "CUDA driver initialisation failed" in status["cuda"].reason
+    assert "no CUDA-capable device" in status["cuda"].reason
+    if not opencl_usable():
+        pytest.skip("no OpenCL device here to fall back to")
+    assert backend_mod.get_backend().name == "opencl"
+
+
+def test_no_device(clean_selection: pytest.MonkeyPatch) -> None:
+    install_fake(clean_selection, count=0)
+    with pytest.raises(BackendError) as err:
+        backend_mod.get_backend("cuda")
+    msg = str(err.value)
+    assert "backend 'cuda' has no usable device" in msg
+    assert "the CUDA driver reports no device" in msg
+    assert "pip install" in msg
+    if opencl_usable():
+        assert backend_mod.get_backend().name == "opencl"
+
+
+def test_nothing_usable_lists_what_was_tried(clean_selection: pytest.MonkeyPatch) -> None:
+    install_fake(clean_selection, count=0)
+    backend_mod._cache["opencl"] = BackendError("PyOpenCL is not importable: test")
+    with pytest.raises(BackendError) as err:
+        backend_mod.get_backend()
+    msg = str(err.value)
+    assert "cuda: the CUDA driver reports no device" in msg
+    assert "opencl: PyOpenCL is not importable" in msg
+    assert "pocl" in msg.lower()
+
+
+def test_automatic_selection_prefers_cuda(clean_selection: pytest.MonkeyPatch) -> None:
+    install_fake(clean_selection)
+    chosen = backend_mod.get_backend()
+    assert chosen.name == "cuda"
+    (info,) = chosen.devices()
+    assert info.backend == "cuda" and info.index == 0 and info.device_type == "gpu"
+    assert info.name == "Fake GPU" and info.compute_units == 132
+    assert info.max_work_group_size == 1024 and info.local_mem_size == 49152
+    assert info.driver_version.endswith("(sm_90)") and info.platform == "CUDA 13.0.0"
+    assert info.key == "cuda:Fake GPU"
+
+
+def test_environment_selects_cuda(clean_selection: pytest.MonkeyPatch) -> None:
+    install_fake(clean_selection)
+    clean_selection.setenv("SAPPORO_BACKEND", "cuda")
+    assert backend_mod.get_backend().name == "cuda"
+
+
+def test_environment_selects_opencl_over_cuda(clean_selection: pytest.MonkeyPatch) -> None:
+    install_fake(clean_selection)
+    clean_selection.setenv("SAPPORO_BACKEND", "opencl")
+    if not opencl_usable():
+        pytest.skip("no OpenCL device here")
+    assert backend_mod.get_backend().name == "opencl"
+
+
+def test_device_index_out_of_range(clean_selection: pytest.MonkeyPatch) -> None:
+    install_fake(clean_selection)
+    cuda = backend_mod.get_backend("cuda")
+    with pytest.raises(BackendError, match=r"CUDA device index 3 out of range: 1 device\(s\)"):
+        cuda.open(3)
+
+
+def test_context_creation_failure(clean_selection: pytest.MonkeyPatch) -> None:
+    drv = install_fake(clean_selection)
+
+    def busy(self: Any, flags: int = 0) -> Any:
+        raise drv.Error("cuCtxCreate failed: all CUDA-capable devices are busy")
+
+    clean_selection.setattr(drv.Device, "make_context", busy)
+    with pytest.raises(BackendError, match="cannot open CUDA device 0 .*busy"):
+        backend_mod.get_backend("cuda").open(0)
+
+
+# --------------------------------------------------------------------------- fake device
+
+
+@pytest.fixture
+def fake_ctx(clean_selection: pytest.MonkeyPatch):
+    drv = install_fake(clean_selection)
+    ctx = backend_mod.get_backend("cuda").open(0, profiling=True)
+    assert drv.state["depth"] == 0, "the context must not stay current"
+    yield ctx, drv
+    ctx.close()
+    assert drv.state["depth"] == 0
+
+
+def test_transfers_and_fill(fake_ctx: tuple[Any, Any]) -> None:
+    ctx, drv = fake_ctx
+    buf = ctx.alloc(64)
+    data = np.arange(8, dtype=np.float64)
+    buf.upload(data)
+    out = np.zeros(4)
+    buf.download(out, offset=16)
+    np.testing.assert_array_equal(out, data[2:6])
+    buf.fill(-1)
+    words = np.zeros(16, np.int32)
+    buf.download(words)
+    assert (words == -1).all()
+    with pytest.raises(BackendError, match="exceeds buffer"):
+        buf.upload(np.zeros(9))
+    with pytest.raises(BackendError, match="C-contiguous"):
+        buf.download(np.zeros((4, 4))[:, 0])
+    buf.free()
+    buf.free()  # idempotent
+    with pytest.raises(BackendError, match="freed"):
+        buf.upload(data)
+    assert drv.state["depth"] == 0
+
+
+def test_async_download_is_staged(fake_ctx: tuple[Any, Any]) -> None:
+    ctx, drv = fake_ctx
+    buf = ctx.alloc(80)
+    buf.upload(np.arange(10, dtype=np.float64))
+    first, second = np.zeros(10), np.zeros((2, 2))
+    ev = buf.download(first, wait=False)
+    buf.download(second, offset=8, wait=False)
+    assert not first.any(), "filled before the event completed"
+    ev.wait()
+    np.testing.assert_array_equal(first, np.arange(10.0))
+    assert not second.any()
+    ctx.finish()  # completes every pending staged download
+    np.testing.assert_array_equal(second, [[1.0, 2.0], [3.0, 4.0]])
+    assert ctx.pending == []
+    pinned = drv.state["pinned"]
+    buf.download(np.zeros(3), wait=False)
+    ctx.finish()
+    assert drv.state["pinned"] == pinned, "staging areas are reused"
+
+
+def test_launch_sizes_and_arguments(fake_ctx: tuple[Any, Any]) -> None:
+    ctx, drv = fake_ctx
+    prog = ctx.build("force.cl", {"ORDER": 4, "PRECISION": 2, "LI": 8, "LJ": 4})
+    source, options, arch, no_extern_c = drv.state["builds"][-1]
+    assert '#include "' not in source and 'extern "C" __global__' in source
+    assert arch == "sm_90" and no_extern_c
+    assert "-DLI=8" in options and "-fmad=false" in options
+    assert ctx.build("force", {"ORDER": 4, "PRECISION": 2, "LI": 8, "LJ": 4}) is prog
+    force = prog.kernel("force")
+    buf = ctx.alloc(16)
+    ev = force((64, 12), (8, 4), np.int32(5), 7, 0.5, np.float64(1e-4), buf)
+    name, args, block, grid = drv.state["launches"][-1]
+    assert name == "force" and block == (8, 4, 1) and grid == (8, 3, 1)
+    assert [type(a) for a in args[:4]] == [np.int32, np.int32, np.float64, np.float64]
+    assert args[4] is buf.mem
+    assert ev.elapsed == pytest.approx(1.5e-3)
+    prog.kernel("reduce")((100,), None, np.int32(1))
+    assert drv.state["launches"][-1][2:] == ((4, 1, 1), (25, 1, 1))
+    with pytest.raises(BackendError, match="not a multiple"):
+        force((65, 12), (8, 4))
+    with pytest.raises(BackendError, match="exceeds the device limit"):
+        force((2048,), (2048,))
+    with pytest.raises(BackendError, match="unsupported type"):
+        force((8,), (8,), np.int64(3))
+    with pytest.raises(BackendError, match="not found"):
+        prog.kernel("missing")
+    assert drv.state["depth"] == 0
+
+
+def test_build_failure_is_build_error(clean_selection: pytest.MonkeyPatch) -> None:
+    install_fake(clean_selection, compile_error="force.cu(1): error: identifier undefined")
+    ctx = backend_mod.get_backend("cuda").open(0)
+    with pytest.raises(BuildError) as err:
+        ctx.build("force.cu", {"ORDER": 4})
+    exc = err.value
+    assert "-DORDER=4" in exc.options and "-arch=sm_90" in exc.options
+    assert "identifier undefined" in exc.log
+    assert exc.source_path and open(exc.source_path).read().count("extern \"C\"") >= 2
+    assert "source saved to" in str(exc) and "CUDA build of force.cu failed" in str(exc)
+    ctx.close()
+    ctx.close()  # idempotent
+    with pytest.raises(BackendError, match="closed"):
+        ctx.alloc(4)
+
+
+# --------------------------------------------------------------------------- real GPU
+
+RAW_N, NCO = 6, 12
+IC = {"x": 0, "y": 1, "z": 2, "h2": 3, "vx": 4, "vy": 5, "vz": 6, "id": 7, "ax": 8}
+OC_NNR2, OC_NNID = 7, 11
+
+# (order, precision, ngb, LI, LJ, JT, USE_LOCAL)
+VARIANT_ID = "o{}p{}n{}-{}x{}-jt{}-l{}"
+GPU_VARIANTS = [
+    (2, 2, 0, 16, 1, 64, 1),
+    (4, 2, 1, 8, 4, 64, 1),  # shuffle lanes
+    (6, 2, 0, 2, 64, 128, 1),  # shuffles, then warps through shared memory
+    (4, 1, 0, 32, 1, 64, 1),
+    (6, 1, 1, 4, 3, 24, 1),  # lanes through shared memory only
+    (4, 1, 1, 16, 2, 32, 0),  # tiles read from global memory
+]
+
+
+@pytest.fixture(scope="module")
+def cuda_context():
+    try:
+        cuda = backend_mod.get_backend("cuda")
+    except BackendError as exc:
+        pytest.skip(f"no CUDA GPU/PyCUDA: {exc}")
+    ctx = cuda.open(0)
+    yield ctx
+    ctx.close()
+
+
+def check_prediction(bufs: dict[str, Any], n: int, order: int, precision: int,
+                     want: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Compare the predicted j-particles with the reference; return them as float64.
+
+    In double precision the device's own predicted values are returned, so that the force
+    reference sees exactly the positions the kernel used (nearest-neighbour r^2 can then be
+    compared bitwise); in double-single the reference prediction is returned.
+    """
+    dtype = np.float32 if precision == 1 else np.float64
+    got = {}
+    for name in ("pos", "pos_lo", "vel", "acc"):
+        if (name == "pos_lo" and precision == 2) or (name == "acc" and order < 6):
+            continue
+        host = np.empty((n, 4), np.float32 if name == "pos_lo" else dtype)
+        bufs[name].download(host)
+        got[name] = host.astype(np.float64)
+    xs, vs, acc = want
+    if precision == 1:
+        pos = got["pos"][:, :3] + got["pos_lo"][:, :3]
+        np.testing.assert_allclose(pos, xs, rtol=0, atol=1e-12 * np.abs(xs).max())
+        np.testing.assert_allclose(got["vel"][:, :3], vs, rtol=1e-6, atol=1e-7)
+        if order >= 6:
+            np.testing.assert_allclose(got["acc"][:, :3], acc, rtol=1e-6, atol=1e-7)
+        return xs, vs, acc
+    np.testing.assert_allclose(got["pos"][:, :3], xs, rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(got["vel"][:, :3], vs, rtol=1e-14, atol=1e-15)
+    ap = acc
+    if order >= 6:
+        np.testing.assert_allclose(got["acc"][:, :3], acc, rtol=1e-14, atol=1e-15)
+        ap = got["acc"][:, :3]
+    return got["pos"][:, :3].copy(), got["vel"][:, :3].copy(), ap.copy()
+
+
+def run_forces(ctx: Any, ext: str, variant: tuple[int, ...], n: int = 700, ni: int = 203,
+               nparts: int = 3, seed: int = 5) -> dict[str, Any]:
+    """Scatter, predict and force a Plummer set through a backend context."""
+    order, precision, ngb, li, lj, jt, use_local = variant
+    rng = np.random.default_rng(seed)
+    x, v, m = reference.plummer(n, seed=seed)
+    a = rng.normal(0, 1e-1, (n, 3))
+    jerk = rng.normal(0, 1e-1, (n, 3))
+    snap = rng.normal(0, 1e-1, (n, 3))
+    tj, t = 0.0, 1.0 / 64
+    ids = rng.permutation(np.arange(10, 10 + n))
+    raw = np.zeros((n, RAW_N, 4))
+    raw[:, 0, :3], raw[:, 0, 3] = x, m
+    raw[:, 1, :3], raw[:, 1, 3] = v, tj
+    raw[:, 2, :3], raw[:, 3, :3], raw[:, 4, :3] = a, jerk, snap
+    addr = rng.permutation(n).astype(np.int32)  # scatter to shuffled addresses
+    jids = np.empty(n, np.int64)
+    jids[addr] = ids
+    mj = np.empty(n)
+    mj[addr] = m
+    want = [np.empty((n, 3)) for _ in range(3)]
+    for arr, pred_ref in zip(want, reference.predict(t, tj, x, v, a, jerk, snap), strict=True):
+        arr[addr] = pred_ref
+
+    base = {"ORDER": order, "PRECISION": precision}
+    shape = {"LI": li, "LJ": lj, "JT": jt, "USE_LOCAL": use_local, "W": 1, "NGB": ngb,
+             "NB_CAP": 64}
+    pred = ctx.build(f"predict.{ext}", base)
+    force_prog = ctx.build(f"force.{ext}", {**base, **shape})
+    rs = 4 if precision == 1 else 8
+    bufs = {name: ctx.alloc(size) for name, size in [
+        ("addr", n * 4), ("packed", raw.nbytes), ("pid", n * 4), ("raw", raw.nbytes),
+        ("jid", n * 4), ("pos", n * 4 * rs), ("pos_lo", n * 16), ("vel", n * 4 * rs),
+        ("acc", n * 4 * rs)]}
+    bufs["addr"].upload(addr)
+    bufs["packed"].upload(raw)
+    bufs["pid"].upload(ids.astype(np.int32))
+    n64 = -(-n // 64) * 64
+    pred.kernel("scatter_j")((n64,), (64,), np.int32(n), bufs["addr"], bufs["packed"],
+                             bufs["pid"], bufs["raw"], bufs["jid"])
+    args: list[Any] = [np.int32(n), np.float64(t), bufs["raw"], bufs["pos"]]
+    if precision == 1:
+        args.append(bufs["pos_lo"])
+    args.append(bufs["vel"])
+    if order >= 6:
+        args.append(bufs["acc"])
+    pred.kernel("predict")((n64,), (64,), *args)
+    xp, vp, ap = check_prediction(bufs, n, order, precision, want)
+
+    # i-particles: the first ni j-particles by address, plus one foreign particle
+    sel = np.arange(ni)
+    xi, vi, ai = xp[sel].copy(), vp[sel].copy(), ap[sel].copy()
+    idi = jids[sel].copy()
+    xi[-1] += 1e-3
+    idi[-1] = 5  # an id no j-particle carries: no self-exclusion for it
+    h2 = 4.0 * reference.forces(xi, vi, idi, xp, vp, mj, jids, 0.0, order=2).nn_r2
+    h2 = np.minimum(h2, np.median(h2))  # a few neighbours each, also for outliers
+    ni_pad = -(-ni // li) * li
+    nci = 11 if order >= 6 else 8
+    idata = np.zeros((nci, ni_pad))
+    idata[IC["id"], :] = -3
+    idata[0:3, :ni] = xi.T
+    idata[4:7, :ni] = vi.T
+    idata[IC["id"], :ni] = idi
+    idata[IC["h2"], :ni] = h2
+    if order >= 6:
+        idata[8:11, :ni] = ai.T
+    eps2 = 1e-4
+    jchunk = -(-n // nparts)
+    ibuf = ctx.alloc(idata.nbytes)
+    ibuf.upload(idata)
+    partial = ctx.alloc(nparts * NCO * ni_pad * 8)
+    final = ctx.alloc(NCO * ni_pad * 8)
+    fargs: list[Any] = [np.int32(n), np.int32(ni), np.int32(ni_pad), np.int32(jchunk),
+                        np.float64(eps2), bufs["pos"]]
+    if precision == 1:
+        fargs.append(bufs["pos_lo"])
+    fargs.append(bufs["vel"])
+    if order >= 6:
+        fargs.append(bufs["acc"])
+    fargs += [bufs["jid"], ibuf, partial]
+    if ngb:
+        cnt, lst = ctx.alloc(ni_pad * 4), ctx.alloc(ni_pad * 64 * 4)
+        fargs += [cnt, lst]
+
+    def launch() -> np.ndarray:
+        if ngb:
+            cnt.fill(0)
+        force_prog.kernel("force")((ni_pad, nparts * lj), (li, lj), *fargs)
+        ni64 = -(-ni // 64) * 64
+        force_prog.kernel("reduce")((ni64,), (64,), np.int32(ni), np.int32(ni_pad),
+                                    np.int32(nparts), partial, final)
+        out = np.empty((NCO, ni_pad))
+        final.download(out, wait=False)
+        ctx.finish()
+        return out
+
+    out = launch()
+    again = launch()
+    result: dict[str, Any] = {"out": out, "again": again, "ni": ni, "h2": h2}
+    result["ref"] = reference.forces(xi, vi, idi, xp, vp, mj, jids, eps2, order=order,
+                                     ai=ai, aj=ap, h2=h2)
+    result["x"] = (xi, xp, jids)
+    if ngb:
+        counts, lists = np.empty(ni_pad, np.int32), np.empty((ni_pad, 64), np.int32)
+        cnt.download(counts)
+        lst.download(lists)
+        result["nb"] = (counts, lists)
+    for b in [*bufs.values(), ibuf, partial, final]:
+        b.free()
+    return result
+
+
+def check_forces(res: dict[str, Any], variant: tuple[int, ...]) -> None:
+    order, precision, ngb = variant[:3]
+    tol = 1e-12 if precision == 2 else 1e-5
+    out, ref, ni = res["out"], res["ref"], res["ni"]
+    np.testing.assert_array_equal(out, res["again"])  # deterministic, bitwise
+    err = reference.relative_vector_error
+    assert err(out[0:3, :ni].T, ref.acc, ref.acc_abs).max() < tol
+    assert err(out[3, :ni], ref.pot, ref.pot_abs).max() < tol
+    if order >= 4:
+        assert err(out[4:7, :ni].T, ref.jerk, ref.jerk_abs).max() < tol
+    if order >= 6:
+        assert err(out[8:11, :ni].T, ref.snap, ref.snap_abs).max() < tol
+    xi, xp, jids = res["x"]
+    nn_id = out[OC_NNID, :ni]
+    assert (nn_id == np.round(nn_id)).all() and (nn_id >= 0).all()
+    if precision == 2:
+        np.testing.assert_array_equal(nn_id.astype(np.int64), ref.nn_index)
+        np.testing.assert_array_equal(out[OC_NNR2, :ni], ref.nn_r2)
+    else:  # the chosen neighbour is the nearest to float accuracy
+        pos = {int(j): k for k, j in enumerate(jids)}
+        chosen = xp[[pos[int(j)] for j in nn_id]]
+        r2 = ((chosen - xi) ** 2).sum(axis=1)
+        assert (np.abs(r2 - ref.nn_r2) <= 1e-5 * ref.nn_r2).all()
+        assert (np.abs(out[OC_NNR2, :ni] - ref.nn_r2) <= 1e-5 * ref.nn_r2).all()
+    if ngb:
+        counts, lists = res["nb"]
+        h2 = res["h2"]
+        for k in range(ni):
+            assert counts[k] <= 64, "test radius too large for the capacity"
+            got = set(lists[k, : counts[k]].tolist())
+            assert len(got) == counts[k], "a neighbour listed twice"
+            want = set(ref.neighbours[k].tolist())
+            if precision == 2:
+                assert got == want
+            else:  # only pairs within float rounding of the radius may differ
+                r2 = dict(zip(jids.tolist(), ((xp - xi[k]) ** 2).sum(axis=1), strict=True))
+                assert all(r2[j] < h2[k] * (1 + 1e-5) for j in got - want)
+                assert all(r2[j] > h2[k] * (1 - 1e-5) for j in want - got)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", GPU_VARIANTS, ids=lambda v: VARIANT_ID.format(*v))
+def test_cuda_kernels_match_reference(cuda_context: Any, variant: tuple[int, ...]) -> None:
+    check_forces(run_forces(cuda_context, "cu", variant), variant)
+
+
+@pytest.mark.gpu
+def test_cuda_single_i_particle_many_lanes(cuda_context: Any) -> None:
+    variant = (4, 1, 0, 1, 128, 128, 1)  # the library's default shape for one particle
+    check_forces(run_forces(cuda_context, "cu", variant, ni=1, nparts=5), variant)
+
+
+@pytest.fixture(scope="module")
+def opencl_context():
+    try:
+        ocl = backend_mod.get_backend("opencl")
+    except BackendError as exc:
+        pytest.skip(f"no OpenCL device: {exc}")
+    ctx = ocl.open(0)
+    yield ctx
+    ctx.close()
+
+
+@pytest.mark.parametrize("variant", [GPU_VARIANTS[1], GPU_VARIANTS[4]],
+                         ids=["double-ngb", "ds-ngb"])
+def test_gpu_harness_on_opencl(opencl_context: Any, variant: tuple[int, ...]) -> None:
+    """The GPU tests' harness, run on the OpenCL twin kernels so that it is known to work."""
+    check_forces(run_forces(opencl_context, "cl", variant), variant)
