@@ -44,12 +44,12 @@ static struct {
     double *x, *v, *a, *jerk, *snap, *crackle;  /* 3 per particle */
     int any_snap, any_crackle;
     int *slot;      /* slot[address] = 1 + position in the buffer, 0 when not buffered */
-    int slot_cap;
+    size_t slot_cap;
 } jb;
 
 /* Neighbour lists of the last force call, owned by Python (valid until the next read). */
 static struct {
-    int valid, ni, overflow;
+    int valid, ni;
     const int *offsets, *counts, *ids;
 } nb;
 
@@ -190,13 +190,18 @@ static int jb_reserve(int address)
             return fail(SAPPORO_ERR_INTERNAL, "out of memory buffering %d j-particles", cap);
         jb.cap = cap;
     }
-    if (address >= jb.slot_cap) {
-        int cap = jb.slot_cap ? jb.slot_cap : 1024;
-        while (cap <= address)
-            cap = cap > 0x3fffffff ? 0x7fffffff : 2 * cap;
-        if (grow_array((void **)&jb.slot, sizeof(int), cap))
+    if ((size_t)address >= jb.slot_cap) {
+        /* calloc'ed: pages of addresses never used are never touched */
+        size_t cap = jb.slot_cap ? 2 * jb.slot_cap : 1024;
+        int *slot;
+        if (cap <= (size_t)address)
+            cap = (size_t)address + 1;
+        if ((slot = calloc(cap, sizeof(int))) == NULL)
             return fail(SAPPORO_ERR_INTERNAL, "out of memory for j-address %d", address);
-        memset(jb.slot + jb.slot_cap, 0, sizeof(int) * (size_t)(cap - jb.slot_cap));
+        if (jb.slot_cap)
+            memcpy(slot, jb.slot, sizeof(int) * jb.slot_cap);
+        free(jb.slot);
+        jb.slot = slot;
         jb.slot_cap = cap;
     }
     return 0;
@@ -324,12 +329,7 @@ static int do_set_ti(double ti)
 
 static int do_flush(void)
 {
-    int rc;
-    if (!is_open)
-        return SAPPORO_OK;
-    if ((rc = jb_flush()) < 0)
-        return rc;
-    return SAPPORO_OK;
+    return is_open ? jb_flush() : SAPPORO_OK;
 }
 
 static void do_firsthalf(int nj, int ni, const int *index, const double *xi, const double *vi,
@@ -385,7 +385,6 @@ static int do_read_neighbours(void)
     if (rc < 0)
         return rc;
     nb.valid = 1;
-    nb.overflow = rc;
     return rc;
 }
 
@@ -726,7 +725,8 @@ EXPORT int sapporo_calc_lasthalf(int ni, double acc[][3], double jerk[][3], doub
                                  double pot[], int nnbindex[], double nn_r2[])
 {
     enter("sapporo_calc_lasthalf");
-    return leave(do_lasthalf(ni, (double *)acc, (double *)jerk, (double *)snap, pot, nnbindex, nn_r2));
+    return leave(do_lasthalf(ni, (double *)acc, (double *)jerk, (double *)snap, pot, nnbindex,
+                             nn_r2));
 }
 
 EXPORT int sapporo_flush(void)

@@ -2,7 +2,8 @@
  * badcalls.c -- wrong calls get a message and an error code, and the program goes on.
  *
  * Prints "npipes <n>", then one line per check: "CHECK <label> <rc> | <sapporo_last_error()>"
- * (the message only when rc != 0).  Exit status 0 when it ran to the end.
+ * (the message only when rc < 0), and "nblist <nblen> <ids>" for an overflowing neighbour
+ * list (run with SAPPORO_NB_CAPACITY=2).  Exit status 0 when it ran to the end.
  */
 #include <math.h>
 #include <stdio.h>
@@ -20,7 +21,7 @@ static double xi[600][3], vi[600][3], acc[600][3], jerk[600][3], pot[600];
 
 static void check(const char *label, int rc)
 {
-    printf("CHECK %s %d | %s\n", label, rc, rc != 0 ? sapporo_last_error() : "");
+    printf("CHECK %s %d | %s\n", label, rc, rc < 0 ? sapporo_last_error() : "");
     fflush(stdout);
 }
 
@@ -53,7 +54,8 @@ int main(void)
     for (int q = 0; q < N; q++)
         xi[q][0] = xj[q][0], xi[q][1] = xj[q][1], xi[q][2] = xj[q][2];
 
-    check("address_negative", g6_set_j_particle(0, -1, 0, 0.0, 0.0, 1.0, zero, zero, zero, zero, xj[0]));
+    check("address_negative",
+          g6_set_j_particle(0, -1, 0, 0.0, 0.0, 1.0, zero, zero, zero, zero, xj[0]));
     check("nan_j", g6_set_j_particle(0, 2, 2, 0.0, 0.0, 1.0, zero, zero, zero, zero, nanv));
     check("ni_above_npipes", force(N, npipes + 1, 0.0));
     check("good_after_errors", force(N, N, 0.0));
@@ -71,6 +73,14 @@ int main(void)
     check("good_again", force(N, N, 0.0));
     check("read_neighbours", g6_read_neighbour_list(0));
     check("ipipe_out_of_range", g6_get_neighbour_list(0, 50, 8, &len, nbl));
+    /* Particle 0 has 3 neighbours inside h2 = 10; the capacity is 2. */
+    double h2[N] = {10, 10, 10, 10};
+    g6calc_firsthalf(0, N, N, idx, xi, vi, acc, jerk, pot, 0.0, h2);
+    check("nb_force", g6calc_lasthalf(0, N, N, idx, xi, vi, 0.0, h2, acc, jerk, pot));
+    check("nb_read_overflow", g6_read_neighbour_list(0));
+    len = -1;
+    check("nb_get_overflow", g6_get_neighbour_list(0, 0, 8, &len, nbl));
+    printf("nblist %d %d %d\n", len, nbl[0], nbl[1]);
     check("close", g6_close(0));
     check("set_j_closed", g6_set_j_particle(0, 0, 0, 0.0, 0.0, 1.0, zero, zero, zero, zero, xj[0]));
     check("settime_closed", g6_set_ti(0, 0.0));
@@ -82,6 +92,9 @@ int main(void)
     check("good_reopened", force(N, N, 0.0));
     printf("acc0 %.12f %.12f %.12f\n", acc[0][0], acc[0][1], acc[0][2]);
     check("close_end", g6_close(0));
+    int dev0 = 0;
+    check("open_special", g6_open_special(1, &dev0));
+    check("close_special", g6_close(0));
     printf("END\n");
     return 0;
 }

@@ -150,6 +150,11 @@ int main(int argc, char **argv)
         die("g6_npipes", npipes);
     g6_set_tunit(51);
     g6_set_xunit(51);
+    g6_initialize_jp_buffer(0, 1024);
+    g6_set_neighbour_list_sort_mode(1);
+    g6_set_overflow_flag_test_mode(0, 0, 0);
+    if (g6_reset(0) != 0 || g6_reset_fofpga(0) != 0)
+        die("g6_reset", -1);
 
     /* First forces: j-particles with zero derivatives at t = 0, all particles active. */
     for (int i = 0; i < n; i++) {
@@ -175,6 +180,8 @@ int main(int argc, char **argv)
         dt[i] = block_step(0.01 * norm(a[i]) / norm(j[i]), DT_MAX, 0.0);
         send_j(i);
     }
+    if ((rc = g6_flush_jp_buffer(0)) != 0)
+        die("g6_flush_jp_buffer", rc);
     double e0 = energy();
 
     long steps = 0, blocks = 0;
@@ -204,8 +211,9 @@ int main(int argc, char **argv)
             int i = active[q];
             double h = time - t[i], s[3], c[3];
             for (int k = 0; k < 3; k++) {
-                s[k] = (-6.0 * (a[i][k] - an[q][k]) - h * (4.0 * j[i][k] + 2.0 * jn[q][k])) / (h * h);
-                c[k] = (12.0 * (a[i][k] - an[q][k]) + 6.0 * h * (j[i][k] + jn[q][k])) / (h * h * h);
+                double da = a[i][k] - an[q][k];
+                s[k] = (-6.0 * da - h * (4.0 * j[i][k] + 2.0 * jn[q][k])) / (h * h);
+                c[k] = (12.0 * da + 6.0 * h * (j[i][k] + jn[q][k])) / (h * h * h);
                 x[i][k] = xp[i][k] + h * h * h * h * (s[k] / 24 + h * c[k] / 120);
                 v[i][k] = vp[i][k] + h * h * h * (s[k] / 6 + h * c[k] / 24);
                 a[i][k] = an[q][k];

@@ -8,7 +8,8 @@ program hermite_f
   implicit none
   integer, external :: g6_open, g6_close, g6_npipes, g6_set_ti, g6_set_j_particle
   integer, external :: g6calc_lasthalf, g6calc_lasthalf2, g6_read_neighbour_list
-  integer, external :: g6_get_neighbour_list, g6_set_tunit, g6_set_xunit
+  integer, external :: g6_get_neighbour_list, g6_set_tunit, g6_set_xunit, g6_reset
+  integer, external :: g6_initialize_jp_buffer, g6_flush_jp_buffer
   double precision, parameter :: dt_max = 1d0 / 16d0
   integer, parameter :: maxnb = 512
   integer :: n, npipes, i, q, na, rc, steps, blocks
@@ -44,6 +45,9 @@ program hermite_f
   if (npipes < 1) call check('g6_npipes', npipes)
   rc = g6_set_tunit(51)
   rc = g6_set_xunit(51d0)
+  call g6_set_neighbour_list_sort_mode(1)
+  call check('g6_reset', g6_reset(0))
+  call check('g6_initialize_jp_buffer', g6_initialize_jp_buffer(0, 1024))
 
   a = 0; j = 0; a2 = 0; t = 0; dt = 0
   do i = 1, n
@@ -64,6 +68,7 @@ program hermite_f
     dt(i) = block_step(0.01d0 * vnorm(a(:, i)) / vnorm(j(:, i)), dt_max, 0d0)
     call send_j(i)
   end do
+  call check('g6_flush_jp_buffer', g6_flush_jp_buffer(0))
   e0 = energy()
 
   steps = 0; blocks = 0; time = 0

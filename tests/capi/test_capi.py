@@ -133,6 +133,23 @@ def test_flags_command(capi: CApi) -> None:
     assert flags("--libs").split() == capi.link_flags()[1:]
 
 
+def test_flags_builds_on_demand_in_the_default_prefix(capi: CApi, tmp_path: Path) -> None:
+    """``cc prog.c $(sapporo capi flags)`` just works, building into the per-user folder."""
+    (tmp_path / "prog.c").write_text(
+        '#include <stdio.h>\n#include "sapporo.h"\n'
+        'int main(void) { printf("npipes %d\\n", g6_npipes()); return 0; }\n'
+    )
+    data_home = tmp_path / "data"
+    env = {**os.environ, "XDG_DATA_HOME": str(data_home)}
+    cmd = f"{capi.cc} prog.c -o prog $({sys.executable} -m sapporo.cli capi flags)"
+    proc = subprocess.run(cmd, shell=True, cwd=tmp_path, env=env, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "building" in proc.stderr
+    assert list(data_home.glob("sapporo/capi/*/lib/libsapporo.so"))
+    assert capi.run(tmp_path / "prog", cwd=tmp_path).stdout == "npipes 256\n"
+
+
 # ----------------------------------------------------------------------------- integrators
 
 
@@ -197,7 +214,8 @@ def test_order6_extensions(capi: CApi, tmp_path: Path) -> None:
 
 
 def test_bad_calls_report_and_continue(capi: CApi, tmp_path: Path) -> None:
-    proc = capi.run(capi.program("badcalls.c"), cwd=tmp_path, env=capi.env(SAPPORO_NPIPES="8"))
+    env = capi.env(SAPPORO_NPIPES="8", SAPPORO_NB_CAPACITY="2")
+    proc = capi.run(capi.program("badcalls.c"), cwd=tmp_path, env=env)
     assert "END" in proc.stdout
     assert "npipes 8" in proc.stdout
     checks = {}
@@ -222,6 +240,9 @@ def test_bad_calls_report_and_continue(capi: CApi, tmp_path: Path) -> None:
         "good_again": (0, ""),
         "read_neighbours": (0, ""),
         "ipipe_out_of_range": (-1, "ipipe = 50"),
+        "nb_force": (0, ""),
+        "nb_read_overflow": (1, ""),
+        "nb_get_overflow": (1, ""),
         "close": (0, ""),
         "set_j_closed": (-2, "not open"),
         "settime_closed": (-2, "not open"),
@@ -231,18 +252,23 @@ def test_bad_calls_report_and_continue(capi: CApi, tmp_path: Path) -> None:
         "settime_reopened": (0, ""),
         "good_reopened": (0, ""),
         "close_end": (0, ""),
+        "open_special": (0, ""),
+        "close_special": (0, ""),
     }
     for label, (code, words) in expected.items():
         assert label in checks, f"check {label} did not run:\n{proc.stdout}"
         rc, message = checks[label]
         assert rc == code, f"{label}: rc {rc}, expected {code} ({message})"
         assert words in message, f"{label}: message {message!r} lacks {words!r}"
-        if code:
+        if code < 0:
             assert f"(code {code})" in message
     # One stderr line per error, in the documented form.
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("sapporo: ")]
-    assert len(errors) == sum(1 for c, _ in expected.values() if c), proc.stderr
+    assert len(errors) == sum(1 for c, _ in expected.values() if c < 0), proc.stderr
     assert "Traceback" not in proc.stderr
+    # Overflow: the full length (3), the stored ids (capacity 2) ascending, from {1, 2, 3}.
+    nblist = [int(w) for w in re.search(r"nblist (.*)", proc.stdout)[1].split()]
+    assert nblist[0] == 3 and nblist[1] < nblist[2] and {*nblist[1:]} <= {1, 2, 3}
     acc = [line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("acc0")]
     assert len(acc) == 2 and acc[0] == acc[1]
     # Unit masses at (1,0,0), (0,1,0), (0,0,1) on one at the origin: acc = (1, 1, 1).

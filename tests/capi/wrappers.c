@@ -26,7 +26,8 @@ int g6calc_lasthalf_(int *id, int *nj, int *ni, int index[], double xi[][3], dou
                      double pot[]);
 
 static int depth;
-#define ENTER() do { if (depth++ > 0) { printf("RECURSION in %s\n", __func__); exit(5); } } while (0)
+#define ENTER() \
+    do { if (depth++ > 0) { printf("RECURSION in %s\n", __func__); exit(5); } } while (0)
 #define LEAVE(v) do { depth--; return v; } while (0)
 
 int g6_open(int id) { ENTER(); int rc = g6_open_(&id); LEAVE(rc); }
