@@ -75,6 +75,22 @@ class LaunchConfig:
             "USE_LOCAL": int(self.use_local),
         }
 
+    def local_bytes(self, order: int, precision: str) -> int:
+        """Local (shared) memory one work-group of this shape uses."""
+        if not self.use_local and self.lj == 1:
+            return 0
+        rs = 16 if precision == "double-single" else 32  # one real4
+        per_j = rs + 4  # position, id
+        if precision == "double-single":
+            per_j += 16  # position lo
+        if order >= 4:
+            per_j += rs
+        if order >= 6:
+            per_j += rs
+        tile = per_j * self.jt if self.use_local else 0
+        lanes = 12 * 8 * self.li * self.lj if self.lj > 1 else 0
+        return tile + lanes
+
     @property
     def i_per_group(self) -> int:
         """i-particles per work-group."""
@@ -113,14 +129,31 @@ def default_table(info: DeviceInfo, order: int, precision: str) -> LaunchTable:
         cfg = LaunchConfig(li=1, lj=1, w=w, jt=64, use_local=False, groups_per_cu=4)
         return LaunchTable([(NI_CHUNK, cfg)], source="defaults (cpu)")
     # GPUs: one i-particle per work-item; few active particles share a group across j-lanes.
+    # At most 128 work-items and 32 KiB of local memory per group (fits NVIDIA, AMD, Intel).
     entries = [
         (1, LaunchConfig(li=1, lj=128, w=1, jt=128, use_local=True, groups_per_cu=4)),
-        (8, LaunchConfig(li=8, lj=32, w=1, jt=256, use_local=True, groups_per_cu=4)),
-        (32, LaunchConfig(li=32, lj=8, w=1, jt=256, use_local=True, groups_per_cu=4)),
+        (8, LaunchConfig(li=8, lj=16, w=1, jt=128, use_local=True, groups_per_cu=4)),
+        (32, LaunchConfig(li=32, lj=4, w=1, jt=128, use_local=True, groups_per_cu=4)),
         (128, LaunchConfig(li=64, lj=2, w=1, jt=128, use_local=True, groups_per_cu=4)),
         (NI_CHUNK, LaunchConfig(li=128, lj=1, w=1, jt=128, use_local=True, groups_per_cu=4)),
     ]
     return LaunchTable(entries, source="defaults (gpu)")
+
+
+def check_table(table: LaunchTable, info: DeviceInfo, order: int, precision: str) -> None:
+    """Raise :class:`ConfigError` when a configuration does not fit the device."""
+    for _, cfg in table.entries:
+        need = cfg.local_bytes(order, precision)
+        if need > info.local_mem_size:
+            raise ConfigError(
+                f"launch configuration {cfg} needs {need} bytes of local memory, "
+                f"{info.name} has {info.local_mem_size}"
+            )
+        if cfg.li * cfg.lj > info.max_work_group_size:
+            raise ConfigError(
+                f"launch configuration {cfg} has {cfg.li * cfg.lj} work-items per group, "
+                f"{info.name} allows {info.max_work_group_size}"
+            )
 
 
 def _slug(text: str) -> str:
@@ -183,6 +216,7 @@ def load_table(info: DeviceInfo, order: int, precision: str) -> LaunchTable:
             if path.is_file():
                 try:
                     table = table_from_json(json.loads(path.read_text()), str(path))
+                    check_table(table, info, order, precision)
                 except (OSError, json.JSONDecodeError, ConfigError) as exc:
                     log.warning("ignoring tuning profile %s: %s", path, exc)
                     continue

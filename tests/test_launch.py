@@ -1,0 +1,140 @@
+"""Launch configurations: every shape the kernels accept gives the reference's results.
+
+The GPU shapes (local-memory tiles, several j-lanes per i-particle) run here on PoCL too, so
+the code paths a GPU takes are checked on every machine.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import sapporo
+from sapporo import reference as ref
+from sapporo.errors import ConfigError
+from sapporo.launch import (
+    LaunchConfig,
+    LaunchTable,
+    check_table,
+    default_table,
+    load_table,
+    parts_for,
+    profile_name,
+    table_from_json,
+)
+
+SHAPES = [
+    LaunchConfig(li=1, lj=1, w=1, jt=32, use_local=False),
+    LaunchConfig(li=4, lj=1, w=2, jt=16, use_local=True),
+    LaunchConfig(li=1, lj=1, w=16, jt=64, use_local=False, groups_per_cu=1),
+    LaunchConfig(li=1, lj=32, w=1, jt=64, use_local=True, min_jchunk=16),
+    LaunchConfig(li=8, lj=4, w=1, jt=32, use_local=True),
+    LaunchConfig(li=2, lj=4, w=1, jt=24, use_local=False),
+]
+
+
+@pytest.mark.parametrize("cfg", SHAPES, ids=lambda c: f"li{c.li}-lj{c.lj}-w{c.w}-jt{c.jt}"
+                         f"-{'local' if c.use_local else 'global'}")
+@pytest.mark.parametrize("order,precision", [(6, "double"), (4, "double-single")])
+def test_shape_matches_reference(backend, cfg, order, precision):
+    n = 517
+    x, v, m = ref.plummer(n, seed=41)
+    ids = np.arange(n) + 1
+    a = ref.forces(x, v, ids, x, v, m, ids, 1e-4, order=2).acc
+    with sapporo.Library(order=order, precision=precision, backend=backend) as lib:
+        lib.set_launch_table(LaunchTable([(10**9, cfg)], source="test"))
+        lib.set_j_particles(np.arange(n), ids, 0.0, m, x, v, a=a)
+        for sel in (np.array([5]), np.arange(0, n, 4), np.arange(n)):
+            f = lib.compute(x[sel], v[sel], ids[sel], 1e-4, a=a[sel], h2=0.03)
+            r = ref.forces(x[sel], v[sel], ids[sel], x, v, m, ids, 1e-4, order=order,
+                           ai=a[sel], aj=a, h2=0.03)
+            tol = 1e-12 if precision == "double" else 1e-5
+            assert ref.relative_vector_error(f.acc, r.acc, r.acc_abs).max() <= tol
+            assert ref.relative_vector_error(f.jerk, r.jerk, r.jerk_abs).max() <= tol
+            if order == 6:
+                assert ref.relative_vector_error(f.snap, r.snap, r.snap_abs).max() <= tol
+            assert (np.abs(f.pot - r.pot) / np.abs(r.pot)).max() <= tol
+            if precision == "double":
+                np.testing.assert_array_equal(f.nn_index, r.nn_index)
+                for k in range(len(sel)):
+                    np.testing.assert_array_equal(f.neighbours(k), r.neighbours[k])
+
+
+def test_default_gpu_table_runs_here(backend):
+    """The built-in GPU table, forced onto this device, still matches the reference."""
+    from sapporo.backend import get_backend
+
+    info = get_backend(backend).devices()[0]
+    gpu_info = type(info)(**{**info.as_dict(), "device_type": "gpu"})
+    table = default_table(gpu_info, 4, "double")
+    n = 700
+    x, v, m = ref.plummer(n, seed=43)
+    ids = np.arange(n)
+    with sapporo.Library(order=4, precision="double", backend=backend) as lib:
+        lib.set_launch_table(table)
+        lib.set_j_particles(ids, ids, 0.0, m, x, v)
+        for ni in (1, 5, 20, 100, n):
+            f = lib.compute(x[:ni], v[:ni], ids[:ni], 1e-4)
+            r = ref.forces(x[:ni], v[:ni], ids[:ni], x, v, m, ids, 1e-4, order=4)
+            assert ref.relative_vector_error(f.acc, r.acc, r.acc_abs).max() <= 1e-12
+            np.testing.assert_array_equal(f.nn_index, r.nn_index)
+
+
+def test_invalid_shapes_rejected():
+    with pytest.raises(ConfigError, match="w must be"):
+        LaunchConfig(w=3)
+    with pytest.raises(ConfigError, match="lj > 1 needs w == 1"):
+        LaunchConfig(lj=4, w=8)
+    with pytest.raises(ConfigError, match="multiple"):
+        LaunchConfig(li=4, lj=1, w=1, jt=6, use_local=True)
+
+
+def test_table_lookup_and_json_round_trip():
+    a, b = LaunchConfig(w=4), LaunchConfig(w=8)
+    t = LaunchTable([(16, a), (1024, b)])
+    assert t.for_ni(1) is a and t.for_ni(16) is a and t.for_ni(17) is b
+    assert t.for_ni(10**6) is b  # beyond the last entry: the last one
+    t2 = table_from_json(json.loads(json.dumps(t.to_json())), "mem")
+    assert t2.entries == t.entries
+    with pytest.raises(ConfigError, match="malformed"):
+        table_from_json({"entries": [{"ni_max": 4, "bogus": 1}]}, "x")
+    with pytest.raises(ConfigError, match="no entries"):
+        table_from_json({"entries": []}, "x")
+
+
+def test_parts_fill_the_device():
+    from sapporo.backend import DeviceInfo
+
+    info = DeviceInfo("opencl", 0, "dev", "v", "p", "gpu", 100, 1024, 65536, 2**30, True, "1")
+    cfg = LaunchConfig(li=1, lj=128, w=1, jt=128, use_local=True, groups_per_cu=4)
+    assert parts_for(cfg, info, 1, 10**6) == 400  # one i-particle: 4 groups per CU
+    assert parts_for(cfg, info, 1, 1000) == 3  # but never parts shorter than min_jchunk
+    assert parts_for(cfg, info, 1, 0) == 1
+    big = LaunchConfig(li=128, lj=1, w=1, jt=128, use_local=True)
+    assert parts_for(big, info, 128 * 1000, 10**6) == 1  # enough groups already
+
+
+def test_profile_is_loaded_and_bad_profile_ignored(tmp_path, monkeypatch, caplog):
+    from sapporo.backend import get_backend
+
+    info = get_backend("opencl").devices()[0]
+    monkeypatch.setenv("SAPPORO_PROFILE_DIR", str(tmp_path))
+    monkeypatch.delenv("SAPPORO_NO_PROFILE", raising=False)
+    path = tmp_path / profile_name(info, 4, "double")
+    path.write_text(json.dumps(LaunchTable([(64, LaunchConfig(w=2))]).to_json()))
+    table = load_table(info, 4, "double")
+    assert table.source == str(path) and table.entries[0][1].w == 2
+    monkeypatch.setenv("SAPPORO_NO_PROFILE", "1")
+    assert load_table(info, 4, "double").source.startswith("defaults")
+    monkeypatch.delenv("SAPPORO_NO_PROFILE")
+    path.write_text("{not json")
+    with caplog.at_level("WARNING"):
+        assert load_table(info, 4, "double").source.startswith("defaults")
+    assert "ignoring tuning profile" in caplog.text
+    huge = LaunchConfig(li=1, lj=1, w=1, jt=10**7, use_local=True)
+    path.write_text(json.dumps(LaunchTable([(64, huge)]).to_json()))
+    with pytest.raises(ConfigError, match="local memory"):
+        check_table(LaunchTable([(64, huge)]), info, 6, "double")
+    assert load_table(info, 4, "double").source.startswith("defaults")
