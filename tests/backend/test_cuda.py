@@ -445,6 +445,70 @@ def test_build_failure_is_build_error(clean_selection: pytest.MonkeyPatch) -> No
 
 # --------------------------------------------------------------------------- real GPU
 
+@pytest.mark.gpu
+def test_cuda_device_basics(cuda_context: Any) -> None:
+    """Transfers, fill, 1-D and 2-D launches and build errors with kernels_cuda/selftest.cu."""
+    ctx = cuda_context
+    buf = ctx.alloc(80)
+    data = np.arange(10, dtype=np.float64)
+    buf.upload(data)
+    part = np.zeros(3)
+    buf.download(part, offset=16)
+    np.testing.assert_array_equal(part, data[2:5])
+    buf.fill(7)
+    words = np.zeros(20, np.int32)
+    buf.download(words)
+    assert (words == 7).all()
+
+    n = 1000  # not a multiple of the block: the kernel guards
+    x = np.random.default_rng(0).normal(size=n)
+    bx, by = ctx.alloc(x.nbytes), ctx.alloc(x.nbytes)
+    bx.upload(x)
+    for scale in (2, 5):
+        prog = ctx.build("selftest.cu", {"SCALE": scale})
+        prog.kernel("axpb")((1024,), (64,), np.int32(n), np.float64(0.5), bx, by, wait=True)
+        y = np.empty(n)
+        by.download(y, wait=False).wait()
+        np.testing.assert_allclose(y, scale * x + 0.5, rtol=1e-15, atol=1e-15)
+    assert ctx.build("selftest", {"SCALE": 5}) is prog
+
+    nrows, ncols = 5, 7
+    grid = ctx.alloc(nrows * ncols * 4)
+    ctx.build("selftest.cu").kernel("grid2d")((8, 6), (4, 2), np.int32(nrows), np.int32(ncols),
+                                             grid)
+    out = np.zeros((nrows, ncols), dtype=np.int32)
+    grid.download(out, wait=False)
+    ctx.finish()
+    r, c = np.mgrid[0:nrows, 0:ncols]
+    np.testing.assert_array_equal(out, r * 1000 + c + 8 * 1000000)
+
+    with pytest.raises(BuildError) as err:
+        ctx.build("selftest.cu", {"BROKEN": 1})
+    assert "selftest.cu" in str(err.value) and "-DBROKEN=1" in str(err.value)
+    assert "error" in err.value.log.lower()
+    assert open(err.value.source_path).read().count("this line is not CUDA C++")
+    with pytest.raises(BackendError, match="nope"):
+        ctx.build("selftest.cu").kernel("nope")
+    for b in (buf, bx, by, grid):
+        b.free()
+
+
+@pytest.mark.gpu
+def test_cuda_profiling_events() -> None:
+    try:
+        cuda = backend_mod.get_backend("cuda")
+    except BackendError as exc:
+        pytest.skip(f"no CUDA GPU/PyCUDA: {exc}")
+    ctx = cuda.open(0, profiling=True)
+    try:
+        x, y = ctx.alloc(8 * 256), ctx.alloc(8 * 256)
+        ev = ctx.build("selftest.cu").kernel("axpb")((256,), (128,), np.int32(256),
+                                                     np.float64(1.0), x, y)
+        assert ev.elapsed is not None and ev.elapsed >= 0
+    finally:
+        ctx.close()
+
+
 RAW_N, NCO = 6, 12
 IC = {"x": 0, "y": 1, "z": 2, "h2": 3, "vx": 4, "vy": 5, "vz": 6, "id": 7, "ax": 8}
 OC_NNR2, OC_NNID = 7, 11
