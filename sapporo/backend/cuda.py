@@ -86,8 +86,7 @@ class CUEvent(Event):
 
     def wait(self) -> None:
         if self._end is not None and self._ctx is not None:
-            with self._ctx.active():
-                self._end.synchronize()
+            self._ctx.synchronize(self._end)
         then, self._then = self._then, None
         if then is not None:
             then()
@@ -136,8 +135,8 @@ class CUBuffer(Buffer):
         with ctx.active():
             ctx.drv.memcpy_htod_async(int(self.mem) + offset, host, ctx.stream)
             end = ctx.record()
-            if wait:
-                end.synchronize()
+        if wait:
+            ctx.synchronize(end)
         return CUEvent(ctx, end)
 
     def download(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> Event:
@@ -149,7 +148,7 @@ class CUBuffer(Buffer):
             with ctx.active():
                 ctx.drv.memcpy_dtoh_async(host, int(self.mem) + offset, ctx.stream)
                 end = ctx.record()
-                end.synchronize()
+            ctx.synchronize(end)
             return CUEvent(ctx, end)
         n = host.nbytes
         with ctx.active():
@@ -191,19 +190,29 @@ def _default_block(global_size: int, limit: int = 256) -> int:
 
 
 class CUKernel(Kernel):
-    """A ``pycuda.driver.Function``, launched OpenCL-style."""
+    """A ``pycuda.driver.Function``, launched OpenCL-style.
+
+    Arguments are packed by ``Function.prepare`` / ``prepared_async_call`` with a format
+    derived from the arguments themselves (``P`` device pointer, ``i`` int, ``d`` double,
+    ``f`` float, ``I`` unsigned), which skips PyCUDA's per-call argument inspection.
+    """
+
+    _FORMAT = {np.int32: "i", np.uint32: "I", np.float32: "f", np.float64: "d"}
 
     def __init__(self, ctx: CUContext, func: Any, name: str):
         self._ctx, self._func, self.name = ctx, func, name
+        self._format: str | None = None
 
-    def _args(self, args: tuple[Any, ...]) -> list[Any]:
-        out: list[Any] = []
+    def _args(self, args: tuple[Any, ...]) -> tuple[str, list[Any]]:
+        fmt, out = [], []
         for pos, a in enumerate(args):
             if isinstance(a, CUBuffer):
                 if a.mem is None:
                     raise BackendError(f"kernel {self.name}: argument {pos} is a freed buffer")
-                out.append(a.mem)
-            elif isinstance(a, (np.int32, np.uint32, np.float32, np.float64)):
+                fmt.append("P")
+                out.append(int(a.mem))
+            elif type(a) in self._FORMAT:
+                fmt.append(self._FORMAT[type(a)])
                 out.append(a)
             elif isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, float)):
                 raise BackendError(
@@ -213,10 +222,12 @@ class CUKernel(Kernel):
             elif isinstance(a, int):
                 if not -(2**31) <= a < 2**31:
                     raise BackendError(f"kernel {self.name}: argument {pos} overflows an int")
-                out.append(np.int32(a))
+                fmt.append("i")
+                out.append(a)
             else:
-                out.append(np.float64(a))
-        return out
+                fmt.append("d")
+                out.append(float(a))
+        return "".join(fmt), out
 
     def __call__(
         self,
@@ -247,20 +258,23 @@ class CUKernel(Kernel):
         pad = (1,) * (3 - len(gs))
         block = ls + pad
         grid = tuple(g // s for g, s in zip(gs, ls, strict=True)) + pad
-        cargs = self._args(args)
+        fmt, values = self._args(args)
         ctx = self._ctx
         with ctx.active():
+            if fmt != self._format:
+                self._func.prepare(fmt)
+                self._format = fmt
             start = ctx.record(timing=True) if ctx.profiling else None
             try:
-                self._func(*cargs, block=block, grid=grid, stream=ctx.stream)
+                self._func.prepared_async_call(grid, block, ctx.stream, *values)
             except ctx.drv.Error as exc:
                 raise BackendError(
                     f"launch of kernel {self.name} (grid {grid}, block {block}) failed on "
                     f"{ctx.info.name}: {exc}"
                 ) from exc
             end = ctx.record(timing=ctx.profiling)
-            if wait:
-                end.synchronize()
+        if wait:
+            ctx.synchronize(end)
         return CUEvent(ctx, end, start)
 
 
@@ -418,9 +432,19 @@ class CUContext(Context):
         major, minor = self._device.compute_capability()
         return int(major), int(minor)
 
-    def finish(self) -> None:
+    def synchronize(self, event: Any = None) -> None:
+        """Wait for ``event`` (default: the whole stream); device errors become BackendError.
+
+        Errors of asynchronous work (an out-of-range access in a kernel, say) surface here.
+        """
         with self.active():
-            self.stream.synchronize()
+            try:
+                (self.stream if event is None else event).synchronize()
+            except self.drv.Error as exc:
+                raise BackendError(f"CUDA error on {self.info.name}: {exc}") from exc
+
+    def finish(self) -> None:
+        self.synchronize()
         pending, self.pending = self.pending, []
         for ev in pending:
             ev.wait()

@@ -168,11 +168,17 @@ def make_fake_pycuda(
 
     class Function:
         def __init__(self, name: str):
-            self.name = name
+            self.name, self.arg_format = name, None
 
-        def __call__(self, *args: Any, block: tuple, grid: tuple, stream: Any = None) -> None:
+        def prepare(self, arg_types: str) -> Function:
+            self.arg_format = "".join(arg_types)
+            return self
+
+        def prepared_async_call(self, grid: tuple, block: tuple, stream: Any, *args: Any) -> None:
             assert state["depth"] > 0, "no current context"
-            state["launches"].append((self.name, args, block, grid))
+            assert isinstance(block, tuple) and isinstance(grid, tuple) and stream is not None
+            assert len(args) == len(self.arg_format)
+            state["launches"].append((self.name, self.arg_format, args, block, grid))
 
     class SourceModule:
         def __init__(self, source: str, options: list[str] | None = None, arch: str | None = None,
@@ -409,13 +415,12 @@ def test_launch_sizes_and_arguments(fake_ctx: tuple[Any, Any]) -> None:
     force = prog.kernel("force")
     buf = ctx.alloc(16)
     ev = force((64, 12), (8, 4), np.int32(5), 7, 0.5, np.float64(1e-4), buf)
-    name, args, block, grid = drv.state["launches"][-1]
+    name, fmt, args, block, grid = drv.state["launches"][-1]
     assert name == "force" and block == (8, 4, 1) and grid == (8, 3, 1)
-    assert [type(a) for a in args[:4]] == [np.int32, np.int32, np.float64, np.float64]
-    assert args[4] is buf.mem
+    assert fmt == "iiddP" and args[4] == int(buf.mem)
     assert ev.elapsed == pytest.approx(1.5e-3)
     prog.kernel("reduce")((100,), None, np.int32(1))
-    assert drv.state["launches"][-1][2:] == ((4, 1, 1), (25, 1, 1))
+    assert drv.state["launches"][-1][1:] == ("i", (1,), (4, 1, 1), (25, 1, 1))
     with pytest.raises(BackendError, match="not a multiple"):
         force((65, 12), (8, 4))
     with pytest.raises(BackendError, match="exceeds the device limit"):
@@ -424,6 +429,22 @@ def test_launch_sizes_and_arguments(fake_ctx: tuple[Any, Any]) -> None:
         force((8,), (8,), np.int64(3))
     with pytest.raises(BackendError, match="not found"):
         prog.kernel("missing")
+    assert drv.state["depth"] == 0
+
+
+def test_asynchronous_errors_become_backend_errors(fake_ctx: tuple[Any, Any]) -> None:
+    ctx, drv = fake_ctx
+
+    def fail(self: Any) -> None:
+        raise drv.Error("cuStreamSynchronize failed: an illegal memory access was encountered")
+
+    real = drv.Stream.synchronize
+    drv.Stream.synchronize = fail
+    try:
+        with pytest.raises(BackendError, match="CUDA error on Fake GPU: .*illegal memory"):
+            ctx.finish()
+    finally:
+        drv.Stream.synchronize = real
     assert drv.state["depth"] == 0
 
 
@@ -730,7 +751,7 @@ def test_cuda_kernels_match_reference(cuda_context: Any, variant: tuple[int, ...
 
 @pytest.mark.gpu
 def test_cuda_single_i_particle_many_lanes(cuda_context: Any) -> None:
-    variant = (4, 1, 0, 1, 128, 128, 1)  # the library's default shape for one particle
+    variant = (4, 1, 0, 1, 128, 128, 1)  # the library's default GPU shape for one particle
     check_forces(run_forces(cuda_context, "cu", variant, ni=1, nparts=5), variant)
 
 

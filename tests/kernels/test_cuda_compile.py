@@ -55,14 +55,21 @@ SHAPES = [
     _defs(LI=5, LJ=4, JT=40),
 ]
 HEAVY = [_defs(ORDER=6, PRECISION=2, NGB=1), _defs(ORDER=4, PRECISION=1, NGB=1)]
-# sapporo.launch.default_table for GPUs: these must also pass ptxas (shared memory).
-GPU_DEFAULTS = [
-    _defs(LI=1, LJ=128, JT=128),
-    _defs(LI=8, LJ=32, JT=256),
-    _defs(LI=32, LJ=8, JT=256),
-    _defs(LI=64, LJ=2, JT=128),
-    _defs(LI=128, LJ=1, JT=128),
-]
+
+
+def gpu_default_shapes() -> list[tuple[tuple[str, int], ...]]:
+    """The launch shapes of ``sapporo.launch.default_table`` for GPUs (as defines)."""
+    from sapporo.backend.base import DeviceInfo
+    from sapporo.launch import default_table
+
+    info = DeviceInfo("cuda", 0, "any GPU", "NVIDIA Corporation", "CUDA", "gpu", 100, 1024,
+                      49152, 1 << 34, True, "")
+    shapes = []
+    for _, cfg in default_table(info, 6, "double").entries:
+        d = dict(cfg.defines())
+        assert d.pop("W") == 1, "GPU launch shapes must have w == 1 (CUDA needs W == 1)"
+        shapes.append(tuple(sorted(d.items())))
+    return shapes
 
 
 def variants(arch: str = "sm_90") -> list[tuple[str, tuple[tuple[str, int], ...]]]:
@@ -187,7 +194,7 @@ def test_inlined_source_compiles(fname: str) -> None:
 
 @needs_nvcc
 def test_default_gpu_shapes_pass_ptxas() -> None:
-    jobs = [tuple(sorted(HEAVY[0] + s)) for s in GPU_DEFAULTS]  # the most shared memory
+    jobs = [tuple(sorted(HEAVY[0] + s)) for s in gpu_default_shapes()]  # most shared memory
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda d: nvcc("force.cu", d, "sm_90", target="cubin"), jobs))
     failures = [f"[{_label(d)}]: {out}" for d, (rc, out, _) in zip(jobs, results, strict=True)
