@@ -23,15 +23,16 @@ from typing import Any
 import numpy as np
 
 from . import config
-from .backend import Buffer, Context, DeviceInfo, Event, get_backend
+from .backend import Buffer, Context, DeviceInfo, Event, Kernel, get_backend
 from .errors import BackendError, InputError, NonFiniteError, SapporoError
-from .launch import NI_CHUNK, LaunchTable, load_table, parts_for
+from .launch import NI_CHUNK, LaunchConfig, LaunchTable, load_table, parts_for
 
 log = logging.getLogger(__name__)
 
 RAW_N = 6  # double4 records per raw j-particle: x|m, v|t, a, jerk, snap, crackle
 NCO = 12  # result rows: ax ay az pot jx jy jz nn_r2 sx sy sz nn_id
 OC_NNR2, OC_NNID = 7, 11
+HOST_REDUCE_MAX = 1 << 16  # partial results up to this many doubles are combined on the host
 MAX_ID = 2**31 - 1
 MAX_ADDRESS = 2**31 - 2
 DEFAULT_NB_CAPACITY = 256
@@ -226,6 +227,7 @@ class _Device:
         self.bufs: dict[str, Buffer] = {}
         self.kernel_seconds = 0.0
         self.events: list[Event] = []
+        self._kernels: dict[tuple[LaunchConfig, bool], tuple[Kernel, Kernel]] = {}
 
     # -- memory
     def _buf(self, name: str, nbytes: int) -> Buffer:
@@ -308,9 +310,7 @@ class _Device:
         ni_pad = idata_host.shape[1]
         nparts = parts_for(cfg, self.info, ni_pad, nj_local)
         jchunk = max(1, -(-nj_local // nparts))
-        defs = {**lib._base_defines(), **cfg.defines(), "NGB": int(ngb),
-                "NB_CAP": lib.nb_capacity}
-        kernel = self.ctx.build(f"force.{self.ext}", defs).kernel("force")
+        kernel, reduce_k = self.kernels(cfg, ngb)
         idata = self._buf("idata", idata_host.nbytes)
         idata.upload(idata_host, wait=False)
         partial = self._buf("partial", nparts * NCO * ni_pad * 8)
@@ -330,21 +330,32 @@ class _Device:
             cnt.fill(0)
             args += [cnt, lst]
         self._record(kernel((ni_pad // cfg.w, nparts * cfg.lj), (cfg.li, cfg.lj), *args))
-        out_host = np.empty((NCO, ni_pad), dtype=np.float64)
-        if nparts > 1:
+        if nparts > 1 and nparts * NCO * ni_pad > HOST_REDUCE_MAX:
+            out_host = np.empty((1, NCO, ni_pad), dtype=np.float64)
             final = self._buf("final", NCO * ni_pad * 8)
-            reduce_k = self.ctx.build(f"force.{self.ext}", defs).kernel("reduce")
             self._record(reduce_k((_round_up(ni, 64),), None, np.int32(ni), np.int32(ni_pad),
                                   np.int32(nparts), partial, final))
             final.download(out_host, wait=False)
         else:
-            partial.download(out_host, offset=0, wait=False)
+            # few results: the host combines the parts (saves a kernel launch)
+            out_host = np.empty((nparts, NCO, ni_pad), dtype=np.float64)
+            partial.download(out_host, wait=False)
         if ngb:
             nb_counts = np.empty(ni_pad, dtype=np.int32)
             nb_lists = np.empty((ni_pad, lib.nb_capacity), dtype=np.int32)
             cnt.download(nb_counts, wait=False)
             lst.download(nb_lists, wait=False)
         return out_host, nb_counts, nb_lists
+
+    def kernels(self, cfg: LaunchConfig, ngb: bool) -> tuple[Kernel, Kernel]:
+        """The force and reduce kernels for a launch shape (built once)."""
+        key = (cfg, ngb)
+        if key not in self._kernels:
+            defs = {**self.lib._base_defines(), **cfg.defines(), "NGB": int(ngb),
+                    "NB_CAP": self.lib.nb_capacity}
+            prog = self.ctx.build(f"force.{self.ext}", defs)
+            self._kernels[key] = (prog.kernel("force"), prog.kernel("reduce"))
+        return self._kernels[key]
 
     def finish(self) -> None:
         self.ctx.finish()
@@ -358,6 +369,39 @@ class _Device:
         self.j.clear()
         self.bufs.clear()
         self.ctx.close()
+
+
+def _combine(acc: np.ndarray, part: np.ndarray) -> None:
+    """Add one partial result into ``acc`` in place (sums; nearest neighbour by minimum r^2,
+    ties to the lower id), exactly as the device's ``reduce`` kernel does."""
+    for c in range(NCO):
+        if c not in (OC_NNR2, OC_NNID):
+            acc[c] += part[c]
+    r2, nid = part[OC_NNR2], part[OC_NNID]
+    cur_r2, cur_id = acc[OC_NNR2], acc[OC_NNID]
+    take = (nid >= 0) & ((cur_id < 0) | (r2 < cur_r2) | ((r2 == cur_r2) & (nid < cur_id)))
+    acc[OC_NNR2] = np.where(take, r2, cur_r2)
+    acc[OC_NNID] = np.where(take, nid, cur_id)
+
+
+_SUM_ROWS = [c for c in range(NCO) if c not in (OC_NNR2, OC_NNID)]
+
+
+def _combine_parts(parts: np.ndarray) -> np.ndarray:
+    """Combine (nparts, NCO, n) partial results in part order (as the ``reduce`` kernel)."""
+    if parts.shape[0] == 1:
+        return parts[0]
+    out = np.empty(parts.shape[1:], dtype=np.float64)
+    # a reduction over the outer axis adds whole rows part after part: a fixed order
+    out[_SUM_ROWS] = np.add.reduce(parts[:, _SUM_ROWS], axis=0)
+    r2, nid = parts[0, OC_NNR2].copy(), parts[0, OC_NNID].copy()
+    for p in range(1, parts.shape[0]):
+        pr2, pid = parts[p, OC_NNR2], parts[p, OC_NNID]
+        take = (pid >= 0) & ((nid < 0) | (pr2 < r2) | ((pr2 == r2) & (pid < nid)))
+        r2 = np.where(take, pr2, r2)
+        nid = np.where(take, pid, nid)
+    out[OC_NNR2], out[OC_NNID] = r2, nid
+    return out
 
 
 def _round_up(n: int, m: int) -> int:
@@ -746,20 +790,12 @@ class Library:
             for c0, c1, per_dev in chunks:
                 _, o, nbc, nbl = per_dev[d]
                 nic = c1 - c0
-                block = o[:, :nic]
+                block = _combine_parts(o[:, :, :nic])
                 if d == 0:
                     out[:, c0:c1] = block
                 else:
-                    for c in range(NCO):
-                        if c not in (OC_NNR2, OC_NNID):
-                            out[c, c0:c1] += block[c]
-                    r2, nid = block[OC_NNR2], block[OC_NNID]
-                    cur_r2, cur_id = out[OC_NNR2, c0:c1], out[OC_NNID, c0:c1]
-                    take = (nid >= 0) & (
-                        (cur_id < 0) | (r2 < cur_r2) | ((r2 == cur_r2) & (nid < cur_id))
-                    )
-                    out[OC_NNR2, c0:c1] = np.where(take, r2, cur_r2)
-                    out[OC_NNID, c0:c1] = np.where(take, nid, cur_id)
+                    view = out[:, c0:c1]
+                    _combine(view, block)
                 if ngb:
                     dev_counts[c0:c1] = nbc[:nic]
                     dev_lists[c0:c1] = nbl[:nic]

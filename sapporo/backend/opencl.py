@@ -154,10 +154,14 @@ class CLContext(Context):
         return CLBuffer(self, nbytes)
 
     def build(self, source_name: str, defines: dict[str, Any] | None = None) -> Program:
-        source = load_source("opencl", source_name)
         options = format_defines(defines) + quirks.opencl_build_options(self.info)
+        fast_key = source_name + "\0" + " ".join(options)
+        if fast_key in self._programs:  # hot path: no file access
+            return self._programs[fast_key]
+        source = load_source("opencl", source_name)
         key = hashlib.sha256((source + "\0" + " ".join(options)).encode()).hexdigest()
         if key in self._programs:
+            self._programs[fast_key] = self._programs[key]
             return self._programs[key]
         log.debug("building %s with %s on %s", source_name, options, self.info.name)
         try:
@@ -173,7 +177,7 @@ class CLContext(Context):
                 path,
             ) from None
         prog = CLProgram(self, program)
-        self._programs[key] = prog
+        self._programs[key] = self._programs[fast_key] = prog
         return prog
 
     def finish(self) -> None:
