@@ -151,6 +151,7 @@ def ptx_builds() -> dict[tuple[str, str, tuple[tuple[str, int], ...]], tuple[int
 
 
 @needs_nvcc
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS)
 def test_every_variant_compiles_to_ptx(ptx_builds: dict, arch: str) -> None:
     reason = arch_skip_reason(arch)
@@ -193,6 +194,7 @@ def test_inlined_source_compiles(fname: str) -> None:
 
 
 @needs_nvcc
+@pytest.mark.slow
 def test_default_gpu_shapes_pass_ptxas() -> None:
     jobs = [tuple(sorted(HEAVY[0] + s)) for s in gpu_default_shapes()]  # most shared memory
     with ThreadPoolExecutor(max_workers=2) as pool:
