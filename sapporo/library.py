@@ -368,6 +368,9 @@ class _Device:
             buf.free()
         self.j.clear()
         self.bufs.clear()
+        # drop kernel references before the context goes (PyCUDA frees modules with it)
+        self._kernels.clear()
+        self.k_scatter = self.k_predict = self.predict_prog = None
         self.ctx.close()
 
 
