@@ -54,10 +54,11 @@ def cuda_arch_option(compute_capability: tuple[int, int]) -> str:
     return f"sm_{major}{minor}"
 
 
-#: nvcc options of every CUDA kernel build. ``-fmad=false`` is the CUDA spelling of the
-#: OpenCL tree's ``FP_CONTRACT OFF``: no fused multiply-adds, so the sums round as the
-#: OpenCL kernels round them (r^2 is also written with intrinsics that never fuse).
-CUDA_OPTIONS = ("-fmad=false",)
+#: nvcc options of every CUDA kernel build. Fused multiply-adds stay on (half the flops of
+#: the pair interaction on a GPU); r^2, which decides nearest neighbours and neighbour lists,
+#: is written with ``__fmul_rn``/``__fadd_rn`` (``__dmul_rn``/``__dadd_rn``) intrinsics that
+#: never fuse, so it rounds exactly as the reference computes it.
+CUDA_OPTIONS: tuple[str, ...] = ()
 
 
 def cuda_build_options(info: DeviceInfo | None = None) -> list[str]:
