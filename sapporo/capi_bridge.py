@@ -250,7 +250,7 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
             return None
         return np.frombuffer(ffi.buffer(p, np.dtype(dtype).itemsize * n), dtype=dtype)
 
-    def put(p: Any, values: np.ndarray, dtype: type) -> None:
+    def put(p: Any, values: np.ndarray, dtype: type = np.float64) -> None:
         if p != ffi.NULL:
             src = np.ascontiguousarray(values, dtype=dtype)
             ffi.memmove(p, src, src.nbytes)
@@ -304,13 +304,13 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
     @extern
     def shim_py_finish(ni, acc, jerk, snap, pot, nnb, nn_r2) -> int:
         res = state.finish(ni)
-        zero = np.zeros((ni, 3))
-        put(acc, res.acc, np.float64)
-        put(jerk, zero if res.jerk is None else res.jerk, np.float64)
-        put(snap, zero if res.snap is None else res.snap, np.float64)
-        put(pot, res.pot, np.float64)
+        zeros = np.zeros_like(res.acc) if res.snap is None else None  # below their order
+        put(acc, res.acc)
+        put(jerk, zeros if res.jerk is None else res.jerk)
+        put(snap, zeros if res.snap is None else res.snap)
+        put(pot, res.pot)
         put(nnb, res.nn_index, np.int32)
-        put(nn_r2, res.nn_r2, np.float64)
+        put(nn_r2, res.nn_r2)
         return 0
 
     @extern
