@@ -39,7 +39,6 @@ __all__ = [
     "Installation",
     "build",
     "default_prefix",
-    "ensure_built",
     "flags",
     "installation",
     "make_ffi",
@@ -137,14 +136,14 @@ def _error_code_names() -> list[str]:
     return re.findall(r"^#define\s+(SAPPORO_(?:OK|ERR_\w+))\s", _read("sapporo.h"), re.M)
 
 
-def make_ffi(sites: list[str] | None = None):  # noqa: ANN201 (cffi.FFI, imported lazily)
-    """The cffi ``FFI`` object of the embedding (not compiled)."""
+def make_ffi(sites: list[str]):  # noqa: ANN201 (cffi.FFI, imported lazily)
+    """The cffi ``FFI`` object of the embedding (not compiled); ``sites`` as recorded."""
     import cffi
 
     ffi = cffi.FFI()
     ffi.embedding_api(_read("bridge.h"))
     ffi.cdef(_CDEF_HELPERS + "".join(f"#define {n} ...\n" for n in _error_code_names()))
-    site_code = _SITE_CODE.format(sites=recorded_sites() if sites is None else sites)
+    site_code = _SITE_CODE.format(sites=sites)
     ffi.set_source(
         MODULE_NAME,
         f"static const char shim_python[] = {_c_string(sys.executable)};\n"
@@ -181,7 +180,8 @@ def _python_link() -> _PythonLink:
     )
 
 
-def _fingerprint() -> str:
+def _fingerprint(sites: list[str]) -> str:
+    """What a build depends on: sources, versions, interpreter, recorded site directories."""
     import cffi
 
     import sapporo
@@ -189,7 +189,7 @@ def _fingerprint() -> str:
     h = hashlib.sha256()
     for name in _SOURCES:
         h.update((source_dir() / name).read_bytes())
-    h.update(f"{sapporo.__version__} {cffi.__version__} {sys.executable}".encode())
+    h.update(repr((sapporo.__version__, cffi.__version__, sys.executable, sites)).encode())
     return h.hexdigest()[:16]
 
 
@@ -236,7 +236,7 @@ class Installation:
         return (
             self.library.is_file()
             and all((self.include_dir / h).is_file() for h in HEADERS)
-            and stamp.get("fingerprint") == _fingerprint()
+            and stamp.get("fingerprint") == _fingerprint(recorded_sites())
         )
 
 
@@ -269,6 +269,7 @@ def build(
     """
     inst = installation(prefix)
     link = _python_link()
+    sites = recorded_sites() if sites is None else sites
     ffi = make_ffi(sites)
     work = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix="sapporo-capi-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -309,30 +310,15 @@ def build(
     for header in HEADERS:
         shutil.copyfile(source_dir() / header, inst.include_dir / header)
     stamp = {
-        "fingerprint": _fingerprint(),
+        "fingerprint": _fingerprint(sites),
         "python": sys.executable,
         "libpython": os.path.join(link.library_dir, f"lib{link.library}.so"),
-        "sites": recorded_sites() if sites is None else sites,
+        "sites": sites,
     }
     (inst.lib_dir / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
     if not keep_dir:
         shutil.rmtree(work, ignore_errors=True)
     return inst
-
-
-def ensure_built(prefix: str | os.PathLike[str] | None = None) -> tuple[Installation, bool]:
-    """The installation under ``prefix``, built first when missing or stale.
-
-    Returns
-    -------
-    installation : Installation
-    built : bool
-        Whether a build ran.
-    """
-    inst = installation(prefix)
-    if inst.is_current():
-        return inst, False
-    return build(inst.prefix), True
 
 
 def flags(inst: Installation, which: str = "all") -> str:

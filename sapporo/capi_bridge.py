@@ -84,15 +84,12 @@ class Bridge:
         self._pending: Any = None
         self._pending_ni = 0
         self._result: Any = None
-        self._npipes: int | None = None
         self._nb_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # ------------------------------------------------------------------------ lifecycle
     def npipes(self) -> int:
         """i-particles per force call: ``SAPPORO_NPIPES``, default :data:`DEFAULT_NPIPES`."""
-        if self._npipes is None:
-            self._npipes = config.from_environment().npipes or DEFAULT_NPIPES
-        return self._npipes
+        return config.from_environment().npipes or DEFAULT_NPIPES
 
     def open(self, **kwargs: Any) -> None:
         """Open the library with :func:`open_settings` applied to ``kwargs``."""
