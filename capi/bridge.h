@@ -1,7 +1,7 @@
 /* The functions implemented in Python (sapporo/capi_bridge.py), called by shim.c only.
  * build.py passes this text to ffi.embedding_api() as well, so it holds plain C
- * declarations only: no preprocessor lines, no comments after this one.  The symbols are
- * made local by the link's version script; they never appear in the exported ABI. */
+ * declarations only (no preprocessor lines).  The symbols are made local by the link's
+ * version script; they never appear in the exported ABI. */
 int shim_py_npipes(void);
 int shim_py_version(char *buffer, int size);
 int shim_py_open(int order, const char *precision, const char *backend, int ndev,
