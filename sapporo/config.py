@@ -13,7 +13,9 @@ variable                   meaning
 ``SAPPORO_NB_CAPACITY``    neighbour-list capacity per i-particle (default 256)
 ``SAPPORO_PROFILE_DIR``    where tuning profiles are read and written
 ``SAPPORO_NO_PROFILE``     set to 1 to ignore tuning profiles (built-in defaults)
-``SAPPORO_SITE``           extra site directory for the embedded interpreter
+``SAPPORO_SITE``           os.pathsep-separated site directories that replace the
+                           ones recorded by ``sapporo capi build`` (read by the C
+                           library's start-up code before sapporo is importable)
 =========================  =====================================================
 """
 
