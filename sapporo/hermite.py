@@ -40,8 +40,13 @@ __all__ = [
     "CRITERIA",
     "DT_MAX",
     "DT_MIN",
+    "FALLBACK_SCALE",
+    "FLOOR_FRACTION",
+    "FORCE_NOISE",
     "HermiteIntegrator",
+    "RESOLVED_FACTOR",
     "default_eta",
+    "fallback_criterion",
     "floor_pow2",
     "predict_taylor",
     "quantise_steps",
@@ -61,6 +66,19 @@ CRITERIA = ("aarseth", "generalised", "average")
 _ALIASES = {"generalized": "generalised", "avg": "average", "aarseth": "aarseth"}
 
 _MAX_ID = 2**31
+
+#: Relative force error assumed for each library precision (conservative: the library's
+#: double-single forces are good to about 1e-6 relative to the net force, see
+#: ``docs/integrator.md``); interpolated derivatives within :data:`RESOLVED_FACTOR` times
+#: the resulting error bound are not trusted by the time-step criterion.
+FORCE_NOISE = {"double": 1e-13, "double-single": 2e-6}
+RESOLVED_FACTOR = 2.0
+#: Steps never go below this fraction of :func:`fallback_criterion` (a guard against
+#: noise-driven collapse; the full criteria stay above it in all but a few per cent of the
+#: steps of a double-precision Plummer run).
+FLOOR_FRACTION = 0.125
+#: (Aarseth, generalised) scale factors of :func:`fallback_criterion` per order.
+FALLBACK_SCALE = {4: (0.27, 0.27), 6: (0.74, 0.32)}
 
 
 def default_eta(criterion: str, order: int) -> float:
@@ -172,6 +190,72 @@ def step_criterion(
         if criterion == "generalised":
             return generalised(eta)
         return 0.5 * (aarseth(eta4) + generalised(eta))
+
+
+def fallback_criterion(
+    criterion: str,
+    order: int,
+    eta: float,
+    eta4: float,
+    a: np.ndarray,
+    jerk: np.ndarray,
+    snap: np.ndarray | None = None,
+) -> np.ndarray:
+    """Step from the directly computed force derivatives only (no interpolation).
+
+    Used where the interpolated higher derivatives are below the force noise. With the
+    time scale ``T1 = |a| / |j|`` (4th order) or ``|a| / sqrt(|j|^2 + |a||s|)`` (6th
+    order): ``cA sqrt(eta) T1`` for ``aarseth``, ``cG eta T1`` for ``generalised`` and
+    ``(cA sqrt(eta4) + cG eta) T1 / 2`` for ``average``, with the constants of
+    :data:`FALLBACK_SCALE` (the lower quartile of full criterion / this estimate, measured
+    on Plummer spheres in double precision, so the fallback errs on the small side).
+    """
+    c_a, c_g = FALLBACK_SCALE[order]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        t1 = _starting_step(order, 1.0, a, jerk, snap)
+    if criterion == "aarseth":
+        return c_a * math.sqrt(eta) * t1
+    if criterion == "generalised":
+        return c_g * eta * t1
+    return 0.5 * (c_a * math.sqrt(eta4) + c_g * eta) * t1
+
+
+def _unresolved(
+    criterion: str,
+    order: int,
+    noise: float,
+    tau: np.ndarray,
+    a: tuple[np.ndarray, np.ndarray],
+    j: tuple[np.ndarray, np.ndarray],
+    s: tuple[np.ndarray, np.ndarray] | None,
+    derivs: list[np.ndarray],
+) -> np.ndarray:
+    """Where an interpolated derivative the criterion uses is within the force noise.
+
+    The interpolated derivatives are differences of a, j (and s) between the ends of the
+    step divided by powers of the half step ``tau``; a relative force error ``noise`` in
+    those gives the error bounds below. A derivative counts as resolved when it exceeds
+    :data:`RESOLVED_FACTOR` times its bound.
+    """
+    da = noise * np.maximum(_norm(a[0]), _norm(a[1]))
+    dj = noise * np.maximum(_norm(j[0]), _norm(j[1]))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if order == 4:
+            s3 = 3.0 * (dj + da / tau) / tau**2
+            bounds = {2: dj / tau + tau * s3, 3: s3}
+            used = (2, 3)
+        else:
+            assert s is not None
+            ds = noise * np.maximum(_norm(s[0]), _norm(s[1]))
+            s4 = 3.0 * (ds + dj / tau) / tau**2
+            s5 = 15.0 * (ds * tau**2 + 3.0 * dj * tau + 3.0 * da) / tau**5
+            s3 = ds / tau + s5 * tau**2 / 6.0
+            bounds = {3: s3 + tau * s4 + 0.5 * tau**2 * s5, 4: s4 + tau * s5, 5: s5}
+            used = (3,) if criterion == "aarseth" else (3, 4, 5)
+        bad = np.zeros(tau.shape, dtype=bool)
+        for k in used:
+            bad |= ~(_norm(derivs[k]) > RESOLVED_FACTOR * bounds[k])
+    return bad
 
 
 def _starting_step(order: int, eta_s: float, a: np.ndarray, j: np.ndarray,
@@ -286,6 +370,11 @@ class HermiteIntegrator:
         Starting-step parameter.
     t0 : float
         Initial time (a multiple of ``dt_min``).
+    force_noise : float, optional
+        Relative force error assumed when judging whether the interpolated higher
+        derivatives are resolved (default :data:`FORCE_NOISE` of the library precision;
+        0 trusts them always). Unresolved ones make the step fall back to
+        :func:`fallback_criterion`.
 
     Raises
     ------
@@ -309,6 +398,7 @@ class HermiteIntegrator:
         eta4: float = 0.01,
         eta_s: float = 0.01,
         t0: float = 0.0,
+        force_noise: float | None = None,
     ) -> None:
         self._set_params(order, eta, eps2, dt_min, dt_max, criterion, eta4, eta_s)
         self._set_particles(x, v, m, ids)
@@ -318,6 +408,7 @@ class HermiteIntegrator:
         self._reset_counters()
         self.meta: dict[str, Any] = {}
         self._open(lib_or_options)
+        self._set_noise(force_noise)
         try:
             self._start(t0)
         except BaseException:
@@ -356,6 +447,18 @@ class HermiteIntegrator:
                 raise InputError(f"{name} must be a power of two (e.g. 2**-3), got {value!r}")
         if self.dt_min > self.dt_max:
             raise InputError(f"dt_min ({self.dt_min!r}) must be <= dt_max ({self.dt_max!r})")
+
+    def _set_noise(self, force_noise: Any) -> None:
+        if force_noise is None:
+            force_noise = FORCE_NOISE.get(str(self.precision), FORCE_NOISE["double-single"])
+        try:
+            f = float(force_noise)
+        except (TypeError, ValueError):
+            f = -1.0
+        if not (math.isfinite(f) and f >= 0.0):
+            self.close()
+            raise InputError(f"force_noise must be finite and >= 0, got {force_noise!r}")
+        self.force_noise = f
 
     def _set_particles(self, x: Any, v: Any, m: Any, ids: Any) -> None:
         def vectors(name: str, value: Any, n: int | None) -> np.ndarray:
@@ -406,6 +509,7 @@ class HermiteIntegrator:
         self.interactions = 0
         self.force_calls = 0
         self.library_seconds = 0.0
+        self.fallback_steps = 0
         self.n_active_counts = np.zeros(self.n + 1, dtype=np.int64)
         self._stop_requested = False
         self.interrupted = False
@@ -515,6 +619,7 @@ class HermiteIntegrator:
         self.interactions = int(c.get("interactions", 0))
         self.force_calls = int(c.get("force_calls", 0))
         self.library_seconds = float(c.get("library_seconds", 0.0))
+        self.fallback_steps = int(c.get("fallback_steps", 0))
         if snapshot.n_active_counts is not None and snapshot.n_active_counts.size == self.n + 1:
             self.n_active_counts = snapshot.n_active_counts.astype(np.int64).copy()
         self.meta = dict(snapshot.meta)
@@ -534,6 +639,7 @@ class HermiteIntegrator:
                 opts.setdefault("precision", p["precision"])
             lib_or_options = opts
         self._open(lib_or_options)
+        self._set_noise(p.get("force_noise"))
         try:
             self._send(slice(None))
         except BaseException:
@@ -550,6 +656,7 @@ class HermiteIntegrator:
             "order": self.order, "eta": self.eta, "eta4": self.eta4, "eta_s": self.eta_s,
             "eps2": self.eps2, "dt_min": self.dt_min, "dt_max": self.dt_max,
             "criterion": self.criterion, "precision": self.precision,
+            "force_noise": self.force_noise,
         }
 
     @property
@@ -558,7 +665,7 @@ class HermiteIntegrator:
         return {
             "steps": self.steps, "block_steps": self.block_steps,
             "interactions": self.interactions, "force_calls": self.force_calls,
-            "library_seconds": self.library_seconds,
+            "library_seconds": self.library_seconds, "fallback_steps": self.fallback_steps,
         }
 
     @property
@@ -710,6 +817,17 @@ class HermiteIntegrator:
             c1 = d3
             derivs = [a1, j1, s1, c1]
         crit = step_criterion(self.criterion, self.order, self.eta, self.eta4, derivs)
+        fb = fallback_criterion(self.criterion, self.order, self.eta, self.eta4,
+                                a1, j1, s1 if six else None)
+        if self.force_noise > 0.0:
+            unresolved = _unresolved(self.criterion, self.order, self.force_noise, tau[:, 0],
+                                     (a0, a1), (j0, j1), (s0, s1) if six else None, derivs)
+            if unresolved.any():
+                crit = np.where(unresolved, fb, crit)
+                self.fallback_steps += int(unresolved.sum())
+        # Never below a fixed fraction of the fallback: force noise the model above
+        # underestimates cannot make the steps collapse to dt_min.
+        crit = np.fmax(crit, FLOOR_FRACTION * fb)
         t_new = np.full(act.size, tb)
         dt_new = quantise_steps(crit, h, t_new, self.dt_min, self.dt_max, t_limit)
 

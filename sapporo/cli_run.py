@@ -1,0 +1,466 @@
+"""``sapporo run``: integrate a star cluster with the block-time-step Hermite integrator.
+
+Writes into ``--out``: ``summary.json``, ``diagnostics.csv`` (time, energy, energy error,
+angular-momentum error, Lagrangian radii, counters at every diagnostic time),
+``snapshot_final.npz`` (resumable with ``--resume``), optional periodic snapshots and, when
+matplotlib is installed, ``energy_error.png``, ``lagrangian_radii.png`` and ``n_active.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+import numpy as np
+
+from . import config
+from .errors import ConfigError, InputError
+from .hermite import CRITERIA, DT_MAX, DT_MIN, HermiteIntegrator, default_eta
+from .ic import lagrangian_radii, star_cluster
+from .snapshot import Snapshot, h5py_available
+from .snapshot import load as load_snapshot
+from .snapshot import save as save_snapshot
+
+#: Defaults of the bare ``sapporo run`` (about a minute on a 2-core CPU through PoCL).
+DEFAULT_N = 1024
+DEFAULT_ORDER = 4
+DEFAULT_PRECISION = "double-single"
+DEFAULT_T_END = 1.0
+DEFAULT_EPS = 1e-3
+DEFAULT_MASS_RATIO = 10.0
+LAGRANGE_FRACTIONS = (0.1, 0.5, 0.9)
+
+#: Options that fix the trajectory; with --resume they come from the snapshot.
+_TRAJECTORY_OPTIONS = ("order", "eta", "eta4", "criterion", "eps", "dt_min", "dt_max")
+_IC_OPTIONS = ("n", "seed", "bh_mass", "heavy_fraction", "mass_ratio")
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def _power_of_two(text: str) -> float:
+    """Parse ``0.125``, ``2^-3`` or ``2**-3``."""
+    t = text.strip().replace("**", "^")
+    if t.startswith("2^"):
+        return 2.0 ** float(t[2:])
+    return float(t)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``sapporo run``."""
+    p = sub.add_parser(
+        "run",
+        help="integrate a star cluster (block-step Hermite) and report energy conservation",
+        description=(
+            "Integrate a Plummer star cluster (optionally two-component, optionally with a "
+            "central black hole) with the 4th- or 6th-order block-time-step Hermite "
+            "integrator on the sapporo library; write summary.json, diagnostics.csv, "
+            "snapshots and plots into --out. Ctrl-C stops after the current block step and "
+            "still writes the final snapshot and summary."
+        ),
+    )
+    g = p.add_argument_group("model")
+    g.add_argument("--n", type=int, default=None, help=f"particles (default {DEFAULT_N})")
+    g.add_argument("--seed", type=int, default=None, help="random seed (default 0)")
+    g.add_argument("--eps", type=float, default=None,
+                   help=f"Plummer softening length (default {DEFAULT_EPS:g})")
+    g.add_argument("--bh-mass", type=float, default=None,
+                   help="central black hole, fraction of the total mass (default 0: none)")
+    g.add_argument("--heavy-fraction", type=float, default=None,
+                   help="fraction of the stellar mass in heavy stars (default 0)")
+    g.add_argument("--mass-ratio", type=float, default=None,
+                   help=f"heavy/light star mass ratio (default {DEFAULT_MASS_RATIO:g})")
+    g = p.add_argument_group("integrator")
+    g.add_argument("--order", type=int, default=None, help=f"4 or 6 (default {DEFAULT_ORDER})")
+    g.add_argument("--t-end", type=float, default=None,
+                   help=f"end time in N-body units (default {DEFAULT_T_END:g})")
+    g.add_argument("--eta", type=float, default=None,
+                   help="accuracy parameter (default 0.01 for aarseth, 0.1 otherwise)")
+    g.add_argument("--eta4", type=float, default=None,
+                   help="Aarseth part of the average criterion (default 0.01)")
+    g.add_argument("--criterion", default=None, choices=CRITERIA,
+                   help="time-step criterion (default aarseth for order 4, generalised for 6)")
+    g.add_argument("--dt-min", type=_power_of_two, default=None,
+                   help="smallest step, a power of two (default 2^-25)")
+    g.add_argument("--dt-max", type=_power_of_two, default=None,
+                   help="largest step, a power of two (default 2^-3)")
+    g = p.add_argument_group("device")
+    g.add_argument("--precision", default=None, choices=("double", "double-single"),
+                   help=f"force precision (default {DEFAULT_PRECISION})")
+    g.add_argument("--backend", default=None, help="opencl, cuda or auto (default auto)")
+    g.add_argument("--devices", default=None, help="'all' or device indices, e.g. 0,1")
+    g = p.add_argument_group("output")
+    g.add_argument("--out", default="sapporo-run", help="output directory (default sapporo-run)")
+    g.add_argument("--resume", default=None, metavar="SNAPSHOT",
+                   help="continue from a snapshot (.npz or .h5) written by a previous run")
+    g.add_argument("--snapshot-every", type=float, default=None, metavar="DT",
+                   help="also write a snapshot every DT time units")
+    g.add_argument("--snapshot-format", default="npz", choices=("npz", "hdf5"),
+                   help="snapshot file format (hdf5 needs h5py)")
+    g.add_argument("--log-every", type=float, default=None, metavar="DT",
+                   help="diagnostics (energy, radii) every DT time units (default dt_max; "
+                        "multiples of dt_max do not disturb the block steps)")
+    g.add_argument("--quiet", action="store_true", help="no progress and no summary table")
+    g.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
+
+    def error(message: str) -> NoReturn:
+        sys.stderr.write(f"sapporo run: error: {message}\n")
+        sys.exit(2)
+
+    p.error = error  # type: ignore[method-assign]  # one line, no usage block
+    p.set_defaults(func=run)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _value(args: argparse.Namespace, name: str, default: Any) -> Any:
+    v = getattr(args, name)
+    return default if v is None else v
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Range checks of the options that do not depend on a snapshot."""
+    if args.n is not None and args.n < 1:
+        raise InputError(f"--n must be >= 1, got {args.n}")
+    if args.order is not None and args.order not in (4, 6):
+        raise InputError(f"--order must be 4 or 6, got {args.order}")
+    for name in ("t_end", "eta", "eta4", "snapshot_every", "log_every", "dt_min", "dt_max"):
+        v = getattr(args, name)
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise InputError(f"--{name.replace('_', '-')} must be finite and > 0, got {v}")
+    if args.eps is not None and not (math.isfinite(args.eps) and args.eps >= 0):
+        raise InputError(f"--eps must be finite and >= 0, got {args.eps}")
+    for name in ("bh_mass", "heavy_fraction"):
+        v = getattr(args, name)
+        if v is not None and not (0.0 <= v < 1.0):
+            raise InputError(f"--{name.replace('_', '-')} must be in [0, 1), got {v}")
+    if args.mass_ratio is not None and not (math.isfinite(args.mass_ratio)
+                                            and args.mass_ratio >= 1.0):
+        raise InputError(f"--mass-ratio must be >= 1, got {args.mass_ratio}")
+    if args.snapshot_format == "hdf5" and not h5py_available():
+        raise InputError("--snapshot-format hdf5 needs h5py (pip install h5py)")
+
+
+def _check_resume_conflicts(args: argparse.Namespace, snap: Snapshot) -> None:
+    """Options given with --resume must agree with the snapshot (exact continuation)."""
+    p, meta = snap.params, snap.meta
+    current = {
+        "order": p.get("order"), "eta": p.get("eta"), "eta4": p.get("eta4"),
+        "criterion": p.get("criterion"), "eps": math.sqrt(p.get("eps2", 0.0)),
+        "dt_min": p.get("dt_min"), "dt_max": p.get("dt_max"), "n": snap.n,
+        "seed": meta.get("seed"), "bh_mass": meta.get("bh_mass"),
+        "heavy_fraction": meta.get("heavy_fraction"), "mass_ratio": meta.get("mass_ratio"),
+    }
+    for name in (*_TRAJECTORY_OPTIONS, *_IC_OPTIONS):
+        given = getattr(args, name)
+        have = current.get(name)
+        if given is None or have is None:
+            continue
+        same = given == have if isinstance(given, str) else math.isclose(
+            float(given), float(have), rel_tol=1e-12, abs_tol=0.0)
+        if not same:
+            raise InputError(
+                f"--{name.replace('_', '-')} {given} conflicts with the snapshot ({have}); "
+                "omit it when resuming"
+            )
+
+
+class _Progress:
+    """A one-line progress display: rewritten with \\r on a TTY, periodic lines otherwise."""
+
+    def __init__(self, stream: TextIO, t_end: float, enabled: bool) -> None:
+        self.stream = stream
+        self.t_end = t_end
+        self.enabled = enabled
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.interval = 0.25 if self.tty else 10.0
+        self.start = time.monotonic()
+        self.last = self.start
+        self.last_blocks = 0
+        self.energy_error = float("nan")
+        self.width = 0
+
+    def __call__(self, integrator: HermiteIntegrator, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self.last < self.interval:
+            return
+        elapsed = now - self.start
+        rate = (integrator.block_steps - self.last_blocks) / max(now - self.last, 1e-9)
+        self.last, self.last_blocks = now, integrator.block_steps
+        frac = min(1.0, integrator.time / self.t_end) if self.t_end > 0 else 1.0
+        bar = "#" * int(20 * frac) + "-" * (20 - int(20 * frac))
+        line = (
+            f"[{bar}] t = {integrator.time:.4f}/{self.t_end:g}  "
+            f"{rate:7.0f} blocks/s  dE/E = {self.energy_error:.2e}  {elapsed:6.1f} s"
+        )
+        if self.tty:
+            pad = max(0, self.width - len(line))
+            self.stream.write("\r" + line + " " * pad)
+            self.width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def done(self) -> None:
+        if self.enabled and self.tty and self.width:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _diagnostic_times(t_start: float, t_end: float, every: float, grid: float) -> list[float]:
+    """Multiples of ``every`` strictly after ``t_start`` up to ``t_end`` (which is last)."""
+    times = []
+    k = math.floor(t_start / every + 1e-9) + 1
+    while k * every < t_end - 0.5 * grid:
+        times.append(round(k * every / grid) * grid)
+        k += 1
+    times.append(round(t_end / grid) * grid)
+    return times
+
+
+def _relative(a: float, b: float) -> float:
+    return abs(a - b) / abs(b) if b != 0.0 else abs(a - b)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the simulation; 0 on success, 2 for bad parameters, 130 after Ctrl-C."""
+    err = sys.stderr
+    try:
+        return _run(args)
+    except (InputError, ConfigError) as exc:
+        err.write(f"sapporo run: error: {exc}\n")
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    out_stream = sys.stdout
+    err = sys.stderr
+    _check_args(args)
+    backend = config.parse_backend(args.backend, "--backend")
+    devices = config.parse_devices(args.devices, "--devices")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} exists and is not a directory")
+
+    snap: Snapshot | None = None
+    if args.resume is not None:
+        snap = load_snapshot(args.resume)
+        _check_resume_conflicts(args, snap)
+        t_start = float(snap.time)
+        meta = dict(snap.meta)
+    else:
+        t_start = 0.0
+        meta = {}
+    t_end = float(_value(args, "t_end", DEFAULT_T_END))
+    if t_end <= t_start:
+        raise InputError(f"--t-end {t_end:g} must be after the start time {t_start:g}")
+    out.mkdir(parents=True, exist_ok=True)
+
+    lib_opts: dict[str, Any] = {"backend": backend, "devices": devices}
+    if snap is not None:
+        if args.precision is not None:
+            lib_opts["precision"] = args.precision
+        integ = HermiteIntegrator.from_snapshot(snap, lib_opts)
+        if args.precision is not None and args.precision != snap.params.get("precision"):
+            err.write(f"note: the snapshot was run in {snap.params.get('precision')}, "
+                      f"continuing in {args.precision}\n")
+    else:
+        n = int(_value(args, "n", DEFAULT_N))
+        seed = int(_value(args, "seed", 0))
+        bh = float(_value(args, "bh_mass", 0.0))
+        heavy = float(_value(args, "heavy_fraction", 0.0))
+        ratio = float(_value(args, "mass_ratio", DEFAULT_MASS_RATIO))
+        order = int(_value(args, "order", DEFAULT_ORDER))
+        criterion = args.criterion or ("aarseth" if order == 4 else "generalised")
+        eps = float(_value(args, "eps", DEFAULT_EPS))
+        x, v, m = star_cluster(n, seed, heavy_fraction=heavy, mass_ratio=ratio, bh_mass=bh)
+        lib_opts["precision"] = _value(args, "precision", DEFAULT_PRECISION)
+        integ = HermiteIntegrator(
+            lib_opts, x, v, m, order=order, criterion=criterion,
+            eta=_value(args, "eta", default_eta(criterion, order)),
+            eta4=_value(args, "eta4", 0.01), eps2=eps * eps,
+            dt_min=_value(args, "dt_min", DT_MIN), dt_max=_value(args, "dt_max", DT_MAX),
+        )
+        meta = {"seed": seed, "bh_mass": bh, "heavy_fraction": heavy, "mass_ratio": ratio}
+    with integ:
+        return _evolve(args, integ, meta, t_start, t_end, out, out_stream, err)
+
+
+def _evolve(args: argparse.Namespace, integ: HermiteIntegrator, meta: dict[str, Any],
+            t_start: float, t_end: float, out: Path, out_stream: TextIO, err: TextIO) -> int:
+    quiet = bool(args.quiet)
+    p = integ.params
+    eps = math.sqrt(integ.eps2)
+    if not quiet:
+        out_stream.write(
+            f"sapporo run: {integ.n} particles, order {integ.order}, {integ.precision}, "
+            f"criterion {integ.criterion} (eta {integ.eta:g}"
+            + (f", eta4 {integ.eta4:g}" if integ.criterion == "average" else "")
+            + f"), eps {eps:g}, t = {t_start:g} -> {t_end:g}\n"
+            f"device: {integ.device_name} ({getattr(integ.lib, 'backend_name', '?')})\n"
+        )
+        out_stream.flush()
+
+    wall0 = time.perf_counter()
+    k0, w0 = integ.energy_terms()
+    if "energy0" not in meta:
+        meta["energy0"] = k0 + w0
+        meta["angular_momentum0"] = [float(c) for c in integ.angular_momentum()]
+        meta["max_energy_error"] = 0.0
+    e0 = float(meta["energy0"])
+    l0 = np.asarray(meta["angular_momentum0"], dtype=np.float64)
+    integ.meta = meta
+    c0 = integ.counters
+
+    every = float(args.log_every) if args.log_every else integ.dt_max
+    snap_every = float(args.snapshot_every) if args.snapshot_every else None
+    ext = ".h5" if args.snapshot_format == "hdf5" else ".npz"
+    fields = ["time", "energy", "energy_error", "angular_momentum_error",
+              *[f"r_lagr_{int(100 * f)}" for f in LAGRANGE_FRACTIONS],
+              "block_steps", "steps", "wall_seconds"]
+    rows: list[dict[str, float]] = []
+    csv_path = out / "diagnostics.csv"
+    if args.resume is not None and csv_path.is_file():
+        with open(csv_path, newline="") as fh:  # keep the earlier part of the same run
+            rows = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(fh)
+                    if float(r["time"]) < t_start - 0.5 * integ.dt_min]
+
+    def diagnose(energy_terms: tuple[float, float] | None = None) -> dict[str, float]:
+        k, w = energy_terms if energy_terms is not None else integ.energy_terms()
+        e = k + w
+        x, v, _ = integ.predicted()
+        ang = integ.angular_momentum()
+        lscale = float(np.sum(integ.m * np.linalg.norm(np.cross(x, v), axis=1)))
+        row = {
+            "time": integ.time, "energy": e, "energy_error": _relative(e, e0),
+            "angular_momentum_error": float(np.linalg.norm(ang - l0)) / max(lscale, 1e-300),
+            **{f"r_lagr_{int(100 * f)}": float(r) for f, r in
+               zip(LAGRANGE_FRACTIONS, lagrangian_radii(x, integ.m, LAGRANGE_FRACTIONS),
+                   strict=True)},
+            "block_steps": integ.block_steps, "steps": integ.steps,
+            "wall_seconds": time.perf_counter() - wall0,
+        }
+        meta["max_energy_error"] = max(float(meta.get("max_energy_error", 0.0)),
+                                       row["energy_error"])
+        rows.append(row)
+        return row
+
+    last = diagnose((k0, w0))
+    progress = _Progress(err, t_end, enabled=not quiet)
+    progress.energy_error = last["energy_error"]
+    interrupted = False
+    snapshots: list[str] = []
+    try:
+        for t_k in _diagnostic_times(t_start, t_end, every, integ.dt_min):
+            integ.evolve(t_k, callback=progress)
+            last = diagnose()
+            progress.energy_error = last["energy_error"]
+            progress(integ, force=True)
+            if snap_every and t_k < t_end and _is_multiple(t_k, snap_every):
+                path = save_snapshot(out / f"snapshot_t{t_k:010.5f}{ext}", integ.state())
+                snapshots.append(str(path))
+    except KeyboardInterrupt:
+        interrupted = True
+        progress.done()
+        err.write(f"sapporo run: interrupted at t = {integ.time:.6g}; writing the final "
+                  "snapshot and summary\n")
+        try:
+            last = diagnose()
+        except KeyboardInterrupt:
+            pass
+    else:
+        progress.done()
+    wall = time.perf_counter() - wall0
+
+    final = save_snapshot(out / f"snapshot_final{ext}", integ.state())
+    with open(csv_path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: repr(float(r[k])) for k in fields})
+
+    c1 = integ.counters
+    steps = c1["steps"] - c0["steps"]
+    blocks = c1["block_steps"] - c0["block_steps"]
+    inter = c1["interactions"] - c0["interactions"]
+    summary: dict[str, Any] = {
+        "n": integ.n, "order": integ.order, "precision": integ.precision,
+        "device": integ.device_name, "backend": getattr(integ.lib, "backend_name", None),
+        "t_start": t_start, "t_end": integ.time, "t_end_requested": t_end,
+        "energy_error": last["energy_error"],
+        "max_energy_error": float(meta["max_energy_error"]),
+        "angular_momentum_error": last["angular_momentum_error"],
+        "steps": steps, "block_steps": blocks,
+        "mean_n_active": steps / blocks if blocks else 0.0,
+        "wall_seconds": wall,
+        "interactions": inter,
+        "interactions_per_second": inter / wall if wall > 0 else 0.0,
+        "library_seconds": c1["library_seconds"] - c0["library_seconds"],
+        "criterion": integ.criterion, "eta": integ.eta, "eta4": integ.eta4, "eps": eps,
+        "dt_min": p["dt_min"], "dt_max": p["dt_max"],
+        "energy_initial": e0, "energy_final": last["energy"],
+        "seed": meta.get("seed"), "bh_mass": meta.get("bh_mass"),
+        "heavy_fraction": meta.get("heavy_fraction"), "mass_ratio": meta.get("mass_ratio"),
+        "resumed_from": args.resume, "interrupted": interrupted,
+        "total_steps": c1["steps"], "total_block_steps": c1["block_steps"],
+        "snapshot": str(final), "snapshots": snapshots,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+    plots: list[str] = []
+    if not args.no_plots:
+        from . import plots as _plots
+
+        if _plots.available():
+            diag = {k: np.array([r[k] for r in rows]) for k in fields}
+            title = f"N = {integ.n}, order {integ.order}, {integ.precision}"
+            plots = [str(q) for q in _plots.plot_run(out, diag, integ.n_active_counts, title)]
+        else:
+            err.write("sapporo run: matplotlib is not installed, skipping plots "
+                      "(pip install 'sapporo-nbody[plot]')\n")
+    if not quiet:
+        _print_summary(out_stream, summary, out, plots)
+    return 130 if interrupted else 0
+
+
+def _is_multiple(t: float, every: float) -> bool:
+    q = t / every
+    return abs(q - round(q)) < 1e-9
+
+
+def _print_summary(w: TextIO, s: dict[str, Any], out: Path, plots: list[str]) -> None:
+    rows = [
+        ("particles", f"{s['n']}"),
+        ("order / precision", f"{s['order']} / {s['precision']}"),
+        ("device", s["device"]),
+        ("criterion (eta)", f"{s['criterion']} ({s['eta']:g})"),
+        ("time", f"{s['t_start']:g} -> {s['t_end']:g}"
+         + ("  (interrupted)" if s["interrupted"] else "")),
+        ("energy error (final)", f"{s['energy_error']:.3e}"),
+        ("energy error (max)", f"{s['max_energy_error']:.3e}"),
+        ("angular momentum error", f"{s['angular_momentum_error']:.3e}"),
+        ("block steps", f"{s['block_steps']}"),
+        ("particle steps", f"{s['steps']}"),
+        ("mean active particles", f"{s['mean_n_active']:.1f}"),
+        ("wall time", f"{s['wall_seconds']:.1f} s (library {s['library_seconds']:.1f} s)"),
+        ("interactions / s", f"{s['interactions_per_second']:.3e}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    w.write("\n")
+    for k, v in rows:
+        w.write(f"  {k:<{width}}  {v}\n")
+    w.write(f"\nwritten to {out}/: summary.json, diagnostics.csv, {Path(s['snapshot']).name}"
+            + "".join(f", {Path(q).name}" for q in plots) + "\n")
+    w.flush()
