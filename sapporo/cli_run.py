@@ -135,6 +135,11 @@ def _check_args(args: argparse.Namespace) -> None:
         v = getattr(args, name)
         if v is not None and not (math.isfinite(v) and v > 0):
             raise InputError(f"--{name.replace('_', '-')} must be finite and > 0, got {v}")
+    for name in ("dt_min", "dt_max"):
+        v = getattr(args, name)
+        if v is not None and math.frexp(v)[0] != 0.5:
+            raise InputError(f"--{name.replace('_', '-')} must be a power of two such as 2^-3, "
+                             f"got {v:g}")
     if args.eps is not None and not (math.isfinite(args.eps) and args.eps >= 0):
         raise InputError(f"--eps must be finite and >= 0, got {args.eps}")
     for name in ("bh_mass", "heavy_fraction"):

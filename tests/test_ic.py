@@ -1,0 +1,103 @@
+"""Star-cluster initial conditions (``sapporo.ic``): no device needed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sapporo import InputError, reference
+from sapporo.ic import (
+    kinetic_energy,
+    lagrangian_radii,
+    plummer,
+    potential_energy,
+    star_cluster,
+    to_henon_units,
+    two_component_counts,
+)
+
+
+def test_plummer_reproducible_and_in_henon_units():
+    x1, v1, m1 = plummer(2048, seed=5)
+    x2, v2, m2 = plummer(2048, seed=5)
+    x3, _, _ = plummer(2048, seed=6)
+    np.testing.assert_array_equal(x1, x2)
+    np.testing.assert_array_equal(v1, v2)
+    assert not np.array_equal(x1, x3)
+    assert m1.sum() == pytest.approx(1.0, rel=1e-14)
+    np.testing.assert_allclose(m1 @ x1, 0.0, atol=1e-15)
+    np.testing.assert_allclose(m1 @ v1, 0.0, atol=1e-15)
+    e = kinetic_energy(v1, m1) + potential_energy(x1, m1)
+    assert e == pytest.approx(-0.25, rel=0.05)  # statistically Henon units
+    # half-mass radius of a Plummer sphere in Henon units: 0.7686
+    assert lagrangian_radii(x1, m1, (0.5,))[0] == pytest.approx(0.7686, rel=0.06)
+    np.testing.assert_array_equal(x1, reference.plummer(2048, 5)[0])
+
+
+def test_potential_energy_matches_pair_sum():
+    x, _, m = plummer(50, seed=1)
+    w = 0.0
+    for i in range(50):
+        for j in range(i + 1, 50):
+            w -= m[i] * m[j] / np.sqrt(np.sum((x[i] - x[j]) ** 2) + 1e-4)
+    assert potential_energy(x, m, eps2=1e-4) == pytest.approx(w, rel=1e-13)
+
+
+def test_henon_scaling_exact():
+    rng = np.random.default_rng(0)
+    x, v, m = rng.normal(size=(300, 3)), rng.normal(size=(300, 3)), rng.uniform(1, 2, 300)
+    x, v, m = to_henon_units(x, v, m)
+    assert m.sum() == pytest.approx(1.0, rel=1e-14)
+    assert potential_energy(x, m) == pytest.approx(-0.5, rel=1e-12)
+    assert kinetic_energy(v, m) == pytest.approx(0.25, rel=1e-12)
+    np.testing.assert_allclose(m @ x, 0.0, atol=1e-14)
+
+
+def test_two_component_cluster():
+    n, f, mu = 1000, 0.3, 5.0
+    x, v, m = star_cluster(n, seed=2, heavy_fraction=f, mass_ratio=mu)
+    light, heavy = m.min(), m.max()
+    assert heavy / light == pytest.approx(mu, rel=1e-12)
+    n_h, _ = two_component_counts(n, f, mu)
+    assert np.sum(m == heavy) == n_h
+    assert m[m == heavy].sum() == pytest.approx(f, abs=0.005)
+    assert m.sum() == pytest.approx(1.0, rel=1e-13)
+    e = kinetic_energy(v, m) + potential_energy(x, m)
+    assert e == pytest.approx(-0.25, rel=1e-12)
+    assert 2 * kinetic_energy(v, m) == pytest.approx(-potential_energy(x, m), rel=1e-12)
+    again = star_cluster(n, seed=2, heavy_fraction=f, mass_ratio=mu)
+    np.testing.assert_array_equal(again[2], m)
+    np.testing.assert_array_equal(again[0], x)
+
+
+def test_central_black_hole():
+    x, v, m = star_cluster(513, seed=3, bh_mass=0.01)
+    assert m.size == 513 and m[-1] == pytest.approx(0.01, rel=1e-12)
+    np.testing.assert_array_equal(x[-1], 0.0)
+    np.testing.assert_array_equal(v[-1], 0.0)
+    assert np.all(m[:-1] == pytest.approx((1 - 0.01) / 512, rel=1e-12))
+    assert kinetic_energy(v, m) + potential_energy(x, m) == pytest.approx(-0.25, rel=1e-12)
+    x2, v2, m2 = star_cluster(201, seed=3, bh_mass=0.05, heavy_fraction=0.2, mass_ratio=10)
+    assert m2[-1] == pytest.approx(0.05, rel=1e-12)
+    assert len(np.unique(m2[:-1])) == 2
+
+
+def test_lagrangian_radii_of_shells():
+    # 10 particles of equal mass at radii 1..10: 10 % inside r = 1, 50 % at r = 5.
+    x = np.zeros((10, 3))
+    x[:, 0] = np.arange(1, 11)
+    m = np.full(10, 0.1)
+    r = lagrangian_radii(x, m, (0.1, 0.5, 0.9, 1.0), centre=np.zeros(3))
+    np.testing.assert_allclose(r, [1, 5, 9, 10])
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [({"n": 0}, "n must be"), ({"n": 10, "heavy_fraction": 1.0}, "heavy_fraction"),
+     ({"n": 10, "heavy_fraction": -0.1}, "heavy_fraction"), ({"n": 10, "bh_mass": 1.5}, "bh_mass"),
+     ({"n": 10, "heavy_fraction": 0.2, "mass_ratio": 0.5}, "mass_ratio"),
+     ({"n": 1, "bh_mass": 0.1}, "too small")],
+)
+def test_bad_parameters(kwargs, match):
+    with pytest.raises(InputError, match=match):
+        star_cluster(**kwargs)

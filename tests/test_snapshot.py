@@ -1,0 +1,84 @@
+"""Snapshots (``sapporo.snapshot``): exact round trips through npz and HDF5."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sapporo import InputError
+from sapporo.snapshot import FORMAT_VERSION, Snapshot, h5py_available, load, save
+
+
+def make_snapshot(n: int = 17) -> Snapshot:
+    rng = np.random.default_rng(1)
+    vec = {k: rng.normal(size=(n, 3)) for k in ("x", "v", "a", "jerk", "snap", "crackle")}
+    return Snapshot(
+        time=0.3125, m=rng.uniform(size=n), ids=rng.permutation(n).astype(np.int64) + 5,
+        t=np.full(n, 0.25), dt=2.0 ** -rng.integers(3, 25, n), pot=-rng.uniform(size=n),
+        params={"order": 6, "eta": 0.1, "eps2": 1e-8 / 3, "criterion": "average"},
+        counters={"steps": 12345678901, "block_steps": 7},
+        n_active_counts=rng.integers(0, 100, n + 1), meta={"energy0": -0.2500000000000001},
+        **vec,
+    )
+
+
+def assert_same(a: Snapshot, b: Snapshot) -> None:
+    for name in ("x", "v", "a", "jerk", "snap", "crackle", "m", "t", "dt", "pot", "ids",
+                 "n_active_counts"):
+        got, want = getattr(a, name), getattr(b, name)
+        assert got.dtype == want.dtype, name
+        np.testing.assert_array_equal(got, want, err_msg=name)
+    assert a.time == b.time
+    assert a.params == b.params and a.counters == b.counters and a.meta == b.meta
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".h5"])
+def test_round_trip_is_exact(tmp_path, suffix):
+    if suffix == ".h5" and not h5py_available():
+        pytest.skip("h5py is not installed")
+    snap = make_snapshot()
+    path = save(tmp_path / f"s{suffix}", snap)
+    assert path.suffix == suffix and path.is_file()
+    back = load(path)
+    assert_same(back, snap)
+    assert back.n == 17 and not back.synchronised
+    assert not list(tmp_path.glob("*.tmp"))  # written atomically
+
+
+def test_suffix_added_and_synchronised(tmp_path):
+    snap = make_snapshot(4)
+    snap.t[:] = snap.time
+    path = save(tmp_path / "final", snap)
+    assert path.name == "final.npz"
+    assert load(path).synchronised
+
+
+def test_errors(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        load(tmp_path / "missing.npz")
+    junk = tmp_path / "junk.npz"
+    junk.write_bytes(b"not a zip file")
+    with pytest.raises(InputError, match="cannot read snapshot"):
+        load(junk)
+    other = tmp_path / "other.npz"
+    np.savez(other, x=np.zeros((2, 3)))
+    with pytest.raises(InputError, match="not a sapporo snapshot"):
+        load(other)
+    snap = make_snapshot(3)
+    snap.v = snap.v[:2]
+    with pytest.raises(InputError, match="v must have shape"):
+        save(tmp_path / "bad.npz", snap)
+    snap = make_snapshot(3)
+    snap.x[1, 1] = np.nan
+    with pytest.raises(InputError, match="x is not finite"):
+        save(tmp_path / "nan.npz", snap)
+
+
+def test_newer_format_refused(tmp_path):
+    path = save(tmp_path / "s.npz", make_snapshot(3))
+    with np.load(path) as f:
+        data = dict(f)
+    data["format_version"] = np.asarray(FORMAT_VERSION + 1)
+    np.savez(path, **data)
+    with pytest.raises(InputError, match="newer"):
+        load(path)
