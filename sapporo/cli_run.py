@@ -28,7 +28,7 @@ from .snapshot import load as load_snapshot
 from .snapshot import save as save_snapshot
 
 #: Defaults of the bare ``sapporo run`` (about a minute on a 2-core CPU through PoCL).
-DEFAULT_N = 1024
+DEFAULT_N = 2048
 DEFAULT_ORDER = 4
 DEFAULT_PRECISION = "double-single"
 DEFAULT_T_END = 1.0
