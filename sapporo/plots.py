@@ -149,7 +149,7 @@ def compare_runs(png: str | Path, runs: Sequence[str | Path], labels: Sequence[s
             label = labels[k]
         else:
             s = json.loads((run / "summary.json").read_text())
-            label = f"{s['precision']}, order {s['order']}, eta {s['eta']:g}"
+            label = f"N = {s['n']}, {s['precision']}, order {s['order']}"
         err = np.where(d["energy_error"] > 0, d["energy_error"], np.nan)
         ax.semilogy(d["time"], err, "o-", ms=3, label=label)
     ax.set_xlabel("time [N-body units]")
@@ -168,7 +168,7 @@ def sweep_plot(png: str | Path, runs: Sequence[str | Path], x_key: str = "eta",
     groups: dict[str, list[tuple[float, float]]] = {}
     for run in runs:
         s = json.loads((Path(run) / "summary.json").read_text())
-        key = f"{s['precision']}, order {s['order']}"
+        key = f"N = {s['n']}, {s['precision']}, order {s['order']}"
         groups.setdefault(key, []).append((float(s[x_key]), float(s[y_key])))
     fig, ax = plt.subplots(figsize=(6, 4))
     for key, pts in sorted(groups.items()):

@@ -150,3 +150,13 @@ def test_ctrl_c_writes_snapshot_and_summary(tmp_path, monkeypatch, capsys):
                  str(tmp_path / "whole"), "--quiet", "--no-plots"]) == 0
     np.testing.assert_array_equal(load(out / "snapshot_final.npz").x,
                                   load(tmp_path / "whole" / "snapshot_final.npz").x)
+
+
+def test_without_matplotlib_plots_are_skipped(tmp_path, monkeypatch, capsys):
+    import sapporo.plots
+
+    monkeypatch.setattr(sapporo.plots, "available", lambda: False)
+    out = tmp_path / "noplot"
+    assert call(["run", "--n", "32", "--t-end", "0.125", "--out", str(out), "--quiet"]) == 0
+    assert "matplotlib is not installed" in capsys.readouterr().err
+    assert (out / "summary.json").is_file() and not list(out.glob("*.png"))
