@@ -58,8 +58,10 @@ class Row:
 
     ``kind`` is ``"nxn"``, ``"n_active"`` or ``"overhead"``; ``code`` is ``"sapporo"`` or a
     peer's name. Times are in seconds (best over repeats; ``seconds_median`` the median);
-    ``kernel_seconds`` is device kernel time (sapporo only); ``overhead_us`` wall minus
-    kernel time per call in microseconds (median; ``overhead_us_min`` the smallest).
+    ``cpu_seconds`` is the smallest CPU time of this process over the repeats (all threads:
+    insensitive to other processes' load, unlike wall time); ``kernel_seconds`` is device
+    kernel time (sapporo only); ``overhead_us`` wall minus kernel time per call in
+    microseconds (median; ``overhead_us_min`` the smallest).
     """
 
     device: str
@@ -74,6 +76,7 @@ class Row:
     repeats: int
     seconds: float
     seconds_median: float | None = None
+    cpu_seconds: float | None = None
     kernel_seconds: float | None = None
     overhead_us: float | None = None
     overhead_us_min: float | None = None
@@ -83,10 +86,12 @@ class Row:
     launch: str = ""
     note: str = ""
     ratios: dict[str, float] = field(default_factory=dict)
+    cpu_ratios: dict[str, float] = field(default_factory=dict)
 
 
-#: The fixed CSV columns (``ratio_<peer>`` columns follow for each peer measured).
-COLUMNS = [f.name for f in fields(Row) if f.name != "ratios"]
+#: The fixed CSV columns; ``ratio_<peer>`` (throughput ratio by wall time) and
+#: ``ratio_cpu_<peer>`` (by process CPU time) follow for each peer measured.
+COLUMNS = [f.name for f in fields(Row) if f.name not in ("ratios", "cpu_ratios")]
 
 
 @dataclass
@@ -236,12 +241,17 @@ def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[st
                                 sysd["v"], a=sysd["a"])
             return sysd
 
-        def call(sysd: dict[str, Any], ni: int, nj: int | None = None) -> tuple[float, float]:
+        def call(sysd: dict[str, Any], ni: int, nj: int | None = None,
+                 cpu: list[float] | None = None) -> tuple[float, float]:
             a = None if sysd["a"] is None else sysd["a"][:ni]
             k0 = lib.kernel_seconds
+            c0 = time.process_time()
             t0 = time.perf_counter()
             lib.compute(sysd["x"][:ni], sysd["v"][:ni], sysd["id"][:ni], EPS2, a=a, nj=nj)
-            return time.perf_counter() - t0, lib.kernel_seconds - k0
+            wall = time.perf_counter() - t0
+            if cpu is not None:
+                cpu.append(time.process_time() - c0)
+            return wall, lib.kernel_seconds - k0
 
         # N x N
         for n in s.n_list:
@@ -257,15 +267,16 @@ def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[st
                 ni = min(ni, n)
                 if ni < n:
                     note = f"i-subset: {ni} of {n} i-particles (time budget {s.budget:g} s)"
-            walls, kerns = [], []
+            walls, kerns, cpus = [], [], []
             for _ in range(s.repeats):
-                w, k = call(sysd, ni)
+                w, k = call(sysd, ni, cpu=cpus)
                 walls.append(w)
                 kerns.append(k)
             row = _rate(Row(**common, kind="nxn", code="sapporo", order=order,
                             precision=precision, n=n, n_active=ni, repeats=s.repeats,
                             seconds=min(walls), seconds_median=statistics.median(walls),
-                            kernel_seconds=min(kerns), launch=launch, note=note),
+                            cpu_seconds=min(cpus), kernel_seconds=min(kerns), launch=launch,
+                            note=note),
                         s.peak_gflops)
             rows.append(row)
             say(f"{tag}: N x N  N={n:>7} i={ni:>7}  {row.seconds:9.4f} s  "
@@ -283,15 +294,16 @@ def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[st
             reps = int(min(30, max(3, math.ceil(s.sweep_seconds / max(w1, 1e-6)))))
             if s.sweep_seconds <= 0:
                 reps = 1
-            walls, kerns = [], []
+            walls, kerns, cpus = [], [], []
             for _ in range(reps):
-                w, k = call(sysd, ni)
+                w, k = call(sysd, ni, cpu=cpus)
                 walls.append(w)
                 kerns.append(k)
             row = _rate(Row(**common, kind="n_active", code="sapporo", order=order,
                             precision=precision, n=n, n_active=ni, repeats=reps,
                             seconds=min(walls), seconds_median=statistics.median(walls),
-                            kernel_seconds=min(kerns), launch=launch), s.peak_gflops)
+                            cpu_seconds=min(cpus), kernel_seconds=min(kerns), launch=launch),
+                        s.peak_gflops)
             rows.append(row)
             say(f"{tag}: N_active={ni:>5} at N={n}  {row.seconds * 1e6:10.1f} us  "
                 f"(kernel {row.kernel_seconds * 1e6:9.1f} us)  "
@@ -320,6 +332,21 @@ def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[st
 # peers
 
 
+def _repeat(fn: Callable[[], Any], repeats: int, enough: float) -> tuple[list[float],
+                                                                       list[float]]:
+    """Wall and process CPU times of up to ``repeats`` calls (stop once one takes ``enough``)."""
+    walls, cpus = [], []
+    for _ in range(repeats):
+        c0 = time.process_time()
+        t0 = time.perf_counter()
+        fn()
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+        if walls[-1] > enough:
+            break
+    return walls, cpus
+
+
 def _numpy_peer(s: BenchSettings, common: dict[str, Any], say: Progress) -> list[Row]:
     from .reference import forces
 
@@ -329,19 +356,14 @@ def _numpy_peer(s: BenchSettings, common: dict[str, Any], say: Progress) -> list
             if n > s.numpy_max_n:
                 continue
             sysd = _system(n, s.seed, order)
-            best = float("inf")
-            times = []
-            for _ in range(2):
-                t0 = time.perf_counter()
-                forces(sysd["x"], sysd["v"], sysd["id"], sysd["x"], sysd["v"], sysd["m"],
-                       sysd["id"], EPS2, order=order, ai=sysd["a"], aj=sysd["a"])
-                times.append(time.perf_counter() - t0)
-                best = min(best, times[-1])
-                if best > s.budget / 4:
-                    break
+            times, cpus = _repeat(lambda sysd=sysd, order=order: forces(
+                sysd["x"], sysd["v"], sysd["id"], sysd["x"], sysd["v"], sysd["m"], sysd["id"],
+                EPS2, order=order, ai=sysd["a"], aj=sysd["a"]), 2, s.budget / 4)
+            best = min(times)
             row = _rate(Row(**common, kind="nxn", code="numpy-reference", order=order,
                             precision="float64", n=n, n_active=n, repeats=len(times),
-                            seconds=best, seconds_median=statistics.median(times)), {})
+                            seconds=best, seconds_median=statistics.median(times),
+                            cpu_seconds=min(cpus)), {})
             rows.append(row)
             say(f"peer numpy-reference order {order}: N={n:>7}  {best:9.4f} s  "
                 f"{row.interactions_per_s / 1e9:7.4f} Gint/s")
@@ -353,6 +375,11 @@ def _pytreegrav_peer(s: BenchSettings, common: dict[str, Any], say: Progress,
     import pytreegrav
 
     name = "pytreegrav-target" if target else "pytreegrav"
+    symmetric_from = 1000  # pytreegrav's Accel switches to its symmetric kernel here
+    try:
+        from pytreegrav.bruteforce_symmetric import SYMMETRIC_NMIN as symmetric_from
+    except ImportError:
+        pass
 
     def run(x: np.ndarray, m: np.ndarray, ni: int) -> None:
         if target:
@@ -379,20 +406,16 @@ def _pytreegrav_peer(s: BenchSettings, common: dict[str, Any], say: Progress,
                 note = f"i-subset: {ni} of {n} targets (time budget {s.budget:g} s)"
             else:
                 ni = n
-        times = []
-        for _ in range(2):
-            t0 = time.perf_counter()
-            run(sysd["x"], sysd["m"], ni)
-            times.append(time.perf_counter() - t0)
-            if times[-1] > s.budget / 4:
-                break
+        times, cpus = _repeat(lambda sysd=sysd, ni=ni: run(sysd["x"], sysd["m"], ni), 2,
+                              s.budget / 4)
         best = min(times)
         per_pair = best / (ni * n)
         row = _rate(Row(**common, kind="nxn", code=name, order=None, precision="float64",
                         n=n, n_active=ni, repeats=len(times), seconds=best,
-                        seconds_median=statistics.median(times),
+                        seconds_median=statistics.median(times), cpu_seconds=min(cpus),
                         note=("acceleration only, numba parallel=True"
-                              + ("" if target else ", symmetric N^2/2 pair kernel"))
+                              + ("" if target or n < symmetric_from else
+                                 ", symmetric N^2/2 pair kernel"))
                         + (f"; {note}" if note else "")), {})
         rows.append(row)
         say(f"peer {name}: N={n:>7} i={ni:>7}  {best:9.4f} s  "
@@ -542,7 +565,7 @@ def run_bench(settings: BenchSettings, progress: Progress | None = None) -> Benc
 
 def _fill_ratios(report: BenchReport) -> None:
     """Throughput ratio of each sapporo N x N row to each peer at the same N (and order, for
-    the NumPy reference)."""
+    the NumPy reference), by wall time and by process CPU time."""
     peers = [r for r in report.rows if r.kind == "nxn" and r.code != "sapporo"]
     for row in report.select("nxn"):
         for p in peers:
@@ -550,6 +573,9 @@ def _fill_ratios(report: BenchReport) -> None:
                 continue
             if p.interactions_per_s and row.interactions_per_s:
                 row.ratios[p.code] = row.interactions_per_s / p.interactions_per_s
+            if p.cpu_seconds and row.cpu_seconds:
+                row.cpu_ratios[p.code] = ((p.cpu_seconds / (p.n * p.n_active))
+                                          / (row.cpu_seconds / (row.n * row.n_active)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -570,10 +596,12 @@ def write_csv(report: BenchReport, path: str | Path) -> Path:
     peers = report.peers()
     with path.open("w", newline="") as fh:
         out = csv.writer(fh)
-        out.writerow(COLUMNS + [f"ratio_{p.replace('-', '_')}" for p in peers])
+        out.writerow(COLUMNS + [f"ratio_{p.replace('-', '_')}" for p in peers]
+                     + [f"ratio_cpu_{p.replace('-', '_')}" for p in peers])
         for r in report.rows:
             d = asdict(r)
-            out.writerow([_cell(d[c]) for c in COLUMNS] + [_cell(r.ratios.get(p)) for p in peers])
+            out.writerow([_cell(d[c]) for c in COLUMNS] + [_cell(r.ratios.get(p)) for p in peers]
+                         + [_cell(r.cpu_ratios.get(p)) for p in peers])
     return path
 
 
@@ -591,7 +619,8 @@ def format_table(report: BenchReport) -> str:
     lines.append(f"flops per interaction: order 2: {FLOPS[2]}, 4: {FLOPS[4]}, 6: {FLOPS[6]}"
                  + (f"; peak GFLOP/s: {peak}" if peak else ""))
     peers = report.peers()
-    lines += ["", "N x N (wall time per evaluation; i < N: subset of i-particles timed)"]
+    lines += ["", "N x N (wall time per evaluation; i < N: subset of i-particles timed; "
+              "'x peer': throughput ratio by wall time, in brackets by CPU time)"]
     head = (f"{'order':>5} {'precision':<13} {'N':>7} {'i':>7} {'time [s]':>10} "
             f"{'Gint/s':>8} {'GFLOP/s':>8} {'%peak':>6}")
     head += "".join(f" {'x ' + p:>19}" for p in peers)
@@ -600,8 +629,7 @@ def format_table(report: BenchReport) -> str:
         pk = f"{100 * r.peak_fraction:6.1f}" if r.peak_fraction else f"{'-':>6}"
         line = (f"{r.order:>5} {r.precision:<13} {r.n:>7} {r.n_active:>7} {r.seconds:10.4f} "
                 f"{r.interactions_per_s / 1e9:8.3f} {r.gflops:8.2f} {pk}")
-        line += "".join(f" {r.ratios[p]:19.2f}" if p in r.ratios else f" {'-':>19}"
-                        for p in peers)
+        line += "".join(f" {_ratio(r, p):>19}" for p in peers)
         lines.append(line)
     if peers:
         lines += ["", "peers (same particles, same process)"]
@@ -633,6 +661,15 @@ def format_table(report: BenchReport) -> str:
     for note in report.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines) + "\n"
+
+
+def _ratio(row: Row, peer: str) -> str:
+    if peer not in row.ratios:
+        return "-"
+    text = f"{row.ratios[peer]:.2f}"
+    if peer in row.cpu_ratios:
+        text += f" ({row.cpu_ratios[peer]:.2f})"
+    return text
 
 
 _COLORS = {2: "tab:green", 4: "tab:blue", 6: "tab:red"}

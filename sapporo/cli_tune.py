@@ -54,6 +54,21 @@ def run(args: argparse.Namespace) -> int:
     points = _ints(args.n_active, "--n-active") if args.n_active else None
     configs = ([tuning.parse_config(c) for c in args.configs.split(";") if c.strip()]
                if args.configs else None)
+    dims = {k: getattr(args, k) for k in ("li", "lj", "w", "jt", "local", "gpc")}
+    if any(v is not None for v in dims.values()):
+        if configs is not None:
+            raise InputError("--configs and the grid options (--w, --jt, ...) exclude each other")
+        full = {"li": [1], "lj": [1], "w": [4, 8, 16], "jt": [64, 256, 1024], "local": [0],
+                "gpc": [1, 2, 4, 8]}
+        for k, v in dims.items():
+            if v is not None:
+                full[k] = _ints(v, f"--{k}") if k != "local" else [
+                    int(x) for x in v.split(",") if x.strip()]
+        configs = tuning.grid(li=full["li"], lj=full["lj"], w=full["w"], jt=full["jt"],
+                              use_local=[bool(x) for x in full["local"]],
+                              groups_per_cu=full["gpc"])
+        if not configs:
+            raise InputError("the grid options give no valid launch configuration")
     backend = config.parse_backend(args.backend, "--backend")
     results = []
     for precision in precisions:
@@ -61,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
             res = tuning.tune(
                 order, precision, backend=backend, device=args.device, n=args.n,
                 points=points, configs=configs, quick=args.quick, repeats=args.repeats,
-                metric=args.metric, margin=args.margin, verify=not args.no_verify,
+                metric=args.metric, margin=args.margin, confirm=args.confirm,
+                verify=not args.no_verify,
                 write=not args.dry_run, out_dir=args.out, progress=progress,
             )
             results.append((order, precision, res))
@@ -100,11 +116,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated active-particle counts (default 1,2,4,...,1024,N)")
     p.add_argument("--quick", action="store_true", help="a fast, reduced sweep")
     p.add_argument("--repeats", type=int, default=2, help="timed calls per point (default 2)")
-    p.add_argument("--metric", choices=("kernel", "wall"), default="kernel",
-                   help="time to minimise: device kernel time (default) or wall time")
+    p.add_argument("--metric", choices=("kernel", "wall", "cpu"), default="kernel",
+                   help="time to minimise: device kernel time (default), wall time, or the "
+                        "process's CPU time (robust to other load on CPU devices, blind to "
+                        "idle cores)")
+    grid = p.add_argument_group(
+        "candidate grid (instead of the device's default sweep; unset dimensions take the CPU "
+        "sweep's values: li 1, lj 1, w 4,8,16, jt 64,256,1024, local 0, gpc 1,2,4,8)")
+    for name, what in (("li", "work-items over i per group"), ("lj", "j-lanes per group"),
+                       ("w", "i-particles per work-item (vector width)"),
+                       ("jt", "j-particles per tile"), ("local", "tiles in local memory: 0/1"),
+                       ("gpc", "work-groups per compute unit")):
+        grid.add_argument(f"--{name}", default=None, help=f"comma-separated: {what}")
     p.add_argument("--margin", type=float, default=0.05,
                    help="keep the built-in default unless a candidate is faster by more than "
                         "this fraction (default 0.05)")
+    p.add_argument("--confirm", type=int, default=7,
+                   help="paired calls in which a candidate beating the default must keep its "
+                        "lead, in the median (default 7; 0: no confirmation)")
     p.add_argument("--configs", default=None,
                    help="explicit candidates, ';'-separated, e.g. 'w=8,jt=64,gpc=4;w=4,jt=256'")
     p.add_argument("--out", default=None,

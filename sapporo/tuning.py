@@ -9,13 +9,17 @@ named by :func:`~sapporo.launch.profile_name` into :func:`~sapporo.launch.user_p
 (or a given folder). :class:`~sapporo.Library` then loads it automatically.
 
 Candidates that fail to build or launch (local memory too large, work-group too big) are
-skipped with a note. Timings are the minimum over repeats, of device kernel time by
-default (``metric="kernel"``, least disturbed by other processes) or of wall time.
+skipped with a note. Candidates are timed in interleaved rounds (so that changes in the
+machine's load hit all alike) and the minimum over the rounds counts: device kernel time by
+default (``metric="kernel"``), or wall time, or the process's CPU time. The built-in
+default stays unless a candidate beats it by more than ``margin`` (5 %), so timing noise
+does not make tables differ from the defaults for nothing.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
 import logging
 import os
@@ -34,6 +38,7 @@ from .launch import (
     NI_CHUNK,
     LaunchConfig,
     LaunchTable,
+    check_table,
     default_table,
     parts_for,
     profile_name,
@@ -46,6 +51,8 @@ log = logging.getLogger(__name__)
 TOLERANCE = {"double": 1e-12, "double-single": 1e-5}
 #: Default reference j-count by device type.
 DEFAULT_N = {"gpu": 131072, "cpu": 16384}
+#: What :func:`tune` can minimise.
+METRICS = ("kernel", "wall", "cpu")
 #: Softening used for tuning and verification.
 EPS2 = 1e-4
 #: A candidate within this fraction of the fastest keeps the neighbouring point's choice,
@@ -121,6 +128,19 @@ def describe(cfg: LaunchConfig) -> str:
             f"gpc={cfg.groups_per_cu}")
 
 
+def grid(li: Sequence[int] = (1,), lj: Sequence[int] = (1,), w: Sequence[int] = (8,),
+         jt: Sequence[int] = (64,), use_local: Sequence[bool] = (False,),
+         groups_per_cu: Sequence[int] = (4,)) -> list[LaunchConfig]:
+    """Every valid combination of the given parameter values (invalid ones are left out)."""
+    out = []
+    for a, b, c, d, e, g in itertools.product(li, lj, w, jt, use_local, groups_per_cu):
+        try:
+            out.append(LaunchConfig(li=a, lj=b, w=c, jt=d, use_local=bool(e), groups_per_cu=g))
+        except SapporoError:
+            continue
+    return out
+
+
 def cpu_candidates(precision: str, quick: bool = False) -> list[LaunchConfig]:
     """Candidate launch shapes for CPU devices (vectors over i, tiles from global memory).
 
@@ -129,14 +149,12 @@ def cpu_candidates(precision: str, quick: bool = False) -> list[LaunchConfig]:
     precision : str
         ``"double"`` or ``"double-single"`` (kept for symmetry; both sweep the same widths).
     quick : bool
-        A reduced sweep (w in {4, 8, 16}, jt 64, groups per compute unit 2 and 8).
+        A reduced sweep: w in {4, 8, 16}, jt 64, groups per compute unit 2 and 8 (the full
+        sweep: jt in {64, 256, 1024}, groups per compute unit in {1, 2, 4, 8}).
     """
     del precision
-    widths = (4, 8, 16)
-    tiles = (64,) if quick else (64, 256, 1024)
-    gpcs = (2, 8) if quick else (1, 2, 4, 8)
-    return [LaunchConfig(li=1, lj=1, w=w, jt=jt, use_local=False, groups_per_cu=g)
-            for w in widths for jt in tiles for g in gpcs]
+    return grid(w=(4, 8, 16), jt=(64,) if quick else (64, 256, 1024),
+                groups_per_cu=(2, 8) if quick else (1, 2, 4, 8))
 
 
 def gpu_candidates(info: DeviceInfo, quick: bool = False) -> list[LaunchConfig]:
@@ -233,14 +251,29 @@ def _launch_key(cfg: LaunchConfig, info: DeviceInfo, ni: int, nj: int) -> tuple:
 
 
 def _call(lib: Any, cfg: LaunchConfig, sysd: dict[str, np.ndarray], ni: int,
-          nj: int | None = None) -> tuple[float, float]:
-    """One force call on the first ``ni`` particles with ``cfg``: (wall, kernel) seconds."""
+          nj: int | None = None) -> dict[str, float]:
+    """One force call on the first ``ni`` particles with ``cfg``: wall, kernel and process CPU
+    seconds."""
     lib.set_launch_table(LaunchTable([(NI_CHUNK, cfg)], source="tuning"))
     a = None if sysd["a"] is None else sysd["a"][:ni]
     k0 = lib.kernel_seconds
+    c0 = time.process_time()
     t0 = time.perf_counter()
     lib.compute(sysd["x"][:ni], sysd["v"][:ni], sysd["id"][:ni], EPS2, a=a, nj=nj)
-    return time.perf_counter() - t0, lib.kernel_seconds - k0
+    return {"wall": time.perf_counter() - t0, "kernel": lib.kernel_seconds - k0,
+            "cpu": time.process_time() - c0}
+
+
+def _paired_speedup(lib: Any, cand: LaunchConfig, dflt: LaunchConfig,
+                    sysd: dict[str, np.ndarray], ni: int, metric: str, pairs: int) -> float:
+    """Median over ``pairs`` back-to-back calls of time(default) / time(candidate)."""
+    ratios = []
+    for k in range(pairs):
+        first, second = (cand, dflt) if k % 2 == 0 else (dflt, cand)
+        t = {first: _call(lib, first, sysd, ni)[metric]}
+        t[second] = _call(lib, second, sysd, ni)[metric]
+        ratios.append(t[dflt] / t[cand])
+    return float(np.median(ratios))
 
 
 def verify_config(lib: Any, cfg: LaunchConfig, n_active: Sequence[int], nj: int = 2048,
@@ -328,6 +361,7 @@ def tune(
     repeats: int = 2,
     metric: str = "kernel",
     margin: float = MARGIN,
+    confirm: int = 7,
     verify: bool = True,
     write: bool = True,
     out_dir: str | Path | None = None,
@@ -353,10 +387,16 @@ def tune(
         Reduced candidate set and smaller default ``n``.
     repeats : int
         Timed calls per candidate and point (the minimum counts).
-    metric : {"kernel", "wall"}
-        Device kernel time or wall time per call.
+    metric : {"kernel", "wall", "cpu"}
+        Device kernel time, wall time, or CPU time of the process per call (CPU devices:
+        insensitive to other processes' load, but blind to idle cores, so it cannot judge
+        ``groups_per_cu`` at small active-particle counts).
     margin : float
         The built-in default stays unless a candidate is faster by more than this fraction.
+    confirm : int
+        Paired calls (candidate and default back to back, order alternating) that a
+        candidate beating the default must win by more than ``margin`` in the median;
+        0 skips the confirmation.
     verify : bool
         Check each kept configuration against the reference model; failing ones are
         dropped and the next fastest taken.
@@ -382,8 +422,8 @@ def tune(
         precision = config.parse_precision(precision, "precision")
     except SapporoError as exc:
         raise InputError(str(exc)) from None
-    if metric not in ("kernel", "wall"):
-        raise InputError(f"metric: expected 'kernel' or 'wall', got {metric!r}")
+    if metric not in METRICS:
+        raise InputError(f"metric: expected one of {', '.join(METRICS)}, got {metric!r}")
     if repeats < 1:
         raise InputError(f"repeats: must be >= 1, got {repeats}")
     say = progress or (lambda line: log.info("%s", line))
@@ -413,9 +453,9 @@ def tune(
                             a=sysd["a"])
 
         trials: list[Trial] = []
+        confirmations: dict[str, dict[str, Any]] = {}
         failed: dict[LaunchConfig, str] = {}
         times: dict[int, dict[LaunchConfig, float]] = {}
-        pick = 1 if metric == "kernel" else 0
         t_start = time.perf_counter()
         for p in sorted(pts, reverse=True):
             # one timing per distinct launch (groups_per_cu often changes nothing)
@@ -427,6 +467,7 @@ def tune(
             todo = []
             for cfg in dict.fromkeys(same.values()):
                 try:
+                    check_table(LaunchTable([(NI_CHUNK, cfg)]), info, order, precision)
                     _call(lib, cfg, sysd, p, nj=min(n, 256))  # build, warm caches
                     todo.append(cfg)
                 except (KeyboardInterrupt, MemoryError):
@@ -440,7 +481,7 @@ def tune(
             best = {cfg: float("inf") for cfg in todo}
             for r in range(repeats):  # rounds over the candidates: load changes hit all alike
                 for cfg in todo[r % max(len(todo), 1):] + todo[: r % max(len(todo), 1)]:
-                    best[cfg] = min(best[cfg], _call(lib, cfg, sysd, p)[pick])
+                    best[cfg] = min(best[cfg], _call(lib, cfg, sysd, p)[metric])
             fastest = min(best.values(), default=float("inf"))
             times[p] = {}
             for cfg, rep in same.items():
@@ -455,6 +496,21 @@ def tune(
                 mark = "  <- fastest" if t == fastest else ""
                 say(f"{tag} N_active={p:>6}  {describe(cfg):<40} {t * 1e3:10.3f} ms "
                     f"{p * n / t / 1e9:8.3f} Gint/s{mark}")
+            # a winner other than the default must confirm its lead in paired calls
+            dflt_cfg = default_cfg.for_ni(p)
+            t_dflt = times[p].get(dflt_cfg)
+            if confirm and t_dflt is not None and todo:
+                win = min(todo, key=lambda c: best[c])
+                if same.get(dflt_cfg) != win and best[win] * (1 + margin) < t_dflt:
+                    ratio = _paired_speedup(lib, win, same[dflt_cfg], sysd, p, metric, confirm)
+                    ok = ratio > 1 + margin
+                    confirmations[str(p)] = {"config": describe(win), "speedup": round(ratio, 3),
+                                             "accepted": ok}
+                    say(f"{tag} N_active={p:>6}  confirm {describe(win)} against the default: "
+                        f"paired speedup {ratio:.3f} ({'accepted' if ok else 'rejected'})")
+                    if not ok:  # not a real lead: ties with the default at most
+                        for cfg in times[p]:
+                            times[p][cfg] = max(times[p][cfg], t_dflt)
         sweep_seconds = time.perf_counter() - t_start
 
         # choose, then verify the chosen ones; drop failures and choose again
@@ -515,6 +571,7 @@ def tune(
                 "seconds": round(sweep_seconds, 1),
                 "skipped": {describe(c): r for c, r in {**failed, **rejected}.items()},
             },
+            "confirmations": confirmations,
             "best_seconds": {str(p): best[p][1] for p in pts},
             "default_seconds": {str(p): dflt[p] for p in pts},
             "verified_max_error": {describe(c): e for c, e in verified.items()},

@@ -27,7 +27,7 @@ def test_bench_quick_tiny_writes_csv_and_plots(tmp_path, backend, capsys):
         rows = list(csv.DictReader(fh))
     header = list(rows[0])
     assert header[: len(bench.COLUMNS)] == bench.COLUMNS
-    assert "ratio_numpy_reference" in header
+    assert "ratio_numpy_reference" in header and "ratio_cpu_numpy_reference" in header
     kinds = {(r["kind"], r["code"]) for r in rows}
     assert kinds == {("nxn", "sapporo"), ("n_active", "sapporo"), ("overhead", "sapporo"),
                      ("nxn", "numpy-reference")}

@@ -11,7 +11,7 @@ import logging
 import pytest
 
 import sapporo
-from sapporo import tuning
+from sapporo import launch, tuning
 from sapporo.cli import main
 from sapporo.errors import InputError
 from sapporo.launch import NI_CHUNK, LaunchConfig, profile_name, table_from_json
@@ -66,7 +66,8 @@ def test_failing_candidate_is_skipped(profile_dir, backend):
     assert res.table.meta["sweep"]["skipped"]
 
 
-def test_malformed_profile_is_ignored_with_a_warning(profile_dir, backend, caplog):
+def test_malformed_profile_is_ignored_with_a_warning(profile_dir, backend, caplog, monkeypatch):
+    monkeypatch.setattr(launch, "_shipped_profile_dir", lambda: None)  # defaults next
     with sapporo.Library(order=4, precision="double", backend=backend) as lib:
         info = lib.device_infos[0]
     for text in ("{not json", json.dumps({"entries": [{"ni_max": 8192, "w": 3}]}),
@@ -114,3 +115,18 @@ def test_n_active_points_and_candidates():
     assert tuning.n_active_points(100) == [1, 2, 4, 8, 16, 32, 64, 100]
     cpu = tuning.cpu_candidates("double-single", quick=True)
     assert {c.w for c in cpu} == {4, 8, 16}
+
+
+def test_shipped_profiles_parse():
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "tune" / "profiles"
+    files = sorted(folder.glob("*.json"))
+    if not files:
+        pytest.skip("no shipped profiles")
+    for path in files:
+        table = table_from_json(json.loads(path.read_text()), str(path))
+        meta = table.meta
+        assert path.name.endswith(f"-order{meta['order']}-{meta['precision']}.json")
+        assert path.name.startswith(f"{meta['backend']}-")
+        assert table.entries[-1][0] >= NI_CHUNK
