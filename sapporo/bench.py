@@ -59,7 +59,8 @@ class Row:
     ``kind`` is ``"nxn"``, ``"n_active"`` or ``"overhead"``; ``code`` is ``"sapporo"`` or a
     peer's name. Times are in seconds (best over repeats; ``seconds_median`` the median);
     ``cpu_seconds`` is the smallest CPU time of this process over the repeats (all threads:
-    insensitive to other processes' load, unlike wall time); ``kernel_seconds`` is device
+    insensitive to other processes' load, unlike wall time), and ``interactions_per_cpu_s``
+    the throughput per CPU-second (per core); ``kernel_seconds`` is device
     kernel time (sapporo only); ``overhead_us`` wall minus kernel time per call in
     microseconds (median; ``overhead_us_min`` the smallest).
     """
@@ -81,6 +82,7 @@ class Row:
     overhead_us: float | None = None
     overhead_us_min: float | None = None
     interactions_per_s: float | None = None
+    interactions_per_cpu_s: float | None = None
     gflops: float | None = None
     peak_fraction: float | None = None
     launch: str = ""
@@ -206,6 +208,8 @@ def _system(n: int, seed: int, order: int) -> dict[str, Any]:
 def _rate(row: Row, peak: dict[str, float]) -> Row:
     """Fill interactions/s, GFLOP/s and fraction of peak from the time."""
     inter = row.n_active * row.n
+    if row.cpu_seconds:
+        row.interactions_per_cpu_s = inter / row.cpu_seconds
     if row.seconds > 0:
         row.interactions_per_s = inter / row.seconds
         if row.order in FLOPS and row.code in ("sapporo", "numpy-reference"):
@@ -620,25 +624,28 @@ def format_table(report: BenchReport) -> str:
                  + (f"; peak GFLOP/s: {peak}" if peak else ""))
     peers = report.peers()
     lines += ["", "N x N (wall time per evaluation; i < N: subset of i-particles timed; "
-              "'x peer': throughput ratio by wall time, in brackets by CPU time)"]
+              "Gint/cpu-s: per CPU-second of this process, i.e. per core, insensitive to other "
+              "load; 'x peer': throughput ratio by wall time, in brackets by CPU time)"]
     head = (f"{'order':>5} {'precision':<13} {'N':>7} {'i':>7} {'time [s]':>10} "
-            f"{'Gint/s':>8} {'GFLOP/s':>8} {'%peak':>6}")
+            f"{'Gint/s':>8} {'GFLOP/s':>8} {'%peak':>6} {'Gint/cpu-s':>10}")
     head += "".join(f" {'x ' + p:>19}" for p in peers)
     lines.append(head)
     for r in report.select("nxn"):
         pk = f"{100 * r.peak_fraction:6.1f}" if r.peak_fraction else f"{'-':>6}"
         line = (f"{r.order:>5} {r.precision:<13} {r.n:>7} {r.n_active:>7} {r.seconds:10.4f} "
-                f"{r.interactions_per_s / 1e9:8.3f} {r.gflops:8.2f} {pk}")
+                f"{r.interactions_per_s / 1e9:8.3f} {r.gflops:8.2f} {pk} "
+                f"{_giga(r.interactions_per_cpu_s):>10}")
         line += "".join(f" {_ratio(r, p):>19}" for p in peers)
         lines.append(line)
     if peers:
         lines += ["", "peers (same particles, same process)"]
         lines.append(f"{'code':<18} {'order':>5} {'N':>7} {'i':>7} {'time [s]':>10} "
-                     f"{'Gint/s':>8}  note")
+                     f"{'Gint/s':>8} {'Gint/cpu-s':>10}  note")
         for p in peers:
             for r in report.select("nxn", p):
                 lines.append(f"{r.code:<18} {r.order or '-':>5} {r.n:>7} {r.n_active:>7} "
-                             f"{r.seconds:10.4f} {r.interactions_per_s / 1e9:8.4f}  {r.note}")
+                             f"{r.seconds:10.4f} {r.interactions_per_s / 1e9:8.4f} "
+                             f"{_giga(r.interactions_per_cpu_s, 4):>10}  {r.note}")
     sweep = report.select("n_active")
     if sweep:
         lines += ["", f"N_active sweep at N = {sweep[0].n} (best wall time per call)"]
@@ -661,6 +668,10 @@ def format_table(report: BenchReport) -> str:
     for note in report.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines) + "\n"
+
+
+def _giga(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value / 1e9:.{digits}f}"
 
 
 def _ratio(row: Row, peer: str) -> str:
