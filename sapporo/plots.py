@@ -174,10 +174,12 @@ def sweep_plot(png: str | Path, runs: Sequence[str | Path], x_key: str = "eta",
     for key, pts in sorted(groups.items()):
         pts.sort()
         ax.loglog([p[0] for p in pts], [p[1] for p in pts], "o-", label=key)
-    ax.set_xlabel(x_key)
-    ax.set_ylabel(y_key.replace("_", " "))
-    ax.set_title(title or f"{y_key} against {x_key}")
-    ax.legend()
+    labels = {"energy_error": "|E - E0| / |E0| at the end", "eta": "eta",
+              "max_energy_error": "max |E - E0| / |E0|"}
+    ax.set_xlabel(labels.get(x_key, x_key))
+    ax.set_ylabel(labels.get(y_key, y_key.replace("_", " ")))
+    ax.set_title(title or f"{y_key.replace('_', ' ')} against {x_key}")
+    ax.legend(loc="upper left")
     ax.grid(True, which="both", alpha=0.3)
     return _save(fig, png)
 
