@@ -119,7 +119,10 @@ def test_parts_fill_the_device():
 def test_profile_is_loaded_and_bad_profile_ignored(tmp_path, monkeypatch, caplog):
     from sapporo.backend import get_backend
 
+    import sapporo.launch
+
     info = get_backend("opencl").devices()[0]
+    monkeypatch.setattr(sapporo.launch, "_shipped_profile_dir", lambda: None)
     monkeypatch.setenv("SAPPORO_PROFILE_DIR", str(tmp_path))
     monkeypatch.delenv("SAPPORO_NO_PROFILE", raising=False)
     path = tmp_path / profile_name(info, 4, "double")
