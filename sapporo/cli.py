@@ -10,10 +10,45 @@ import argparse
 import importlib
 import logging
 import sys
+from collections.abc import Callable
 
-from .errors import SapporoError
+from .errors import InputError, SapporoError
 
 COMMANDS = ("info", "run", "bench", "tune", "accuracy", "capi")
+
+
+def int_list(text: str, what: str) -> list[int]:
+    """Parse ``"1k,4k,16384"`` into positive integers (``k`` multiplies by 1024).
+
+    Raises
+    ------
+    InputError
+        Naming the option ``what`` when the text is not such a list.
+    """
+    vals = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        mult = 1
+        if part[-1] in "kK":
+            part, mult = part[:-1], 1024
+        try:
+            vals.append(int(float(part) * mult))
+        except ValueError:
+            raise InputError(f"{what}: expected comma-separated integers, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise InputError(f"{what}: expected positive integers, got {text!r}")
+    return vals
+
+
+def progress_writer() -> Callable[[str], None]:
+    """A progress callback that writes one flushed line to stdout per call."""
+
+    def progress(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    return progress
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,24 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .errors import InputError
-
-
-def _ints(text: str, what: str) -> list[int]:
-    vals = []
-    for part in text.replace(" ", "").split(","):
-        if not part:
-            continue
-        mult = 1
-        if part[-1] in "kK":
-            part, mult = part[:-1], 1024
-        try:
-            vals.append(int(float(part) * mult))
-        except ValueError:
-            raise InputError(f"{what}: expected comma-separated integers, got {text!r}") from None
-    if not vals or min(vals) < 1:
-        raise InputError(f"{what}: expected positive integers, got {text!r}")
-    return vals
+from .cli import int_list, progress_writer
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,21 +19,19 @@ def run(args: argparse.Namespace) -> int:
 
     w = sys.stdout.write
 
-    def progress(line: str) -> None:
-        w(line + "\n")
-        sys.stdout.flush()
+    progress = progress_writer()
 
     kw: dict = {}
     if args.orders:
-        kw["orders"] = _ints(args.orders, "--orders")
+        kw["orders"] = int_list(args.orders, "--orders")
     if args.precisions:
         kw["precisions"] = [p for p in args.precisions.split(",") if p.strip()]
     if args.n:
-        kw["n_list"] = _ints(args.n, "--n")
+        kw["n_list"] = int_list(args.n, "--n")
     if args.sweep_n:
-        kw["sweep_n"] = _ints(str(args.sweep_n), "--sweep-n")[0]
+        kw["sweep_n"] = int_list(str(args.sweep_n), "--sweep-n")[0]
     if args.n_active:
-        kw["n_active"] = _ints(args.n_active, "--n-active")
+        kw["n_active"] = int_list(args.n_active, "--n-active")
     if args.repeats:
         kw["repeats"] = args.repeats
     if args.budget:

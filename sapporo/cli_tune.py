@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from . import config
+from .cli import int_list, progress_writer
 from .errors import InputError, SapporoError
 
 
@@ -29,29 +30,17 @@ def _list(text: str, parse, what: str) -> list:
     return out
 
 
-def _ints(text: str, what: str) -> list[int]:
-    try:
-        vals = [int(float(p)) for p in text.replace(" ", "").split(",") if p]
-    except ValueError:
-        raise InputError(f"{what}: expected comma-separated integers, got {text!r}") from None
-    if not vals or min(vals) < 1:
-        raise InputError(f"{what}: expected positive integers, got {text!r}")
-    return vals
-
-
 def run(args: argparse.Namespace) -> int:
     """Tune every requested order and precision; exit code 0 on success."""
     from . import tuning
 
     w = sys.stdout.write
 
-    def progress(line: str) -> None:
-        w(line + "\n")
-        sys.stdout.flush()
+    progress = progress_writer()
 
     orders = _list(args.order, config.parse_order, "--order")
     precisions = _list(args.precision, config.parse_precision, "--precision")
-    points = _ints(args.n_active, "--n-active") if args.n_active else None
+    points = int_list(args.n_active, "--n-active") if args.n_active else None
     configs = ([tuning.parse_config(c) for c in args.configs.split(";") if c.strip()]
                if args.configs else None)
     dims = {k: getattr(args, k) for k in ("li", "lj", "w", "jt", "local", "gpc")}
@@ -62,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
                 "gpc": [1, 2, 4, 8]}
         for k, v in dims.items():
             if v is not None:
-                full[k] = _ints(v, f"--{k}") if k != "local" else [
+                full[k] = int_list(v, f"--{k}") if k != "local" else [
                     int(x) for x in v.split(",") if x.strip()]
         configs = tuning.grid(li=full["li"], lj=full["lj"], w=full["w"], jt=full["jt"],
                               use_local=[bool(x) for x in full["local"]],
