@@ -117,9 +117,8 @@ def test_parts_fill_the_device():
 
 
 def test_profile_is_loaded_and_bad_profile_ignored(tmp_path, monkeypatch, caplog):
-    from sapporo.backend import get_backend
-
     import sapporo.launch
+    from sapporo.backend import get_backend
 
     info = get_backend("opencl").devices()[0]
     monkeypatch.setattr(sapporo.launch, "_shipped_profile_dir", lambda: None)
