@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from . import config
-from .backend import Buffer, Context, DeviceInfo, Event, Kernel, get_backend
+from .backend import Buffer, Context, DeviceInfo, Event, HostBuffer, Kernel, get_backend
 from .errors import BackendError, InputError, NonFiniteError, SapporoError
 from .launch import NI_CHUNK, LaunchConfig, LaunchTable, load_table, parts_for
 
@@ -228,6 +228,7 @@ class _Device:
         self.kernel_seconds = 0.0
         self.events: list[Event] = []
         self._kernels: dict[tuple[LaunchConfig, bool], tuple[Kernel, Kernel]] = {}
+        self.hosts: dict[str, HostBuffer] = {}
 
     # -- memory
     def _buf(self, name: str, nbytes: int) -> Buffer:
@@ -298,22 +299,49 @@ class _Device:
             self.events.append(ev)
 
     # -- forces
-    def launch_force(self, idata_host: np.ndarray, ni: int, nj_local: int, eps2: float,
-                     ngb: bool) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """Enqueue one i-chunk; returns host arrays that fill when the queue finishes.
+    def _host(self, name: str, nbytes: int) -> HostBuffer:
+        hb = self.hosts.get(name)
+        if hb is None or hb.nbytes < nbytes:
+            if hb is not None:
+                self.ctx.finish()  # queued work may still use it
+                hb.free()
+            hb = self.ctx.alloc_host(max(nbytes, 64))
+            self.hosts[name] = hb
+        return hb
 
-        The queue is in order, so chunks may reuse the same device buffers; ``idata_host``
-        must stay alive until the queue finishes (the caller keeps it).
+    def launch_force(self, slot: int, xi: np.ndarray, vi: np.ndarray, ids: np.ndarray,
+                     h2: np.ndarray | None, ai: np.ndarray | None, nj_local: int,
+                     eps2: float) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """Enqueue the forces on one chunk of i-particles.
+
+        Returns host arrays (results by part, neighbour counts, neighbour lists) that hold
+        the results once the queue has finished, until the next call with the same
+        ``slot``. On CPU devices they are the memory the kernels work on (no copies).
         """
         lib = self.lib
+        ni = xi.shape[0]
+        ngb = h2 is not None
         cfg = self.table.for_ni(ni)
-        ni_pad = idata_host.shape[1]
+        ni_pad = _round_up(ni, cfg.i_per_group)
+        nci = 11 if lib.order >= 6 else 8
+        h_in = self._host(f"idata{slot}", nci * ni_pad * 8)
+        idata = h_in.view(np.float64, (nci, ni_pad))
+        idata[0:3, :ni] = xi.T
+        idata[3, :ni] = h2 if ngb else 0.0
+        idata[4:7, :ni] = vi.T
+        idata[7, :ni] = ids
+        if ai is not None:
+            idata[8:11, :ni] = ai.T
+        idata[:, ni:] = idata[:, ni - 1 : ni]  # padding repeats the last particle
+        h_in.to_device(idata.nbytes)
         nparts = parts_for(cfg, self.info, ni_pad, nj_local)
         jchunk = max(1, -(-nj_local // nparts))
         kernel, reduce_k = self.kernels(cfg, ngb)
-        idata = self._buf("idata", idata_host.nbytes)
-        idata.upload(idata_host, wait=False)
-        partial = self._buf("partial", nparts * NCO * ni_pad * 8)
+        # few results: the host combines the parts (one kernel launch less)
+        host_reduce = nparts * NCO * ni_pad <= HOST_REDUCE_MAX
+        out_shape = (nparts if host_reduce else 1, NCO, ni_pad)
+        h_out = self._host(f"out{slot}", int(np.prod(out_shape)) * 8)
+        partial = h_out.buffer if host_reduce else self._buf("partial", nparts * NCO * ni_pad * 8)
         j = self.j
         args: list[Any] = [np.int32(nj_local), np.int32(ni), np.int32(ni_pad), np.int32(jchunk),
                            np.float64(eps2), j["pos"]]
@@ -322,30 +350,26 @@ class _Device:
         args.append(j["vel"])
         if lib.order >= 6:
             args.append(j["acc"])
-        args += [j["id"], idata, partial]
-        nb_counts = nb_lists = None
+        args += [j["id"], h_in.buffer, partial]
+        counts = lists = None
         if ngb:
-            cnt = self._buf("nbcount", ni_pad * 4)
-            lst = self._buf("nblist", ni_pad * lib.nb_capacity * 4)
-            cnt.fill(0)
-            args += [cnt, lst]
+            h_cnt = self._host(f"nbcount{slot}", ni_pad * 4)
+            h_lst = self._host(f"nblist{slot}", ni_pad * lib.nb_capacity * 4)
+            counts = h_cnt.view(np.int32, (ni_pad,))
+            lists = h_lst.view(np.int32, (ni_pad, lib.nb_capacity))
+            counts[:] = 0
+            h_cnt.to_device(counts.nbytes)
+            args += [h_cnt.buffer, h_lst.buffer]
         self._record(kernel((ni_pad // cfg.w, nparts * cfg.lj), (cfg.li, cfg.lj), *args))
-        if nparts > 1 and nparts * NCO * ni_pad > HOST_REDUCE_MAX:
-            out_host = np.empty((1, NCO, ni_pad), dtype=np.float64)
-            final = self._buf("final", NCO * ni_pad * 8)
+        if not host_reduce:
             self._record(reduce_k((_round_up(ni, 64),), None, np.int32(ni), np.int32(ni_pad),
-                                  np.int32(nparts), partial, final))
-            final.download(out_host, wait=False)
-        else:
-            # few results: the host combines the parts (saves a kernel launch)
-            out_host = np.empty((nparts, NCO, ni_pad), dtype=np.float64)
-            partial.download(out_host, wait=False)
+                                  np.int32(nparts), partial, h_out.buffer))
+        out = h_out.view(np.float64, out_shape)
+        h_out.from_device(out.nbytes)
         if ngb:
-            nb_counts = np.empty(ni_pad, dtype=np.int32)
-            nb_lists = np.empty((ni_pad, lib.nb_capacity), dtype=np.int32)
-            cnt.download(nb_counts, wait=False)
-            lst.download(nb_lists, wait=False)
-        return out_host, nb_counts, nb_lists
+            h_cnt.from_device(counts.nbytes)
+            h_lst.from_device(lists.nbytes)
+        return out, counts, lists
 
     def kernels(self, cfg: LaunchConfig, ngb: bool) -> tuple[Kernel, Kernel]:
         """The force and reduce kernels for a launch shape (built once)."""
@@ -364,10 +388,11 @@ class _Device:
             self.events.clear()
 
     def close(self) -> None:
-        for buf in list(self.j.values()) + list(self.bufs.values()):
+        for buf in list(self.j.values()) + list(self.bufs.values()) + list(self.hosts.values()):
             buf.free()
         self.j.clear()
         self.bufs.clear()
+        self.hosts.clear()
         # drop kernel references before the context goes (PyCUDA frees modules with it)
         self._kernels.clear()
         self.k_scatter = self.k_predict = self.predict_prog = None
@@ -753,25 +778,14 @@ class Library:
         self._sync_j()
 
         chunks = []
-        nci = 11 if self.order >= 6 else 8
-        for c0 in range(0, ni, NI_CHUNK):
+        for k, c0 in enumerate(range(0, ni, NI_CHUNK)):
             c1 = min(ni, c0 + NI_CHUNK)
-            nic = c1 - c0
-            per_dev = []
-            for d, dev in enumerate(self._devs):
-                cfg = dev.table.for_ni(nic)
-                ni_pad = _round_up(nic, cfg.i_per_group)
-                idata = np.empty((nci, ni_pad), dtype=np.float64)
-                idata[0:3, :nic] = xi[c0:c1].T
-                idata[3, :nic] = h2v[c0:c1] if ngb else 0.0
-                idata[4:7, :nic] = vi[c0:c1].T
-                idata[7, :nic] = ids[c0:c1]
-                if ai is not None:
-                    idata[8:11, :nic] = ai[c0:c1].T
-                idata[:, nic:] = idata[:, nic - 1 : nic]  # padding repeats the last particle
-                per_dev.append(
-                    (idata, *dev.launch_force(idata, nic, self._n_local(nj, d), eps2, ngb))
-                )
+            per_dev = [
+                dev.launch_force(k, xi[c0:c1], vi[c0:c1], ids[c0:c1],
+                                 None if h2v is None else h2v[c0:c1],
+                                 None if ai is None else ai[c0:c1], self._n_local(nj, d), eps2)
+                for d, dev in enumerate(self._devs)
+            ]
             chunks.append((c0, c1, per_dev))
 
         def finish() -> ForceResult:
@@ -791,7 +805,7 @@ class Library:
             dev_counts = np.zeros(ni, dtype=np.int64) if ngb else None
             dev_lists = np.zeros((ni, self.nb_capacity), dtype=np.int32) if ngb else None
             for c0, c1, per_dev in chunks:
-                _, o, nbc, nbl = per_dev[d]
+                o, nbc, nbl = per_dev[d]
                 nic = c1 - c0
                 block = _combine_parts(o[:, :, :nic])
                 if d == 0:

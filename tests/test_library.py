@@ -444,3 +444,27 @@ def test_result_accessors(make_lib):
     np.testing.assert_array_equal(res.neighbours(-1), [0, 1])
     with pytest.raises(sapporo.InputError, match="out of range"):
         res.neighbours(1)
+
+
+def test_copying_host_buffers_give_identical_results(backend, monkeypatch):
+    """Zero-copy host buffers (CPU devices) and explicit copies give the same bits."""
+    n = 300
+    x, v, m, ids, _, _ = system(n, seed=37)
+    out = []
+    for zero_copy in (True, False):
+        if not zero_copy:
+            from sapporo.backend.base import Context
+            from sapporo.backend.opencl import CLContext
+
+            monkeypatch.setattr(CLContext, "alloc_host", Context.alloc_host)
+        with sapporo.Library(order=4, precision="double", backend=backend) as lib:
+            load(lib, x, v, m, ids)
+            res = lib.compute(x[:50], v[:50], ids[:50], EPS2, h2=0.05)
+            assert all(h.zero_copy == zero_copy for h in lib._devs[0].hosts.values()) or (
+                lib.device_infos[0].device_type != "cpu")
+            out.append(res)
+    a, b = out
+    assert np.array_equal(a.acc, b.acc) and np.array_equal(a.jerk, b.jerk)
+    assert np.array_equal(a.nn_index, b.nn_index)
+    assert np.array_equal(a.neighbour_counts, b.neighbour_counts)
+    assert all(np.array_equal(a.neighbours(k), b.neighbours(k)) for k in range(50))

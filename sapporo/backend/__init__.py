@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .. import config
 from ..errors import BackendError
-from .base import Backend, Buffer, Context, DeviceInfo, Event, Kernel, Program
+from .base import Backend, Buffer, Context, DeviceInfo, Event, HostBuffer, Kernel, Program
 
 __all__ = [
     "Backend",
@@ -21,6 +21,7 @@ __all__ = [
     "Context",
     "DeviceInfo",
     "Event",
+    "HostBuffer",
     "Kernel",
     "Program",
     "get_backend",

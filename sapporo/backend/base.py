@@ -109,6 +109,43 @@ class Program(ABC):
         """The kernel called ``name``."""
 
 
+class HostBuffer:
+    """A host array paired with device memory, for data that crosses every call.
+
+    Where the device works on host memory (CPU devices), the pair is one block of memory
+    and :meth:`to_device` / :meth:`from_device` do nothing: no copy command is queued.
+    Elsewhere they queue asynchronous copies. Either way the host array may be read only
+    after the queue has finished, and written only while no queued command uses it.
+    """
+
+    def __init__(self, buffer: Buffer, array: np.ndarray, zero_copy: bool):
+        self.buffer = buffer
+        self.array = array  # uint8, nbytes long
+        self.zero_copy = zero_copy
+        self.nbytes = buffer.nbytes
+
+    def view(self, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
+        """The leading bytes of the host array as an array of ``dtype`` and ``shape``."""
+        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        return self.array[:n].view(dtype).reshape(shape)
+
+    def to_device(self, nbytes: int | None = None) -> None:
+        """Make the first ``nbytes`` (default all) visible to the device."""
+        if not self.zero_copy:
+            self.buffer.upload(self.array[: self.nbytes if nbytes is None else nbytes],
+                               wait=False)
+
+    def from_device(self, nbytes: int | None = None) -> None:
+        """Bring the first ``nbytes`` (default all) back once the queue finishes."""
+        if not self.zero_copy:
+            self.buffer.download(self.array[: self.nbytes if nbytes is None else nbytes],
+                                 wait=False)
+
+    def free(self) -> None:
+        """Release the device side."""
+        self.buffer.free()
+
+
 class Context(ABC):
     """One open device with its queue/stream."""
 
@@ -117,6 +154,10 @@ class Context(ABC):
     @abstractmethod
     def alloc(self, nbytes: int) -> Buffer:
         """Allocate ``nbytes`` bytes (at least 1) of device memory."""
+
+    def alloc_host(self, nbytes: int) -> HostBuffer:
+        """A :class:`HostBuffer` of ``nbytes`` bytes (copying version; backends override)."""
+        return HostBuffer(self.alloc(nbytes), np.empty(max(int(nbytes), 4), np.uint8), False)
 
     @abstractmethod
     def build(self, source_name: str, defines: dict[str, Any] | None = None) -> Program:

@@ -16,6 +16,7 @@ from .base import (
     Context,
     DeviceInfo,
     Event,
+    HostBuffer,
     Kernel,
     Program,
     format_defines,
@@ -32,6 +33,13 @@ except ImportError as _exc:  # pragma: no cover - depends on the machine
     _IMPORT_ERROR: Exception | None = _exc
 else:
     _IMPORT_ERROR = None
+
+
+def _aligned_empty(nbytes: int, align: int = 4096) -> np.ndarray:
+    """A uint8 array of ``nbytes`` whose data starts on an ``align``-byte boundary."""
+    raw = np.empty(nbytes + align, dtype=np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start : start + nbytes]
 
 
 class CLEvent(Event):
@@ -56,11 +64,17 @@ class CLEvent(Event):
 class CLBuffer(Buffer):
     """A ``pyopencl.Buffer`` bound to its queue."""
 
-    def __init__(self, ctx: CLContext, nbytes: int):
+    def __init__(self, ctx: CLContext, nbytes: int, host: np.ndarray | None = None):
         self._ctx = ctx
         self.nbytes = int(nbytes)
         try:
-            self.buf = cl.Buffer(ctx.cl_context, cl.mem_flags.READ_WRITE, size=max(self.nbytes, 4))
+            if host is None:
+                self.buf = cl.Buffer(ctx.cl_context, cl.mem_flags.READ_WRITE,
+                                     size=max(self.nbytes, 4))
+            else:  # the device works on this host memory itself
+                self.buf = cl.Buffer(ctx.cl_context,
+                                     cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR,
+                                     hostbuf=host)
         except cl.Error as exc:
             raise BackendError(
                 f"cannot allocate {self.nbytes} bytes on {ctx.info.name}: {exc}"
@@ -149,9 +163,40 @@ class CLContext(Context):
         self.queue = cl.CommandQueue(self.cl_context, device, properties=props)
         self._device = device
         self._programs: dict[str, CLProgram] = {}
+        self._zero_copy: bool | None = None
 
     def alloc(self, nbytes: int) -> Buffer:
         return CLBuffer(self, nbytes)
+
+    def alloc_host(self, nbytes: int) -> HostBuffer:
+        if not self._zero_copy_works():
+            return super().alloc_host(nbytes)
+        array = _aligned_empty(max(int(nbytes), 4))
+        return HostBuffer(CLBuffer(self, nbytes, host=array), array, True)
+
+    def _zero_copy_works(self) -> bool:
+        """Whether this device computes on host memory given with USE_HOST_PTR (checked once).
+
+        Only devices that share the host's memory qualify (``quirks.shares_host_memory``);
+        a kernel writes into such a buffer and the host array must show it without a copy.
+        """
+        if self._zero_copy is None:
+            self._zero_copy = False
+            if quirks.shares_host_memory(self.info):
+                try:
+                    x = _aligned_empty(64 * 8).view(np.float64)
+                    x[:] = 1.0
+                    bx = CLBuffer(self, x.nbytes, host=x.view(np.uint8))
+                    prog = self.build("selftest.cl", {"SCALE": 3})
+                    prog.kernel("axpb")((64,), None, np.int32(64), np.float64(0.5), bx, bx,
+                                        wait=True)
+                    self.queue.finish()
+                    self._zero_copy = bool(np.all(x == 3.5))
+                    bx.free()
+                except Exception as exc:  # a driver that refuses: fall back to copies
+                    log.debug("zero-copy check failed on %s: %s", self.info.name, exc)
+            log.debug("zero-copy host buffers on %s: %s", self.info.name, self._zero_copy)
+        return self._zero_copy
 
     def build(self, source_name: str, defines: dict[str, Any] | None = None) -> Program:
         options = format_defines(defines) + quirks.opencl_build_options(self.info)

@@ -18,6 +18,12 @@ def is_cpu(info: DeviceInfo) -> bool:
     return info.device_type == "cpu"
 
 
+def shares_host_memory(info: DeviceInfo) -> bool:
+    """True when the device computes on host memory (CPU devices): buffers made from host
+    arrays need no copies. The OpenCL backend confirms it with a test kernel once."""
+    return is_cpu(info)
+
+
 def opencl_build_options(info: DeviceInfo) -> list[str]:
     """Extra OpenCL compiler options for a device.
 

@@ -133,3 +133,36 @@ def test_format_defines():
     assert format_defines({"B": True, "A": 4}) == ["-DA=4", "-DB=1"]
     with pytest.raises(BackendError, match="invalid macro"):
         format_defines({"bad name": 1})
+
+
+def test_host_buffer_zero_copy_on_cpu(ctx):
+    """On a CPU device the kernels work on the host array itself: no copy commands."""
+    hb = ctx.alloc_host(64 * 8)
+    if ctx.info.device_type == "cpu":
+        assert hb.zero_copy
+    x = hb.view(np.float64, (64,))
+    x[:] = np.arange(64.0)
+    hb.to_device(x.nbytes)
+    prog = ctx.build("selftest.cl", {"SCALE": 2})
+    prog.kernel("axpb")((64,), None, np.int32(64), np.float64(1.0), hb.buffer, hb.buffer)
+    hb.from_device(x.nbytes)
+    ctx.finish()
+    np.testing.assert_array_equal(x, 2 * np.arange(64.0) + 1)
+    hb.free()
+
+
+def test_host_buffer_copying_fallback(ctx):
+    """The generic (copying) host buffer gives the same results."""
+    from sapporo.backend.base import Context
+
+    hb = Context.alloc_host(ctx, 64 * 8)
+    assert not hb.zero_copy
+    x = hb.view(np.float64, (64,))
+    x[:] = np.arange(64.0)
+    hb.to_device(x.nbytes)
+    prog = ctx.build("selftest.cl", {"SCALE": 5})
+    prog.kernel("axpb")((64,), None, np.int32(64), np.float64(0.0), hb.buffer, hb.buffer)
+    hb.from_device(x.nbytes)
+    ctx.finish()
+    np.testing.assert_array_equal(x, 5 * np.arange(64.0))
+    hb.free()
