@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 RAW_N = 6  # double4 records per raw j-particle: x|m, v|t, a, jerk, snap, crackle
 NCO = 12  # result rows: ax ay az pot jx jy jz nn_r2 sx sy sz nn_id
 OC_NNR2, OC_NNID = 7, 11
+#: work-group size of the one-particle-per-work-item kernels (scatter, predict, reduce);
+#: left to itself PoCL picks groups that make the prediction twice as slow
+LINEAR_LOCAL = 64
 HOST_REDUCE_MAX = 1 << 16  # partial results up to this many doubles are combined on the host
 MAX_ID = 2**31 - 1
 MAX_ADDRESS = 2**31 - 2
@@ -279,8 +282,7 @@ class _Device:
         addr.upload(local_addr.astype(np.int32))
         packed.upload(np.ascontiguousarray(raw))
         pid.upload(np.ascontiguousarray(ids, dtype=np.int32))
-        self.k_scatter((_round_up(n, 64),), None, np.int32(n), addr, packed, pid,
-                       self.j["raw"], self.j["id"])
+        self.k_scatter(*_linear(n), np.int32(n), addr, packed, pid, self.j["raw"], self.j["id"])
 
     def predict(self, n_local: int, t: float) -> None:
         if n_local == 0:
@@ -292,7 +294,7 @@ class _Device:
         args.append(j["vel"])
         if self.lib.order >= 6:
             args.append(j["acc"])
-        self._record(self.k_predict((_round_up(n_local, 64),), None, *args))
+        self._record(self.k_predict(*_linear(n_local), *args))
 
     def _record(self, ev: Event) -> None:
         if self.lib.profiling:
@@ -362,8 +364,8 @@ class _Device:
             args += [h_cnt.buffer, h_lst.buffer]
         self._record(kernel((ni_pad // cfg.w, nparts * cfg.lj), (cfg.li, cfg.lj), *args))
         if not host_reduce:
-            self._record(reduce_k((_round_up(ni, 64),), None, np.int32(ni), np.int32(ni_pad),
-                                  np.int32(nparts), partial, h_out.buffer))
+            self._record(reduce_k(*_linear(ni), np.int32(ni), np.int32(ni_pad), np.int32(nparts),
+                                  partial, h_out.buffer))
         out = h_out.view(np.float64, out_shape)
         h_out.from_device(out.nbytes)
         if ngb:
@@ -434,6 +436,11 @@ def _combine_parts(parts: np.ndarray) -> np.ndarray:
 
 def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
+
+
+def _linear(n: int) -> tuple[tuple[int], tuple[int]]:
+    """Global and local size of a one-work-item-per-element launch over ``n`` elements."""
+    return (_round_up(n, LINEAR_LOCAL),), (LINEAR_LOCAL,)
 
 
 # ---------------------------------------------------------------------------------------------
