@@ -16,7 +16,6 @@ from .errors import (
     BuildError,
     ConfigError,
     InputError,
-    NeighbourOverflowError,
     NonFiniteError,
     SapporoError,
 )
@@ -30,7 +29,6 @@ __all__ = [
     "ForceResult",
     "InputError",
     "Library",
-    "NeighbourOverflowError",
     "NonFiniteError",
     "PendingForce",
     "SapporoError",

@@ -41,7 +41,3 @@ class BuildError(BackendError):
 
 class NonFiniteError(SapporoError, ArithmeticError):
     """A force result is not finite (e.g. coincident particles with eps2 = 0)."""
-
-
-class NeighbourOverflowError(SapporoError):
-    """A neighbour list was asked for beyond its capacity."""

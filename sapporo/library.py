@@ -234,15 +234,22 @@ class _Device:
         self.hosts: dict[str, HostBuffer] = {}
 
     # -- memory
-    def _buf(self, name: str, nbytes: int) -> Buffer:
-        buf = self.bufs.get(name)
+    def _reuse(self, store: dict[str, Any], name: str, nbytes: int, alloc: Any) -> Any:
+        """The buffer ``name`` of ``store``, reallocated with ``alloc`` when too small."""
+        buf = store.get(name)
         if buf is None or buf.nbytes < nbytes:
             if buf is not None:
                 self.ctx.finish()  # queued work may still use it
                 buf.free()
-            buf = self.ctx.alloc(max(nbytes, 64))
-            self.bufs[name] = buf
+            buf = alloc(max(nbytes, 64))
+            store[name] = buf
         return buf
+
+    def _buf(self, name: str, nbytes: int) -> Buffer:
+        return self._reuse(self.bufs, name, nbytes, self.ctx.alloc)
+
+    def _host(self, name: str, nbytes: int) -> HostBuffer:
+        return self._reuse(self.hosts, name, nbytes, self.ctx.alloc_host)
 
     def ensure_j_capacity(self, n: int) -> bool:
         """Grow the j-buffers to hold ``n`` local addresses; True when they were reallocated."""
@@ -301,16 +308,6 @@ class _Device:
             self.events.append(ev)
 
     # -- forces
-    def _host(self, name: str, nbytes: int) -> HostBuffer:
-        hb = self.hosts.get(name)
-        if hb is None or hb.nbytes < nbytes:
-            if hb is not None:
-                self.ctx.finish()  # queued work may still use it
-                hb.free()
-            hb = self.ctx.alloc_host(max(nbytes, 64))
-            self.hosts[name] = hb
-        return hb
-
     def launch_force(self, slot: int, xi: np.ndarray, vi: np.ndarray, ids: np.ndarray,
                      h2: np.ndarray | None, ai: np.ndarray | None, nj_local: int,
                      eps2: float) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
@@ -401,24 +398,13 @@ class _Device:
         self.ctx.close()
 
 
-def _combine(acc: np.ndarray, part: np.ndarray) -> None:
-    """Add one partial result into ``acc`` in place (sums; nearest neighbour by minimum r^2,
-    ties to the lower id), exactly as the device's ``reduce`` kernel does."""
-    for c in range(NCO):
-        if c not in (OC_NNR2, OC_NNID):
-            acc[c] += part[c]
-    r2, nid = part[OC_NNR2], part[OC_NNID]
-    cur_r2, cur_id = acc[OC_NNR2], acc[OC_NNID]
-    take = (nid >= 0) & ((cur_id < 0) | (r2 < cur_r2) | ((r2 == cur_r2) & (nid < cur_id)))
-    acc[OC_NNR2] = np.where(take, r2, cur_r2)
-    acc[OC_NNID] = np.where(take, nid, cur_id)
-
-
 _SUM_ROWS = [c for c in range(NCO) if c not in (OC_NNR2, OC_NNID)]
 
 
 def _combine_parts(parts: np.ndarray) -> np.ndarray:
-    """Combine (nparts, NCO, n) partial results in part order (as the ``reduce`` kernel)."""
+    """Combine (nparts, NCO, n) partial results in part order, as the ``reduce`` kernel
+    does: sums; nearest neighbour by minimum r^2, ties to the lower id. Also combines the
+    results of several devices (in device order)."""
     if parts.shape[0] == 1:
         return parts[0]
     out = np.empty(parts.shape[1:], dtype=np.float64)
@@ -808,22 +794,14 @@ class Library:
         out = np.zeros((NCO, ni), dtype=np.float64)
         counts = np.zeros(ni, dtype=np.int64) if ngb else None
         lists: list[tuple[np.ndarray, np.ndarray]] = []
-        for d in range(self.ndev):
-            dev_counts = np.zeros(ni, dtype=np.int64) if ngb else None
-            dev_lists = np.zeros((ni, self.nb_capacity), dtype=np.int32) if ngb else None
-            for c0, c1, per_dev in chunks:
-                o, nbc, nbl = per_dev[d]
-                nic = c1 - c0
-                block = _combine_parts(o[:, :, :nic])
-                if d == 0:
-                    out[:, c0:c1] = block
-                else:
-                    view = out[:, c0:c1]
-                    _combine(view, block)
-                if ngb:
-                    dev_counts[c0:c1] = nbc[:nic]
-                    dev_lists[c0:c1] = nbl[:nic]
-            if ngb:
+        for c0, c1, per_dev in chunks:
+            nic = c1 - c0
+            by_dev = [_combine_parts(o[:, :, :nic]) for o, _, _ in per_dev]
+            out[:, c0:c1] = _combine_parts(np.stack(by_dev)) if len(by_dev) > 1 else by_dev[0]
+        if ngb:
+            for d in range(self.ndev):
+                dev_counts = np.concatenate([pd[d][1][: c1 - c0] for c0, c1, pd in chunks])
+                dev_lists = np.concatenate([pd[d][2][: c1 - c0] for c0, c1, pd in chunks])
                 counts += dev_counts
                 lists.append((dev_counts, dev_lists))
         acc = np.ascontiguousarray(out[0:3].T)
@@ -850,7 +828,3 @@ class Library:
             neighbour_counts=counts, overflow=overflow, capacity=self.nb_capacity,
             _lists=lists,
         )
-
-    def interactions(self, ni: int, nj: int | None = None) -> int:
-        """Number of pairwise interactions of a force call (for throughput figures)."""
-        return int(ni) * int(self._n_stored if nj is None else nj)
