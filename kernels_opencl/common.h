@@ -18,7 +18,11 @@
 
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 /* No contraction into fused multiply-adds: r^2 must round exactly as the host reference. */
+#if !defined(PRECISION) || PRECISION == 1
+#pragma OPENCL FP_CONTRACT ON
+#else
 #pragma OPENCL FP_CONTRACT OFF
+#endif
 
 #ifndef ORDER
 #define ORDER 4
@@ -126,8 +130,54 @@ typedef SAP_CAT(int, W) vint;
 #define MASK_R(m) SAP_CAT(convert_long, W)(m)
 #define MASK_I(m) SAP_CAT(convert_int, W)(m)
 #endif
-#define ANY(m) any(m)
+/* true when any component of an all-ones/all-zeros mask is set (PoCL's any() is a call) */
+static inline int any_mask(const vint m)
+{
+#if W == 16
+    const int8 m8 = m.lo | m.hi;
+#elif W == 8
+    const int8 m8 = m;
 #endif
+#if W >= 8
+    const int4 m4 = m8.lo | m8.hi;
+#elif W == 4
+    const int4 m4 = m;
+#endif
+#if W >= 4
+    const int2 m2 = m4.lo | m4.hi;
+#else
+    const int2 m2 = m;
+#endif
+    return (m2.x | m2.y) != 0;
+}
+#define ANY(m) any_mask(m)
+#endif
+
+/* Masks as all-ones / all-zeros integers of the width of `real` (vrint) or of int (vint):
+ * vector comparisons give -1/0 already, scalar ones 1/0, which VMASK turns into -1/0.
+ * Selecting with bitwise operations on such masks keeps the masks in vector registers;
+ * the ?: operator on vectors made LLVM shuttle them through 16-bit packed forms. */
+#if PRECISION == 1
+#define RINT int
+#else
+#define RINT long
+#endif
+#if W == 1
+typedef RINT vrint;
+#define AS_VREAL(x) SAP_CAT(as_, REAL)(x)
+#define AS_VRINT(x) SAP_CAT(as_, RINT)(x)
+#define VMASK(c) (-(c))
+#else
+typedef SAP_CAT(RINT, W) vrint;
+#define AS_VREAL(x) SAP_CAT(SAP_CAT(as_, REAL), W)(x)
+#define AS_VRINT(x) SAP_CAT(SAP_CAT(as_, RINT), W)(x)
+#define VMASK(c) (c)
+#endif
+/* x where the all-ones mask m (of vrint) is set, else +0 */
+#define KEEP_R(x, m) AS_VREAL(AS_VRINT(x) & (m))
+/* b where the all-ones mask m is set, else a (any integer or real vector type) */
+#define BLEND_R(a, b, m) AS_VREAL((AS_VRINT(a) & ~(m)) | (AS_VRINT(b) & (m)))
+#define BLEND_I(a, b, m) (((a) & ~(m)) | ((b) & (m)))
 
 /* Raw j-particle record: 6 double4 per address, as the host packs them. */
 #define RAW_XM 0 /* x, y, z, mass     */

@@ -13,11 +13,40 @@
  */
 #include "common.h"
 
+/* Reciprocal square root. PoCL calls its vector math functions out of line, and every call
+ * makes all vector registers caller-saved: the whole loop state then goes through the stack
+ * on each j-particle. On x86 CPUs with AVX we therefore use the instructions directly:
+ * double-single takes the hardware estimate plus one Newton-Raphson step (relative error
+ * ~1.2e-7, below float's own rounding of r^2), double the correctly rounded vsqrtpd and a
+ * division, so the double path stays IEEE-exact. Elsewhere the OpenCL built-ins. */
 #if PRECISION == 1
+#if W == 8 && defined(__AVX__)
+static inline float8 rsqrt_nr(const float8 x)
+{
+    const float8 y = __builtin_ia32_rsqrtps256(x);
+    return y * (1.5f - 0.5f * x * y * y);
+}
+#define RSQRT(x) rsqrt_nr(x)
+#elif W == 4 && defined(__SSE__)
+static inline float4 rsqrt_nr(const float4 x)
+{
+    const float4 y = __builtin_ia32_rsqrtps(x);
+    return y * (1.5f - 0.5f * x * y * y);
+}
+#define RSQRT(x) rsqrt_nr(x)
+#else
 #define RSQRT(x) rsqrt(x)
+#endif
+#else
+#if W == 4 && defined(__AVX__)
+#define RSQRT(x) (1.0 / __builtin_ia32_sqrtpd256(x))
+#elif W == 2 && defined(__SSE2__)
+#define RSQRT(x) (1.0 / __builtin_ia32_sqrtpd(x))
 #else
 #define RSQRT(x) (1.0 / sqrt(x))
 #endif
+#endif
+
 
 #if USE_LOCAL
 #define JPOS(k) lpos[k]
@@ -145,8 +174,8 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
 #endif
             const vreal r2u = dx * dx + dy * dy + dz * dz;
             /* self-exclusion by id; unused addresses carry id -1 */
-            const vint other_i = (idj != idi) & (vint)(idj >= 0 ? -1 : 0);
-            const vreal rinv = select((vreal)0, RSQRT(r2u + eps2), MASK_R(other_i));
+            const vint other_i = VMASK((vint)idj != idi) & (vint)(~(idj >> 31));
+            const vreal rinv = KEEP_R(RSQRT(r2u + eps2), MASK_R(other_i));
             const vreal rinv2 = rinv * rinv;
             const vreal mrinv = pj.w * rinv;
             const vreal mrinv3 = mrinv * rinv2;
@@ -176,12 +205,13 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
             sz += mrinv3 * daz - 6 * alpha * gz - 3 * beta * fz;
 #endif
             /* nearest neighbour: smallest unsoftened r^2, ties to the lower id */
-            const vint closer = MASK_I((r2u < nn_r2) | ((r2u == nn_r2) & MASK_R(idj < nn_id)))
+            const vint closer = (VMASK(MASK_I(r2u < nn_r2))
+                                 | (VMASK(MASK_I(r2u == nn_r2)) & VMASK((vint)idj < nn_id)))
                                 & other_i;
-            nn_r2 = select(nn_r2, r2u, MASK_R(closer));
-            nn_id = select(nn_id, (vint)idj, closer);
+            nn_r2 = BLEND_R(nn_r2, r2u, MASK_R(closer));
+            nn_id = BLEND_I(nn_id, (vint)idj, closer);
 #if NGB
-            const vint in_list = MASK_I(r2u < h2) & other_i;
+            const vint in_list = VMASK(MASK_I(r2u < h2)) & other_i;
             if (ANY(in_list)) {
                 int flag[W];
                 VSTORE_I(in_list, 0, flag);
