@@ -11,6 +11,8 @@ variable                   meaning
 ``SAPPORO_NPIPES``         i-particles per GRAPE force call (C API; default 256)
 ``SAPPORO_CONFIG``         path of a ``sapporo2.config`` device file (C API)
 ``SAPPORO_NB_CAPACITY``    neighbour-list capacity per i-particle (default 256)
+``SAPPORO_SPIN_US``        how long (microseconds) a wait for the device polls before
+                           it sleeps (default 300; 0: sleep at once)
 ``SAPPORO_PROFILE_DIR``    where tuning profiles are read and written
 ``SAPPORO_NO_PROFILE``     set to 1 to ignore tuning profiles (built-in defaults)
 ``SAPPORO_SITE``           os.pathsep-separated site directories that replace the
@@ -109,6 +111,18 @@ def _parse_positive_int(value: str | None, source: str) -> int | None:
     return n
 
 
+def _parse_nonneg_int(value: str | None, source: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise ConfigError(f"{source}: expected an integer >= 0, got {value!r}") from None
+    if n < 0:
+        raise ConfigError(f"{source}: expected an integer >= 0, got {value!r}")
+    return n
+
+
 def read_sapporo2_config(path: str) -> list[int] | None:
     """Read a ``sapporo2.config`` file: first line the device count (negative: any), then ids.
 
@@ -155,6 +169,7 @@ class Settings:
     profile_dir: str | None
     no_profile: bool
     site: str | None
+    spin_us: int | None = None
 
 
 def from_environment() -> Settings:
@@ -170,4 +185,5 @@ def from_environment() -> Settings:
         profile_dir=_get("SAPPORO_PROFILE_DIR"),
         no_profile=(_get("SAPPORO_NO_PROFILE") or "0") not in ("0", "false", "no"),
         site=_get("SAPPORO_SITE"),
+        spin_us=_parse_nonneg_int(_get("SAPPORO_SPIN_US"), "SAPPORO_SPIN_US"),
     )

@@ -70,10 +70,8 @@ def _ints(name: str, value: Any, n: int | None, lo: int, hi: int) -> np.ndarray:
         arr = arr.reshape(1)
     if arr.ndim != 1:
         raise InputError(f"{name}: expected a 1-D array of integers, got shape {arr.shape}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        if np.issubdtype(arr.dtype, np.floating) and np.all(np.isfinite(arr)) and np.all(
-            arr == np.round(arr)
-        ):
+    if arr.dtype.kind not in "iu" and arr.size:
+        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
             arr = arr.astype(np.int64)
         else:
             raise InputError(f"{name}: expected integers, got dtype {arr.dtype}")
@@ -339,7 +337,7 @@ class _Device:
         # few results: the host combines the parts (one kernel launch less)
         host_reduce = nparts * NCO * ni_pad <= HOST_REDUCE_MAX
         out_shape = (nparts if host_reduce else 1, NCO, ni_pad)
-        h_out = self._host(f"out{slot}", int(np.prod(out_shape)) * 8)
+        h_out = self._host(f"out{slot}", math.prod(out_shape) * 8)
         partial = h_out.buffer if host_reduce else self._buf("partial", nparts * NCO * ni_pad * 8)
         j = self.j
         args: list[Any] = [np.int32(nj_local), np.int32(ni), np.int32(ni_pad), np.int32(jchunk),
@@ -398,25 +396,23 @@ class _Device:
         self.ctx.close()
 
 
-_SUM_ROWS = [c for c in range(NCO) if c not in (OC_NNR2, OC_NNID)]
-
-
 def _combine_parts(parts: np.ndarray) -> np.ndarray:
-    """Combine (nparts, NCO, n) partial results in part order, as the ``reduce`` kernel
-    does: sums; nearest neighbour by minimum r^2, ties to the lower id. Also combines the
-    results of several devices (in device order)."""
+    """Combine (nparts, NCO, n) partial results as the ``reduce`` kernel does: sums in part
+    order; nearest neighbour by minimum r^2, ties to the lower id (order-independent). Also
+    combines the results of several devices (in device order)."""
     if parts.shape[0] == 1:
         return parts[0]
-    out = np.empty(parts.shape[1:], dtype=np.float64)
     # a reduction over the outer axis adds whole rows part after part: a fixed order
-    out[_SUM_ROWS] = np.add.reduce(parts[:, _SUM_ROWS], axis=0)
-    r2, nid = parts[0, OC_NNR2].copy(), parts[0, OC_NNID].copy()
-    for p in range(1, parts.shape[0]):
-        pr2, pid = parts[p, OC_NNR2], parts[p, OC_NNID]
-        take = (pid >= 0) & ((nid < 0) | (pr2 < r2) | ((pr2 == r2) & (pid < nid)))
-        r2 = np.where(take, pr2, r2)
-        nid = np.where(take, pid, nid)
-    out[OC_NNR2], out[OC_NNID] = r2, nid
+    # (the two nearest-neighbour rows are summed too, then overwritten)
+    out = np.add.reduce(parts, axis=0)
+    r2, pid = parts[:, OC_NNR2], parts[:, OC_NNID]
+    valid = pid >= 0
+    r2v = np.where(valid, r2, np.inf)
+    best = r2v.min(axis=0)
+    nid = np.where(valid & (r2v == best), pid, np.inf).min(axis=0)
+    found = nid < np.inf
+    out[OC_NNR2] = np.where(found, best, parts[0, OC_NNR2])
+    out[OC_NNID] = np.where(found, nid, -1.0)
     return out
 
 
@@ -791,40 +787,52 @@ class Library:
         return pending
 
     def _assemble(self, chunks: list, ni: int, ids: np.ndarray, ngb: bool) -> ForceResult:
-        out = np.zeros((NCO, ni), dtype=np.float64)
-        counts = np.zeros(ni, dtype=np.int64) if ngb else None
+        if len(chunks) == 1 and self.ndev == 1:  # the common case, without copies
+            out = _combine_parts(chunks[0][2][0][0][:, :, :ni])
+        else:
+            out = np.empty((NCO, ni), dtype=np.float64)
+            for c0, c1, per_dev in chunks:
+                nic = c1 - c0
+                by_dev = [_combine_parts(o[:, :, :nic]) for o, _, _ in per_dev]
+                out[:, c0:c1] = (_combine_parts(np.stack(by_dev)) if len(by_dev) > 1
+                                 else by_dev[0])
+        counts = None
         lists: list[tuple[np.ndarray, np.ndarray]] = []
-        for c0, c1, per_dev in chunks:
-            nic = c1 - c0
-            by_dev = [_combine_parts(o[:, :, :nic]) for o, _, _ in per_dev]
-            out[:, c0:c1] = _combine_parts(np.stack(by_dev)) if len(by_dev) > 1 else by_dev[0]
         if ngb:
+            counts = np.zeros(ni, dtype=np.int64)
             for d in range(self.ndev):
                 dev_counts = np.concatenate([pd[d][1][: c1 - c0] for c0, c1, pd in chunks])
                 dev_lists = np.concatenate([pd[d][2][: c1 - c0] for c0, c1, pd in chunks])
                 counts += dev_counts
                 lists.append((dev_counts, dev_lists))
-        acc = np.ascontiguousarray(out[0:3].T)
+        # Rows 0-6 (acc, pot, jerk) and 8-10 (snap) are zero where the order has none; the
+        # nearest-neighbour rows are checked apart (r^2 is inf when there is no neighbour).
+        # A sum is finite only if every term is: one reduction in the usual case.
+        if not (np.isfinite(np.add.reduce(out[:7], axis=None))
+                and (self.order < 6 or np.isfinite(np.add.reduce(out[8:11], axis=None)))):
+            self._raise_non_finite(out, ids)
+        acc = out[0:3].T.copy()
         pot = out[3].copy()
-        jerk = np.ascontiguousarray(out[4:7].T) if self.order >= 4 else None
-        snap = np.ascontiguousarray(out[8:11].T) if self.order >= 6 else None
-        finite = np.isfinite(acc).all(axis=1) & np.isfinite(pot)
-        if jerk is not None:
-            finite &= np.isfinite(jerk).all(axis=1)
-        if snap is not None:
-            finite &= np.isfinite(snap).all(axis=1)
-        if not finite.all():
-            bad = np.flatnonzero(~finite)
-            k = int(bad[0])
-            raise NonFiniteError(
-                f"non-finite force on i-particle {k} (id {int(ids[k])}) and {bad.size - 1} "
-                "other(s): coincident particles with eps2 = 0, or overflow?"
-            )
+        jerk = out[4:7].T.copy() if self.order >= 4 else None
+        snap = out[8:11].T.copy() if self.order >= 6 else None
         nn_id = out[OC_NNID].astype(np.int64)
-        nn_r2 = np.where(nn_id < 0, np.inf, out[OC_NNR2])
+        nn_r2 = out[OC_NNR2].copy()
+        nn_r2[nn_id < 0] = np.inf
         overflow = bool(ngb and (counts > self.nb_capacity).any())
         return ForceResult(
             acc=acc, jerk=jerk, snap=snap, pot=pot, nn_index=nn_id, nn_r2=nn_r2,
             neighbour_counts=counts, overflow=overflow, capacity=self.nb_capacity,
             _lists=lists,
+        )
+
+    def _raise_non_finite(self, out: np.ndarray, ids: np.ndarray) -> None:
+        rows = list(range(4 if self.order < 4 else 7)) + ([8, 9, 10] if self.order >= 6 else [])
+        finite = np.isfinite(out[rows]).all(axis=0)
+        if finite.all():  # the sum overflowed, not a term
+            return
+        bad = np.flatnonzero(~finite)
+        k = int(bad[0])
+        raise NonFiniteError(
+            f"non-finite force on i-particle {k} (id {int(ids[k])}) and {bad.size - 1} "
+            "other(s): coincident particles with eps2 = 0, or overflow?"
         )

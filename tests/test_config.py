@@ -32,12 +32,22 @@ def test_values_are_parsed(monkeypatch):
 @pytest.mark.parametrize(
     "name,value",
     [("BACKEND", "metal"), ("DEVICES", "a,b"), ("DEVICES", "-1"), ("ORDER", "5"),
-     ("ORDER", "four"), ("PRECISION", "single"), ("NPIPES", "0"), ("NB_CAPACITY", "x")],
+     ("ORDER", "four"), ("PRECISION", "single"), ("NPIPES", "0"), ("NB_CAPACITY", "x"),
+     ("SPIN_US", "-5"), ("SPIN_US", "fast")],
 )
 def test_malformed_values_name_the_variable(monkeypatch, name, value):
     monkeypatch.setenv(f"SAPPORO_{name}", value)
     with pytest.raises(ConfigError, match=f"SAPPORO_{name}"):
         config.from_environment()
+
+
+def test_spin_us(monkeypatch):
+    monkeypatch.delenv("SAPPORO_SPIN_US", raising=False)
+    assert config.from_environment().spin_us is None
+    monkeypatch.setenv("SAPPORO_SPIN_US", "0")
+    assert config.from_environment().spin_us == 0
+    monkeypatch.setenv("SAPPORO_SPIN_US", "250")
+    assert config.from_environment().spin_us == 250
 
 
 def test_config_error_is_a_sapporo_error():

@@ -468,3 +468,28 @@ def test_copying_host_buffers_give_identical_results(backend, monkeypatch):
     assert np.array_equal(a.nn_index, b.nn_index)
     assert np.array_equal(a.neighbour_counts, b.neighbour_counts)
     assert all(np.array_equal(a.neighbours(k), b.neighbours(k)) for k in range(50))
+
+
+def test_combine_parts_matches_a_sequential_merge():
+    """The host-side merge of partial results: sums in part order (bitwise as a loop),
+    nearest neighbour by minimum r^2 with ties to the lower id, -1 when no part has one."""
+    from sapporo.library import NCO, OC_NNID, OC_NNR2, _combine_parts
+
+    rng = np.random.default_rng(5)
+    nparts, n = 7, 40
+    parts = rng.normal(size=(nparts, NCO, n))
+    r2 = rng.integers(1, 4, size=(nparts, n)).astype(float)  # many exact ties
+    ids = rng.integers(-1, 6, size=(nparts, n)).astype(float)  # -1: no neighbour in part
+    ids[:, 0] = -1.0  # no neighbour anywhere
+    r2[ids < 0] = np.inf
+    parts[:, OC_NNR2], parts[:, OC_NNID] = r2, ids
+    out = _combine_parts(parts)
+    total = parts[0].copy()
+    for p in range(1, nparts):
+        total = total + parts[p]
+    rows = [c for c in range(NCO) if c not in (OC_NNR2, OC_NNID)]
+    assert np.array_equal(out[rows], total[rows])
+    for k in range(n):
+        cand = [(r2[p, k], ids[p, k]) for p in range(nparts) if ids[p, k] >= 0]
+        want = min(cand) if cand else (np.inf, -1.0)
+        assert (out[OC_NNR2, k], out[OC_NNID, k]) == want, k

@@ -9,6 +9,7 @@ size); the CUDA backend converts them to grid and block dimensions.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 import tempfile
@@ -126,7 +127,7 @@ class HostBuffer:
 
     def view(self, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
         """The leading bytes of the host array as an array of ``dtype`` and ``shape``."""
-        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        n = math.prod(shape) * np.dtype(dtype).itemsize
         return self.array[:n].view(dtype).reshape(shape)
 
     def to_device(self, nbytes: int | None = None) -> None:
