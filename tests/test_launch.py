@@ -29,6 +29,10 @@ SHAPES = [
     LaunchConfig(li=1, lj=1, w=1, jt=32, use_local=False),
     LaunchConfig(li=4, lj=1, w=2, jt=16, use_local=True),
     LaunchConfig(li=1, lj=1, w=16, jt=64, use_local=False, groups_per_cu=1),
+    # the widths with inline x86 square roots (double-single: vrsqrtps + Newton step with
+    # 4 and 8 floats; double: vsqrtpd with 2 and 4 doubles); W = 2 is above
+    LaunchConfig(li=1, lj=1, w=4, jt=64, use_local=False),
+    LaunchConfig(li=1, lj=1, w=8, jt=64, use_local=False),
     LaunchConfig(li=1, lj=32, w=1, jt=64, use_local=True, min_jchunk=16),
     LaunchConfig(li=8, lj=4, w=1, jt=32, use_local=True),
     LaunchConfig(li=2, lj=4, w=1, jt=24, use_local=False),
