@@ -15,19 +15,29 @@
 
 /* Reciprocal square root. PoCL calls its vector math functions out of line, and every call
  * makes all vector registers caller-saved: the whole loop state then goes through the stack
- * on each j-particle. On x86 CPUs with AVX we therefore use the instructions directly:
- * double-single takes the hardware estimate plus one Newton-Raphson step (relative error
- * ~1.2e-7, below float's own rounding of r^2), double the correctly rounded vsqrtpd and a
- * division, so the double path stays IEEE-exact. Elsewhere the OpenCL built-ins. */
+ * on each j-particle. On PoCL's x86 CPU devices (the host passes SAPPORO_X86_BUILTINS) we
+ * therefore use the instructions directly: double-single takes the hardware estimate plus
+ * one Newton-Raphson step (relative error ~1.2e-7, below float's own rounding of r^2),
+ * double the correctly rounded vsqrtpd and a division, so the double path stays IEEE-exact.
+ * Everywhere else the OpenCL built-ins. */
+#if defined(SAPPORO_X86_BUILTINS) && defined(__has_builtin)
+#if __has_builtin(__builtin_ia32_rsqrtps256) && __has_builtin(__builtin_ia32_sqrtpd256)
+#define SAP_AVX 1
+#endif
+#if __has_builtin(__builtin_ia32_rsqrtps) && __has_builtin(__builtin_ia32_sqrtpd)
+#define SAP_SSE 1
+#endif
+#endif
+
 #if PRECISION == 1
-#if W == 8 && defined(__AVX__)
+#if W == 8 && defined(SAP_AVX)
 static inline float8 rsqrt_nr(const float8 x)
 {
     const float8 y = __builtin_ia32_rsqrtps256(x);
     return y * (1.5f - 0.5f * x * y * y);
 }
 #define RSQRT(x) rsqrt_nr(x)
-#elif W == 4 && defined(__SSE__)
+#elif W == 4 && defined(SAP_SSE)
 static inline float4 rsqrt_nr(const float4 x)
 {
     const float4 y = __builtin_ia32_rsqrtps(x);
@@ -38,15 +48,14 @@ static inline float4 rsqrt_nr(const float4 x)
 #define RSQRT(x) rsqrt(x)
 #endif
 #else
-#if W == 4 && defined(__AVX__)
+#if W == 4 && defined(SAP_AVX)
 #define RSQRT(x) (1.0 / __builtin_ia32_sqrtpd256(x))
-#elif W == 2 && defined(__SSE2__)
+#elif W == 2 && defined(SAP_SSE)
 #define RSQRT(x) (1.0 / __builtin_ia32_sqrtpd(x))
 #else
 #define RSQRT(x) (1.0 / sqrt(x))
 #endif
 #endif
-
 
 #if USE_LOCAL
 #define JPOS(k) lpos[k]

@@ -5,6 +5,8 @@ The rest of the code asks this module; it never tests vendor strings itself.
 
 from __future__ import annotations
 
+import platform
+
 from .base import DeviceInfo
 
 
@@ -24,6 +26,10 @@ def shares_host_memory(info: DeviceInfo) -> bool:
     return is_cpu(info)
 
 
+def _is_x86() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+
+
 def opencl_build_options(info: DeviceInfo) -> list[str]:
     """Extra OpenCL compiler options for a device.
 
@@ -36,6 +42,10 @@ def opencl_build_options(info: DeviceInfo) -> list[str]:
         # PoCL's clang warns about 8-wide double vectors changing the AVX ABI: harmless
         # inside a kernel, and noise for users (PyOpenCL turns it into Python warnings).
         opts.append("-w")
+        if is_cpu(info) and _is_x86():
+            # the force kernels may then call x86 vector instructions directly (PoCL calls
+            # its own vector math out of line, which spills every register in the loop)
+            opts.append("-DSAPPORO_X86_BUILTINS=1")
     if info.vendor.lower().startswith("nvidia"):
         # Keep NVIDIA's OpenCL from contracting the r^2 sums differently from the reference.
         opts.append("-cl-nv-opt-level=3")
