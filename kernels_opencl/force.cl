@@ -44,6 +44,12 @@ static inline float4 rsqrt_nr(const float4 x)
     return y * (1.5f - 0.5f * x * y * y);
 }
 #define RSQRT(x) rsqrt_nr(x)
+#elif W == 1 && defined(SAPPORO_X86_BUILTINS) && defined(__has_builtin)
+#if __has_builtin(__builtin_sqrtf)
+#define RSQRT(x) (1.0f / __builtin_sqrtf(x)) /* sqrtss and divss, inline */
+#else
+#define RSQRT(x) rsqrt(x)
+#endif
 #else
 #define RSQRT(x) rsqrt(x)
 #endif
@@ -52,6 +58,12 @@ static inline float4 rsqrt_nr(const float4 x)
 #define RSQRT(x) (1.0 / __builtin_ia32_sqrtpd256(x))
 #elif W == 2 && defined(SAP_SSE)
 #define RSQRT(x) (1.0 / __builtin_ia32_sqrtpd(x))
+#elif W == 1 && defined(SAPPORO_X86_BUILTINS) && defined(__has_builtin)
+#if __has_builtin(__builtin_sqrt)
+#define RSQRT(x) (1.0 / __builtin_sqrt(x)) /* sqrtsd and divsd, inline */
+#else
+#define RSQRT(x) (1.0 / sqrt(x))
+#endif
 #else
 #define RSQRT(x) (1.0 / sqrt(x))
 #endif
