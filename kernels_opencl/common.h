@@ -10,6 +10,8 @@
  *   JT         j-particles per tile (a multiple of LI*LJ when tiles go through local memory)
  *   USE_LOCAL  1: tiles are staged in local memory (GPUs); 0: read straight from global (CPUs)
  *   NB_CAP     neighbour-list capacity per i-particle
+ *   JV         0 or 1: with 1 the W vector lanes run over j-particles instead of i-particles
+ *              (one i-particle per work-item; CPUs with few active particles)
  *
  * Every macro has a default, so each file also compiles on its own.
  */
@@ -51,6 +53,9 @@
 #ifndef NB_CAP
 #define NB_CAP 256
 #endif
+#ifndef JV
+#define JV 0
+#endif
 
 #if ORDER != 2 && ORDER != 4 && ORDER != 6
 #error "ORDER must be 2, 4 or 6"
@@ -75,6 +80,12 @@
 #endif
 #if USE_LOCAL && (JT % (LI * LJ) != 0)
 #error "JT must be a multiple of LI * LJ"
+#endif
+#if JV && (W != 4 && W != 8)
+#error "JV needs W == 4 or 8"
+#endif
+#if JV && (LI != 1 || LJ != 1 || USE_LOCAL || JT % W != 0)
+#error "JV needs LI == LJ == 1, no local memory and JT a multiple of W"
 #endif
 
 #define SAP_CAT_(a, b) a##b
@@ -178,6 +189,40 @@ typedef SAP_CAT(RINT, W) vrint;
 /* b where the all-ones mask m is set, else a (any integer or real vector type) */
 #define BLEND_R(a, b, m) AS_VREAL((AS_VRINT(a) & ~(m)) | (AS_VRINT(b) & (m)))
 #define BLEND_I(a, b, m) (((a) & ~(m)) | ((b) & (m)))
+
+/* i-particle values: vectors over i, or scalars when the lanes run over j (JV). */
+#if JV
+typedef real IREAL;
+#else
+typedef vreal IREAL;
+#endif
+
+#if JV
+/* W consecutive j-records (real4 x, y, z, w) split into lane vectors; reads 4 records per
+ * 16-component load. `p` points to a record whose index is a multiple of W. */
+/* Plain loads through under-aligned vector types: vloadn() is an out-of-line call on PoCL,
+ * and a call in the loop sends every vector register through the stack. */
+typedef SAP_CAT(REAL, 16) __attribute__((aligned(sizeof(REAL)))) jrec4_u;
+typedef vint __attribute__((aligned(4))) vint_u;
+#define JREC4(p, q) (((__global const jrec4_u *)(p))[q])
+#if W == 4
+#define LANE_IDS ((int4)(0, 1, 2, 3))
+#define GATHER4(p, X, Y, Z, M)                                                         \
+    do {                                                                               \
+        const SAP_CAT(REAL, 16) g0_ = JREC4(p, 0);                                     \
+        X = g0_.s048c; Y = g0_.s159d; Z = g0_.s26ae; M = g0_.s37bf;                    \
+    } while (0)
+#else
+#define LANE_IDS ((int8)(0, 1, 2, 3, 4, 5, 6, 7))
+#define GATHER4(p, X, Y, Z, M)                                                         \
+    do {                                                                               \
+        const SAP_CAT(REAL, 16) g0_ = JREC4(p, 0), g1_ = JREC4(p, 1);                  \
+        X = (vreal)(g0_.s048c, g1_.s048c); Y = (vreal)(g0_.s159d, g1_.s159d);          \
+        Z = (vreal)(g0_.s26ae, g1_.s26ae); M = (vreal)(g0_.s37bf, g1_.s37bf);          \
+    } while (0)
+#endif
+#define VLOAD_JID(p) (*(__global const vint_u *)(p))
+#endif
 
 /* Raw j-particle record: 6 double4 per address, as the host packs them. */
 #define RAW_XM 0 /* x, y, z, mass     */

@@ -7,6 +7,12 @@
  * local memory in lane order, parts by the `reduce` kernel in part order: a fixed summation
  * order, so the same inputs on the same configuration give bitwise identical results.
  *
+ * JV = 1 (CPUs, few active particles): one i-particle per work-item and W consecutive
+ * j-particles per step in the vector lanes instead, so that a single active particle still
+ * uses every lane; the lanes are combined in lane order at the end. j-records are read as
+ * aligned vectors of 4 records, so part and tile boundaries are multiples of W, and the host
+ * keeps W zeroed records with id -1 past the end of the j-buffers for the last step.
+ *
  * Double-single: j - i position differences from hi/lo float pairs, the rest in float; each
  * lane sums one tile in float and adds that tile sum to double accumulators, so float
  * rounding grows over at most JT/LJ terms, never over the whole j-range.
@@ -56,6 +62,12 @@ static inline float4 rsqrt_nr(const float4 x)
 #else
 #if W == 4 && defined(SAP_AVX)
 #define RSQRT(x) (1.0 / __builtin_ia32_sqrtpd256(x))
+#elif W == 8 && defined(SAP_AVX)
+static inline double8 sqrt_pd8(const double8 x)
+{
+    return (double8)(__builtin_ia32_sqrtpd256(x.lo), __builtin_ia32_sqrtpd256(x.hi));
+}
+#define RSQRT(x) (1.0 / sqrt_pd8(x))
 #elif W == 2 && defined(SAP_SSE)
 #define RSQRT(x) (1.0 / __builtin_ia32_sqrtpd(x))
 #elif W == 1 && defined(SAPPORO_X86_BUILTINS) && defined(__has_builtin)
@@ -108,6 +120,21 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
     const int j0 = part * jchunk;
     const int j1 = min(j0 + jchunk, nj);
 
+#if JV
+    /* one i-particle (index iv), as scalars; the vector lanes run over j */
+    const int i = iv;
+#define ILOAD(c) (idata[(c) * ni_pad + i])
+    const double xd = ILOAD(IC_X), yd = ILOAD(IC_Y), zd = ILOAD(IC_Z);
+    const int idi = (int)ILOAD(IC_ID);
+#if PRECISION == 1
+    const float xhi = (float)xd, yhi = (float)yd, zhi = (float)zd;
+    const float xlo = (float)(xd - (double)xhi);
+    const float ylo = (float)(yd - (double)yhi);
+    const float zlo = (float)(zd - (double)zhi);
+#endif
+#define I_REAL(x) ((real)(x))
+    const vint lanes = LANE_IDS;
+#else
 #define ILOAD(c) VLOAD_D(iv, idata + (c) * ni_pad)
     const vdouble xd = ILOAD(IC_X), yd = ILOAD(IC_Y), zd = ILOAD(IC_Z);
     const vint idi = TO_VINT(ILOAD(IC_ID));
@@ -117,17 +144,19 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
     const vreal ylo = TO_VFLOAT(yd - TO_VDOUBLE(yhi));
     const vreal zlo = TO_VFLOAT(zd - TO_VDOUBLE(zhi));
 #endif
+#define I_REAL(x) TO_VREAL(x)
+#endif
     const real eps2 = (real)eps2_d;
 #if NGB
-    const vreal h2 = TO_VREAL(ILOAD(IC_H2));
+    const IREAL h2 = I_REAL(ILOAD(IC_H2));
 #endif
 #if ORDER >= 4
-    const vreal vxi = TO_VREAL(ILOAD(IC_VX)), vyi = TO_VREAL(ILOAD(IC_VY));
-    const vreal vzi = TO_VREAL(ILOAD(IC_VZ));
+    const IREAL vxi = I_REAL(ILOAD(IC_VX)), vyi = I_REAL(ILOAD(IC_VY));
+    const IREAL vzi = I_REAL(ILOAD(IC_VZ));
 #endif
 #if ORDER >= 6
-    const vreal axi = TO_VREAL(ILOAD(IC_AX)), ayi = TO_VREAL(ILOAD(IC_AY));
-    const vreal azi = TO_VREAL(ILOAD(IC_AZ));
+    const IREAL axi = I_REAL(ILOAD(IC_AX)), ayi = I_REAL(ILOAD(IC_AY));
+    const IREAL azi = I_REAL(ILOAD(IC_AZ));
 #endif
 
     vdouble sum_ax = 0, sum_ay = 0, sum_az = 0, sum_pot = 0;
@@ -180,25 +209,46 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
 #if ORDER >= 6
         vreal sx = 0, sy = 0, sz = 0;
 #endif
+#if JV
+        for (int k = 0; k < nt; k += W) {
+            /* W consecutive j-particles in the lanes; lanes past the tile are masked */
+            const vint idj = VLOAD_JID(jid + jt + k);
+            vreal xj, yj, zj, mj;
+            GATHER4(jpos + jt + k, xj, yj, zj, mj);
+#if PRECISION == 1
+            vreal xlj, ylj, zlj, unused_w;
+            GATHER4(jpos_lo + jt + k, xlj, ylj, zlj, unused_w);
+#endif
+            const vint in_tile = lanes < (vint)(nt - k);
+#else
         for (int k = lj; k < nt; k += LJ) {
             const int idj = JID(k);
             const real4 pj = JPOS(k);
+            const real xj = pj.x, yj = pj.y, zj = pj.z, mj = pj.w;
 #if PRECISION == 1
             const float4 pl = JPOS_LO(k);
-            const vreal dx = (pj.x - xhi) + (pl.x - xlo);
-            const vreal dy = (pj.y - yhi) + (pl.y - ylo);
-            const vreal dz = (pj.z - zhi) + (pl.z - zlo);
+            const float xlj = pl.x, ylj = pl.y, zlj = pl.z;
+#endif
+#endif
+#if PRECISION == 1
+            const vreal dx = (xj - xhi) + (xlj - xlo);
+            const vreal dy = (yj - yhi) + (ylj - ylo);
+            const vreal dz = (zj - zhi) + (zlj - zlo);
 #else
-            const vreal dx = pj.x - xd;
-            const vreal dy = pj.y - yd;
-            const vreal dz = pj.z - zd;
+            const vreal dx = xj - xd;
+            const vreal dy = yj - yd;
+            const vreal dz = zj - zd;
 #endif
             const vreal r2u = dx * dx + dy * dy + dz * dz;
             /* self-exclusion by id; unused addresses carry id -1 */
+#if JV
+            const vint other_i = (idj != (vint)idi) & (idj >= (vint)0) & in_tile;
+#else
             const vint other_i = VMASK((vint)idj != idi) & (vint)(~(idj >> 31));
+#endif
             const vreal rinv = KEEP_R(RSQRT(r2u + eps2), MASK_R(other_i));
             const vreal rinv2 = rinv * rinv;
-            const vreal mrinv = pj.w * rinv;
+            const vreal mrinv = mj * rinv;
             const vreal mrinv3 = mrinv * rinv2;
             pot -= mrinv;
             const vreal fx = mrinv3 * dx, fy = mrinv3 * dy, fz = mrinv3 * dz;
@@ -206,8 +256,14 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
             ay += fy;
             az += fz;
 #if ORDER >= 4
+#if JV
+            vreal vxj, vyj, vzj, unused_v;
+            GATHER4(jvel + jt + k, vxj, vyj, vzj, unused_v);
+#else
             const real4 vj = JVEL(k);
-            const vreal dvx = vj.x - vxi, dvy = vj.y - vyi, dvz = vj.z - vzi;
+            const real vxj = vj.x, vyj = vj.y, vzj = vj.z;
+#endif
+            const vreal dvx = vxj - vxi, dvy = vyj - vyi, dvz = vzj - vzi;
             const vreal alpha = (dx * dvx + dy * dvy + dz * dvz) * rinv2;
             const vreal gx = mrinv3 * dvx - 3 * alpha * fx;
             const vreal gy = mrinv3 * dvy - 3 * alpha * fy;
@@ -217,8 +273,14 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
             jz += gz;
 #endif
 #if ORDER >= 6
+#if JV
+            vreal axj, ayj, azj, unused_a;
+            GATHER4(jacc + jt + k, axj, ayj, azj, unused_a);
+#else
             const real4 aj = JACC(k);
-            const vreal dax = aj.x - axi, day = aj.y - ayi, daz = aj.z - azi;
+            const real axj = aj.x, ayj = aj.y, azj = aj.z;
+#endif
+            const vreal dax = axj - axi, day = ayj - ayi, daz = azj - azi;
             const vreal beta = (dvx * dvx + dvy * dvy + dvz * dvz + dx * dax + dy * day + dz * daz)
                                * rinv2 + alpha * alpha;
             sx += mrinv3 * dax - 6 * alpha * gx - 3 * beta * fx;
@@ -236,6 +298,16 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
             if (ANY(in_list)) {
                 int flag[W];
                 VSTORE_I(in_list, 0, flag);
+#if JV
+                int jids[W];
+                VSTORE_I(idj, 0, jids);
+                for (int l = 0; l < W; l++) {
+                    if (flag[l] && i < ni) {
+                        const int slot = atomic_inc(&nb_count[i]);
+                        if (slot < NB_CAP) nb_list[(size_t)i * NB_CAP + slot] = jids[l];
+                    }
+                }
+#else
                 for (int l = 0; l < W; l++) {
                     const int i = iv * W + l;
                     if (flag[l] && i < ni) {
@@ -243,6 +315,7 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
                         if (slot < NB_CAP) nb_list[(size_t)i * NB_CAP + slot] = idj;
                     }
                 }
+#endif
             }
 #endif
         }
@@ -307,7 +380,35 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
     }
 #endif
     __global double *o = out + (size_t)part * NCO * ni_pad;
+#if JV
+    /* combine the j-lanes in lane order: sums; nearest neighbour by minimum r^2, ties to
+     * the lower id */
+    for (int c = 0; c < NCO; c++) {
+        double lane[W];
+        VSTORE_D(r[c], 0, lane);
+        double acc = lane[0];
+        if (c == OC_NNR2 || c == OC_NNID) continue;
+        for (int l = 1; l < W; l++) acc += lane[l];
+        o[(size_t)c * ni_pad + i] = acc;
+    }
+    {
+        double r2s[W], ids[W];
+        VSTORE_D(r[OC_NNR2], 0, r2s);
+        VSTORE_D(r[OC_NNID], 0, ids);
+        double best_r2 = INFINITY, best_id = -1.0;
+        for (int l = 0; l < W; l++) {
+            if (ids[l] >= 0 && (best_id < 0 || r2s[l] < best_r2
+                                || (r2s[l] == best_r2 && ids[l] < best_id))) {
+                best_r2 = r2s[l];
+                best_id = ids[l];
+            }
+        }
+        o[(size_t)OC_NNR2 * ni_pad + i] = best_r2;
+        o[(size_t)OC_NNID * ni_pad + i] = best_id;
+    }
+#else
     for (int c = 0; c < NCO; c++) VSTORE_D(r[c], iv, o + (size_t)c * ni_pad);
+#endif
 }
 
 /* Sum the per-part results of each i-particle in part order; nearest neighbour by minimum

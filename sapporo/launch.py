@@ -45,6 +45,9 @@ class LaunchConfig:
         compute unit (so that a single active particle still fills the device).
     min_jchunk : int
         Never cut the j-range into parts shorter than this.
+    jv : bool
+        Vector lanes over j-particles instead of i-particles: one i-particle per work-item,
+        ``w`` (4 or 8) j-particles per step (CPUs, few active particles).
     """
 
     li: int = 1
@@ -54,6 +57,7 @@ class LaunchConfig:
     use_local: bool = False
     groups_per_cu: int = 4
     min_jchunk: int = 256
+    jv: bool = False
 
     def __post_init__(self) -> None:
         if self.li < 1 or self.lj < 1 or self.jt < 1 or self.groups_per_cu < 1:
@@ -64,6 +68,10 @@ class LaunchConfig:
             raise ConfigError("launch configuration: lj > 1 needs w == 1")
         if self.use_local and self.jt % (self.li * self.lj):
             raise ConfigError("launch configuration: jt must be a multiple of li * lj")
+        if self.jv and (self.w not in (4, 8) or self.li != 1 or self.lj != 1
+                        or self.use_local or self.jt % self.w):
+            raise ConfigError("launch configuration: jv needs w = 4 or 8, li = lj = 1, no "
+                              "local memory and jt a multiple of w")
 
     def defines(self) -> dict[str, int]:
         """The kernel's compile-time definitions for this shape."""
@@ -73,6 +81,7 @@ class LaunchConfig:
             "W": self.w,
             "JT": self.jt,
             "USE_LOCAL": int(self.use_local),
+            "JV": int(self.jv),
         }
 
     def local_bytes(self, order: int, precision: str) -> int:
@@ -94,7 +103,17 @@ class LaunchConfig:
     @property
     def i_per_group(self) -> int:
         """i-particles per work-group."""
-        return self.li * self.w
+        return self.li if self.jv else self.li * self.w
+
+    @property
+    def i_per_item(self) -> int:
+        """i-particles per work-item."""
+        return 1 if self.jv else self.w
+
+    @property
+    def j_align(self) -> int:
+        """Parts of the j-range start at multiples of this."""
+        return self.w if self.jv else 1
 
 
 @dataclass
@@ -125,12 +144,15 @@ def default_table(info: DeviceInfo, order: int, precision: str) -> LaunchTable:
     if info.device_type == "cpu":
         # Explicit vectors over i are what makes PoCL emit SIMD code; 8 floats or 4 doubles
         # fill an AVX2 register.
-        # A single active particle would leave all but one vector lane idle: scalar code
-        # is faster there (measured 120 against 200-220 us of kernel time at N = 16k).
+        # One or two active particles would leave most lanes idle: there the lanes run over
+        # j-particles instead (jv). Kernel time at N = 16k, order 4: one particle 56 us
+        # against 134-190 (scalar) and 225 (8 i-lanes); two particles 91-110 against 128-173.
         w = 8 if precision == "double-single" else 4
-        one = LaunchConfig(li=1, lj=1, w=1, jt=64, use_local=False, groups_per_cu=2)
+        one = LaunchConfig(li=1, lj=1, w=8, jt=64, use_local=False, groups_per_cu=2, jv=True)
+        two = (LaunchConfig(li=1, lj=1, w=4, jt=64, use_local=False, groups_per_cu=4, jv=True)
+               if precision == "double-single" else one)
         cfg = LaunchConfig(li=1, lj=1, w=w, jt=64, use_local=False, groups_per_cu=4)
-        return LaunchTable([(1, one), (NI_CHUNK, cfg)], source="defaults (cpu)")
+        return LaunchTable([(1, one), (2, two), (NI_CHUNK, cfg)], source="defaults (cpu)")
     # GPUs: one i-particle per work-item; few active particles share a group across j-lanes.
     # At most 128 work-items and 32 KiB of local memory per group (fits NVIDIA, AMD, Intel).
     entries = [
@@ -152,6 +174,9 @@ def check_table(table: LaunchTable, info: DeviceInfo, order: int, precision: str
                 f"launch configuration {cfg} needs {need} bytes of local memory, "
                 f"{info.name} has {info.local_mem_size}"
             )
+        if cfg.jv and info.backend != "opencl":
+            raise ConfigError(f"launch configuration {cfg}: jv exists only in the OpenCL "
+                              "kernels")
         if cfg.li * cfg.lj > info.max_work_group_size:
             raise ConfigError(
                 f"launch configuration {cfg} has {cfg.li * cfg.lj} work-items per group, "

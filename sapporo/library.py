@@ -39,6 +39,7 @@ HOST_REDUCE_MAX = 1 << 16  # partial results up to this many doubles are combine
 MAX_ID = 2**31 - 1
 MAX_ADDRESS = 2**31 - 2
 DEFAULT_NB_CAPACITY = 256
+J_SLACK = 16  # j-records past the capacity, read (masked) by the j-vector kernels
 
 _EXT = {"opencl": "cl", "cuda": "cu"}
 
@@ -257,17 +258,22 @@ class _Device:
         for buf in self.j.values():
             buf.free()
         rs = 4 if self.lib.precision == "double-single" else 8
+        # J_SLACK records past the end: the j-vector kernels (jv) read whole vectors of
+        # records; there they find id -1 (no interaction) and finite zeros
+        slots = cap + J_SLACK
         self.j = {
             "raw": self.ctx.alloc(cap * RAW_N * 32),
-            "id": self.ctx.alloc(cap * 4),
-            "pos": self.ctx.alloc(cap * 4 * rs),
-            "vel": self.ctx.alloc(cap * 4 * rs),
+            "id": self.ctx.alloc(slots * 4),
+            "pos": self.ctx.alloc(slots * 4 * rs),
+            "vel": self.ctx.alloc(slots * 4 * rs),
         }
         if self.lib.precision == "double-single":
-            self.j["pos_lo"] = self.ctx.alloc(cap * 16)
+            self.j["pos_lo"] = self.ctx.alloc(slots * 16)
         if self.lib.order >= 6:
-            self.j["acc"] = self.ctx.alloc(cap * 4 * rs)
-        self.j["id"].fill(-1)
+            self.j["acc"] = self.ctx.alloc(slots * 4 * rs)
+        for name, buf in self.j.items():
+            if name != "raw":
+                buf.fill(-1 if name == "id" else 0)
         self.cap = cap
         return True
 
@@ -332,7 +338,8 @@ class _Device:
         idata[:, ni:] = idata[:, ni - 1 : ni]  # padding repeats the last particle
         h_in.to_device(idata.nbytes)
         nparts = parts_for(cfg, self.info, ni_pad, nj_local)
-        jchunk = max(1, -(-nj_local // nparts))
+        jchunk = _round_up(max(1, -(-nj_local // nparts)), cfg.j_align)
+        nparts = max(1, -(-nj_local // jchunk))
         kernel, reduce_k = self.kernels(cfg, ngb)
         # few results: the host combines the parts (one kernel launch less)
         host_reduce = nparts * NCO * ni_pad <= HOST_REDUCE_MAX
@@ -357,7 +364,8 @@ class _Device:
             counts[:] = 0
             h_cnt.to_device(counts.nbytes)
             args += [h_cnt.buffer, h_lst.buffer]
-        self._record(kernel((ni_pad // cfg.w, nparts * cfg.lj), (cfg.li, cfg.lj), *args))
+        self._record(kernel((ni_pad // cfg.i_per_item, nparts * cfg.lj), (cfg.li, cfg.lj),
+                            *args))
         if not host_reduce:
             self._record(reduce_k(*_linear(ni), np.int32(ni), np.int32(ni_pad), np.int32(nparts),
                                   partial, h_out.buffer))

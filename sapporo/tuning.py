@@ -125,7 +125,7 @@ def _load_average() -> list[float] | None:
 def describe(cfg: LaunchConfig) -> str:
     """A short one-line description of a launch configuration."""
     return (f"li={cfg.li} lj={cfg.lj} w={cfg.w} jt={cfg.jt} local={int(cfg.use_local)} "
-            f"gpc={cfg.groups_per_cu}")
+            f"gpc={cfg.groups_per_cu}" + (" jv=1" if cfg.jv else ""))
 
 
 def grid(li: Sequence[int] = (1,), lj: Sequence[int] = (1,), w: Sequence[int] = (8,),
@@ -150,11 +150,16 @@ def cpu_candidates(precision: str, quick: bool = False) -> list[LaunchConfig]:
         ``"double"`` or ``"double-single"`` (kept for symmetry; both sweep the same widths).
     quick : bool
         A reduced sweep: w in {4, 8, 16}, jt 64, groups per compute unit 2 and 8 (the full
-        sweep: jt in {64, 256, 1024}, groups per compute unit in {1, 2, 4, 8}).
+        sweep: jt in {64, 256, 1024}, groups per compute unit in {1, 2, 4, 8}); plus lanes
+        over j-particles (``jv``) with w in {4, 8}.
     """
     del precision
-    return grid(w=(4, 8, 16), jt=(64,) if quick else (64, 256, 1024),
-                groups_per_cu=(2, 8) if quick else (1, 2, 4, 8))
+    lanes_over_i = grid(w=(4, 8, 16), jt=(64,) if quick else (64, 256, 1024),
+                        groups_per_cu=(2, 8) if quick else (1, 2, 4, 8))
+    lanes_over_j = [LaunchConfig(li=1, lj=1, w=w, jt=64, use_local=False, groups_per_cu=g,
+                                 jv=True)
+                    for w in (4, 8) for g in ((2,) if quick else (1, 2, 4))]
+    return lanes_over_i + lanes_over_j
 
 
 def gpu_candidates(info: DeviceInfo, quick: bool = False) -> list[LaunchConfig]:
@@ -209,7 +214,7 @@ def n_active_points(n: int, top: int = 1024) -> list[int]:
 
 def parse_config(text: str) -> LaunchConfig:
     """Parse ``"w=8,jt=64,gpc=4"`` (keys li, lj, w, jt, local/use_local, gpc/groups_per_cu,
-    min_jchunk; missing keys take the :class:`LaunchConfig` defaults)."""
+    min_jchunk, jv; missing keys take the :class:`LaunchConfig` defaults)."""
     alias = {"gpc": "groups_per_cu", "local": "use_local"}
     kw: dict[str, Any] = {}
     for part in text.replace(" ", "").split(","):
@@ -220,7 +225,8 @@ def parse_config(text: str) -> LaunchConfig:
         if not sep or key not in LaunchConfig.__dataclass_fields__:
             raise InputError(f"launch configuration: cannot parse {part!r} in {text!r}")
         try:
-            kw[key] = value.lower() in ("1", "true", "yes") if key == "use_local" else int(value)
+            kw[key] = (value.lower() in ("1", "true", "yes") if key in ("use_local", "jv")
+                       else int(value))
         except ValueError:
             raise InputError(f"launch configuration: {key} must be an integer, got {value!r}") \
                 from None

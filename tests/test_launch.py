@@ -33,14 +33,19 @@ SHAPES = [
     # 4 and 8 floats; double: vsqrtpd with 2 and 4 doubles); W = 2 is above
     LaunchConfig(li=1, lj=1, w=4, jt=64, use_local=False),
     LaunchConfig(li=1, lj=1, w=8, jt=64, use_local=False),
+    # lanes over j-particles (CPUs, few active particles)
+    LaunchConfig(li=1, lj=1, w=4, jt=64, use_local=False, jv=True, min_jchunk=16),
+    LaunchConfig(li=1, lj=1, w=8, jt=16, use_local=False, jv=True, groups_per_cu=3,
+                 min_jchunk=8),
     LaunchConfig(li=1, lj=32, w=1, jt=64, use_local=True, min_jchunk=16),
     LaunchConfig(li=8, lj=4, w=1, jt=32, use_local=True),
     LaunchConfig(li=2, lj=4, w=1, jt=24, use_local=False),
 ]
 
 
-@pytest.mark.parametrize("cfg", SHAPES, ids=lambda c: f"li{c.li}-lj{c.lj}-w{c.w}-jt{c.jt}"
-                         f"-{'local' if c.use_local else 'global'}")
+@pytest.mark.parametrize("cfg", SHAPES,
+                         ids=lambda c: f"li{c.li}-lj{c.lj}-w{c.w}{'jv' if c.jv else ''}"
+                         f"-jt{c.jt}-{'local' if c.use_local else 'global'}")
 @pytest.mark.parametrize("order,precision", [(6, "double"), (4, "double-single")])
 def test_shape_matches_reference(backend, cfg, order, precision):
     n = 517
@@ -144,3 +149,15 @@ def test_profile_is_loaded_and_bad_profile_ignored(tmp_path, monkeypatch, caplog
     with pytest.raises(ConfigError, match="local memory"):
         check_table(LaunchTable([(64, huge)]), info, 6, "double")
     assert load_table(info, 4, "double").source.startswith("defaults")
+
+
+def test_jv_only_on_opencl(backend):
+    """The j-lane kernels exist only in kernels_opencl/: a CUDA table with jv is refused."""
+    from sapporo.backend import get_backend
+
+    info = get_backend(backend).devices()[0]
+    cuda_info = type(info)(**{**info.as_dict(), "backend": "cuda"})
+    table = LaunchTable([(8, LaunchConfig(w=8, jv=True))], source="test")
+    check_table(table, info, 4, "double-single")
+    with pytest.raises(ConfigError, match="jv exists only in the OpenCL"):
+        check_table(table, cuda_info, 4, "double-single")

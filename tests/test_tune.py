@@ -92,6 +92,13 @@ def test_cli_tune(profile_dir, backend, capsys):
     assert len(list(out.glob("*-order2-double-single.json"))) == 1
 
 
+def test_parse_config_jv():
+    cfg = tuning.parse_config("w=8,jv=1,gpc=2")
+    assert cfg.jv and cfg.w == 8 and cfg.i_per_group == 1 and "jv=1" in tuning.describe(cfg)
+    with pytest.raises(InputError, match="jv needs"):
+        tuning.parse_config("w=16,jv=1")
+
+
 def test_parse_config():
     cfg = tuning.parse_config("w=16, jt=256, gpc=2, local=0")
     assert cfg == LaunchConfig(w=16, jt=256, groups_per_cu=2, use_local=False)
