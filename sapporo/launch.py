@@ -145,14 +145,13 @@ def default_table(info: DeviceInfo, order: int, precision: str) -> LaunchTable:
         # Explicit vectors over i are what makes PoCL emit SIMD code; 8 floats or 4 doubles
         # fill an AVX2 register.
         # One or two active particles would leave most lanes idle: there the lanes run over
-        # j-particles instead (jv). Kernel time at N = 16k, order 4: one particle 56 us
-        # against 134-190 (scalar) and 225 (8 i-lanes); two particles 91-110 against 128-173.
+        # j-particles instead (jv). Kernel time at N = 16k, order 4, one / two active
+        # particles: 55 / 130 us (double-single) and 61 / 126 us (double) against 180 / 178
+        # and 204 / 210 with the lanes over i-particles.
         w = 8 if precision == "double-single" else 4
-        one = LaunchConfig(li=1, lj=1, w=8, jt=64, use_local=False, groups_per_cu=2, jv=True)
-        two = (LaunchConfig(li=1, lj=1, w=4, jt=64, use_local=False, groups_per_cu=4, jv=True)
-               if precision == "double-single" else one)
+        few = LaunchConfig(li=1, lj=1, w=8, jt=64, use_local=False, groups_per_cu=2, jv=True)
         cfg = LaunchConfig(li=1, lj=1, w=w, jt=64, use_local=False, groups_per_cu=4)
-        return LaunchTable([(1, one), (2, two), (NI_CHUNK, cfg)], source="defaults (cpu)")
+        return LaunchTable([(2, few), (NI_CHUNK, cfg)], source="defaults (cpu)")
     # GPUs: one i-particle per work-item; few active particles share a group across j-lanes.
     # At most 128 work-items and 32 KiB of local memory per group (fits NVIDIA, AMD, Intel).
     entries = [

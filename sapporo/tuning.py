@@ -253,7 +253,8 @@ def _system(n: int, order: int, seed: int = 11) -> dict[str, np.ndarray]:
 def _launch_key(cfg: LaunchConfig, info: DeviceInfo, ni: int, nj: int) -> tuple:
     """Configurations with the same key launch identically for this ``ni``/``nj``."""
     ni_pad = -(-min(ni, NI_CHUNK) // cfg.i_per_group) * cfg.i_per_group
-    return (cfg.li, cfg.lj, cfg.w, cfg.jt, cfg.use_local, parts_for(cfg, info, ni_pad, nj))
+    return (cfg.li, cfg.lj, cfg.w, cfg.jt, cfg.use_local, cfg.jv,
+            parts_for(cfg, info, ni_pad, nj))
 
 
 def _call(lib: Any, cfg: LaunchConfig, sysd: dict[str, np.ndarray], ni: int,
