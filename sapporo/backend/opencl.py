@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from typing import Any
 
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 
 #: default of SAPPORO_SPIN_US: how long a wait polls the last command before it sleeps
 DEFAULT_SPIN_US = 300
+_yield = getattr(os, "sched_yield", lambda: None)
 
 try:  # imported lazily by sapporo.backend; failing here only disables this backend
     import pyopencl as cl
@@ -250,7 +252,7 @@ class CLContext(Context):
             self.queue.flush()
             deadline = time.perf_counter() + self.spin_seconds
             while ev.command_execution_status > 0 and time.perf_counter() < deadline:
-                pass
+                _yield()  # leave the core to the device's worker threads (CPU devices)
         self.queue.finish()
 
     def close(self) -> None:
