@@ -226,6 +226,11 @@ class _Device:
         self.table: LaunchTable = load_table(self.info, lib.order, lib.precision)
         self.cap = 0  # j capacity (local addresses)
         self.j: dict[str, Buffer] = {}
+        # On devices that compute on host memory the raw records and ids live in host
+        # arrays that the kernels read directly: storing j-particles queues no command.
+        self.j_hosts: dict[str, HostBuffer] = {}
+        self.h_raw: np.ndarray | None = None
+        self.h_id: np.ndarray | None = None
         self.bufs: dict[str, Buffer] = {}
         self.kernel_seconds = 0.0
         self.events: list[Event] = []
@@ -255,25 +260,34 @@ class _Device:
         if n <= self.cap:
             return False
         cap = max(n, 2 * self.cap, 1024)
-        for buf in self.j.values():
-            buf.free()
+        self.ctx.finish()  # queued work may still use the old buffers
+        self._free_j()
         rs = 4 if self.lib.precision == "double-single" else 8
         # J_SLACK records past the end: the j-vector kernels (jv) read whole vectors of
         # records; there they find id -1 (no interaction) and finite zeros
         slots = cap + J_SLACK
-        self.j = {
-            "raw": self.ctx.alloc(cap * RAW_N * 32),
-            "id": self.ctx.alloc(slots * 4),
-            "pos": self.ctx.alloc(slots * 4 * rs),
-            "vel": self.ctx.alloc(slots * 4 * rs),
-        }
+        h_raw = self.ctx.alloc_host(cap * RAW_N * 32)
+        if h_raw.zero_copy:
+            h_id = self.ctx.alloc_host(slots * 4)
+            self.j_hosts = {"raw": h_raw, "id": h_id}
+            self.h_raw = h_raw.view(np.float64, (cap, RAW_N, 4))
+            self.h_raw[:] = 0.0
+            self.h_id = h_id.view(np.int32, (slots,))
+            self.h_id[:] = -1
+            self.j = {"raw": h_raw.buffer, "id": h_id.buffer}
+        else:
+            h_raw.free()
+            self.j = {"raw": self.ctx.alloc(cap * RAW_N * 32), "id": self.ctx.alloc(slots * 4)}
+            self.j["id"].fill(-1)
+        self.j["pos"] = self.ctx.alloc(slots * 4 * rs)
+        self.j["vel"] = self.ctx.alloc(slots * 4 * rs)
         if self.lib.precision == "double-single":
             self.j["pos_lo"] = self.ctx.alloc(slots * 16)
         if self.lib.order >= 6:
             self.j["acc"] = self.ctx.alloc(slots * 4 * rs)
         for name, buf in self.j.items():
-            if name != "raw":
-                buf.fill(-1 if name == "id" else 0)
+            if name not in ("raw", "id"):
+                buf.fill(0)
         self.cap = cap
         return True
 
@@ -281,6 +295,10 @@ class _Device:
         """Send records for the given local addresses (contiguous block or scatter)."""
         n = local_addr.size
         if n == 0:
+            return
+        if self.h_raw is not None:  # the kernels read these host arrays themselves
+            self.h_raw[local_addr] = raw
+            self.h_id[local_addr] = ids
             return
         lo, hi = int(local_addr[0]), int(local_addr[-1])
         if hi - lo + 1 == n:  # one contiguous block: plain copies
@@ -392,10 +410,19 @@ class _Device:
             self.kernel_seconds += sum(ev.elapsed or 0.0 for ev in self.events)
             self.events.clear()
 
+    def _free_j(self) -> None:
+        for name, buf in self.j.items():
+            if name not in self.j_hosts:
+                buf.free()
+        for host in self.j_hosts.values():
+            host.free()
+        self.j, self.j_hosts = {}, {}
+        self.h_raw = self.h_id = None
+
     def close(self) -> None:
-        for buf in list(self.j.values()) + list(self.bufs.values()) + list(self.hosts.values()):
+        self._free_j()
+        for buf in list(self.bufs.values()) + list(self.hosts.values()):
             buf.free()
-        self.j.clear()
         self.bufs.clear()
         self.hosts.clear()
         # drop kernel references before the context goes (PyCUDA frees modules with it)
