@@ -447,9 +447,14 @@ def test_result_accessors(make_lib):
 
 
 def test_copying_host_buffers_give_identical_results(backend, monkeypatch):
-    """Zero-copy host buffers (CPU devices) and explicit copies give the same bits."""
+    """Zero-copy host memory (CPU devices: i-data, results and the j-records live in host
+    arrays the kernels read) and explicit copies with the scatter kernel (GPUs) give the same
+    bits, through scattered and contiguous updates, prediction and a reset."""
     n = 300
-    x, v, m, ids, _, _ = system(n, seed=37)
+    x, v, m, ids, a, jerk = system(n, seed=37)
+    rng = np.random.default_rng(38)
+    scattered = np.sort(rng.choice(n, 40, replace=False))
+    x2 = x + rng.normal(scale=1e-3, size=x.shape)
     out = []
     for zero_copy in (True, False):
         if not zero_copy:
@@ -458,16 +463,34 @@ def test_copying_host_buffers_give_identical_results(backend, monkeypatch):
 
             monkeypatch.setattr(CLContext, "alloc_host", Context.alloc_host)
         with sapporo.Library(order=4, precision="double", backend=backend) as lib:
-            load(lib, x, v, m, ids)
-            res = lib.compute(x[:50], v[:50], ids[:50], EPS2, h2=0.05)
-            assert all(h.zero_copy == zero_copy for h in lib._devs[0].hosts.values()) or (
-                lib.device_infos[0].device_type != "cpu")
+            dev = lib._devs[0]
+            load(lib, x, v, m, ids, a=a, jerk=jerk)
+            res = [lib.compute(x[:50], v[:50], ids[:50], EPS2, h2=0.05)]
+            if dev.info.device_type == "cpu":
+                assert all(h.zero_copy == zero_copy for h in dev.hosts.values())
+                assert (dev.h_raw is not None) == zero_copy
+            # scattered addresses (scatter kernel when copying), then a contiguous block
+            lib.set_j_particles(scattered, ids[scattered], 0.0, m[scattered], x2[scattered],
+                                v[scattered], a=a[scattered], jerk=jerk[scattered])
+            lib.set_j_particles(np.arange(100, 160), ids[100:160], 0.0, m[100:160],
+                                x2[100:160], v[100:160], a=a[100:160], jerk=jerk[100:160])
+            lib.set_time(0.01)
+            res.append(lib.compute(x[:50], v[:50], ids[:50], EPS2, h2=0.05))
+            xp = x.copy()
+            xp[scattered], xp[100:160] = x2[scattered], x2[100:160]
+            xp = xp + 0.01 * v + 0.5 * 0.01**2 * a + 0.01**3 / 6 * jerk
+            r = ref.forces(x[:50], v[:50], ids[:50], xp, v + 0.01 * a + 0.5e-4 * jerk, m, ids,
+                           EPS2, order=4)
+            assert ref.relative_vector_error(res[-1].acc, r.acc, r.acc_abs).max() <= 1e-12
+            lib.reset()
+            load(lib, x[:120], v[:120], m[:120], ids[:120])
+            res.append(lib.compute(x[:50], v[:50], ids[:50], EPS2, h2=0.05))
             out.append(res)
-    a, b = out
-    assert np.array_equal(a.acc, b.acc) and np.array_equal(a.jerk, b.jerk)
-    assert np.array_equal(a.nn_index, b.nn_index)
-    assert np.array_equal(a.neighbour_counts, b.neighbour_counts)
-    assert all(np.array_equal(a.neighbours(k), b.neighbours(k)) for k in range(50))
+    for a_res, b_res in zip(*out, strict=True):
+        assert np.array_equal(a_res.acc, b_res.acc) and np.array_equal(a_res.jerk, b_res.jerk)
+        assert np.array_equal(a_res.nn_index, b_res.nn_index)
+        assert np.array_equal(a_res.neighbour_counts, b_res.neighbour_counts)
+        assert all(np.array_equal(a_res.neighbours(k), b_res.neighbours(k)) for k in range(50))
 
 
 def test_combine_parts_matches_a_sequential_merge():
