@@ -59,7 +59,8 @@ def _vec3(name: str, value: Any, n: int | None) -> np.ndarray:
         raise InputError(f"{name}: expected shape (n, 3), got {arr.shape}")
     if n is not None and arr.shape[0] != n:
         raise InputError(f"{name}: expected {n} rows, got {arr.shape[0]}")
-    if not np.isfinite(arr).all():
+    # a finite sum means finite terms (one reduction); else look closer
+    if not np.isfinite(np.add.reduce(arr, axis=None)) and not np.isfinite(arr).all():
         bad = int(np.flatnonzero(~np.isfinite(arr).all(axis=1))[0])
         raise InputError(f"{name}: non-finite value in row {bad}: {arr[bad].tolist()}")
     return np.ascontiguousarray(arr)
@@ -79,7 +80,8 @@ def _ints(name: str, value: Any, n: int | None, lo: int, hi: int) -> np.ndarray:
     arr = arr.astype(np.int64, copy=False)
     if n is not None and arr.shape[0] != n:
         raise InputError(f"{name}: expected {n} values, got {arr.shape[0]}")
-    if arr.size and (arr.min() < lo or arr.max() > hi):
+    if arr.size and (arr.view(np.uint64).max() > hi if lo == 0
+                     else (arr.min() < lo or arr.max() > hi)):
         bad = arr[(arr < lo) | (arr > hi)][0]
         raise InputError(f"{name}: value {bad} outside [{lo}, {hi}]")
     return arr
@@ -211,6 +213,30 @@ class PendingForce:
 # one device
 
 
+@dataclass
+class _Plan:
+    """Everything about one force launch except the particle data (see _Device._plan)."""
+
+    gen: int
+    table: LaunchTable
+    cfg: LaunchConfig
+    ni_pad: int
+    nparts: int
+    h_in: HostBuffer
+    idata: np.ndarray
+    h_out: HostBuffer
+    out: np.ndarray
+    partial: Buffer
+    kernel: Kernel
+    reduce_k: Kernel | None
+    args: list[Any]
+    grid: tuple[tuple[int, int], tuple[int, int]]
+    h_cnt: HostBuffer | None
+    h_lst: HostBuffer | None
+    counts: np.ndarray | None
+    lists: np.ndarray | None
+
+
 class _Device:
     """Buffers and programs of one device; j-addresses are local to it."""
 
@@ -236,6 +262,10 @@ class _Device:
         self.events: list[Event] = []
         self._kernels: dict[tuple[LaunchConfig, bool], tuple[Kernel, Kernel]] = {}
         self.hosts: dict[str, HostBuffer] = {}
+        # launch plans by (slot, ni, nj, neighbour lists): everything about a force launch
+        # but the particle data, valid while no buffer was reallocated (generation)
+        self._plans: dict[tuple, _Plan] = {}
+        self._gen = 0
 
     # -- memory
     def _reuse(self, store: dict[str, Any], name: str, nbytes: int, alloc: Any) -> Any:
@@ -247,6 +277,7 @@ class _Device:
                 buf.free()
             buf = alloc(max(nbytes, 64))
             store[name] = buf
+            self._gen += 1
         return buf
 
     def _buf(self, name: str, nbytes: int) -> Buffer:
@@ -262,6 +293,7 @@ class _Device:
         cap = max(n, 2 * self.cap, 1024)
         self.ctx.finish()  # queued work may still use the old buffers
         self._free_j()
+        self._gen += 1
         rs = 4 if self.lib.precision == "double-single" else 8
         # J_SLACK records past the end: the j-vector kernels (jv) read whole vectors of
         # records; there they find id -1 (no interaction) and finite zeros
@@ -330,31 +362,17 @@ class _Device:
             self.events.append(ev)
 
     # -- forces
-    def launch_force(self, slot: int, xi: np.ndarray, vi: np.ndarray, ids: np.ndarray,
-                     h2: np.ndarray | None, ai: np.ndarray | None, nj_local: int,
-                     eps2: float) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """Enqueue the forces on one chunk of i-particles.
-
-        Returns host arrays (results by part, neighbour counts, neighbour lists) that hold
-        the results once the queue has finished, until the next call with the same
-        ``slot``. On CPU devices they are the memory the kernels work on (no copies).
-        """
+    def _plan(self, slot: int, ni: int, nj_local: int, ngb: bool) -> _Plan:
+        """Launch shape, buffers, views and arguments of a force launch (cached)."""
+        key = (slot, ni, nj_local, ngb)
+        plan = self._plans.get(key)
+        if plan is not None and plan.gen == self._gen and plan.table is self.table:
+            return plan
         lib = self.lib
-        ni = xi.shape[0]
-        ngb = h2 is not None
         cfg = self.table.for_ni(ni)
         ni_pad = _round_up(ni, cfg.i_per_group)
         nci = 11 if lib.order >= 6 else 8
         h_in = self._host(f"idata{slot}", nci * ni_pad * 8)
-        idata = h_in.view(np.float64, (nci, ni_pad))
-        idata[0:3, :ni] = xi.T
-        idata[3, :ni] = h2 if ngb else 0.0
-        idata[4:7, :ni] = vi.T
-        idata[7, :ni] = ids
-        if ai is not None:
-            idata[8:11, :ni] = ai.T
-        idata[:, ni:] = idata[:, ni - 1 : ni]  # padding repeats the last particle
-        h_in.to_device(idata.nbytes)
         nparts = parts_for(cfg, self.info, ni_pad, nj_local)
         jchunk = _round_up(max(1, -(-nj_local // nparts)), cfg.j_align)
         nparts = max(1, -(-nj_local // jchunk))
@@ -364,35 +382,72 @@ class _Device:
         out_shape = (nparts if host_reduce else 1, NCO, ni_pad)
         h_out = self._host(f"out{slot}", math.prod(out_shape) * 8)
         partial = h_out.buffer if host_reduce else self._buf("partial", nparts * NCO * ni_pad * 8)
+        h_cnt = h_lst = None
+        if ngb:
+            h_cnt = self._host(f"nbcount{slot}", ni_pad * 4)
+            h_lst = self._host(f"nblist{slot}", ni_pad * lib.nb_capacity * 4)
         j = self.j
         args: list[Any] = [np.int32(nj_local), np.int32(ni), np.int32(ni_pad), np.int32(jchunk),
-                           np.float64(eps2), j["pos"]]
+                           np.float64(0.0), j["pos"]]
         if lib.precision == "double-single":
             args.append(j["pos_lo"])
         args.append(j["vel"])
         if lib.order >= 6:
             args.append(j["acc"])
         args += [j["id"], h_in.buffer, partial]
-        counts = lists = None
         if ngb:
-            h_cnt = self._host(f"nbcount{slot}", ni_pad * 4)
-            h_lst = self._host(f"nblist{slot}", ni_pad * lib.nb_capacity * 4)
-            counts = h_cnt.view(np.int32, (ni_pad,))
-            lists = h_lst.view(np.int32, (ni_pad, lib.nb_capacity))
-            counts[:] = 0
-            h_cnt.to_device(counts.nbytes)
             args += [h_cnt.buffer, h_lst.buffer]
-        self._record(kernel((ni_pad // cfg.i_per_item, nparts * cfg.lj), (cfg.li, cfg.lj),
-                            *args))
-        if not host_reduce:
-            self._record(reduce_k(*_linear(ni), np.int32(ni), np.int32(ni_pad), np.int32(nparts),
-                                  partial, h_out.buffer))
-        out = h_out.view(np.float64, out_shape)
-        h_out.from_device(out.nbytes)
+        plan = _Plan(
+            gen=self._gen, table=self.table, cfg=cfg, ni_pad=ni_pad, nparts=nparts,
+            h_in=h_in, idata=h_in.view(np.float64, (nci, ni_pad)), h_out=h_out,
+            out=h_out.view(np.float64, out_shape), partial=partial, kernel=kernel,
+            reduce_k=None if host_reduce else reduce_k, args=args,
+            grid=((ni_pad // cfg.i_per_item, nparts * cfg.lj), (cfg.li, cfg.lj)),
+            h_cnt=h_cnt, h_lst=h_lst,
+            counts=None if h_cnt is None else h_cnt.view(np.int32, (ni_pad,)),
+            lists=None if h_lst is None else h_lst.view(np.int32, (ni_pad, lib.nb_capacity)),
+        )
+        if len(self._plans) > 512:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
+
+    def launch_force(self, slot: int, xi: np.ndarray, vi: np.ndarray, ids: np.ndarray,
+                     h2: np.ndarray | None, ai: np.ndarray | None, nj_local: int,
+                     eps2: float) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """Enqueue the forces on one chunk of i-particles.
+
+        Returns host arrays (results by part, neighbour counts, neighbour lists) that hold
+        the results once the queue has finished, until the next call with the same
+        ``slot``. On CPU devices they are the memory the kernels work on (no copies).
+        """
+        ni = xi.shape[0]
+        ngb = h2 is not None
+        plan = self._plan(slot, ni, nj_local, ngb)
+        idata = plan.idata
+        idata[0:3, :ni] = xi.T
+        idata[3, :ni] = h2 if ngb else 0.0
+        idata[4:7, :ni] = vi.T
+        idata[7, :ni] = ids
+        if ai is not None:
+            idata[8:11, :ni] = ai.T
+        if ni < plan.ni_pad:
+            idata[:, ni:] = idata[:, ni - 1 : ni]  # padding repeats the last particle
+        plan.h_in.to_device(idata.nbytes)
+        args = plan.args
+        args[4] = np.float64(eps2)
         if ngb:
-            h_cnt.from_device(counts.nbytes)
-            h_lst.from_device(lists.nbytes)
-        return out, counts, lists
+            plan.counts[:] = 0
+            plan.h_cnt.to_device(plan.counts.nbytes)
+        self._record(plan.kernel(*plan.grid, *args))
+        if plan.reduce_k is not None:
+            self._record(plan.reduce_k(*_linear(ni), np.int32(ni), np.int32(plan.ni_pad),
+                                       np.int32(plan.nparts), plan.partial, plan.h_out.buffer))
+        plan.h_out.from_device(plan.out.nbytes)
+        if ngb:
+            plan.h_cnt.from_device(plan.counts.nbytes)
+            plan.h_lst.from_device(plan.lists.nbytes)
+        return plan.out, plan.counts, plan.lists
 
     def kernels(self, cfg: LaunchConfig, ngb: bool) -> tuple[Kernel, Kernel]:
         """The force and reduce kernels for a launch shape (built once)."""
@@ -440,6 +495,14 @@ def _combine_parts(parts: np.ndarray) -> np.ndarray:
     # a reduction over the outer axis adds whole rows part after part: a fixed order
     # (the two nearest-neighbour rows are summed too, then overwritten)
     out = np.add.reduce(parts, axis=0)
+    if parts.shape[2] == 1:  # one i-particle (frequent in block steps): plain Python
+        best_r2, best_id = float(parts[0, OC_NNR2, 0]), -1.0
+        for r2, pid in zip(parts[:, OC_NNR2, 0].tolist(), parts[:, OC_NNID, 0].tolist(),
+                           strict=True):
+            if pid >= 0 and (best_id < 0 or r2 < best_r2 or (r2 == best_r2 and pid < best_id)):
+                best_r2, best_id = r2, pid
+        out[OC_NNR2, 0], out[OC_NNID, 0] = best_r2, best_id
+        return out
     r2, pid = parts[:, OC_NNR2], parts[:, OC_NNID]
     valid = pid >= 0
     r2v = np.where(valid, r2, np.inf)

@@ -493,17 +493,19 @@ def test_copying_host_buffers_give_identical_results(backend, monkeypatch):
         assert all(np.array_equal(a_res.neighbours(k), b_res.neighbours(k)) for k in range(50))
 
 
-def test_combine_parts_matches_a_sequential_merge():
+@pytest.mark.parametrize("n", [40, 1])
+def test_combine_parts_matches_a_sequential_merge(n):
     """The host-side merge of partial results: sums in part order (bitwise as a loop),
     nearest neighbour by minimum r^2 with ties to the lower id, -1 when no part has one."""
     from sapporo.library import NCO, OC_NNID, OC_NNR2, _combine_parts
 
-    rng = np.random.default_rng(5)
-    nparts, n = 7, 40
+    rng = np.random.default_rng(5 + n)
+    nparts = 7
     parts = rng.normal(size=(nparts, NCO, n))
     r2 = rng.integers(1, 4, size=(nparts, n)).astype(float)  # many exact ties
     ids = rng.integers(-1, 6, size=(nparts, n)).astype(float)  # -1: no neighbour in part
-    ids[:, 0] = -1.0  # no neighbour anywhere
+    if n > 1:
+        ids[:, 0] = -1.0  # no neighbour anywhere
     r2[ids < 0] = np.inf
     parts[:, OC_NNR2], parts[:, OC_NNID] = r2, ids
     out = _combine_parts(parts)
@@ -516,3 +518,12 @@ def test_combine_parts_matches_a_sequential_merge():
         cand = [(r2[p, k], ids[p, k]) for p in range(nparts) if ids[p, k] >= 0]
         want = min(cand) if cand else (np.inf, -1.0)
         assert (out[OC_NNR2, k], out[OC_NNID, k]) == want, k
+
+
+def test_combine_parts_single_particle_without_neighbour():
+    from sapporo.library import NCO, OC_NNID, OC_NNR2, _combine_parts
+
+    parts = np.zeros((3, NCO, 1))
+    parts[:, OC_NNR2], parts[:, OC_NNID] = np.inf, -1.0
+    out = _combine_parts(parts)
+    assert out[OC_NNR2, 0] == np.inf and out[OC_NNID, 0] == -1.0
