@@ -55,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
                 f"{_gib(d.global_mem_size)}, fp64 {'yes' if d.double_support else 'NO'}, "
                 f"driver {d.driver_version}\n"
             )
+            if d.companion:
+                w(f"     small launches (SAPPORO_SMALL_PAIRS) on {d.companion}, the "
+                  "single-threaded device on the same memory\n")
     w("\n")
     if error is None:
         w(f"selected: {chosen_name} device 0: {chosen_dev.name}\n")

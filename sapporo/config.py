@@ -13,6 +13,9 @@ variable                   meaning
 ``SAPPORO_NB_CAPACITY``    neighbour-list capacity per i-particle (default 256)
 ``SAPPORO_SPIN_US``        how long (microseconds) a wait for the device polls before
                            it sleeps (default 300; 0: sleep at once)
+``SAPPORO_SMALL_PAIRS``    force calls with at most this many i x j pairs run on PoCL's
+                           single-threaded companion device (default 131072; 0: never,
+                           and sapporo leaves POCL_DEVICES alone)
 ``SAPPORO_PROFILE_DIR``    where tuning profiles are read and written
 ``SAPPORO_NO_PROFILE``     set to 1 to ignore tuning profiles (built-in defaults)
 ``SAPPORO_SITE``           os.pathsep-separated site directories that replace the
@@ -170,6 +173,7 @@ class Settings:
     no_profile: bool
     site: str | None
     spin_us: int | None = None
+    small_pairs: int | None = None
 
 
 def from_environment() -> Settings:
@@ -186,4 +190,5 @@ def from_environment() -> Settings:
         no_profile=(_get("SAPPORO_NO_PROFILE") or "0") not in ("0", "false", "no"),
         site=_get("SAPPORO_SITE"),
         spin_us=_parse_nonneg_int(_get("SAPPORO_SPIN_US"), "SAPPORO_SPIN_US"),
+        small_pairs=_parse_nonneg_int(_get("SAPPORO_SMALL_PAIRS"), "SAPPORO_SMALL_PAIRS"),
     )

@@ -40,6 +40,7 @@ class DeviceInfo:
     global_mem_size: int
     double_support: bool
     driver_version: str
+    companion: str = ""  # device that takes small launches (PoCL's single-threaded one)
 
     @property
     def key(self) -> str:
@@ -148,7 +149,13 @@ class HostBuffer:
 
 
 class Context(ABC):
-    """One open device with its queue/stream."""
+    """One open device with its queue/stream.
+
+    ``small_pairs``: launches with at most this many i x j pairs may go to a companion device
+    sharing this device's memory (programs built with ``small=True``); 0 where there is none.
+    """
+
+    small_pairs: int = 0
 
     info: DeviceInfo
 
@@ -161,8 +168,12 @@ class Context(ABC):
         return HostBuffer(self.alloc(nbytes), np.empty(max(int(nbytes), 4), np.uint8), False)
 
     @abstractmethod
-    def build(self, source_name: str, defines: dict[str, Any] | None = None) -> Program:
-        """Build a kernel file of this backend's kernel tree with compile-time definitions."""
+    def build(self, source_name: str, defines: dict[str, Any] | None = None,
+              small: bool = False) -> Program:
+        """Build a kernel file of this backend's kernel tree with compile-time definitions.
+
+        ``small=True``: for the companion device of small launches (see ``small_pairs``);
+        only meaningful where ``small_pairs > 0``."""
 
     @abstractmethod
     def finish(self) -> None:

@@ -385,8 +385,10 @@ class CUContext(Context):
         self._buffers.add(buf)
         return buf
 
-    def build(self, source_name: str, defines: dict[str, Any] | None = None) -> Program:
-        """Compile ``kernels_cuda/<name>.cu`` (a ``.cl`` name maps to its CUDA twin)."""
+    def build(self, source_name: str, defines: dict[str, Any] | None = None,
+              small: bool = False) -> Program:
+        """Compile ``kernels_cuda/<name>.cu`` (a ``.cl`` name maps to its CUDA twin); CUDA
+        has no companion device, ``small`` is ignored."""
         name = _cuda_source_name(source_name)
         source = load_source("cuda", name)
         arch = quirks.cuda_arch_option(self.compute_capability())

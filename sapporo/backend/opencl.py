@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -32,6 +33,54 @@ log = logging.getLogger(__name__)
 #: default of SAPPORO_SPIN_US: how long a wait polls the last command before it sleeps
 DEFAULT_SPIN_US = 300
 _yield = getattr(os, "sched_yield", lambda: None)
+#: default of SAPPORO_SMALL_PAIRS: force launches up to this many pairs use the companion
+#: (measured crossover on 2 cores: 8 active particles at N = 16k, 128 at N = 2k)
+DEFAULT_SMALL_PAIRS = 131072
+
+
+def _system_pocl_installed() -> bool:
+    """True when an OpenCL vendor file outside PyOpenCL's wheel names PoCL."""
+    places = [os.environ.get("OCL_ICD_VENDORS", ""), "/etc/OpenCL/vendors"]
+    for place in places:
+        if not place:
+            continue
+        try:
+            files = ([os.path.join(place, f) for f in os.listdir(place)]
+                     if os.path.isdir(place) else [place])
+            for f in files:
+                if f.endswith(".icd") and "pocl" in open(f).read().lower():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def _request_pocl_companion() -> None:
+    """Ask PoCL for its single-threaded ``basic`` device beside ``pthread``.
+
+    Every command on PoCL's multi-threaded CPU device is handed to worker threads, which
+    costs 50-100 us; the ``basic`` device runs kernels in the calling thread. Small force
+    launches go there (:class:`CLContext`). PoCL reads ``POCL_DEVICES`` once, when it
+    starts; we set it only when it is unset, not disabled (``SAPPORO_SMALL_PAIRS=0``), and
+    the only PoCL is the one bundled with PyOpenCL (CPU drivers only), so that no other
+    PoCL device can be hidden by it.
+    """
+    if "POCL_DEVICES" in os.environ:
+        return
+    small = config.from_environment().small_pairs
+    if small == 0 or _system_pocl_installed():
+        return
+    os.environ["POCL_DEVICES"] = "pthread basic"
+    log.debug("POCL_DEVICES set to 'pthread basic' (companion device for small launches)")
+
+
+def _is_companion_name(name: str) -> bool:
+    return name.startswith("basic-") or name.startswith("cpu-minimal-")
+
+
+def _is_threaded_cpu_name(name: str) -> bool:
+    return name.startswith("pthread-") or (name.startswith("cpu-")
+                                           and not name.startswith("cpu-minimal-"))
 
 try:  # imported lazily by sapporo.backend; failing here only disables this backend
     import pyopencl as cl
@@ -100,21 +149,27 @@ class CLBuffer(Buffer):
         self._check(host, offset)
         if host.nbytes == 0:
             return CLEvent(None, False)
+        self._ctx._before(False)
         ev = cl.enqueue_copy(self._ctx.queue, self.buf, host, dst_offset=offset, is_blocking=wait)
+        self._ctx._last = ev
         return CLEvent(ev, self._ctx.profiling)
 
     def download(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> Event:
         self._check(host, offset)
         if host.nbytes == 0:
             return CLEvent(None, False)
+        self._ctx._before(False)
         ev = cl.enqueue_copy(self._ctx.queue, host, self.buf, src_offset=offset, is_blocking=wait)
+        self._ctx._last = ev
         return CLEvent(ev, self._ctx.profiling)
 
     def fill(self, value: int = 0) -> Event:
         size = self.nbytes // 4 * 4
         if size == 0:
             return CLEvent(None, False)
+        self._ctx._before(False)
         ev = cl.enqueue_fill_buffer(self._ctx.queue, self.buf, np.int32(value), 0, size)
+        self._ctx._last = ev
         return CLEvent(ev, self._ctx.profiling)
 
     def free(self) -> None:
@@ -125,36 +180,44 @@ class CLBuffer(Buffer):
 
 
 class CLKernel(Kernel):
-    def __init__(self, ctx: CLContext, kernel: Any, name: str):
+    def __init__(self, ctx: CLContext, kernel: Any, name: str, small: bool = False):
         self._ctx = ctx
         self._kernel = kernel
         self.name = name
-        self._scalar_types: tuple | None = None
+        self._small = small
+        self._arg_types: tuple | None = None
 
     def __call__(self, global_size, local_size, *args, wait=False) -> Event:
         # Declaring the scalar argument types once lets PyOpenCL pack them directly
         # (about 1 us for a dozen arguments instead of about 50 us of type discovery).
-        types = tuple(type(a) if isinstance(a, np.generic) else None for a in args)
-        if types != self._scalar_types:
-            self._kernel.set_scalar_arg_dtypes(list(types))
-            self._scalar_types = types
+        types = tuple(map(type, args))
+        if types != self._arg_types:
+            self._kernel.set_scalar_arg_dtypes(
+                [t if issubclass(t, np.generic) else None for t in types])
+            self._arg_types = types
         self._kernel.set_args(*[a.buf if isinstance(a, CLBuffer) else a for a in args])
+        ctx = self._ctx
+        ctx._before(self._small)
         ev = cl.enqueue_nd_range_kernel(
-            self._ctx.queue,
+            ctx.small_queue if self._small else ctx.queue,
             self._kernel,
-            tuple(int(g) for g in global_size),
-            None if local_size is None else tuple(int(s) for s in local_size),
+            tuple(map(int, global_size)),
+            None if local_size is None else tuple(map(int, local_size)),
         )
-        self._ctx._last = ev
+        if self._small:
+            ctx._last_small = ev
+        else:
+            ctx._last = ev
         if wait:
             ev.wait()
-        return CLEvent(ev, self._ctx.profiling)
+        return CLEvent(ev, ctx.profiling)
 
 
 class CLProgram(Program):
-    def __init__(self, ctx: CLContext, program: Any):
+    def __init__(self, ctx: CLContext, program: Any, small: bool = False):
         self._ctx = ctx
         self._program = program
+        self._small = small
         self._kernels: dict[str, CLKernel] = {}
 
     def kernel(self, name: str) -> Kernel:
@@ -163,24 +226,36 @@ class CLProgram(Program):
                 k = cl.Kernel(self._program, name)
             except cl.Error as exc:
                 raise BackendError(f"kernel {name!r} not found in program: {exc}") from exc
-            self._kernels[name] = CLKernel(self._ctx, k, name)
+            self._kernels[name] = CLKernel(self._ctx, k, name, self._small)
         return self._kernels[name]
 
 
 class CLContext(Context):
     """One OpenCL device with an in-order command queue."""
 
-    def __init__(self, info: DeviceInfo, device: Any, profiling: bool):
+    def __init__(self, info: DeviceInfo, device: Any, profiling: bool,
+                 companion: Any = None):
         self.info = info
         self.profiling = profiling
-        self.cl_context = cl.Context([device])
+        env = config.from_environment()
+        small = DEFAULT_SMALL_PAIRS if env.small_pairs is None else env.small_pairs
+        if small == 0:
+            companion = None
+        self.cl_context = cl.Context([device] if companion is None else [device, companion])
         props = cl.command_queue_properties.PROFILING_ENABLE if profiling else 0
         self.queue = cl.CommandQueue(self.cl_context, device, properties=props)
+        # small launches go to the companion (PoCL's single-threaded device on the same
+        # memory): no hand-off to worker threads
+        self.small_queue = (None if companion is None
+                            else cl.CommandQueue(self.cl_context, companion, properties=props))
+        self.small_pairs = 0 if companion is None else small
+        self._companion = companion
+        self._last_small: Any = None
         self._device = device
         self._programs: dict[str, CLProgram] = {}
         self._zero_copy: bool | None = None
-        self._last: Any = None  # the last kernel enqueued
-        spin = config.from_environment().spin_us
+        self._last: Any = None  # the last command enqueued (main queue)
+        spin = env.spin_us
         self.spin_seconds = (DEFAULT_SPIN_US if spin is None else spin) * 1e-6
 
     def alloc(self, nbytes: int) -> Buffer:
@@ -216,19 +291,23 @@ class CLContext(Context):
             log.debug("zero-copy host buffers on %s: %s", self.info.name, self._zero_copy)
         return self._zero_copy
 
-    def build(self, source_name: str, defines: dict[str, Any] | None = None) -> Program:
+    def build(self, source_name: str, defines: dict[str, Any] | None = None,
+              small: bool = False) -> Program:
+        small = small and self.small_queue is not None
         options = format_defines(defines) + quirks.opencl_build_options(self.info)
-        fast_key = source_name + "\0" + " ".join(options)
+        fast_key = source_name + "\0" + " ".join(options) + ("\0small" if small else "")
         if fast_key in self._programs:  # hot path: no file access
             return self._programs[fast_key]
         source = load_source("opencl", source_name)
         key = hashlib.sha256((source + "\0" + " ".join(options)).encode()).hexdigest()
+        key += "-small" if small else ""
         if key in self._programs:
             self._programs[fast_key] = self._programs[key]
             return self._programs[key]
         log.debug("building %s with %s on %s", source_name, options, self.info.name)
         try:
-            program = cl.Program(self.cl_context, source).build(options=options)
+            program = cl.Program(self.cl_context, source).build(
+                options=options, devices=[self._companion if small else self._device])
         except cl.Error as exc:
             build_log = str(exc)
             path = save_failed_source(source, ".cl")
@@ -239,26 +318,46 @@ class CLContext(Context):
                 build_log,
                 path,
             ) from None
-        prog = CLProgram(self, program)
+        prog = CLProgram(self, program, small)
         self._programs[key] = self._programs[fast_key] = prog
         return prog
 
+    def _before(self, small: bool) -> None:
+        """A command for one queue sees the other queue's work: that queue is finished
+        first when it has any. (The queues share the buffers; PoCL 3.0 can deadlock when a
+        command of one device waits for an event of the other, so no event crosses.)"""
+        if small:
+            if self._last is not None:
+                self.queue.finish()
+                self._last = None
+        elif self._last_small is not None:
+            self.small_queue.finish()
+            self._last_small = None
+
     def finish(self) -> None:
-        """Wait for the queue. The last kernel is polled for up to ``spin_seconds`` first:
+        """Wait for the queues. The last kernel is polled for up to ``spin_seconds`` first:
         a sleeping wait costs a thread wake-up (50-100 us on PoCL's CPU driver), which is
         more than a small force call takes."""
-        ev, self._last = self._last, None
-        if ev is not None and self.spin_seconds > 0:
-            self.queue.flush()
-            deadline = time.perf_counter() + self.spin_seconds
-            while ev.command_execution_status > 0 and time.perf_counter() < deadline:
-                _yield()  # leave the core to the device's worker threads (CPU devices)
-        self.queue.finish()
+        for queue in (self.queue, self.small_queue):
+            if queue is not None:
+                queue.flush()
+        for queue, name in ((self.small_queue, "_last_small"), (self.queue, "_last")):
+            if queue is None:
+                continue
+            ev = getattr(self, name)
+            setattr(self, name, None)
+            if ev is not None and self.spin_seconds > 0:
+                queue.flush()
+                deadline = time.perf_counter() + self.spin_seconds
+                while ev.command_execution_status > 0 and time.perf_counter() < deadline:
+                    _yield()  # leave the core to the device's worker threads (CPU devices)
+            queue.finish()
 
     def close(self) -> None:
         if getattr(self, "queue", None) is not None:
-            self.queue.finish()
+            self.finish()
             self.queue = None
+            self.small_queue = None
             self._programs.clear()
 
 
@@ -277,6 +376,8 @@ class OpenCLBackend(Backend):
         if self._devices is not None:
             return self._devices
         found: list[tuple[DeviceInfo, Any]] = []
+        self._companions: dict[int, Any] = {}
+        _request_pocl_companion()
         try:
             platforms = cl.get_platforms()
         except cl.Error as exc:
@@ -288,7 +389,14 @@ class OpenCLBackend(Backend):
             except cl.Error as exc:
                 log.debug("platform %s: %s", platform.name, exc)
                 continue
+            names = [dev.name.strip() for dev in devices]
+            companion = None
+            if any(_is_threaded_cpu_name(n) for n in names):
+                companion = next((d for d, n in zip(devices, names, strict=True)
+                                  if _is_companion_name(n)), None)
             for dev in devices:
+                if companion is not None and dev is companion:
+                    continue  # serves the threaded CPU device, not listed on its own
                 dtype = dev.type
                 if dtype & cl.device_type.GPU:
                     kind = "gpu"
@@ -310,6 +418,9 @@ class OpenCLBackend(Backend):
                     double_support=bool(dev.double_fp_config) or "cl_khr_fp64" in dev.extensions,
                     driver_version=str(dev.driver_version),
                 )
+                if companion is not None and _is_threaded_cpu_name(info.name):
+                    self._companions[len(found)] = companion
+                    info = dataclasses.replace(info, companion=companion.name.strip())
                 found.append((info, dev))
         if not found and not self.reason:
             self.reason = "OpenCL platforms exist but expose no device"
@@ -326,4 +437,4 @@ class OpenCLBackend(Backend):
                 f"OpenCL device index {index} out of range: {len(devs)} device(s) found"
             )
         info, dev = devs[index]
-        return CLContext(info, dev, profiling)
+        return CLContext(info, dev, profiling, self._companions.get(index))

@@ -166,3 +166,70 @@ def test_host_buffer_copying_fallback(ctx):
     ctx.finish()
     np.testing.assert_array_equal(x, 5 * np.arange(64.0))
     hb.free()
+
+
+# --- the companion device for small launches (PoCL's single-threaded 'basic' device) -----
+
+def test_companion_request_respects_the_environment(monkeypatch):
+    from sapporo.backend import opencl
+
+    monkeypatch.setattr(opencl, "_system_pocl_installed", lambda: False)
+    monkeypatch.setenv("POCL_DEVICES", "pthread pthread")
+    opencl._request_pocl_companion()
+    assert opencl.os.environ["POCL_DEVICES"] == "pthread pthread"  # the user's choice stays
+    monkeypatch.delenv("POCL_DEVICES")
+    monkeypatch.setenv("SAPPORO_SMALL_PAIRS", "0")
+    opencl._request_pocl_companion()
+    assert "POCL_DEVICES" not in opencl.os.environ  # switched off
+    monkeypatch.delenv("SAPPORO_SMALL_PAIRS")
+    monkeypatch.setattr(opencl, "_system_pocl_installed", lambda: True)
+    opencl._request_pocl_companion()
+    assert "POCL_DEVICES" not in opencl.os.environ  # another PoCL could lose devices
+    monkeypatch.setattr(opencl, "_system_pocl_installed", lambda: False)
+    opencl._request_pocl_companion()
+    assert opencl.os.environ["POCL_DEVICES"] == "pthread basic"
+
+
+def test_companion_device_names():
+    from sapporo.backend.opencl import _is_companion_name, _is_threaded_cpu_name
+
+    assert _is_companion_name("basic-AMD EPYC") and _is_companion_name("cpu-minimal-Intel")
+    assert _is_threaded_cpu_name("pthread-AMD EPYC") and _is_threaded_cpu_name("cpu-Intel")
+    assert not _is_threaded_cpu_name("cpu-minimal-Intel") and not _is_companion_name("cpu-x")
+
+
+def test_small_launches_on_the_companion_match(monkeypatch):
+    """Small force launches (and their predictions) on the companion give the forces of the
+    threaded device; mixing small and large launches keeps the j-data consistent."""
+    import sapporo
+    from sapporo import reference as ref
+
+    info = get_backend("opencl").devices()[0]
+    if not info.companion:
+        pytest.skip("no companion device (POCL_DEVICES set by the user, or not PoCL)")
+    n = 2000
+    x, v, m = ref.plummer(n, seed=7)
+    ids = np.arange(n)
+    a = ref.forces(x, v, ids, x, v, m, ids, 1e-4, order=2).acc
+    results = {}
+    for pairs in ("1", "131072"):  # never / usually on the companion
+        monkeypatch.setenv("SAPPORO_SMALL_PAIRS", pairs)
+        with sapporo.Library(order=4, precision="double", backend="opencl") as lib:
+            dev = lib._devs[0]
+            assert dev.ctx.small_pairs == int(pairs)
+            lib.set_j_particles(ids, ids, 0.0, m, x, v, a=a)
+            out = []
+            for t, ni in ((0.0, 1), (0.01, 5), (0.01, 2000), (0.02, 3), (0.02, 2000)):
+                lib.set_time(t)
+                f = lib.compute(x[:ni], v[:ni], ids[:ni], 1e-4)
+                xp, vp = x + t * v + 0.5 * t * t * a, v + t * a
+                r = ref.forces(x[:ni], v[:ni], ids[:ni], xp, vp, m, ids, 1e-4, order=4)
+                assert ref.relative_vector_error(f.acc, r.acc, r.acc_abs).max() <= 1e-12
+                assert ref.relative_vector_error(f.jerk, r.jerk, r.jerk_abs).max() <= 1e-12
+                np.testing.assert_array_equal(f.nn_index, r.nn_index)
+                out.append(f)
+            assert any(k[2] for k in dev._kernels) == (pairs != "1")
+            results[pairs] = out
+    for f1, f2 in zip(results["1"], results["131072"], strict=True):
+        np.testing.assert_allclose(f1.acc, f2.acc, rtol=1e-14, atol=0)
+        np.testing.assert_array_equal(f1.nn_index, f2.nn_index)
