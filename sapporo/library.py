@@ -923,6 +923,8 @@ class Library:
                 by_dev = [_combine_parts(o[:, :, :nic]) for o, _, _ in per_dev]
                 out[:, c0:c1] = (_combine_parts(np.stack(by_dev)) if len(by_dev) > 1
                                  else by_dev[0])
+        if ni == 1 and not ngb:
+            return self._assemble_one(out, ids)
         counts = None
         lists: list[tuple[np.ndarray, np.ndarray]] = []
         if ngb:
@@ -950,6 +952,23 @@ class Library:
             acc=acc, jerk=jerk, snap=snap, pot=pot, nn_index=nn_id, nn_r2=nn_r2,
             neighbour_counts=counts, overflow=overflow, capacity=self.nb_capacity,
             _lists=lists,
+        )
+
+    def _assemble_one(self, out: np.ndarray, ids: np.ndarray) -> ForceResult:
+        """:meth:`_assemble` for a single i-particle without neighbour lists (frequent in
+        block steps): the twelve numbers as Python floats, a few small arrays."""
+        r = out[:, 0].tolist()
+        used = r[0:7] + (r[8:11] if self.order >= 6 else [])
+        if not all(map(math.isfinite, used)):
+            self._raise_non_finite(out, ids)
+        nn_id = int(r[OC_NNID])
+        return ForceResult(
+            acc=np.array([r[0:3]]), pot=np.array([r[3]]),
+            jerk=np.array([r[4:7]]) if self.order >= 4 else None,
+            snap=np.array([r[8:11]]) if self.order >= 6 else None,
+            nn_index=np.array([nn_id], dtype=np.int64),
+            nn_r2=np.array([r[OC_NNR2] if nn_id >= 0 else math.inf]),
+            neighbour_counts=None, overflow=False, capacity=self.nb_capacity,
         )
 
     def _raise_non_finite(self, out: np.ndarray, ids: np.ndarray) -> None:

@@ -527,3 +527,21 @@ def test_combine_parts_single_particle_without_neighbour():
     parts[:, OC_NNR2], parts[:, OC_NNID] = np.inf, -1.0
     out = _combine_parts(parts)
     assert out[OC_NNR2, 0] == np.inf and out[OC_NNID, 0] == -1.0
+
+
+@pytest.mark.parametrize("order", [2, 4, 6])
+def test_single_particle_results(make_lib, order):
+    """One i-particle takes a shorter assembly path: same shapes, inf/-1 without a
+    neighbour, and a non-finite force is still an error naming the particle."""
+    lib = make_lib(order, "double")
+    lib.set_j_particles([0, 1], [0, 1], 0.0, [1.0, 2.0], [[0, 0, 0], [1.0, 0, 0]],
+                        [[0, 0, 0]] * 2, a=[[0, 0, 0]] * 2)
+    res = lib.compute([[0.0, 0, 0]], [[0.0, 0, 0]], [0], 0.0, a=[[0.0, 0, 0]], nj=2)
+    assert res.acc.shape == (1, 3) and res.pot.shape == (1,) and res.nn_index.dtype == np.int64
+    np.testing.assert_allclose(res.acc[0], [2.0, 0, 0], rtol=1e-15)
+    assert (res.jerk is None) == (order < 4) and (res.snap is None) == (order < 6)
+    assert res.nn_index[0] == 1 and res.nn_r2[0] == 1.0
+    alone = lib.compute([[0.0, 0, 0]], [[0.0, 0, 0]], [0], 0.0, a=[[0.0, 0, 0]], nj=1)
+    assert alone.nn_index[0] == -1 and alone.nn_r2[0] == np.inf and alone.pot[0] == 0.0
+    with pytest.raises(sapporo.NonFiniteError, match="i-particle 0 \\(id 7\\)"):
+        lib.compute([[1.0, 0, 0]], [[0.0, 0, 0]], [7], 0.0, a=[[0.0, 0, 0]], nj=2)
