@@ -9,6 +9,8 @@
 #ifndef SAPPORO_SAPPORO_H
 #define SAPPORO_SAPPORO_H
 
+#include <stddef.h>
+
 #include "grape6.h"
 
 #ifdef __cplusplus
@@ -55,6 +57,24 @@ const char *sapporo_last_error(void);
 
 /* The version of the sapporo Python package behind the library ("" if Python failed). */
 const char *sapporo_version(void);
+
+/* ---- Fortran names: every number by reference, arrays x(3, n), CHARACTER arguments with
+ * their hidden lengths last.  sapporo_open: an all-blank precision or backend means "not
+ * given"; devices must be an array even when ndev is 0.  sapporo_calc_firsthalf: h2(1) < 0
+ * means "no neighbour lists".  sapporo_last_error and sapporo_version are subroutines that
+ * fill a CHARACTER variable (blank-padded, truncated to its length). */
+int sapporo_open_(int *order, const char *precision, const char *backend, int *ndev,
+                  const int *devices, size_t precision_len, size_t backend_len);
+int sapporo_set_j_particle_(int *address, int *index, double *tj, double *mass,
+                            const double x[3], const double v[3], const double a[3],
+                            const double jerk[3], const double snap[3], const double crackle[3]);
+void sapporo_calc_firsthalf_(int *nj, int *ni, int index[], double xi[][3], double vi[][3],
+                             double ai[][3], double *eps2, double h2[]);
+int sapporo_calc_lasthalf_(int *ni, double acc[][3], double jerk[][3], double snap[][3],
+                           double pot[], int nnbindex[], double nn_r2[]);
+int sapporo_flush_(void);
+void sapporo_last_error_(char *message, size_t message_len);
+void sapporo_version_(char *text, size_t text_len);
 
 #ifdef __cplusplus
 }

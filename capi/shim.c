@@ -748,3 +748,87 @@ EXPORT const char *sapporo_version(void)
     leave(0);
     return version;
 }
+
+/* ---------------------------------------------------------------- their Fortran names */
+
+/* A Fortran CHARACTER argument: blank-padded, its length passed after the other arguments
+ * (size_t since gfortran 8, int before; only the low 32 bits are read, which is right for
+ * both on little-endian machines).  All blanks means "not given" (NULL). */
+static const char *fortran_string(const char *s, size_t len, char *buf, size_t cap)
+{
+    int n = (int)(unsigned int)len;
+    if (s == NULL || n <= 0)
+        return NULL;
+    while (n > 0 && s[n - 1] == ' ')
+        n--;
+    if (n == 0)
+        return NULL;
+    if ((size_t)n >= cap)
+        n = (int)cap - 1;
+    memcpy(buf, s, (size_t)n);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Copy a C string into a Fortran CHARACTER variable, padding with blanks. */
+static void to_fortran_string(const char *src, char *dst, size_t len)
+{
+    size_t n = (size_t)(unsigned int)len, k = 0;
+    for (; src != NULL && src[k] != '\0' && k < n; k++)
+        dst[k] = src[k];
+    for (; k < n; k++)
+        dst[k] = ' ';
+}
+
+EXPORT int sapporo_open_(int *order, const char *precision, const char *backend, int *ndev,
+                         const int *devices, size_t precision_len, size_t backend_len)
+{
+    char p[64], b[64];
+    enter("sapporo_open_");
+    return leave(do_open(*order, fortran_string(precision, precision_len, p, sizeof p),
+                         fortran_string(backend, backend_len, b, sizeof b), *ndev, devices));
+}
+
+EXPORT int sapporo_set_j_particle_(int *address, int *index, double *tj, double *mass,
+                                   const double x[3], const double v[3], const double a[3],
+                                   const double jerk[3], const double snap[3],
+                                   const double crackle[3])
+{
+    enter("sapporo_set_j_particle_");
+    return leave(jb_put(*address, *index, *tj, *mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0,
+                        crackle));
+}
+
+EXPORT void sapporo_calc_firsthalf_(int *nj, int *ni, int index[], double xi[][3],
+                                    double vi[][3], double ai[][3], double *eps2, double h2[])
+{
+    enter("sapporo_calc_firsthalf_");
+    /* Fortran has no NULL: a negative first radius means "no neighbour lists" */
+    do_firsthalf(*nj, *ni, index, (double *)xi, (double *)vi, (double *)ai, *eps2,
+                 (h2 != NULL && *ni > 0 && h2[0] < 0) ? NULL : h2);
+    leave(0);
+}
+
+EXPORT int sapporo_calc_lasthalf_(int *ni, double acc[][3], double jerk[][3], double snap[][3],
+                                  double pot[], int nnbindex[], double nn_r2[])
+{
+    enter("sapporo_calc_lasthalf_");
+    return leave(do_lasthalf(*ni, (double *)acc, (double *)jerk, (double *)snap, pot, nnbindex,
+                             nn_r2));
+}
+
+EXPORT int sapporo_flush_(void)
+{
+    enter("sapporo_flush_");
+    return leave(do_flush());
+}
+
+EXPORT void sapporo_last_error_(char *message, size_t message_len)
+{
+    to_fortran_string(last_error, message, message_len);
+}
+
+EXPORT void sapporo_version_(char *text, size_t text_len)
+{
+    to_fortran_string(sapporo_version(), text, text_len);
+}

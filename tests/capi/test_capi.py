@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
+import sapporo
 from sapporo.reference import forces, plummer, relative_vector_error
 
 if TYPE_CHECKING:
@@ -108,7 +109,8 @@ def test_exported_symbols_only_g6_and_sapporo(capi: CApi) -> None:
     names = {n.split("@")[0] for n in names}
     stray = sorted(n for n in names if not re.match(r"(g6|sapporo_)", n))
     assert not stray, f"exported symbols outside g6*/sapporo_*: {stray}"
-    expected = set(GRAPE6) | {f"{f}_" for f in GRAPE6} | set(EXTENSIONS)
+    expected = (set(GRAPE6) | {f"{f}_" for f in GRAPE6} | set(EXTENSIONS)
+                | {f"{f}_" for f in EXTENSIONS})
     assert expected <= names, f"missing: {sorted(expected - names)}"
 
 
@@ -185,15 +187,21 @@ def test_c_hermite_double_precision_softened(capi: CApi, tmp_path: Path) -> None
     assert abs((e1 - e0) / e0) < ENERGY_TOL
 
 
-def test_order6_extensions(capi: CApi, tmp_path: Path) -> None:
-    """sapporo_open(6, "double"), unscaled j-particles with snap and crackle, snap, nn_r2."""
+@pytest.mark.parametrize("source", ["ext.c", "ext.f90"])
+def test_order6_extensions(capi: CApi, tmp_path: Path, source: str) -> None:
+    """sapporo_open(6, "double"), unscaled j-particles with snap and crackle, snap, nn_r2;
+    from C, and through the Fortran names (blank strings, h2(1) < 0, error text)."""
     n, ti, eps2 = 64, 0.01, 1e-3
     x, v, m = plummer(n, seed=5)
     rng = np.random.default_rng(5)
     a, jerk, snap, crackle = (rng.normal(0, s, (n, 3)) for s in (1.0, 3.0, 10.0, 30.0))
     np.savetxt(tmp_path / "ic.txt", np.column_stack([m, x, v, a, jerk, snap, crackle]),
                fmt="%.17g", header=str(n), comments="")
-    capi.run(capi.program("ext.c"), "ic.txt", "out", ti, eps2, cwd=tmp_path)
+    proc = capi.run(capi.program(source), "ic.txt", "out", ti, eps2, cwd=tmp_path)
+    if source.endswith(".f90"):
+        assert f"version {sapporo.__version__}" in proc.stdout
+        bad = re.search(r"^bad (-\d+) (.*)$", proc.stdout, re.M)
+        assert bad and int(bad.group(1)) < 0 and "quadruple" in bad.group(2), proc.stdout
     data = np.loadtxt(tmp_path / "out")
     dt = ti
     xp = x + dt * (v + dt * (a / 2 + dt * (jerk / 6 + dt * (snap / 24 + dt * crackle / 120))))
