@@ -27,10 +27,12 @@
  * double the correctly rounded vsqrtpd and a division, so the double path stays IEEE-exact.
  * Everywhere else the OpenCL built-ins. */
 #if defined(SAPPORO_X86_BUILTINS) && defined(__has_builtin)
-#if __has_builtin(__builtin_ia32_rsqrtps256) && __has_builtin(__builtin_ia32_sqrtpd256)
+/* clang knows the builtins whatever the target; the instructions need the CPU feature */
+#if defined(__AVX__) && __has_builtin(__builtin_ia32_rsqrtps256) \
+    && __has_builtin(__builtin_ia32_sqrtpd256)
 #define SAP_AVX 1
 #endif
-#if __has_builtin(__builtin_ia32_rsqrtps) && __has_builtin(__builtin_ia32_sqrtpd)
+#if defined(__SSE2__) && __has_builtin(__builtin_ia32_rsqrtps) && __has_builtin(__builtin_ia32_sqrtpd)
 #define SAP_SSE 1
 #endif
 #endif

@@ -161,3 +161,29 @@ def test_jv_only_on_opencl(backend):
     check_table(table, info, 4, "double-single")
     with pytest.raises(ConfigError, match="jv exists only in the OpenCL"):
         check_table(table, cuda_info, 4, "double-single")
+
+
+@pytest.mark.parametrize("precision", ["double-single", "double"])
+def test_portable_kernels_without_x86_builtins(backend, monkeypatch, precision):
+    """The OpenCL built-ins path (other CPUs, GPUs) of the vector kernels, forced on PoCL by
+    leaving out -DSAPPORO_X86_BUILTINS: same accuracy contract."""
+    from sapporo.backend import quirks
+
+    real = quirks.opencl_build_options
+    monkeypatch.setattr(quirks, "opencl_build_options",
+                        lambda info: [o for o in real(info) if "SAPPORO_X86" not in o])
+    n = 300
+    x, v, m = ref.plummer(n, seed=44)
+    ids = np.arange(n)
+    tol = 1e-12 if precision == "double" else 1e-5
+    w = 8 if precision == "double-single" else 4
+    for cfg in (LaunchConfig(w=w), LaunchConfig(w=8, jv=True, min_jchunk=16),
+                LaunchConfig(w=1)):
+        with sapporo.Library(order=4, precision=precision, backend=backend) as lib:
+            lib.set_launch_table(LaunchTable([(10**9, cfg)], source="test"))
+            lib.set_j_particles(ids, ids, 0.0, m, x, v)
+            for ni in (1, 37):
+                f = lib.compute(x[:ni], v[:ni], ids[:ni], 0.0)
+                r = ref.forces(x[:ni], v[:ni], ids[:ni], x, v, m, ids, 0.0, order=4)
+                assert ref.relative_vector_error(f.acc, r.acc, r.acc_abs).max() <= tol
+                assert ref.relative_vector_error(f.jerk, r.jerk, r.jerk_abs).max() <= tol
