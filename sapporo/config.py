@@ -102,27 +102,17 @@ def parse_precision(value: str | None, source: str = "precision") -> str | None:
     return v
 
 
-def _parse_positive_int(value: str | None, source: str) -> int | None:
+def _parse_int(value: str | None, source: str, minimum: int) -> int | None:
+    """An integer >= ``minimum`` from an environment value (None when unset)."""
     if value is None:
         return None
+    what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
     try:
         n = int(value)
     except ValueError:
-        raise ConfigError(f"{source}: expected a positive integer, got {value!r}") from None
-    if n <= 0:
-        raise ConfigError(f"{source}: expected a positive integer, got {value!r}")
-    return n
-
-
-def _parse_nonneg_int(value: str | None, source: str) -> int | None:
-    if value is None:
-        return None
-    try:
-        n = int(value)
-    except ValueError:
-        raise ConfigError(f"{source}: expected an integer >= 0, got {value!r}") from None
-    if n < 0:
-        raise ConfigError(f"{source}: expected an integer >= 0, got {value!r}")
+        raise ConfigError(f"{source}: expected {what}, got {value!r}") from None
+    if n < minimum:
+        raise ConfigError(f"{source}: expected {what}, got {value!r}")
     return n
 
 
@@ -183,12 +173,12 @@ def from_environment() -> Settings:
         devices=parse_devices(_get("SAPPORO_DEVICES"), "SAPPORO_DEVICES"),
         order=parse_order(_get("SAPPORO_ORDER"), "SAPPORO_ORDER"),
         precision=parse_precision(_get("SAPPORO_PRECISION"), "SAPPORO_PRECISION"),
-        npipes=_parse_positive_int(_get("SAPPORO_NPIPES"), "SAPPORO_NPIPES"),
+        npipes=_parse_int(_get("SAPPORO_NPIPES"), "SAPPORO_NPIPES", 1),
         config_file=_get("SAPPORO_CONFIG"),
-        nb_capacity=_parse_positive_int(_get("SAPPORO_NB_CAPACITY"), "SAPPORO_NB_CAPACITY"),
+        nb_capacity=_parse_int(_get("SAPPORO_NB_CAPACITY"), "SAPPORO_NB_CAPACITY", 1),
         profile_dir=_get("SAPPORO_PROFILE_DIR"),
         no_profile=(_get("SAPPORO_NO_PROFILE") or "0") not in ("0", "false", "no"),
         site=_get("SAPPORO_SITE"),
-        spin_us=_parse_nonneg_int(_get("SAPPORO_SPIN_US"), "SAPPORO_SPIN_US"),
-        small_pairs=_parse_nonneg_int(_get("SAPPORO_SMALL_PAIRS"), "SAPPORO_SMALL_PAIRS"),
+        spin_us=_parse_int(_get("SAPPORO_SPIN_US"), "SAPPORO_SPIN_US", 0),
+        small_pairs=_parse_int(_get("SAPPORO_SMALL_PAIRS"), "SAPPORO_SMALL_PAIRS", 0),
     )
