@@ -258,3 +258,12 @@ def parts_for(cfg: LaunchConfig, info: DeviceInfo, ni_pad: int, nj: int) -> int:
     target = info.compute_units * cfg.groups_per_cu
     want = -(-target // groups_i)
     return int(max(1, min(want, nj // max(cfg.min_jchunk, 1), 4096)))
+
+
+def split_j(cfg: LaunchConfig, info: DeviceInfo, ni_pad: int, nj: int) -> tuple[int, int]:
+    """The j-range of a launch cut into parts: ``(nparts, jchunk)``, parts starting at
+    multiples of ``cfg.j_align`` (the last one may be shorter)."""
+    nparts = parts_for(cfg, info, ni_pad, nj)
+    align = cfg.j_align
+    jchunk = -(-max(1, -(-nj // nparts)) // align) * align
+    return max(1, -(-nj // jchunk)), jchunk

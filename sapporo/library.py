@@ -25,7 +25,7 @@ import numpy as np
 from . import config
 from .backend import Buffer, Context, DeviceInfo, Event, HostBuffer, Kernel, get_backend
 from .errors import BackendError, InputError, NonFiniteError, SapporoError
-from .launch import NI_CHUNK, LaunchConfig, LaunchTable, load_table, parts_for
+from .launch import NI_CHUNK, LaunchConfig, LaunchTable, load_table, split_j
 
 log = logging.getLogger(__name__)
 
@@ -393,9 +393,7 @@ class _Device:
         ni_pad = _round_up(ni, cfg.i_per_group)
         nci = 11 if lib.order >= 6 else 8
         h_in = self._host(f"idata{slot}", nci * ni_pad * 8)
-        nparts = parts_for(cfg, self.info, ni_pad, nj_local)
-        jchunk = _round_up(max(1, -(-nj_local // nparts)), cfg.j_align)
-        nparts = max(1, -(-nj_local // jchunk))
+        nparts, jchunk = split_j(cfg, self.info, ni_pad, nj_local)
         # small launches run on the companion device where there is one (PoCL's
         # single-threaded device: no hand-off to worker threads)
         kernel, reduce_k = self.kernels(cfg, ngb, self.small_launch(ni, nj_local))
@@ -640,6 +638,9 @@ class Library:
         self._predicted_n = [0] * len(self._devs)
         self._pending: PendingForce | None = None
         self._closed = False
+        # result rows this order fills: acc, pot (+ jerk) (+ snap); the others stay zero
+        self._rows = [0, 1, 2, 3] + ([4, 5, 6] if self.order >= 4 else []) + (
+            [8, 9, 10] if self.order >= 6 else [])
         log.info(
             "sapporo: order %d, %s, %s on %s", self.order, self.precision, self.backend_name,
             ", ".join(d.info.name for d in self._devs),
@@ -934,11 +935,9 @@ class Library:
                 dev_lists = np.concatenate([pd[d][2][: c1 - c0] for c0, c1, pd in chunks])
                 counts += dev_counts
                 lists.append((dev_counts, dev_lists))
-        # Rows 0-6 (acc, pot, jerk) and 8-10 (snap) are zero where the order has none; the
-        # nearest-neighbour rows are checked apart (r^2 is inf when there is no neighbour).
-        # A sum is finite only if every term is: one reduction in the usual case.
-        if not (np.isfinite(np.add.reduce(out[:7], axis=None))
-                and (self.order < 6 or np.isfinite(np.add.reduce(out[8:11], axis=None)))):
+        # A sum is finite only if every term is: one reduction in the usual case (the
+        # nearest-neighbour rows are not checked: r^2 is inf when there is no neighbour).
+        if not np.isfinite(np.add.reduce(out[self._rows], axis=None)):
             self._raise_non_finite(out, ids)
         acc = out[0:3].T.copy()
         pot = out[3].copy()
@@ -958,8 +957,7 @@ class Library:
         """:meth:`_assemble` for a single i-particle without neighbour lists (frequent in
         block steps): the twelve numbers as Python floats, a few small arrays."""
         r = out[:, 0].tolist()
-        used = r[0:7] + (r[8:11] if self.order >= 6 else [])
-        if not all(map(math.isfinite, used)):
+        if not all(math.isfinite(r[k]) for k in self._rows):
             self._raise_non_finite(out, ids)
         nn_id = int(r[OC_NNID])
         return ForceResult(
@@ -972,8 +970,7 @@ class Library:
         )
 
     def _raise_non_finite(self, out: np.ndarray, ids: np.ndarray) -> None:
-        rows = list(range(4 if self.order < 4 else 7)) + ([8, 9, 10] if self.order >= 6 else [])
-        finite = np.isfinite(out[rows]).all(axis=0)
+        finite = np.isfinite(out[self._rows]).all(axis=0)
         if finite.all():  # the sum overflowed, not a term
             return
         bad = np.flatnonzero(~finite)

@@ -40,8 +40,8 @@ from .launch import (
     LaunchTable,
     check_table,
     default_table,
-    parts_for,
     profile_name,
+    split_j,
     user_profile_dir,
 )
 
@@ -254,7 +254,7 @@ def _launch_key(cfg: LaunchConfig, info: DeviceInfo, ni: int, nj: int) -> tuple:
     """Configurations with the same key launch identically for this ``ni``/``nj``."""
     ni_pad = -(-min(ni, NI_CHUNK) // cfg.i_per_group) * cfg.i_per_group
     return (cfg.li, cfg.lj, cfg.w, cfg.jt, cfg.use_local, cfg.jv,
-            parts_for(cfg, info, ni_pad, nj))
+            split_j(cfg, info, ni_pad, nj))
 
 
 def _call(lib: Any, cfg: LaunchConfig, sysd: dict[str, np.ndarray], ni: int,

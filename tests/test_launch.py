@@ -22,6 +22,7 @@ from sapporo.launch import (
     load_table,
     parts_for,
     profile_name,
+    split_j,
     table_from_json,
 )
 
@@ -123,6 +124,12 @@ def test_parts_fill_the_device():
     assert parts_for(cfg, info, 1, 0) == 1
     big = LaunchConfig(li=128, lj=1, w=1, jt=128, use_local=True)
     assert parts_for(big, info, 128 * 1000, 10**6) == 1  # enough groups already
+    # parts of the j-lane kernels start at multiples of w; they cover nj, none empty
+    jv = LaunchConfig(w=8, jv=True, min_jchunk=16)
+    for nj in (0, 1, 7, 1000, 1031, 10**6):
+        nparts, jchunk = split_j(jv, info, 1, nj)
+        assert jchunk % 8 == 0 and nparts * jchunk >= nj and (nparts - 1) * jchunk < max(nj, 1)
+    assert split_j(cfg, info, 1, 1000) == (3, 334)
 
 
 def test_profile_is_loaded_and_bad_profile_ignored(tmp_path, monkeypatch, caplog):
