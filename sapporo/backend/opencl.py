@@ -48,8 +48,10 @@ def _system_pocl_installed() -> bool:
             files = ([os.path.join(place, f) for f in os.listdir(place)]
                      if os.path.isdir(place) else [place])
             for f in files:
-                if f.endswith(".icd") and "pocl" in open(f).read().lower():
-                    return True
+                if f.endswith(".icd"):
+                    with open(f) as fh:
+                        if "pocl" in fh.read().lower():
+                            return True
         except OSError:
             continue
     return False
@@ -74,13 +76,6 @@ def _request_pocl_companion() -> None:
     log.debug("POCL_DEVICES set to 'pthread basic' (companion device for small launches)")
 
 
-def _is_companion_name(name: str) -> bool:
-    return name.startswith("basic-") or name.startswith("cpu-minimal-")
-
-
-def _is_threaded_cpu_name(name: str) -> bool:
-    return name.startswith("pthread-") or (name.startswith("cpu-")
-                                           and not name.startswith("cpu-minimal-"))
 
 try:  # imported lazily by sapporo.backend; failing here only disables this backend
     import pyopencl as cl
@@ -149,27 +144,24 @@ class CLBuffer(Buffer):
         self._check(host, offset)
         if host.nbytes == 0:
             return CLEvent(None, False)
-        self._ctx._before(False)
-        ev = cl.enqueue_copy(self._ctx.queue, self.buf, host, dst_offset=offset, is_blocking=wait)
-        self._ctx._last = ev
+        ev = self._ctx._enqueue(False, cl.enqueue_copy, self.buf, host, dst_offset=offset,
+                                is_blocking=wait)
         return CLEvent(ev, self._ctx.profiling)
 
     def download(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> Event:
         self._check(host, offset)
         if host.nbytes == 0:
             return CLEvent(None, False)
-        self._ctx._before(False)
-        ev = cl.enqueue_copy(self._ctx.queue, host, self.buf, src_offset=offset, is_blocking=wait)
-        self._ctx._last = ev
+        ev = self._ctx._enqueue(False, cl.enqueue_copy, host, self.buf, src_offset=offset,
+                                is_blocking=wait)
         return CLEvent(ev, self._ctx.profiling)
 
     def fill(self, value: int = 0) -> Event:
         size = self.nbytes // 4 * 4
         if size == 0:
             return CLEvent(None, False)
-        self._ctx._before(False)
-        ev = cl.enqueue_fill_buffer(self._ctx.queue, self.buf, np.int32(value), 0, size)
-        self._ctx._last = ev
+        ev = self._ctx._enqueue(False, cl.enqueue_fill_buffer, self.buf, np.int32(value), 0,
+                                size)
         return CLEvent(ev, self._ctx.profiling)
 
     def free(self) -> None:
@@ -196,21 +188,12 @@ class CLKernel(Kernel):
                 [t if issubclass(t, np.generic) else None for t in types])
             self._arg_types = types
         self._kernel.set_args(*[a.buf if isinstance(a, CLBuffer) else a for a in args])
-        ctx = self._ctx
-        ctx._before(self._small)
-        ev = cl.enqueue_nd_range_kernel(
-            ctx.small_queue if self._small else ctx.queue,
-            self._kernel,
-            tuple(map(int, global_size)),
-            None if local_size is None else tuple(map(int, local_size)),
-        )
-        if self._small:
-            ctx._last_small = ev
-        else:
-            ctx._last = ev
+        ev = self._ctx._enqueue(self._small, cl.enqueue_nd_range_kernel, self._kernel,
+                                tuple(map(int, global_size)),
+                                None if local_size is None else tuple(map(int, local_size)))
         if wait:
             ev.wait()
-        return CLEvent(ev, ctx.profiling)
+        return CLEvent(ev, self._ctx.profiling)
 
 
 class CLProgram(Program):
@@ -322,17 +305,25 @@ class CLContext(Context):
         self._programs[key] = self._programs[fast_key] = prog
         return prog
 
-    def _before(self, small: bool) -> None:
-        """A command for one queue sees the other queue's work: that queue is finished
-        first when it has any. (The queues share the buffers; PoCL 3.0 can deadlock when a
-        command of one device waits for an event of the other, so no event crosses.)"""
+    def _enqueue(self, small: bool, enqueue: Any, *args: Any, **kwargs: Any) -> Any:
+        """Queue one command, ``enqueue(queue, *args, **kwargs)``, on the main or the small
+        queue and remember it. A command for one queue sees the other queue's work: that
+        queue is finished first when it has any. (The queues share the buffers; PoCL 3.0
+        can deadlock when a command of one device waits for an event of the other, so no
+        event crosses.)"""
         if small:
             if self._last is not None:
                 self.queue.finish()
                 self._last = None
-        elif self._last_small is not None:
-            self.small_queue.finish()
-            self._last_small = None
+            ev = enqueue(self.small_queue, *args, **kwargs)
+            self._last_small = ev
+        else:
+            if self._last_small is not None:
+                self.small_queue.finish()
+                self._last_small = None
+            ev = enqueue(self.queue, *args, **kwargs)
+            self._last = ev
+        return ev
 
     def finish(self) -> None:
         """Wait for the queues. The last kernel is polled for up to ``spin_seconds`` first:
@@ -347,7 +338,6 @@ class CLContext(Context):
             ev = getattr(self, name)
             setattr(self, name, None)
             if ev is not None and self.spin_seconds > 0:
-                queue.flush()
                 deadline = time.perf_counter() + self.spin_seconds
                 while ev.command_execution_status > 0 and time.perf_counter() < deadline:
                     _yield()  # leave the core to the device's worker threads (CPU devices)
@@ -391,9 +381,9 @@ class OpenCLBackend(Backend):
                 continue
             names = [dev.name.strip() for dev in devices]
             companion = None
-            if any(_is_threaded_cpu_name(n) for n in names):
+            if any(quirks.is_pocl_threaded_cpu(n) for n in names):
                 companion = next((d for d, n in zip(devices, names, strict=True)
-                                  if _is_companion_name(n)), None)
+                                  if quirks.is_pocl_single_threaded_cpu(n)), None)
             for dev in devices:
                 if companion is not None and dev is companion:
                     continue  # serves the threaded CPU device, not listed on its own
@@ -418,7 +408,7 @@ class OpenCLBackend(Backend):
                     double_support=bool(dev.double_fp_config) or "cl_khr_fp64" in dev.extensions,
                     driver_version=str(dev.driver_version),
                 )
-                if companion is not None and _is_threaded_cpu_name(info.name):
+                if companion is not None and quirks.is_pocl_threaded_cpu(info.name):
                     self._companions[len(found)] = companion
                     info = dataclasses.replace(info, companion=companion.name.strip())
                 found.append((info, dev))

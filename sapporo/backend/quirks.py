@@ -26,6 +26,18 @@ def shares_host_memory(info: DeviceInfo) -> bool:
     return is_cpu(info)
 
 
+def is_pocl_threaded_cpu(name: str) -> bool:
+    """PoCL's multi-threaded CPU device, by its name ("pthread-..." before PoCL 4, "cpu-...")."""
+    return name.startswith("pthread-") or (name.startswith("cpu-")
+                                           and not name.startswith("cpu-minimal-"))
+
+
+def is_pocl_single_threaded_cpu(name: str) -> bool:
+    """PoCL's single-threaded CPU device, which runs kernels in the calling thread
+    ("basic-..." before PoCL 4, "cpu-minimal-...")."""
+    return name.startswith("basic-") or name.startswith("cpu-minimal-")
+
+
 def _is_x86() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 

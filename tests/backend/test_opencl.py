@@ -191,11 +191,13 @@ def test_companion_request_respects_the_environment(monkeypatch):
 
 
 def test_companion_device_names():
-    from sapporo.backend.opencl import _is_companion_name, _is_threaded_cpu_name
+    from sapporo.backend.quirks import is_pocl_single_threaded_cpu, is_pocl_threaded_cpu
 
-    assert _is_companion_name("basic-AMD EPYC") and _is_companion_name("cpu-minimal-Intel")
-    assert _is_threaded_cpu_name("pthread-AMD EPYC") and _is_threaded_cpu_name("cpu-Intel")
-    assert not _is_threaded_cpu_name("cpu-minimal-Intel") and not _is_companion_name("cpu-x")
+    assert is_pocl_single_threaded_cpu("basic-AMD EPYC")
+    assert is_pocl_single_threaded_cpu("cpu-minimal-Intel")
+    assert is_pocl_threaded_cpu("pthread-AMD EPYC") and is_pocl_threaded_cpu("cpu-Intel")
+    assert not is_pocl_threaded_cpu("cpu-minimal-Intel")
+    assert not is_pocl_single_threaded_cpu("cpu-x")
 
 
 def test_small_launches_on_the_companion_match(monkeypatch):
