@@ -19,7 +19,9 @@
 #define SAPPORO_COMMON_H
 
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
-/* No contraction into fused multiply-adds: r^2 must round exactly as the host reference. */
+/* Double: no contraction into fused multiply-adds, so that r^2 rounds exactly as in the
+ * host reference (neighbour lists must agree exactly). Double-single may fuse: its bound is
+ * 1e-5, and the fused loop is shorter. */
 #if !defined(PRECISION) || PRECISION == 1
 #pragma OPENCL FP_CONTRACT ON
 #else

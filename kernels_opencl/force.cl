@@ -97,6 +97,17 @@ static inline double8 sqrt_pd8(const double8 x)
 #define JID(k) jid[jt + (k)]
 #endif
 
+/* Take (r2, id) as the nearest neighbour of the results r[] when it is closer, ties to the
+ * lower id; id < 0 means none. The one rule for j-lanes, local lanes and parts. */
+static inline void nn_merge(double *r, const double r2, const double id)
+{
+    if (id >= 0 && (r[OC_NNID] < 0 || r2 < r[OC_NNR2]
+                    || (r2 == r[OC_NNR2] && id < r[OC_NNID]))) {
+        r[OC_NNR2] = r2;
+        r[OC_NNID] = id;
+    }
+}
+
 __kernel __attribute__((reqd_work_group_size(LI, LJ, 1)))
 void force(const int nj, const int ni, const int ni_pad, const int jchunk, const double eps2_d,
            __global const real4 *jpos,
@@ -372,42 +383,22 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
         for (int c = 0; c < NCO; c++) {
             if (c != OC_NNR2 && c != OC_NNID) r[c] += red[(c * LJ + l) * LI + li];
         }
-        const double r2 = red[(OC_NNR2 * LJ + l) * LI + li];
-        const double id = red[(OC_NNID * LJ + l) * LI + li];
-        if (id >= 0 && (r[OC_NNID] < 0 || r2 < r[OC_NNR2]
-                        || (r2 == r[OC_NNR2] && id < r[OC_NNID]))) {
-            r[OC_NNR2] = r2;
-            r[OC_NNID] = id;
-        }
+        nn_merge(r, red[(OC_NNR2 * LJ + l) * LI + li], red[(OC_NNID * LJ + l) * LI + li]);
     }
 #endif
     __global double *o = out + (size_t)part * NCO * ni_pad;
 #if JV
     /* combine the j-lanes in lane order: sums; nearest neighbour by minimum r^2, ties to
      * the lower id */
+    double lane[NCO][W], s[NCO];
     for (int c = 0; c < NCO; c++) {
-        double lane[W];
-        VSTORE_D(r[c], 0, lane);
-        double acc = lane[0];
-        if (c == OC_NNR2 || c == OC_NNID) continue;
-        for (int l = 1; l < W; l++) acc += lane[l];
-        o[(size_t)c * ni_pad + i] = acc;
+        VSTORE_D(r[c], 0, lane[c]);
+        s[c] = lane[c][0];
+        if (c != OC_NNR2 && c != OC_NNID)
+            for (int l = 1; l < W; l++) s[c] += lane[c][l];
     }
-    {
-        double r2s[W], ids[W];
-        VSTORE_D(r[OC_NNR2], 0, r2s);
-        VSTORE_D(r[OC_NNID], 0, ids);
-        double best_r2 = INFINITY, best_id = -1.0;
-        for (int l = 0; l < W; l++) {
-            if (ids[l] >= 0 && (best_id < 0 || r2s[l] < best_r2
-                                || (r2s[l] == best_r2 && ids[l] < best_id))) {
-                best_r2 = r2s[l];
-                best_id = ids[l];
-            }
-        }
-        o[(size_t)OC_NNR2 * ni_pad + i] = best_r2;
-        o[(size_t)OC_NNID * ni_pad + i] = best_id;
-    }
+    for (int l = 1; l < W; l++) nn_merge(s, lane[OC_NNR2][l], lane[OC_NNID][l]);
+    for (int c = 0; c < NCO; c++) o[(size_t)c * ni_pad + i] = s[c];
 #else
     for (int c = 0; c < NCO; c++) VSTORE_D(r[c], iv, o + (size_t)c * ni_pad);
 #endif
@@ -427,12 +418,7 @@ __kernel void reduce(const int ni, const int ni_pad, const int nparts,
         for (int c = 0; c < NCO; c++) {
             if (c != OC_NNR2 && c != OC_NNID) r[c] += p[(size_t)c * ni_pad];
         }
-        const double r2 = p[(size_t)OC_NNR2 * ni_pad], id = p[(size_t)OC_NNID * ni_pad];
-        if (id >= 0 && (r[OC_NNID] < 0 || r2 < r[OC_NNR2]
-                        || (r2 == r[OC_NNR2] && id < r[OC_NNID]))) {
-            r[OC_NNR2] = r2;
-            r[OC_NNID] = id;
-        }
+        nn_merge(r, p[(size_t)OC_NNR2 * ni_pad], p[(size_t)OC_NNID * ni_pad]);
     }
     for (int c = 0; c < NCO; c++) out[(size_t)c * ni_pad + i] = r[c];
 }

@@ -545,3 +545,25 @@ def test_single_particle_results(make_lib, order):
     assert alone.nn_index[0] == -1 and alone.nn_r2[0] == np.inf and alone.pot[0] == 0.0
     with pytest.raises(sapporo.NonFiniteError, match="i-particle 0 \\(id 7\\)"):
         lib.compute([[1.0, 0, 0]], [[0.0, 0, 0]], [7], 0.0, a=[[0.0, 0, 0]], nj=2)
+
+
+def test_device_reduce_matches_host_merge(backend, monkeypatch):
+    """Parts combined by the device's reduce kernel (large launches) and on the host (small
+    ones) follow the same rule in the same order: the same bits, nearest neighbours too."""
+    import sapporo.library
+
+    n = 700
+    x, v, m, ids, _, _ = system(n, seed=47)
+    out = []
+    for limit in (sapporo.library.HOST_REDUCE_MAX, 0):  # 0: always the reduce kernel
+        monkeypatch.setattr(sapporo.library, "HOST_REDUCE_MAX", limit)
+        with sapporo.Library(order=4, precision="double", backend=backend) as lib:
+            load(lib, x, v, m, ids)
+            res = lib.compute(x[:20], v[:20], ids[:20], 0.0)
+            plan = next(iter(lib._devs[0]._plans.values()))
+            assert plan.nparts > 1 and (plan.reduce_k is not None) == (limit == 0)
+            out.append(res)
+    a, b = out
+    assert np.array_equal(a.acc, b.acc) and np.array_equal(a.jerk, b.jerk)
+    assert np.array_equal(a.pot, b.pot) and np.array_equal(a.nn_index, b.nn_index)
+    assert np.array_equal(a.nn_r2, b.nn_r2)
