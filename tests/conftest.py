@@ -1,7 +1,14 @@
 """Test configuration: every test that takes ``backend`` runs on each usable backend.
 
-``SAPPORO_TEST_BACKENDS=opencl`` (comma-separated) narrows the selection. GPU-only tests are
-marked ``gpu`` and skip with a reason when no CUDA device is usable.
+Where no real CUDA device is usable, the tests of the modules in ``EMULATED_MODULES`` also
+run on ``cuda-emulated``: the CUDA backend and ``kernels_cuda/`` over the CPU emulation of
+the CUDA execution model (``tests/cudaemu``); the test sees ``backend == "cuda"``.
+``SAPPORO_TEST_CUDA_EMULATION=all`` extends that to every test that takes ``backend``,
+``=0`` turns it off.
+
+``SAPPORO_TEST_BACKENDS=opencl`` (comma-separated names, ``cuda-emulated`` among them)
+narrows the selection. GPU-only tests are marked ``gpu`` and skip with a reason when no CUDA
+device is usable.
 """
 
 from __future__ import annotations
@@ -22,6 +29,17 @@ def _usable_backends() -> list[tuple[str, str]]:
 
 _BACKENDS = _usable_backends()
 
+EMULATED = "cuda-emulated"
+EMULATED_MODULES = {"test_library.py"}
+
+
+def _emulate(module_file: str) -> bool:
+    """Whether the tests of this module also run on the emulated CUDA backend."""
+    mode = os.environ.get("SAPPORO_TEST_CUDA_EMULATION", "auto").strip().lower()
+    if mode in ("0", "off", "no") or cuda_usable()[0]:
+        return False
+    return mode == "all" or os.path.basename(module_file) in EMULATED_MODULES
+
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend" not in metafunc.fixturenames:
@@ -35,7 +53,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         skip = pytest.mark.skip(reason=f"backend {name} unusable here: {reason}")
         marks = [skip] if reason else []
         params.append(pytest.param(name, id=name, marks=marks))
-    metafunc.parametrize("backend", params)
+    if _emulate(str(metafunc.definition.path)) and (
+            wanted_set is None or EMULATED in wanted_set):
+        params.append(pytest.param(EMULATED, id=EMULATED))
+    metafunc.parametrize("backend", params, indirect=True)
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest):
+    """The backend name a test runs on (``cuda`` for the emulated CUDA backend)."""
+    if request.param != EMULATED:
+        yield request.param
+        return
+    from cudaemu.fake_pycuda import emulated_cuda
+
+    with emulated_cuda():
+        yield "cuda"
 
 
 def cuda_usable() -> tuple[bool, str]:

@@ -361,11 +361,10 @@ class CUContext(Context):
 
     def staging_acquire(self, nbytes: int) -> np.ndarray:
         """A free page-locked byte array of at least ``nbytes`` (call with the context active)."""
-        fits = [a for a in self._staging if a.nbytes >= nbytes]
+        fits = [k for k, a in enumerate(self._staging) if a.nbytes >= nbytes]
         if fits:
-            best = min(fits, key=lambda a: a.nbytes)
-            self._staging.remove(best)
-            return best
+            # by position: list.remove would compare numpy arrays element by element
+            return self._staging.pop(min(fits, key=lambda k: self._staging[k].nbytes))
         size = max(1 << 16, 1 << (nbytes - 1).bit_length())
         try:
             return self.drv.pagelocked_empty(size, np.uint8)

@@ -1,11 +1,16 @@
-"""The PyCUDA backend: selection and error paths without a GPU, and kernels on a GPU.
+"""The PyCUDA backend: selection and error paths, and the CUDA kernels against the reference.
 
-Without a GPU a fake ``pycuda`` package (placed in ``sys.modules``) stands in for PyCUDA:
-it raises on ``init``, reports no device, or reports one device whose memory is host
-memory, so that selection, error messages, transfers, staging, launch-size conversion and
-build failures are all exercised. The tests marked ``gpu`` run the real kernels through the
-backend and compare with :func:`sapporo.reference.forces`; they skip with a reason when no
-CUDA GPU and PyCUDA are usable. Tolerances of the GPU tests: the error metric
+Without a GPU a fake ``pycuda`` package (``tests/cudaemu/fake_pycuda.py``, placed in
+``sys.modules``) stands in for PyCUDA: it raises on ``init``, reports no device, or reports
+one device whose memory is host memory, so that selection, error messages, transfers,
+staging, launch-size conversion and build failures are all exercised.
+
+The kernel tests run ``kernels_cuda/`` through the backend and compare with
+:func:`sapporo.reference.forces`, twice: on a real GPU (marked ``gpu``; they skip with a
+reason when no CUDA GPU and PyCUDA are usable) and on the CPU emulation of CUDA
+(``tests/cudaemu``: fibers for threads, checked barriers and shuffles, poisoned shared and
+device memory), which runs wherever a C++ compiler is. On the emulation the results must
+also be bitwise the same under other thread schedules. Tolerances: the error metric
 ``|result - reference| / sum_j |term_j|`` below 1e-12 (double) and 1e-5 (double-single).
 """
 
@@ -16,189 +21,14 @@ import sys
 import types
 from typing import Any
 
+import cudaemu
 import numpy as np
 import pytest
+from cudaemu.fake_pycuda import emulated_cuda, make_fake_pycuda
 
 import sapporo.backend as backend_mod
 from sapporo import reference
 from sapporo.errors import BackendError, BuildError
-
-# --------------------------------------------------------------------------- fake PyCUDA
-
-
-class FakeCompileError(Exception):
-    """Shaped like ``pycuda.driver.CompileError``: message, command line, stdout, stderr."""
-
-    def __init__(self, msg: str, command_line: list[str], stdout: str = "", stderr: str = ""):
-        super().__init__(msg)
-        self.command_line, self.stdout, self.stderr = command_line, stdout, stderr
-
-
-def make_fake_pycuda(
-    *, init_error: str | None = None, count: int = 1, compile_error: str | None = None
-) -> dict[str, types.ModuleType]:
-    """A minimal stand-in for ``pycuda``, ``pycuda.driver`` and ``pycuda.compiler``."""
-    drv = types.ModuleType("pycuda.driver")
-    state: dict[str, Any] = {"depth": 0, "memory": {}, "next": 1 << 20, "launches": [],
-                             "builds": [], "pinned": 0, "detached": 0}
-    drv.state = state
-
-    class Error(Exception):
-        pass
-
-    class LogicError(Error):
-        pass
-
-    drv.Error, drv.LogicError, drv.CompileError = Error, LogicError, FakeCompileError
-
-    def init(flags: int = 0) -> None:
-        if init_error:
-            raise Error(init_error)
-
-    drv.init = init
-    drv.get_version = lambda: (13, 0, 0)
-    drv.get_driver_version = lambda: 13000
-    drv.device_attribute = types.SimpleNamespace(
-        MULTIPROCESSOR_COUNT="sm", MAX_THREADS_PER_BLOCK="tpb", MAX_SHARED_MEMORY_PER_BLOCK="smem"
-    )
-    drv.event_flags = types.SimpleNamespace(DISABLE_TIMING=2)
-
-    class Ctx:
-        def push(self) -> None:
-            state["depth"] += 1
-
-        @staticmethod
-        def pop() -> None:
-            assert state["depth"] > 0, "pop without push"
-            state["depth"] -= 1
-
-        def detach(self) -> None:
-            state["detached"] += 1
-
-    class Device:
-        def __init__(self, index: int):
-            if not 0 <= index < count:
-                raise LogicError("invalid device ordinal")
-            self.index = index
-
-        @staticmethod
-        def count() -> int:
-            return count
-
-        def name(self) -> str:
-            return "Fake GPU"
-
-        def compute_capability(self) -> tuple[int, int]:
-            return (9, 0)
-
-        def total_memory(self) -> int:
-            return 80 << 30
-
-        def get_attribute(self, attr: str) -> int:
-            return {"sm": 132, "tpb": 1024, "smem": 49152}[attr]
-
-        def make_context(self, flags: int = 0) -> Ctx:
-            state["depth"] += 1
-            return Ctx()
-
-    drv.Device, drv.Context = Device, Ctx
-
-    class Stream:
-        def synchronize(self) -> None:
-            pass
-
-    class Event:
-        def __init__(self, flags: int = 0):
-            self.flags = flags
-
-        def record(self, stream: Any = None) -> Event:
-            assert state["depth"] > 0, "no current context"
-            return self
-
-        def synchronize(self) -> Event:
-            return self
-
-        def query(self) -> bool:
-            return True
-
-        def time_since(self, other: Event) -> float:
-            assert not (self.flags or other.flags), "timing on an event without timing"
-            return 1.5  # milliseconds
-
-    drv.Stream, drv.Event = Stream, Event
-
-    class Alloc:
-        def __init__(self, nbytes: int):
-            self.addr = state["next"]
-            state["next"] += nbytes + 4096
-            state["memory"][self.addr] = np.zeros(nbytes, np.uint8)
-
-        def __int__(self) -> int:
-            return self.addr
-
-        def free(self) -> None:
-            del state["memory"][self.addr]
-
-    def locate(ptr: int, n: int) -> np.ndarray:
-        for base, mem in state["memory"].items():
-            if base <= ptr and ptr + n <= base + mem.size:
-                return mem[ptr - base:ptr - base + n]
-        raise LogicError(f"invalid device pointer {ptr:#x}")
-
-    def mem_alloc(nbytes: int) -> Alloc:
-        assert state["depth"] > 0, "no current context"
-        return Alloc(nbytes)
-
-    def memcpy_htod_async(dest: Any, src: np.ndarray, stream: Any = None) -> None:
-        locate(int(dest), src.nbytes)[:] = src.reshape(-1).view(np.uint8)
-
-    def memcpy_dtoh_async(dest: np.ndarray, src: Any, stream: Any = None) -> None:
-        dest.reshape(-1).view(np.uint8)[:] = locate(int(src), dest.nbytes)
-
-    def memset_d32_async(dest: Any, value: int, words: int, stream: Any = None) -> None:
-        locate(int(dest), 4 * words).view(np.uint32)[:] = value
-
-    def pagelocked_empty(shape: Any, dtype: Any) -> np.ndarray:
-        state["pinned"] += 1
-        return np.empty(shape, dtype)
-
-    drv.mem_alloc, drv.pagelocked_empty = mem_alloc, pagelocked_empty
-    drv.memcpy_htod_async, drv.memcpy_dtoh_async = memcpy_htod_async, memcpy_dtoh_async
-    drv.memset_d32_async = memset_d32_async
-
-    class Function:
-        def __init__(self, name: str):
-            self.name, self.arg_format = name, None
-
-        def prepare(self, arg_types: str) -> Function:
-            self.arg_format = "".join(arg_types)
-            return self
-
-        def prepared_async_call(self, grid: tuple, block: tuple, stream: Any, *args: Any) -> None:
-            assert state["depth"] > 0, "no current context"
-            assert isinstance(block, tuple) and isinstance(grid, tuple) and stream is not None
-            assert len(args) == len(self.arg_format)
-            state["launches"].append((self.name, self.arg_format, args, block, grid))
-
-    class SourceModule:
-        def __init__(self, source: str, options: list[str] | None = None, arch: str | None = None,
-                     no_extern_c: bool = False, include_dirs: list[str] | None = None):
-            state["builds"].append((source, list(options or []), arch, no_extern_c))
-            if compile_error:
-                raise FakeCompileError("nvcc compilation of kernel.cu failed",
-                                       ["nvcc", "--cubin"], stderr=compile_error)
-
-        def get_function(self, name: str) -> Function:
-            if name not in ("scatter_j", "predict", "force", "reduce"):
-                raise LogicError(f"cuModuleGetFunction failed: named symbol not found ({name})")
-            return Function(name)
-
-    compiler = types.ModuleType("pycuda.compiler")
-    compiler.SourceModule = SourceModule
-    pkg = types.ModuleType("pycuda")
-    pkg.__path__ = []  # a package, so that "import pycuda.driver" is allowed
-    pkg.driver, pkg.compiler = drv, compiler
-    return {"pycuda": pkg, "pycuda.driver": drv, "pycuda.compiler": compiler}
 
 
 @pytest.fixture
@@ -464,9 +294,28 @@ def test_build_failure_is_build_error(clean_selection: pytest.MonkeyPatch) -> No
         ctx.alloc(4)
 
 
-# --------------------------------------------------------------------------- real GPU
+# --------------------------------------------------------------------------- kernels
+# On a real GPU (marked gpu) and on the CPU emulation (always, where a C++ compiler is).
 
-@pytest.mark.gpu
+@pytest.fixture(scope="module", params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
+def cuda_context(request: pytest.FixtureRequest):
+    """A CUDA context: on a real GPU, or on the CPU emulation of the kernels (cudaemu)."""
+    if request.param == "emulated":
+        with emulated_cuda():
+            ctx = backend_mod.get_backend("cuda").open(0)
+            yield ctx
+            ctx.close()
+        return
+    try:
+        cuda = backend_mod.get_backend("cuda")
+    except BackendError as exc:
+        pytest.skip(f"no CUDA GPU/PyCUDA: {exc}")
+    ctx = cuda.open(0)
+    yield ctx
+    ctx.close()
+
+
+
 def test_cuda_device_basics(cuda_context: Any) -> None:
     """Transfers, fill, 1-D and 2-D launches and build errors with kernels_cuda/selftest.cu."""
     ctx = cuda_context
@@ -543,18 +392,8 @@ GPU_VARIANTS = [
     (4, 1, 0, 32, 1, 64, 1),
     (6, 1, 1, 4, 3, 24, 1),  # lanes through shared memory only
     (4, 1, 1, 16, 2, 32, 0),  # tiles read from global memory
+    (4, 2, 0, 5, 4, 40, 1),  # shuffles in a block of 20 threads: a partial warp
 ]
-
-
-@pytest.fixture(scope="module")
-def cuda_context():
-    try:
-        cuda = backend_mod.get_backend("cuda")
-    except BackendError as exc:
-        pytest.skip(f"no CUDA GPU/PyCUDA: {exc}")
-    ctx = cuda.open(0)
-    yield ctx
-    ctx.close()
 
 
 def check_prediction(bufs: dict[str, Any], n: int, order: int, precision: int,
@@ -743,13 +582,53 @@ def check_forces(res: dict[str, Any], variant: tuple[int, ...]) -> None:
                 assert all(r2[j] > h2[k] * (1 - 1e-5) for j in want - got)
 
 
-@pytest.mark.gpu
+def emulator_state(ctx: Any) -> dict[str, Any] | None:
+    """The fake driver's state when ``ctx`` runs on the CPU emulation, else None."""
+    return getattr(ctx.drv, "state", None)
+
+
 @pytest.mark.parametrize("variant", GPU_VARIANTS, ids=lambda v: VARIANT_ID.format(*v))
 def test_cuda_kernels_match_reference(cuda_context: Any, variant: tuple[int, ...]) -> None:
-    check_forces(run_forces(cuda_context, "cu", variant), variant)
+    res = run_forces(cuda_context, "cu", variant)
+    check_forces(res, variant)
+    state = emulator_state(cuda_context)
+    if state is None:
+        return
+    # Threads in another order (reversed, shuffled) give the same bits: no result depends
+    # on which thread of a block runs first.
+    for schedule in (cudaemu.REVERSE, cudaemu.SHUFFLED):
+        state["schedule"] = (schedule, 7)
+        try:
+            other = run_forces(cuda_context, "cu", variant)
+        finally:
+            state["schedule"] = (cudaemu.FORWARD, 1)
+        np.testing.assert_array_equal(other["out"], res["out"])
+        if variant[2]:
+            counts, lists = res["nb"]
+            counts2, lists2 = other["nb"]
+            np.testing.assert_array_equal(counts2, counts)
+            for k in range(res["ni"]):
+                assert sorted(lists2[k, :counts[k]]) == sorted(lists[k, :counts[k]])
 
 
-@pytest.mark.gpu
+@pytest.mark.parametrize("variant", [(4, 2, 0, 16, 1, 64, 1), (6, 2, 1, 4, 3, 24, 1)],
+                         ids=["lj1", "lj3"])
+def test_emulated_cuda_equals_opencl_bitwise(opencl_context: Any,
+                                             variant: tuple[int, ...]) -> None:
+    """In double precision, lanes combined in lane order (LJ = 1 or not a power of two),
+    the CUDA kernels do the OpenCL kernels' arithmetic in the same order: same bits. (On a
+    GPU only up to contraction into FMAs, which nvcc does and the OpenCL build forbids.)"""
+    with emulated_cuda():
+        ctx = backend_mod.get_backend("cuda").open(0)
+        try:
+            cu = run_forces(ctx, "cu", variant)
+        finally:
+            ctx.close()
+    cl = run_forces(opencl_context, "cl", variant)
+    ni = cu["ni"]  # the padding past ni is not written (reduce stops at ni)
+    np.testing.assert_array_equal(cu["out"][:, :ni], cl["out"][:, :ni])
+
+
 def test_cuda_single_i_particle_many_lanes(cuda_context: Any) -> None:
     variant = (4, 1, 0, 1, 128, 128, 1)  # the library's default GPU shape for one particle
     check_forces(run_forces(cuda_context, "cu", variant, ni=1, nparts=5), variant)
