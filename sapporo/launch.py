@@ -176,6 +176,9 @@ def check_table(table: LaunchTable, info: DeviceInfo, order: int, precision: str
         if cfg.jv and info.backend != "opencl":
             raise ConfigError(f"launch configuration {cfg}: jv exists only in the OpenCL "
                               "kernels")
+        if cfg.w != 1 and info.backend == "cuda":
+            raise ConfigError(f"launch configuration {cfg}: w must be 1 on CUDA (vectors "
+                              "over i serve OpenCL on CPUs; a warp already is the vector)")
         if cfg.li * cfg.lj > info.max_work_group_size:
             raise ConfigError(
                 f"launch configuration {cfg} has {cfg.li * cfg.lj} work-items per group, "

@@ -25,7 +25,7 @@ import numpy as np
 from . import config
 from .backend import Buffer, Context, DeviceInfo, Event, HostBuffer, Kernel, get_backend
 from .errors import BackendError, InputError, NonFiniteError, SapporoError
-from .launch import NI_CHUNK, LaunchConfig, LaunchTable, load_table, split_j
+from .launch import NI_CHUNK, LaunchConfig, LaunchTable, check_table, load_table, split_j
 
 log = logging.getLogger(__name__)
 
@@ -678,8 +678,14 @@ class Library:
         return [d.table for d in self._devs]
 
     def set_launch_table(self, table: LaunchTable) -> None:
-        """Use ``table`` for every device from now on (tuning sweeps and experiments)."""
+        """Use ``table`` for every device from now on (tuning sweeps and experiments).
+
+        Raises :class:`~sapporo.errors.ConfigError` when a configuration does not fit a
+        device (local memory, group size, a shape the backend's kernels do not have).
+        """
         self._check_open()
+        for d in self._devs:
+            check_table(table, d.info, self.order, self.precision)
         for d in self._devs:
             d.table = table
 

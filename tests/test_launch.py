@@ -54,7 +54,12 @@ def test_shape_matches_reference(backend, cfg, order, precision):
     ids = np.arange(n) + 1
     a = ref.forces(x, v, ids, x, v, m, ids, 1e-4, order=2).acc
     with sapporo.Library(order=order, precision=precision, backend=backend) as lib:
-        lib.set_launch_table(LaunchTable([(10**9, cfg)], source="test"))
+        table = LaunchTable([(10**9, cfg)], source="test")
+        if backend == "cuda" and (cfg.w != 1 or cfg.jv):  # shapes of the OpenCL kernels only
+            with pytest.raises(ConfigError, match="jv exists only|w must be 1 on CUDA"):
+                lib.set_launch_table(table)
+            return
+        lib.set_launch_table(table)
         lib.set_j_particles(np.arange(n), ids, 0.0, m, x, v, a=a)
         for sel in (np.array([5]), np.arange(0, n, 4), np.arange(n)):
             f = lib.compute(x[sel], v[sel], ids[sel], 1e-4, a=a[sel], h2=0.03)
@@ -164,16 +169,23 @@ def test_jv_only_on_opencl(backend):
 
     info = get_backend(backend).devices()[0]
     cuda_info = type(info)(**{**info.as_dict(), "backend": "cuda"})
+    ocl_info = type(info)(**{**info.as_dict(), "backend": "opencl"})
     table = LaunchTable([(8, LaunchConfig(w=8, jv=True))], source="test")
-    check_table(table, info, 4, "double-single")
+    check_table(table, ocl_info, 4, "double-single")
     with pytest.raises(ConfigError, match="jv exists only in the OpenCL"):
         check_table(table, cuda_info, 4, "double-single")
+    wide = LaunchTable([(8, LaunchConfig(w=4))], source="test")
+    check_table(wide, ocl_info, 4, "double-single")
+    with pytest.raises(ConfigError, match="w must be 1 on CUDA"):
+        check_table(wide, cuda_info, 4, "double-single")
 
 
 @pytest.mark.parametrize("precision", ["double-single", "double"])
 def test_portable_kernels_without_x86_builtins(backend, monkeypatch, precision):
     """The OpenCL built-ins path (other CPUs, GPUs) of the vector kernels, forced on PoCL by
     leaving out -DSAPPORO_X86_BUILTINS: same accuracy contract."""
+    if backend != "opencl":
+        pytest.skip("the x86 built-ins are a path of the OpenCL kernels only")
     from sapporo.backend import quirks
 
     real = quirks.opencl_build_options

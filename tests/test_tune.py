@@ -16,10 +16,21 @@ from sapporo.cli import main
 from sapporo.errors import InputError
 from sapporo.launch import NI_CHUNK, LaunchConfig, profile_name, table_from_json
 
-CANDS = [
+CPU_CANDS = [
     LaunchConfig(li=1, lj=1, w=8, jt=64, use_local=False, groups_per_cu=4),
     LaunchConfig(li=1, lj=1, w=4, jt=64, use_local=False, groups_per_cu=2),
 ]
+# the CUDA kernels take w = 1 only
+GPU_CANDS = [
+    LaunchConfig(li=32, lj=4, w=1, jt=128, use_local=True, groups_per_cu=4),
+    LaunchConfig(li=8, lj=16, w=1, jt=128, use_local=True, groups_per_cu=2),
+]
+CLI_CANDS = {"cuda": "li=32,lj=4,w=1,jt=128,gpc=4;li=8,lj=16,w=1,jt=128,gpc=2",
+             "opencl": "w=8,jt=64,gpc=4;w=4,jt=64,gpc=2"}
+
+
+def cands(backend: str) -> list[LaunchConfig]:
+    return GPU_CANDS if backend == "cuda" else CPU_CANDS
 
 
 @pytest.fixture
@@ -32,7 +43,7 @@ def profile_dir(tmp_path, monkeypatch):
 def test_tiny_sweep_writes_profile_the_library_loads(profile_dir, backend):
     lines: list[str] = []
     res = tuning.tune(2, "double-single", backend=backend, n=384, points=[1, 32, 384],
-                      configs=CANDS, repeats=1, progress=lines.append)
+                      configs=cands(backend), repeats=1, progress=lines.append)
     assert res.path is not None and res.path.parent == profile_dir
     with sapporo.Library(order=2, precision="double-single", backend=backend) as lib:
         info = lib.device_infos[0]
@@ -42,7 +53,7 @@ def test_tiny_sweep_writes_profile_the_library_loads(profile_dir, backend):
     parsed = table_from_json(json.loads(res.path.read_text()), str(res.path))
     assert parsed.entries == table.entries == res.table.entries
     assert parsed.entries[-1][0] == NI_CHUNK
-    assert {cfg for _, cfg in parsed.entries} <= set(CANDS)
+    assert {cfg for _, cfg in parsed.entries} <= set(cands(backend))
     meta = parsed.meta
     assert meta["order"] == 2 and meta["precision"] == "double-single"
     assert meta["device"] == info.name and meta["n"] == 384
@@ -57,11 +68,11 @@ def test_failing_candidate_is_skipped(profile_dir, backend):
     too_big = LaunchConfig(li=8192, lj=1, w=1, jt=64, use_local=False, groups_per_cu=1)
     lines: list[str] = []
     res = tuning.tune(2, "double", backend=backend, n=256, points=[1, 256],
-                      configs=[too_big, CANDS[1]], repeats=1, write=False,
+                      configs=[too_big, cands(backend)[1]], repeats=1, write=False,
                       progress=lines.append)
     assert res.path is None
     assert any("skipped" in ln for ln in lines)
-    assert all(cfg == CANDS[1] for _, cfg in res.table.entries)
+    assert all(cfg == cands(backend)[1] for _, cfg in res.table.entries)
     assert any(t.seconds is None and t.note for t in res.trials)
     assert res.table.meta["sweep"]["skipped"]
 
@@ -85,7 +96,7 @@ def test_cli_tune(profile_dir, backend, capsys):
     out = profile_dir / "out"
     code = main(["tune", "--backend", backend, "--order", "2", "--precision", "ds",
                  "--n", "256", "--n-active", "1,256", "--repeats", "1",
-                 "--configs", "w=8,jt=64,gpc=4;w=4,jt=64,gpc=2", "--out", str(out)])
+                 "--configs", CLI_CANDS[backend], "--out", str(out)])
     assert code == 0
     text = capsys.readouterr().out
     assert "N_active=" in text and "summary" in text
