@@ -15,9 +15,9 @@
  *   NB_CAP     neighbour-list capacity per i-particle
  *
  * Every macro has a default, so each file also compiles on its own with nvcc. The backend
- * compiles with -fmad=false, the CUDA spelling of the OpenCL tree's FP_CONTRACT OFF; r^2 is
- * additionally written with round-to-nearest intrinsics, which are never fused, so that it
- * rounds exactly as the host reference whatever the flags.
+ * compiles without -fmad=false (nvcc contracts multiply-adds into FMAs); in double, r^2 is
+ * written with round-to-nearest intrinsics, which are never fused, so that it rounds exactly
+ * as the host reference whatever the flags.
  */
 #ifndef SAPPORO_COMMON_CUH
 #define SAPPORO_COMMON_CUH
@@ -95,10 +95,13 @@ typedef double4 dbl4;
 typedef float real;
 typedef float4 real4;
 #define REAL_INF __int_as_float(0x7f800000)
-/* Round-to-nearest products and sums: never contracted into fused multiply-adds. */
-#define MUL_RN(a, b) __fmul_rn((a), (b))
-#define ADD_RN(a, b) __fadd_rn((a), (b))
+/* In float, r^2 may be contracted into fused multiply-adds (one rounding fewer, two
+ * instructions fewer per interaction); it is not compared bitwise with anything. */
+#define MUL_RN(a, b) ((a) * (b))
+#define ADD_RN(a, b) ((a) + (b))
 #else
+/* In double, round-to-nearest products and sums, never contracted: r^2 rounds exactly as
+ * in the host reference, so nearest-neighbour distances compare bitwise. */
 typedef double real;
 typedef dbl4 real4;
 #define REAL_INF __longlong_as_double(0x7ff0000000000000LL)

@@ -13,13 +13,27 @@
  * on the same configuration give bitwise identical results.
  *
  * Double-single: j - i position differences from hi/lo float pairs, the rest in float
- * (reciprocal square root by the fast rsqrtf); each lane sums one tile in float and adds
+ * (reciprocal square root by the hardware's approximate rsqrt); each lane sums one tile in float and adds
  * that tile sum to double accumulators, so float rounding grows over at most JT/LJ terms.
  */
 #include "common.cuh"
 
 #if PRECISION == 1
-#define RSQRT(x) rsqrtf(x)
+/* The hardware's approximate reciprocal square root, flushing denormal inputs to zero:
+ * rsqrtf adds a range test and two rescaling multiplies per call for inputs below
+ * 1.2e-38 (r^2 + eps2 that small is a collision, and gives inf either way). On the host
+ * emulation of the tests (no __CUDA_ARCH__) it is rsqrtf. */
+__device__ __forceinline__ float rsqrt_ftz(float x)
+{
+#ifdef __CUDA_ARCH__
+    float y;
+    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return rsqrtf(x);
+#endif
+}
+#define RSQRT(x) rsqrt_ftz(x)
 #else
 #define RSQRT(x) (1.0 / sqrt(x))
 #endif
@@ -163,7 +177,11 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
             const real r2u = ADD_RN(ADD_RN(MUL_RN(dx, dx), MUL_RN(dy, dy)), MUL_RN(dz, dz));
             /* self-exclusion by id; unused addresses carry id -1 */
             const bool other = (idj != idi) && (idj >= 0);
-            const real rinv = other ? RSQRT(r2u + eps2) : (real)0;
+            /* computed for every pair and then selected: a branch around it made nvcc
+             * reload and convert eps2 inside the loop (inf or NaN of a self pair is
+             * discarded by the select) */
+            const real rinv_all = RSQRT(r2u + eps2);
+            const real rinv = other ? rinv_all : (real)0;
             const real rinv2 = rinv * rinv;
             const real mrinv = pj.w * rinv;
             const real mrinv3 = mrinv * rinv2;
