@@ -140,8 +140,12 @@ def test_parts_fill_the_device():
 def test_profile_is_loaded_and_bad_profile_ignored(tmp_path, monkeypatch, caplog):
     import sapporo.launch
     from sapporo.backend import get_backend
+    from sapporo.errors import BackendError
 
-    info = get_backend("opencl").devices()[0]
+    try:
+        info = get_backend("opencl").devices()[0]
+    except (BackendError, IndexError) as exc:
+        pytest.skip(f"no OpenCL device: {exc}")
     monkeypatch.setattr(sapporo.launch, "_shipped_profile_dir", lambda: None)
     monkeypatch.setenv("SAPPORO_PROFILE_DIR", str(tmp_path))
     monkeypatch.delenv("SAPPORO_NO_PROFILE", raising=False)

@@ -62,6 +62,11 @@ def _import_driver() -> Any:
     try:
         import pycuda.driver as drv
     except Exception as exc:  # ImportError, or a driver library that fails to load
+        if "libcuda" in str(exc):  # PyCUDA is there, the NVIDIA driver's library is not
+            raise BackendError(
+                f"PyCUDA cannot load the NVIDIA driver library ({type(exc).__name__}: "
+                f"{exc}); is the NVIDIA driver installed, and is this a machine with a GPU?"
+            ) from None
         raise BackendError(
             f"PyCUDA is not importable ({type(exc).__name__}: {exc}); {_INSTALL}"
         ) from None

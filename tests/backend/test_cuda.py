@@ -93,6 +93,28 @@ def test_pycuda_missing_environment(clean_selection: pytest.MonkeyPatch) -> None
         backend_mod.get_backend()
 
 
+def test_driver_library_missing_is_said(clean_selection: pytest.MonkeyPatch) -> None:
+    """PyCUDA installed on a machine without the NVIDIA driver: its import fails on
+    libcuda.so.1 (the real message); the reason names the driver, not an install hint."""
+
+    class NoDriver:
+        def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+            if name == "pycuda.driver":
+                raise ImportError("libcuda.so.1: cannot open shared object file: No such "
+                                  "file or directory")
+
+    pkg = types.ModuleType("pycuda")
+    pkg.__path__ = []
+    clean_selection.setitem(sys.modules, "pycuda", pkg)
+    clean_selection.delitem(sys.modules, "pycuda.driver", raising=False)
+    clean_selection.setattr(sys, "meta_path", [NoDriver(), *sys.meta_path])
+    with pytest.raises(BackendError) as err:
+        backend_mod.get_backend("cuda")
+    msg = str(err.value)
+    assert "cannot load the NVIDIA driver library" in msg and "libcuda.so.1" in msg
+    assert "PyCUDA is not importable" not in msg
+
+
 def test_pycuda_missing_reason_recorded(clean_selection: pytest.MonkeyPatch) -> None:
     hide_pycuda(clean_selection)
     status = {s.name: s for s in backend_mod.probe_backends()}

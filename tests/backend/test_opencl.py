@@ -10,6 +10,17 @@ from sapporo.backend.base import format_defines, load_source
 from sapporo.errors import BackendError, BuildError
 
 
+def _opencl_reason() -> str:
+    try:
+        return "" if get_backend("opencl").devices() else "no OpenCL device"
+    except BackendError as exc:
+        return str(exc)
+
+
+_WHY = _opencl_reason()
+pytestmark = pytest.mark.skipif(bool(_WHY), reason=f"OpenCL unusable here: {_WHY}")
+
+
 @pytest.fixture(scope="module")
 def ctx():
     backend = get_backend("opencl")
