@@ -8,8 +8,8 @@
  *                  partial sums combined in double), 2 = double (everything in double)
  *   NGB        0 or 1: neighbour lists off or on
  *   LI, LJ     thread-block shape: LI threads over i x LJ j-lanes (tuning parameters)
- *   W          i-particles per thread: must be 1 on CUDA (OpenCL uses W > 1 only to make
- *              CPU compilers emit SIMD code; a GPU warp is already the vector)
+ *   W          i-particles per thread (1, 2 or 4; W > 1 needs LJ == 1): each j-particle
+ *              read from shared memory serves W interactions (OpenCL: W lanes of a vector)
  *   JT         j-particles per tile (a multiple of LI*LJ when tiles go through shared memory)
  *   USE_LOCAL  1: tiles are staged in shared memory; 0: read straight from global memory
  *   NB_CAP     neighbour-list capacity per i-particle
@@ -65,8 +65,11 @@
 #if LI * LJ > 1024
 #error "LI * LJ must be at most 1024 (CUDA threads per block)"
 #endif
-#if W != 1
-#error "W must be 1 on CUDA (vectors over i serve OpenCL on CPUs; a warp already is the vector)"
+#if W != 1 && W != 2 && W != 4
+#error "W must be 1, 2 or 4 on CUDA (i-particles per thread)"
+#endif
+#if W > 1 && LJ > 1
+#error "W > 1 needs LJ == 1 (as in the OpenCL kernels)"
 #endif
 #if USE_LOCAL != 0 && USE_LOCAL != 1
 #error "USE_LOCAL must be 0 or 1"

@@ -1,8 +1,8 @@
 /* Forces on a block of i-particles from the predicted j-particles.
  * CUDA twin of kernels_opencl/force.cl: same names, arguments, work split and arithmetic.
  *
- * Work split. The host launches grid (ni_pad / LI, nparts) of blocks (LI, LJ). Block
- * (gi, part) takes i-particles [gi*LI, (gi+1)*LI) and the j-range
+ * Work split. The host launches grid (ni_pad / (LI * W), nparts) of blocks (LI, LJ). Block
+ * (gi, part) takes i-particles [gi*LI*W, (gi+1)*LI*W) and the j-range
  * [part*jchunk, (part+1)*jchunk); inside the block, lane lj of an i-particle takes every
  * LJ-th j-particle of each tile of JT. Threads are numbered so that the LJ lanes of one
  * i-particle are consecutive (flat = li * LJ + lj): they then share a warp whenever LJ is a
@@ -12,9 +12,14 @@
  * combined by the `reduce` kernel in part order. Every order is fixed, so the same inputs
  * on the same configuration give bitwise identical results.
  *
+ * W > 1 (with LJ == 1): a thread holds W consecutive i-particles and applies each
+ * j-particle it reads to all of them, so loads and loop overhead are shared by W
+ * interactions.
+ *
  * Double-single: j - i position differences from hi/lo float pairs, the rest in float
- * (reciprocal square root by the hardware's approximate rsqrt); each lane sums one tile in float and adds
- * that tile sum to double accumulators, so float rounding grows over at most JT/LJ terms.
+ * (reciprocal square root by the hardware's approximate rsqrt); each lane sums one tile in
+ * float and adds that tile sum to double accumulators, so float rounding grows over at most
+ * JT/LJ terms.
  */
 #include "common.cuh"
 
@@ -86,41 +91,79 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
     const int flat = threadIdx.y * LI + threadIdx.x;
     const int li = flat / LJ;
     const int lj = flat % LJ;
-    const int i = blockIdx.x * LI + li;
+    const int i0 = (blockIdx.x * LI + li) * W; /* this thread's i-particles: i0 .. i0+W-1 */
     const int part = blockIdx.y;
     const int j0 = part * jchunk;
     const int j1 = min(j0 + jchunk, nj);
-
-#define ILOAD(c) idata[(size_t)(c) * ni_pad + i]
-    const double xd = ILOAD(IC_X), yd = ILOAD(IC_Y), zd = ILOAD(IC_Z);
-    const int idi = (int)ILOAD(IC_ID);
-#if PRECISION == 1
-    const float xhi = (float)xd, yhi = (float)yd, zhi = (float)zd;
-    const float xlo = (float)(xd - (double)xhi);
-    const float ylo = (float)(yd - (double)yhi);
-    const float zlo = (float)(zd - (double)zhi);
-#endif
     const real eps2 = (real)eps2_d;
+
+    /* Per i-particle state, indexed by w (unrolled loops only: the arrays stay in
+     * registers). */
+#if PRECISION == 1
+    float xhi[W], yhi[W], zhi[W], xlo[W], ylo[W], zlo[W];
+#else
+    double xd[W], yd[W], zd[W];
+#endif
+    int idi[W];
 #if NGB
-    const real h2 = (real)ILOAD(IC_H2);
+    real h2[W];
 #endif
 #if ORDER >= 4
-    const real vxi = (real)ILOAD(IC_VX), vyi = (real)ILOAD(IC_VY), vzi = (real)ILOAD(IC_VZ);
+    real vxi[W], vyi[W], vzi[W];
 #endif
 #if ORDER >= 6
-    const real axi = (real)ILOAD(IC_AX), ayi = (real)ILOAD(IC_AY), azi = (real)ILOAD(IC_AZ);
+    real axi[W], ayi[W], azi[W];
+#endif
+    double sum_ax[W], sum_ay[W], sum_az[W], sum_pot[W];
+#if ORDER >= 4
+    double sum_jx[W], sum_jy[W], sum_jz[W];
+#endif
+#if ORDER >= 6
+    double sum_sx[W], sum_sy[W], sum_sz[W];
+#endif
+    real nn_r2[W];
+    int nn_id[W];
+#pragma unroll
+    for (int w = 0; w < W; w++) {
+#define ILOAD(c) idata[(size_t)(c) * ni_pad + i0 + w]
+        const double x = ILOAD(IC_X), y = ILOAD(IC_Y), z = ILOAD(IC_Z);
+#if PRECISION == 1
+        xhi[w] = (float)x;
+        yhi[w] = (float)y;
+        zhi[w] = (float)z;
+        xlo[w] = (float)(x - (double)xhi[w]);
+        ylo[w] = (float)(y - (double)yhi[w]);
+        zlo[w] = (float)(z - (double)zhi[w]);
+#else
+        xd[w] = x;
+        yd[w] = y;
+        zd[w] = z;
+#endif
+        idi[w] = (int)ILOAD(IC_ID);
+#if NGB
+        h2[w] = (real)ILOAD(IC_H2);
+#endif
+#if ORDER >= 4
+        vxi[w] = (real)ILOAD(IC_VX);
+        vyi[w] = (real)ILOAD(IC_VY);
+        vzi[w] = (real)ILOAD(IC_VZ);
+#endif
+#if ORDER >= 6
+        axi[w] = (real)ILOAD(IC_AX);
+        ayi[w] = (real)ILOAD(IC_AY);
+        azi[w] = (real)ILOAD(IC_AZ);
 #endif
 #undef ILOAD
-
-    double sum_ax = 0, sum_ay = 0, sum_az = 0, sum_pot = 0;
+        sum_ax[w] = sum_ay[w] = sum_az[w] = sum_pot[w] = 0;
 #if ORDER >= 4
-    double sum_jx = 0, sum_jy = 0, sum_jz = 0;
+        sum_jx[w] = sum_jy[w] = sum_jz[w] = 0;
 #endif
 #if ORDER >= 6
-    double sum_sx = 0, sum_sy = 0, sum_sz = 0;
+        sum_sx[w] = sum_sy[w] = sum_sz[w] = 0;
 #endif
-    real nn_r2 = REAL_INF;
-    int nn_id = -1;
+        nn_r2[w] = REAL_INF;
+        nn_id[w] = -1;
+    }
 
 #if USE_LOCAL
     __shared__ real4 lpos[JT];
@@ -154,115 +197,166 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
         }
         __syncthreads();
 #endif
-        real ax = 0, ay = 0, az = 0, pot = 0;
+        real ax[W], ay[W], az[W], pot[W];
 #if ORDER >= 4
-        real jx = 0, jy = 0, jz = 0;
+        real jx[W], jy[W], jz[W];
 #endif
 #if ORDER >= 6
-        real sx = 0, sy = 0, sz = 0;
+        real sx[W], sy[W], sz[W];
 #endif
+#pragma unroll
+        for (int w = 0; w < W; w++) {
+            ax[w] = ay[w] = az[w] = pot[w] = 0;
+#if ORDER >= 4
+            jx[w] = jy[w] = jz[w] = 0;
+#endif
+#if ORDER >= 6
+            sx[w] = sy[w] = sz[w] = 0;
+#endif
+        }
         for (int k = lj; k < nt; k += LJ) {
             const int idj = JID(k);
             const real4 pj = JPOS(k);
 #if PRECISION == 1
             const float4 pl = JPOS_LO(k);
-            const real dx = (pj.x - xhi) + (pl.x - xlo);
-            const real dy = (pj.y - yhi) + (pl.y - ylo);
-            const real dz = (pj.z - zhi) + (pl.z - zlo);
-#else
-            const real dx = pj.x - xd;
-            const real dy = pj.y - yd;
-            const real dz = pj.z - zd;
 #endif
-            const real r2u = ADD_RN(ADD_RN(MUL_RN(dx, dx), MUL_RN(dy, dy)), MUL_RN(dz, dz));
-            /* self-exclusion by id; unused addresses carry id -1 */
-            const bool other = (idj != idi) && (idj >= 0);
-            /* computed for every pair and then selected: a branch around it made nvcc
-             * reload and convert eps2 inside the loop (inf or NaN of a self pair is
-             * discarded by the select) */
-            const real rinv_all = RSQRT(r2u + eps2);
-            const real rinv = other ? rinv_all : (real)0;
-            const real rinv2 = rinv * rinv;
-            const real mrinv = pj.w * rinv;
-            const real mrinv3 = mrinv * rinv2;
-            pot -= mrinv;
-            const real fx = mrinv3 * dx, fy = mrinv3 * dy, fz = mrinv3 * dz;
-            ax += fx;
-            ay += fy;
-            az += fz;
 #if ORDER >= 4
             const real4 vj = JVEL(k);
-            const real dvx = vj.x - vxi, dvy = vj.y - vyi, dvz = vj.z - vzi;
-            const real alpha = (dx * dvx + dy * dvy + dz * dvz) * rinv2;
-            const real gx = mrinv3 * dvx - 3 * alpha * fx;
-            const real gy = mrinv3 * dvy - 3 * alpha * fy;
-            const real gz = mrinv3 * dvz - 3 * alpha * fz;
-            jx += gx;
-            jy += gy;
-            jz += gz;
 #endif
 #if ORDER >= 6
             const real4 aj = JACC(k);
-            const real dax = aj.x - axi, day = aj.y - ayi, daz = aj.z - azi;
-            const real beta = (dvx * dvx + dvy * dvy + dvz * dvz + dx * dax + dy * day + dz * daz)
-                              * rinv2 + alpha * alpha;
-            sx += mrinv3 * dax - 6 * alpha * gx - 3 * beta * fx;
-            sy += mrinv3 * day - 6 * alpha * gy - 3 * beta * fy;
-            sz += mrinv3 * daz - 6 * alpha * gz - 3 * beta * fz;
 #endif
-            /* nearest neighbour: smallest unsoftened r^2, ties to the lower id */
-            if (other && (r2u < nn_r2 || (r2u == nn_r2 && idj < nn_id))) {
-                nn_r2 = r2u;
-                nn_id = idj;
-            }
-#if NGB
-            if (other && r2u < h2 && i < ni) {
-                const int slot = atomicAdd(&nb_count[i], 1);
-                if (slot < NB_CAP) nb_list[(size_t)i * NB_CAP + slot] = idj;
-            }
+#pragma unroll
+            for (int w = 0; w < W; w++) {
+#if PRECISION == 1
+                const real dx = (pj.x - xhi[w]) + (pl.x - xlo[w]);
+                const real dy = (pj.y - yhi[w]) + (pl.y - ylo[w]);
+                const real dz = (pj.z - zhi[w]) + (pl.z - zlo[w]);
+#else
+                const real dx = pj.x - xd[w];
+                const real dy = pj.y - yd[w];
+                const real dz = pj.z - zd[w];
 #endif
-        }
-        sum_ax += (double)ax;
-        sum_ay += (double)ay;
-        sum_az += (double)az;
-        sum_pot += (double)pot;
+                const real r2u = ADD_RN(ADD_RN(MUL_RN(dx, dx), MUL_RN(dy, dy)), MUL_RN(dz, dz));
+                /* self-exclusion by id; unused addresses carry id -1 */
+                const bool other = (idj != idi[w]) && (idj >= 0);
+                /* computed for every pair and then selected: a branch around it made nvcc
+                 * reload and convert eps2 inside the loop (inf or NaN of a self pair is
+                 * discarded by the select) */
+                const real rinv_all = RSQRT(r2u + eps2);
+                const real rinv = other ? rinv_all : (real)0;
+                const real rinv2 = rinv * rinv;
+                const real mrinv = pj.w * rinv;
+                const real mrinv3 = mrinv * rinv2;
+                pot[w] -= mrinv;
+                const real fx = mrinv3 * dx, fy = mrinv3 * dy, fz = mrinv3 * dz;
+                ax[w] += fx;
+                ay[w] += fy;
+                az[w] += fz;
 #if ORDER >= 4
-        sum_jx += (double)jx;
-        sum_jy += (double)jy;
-        sum_jz += (double)jz;
+                const real dvx = vj.x - vxi[w], dvy = vj.y - vyi[w], dvz = vj.z - vzi[w];
+                const real alpha = (dx * dvx + dy * dvy + dz * dvz) * rinv2;
+                const real gx = mrinv3 * dvx - 3 * alpha * fx;
+                const real gy = mrinv3 * dvy - 3 * alpha * fy;
+                const real gz = mrinv3 * dvz - 3 * alpha * fz;
+                jx[w] += gx;
+                jy[w] += gy;
+                jz[w] += gz;
 #endif
 #if ORDER >= 6
-        sum_sx += (double)sx;
-        sum_sy += (double)sy;
-        sum_sz += (double)sz;
+                const real dax = aj.x - axi[w], day = aj.y - ayi[w], daz = aj.z - azi[w];
+                const real beta = (dvx * dvx + dvy * dvy + dvz * dvz
+                                   + dx * dax + dy * day + dz * daz) * rinv2 + alpha * alpha;
+                sx[w] += mrinv3 * dax - 6 * alpha * gx - 3 * beta * fx;
+                sy[w] += mrinv3 * day - 6 * alpha * gy - 3 * beta * fy;
+                sz[w] += mrinv3 * daz - 6 * alpha * gz - 3 * beta * fz;
 #endif
+                /* nearest neighbour: smallest unsoftened r^2, ties to the lower id */
+                if (other && (r2u < nn_r2[w] || (r2u == nn_r2[w] && idj < nn_id[w]))) {
+                    nn_r2[w] = r2u;
+                    nn_id[w] = idj;
+                }
+#if NGB
+                const int i = i0 + w;
+                if (other && r2u < h2[w] && i < ni) {
+                    const int slot = atomicAdd(&nb_count[i], 1);
+                    if (slot < NB_CAP) nb_list[(size_t)i * NB_CAP + slot] = idj;
+                }
+#endif
+            }
+        }
+#pragma unroll
+        for (int w = 0; w < W; w++) {
+            sum_ax[w] += (double)ax[w];
+            sum_ay[w] += (double)ay[w];
+            sum_az[w] += (double)az[w];
+            sum_pot[w] += (double)pot[w];
+#if ORDER >= 4
+            sum_jx[w] += (double)jx[w];
+            sum_jy[w] += (double)jy[w];
+            sum_jz[w] += (double)jz[w];
+#endif
+#if ORDER >= 6
+            sum_sx[w] += (double)sx[w];
+            sum_sy[w] += (double)sy[w];
+            sum_sz[w] += (double)sz[w];
+#endif
+        }
 #if USE_LOCAL
         __syncthreads();
 #endif
     }
 
-    double r[NCO];
-    r[OC_AX] = sum_ax;
-    r[OC_AY] = sum_ay;
-    r[OC_AZ] = sum_az;
-    r[OC_POT] = sum_pot;
+#if W > 1
+    /* LJ == 1: each thread owns its W i-particles outright; no lanes to combine. */
+    double *o = out + (size_t)part * NCO * ni_pad + i0;
+#pragma unroll
+    for (int w = 0; w < W; w++) {
+        o[(size_t)OC_AX * ni_pad + w] = sum_ax[w];
+        o[(size_t)OC_AY * ni_pad + w] = sum_ay[w];
+        o[(size_t)OC_AZ * ni_pad + w] = sum_az[w];
+        o[(size_t)OC_POT * ni_pad + w] = sum_pot[w];
 #if ORDER >= 4
-    r[OC_JX] = sum_jx;
-    r[OC_JY] = sum_jy;
-    r[OC_JZ] = sum_jz;
+        o[(size_t)OC_JX * ni_pad + w] = sum_jx[w];
+        o[(size_t)OC_JY * ni_pad + w] = sum_jy[w];
+        o[(size_t)OC_JZ * ni_pad + w] = sum_jz[w];
+#else
+        o[(size_t)OC_JX * ni_pad + w] = o[(size_t)OC_JY * ni_pad + w] = 0;
+        o[(size_t)OC_JZ * ni_pad + w] = 0;
+#endif
+#if ORDER >= 6
+        o[(size_t)OC_SX * ni_pad + w] = sum_sx[w];
+        o[(size_t)OC_SY * ni_pad + w] = sum_sy[w];
+        o[(size_t)OC_SZ * ni_pad + w] = sum_sz[w];
+#else
+        o[(size_t)OC_SX * ni_pad + w] = o[(size_t)OC_SY * ni_pad + w] = 0;
+        o[(size_t)OC_SZ * ni_pad + w] = 0;
+#endif
+        o[(size_t)OC_NNR2 * ni_pad + w] = (double)nn_r2[w];
+        o[(size_t)OC_NNID * ni_pad + w] = (double)nn_id[w];
+    }
+#else
+    double r[NCO];
+    r[OC_AX] = sum_ax[0];
+    r[OC_AY] = sum_ay[0];
+    r[OC_AZ] = sum_az[0];
+    r[OC_POT] = sum_pot[0];
+#if ORDER >= 4
+    r[OC_JX] = sum_jx[0];
+    r[OC_JY] = sum_jy[0];
+    r[OC_JZ] = sum_jz[0];
 #else
     r[OC_JX] = r[OC_JY] = r[OC_JZ] = 0;
 #endif
 #if ORDER >= 6
-    r[OC_SX] = sum_sx;
-    r[OC_SY] = sum_sy;
-    r[OC_SZ] = sum_sz;
+    r[OC_SX] = sum_sx[0];
+    r[OC_SY] = sum_sy[0];
+    r[OC_SZ] = sum_sz[0];
 #else
     r[OC_SX] = r[OC_SY] = r[OC_SZ] = 0;
 #endif
-    r[OC_NNR2] = (double)nn_r2;
-    r[OC_NNID] = (double)nn_id;
-
+    r[OC_NNR2] = (double)nn_r2[0];
+    r[OC_NNID] = (double)nn_id[0];
 #if SHFL_LANES > 1
     {
         /* Butterfly over the lanes of each i-particle, inside one warp. Threads past the end
@@ -306,9 +400,10 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
     }
 #endif
     if (lj != 0) return;
-    double *o = out + (size_t)part * NCO * ni_pad + i;
+    double *o = out + (size_t)part * NCO * ni_pad + i0;
 #pragma unroll
     for (int c = 0; c < NCO; c++) o[(size_t)c * ni_pad] = r[c];
+#endif
 }
 
 /* Sum the per-part results of each i-particle in part order; nearest neighbour by minimum

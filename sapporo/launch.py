@@ -176,9 +176,9 @@ def check_table(table: LaunchTable, info: DeviceInfo, order: int, precision: str
         if cfg.jv and info.backend != "opencl":
             raise ConfigError(f"launch configuration {cfg}: jv exists only in the OpenCL "
                               "kernels")
-        if cfg.w != 1 and info.backend == "cuda":
-            raise ConfigError(f"launch configuration {cfg}: w must be 1 on CUDA (vectors "
-                              "over i serve OpenCL on CPUs; a warp already is the vector)")
+        if cfg.w not in (1, 2, 4) and info.backend == "cuda":
+            raise ConfigError(f"launch configuration {cfg}: w must be 1, 2 or 4 on CUDA "
+                              "(i-particles per thread)")
         if cfg.li * cfg.lj > info.max_work_group_size:
             raise ConfigError(
                 f"launch configuration {cfg} has {cfg.li * cfg.lj} work-items per group, "

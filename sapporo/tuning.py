@@ -163,11 +163,12 @@ def cpu_candidates(precision: str, quick: bool = False) -> list[LaunchConfig]:
 
 
 def gpu_candidates(info: DeviceInfo, quick: bool = False) -> list[LaunchConfig]:
-    """Candidate launch shapes for GPUs (one i-particle per work-item, tiles in local memory).
+    """Candidate launch shapes for GPUs (tiles in local memory).
 
     Work-groups of ``li`` i-lanes times ``lj`` j-lanes with ``li * lj`` in {64, 128, 256}
     (within the device's work-group limit), ``li`` stepping by factors of 4 (2 with
-    ``quick``: fewer sizes instead); tiles of one or two work-groups' worth of j.
+    ``quick``: fewer sizes instead); tiles of one or two work-groups' worth of j; and
+    ``w`` = 2 (and 4 unless ``quick``) i-particles per work-item with ``lj`` = 1.
     """
     out = []
     sizes = (128, 256) if quick else (64, 128, 256)
@@ -183,6 +184,10 @@ def gpu_candidates(info: DeviceInfo, quick: bool = False) -> list[LaunchConfig]:
             li *= 2 if quick else 4
         if li // (2 if quick else 4) != size:  # always include one i-lane per work-item
             out.append(LaunchConfig(li=size, lj=1, w=1, jt=size, use_local=True,
+                                    groups_per_cu=4))
+        # two or four i-particles per work-item share each j-particle read
+        for w in (2,) if quick else (2, 4):
+            out.append(LaunchConfig(li=size // w, lj=1, w=w, jt=size, use_local=True,
                                     groups_per_cu=4))
     return out
 

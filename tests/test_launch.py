@@ -55,8 +55,8 @@ def test_shape_matches_reference(backend, cfg, order, precision):
     a = ref.forces(x, v, ids, x, v, m, ids, 1e-4, order=2).acc
     with sapporo.Library(order=order, precision=precision, backend=backend) as lib:
         table = LaunchTable([(10**9, cfg)], source="test")
-        if backend == "cuda" and (cfg.w != 1 or cfg.jv):  # shapes of the OpenCL kernels only
-            with pytest.raises(ConfigError, match="jv exists only|w must be 1 on CUDA"):
+        if backend == "cuda" and (cfg.w not in (1, 2, 4) or cfg.jv):  # OpenCL-only shapes
+            with pytest.raises(ConfigError, match="jv exists only|w must be 1, 2 or 4 on CUDA"):
                 lib.set_launch_table(table)
             return
         lib.set_launch_table(table)
@@ -178,9 +178,9 @@ def test_jv_only_on_opencl(backend):
     check_table(table, ocl_info, 4, "double-single")
     with pytest.raises(ConfigError, match="jv exists only in the OpenCL"):
         check_table(table, cuda_info, 4, "double-single")
-    wide = LaunchTable([(8, LaunchConfig(w=4))], source="test")
+    wide = LaunchTable([(8, LaunchConfig(w=8))], source="test")
     check_table(wide, ocl_info, 4, "double-single")
-    with pytest.raises(ConfigError, match="w must be 1 on CUDA"):
+    with pytest.raises(ConfigError, match="w must be 1, 2 or 4 on CUDA"):
         check_table(wide, cuda_info, 4, "double-single")
 
 

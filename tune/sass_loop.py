@@ -87,8 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "force.cubin"
         for order, prec in VARIANTS:
+            shape = [d for d in SHAPE if d.split("=")[0] not in {e.split("=")[0] for e in defines}]
             cmd = [nvcc, "-cubin", f"-arch={args.arch}", "-Xptxas", "-v", f"-DORDER={order}",
-                   f"-DPRECISION={prec}", *SHAPE, *defines, "-o", str(cubin),
+                   f"-DPRECISION={prec}", *shape, *defines, "-o", str(cubin),
                    str(ROOT / "kernels_cuda" / "force.cu")]
             build = subprocess.run(cmd, capture_output=True, text=True, check=True)
             regs = re.findall(r"Used (\d+) registers", build.stderr)

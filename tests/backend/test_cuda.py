@@ -405,8 +405,11 @@ RAW_N, NCO = 6, 12
 IC = {"x": 0, "y": 1, "z": 2, "h2": 3, "vx": 4, "vy": 5, "vz": 6, "id": 7, "ax": 8}
 OC_NNR2, OC_NNID = 7, 11
 
-# (order, precision, ngb, LI, LJ, JT, USE_LOCAL)
-VARIANT_ID = "o{}p{}n{}-{}x{}-jt{}-l{}"
+# (order, precision, ngb, LI, LJ, JT, USE_LOCAL[, W])
+
+
+def variant_id(v: tuple[int, ...]) -> str:
+    return "o{}p{}n{}-{}x{}-jt{}-l{}".format(*v[:7]) + (f"-w{v[7]}" if len(v) > 7 else "")
 GPU_VARIANTS = [
     (2, 2, 0, 16, 1, 64, 1),
     (4, 2, 1, 8, 4, 64, 1),  # shuffle lanes
@@ -415,6 +418,8 @@ GPU_VARIANTS = [
     (6, 1, 1, 4, 3, 24, 1),  # lanes through shared memory only
     (4, 1, 1, 16, 2, 32, 0),  # tiles read from global memory
     (4, 2, 0, 5, 4, 40, 1),  # shuffles in a block of 20 threads: a partial warp
+    (4, 1, 1, 16, 1, 64, 1, 2),  # two i-particles per thread (W = 2)
+    (6, 2, 0, 8, 1, 32, 0, 4),  # four per thread, tiles from global memory
 ]
 
 
@@ -454,7 +459,8 @@ def check_prediction(bufs: dict[str, Any], n: int, order: int, precision: int,
 def run_forces(ctx: Any, ext: str, variant: tuple[int, ...], n: int = 700, ni: int = 203,
                nparts: int = 3, seed: int = 5) -> dict[str, Any]:
     """Scatter, predict and force a Plummer set through a backend context."""
-    order, precision, ngb, li, lj, jt, use_local = variant
+    order, precision, ngb, li, lj, jt, use_local = variant[:7]
+    w = variant[7] if len(variant) > 7 else 1
     rng = np.random.default_rng(seed)
     x, v, m = reference.plummer(n, seed=seed)
     a = rng.normal(0, 1e-1, (n, 3))
@@ -476,7 +482,7 @@ def run_forces(ctx: Any, ext: str, variant: tuple[int, ...], n: int = 700, ni: i
         arr[addr] = pred_ref
 
     base = {"ORDER": order, "PRECISION": precision}
-    shape = {"LI": li, "LJ": lj, "JT": jt, "USE_LOCAL": use_local, "W": 1, "NGB": ngb,
+    shape = {"LI": li, "LJ": lj, "JT": jt, "USE_LOCAL": use_local, "W": w, "NGB": ngb,
              "NB_CAP": 64}
     pred = ctx.build(f"predict.{ext}", base)
     force_prog = ctx.build(f"force.{ext}", {**base, **shape})
@@ -508,7 +514,7 @@ def run_forces(ctx: Any, ext: str, variant: tuple[int, ...], n: int = 700, ni: i
     idi[-1] = 5  # an id no j-particle carries: no self-exclusion for it
     h2 = 4.0 * reference.forces(xi, vi, idi, xp, vp, mj, jids, 0.0, order=2).nn_r2
     h2 = np.minimum(h2, np.median(h2))  # a few neighbours each, also for outliers
-    ni_pad = -(-ni // li) * li
+    ni_pad = -(-ni // (li * w)) * li * w
     nci = 11 if order >= 6 else 8
     idata = np.zeros((nci, ni_pad))
     idata[IC["id"], :] = -3
@@ -539,7 +545,7 @@ def run_forces(ctx: Any, ext: str, variant: tuple[int, ...], n: int = 700, ni: i
     def launch() -> np.ndarray:
         if ngb:
             cnt.fill(0)
-        force_prog.kernel("force")((ni_pad, nparts * lj), (li, lj), *fargs)
+        force_prog.kernel("force")((ni_pad // w, nparts * lj), (li, lj), *fargs)
         ni64 = -(-ni // 64) * 64
         force_prog.kernel("reduce")((ni64,), (64,), np.int32(ni), np.int32(ni_pad),
                                     np.int32(nparts), partial, final)
@@ -609,7 +615,7 @@ def emulator_state(ctx: Any) -> dict[str, Any] | None:
     return getattr(ctx.drv, "state", None)
 
 
-@pytest.mark.parametrize("variant", GPU_VARIANTS, ids=lambda v: VARIANT_ID.format(*v))
+@pytest.mark.parametrize("variant", GPU_VARIANTS, ids=variant_id)
 def test_cuda_kernels_match_reference(cuda_context: Any, variant: tuple[int, ...]) -> None:
     res = run_forces(cuda_context, "cu", variant)
     check_forces(res, variant)

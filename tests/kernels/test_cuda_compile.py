@@ -53,6 +53,8 @@ SHAPES = [
     _defs(LI=4, LJ=3, JT=24),
     _defs(LI=16, LJ=2, JT=64, USE_LOCAL=0),
     _defs(LI=5, LJ=4, JT=40),
+    _defs(LI=64, LJ=1, W=2, JT=128),  # two i-particles per thread
+    _defs(LI=32, LJ=1, W=4, JT=64, USE_LOCAL=0),
 ]
 HEAVY = [_defs(ORDER=6, PRECISION=2, NGB=1), _defs(ORDER=4, PRECISION=1, NGB=1)]
 
@@ -67,7 +69,7 @@ def gpu_default_shapes() -> list[tuple[tuple[str, int], ...]]:
     shapes = []
     for _, cfg in default_table(info, 6, "double").entries:
         d = dict(cfg.defines())
-        assert d.pop("W") == 1, "GPU launch shapes must have w == 1 (CUDA needs W == 1)"
+        assert d["W"] in (1, 2, 4) and (d["W"] == 1 or d["LJ"] == 1), "not a CUDA shape"
         shapes.append(tuple(sorted(d.items())))
     return shapes
 
@@ -211,9 +213,10 @@ def test_default_gpu_shapes_pass_ptxas() -> None:
     [
         (_defs(ORDER=3), "ORDER must be 2, 4 or 6"),
         (_defs(PRECISION=3), "PRECISION must be 1"),
-        (_defs(W=8), "W must be 1 on CUDA"),
+        (_defs(W=8), "W must be 1, 2 or 4 on CUDA"),
+        (_defs(W=2, LJ=4), "W > 1 needs LJ == 1"),
     ],
-    ids=["ORDER=3", "PRECISION=3", "W=8"],
+    ids=["ORDER=3", "PRECISION=3", "W=8", "W=2-LJ=4"],
 )
 def test_error_checks_fire(fname: str, defines: tuple, message: str) -> None:
     rc, output, _ = nvcc(fname, defines, "sm_90")
