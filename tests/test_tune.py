@@ -148,3 +148,18 @@ def test_shipped_profiles_parse():
         assert path.name.endswith(f"-order{meta['order']}-{meta['precision']}.json")
         assert path.name.startswith(f"{meta['backend']}-")
         assert table.entries[-1][0] >= NI_CHUNK
+
+
+def test_gpu_candidates_are_cuda_shapes():
+    """Every GPU candidate (w = 2 and 4 included) is a shape the CUDA kernels accept (the
+    smallest variant: at order 6 in double some tiles exceed 48 KiB, which the tuner skips)."""
+    from sapporo.backend.base import DeviceInfo
+    from sapporo.launch import LaunchTable, check_table
+
+    info = DeviceInfo("cuda", 0, "H100", "NVIDIA Corporation", "CUDA", "gpu", 132, 1024, 49152,
+                      1 << 34, True, "")
+    for quick in (False, True):
+        cands = tuning.gpu_candidates(info, quick=quick)
+        assert {c.w for c in cands} == ({1, 2} if quick else {1, 2, 4})
+        for cfg in cands:
+            check_table(LaunchTable([(NI_CHUNK, cfg)]), info, 2, "double-single")
