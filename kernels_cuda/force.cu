@@ -307,103 +307,78 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
 #endif
     }
 
-#if W > 1
-    /* LJ == 1: each thread owns its W i-particles outright; no lanes to combine. */
-    double *o = out + (size_t)part * NCO * ni_pad + i0;
+    /* Result rows of each of the thread's i-particles; with W > 1 (so LJ == 1) there are
+     * no lanes to combine and the loop stores them, with W == 1 it runs once. */
 #pragma unroll
     for (int w = 0; w < W; w++) {
-        o[(size_t)OC_AX * ni_pad + w] = sum_ax[w];
-        o[(size_t)OC_AY * ni_pad + w] = sum_ay[w];
-        o[(size_t)OC_AZ * ni_pad + w] = sum_az[w];
-        o[(size_t)OC_POT * ni_pad + w] = sum_pot[w];
+        double r[NCO];
+        r[OC_AX] = sum_ax[w];
+        r[OC_AY] = sum_ay[w];
+        r[OC_AZ] = sum_az[w];
+        r[OC_POT] = sum_pot[w];
 #if ORDER >= 4
-        o[(size_t)OC_JX * ni_pad + w] = sum_jx[w];
-        o[(size_t)OC_JY * ni_pad + w] = sum_jy[w];
-        o[(size_t)OC_JZ * ni_pad + w] = sum_jz[w];
+        r[OC_JX] = sum_jx[w];
+        r[OC_JY] = sum_jy[w];
+        r[OC_JZ] = sum_jz[w];
 #else
-        o[(size_t)OC_JX * ni_pad + w] = o[(size_t)OC_JY * ni_pad + w] = 0;
-        o[(size_t)OC_JZ * ni_pad + w] = 0;
+        r[OC_JX] = r[OC_JY] = r[OC_JZ] = 0;
 #endif
 #if ORDER >= 6
-        o[(size_t)OC_SX * ni_pad + w] = sum_sx[w];
-        o[(size_t)OC_SY * ni_pad + w] = sum_sy[w];
-        o[(size_t)OC_SZ * ni_pad + w] = sum_sz[w];
+        r[OC_SX] = sum_sx[w];
+        r[OC_SY] = sum_sy[w];
+        r[OC_SZ] = sum_sz[w];
 #else
-        o[(size_t)OC_SX * ni_pad + w] = o[(size_t)OC_SY * ni_pad + w] = 0;
-        o[(size_t)OC_SZ * ni_pad + w] = 0;
+        r[OC_SX] = r[OC_SY] = r[OC_SZ] = 0;
 #endif
-        o[(size_t)OC_NNR2 * ni_pad + w] = (double)nn_r2[w];
-        o[(size_t)OC_NNID * ni_pad + w] = (double)nn_id[w];
-    }
-#else
-    double r[NCO];
-    r[OC_AX] = sum_ax[0];
-    r[OC_AY] = sum_ay[0];
-    r[OC_AZ] = sum_az[0];
-    r[OC_POT] = sum_pot[0];
-#if ORDER >= 4
-    r[OC_JX] = sum_jx[0];
-    r[OC_JY] = sum_jy[0];
-    r[OC_JZ] = sum_jz[0];
-#else
-    r[OC_JX] = r[OC_JY] = r[OC_JZ] = 0;
-#endif
-#if ORDER >= 6
-    r[OC_SX] = sum_sx[0];
-    r[OC_SY] = sum_sy[0];
-    r[OC_SZ] = sum_sz[0];
-#else
-    r[OC_SX] = r[OC_SY] = r[OC_SZ] = 0;
-#endif
-    r[OC_NNR2] = (double)nn_r2[0];
-    r[OC_NNID] = (double)nn_id[0];
+        r[OC_NNR2] = (double)nn_r2[w];
+        r[OC_NNID] = (double)nn_id[w];
 #if SHFL_LANES > 1
-    {
-        /* Butterfly over the lanes of each i-particle, inside one warp. Threads past the end
-         * of a block that does not fill its last warp are left out of the mask. */
+        {
+            /* Butterfly over the lanes of each i-particle, inside one warp. Threads past the end
+             * of a block that does not fill its last warp are left out of the mask. */
 #if (LI * LJ) % 32 == 0
-        const unsigned mask = 0xffffffffu;
+            const unsigned mask = 0xffffffffu;
 #else
-        const int warp_threads = min(32, LI * LJ - (flat & ~31));
-        const unsigned mask = warp_threads >= 32 ? 0xffffffffu : (1u << warp_threads) - 1u;
+            const int warp_threads = min(32, LI * LJ - (flat & ~31));
+            const unsigned mask = warp_threads >= 32 ? 0xffffffffu : (1u << warp_threads) - 1u;
 #endif
 #pragma unroll
-        for (int off = 1; off < SHFL_LANES; off <<= 1) {
-            double o[NCO];
+            for (int off = 1; off < SHFL_LANES; off <<= 1) {
+                double o[NCO];
 #pragma unroll
-            for (int c = 0; c < NCO; c++) o[c] = LIVE(c) ? __shfl_xor_sync(mask, r[c], off) : 0;
+                for (int c = 0; c < NCO; c++) o[c] = LIVE(c) ? __shfl_xor_sync(mask, r[c], off) : 0;
 #pragma unroll
-            for (int c = 0; c < NCO; c++) {
-                if (c != OC_NNR2 && c != OC_NNID) r[c] += o[c];
+                for (int c = 0; c < NCO; c++) {
+                    if (c != OC_NNR2 && c != OC_NNID) r[c] += o[c];
+                }
+                nn_merge(&r[OC_NNR2], &r[OC_NNID], o[OC_NNR2], o[OC_NNID]);
             }
-            nn_merge(&r[OC_NNR2], &r[OC_NNID], o[OC_NNR2], o[OC_NNID]);
         }
-    }
 #endif
 #if SMEM_LANES > 1
-    /* Combine the lane groups of each i-particle in group order. */
-    __shared__ double red[NCO * SMEM_LANES * LI];
-    const int g = lj / SHFL_LANES;
-    if (lj % SHFL_LANES == 0) {
+        /* Combine the lane groups of each i-particle in group order. */
+        __shared__ double red[NCO * SMEM_LANES * LI];
+        const int g = lj / SHFL_LANES;
+        if (lj % SHFL_LANES == 0) {
 #pragma unroll
-        for (int c = 0; c < NCO; c++) red[(c * SMEM_LANES + g) * LI + li] = r[c];
-    }
-    __syncthreads();
-    if (lj != 0) return;
-    for (int l = 1; l < SMEM_LANES; l++) {
-#pragma unroll
-        for (int c = 0; c < NCO; c++) {
-            if (c != OC_NNR2 && c != OC_NNID) r[c] += red[(c * SMEM_LANES + l) * LI + li];
+            for (int c = 0; c < NCO; c++) red[(c * SMEM_LANES + g) * LI + li] = r[c];
         }
-        nn_merge(&r[OC_NNR2], &r[OC_NNID], red[(OC_NNR2 * SMEM_LANES + l) * LI + li],
-                 red[(OC_NNID * SMEM_LANES + l) * LI + li]);
-    }
-#endif
-    if (lj != 0) return;
-    double *o = out + (size_t)part * NCO * ni_pad + i0;
+        __syncthreads();
+        if (lj != 0) return;
+        for (int l = 1; l < SMEM_LANES; l++) {
 #pragma unroll
-    for (int c = 0; c < NCO; c++) o[(size_t)c * ni_pad] = r[c];
+            for (int c = 0; c < NCO; c++) {
+                if (c != OC_NNR2 && c != OC_NNID) r[c] += red[(c * SMEM_LANES + l) * LI + li];
+            }
+            nn_merge(&r[OC_NNR2], &r[OC_NNID], red[(OC_NNR2 * SMEM_LANES + l) * LI + li],
+                     red[(OC_NNID * SMEM_LANES + l) * LI + li]);
+        }
 #endif
+        if (lj != 0) return;
+        double *o = out + (size_t)part * NCO * ni_pad + i0 + w;
+#pragma unroll
+        for (int c = 0; c < NCO; c++) o[(size_t)c * ni_pad] = r[c];
+    }
 }
 
 /* Sum the per-part results of each i-particle in part order; nearest neighbour by minimum
