@@ -16,9 +16,11 @@ also be bitwise the same under other thread schedules. Tolerances: the error met
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import types
+from collections.abc import Iterator
 from typing import Any
 
 import cudaemu
@@ -319,22 +321,27 @@ def test_build_failure_is_build_error(clean_selection: pytest.MonkeyPatch) -> No
 # --------------------------------------------------------------------------- kernels
 # On a real GPU (marked gpu) and on the CPU emulation (always, where a C++ compiler is).
 
+@contextlib.contextmanager
+def opened(backend: str, unusable: str, profiling: bool = False) -> Iterator[Any]:
+    """Device 0 of ``backend``, closed afterwards; skip saying ``unusable`` when there is none."""
+    try:
+        be = backend_mod.get_backend(backend)
+    except BackendError as exc:
+        pytest.skip(f"{unusable}: {exc}")
+    ctx = be.open(0, profiling=profiling)
+    try:
+        yield ctx
+    finally:
+        ctx.close()
+
+
 @pytest.fixture(scope="module", params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
 def cuda_context(request: pytest.FixtureRequest):
     """A CUDA context: on a real GPU, or on the CPU emulation of the kernels (cudaemu)."""
-    if request.param == "emulated":
-        with emulated_cuda():
-            ctx = backend_mod.get_backend("cuda").open(0)
-            yield ctx
-            ctx.close()
-        return
-    try:
-        cuda = backend_mod.get_backend("cuda")
-    except BackendError as exc:
-        pytest.skip(f"no CUDA GPU/PyCUDA: {exc}")
-    ctx = cuda.open(0)
-    yield ctx
-    ctx.close()
+    with contextlib.ExitStack() as stack:
+        if request.param == "emulated":
+            stack.enter_context(emulated_cuda())
+        yield stack.enter_context(opened("cuda", "no CUDA GPU/PyCUDA"))
 
 
 
@@ -387,18 +394,11 @@ def test_cuda_device_basics(cuda_context: Any) -> None:
 
 @pytest.mark.gpu
 def test_cuda_profiling_events() -> None:
-    try:
-        cuda = backend_mod.get_backend("cuda")
-    except BackendError as exc:
-        pytest.skip(f"no CUDA GPU/PyCUDA: {exc}")
-    ctx = cuda.open(0, profiling=True)
-    try:
+    with opened("cuda", "no CUDA GPU/PyCUDA", profiling=True) as ctx:
         x, y = ctx.alloc(8 * 256), ctx.alloc(8 * 256)
         ev = ctx.build("selftest.cu").kernel("axpb")((256,), (128,), np.int32(256),
                                                      np.float64(1.0), x, y)
         assert ev.elapsed is not None and ev.elapsed >= 0
-    finally:
-        ctx.close()
 
 
 RAW_N, NCO = 6, 12
@@ -646,12 +646,8 @@ def test_emulated_cuda_equals_opencl_bitwise(opencl_context: Any,
     """In double precision, lanes combined in lane order (LJ = 1 or not a power of two),
     the CUDA kernels do the OpenCL kernels' arithmetic in the same order: same bits. (On a
     GPU only up to contraction into FMAs, which nvcc does and the OpenCL build forbids.)"""
-    with emulated_cuda():
-        ctx = backend_mod.get_backend("cuda").open(0)
-        try:
-            cu = run_forces(ctx, "cu", variant)
-        finally:
-            ctx.close()
+    with emulated_cuda(), opened("cuda", "no emulated CUDA") as ctx:
+        cu = run_forces(ctx, "cu", variant)
     cl = run_forces(opencl_context, "cl", variant)
     ni = cu["ni"]  # the padding past ni is not written (reduce stops at ni)
     np.testing.assert_array_equal(cu["out"][:, :ni], cl["out"][:, :ni])
@@ -664,13 +660,8 @@ def test_cuda_single_i_particle_many_lanes(cuda_context: Any) -> None:
 
 @pytest.fixture(scope="module")
 def opencl_context():
-    try:
-        ocl = backend_mod.get_backend("opencl")
-    except BackendError as exc:
-        pytest.skip(f"no OpenCL device: {exc}")
-    ctx = ocl.open(0)
-    yield ctx
-    ctx.close()
+    with opened("opencl", "no OpenCL device") as ctx:
+        yield ctx
 
 
 @pytest.mark.parametrize("variant", [GPU_VARIANTS[1], GPU_VARIANTS[4]],
