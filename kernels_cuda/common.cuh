@@ -155,6 +155,12 @@ typedef dbl4 real4;
 #define OC_NNID 11 /* its id as a double (-1: none) */
 #define NCO 12
 
+/* The reduce kernel: REDUCE_LANES lanes per i-particle (lane l sums parts l, l + 32, ...
+ * in order, then a halving tree combines the lanes; sapporo.library._combine_parts follows
+ * the same order), REDUCE_ROWS i-particles per group. */
+#define REDUCE_LANES 32
+#define REDUCE_ROWS 4
+
 /* Merge nearest-neighbour candidate (r2, id) into (*best_r2, *best_id): smallest r^2, ties
  * to the lower id, id < 0 meaning "none". Shared by the lane and the part reductions. */
 __device__ __forceinline__ void nn_merge(double *best_r2, double *best_id, double r2, double id)

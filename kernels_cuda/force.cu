@@ -9,7 +9,7 @@
  * power of two up to 32, and are combined with warp shuffles (a butterfly, lane pairs at
  * distance 1, 2, 4, ...); larger LJ combines warps in shared memory in warp order, and an LJ
  * that is not a power of two combines all lanes in shared memory in lane order. Parts are
- * combined by the `reduce` kernel in part order. Every order is fixed, so the same inputs
+ * combined by the `reduce` kernel (lanes over parts, then a tree). Every order is fixed, so the same inputs
  * on the same configuration give bitwise identical results.
  *
  * W > 1 (with LJ == 1): a thread holds W consecutive i-particles and applies each
@@ -381,26 +381,53 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
     }
 }
 
-/* Sum the per-part results of each i-particle in part order; nearest neighbour by minimum
- * unsoftened r^2, ties to the lower id. */
-extern "C" __global__ void reduce(const int ni, const int ni_pad, const int nparts,
-                                  const double *__restrict__ partial,
-                                  double *__restrict__ out)
+/* Combine the parts of each i-particle: one warp per i-particle (block REDUCE_LANES x
+ * REDUCE_ROWS). Lane l sums parts l, l + REDUCE_LANES, ... in order; a halving tree then adds
+ * lane l + s into lane l (s = 16, 8, 4, 2, 1) where that lane holds parts. Sums follow this
+ * fixed order (the host's combination in sapporo.library follows it too: the same bits
+ * either way); nearest neighbour by minimum unsoftened r^2, ties to the lower id. The
+ * latency is about nparts / 32 dependent loads, not nparts. */
+extern "C" __global__ void __launch_bounds__(REDUCE_LANES * REDUCE_ROWS)
+reduce(const int ni, const int ni_pad, const int nparts, const double *__restrict__ partial,
+       double *__restrict__ out)
 {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= ni) return;
+    const int lane = threadIdx.x;
+    const int i = blockIdx.y * REDUCE_ROWS + threadIdx.y;
+    if (i >= ni) return; /* whole warps: a warp is one i-particle */
     double r[NCO];
 #pragma unroll
-    for (int c = 0; c < NCO; c++) r[c] = partial[(size_t)c * ni_pad + i];
-    for (int q = 1; q < nparts; q++) {
+    for (int c = 0; c < NCO; c++) r[c] = 0.0;
+    if (lane < nparts) {
+        const double *p = partial + (size_t)lane * NCO * ni_pad + i;
+#pragma unroll
+        for (int c = 0; c < NCO; c++) r[c] = p[(size_t)c * ni_pad];
+    }
+    for (int q = lane + REDUCE_LANES; q < nparts; q += REDUCE_LANES) {
         const double *p = partial + (size_t)q * NCO * ni_pad + i;
+        double v[NCO];
+#pragma unroll
+        for (int c = 0; c < NCO; c++) v[c] = p[(size_t)c * ni_pad];
 #pragma unroll
         for (int c = 0; c < NCO; c++) {
-            if (c != OC_NNR2 && c != OC_NNID) r[c] += p[(size_t)c * ni_pad];
+            if (c != OC_NNR2 && c != OC_NNID) r[c] += v[c];
         }
-        nn_merge(&r[OC_NNR2], &r[OC_NNID], p[(size_t)OC_NNR2 * ni_pad],
-                 p[(size_t)OC_NNID * ni_pad]);
+        nn_merge(&r[OC_NNR2], &r[OC_NNID], v[OC_NNR2], v[OC_NNID]);
     }
 #pragma unroll
-    for (int c = 0; c < NCO; c++) out[(size_t)c * ni_pad + i] = r[c];
+    for (int s = REDUCE_LANES / 2; s >= 1; s >>= 1) {
+        double o[NCO];
+#pragma unroll
+        for (int c = 0; c < NCO; c++) o[c] = __shfl_down_sync(0xffffffffu, r[c], s);
+        if (lane < s && lane + s < nparts) {
+#pragma unroll
+            for (int c = 0; c < NCO; c++) {
+                if (c != OC_NNR2 && c != OC_NNID) r[c] += o[c];
+            }
+            nn_merge(&r[OC_NNR2], &r[OC_NNID], o[OC_NNR2], o[OC_NNID]);
+        }
+    }
+    if (lane == 0) {
+#pragma unroll
+        for (int c = 0; c < NCO; c++) out[(size_t)c * ni_pad + i] = r[c];
+    }
 }

@@ -269,4 +269,10 @@ typedef vint __attribute__((aligned(4))) vint_u;
 #define OC_NNID 11 /* its id as a double (-1: none) */
 #define NCO 12
 
+/* The reduce kernel: REDUCE_LANES lanes per i-particle (lane l sums parts l, l + 32, ...
+ * in order, then a halving tree combines the lanes; sapporo.library._combine_parts follows
+ * the same order), REDUCE_ROWS i-particles per group. */
+#define REDUCE_LANES 32
+#define REDUCE_ROWS 4
+
 #endif

@@ -4,8 +4,8 @@
  * A work-item holds W consecutive i-particles in vector registers. Group (gi, part) takes
  * i-particles [gi*LI*W, (gi+1)*LI*W) and the j-range [part*jchunk, (part+1)*jchunk); inside
  * the group, lane lj takes every LJ-th j-particle of each tile of JT. Lanes are combined in
- * local memory in lane order, parts by the `reduce` kernel in part order: a fixed summation
- * order, so the same inputs on the same configuration give bitwise identical results.
+ * local memory in lane order, parts by the `reduce` kernel (lanes over parts, then a tree): a
+ * fixed summation order, so the same inputs on the same configuration give bitwise identical results.
  *
  * JV = 1 (CPUs, few active particles): one i-particle per work-item and W consecutive
  * j-particles per step in the vector lanes instead, so that a single active particle still
@@ -404,21 +404,44 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
 #endif
 }
 
-/* Sum the per-part results of each i-particle in part order; nearest neighbour by minimum
- * unsoftened r^2, ties to the lower id. */
-__kernel void reduce(const int ni, const int ni_pad, const int nparts,
-                     __global const double *partial, __global double *out)
+/* Combine the parts of each i-particle: group REDUCE_LANES x REDUCE_ROWS, REDUCE_LANES lanes
+ * per i-particle. Lane l sums parts l, l + REDUCE_LANES, ... in order; a halving tree then
+ * adds lane l + s into lane l (s = 16, 8, 4, 2, 1) where that lane holds parts. Sums follow
+ * this fixed order (the host's combination in sapporo.library follows it too: the same bits
+ * either way); nearest neighbour by minimum unsoftened r^2, ties to the lower id. */
+__kernel __attribute__((reqd_work_group_size(REDUCE_LANES, REDUCE_ROWS, 1)))
+void reduce(const int ni, const int ni_pad, const int nparts, __global const double *partial,
+            __global double *out)
 {
-    const int i = get_global_id(0);
-    if (i >= ni) return;
+    const int lane = get_local_id(0), row = get_local_id(1);
+    const int i = get_global_id(1);
+    const bool live = i < ni;
+    __local double red[REDUCE_ROWS][NCO][REDUCE_LANES];
     double r[NCO];
-    for (int c = 0; c < NCO; c++) r[c] = partial[(size_t)c * ni_pad + i];
-    for (int q = 1; q < nparts; q++) {
-        __global const double *p = partial + (size_t)q * NCO * ni_pad + i;
-        for (int c = 0; c < NCO; c++) {
-            if (c != OC_NNR2 && c != OC_NNID) r[c] += p[(size_t)c * ni_pad];
+    for (int c = 0; c < NCO; c++) r[c] = 0.0;
+    if (live && lane < nparts) {
+        __global const double *p = partial + (size_t)lane * NCO * ni_pad + i;
+        for (int c = 0; c < NCO; c++) r[c] = p[(size_t)c * ni_pad];
+        for (int q = lane + REDUCE_LANES; q < nparts; q += REDUCE_LANES) {
+            p = partial + (size_t)q * NCO * ni_pad + i;
+            for (int c = 0; c < NCO; c++) {
+                if (c != OC_NNR2 && c != OC_NNID) r[c] += p[(size_t)c * ni_pad];
+            }
+            nn_merge(r, p[(size_t)OC_NNR2 * ni_pad], p[(size_t)OC_NNID * ni_pad]);
         }
-        nn_merge(r, p[(size_t)OC_NNR2 * ni_pad], p[(size_t)OC_NNID * ni_pad]);
     }
-    for (int c = 0; c < NCO; c++) out[(size_t)c * ni_pad + i] = r[c];
+    for (int s = REDUCE_LANES / 2; s >= 1; s >>= 1) {
+        if (lane >= s && lane < 2 * s)
+            for (int c = 0; c < NCO; c++) red[row][c][lane] = r[c];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (live && lane < s && lane + s < nparts) {
+            for (int c = 0; c < NCO; c++) {
+                if (c != OC_NNR2 && c != OC_NNID) r[c] += red[row][c][lane + s];
+            }
+            nn_merge(r, red[row][OC_NNR2][lane + s], red[row][OC_NNID][lane + s]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (live && lane == 0)
+        for (int c = 0; c < NCO; c++) out[(size_t)c * ni_pad + i] = r[c];
 }

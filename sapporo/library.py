@@ -10,11 +10,12 @@ Memory model (as on a GRAPE board): j-particles live in numbered memory slots
 next force call. Before each force call the j-particles are predicted on the device to the
 time given by :meth:`Library.set_time`. With several devices, addresses are spread round-robin
 (address ``a`` lives on device ``a % ndev``), each device computes partial forces, and the host
-combines them in device order.
+combines them in a fixed order (that of the parts, see ``_combine_parts``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from dataclasses import dataclass, field
@@ -23,7 +24,16 @@ from typing import Any
 import numpy as np
 
 from . import config
-from .backend import Buffer, Context, DeviceInfo, Event, HostBuffer, Kernel, get_backend
+from .backend import (
+    Buffer,
+    Context,
+    DeviceInfo,
+    Event,
+    HostBuffer,
+    Kernel,
+    Launch,
+    get_backend,
+)
 from .errors import BackendError, InputError, NonFiniteError, SapporoError
 from .launch import NI_CHUNK, LaunchConfig, LaunchTable, check_table, load_table, split_j
 
@@ -32,6 +42,10 @@ log = logging.getLogger(__name__)
 RAW_N = 6  # double4 records per raw j-particle: x|m, v|t, a, jerk, snap, crackle
 NCO = 12  # result rows: ax ay az pot jx jy jz nn_r2 sx sy sz nn_id
 OC_NNR2, OC_NNID = 7, 11
+#: the reduce kernel's lanes per i-particle and i-particles per group (common.h/.cuh);
+#: the lanes fix the order in which parts are summed (see _combine_parts)
+REDUCE_LANES, REDUCE_ROWS = 32, 4
+EPS2_ARG = 4  # position of eps2 among the force kernel's arguments
 #: work-group size of the one-particle-per-work-item kernels (scatter, predict, reduce);
 #: left to itself PoCL picks groups that make the prediction twice as slow
 LINEAR_LOCAL = 64
@@ -230,10 +244,8 @@ class _Plan:
     h_out: HostBuffer
     out: np.ndarray
     partial: Buffer
-    kernel: Kernel
-    reduce_k: Kernel | None
-    args: list[Any]
-    grid: tuple[tuple[int, int], tuple[int, int]]
+    force: Launch  # argument EPS2_ARG is set per call
+    reduce: Launch | None  # None: the host combines the parts
     h_cnt: HostBuffer | None
     h_lst: HostBuffer | None
     counts: np.ndarray | None
@@ -269,6 +281,7 @@ class _Device:
         # launch plans by (slot, ni, nj, neighbour lists): everything about a force launch
         # but the particle data, valid while no buffer was reallocated (generation)
         self._plans: dict[tuple, _Plan] = {}
+        self._predicts: dict[tuple[int, bool], tuple[int, Launch]] = {}  # (gen, launch)
         self._gen = 0
 
     # -- memory
@@ -338,16 +351,24 @@ class _Device:
             return
         lo, hi = int(local_addr[0]), int(local_addr[-1])
         if hi - lo + 1 == n:  # one contiguous block: plain copies
-            self.j["raw"].upload(np.ascontiguousarray(raw), offset=lo * RAW_N * 32)
-            self.j["id"].upload(np.ascontiguousarray(ids, dtype=np.int32), offset=lo * 4)
+            # not waited for: the sources are fresh arrays (raw comes from fancy indexing)
+            # that nothing else writes, and the backends keep them alive until copied
+            self.j["raw"].upload(np.ascontiguousarray(raw), offset=lo * RAW_N * 32, wait=False)
+            self.j["id"].upload(np.ascontiguousarray(ids, dtype=np.int32), offset=lo * 4,
+                                wait=False)
             return
-        addr = self._buf("scatter_addr", n * 4)
-        packed = self._buf("scatter_raw", n * RAW_N * 32)
-        pid = self._buf("scatter_id", n * 4)
-        addr.upload(local_addr.astype(np.int32))
-        packed.upload(np.ascontiguousarray(raw))
-        pid.upload(np.ascontiguousarray(ids, dtype=np.int32))
-        self.k_scatter(*_linear(n), np.int32(n), addr, packed, pid, self.j["raw"], self.j["id"])
+        # host buffers: asynchronous copies (page-locked on CUDA), written only here, after
+        # the previous call's work has been waited for
+        addr = self._host("scatter_addr", n * 4)
+        packed = self._host("scatter_raw", n * RAW_N * 32)
+        pid = self._host("scatter_id", n * 4)
+        addr.view(np.int32, (n,))[:] = local_addr
+        packed.view(np.float64, raw.shape)[:] = raw
+        pid.view(np.int32, (n,))[:] = ids
+        for host, nbytes in ((addr, n * 4), (packed, raw.nbytes), (pid, n * 4)):
+            host.to_device(nbytes)
+        self.k_scatter(*_linear(n), np.int32(n), addr.buffer, packed.buffer, pid.buffer,
+                       self.j["raw"], self.j["id"])
 
     def small_launch(self, ni: int, nj_local: int) -> bool:
         """Whether a force launch on ``ni`` i-particles goes to the companion device."""
@@ -361,21 +382,28 @@ class _Device:
         the force launch that follows goes there: no hand-off between the two)."""
         if n_local == 0:
             return
-        kernel = self.k_predict
-        if small:
-            if self.k_predict_small is None:
-                prog = self.ctx.build(f"predict.{self.ext}", self.lib._base_defines(),
-                                      small=True)
-                self.k_predict_small = prog.kernel("predict")
-            kernel = self.k_predict_small
-        j = self.j
-        args: list[Any] = [np.int32(n_local), np.float64(t), j["raw"], j["pos"]]
-        if self.lib.precision == "double-single":
-            args.append(j["pos_lo"])
-        args.append(j["vel"])
-        if self.lib.order >= 6:
-            args.append(j["acc"])
-        self._record(kernel(*_linear(n_local), *args))
+        key = (n_local, small)
+        launch = self._predicts.get(key)
+        if launch is None or launch[0] != self._gen:
+            kernel = self.k_predict
+            if small:
+                if self.k_predict_small is None:
+                    prog = self.ctx.build(f"predict.{self.ext}", self.lib._base_defines(),
+                                          small=True)
+                    self.k_predict_small = prog.kernel("predict")
+                kernel = self.k_predict_small
+            j = self.j
+            args: list[Any] = [np.int32(n_local), np.float64(t), j["raw"], j["pos"]]
+            if self.lib.precision == "double-single":
+                args.append(j["pos_lo"])
+            args.append(j["vel"])
+            if self.lib.order >= 6:
+                args.append(j["acc"])
+            if len(self._predicts) > 64:
+                self._predicts.clear()
+            launch = self._predicts[key] = (self._gen, kernel.prepare(*_linear(n_local), *args))
+        launch[1].set(1, np.float64(t))
+        self._record(launch[1]())
 
     def _record(self, ev: Event) -> None:
         if self.lib.profiling:
@@ -408,7 +436,7 @@ class _Device:
             h_lst = self._host(f"nblist{slot}", ni_pad * lib.nb_capacity * 4)
         j = self.j
         args: list[Any] = [np.int32(nj_local), np.int32(ni), np.int32(ni_pad), np.int32(jchunk),
-                           np.float64(0.0), j["pos"]]
+                           np.float64(0.0), j["pos"]]  # [EPS2_ARG]: set per call
         if lib.precision == "double-single":
             args.append(j["pos_lo"])
         args.append(j["vel"])
@@ -417,13 +445,18 @@ class _Device:
         args += [j["id"], h_in.buffer, partial]
         if ngb:
             args += [h_cnt.buffer, h_lst.buffer]
+        force = kernel.prepare((ni_pad // cfg.i_per_item, nparts * cfg.lj), (cfg.li, cfg.lj),
+                               *args)
+        reduce = None
+        if not host_reduce:
+            reduce = reduce_k.prepare(
+                (REDUCE_LANES, _round_up(ni, REDUCE_ROWS)), (REDUCE_LANES, REDUCE_ROWS),
+                np.int32(ni), np.int32(ni_pad), np.int32(nparts), partial, h_out.buffer)
         plan = _Plan(
             gen=self._gen, table=self.table, cfg=cfg, ni_pad=ni_pad, nparts=nparts,
             h_in=h_in, idata=h_in.view(np.float64, (nci, ni_pad)), h_out=h_out,
-            out=h_out.view(np.float64, out_shape), partial=partial, kernel=kernel,
-            reduce_k=None if host_reduce else reduce_k, args=args,
-            grid=((ni_pad // cfg.i_per_item, nparts * cfg.lj), (cfg.li, cfg.lj)),
-            h_cnt=h_cnt, h_lst=h_lst,
+            out=h_out.view(np.float64, out_shape), partial=partial, force=force,
+            reduce=reduce, h_cnt=h_cnt, h_lst=h_lst,
             counts=None if h_cnt is None else h_cnt.view(np.int32, (ni_pad,)),
             lists=None if h_lst is None else h_lst.view(np.int32, (ni_pad, lib.nb_capacity)),
         )
@@ -454,15 +487,13 @@ class _Device:
         if ni < plan.ni_pad:
             idata[:, ni:] = idata[:, ni - 1 : ni]  # padding repeats the last particle
         plan.h_in.to_device(idata.nbytes)
-        args = plan.args
-        args[4] = np.float64(eps2)
+        plan.force.set(EPS2_ARG, np.float64(eps2))
         if ngb:
             plan.counts[:] = 0
             plan.h_cnt.to_device(plan.counts.nbytes)
-        self._record(plan.kernel(*plan.grid, *args))
-        if plan.reduce_k is not None:
-            self._record(plan.reduce_k(*_linear(ni), np.int32(ni), np.int32(plan.ni_pad),
-                                       np.int32(plan.nparts), plan.partial, plan.h_out.buffer))
+        self._record(plan.force())
+        if plan.reduce is not None:
+            self._record(plan.reduce())
         plan.h_out.from_device(plan.out.nbytes)
         if ngb:
             plan.h_cnt.from_device(plan.counts.nbytes)
@@ -509,20 +540,46 @@ class _Device:
 
 
 def _combine_parts(parts: np.ndarray) -> np.ndarray:
-    """Combine (nparts, NCO, n) partial results as the ``reduce`` kernel does: sums in part
-    order; nearest neighbour by minimum r^2, ties to the lower id (order-independent). Also
-    combines the results of several devices (in device order)."""
-    if parts.shape[0] == 1:
+    """Combine (nparts, NCO, n) partial results as the ``reduce`` kernel does. Also combines
+    the results of several devices (as if they were parts).
+
+    Sums: lane l (of REDUCE_LANES) sums parts l, l + REDUCE_LANES, ... in order, then a
+    halving tree adds lane l + s into lane l (s = 16, 8, 4, 2, 1) where that lane holds
+    parts: the kernel's order, so the host and the device give the same bits. Nearest
+    neighbour: minimum r^2, ties to the lower id (order-independent)."""
+    nparts, n = parts.shape[0], parts.shape[2]
+    if nparts == 1:
         return parts[0]
-    # a reduction over the outer axis adds whole rows part after part: a fixed order
-    # (the two nearest-neighbour rows are summed too, then overwritten)
-    out = np.add.reduce(parts, axis=0)
-    if parts.shape[2] == 1:  # one i-particle (frequent in block steps): plain Python
-        best_r2, best_id = float(parts[0, OC_NNR2, 0]), -1.0
-        for r2, pid in zip(parts[:, OC_NNR2, 0].tolist(), parts[:, OC_NNID, 0].tolist(),
-                           strict=True):
-            if pid >= 0 and (best_id < 0 or r2 < best_r2 or (r2 == best_r2 and pid < best_id)):
-                best_r2, best_id = r2, pid
+    lanes = min(nparts, REDUCE_LANES)
+    full = nparts // REDUCE_LANES * REDUCE_LANES
+    if full:  # whole rows of lanes: one reduction over the outer axis adds them in order
+        x = np.add.reduce(parts[:full].reshape(-1, REDUCE_LANES, NCO, n), axis=0)
+        rest = nparts - full
+        if rest:
+            x[:rest] += parts[full:]
+    else:
+        x = parts.copy()
+    s = REDUCE_LANES // 2
+    while s >= 1:
+        m = min(s, lanes - s)  # lanes l < s whose partner l + s holds parts
+        if m > 0:
+            x[:m] += x[s : s + m]
+        s //= 2
+    out = x[0]
+    if n == 1:  # one i-particle (frequent in block steps)
+        r2s, pids = parts[:, OC_NNR2, 0], parts[:, OC_NNID, 0]
+        best_r2, best_id = float(r2s[0]), -1.0
+        if nparts <= 16:  # plain Python
+            for r2, pid in zip(r2s.tolist(), pids.tolist(), strict=True):
+                if pid >= 0 and (best_id < 0 or r2 < best_r2
+                                 or (r2 == best_r2 and pid < best_id)):
+                    best_r2, best_id = r2, pid
+        else:
+            valid = pids >= 0
+            if valid.any():
+                r2v, pidv = r2s[valid], pids[valid]
+                best_r2 = float(r2v.min())
+                best_id = float(pidv[r2v == best_r2].min())
         out[OC_NNR2, 0], out[OC_NNID, 0] = best_r2, best_id
         return out
     r2, pid = parts[:, OC_NNR2], parts[:, OC_NNID]
@@ -630,8 +687,7 @@ class Library:
             raise
         self._raw = np.zeros((0, RAW_N, 4), dtype=np.float64)
         self._ids = np.full(0, -1, dtype=np.int64)
-        self._dirty = np.zeros(0, dtype=bool)
-        self._any_dirty = False
+        self._dirty: list[np.ndarray] = []  # addresses changed since the last upload
         self._n_stored = 0
         self._time = 0.0
         self._predicted_time: float | None = None
@@ -776,8 +832,7 @@ class Library:
             self._grow(top)
         self._raw[addr] = rec
         self._ids[addr] = ids
-        self._dirty[addr] = True
-        self._any_dirty = True
+        self._dirty.append(addr)
         self._n_stored = max(self._n_stored, top)
 
     def reset(self) -> None:
@@ -785,8 +840,7 @@ class Library:
         self._check_open()
         self._raw[: self._n_stored] = 0.0
         self._ids[: self._n_stored] = -1
-        self._dirty[: self._n_stored] = True
-        self._any_dirty = True
+        self._dirty.append(np.arange(self._n_stored))
         self._n_stored = 0
 
     def _grow(self, top: int) -> None:
@@ -800,15 +854,21 @@ class Library:
             )
         raw = np.zeros((cap, RAW_N, 4), dtype=np.float64)
         ids = np.full(cap, -1, dtype=np.int64)
-        dirty = np.zeros(cap, dtype=bool)
         k = self._raw.shape[0]
-        raw[:k], ids[:k], dirty[:k] = self._raw, self._ids, self._dirty
-        self._raw, self._ids, self._dirty = raw, ids, dirty
+        raw[:k], ids[:k] = self._raw, self._ids
+        self._raw, self._ids = raw, ids
 
     def set_time(self, t: float) -> None:
         """Predict j-particles to time ``t`` before the next force call."""
         self._check_open()
         self._time = _scalar("t", t)
+
+    def _hold(self) -> contextlib.ExitStack:
+        """Keep every device ready for the operations of one call (see Context.hold)."""
+        stack = contextlib.ExitStack()
+        for dev in self._devs:
+            stack.enter_context(dev.ctx.hold())
+        return stack
 
     def _n_local(self, n: int, d: int) -> int:
         """Local addresses of device d among global addresses [0, n)."""
@@ -819,8 +879,10 @@ class Library:
         companion, because the force launch that follows goes there)."""
         nd = self.ndev
         changed = False
-        if self._any_dirty:
-            dirty = np.flatnonzero(self._dirty[: self._n_stored])
+        if self._dirty:
+            # each changed address once, in increasing order (the last write is in _raw)
+            dirty = np.unique(np.concatenate(self._dirty))
+            dirty = dirty[: np.searchsorted(dirty, self._n_stored)]
             for d, dev in enumerate(self._devs):
                 n_loc = self._n_local(self._n_stored, d)
                 if dev.ensure_j_capacity(n_loc):
@@ -829,8 +891,7 @@ class Library:
                     sel = dirty[dirty % nd == d]
                 if sel.size:
                     dev.upload_j(sel // nd, self._raw[sel], self._ids[sel])
-            self._dirty[:] = False
-            self._any_dirty = False
+            self._dirty.clear()
             changed = True
         if changed or self._predicted_time != self._time:
             for d, dev in enumerate(self._devs):
@@ -843,7 +904,9 @@ class Library:
     def compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None, a: Any = None,
                 nj: int | None = None) -> ForceResult:
         """Forces on i-particles from j-addresses [0, nj); blocking. See :meth:`start_compute`."""
-        return self.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj).result()
+        self._check_open()
+        with self._hold():  # one context switch for the whole call (CUDA)
+            return self.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj).result()
 
     def start_compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None,
                       a: Any = None, nj: int | None = None) -> PendingForce:
@@ -894,22 +957,23 @@ class Library:
                 raise InputError(f"nj: expected an integer, got {nj!r}") from None
             if nj < 0 or nj > self._n_stored:
                 raise InputError(f"nj: {nj} outside [0, {self._n_stored}] (addresses stored)")
-        # the prediction goes with a small launch to the companion unless it is itself
-        # large (it is O(N); one core against all of them)
-        self._sync_j([dev.small_launch(ni, self._n_local(nj, d))
-                      and self._n_local(self._n_stored, d) <= SMALL_PREDICT_MAX
-                      for d, dev in enumerate(self._devs)])
+        with self._hold():
+            # the prediction goes with a small launch to the companion unless it is itself
+            # large (it is O(N); one core against all of them)
+            self._sync_j([dev.small_launch(ni, self._n_local(nj, d))
+                          and self._n_local(self._n_stored, d) <= SMALL_PREDICT_MAX
+                          for d, dev in enumerate(self._devs)])
 
-        chunks = []
-        for k, c0 in enumerate(range(0, ni, NI_CHUNK)):
-            c1 = min(ni, c0 + NI_CHUNK)
-            per_dev = [
-                dev.launch_force(k, xi[c0:c1], vi[c0:c1], ids[c0:c1],
-                                 None if h2v is None else h2v[c0:c1],
-                                 None if ai is None else ai[c0:c1], self._n_local(nj, d), eps2)
-                for d, dev in enumerate(self._devs)
-            ]
-            chunks.append((c0, c1, per_dev))
+            chunks = []
+            for k, c0 in enumerate(range(0, ni, NI_CHUNK)):
+                c1 = min(ni, c0 + NI_CHUNK)
+                per_dev = [
+                    dev.launch_force(k, xi[c0:c1], vi[c0:c1], ids[c0:c1],
+                                     None if h2v is None else h2v[c0:c1],
+                                     None if ai is None else ai[c0:c1], self._n_local(nj, d), eps2)
+                    for d, dev in enumerate(self._devs)
+                ]
+                chunks.append((c0, c1, per_dev))
 
         def finish() -> ForceResult:
             for dev in self._devs:

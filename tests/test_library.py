@@ -10,6 +10,8 @@ Tolerances (the issue's accuracy contract), per i-particle:
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -493,27 +495,52 @@ def test_copying_host_buffers_give_identical_results(backend, monkeypatch):
         assert all(np.array_equal(a_res.neighbours(k), b_res.neighbours(k)) for k in range(50))
 
 
-@pytest.mark.parametrize("n", [40, 1])
-def test_combine_parts_matches_a_sequential_merge(n):
-    """The host-side merge of partial results: sums in part order (bitwise as a loop),
-    nearest neighbour by minimum r^2 with ties to the lower id, -1 when no part has one."""
+def lane_tree_sum(values: list[float]) -> float:
+    """The documented order of the part sums, one number at a time: lane l of 32 sums
+    values l, l + 32, ... in order; lane l + s is added into lane l for s = 16 .. 1 where
+    that lane holds values."""
+    lanes = [values[l::32] for l in range(min(32, len(values)))]
+    acc = []
+    for seq in lanes:
+        total = seq[0]
+        for v in seq[1:]:
+            total = total + v
+        acc.append(total)
+    s = 16
+    while s >= 1:
+        for lane in range(s):
+            if lane + s < len(acc):
+                acc[lane] = acc[lane] + acc[lane + s]
+        s //= 2
+    return acc[0]
+
+
+@pytest.mark.parametrize(("nparts", "n"), [(7, 40), (7, 1), (2, 3), (32, 5), (33, 2),
+                                           (100, 3), (512, 1), (64, 1)])
+def test_combine_parts_matches_the_lane_tree_order(nparts, n):
+    """The host-side merge of partial results: sums in the reduce kernel's lane-and-tree
+    order (bitwise as a scalar loop), nearest neighbour by minimum r^2 with ties to the
+    lower id, -1 when no part has one; and within float64 rounding of an exact sum."""
+    from fractions import Fraction
+
     from sapporo.library import NCO, OC_NNID, OC_NNR2, _combine_parts
 
-    rng = np.random.default_rng(5 + n)
-    nparts = 7
-    parts = rng.normal(size=(nparts, NCO, n))
+    rng = np.random.default_rng(5 + n + nparts)
+    parts = rng.normal(size=(nparts, NCO, n)) * 10.0 ** rng.integers(-3, 4, size=(nparts, 1, 1))
     r2 = rng.integers(1, 4, size=(nparts, n)).astype(float)  # many exact ties
     ids = rng.integers(-1, 6, size=(nparts, n)).astype(float)  # -1: no neighbour in part
     if n > 1:
         ids[:, 0] = -1.0  # no neighbour anywhere
     r2[ids < 0] = np.inf
     parts[:, OC_NNR2], parts[:, OC_NNID] = r2, ids
-    out = _combine_parts(parts)
-    total = parts[0].copy()
-    for p in range(1, nparts):
-        total = total + parts[p]
+    out = _combine_parts(parts.copy())
     rows = [c for c in range(NCO) if c not in (OC_NNR2, OC_NNID)]
-    assert np.array_equal(out[rows], total[rows])
+    for c in rows:
+        for k in range(n):
+            column = parts[:, c, k].tolist()
+            assert out[c, k] == lane_tree_sum(column), (c, k)
+            exact = float(sum(Fraction(v) for v in column))
+            assert abs(out[c, k] - exact) <= 1e-15 * nparts * np.abs(parts[:, c, k]).sum()
     for k in range(n):
         cand = [(r2[p, k], ids[p, k]) for p in range(nparts) if ids[p, k] >= 0]
         want = min(cand) if cand else (np.inf, -1.0)
@@ -547,10 +574,14 @@ def test_single_particle_results(make_lib, order):
         lib.compute([[1.0, 0, 0]], [[0.0, 0, 0]], [7], 0.0, a=[[0.0, 0, 0]], nj=2)
 
 
-def test_device_reduce_matches_host_merge(backend, monkeypatch):
+@pytest.mark.parametrize("many", [False, True], ids=["default-parts", "many-parts"])
+def test_device_reduce_matches_host_merge(backend, monkeypatch, many):
     """Parts combined by the device's reduce kernel (large launches) and on the host (small
-    ones) follow the same rule in the same order: the same bits, nearest neighbours too."""
+    ones) follow the same rule in the same order: the same bits, nearest neighbours too.
+    "many-parts": a launch table that cuts the j-range into more parts than the reduce
+    kernel has lanes (each lane sums several parts before the tree)."""
     import sapporo.library
+    from sapporo.launch import NI_CHUNK, LaunchTable
 
     n = 700
     x, v, m, ids, _, _ = system(n, seed=47)
@@ -559,11 +590,19 @@ def test_device_reduce_matches_host_merge(backend, monkeypatch):
         monkeypatch.setattr(sapporo.library, "HOST_REDUCE_MAX", limit)
         with sapporo.Library(order=4, precision="double", backend=backend) as lib:
             load(lib, x, v, m, ids)
+            if many:
+                cfg = lib.launch_tables()[0].for_ni(20)
+                lib.set_launch_table(LaunchTable([(NI_CHUNK, dataclasses.replace(
+                    cfg, groups_per_cu=512, min_jchunk=8))], source="test: many parts"))
             res = lib.compute(x[:20], v[:20], ids[:20], 0.0)
             plan = next(iter(lib._devs[0]._plans.values()))
-            assert plan.nparts > 1 and (plan.reduce_k is not None) == (limit == 0)
+            assert (plan.reduce is not None) == (limit == 0)
+            assert plan.nparts > (sapporo.library.REDUCE_LANES if many else 1), plan.nparts
             out.append(res)
     a, b = out
     assert np.array_equal(a.acc, b.acc) and np.array_equal(a.jerk, b.jerk)
     assert np.array_equal(a.pot, b.pot) and np.array_equal(a.nn_index, b.nn_index)
     assert np.array_equal(a.nn_r2, b.nn_r2)
+    r = ref.forces(x[:20], v[:20], ids[:20], x, v, m, ids, 0.0, order=4)
+    assert ref.relative_vector_error(a.acc, r.acc, r.acc_abs).max() < 1e-13
+    assert ref.relative_vector_error(a.jerk, r.jerk, r.jerk_abs).max() < 1e-13

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .. import config
 from ..errors import BackendError
-from .base import Backend, Buffer, Context, DeviceInfo, Event, HostBuffer, Kernel, Program
+from .base import Backend, Buffer, Context, DeviceInfo, Event, HostBuffer, Kernel, Launch, Program
 
 __all__ = [
     "Backend",
@@ -23,6 +23,7 @@ __all__ = [
     "Event",
     "HostBuffer",
     "Kernel",
+    "Launch",
     "Program",
     "get_backend",
     "probe_backends",

@@ -8,6 +8,7 @@ size); the CUDA backend converts them to grid and block dimensions.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
@@ -102,6 +103,34 @@ class Kernel(ABC):
     ) -> Event:
         """Launch over a 1-D or 2-D range; ``args`` are :class:`Buffer` or numpy scalars."""
 
+    def prepare(
+        self, global_size: tuple[int, ...], local_size: tuple[int, ...] | None, *args: Any
+    ) -> Launch:
+        """A launch of this kernel with these sizes and arguments, to be repeated.
+
+        Backends check the sizes and pack the arguments once here, so that a repeated launch
+        costs only the driver call (the library's launch plans use this)."""
+        return Launch(self, global_size, local_size, args)
+
+
+class Launch:
+    """A prepared kernel launch: :meth:`__call__` enqueues it, :meth:`set` replaces one
+    argument by a value of the same kind (a scalar that changes from call to call)."""
+
+    def __init__(self, kernel: Kernel, global_size: tuple[int, ...],
+                 local_size: tuple[int, ...] | None, args: tuple[Any, ...]):
+        self.kernel = kernel
+        self.global_size, self.local_size = global_size, local_size
+        self.args = list(args)
+
+    def set(self, position: int, value: Any) -> None:
+        """Replace argument ``position`` for the following launches."""
+        self.args[position] = value
+
+    def __call__(self) -> Event:
+        """Enqueue the launch; returns its completion."""
+        return self.kernel(self.global_size, self.local_size, *self.args)
+
 
 class Program(ABC):
     """A compiled kernel source."""
@@ -158,6 +187,11 @@ class Context(ABC):
     small_pairs: int = 0
 
     info: DeviceInfo
+
+    def hold(self) -> contextlib.AbstractContextManager[None]:
+        """Within the block, keep the device ready for a series of operations (CUDA: its
+        context stays current instead of being made current by every operation)."""
+        return contextlib.nullcontext()
 
     @abstractmethod
     def alloc(self, nbytes: int) -> Buffer:

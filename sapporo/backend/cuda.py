@@ -10,7 +10,12 @@ Mapping of the OpenCL-style interface:
 
 * A context is a PyCUDA context (``Device.make_context``) with one stream; every operation
   pushes the context for its duration and pops it afterwards, so several devices can be
-  driven from one thread and no context stays current between calls.
+  driven from one thread and no context stays current between calls. Within
+  ``Context.hold()`` (the library holds it for a whole force call) the context stays
+  current and the operations push nothing.
+* Events are recorded only where they are needed: kernel timing when profiling. Waiting
+  for an operation otherwise waits for the stream (one stream, in order: the operation
+  is done then too).
 * Launch sizes are given OpenCL-style (``global_size``, ``local_size``): block =
   ``local_size``, grid = ``global_size / local_size`` per dimension.
 * Transfers are stream-ordered. Downloads with ``wait=False`` go through a page-locked
@@ -18,6 +23,8 @@ Mapping of the OpenCL-style interface:
   block until the queued kernels have finished); the caller's array is filled when the
   returned event is waited for or when the context finishes. Uploads from pageable memory
   are staged by the driver itself and return as soon as the source has been read.
+* Host buffers (``alloc_host``) are page-locked: the per-call i-particle data and results
+  travel by asynchronous DMA in both directions, without staging copies.
 """
 
 from __future__ import annotations
@@ -26,8 +33,9 @@ import contextlib
 import hashlib
 import logging
 import math
+import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import PurePath
 from typing import Any
 
@@ -41,7 +49,9 @@ from .base import (
     Context,
     DeviceInfo,
     Event,
+    HostBuffer,
     Kernel,
+    Launch,
     Program,
     format_defines,
     kernel_dir,
@@ -73,25 +83,65 @@ def _import_driver() -> Any:
     return drv
 
 
-class CUEvent(Event):
-    """Completion of stream work: a recorded ``pycuda.driver.Event`` (None: already done).
+_TLS = threading.local()  # .stack: the CUContexts made current by _Activation, per thread
 
-    ``then`` runs once, on the host, after the event has completed (used to copy a staged
+
+class _Activation:
+    """``with``: make a :class:`CUContext` current on this thread for the block.
+
+    Nothing is pushed when it is already the current one (an enclosing block of the same
+    context): a whole library call then costs one push and one pop, not one per operation.
+    """
+
+    __slots__ = ("ctx",)
+
+    def __init__(self, ctx: CUContext):
+        self.ctx = ctx
+
+    def __enter__(self) -> None:
+        try:
+            stack = _TLS.stack
+        except AttributeError:
+            stack = _TLS.stack = []
+        ctx = self.ctx
+        if not stack or stack[-1] is not ctx:
+            if ctx._ctx is None:
+                raise BackendError(f"CUDA context of {ctx.info.name} is closed")
+            ctx._ctx.push()
+        stack.append(ctx)
+
+    def __exit__(self, *exc: object) -> None:
+        stack = _TLS.stack
+        ctx = stack.pop()
+        if not stack or stack[-1] is not ctx:  # this block pushed it
+            ctx.drv.Context.pop()
+
+
+class CUEvent(Event):
+    """Completion of stream work.
+
+    ``end`` is a recorded ``pycuda.driver.Event``; without one, waiting waits for the
+    whole stream (in order, so the work is done then too). No context: already done.
+    ``then`` runs once, on the host, after the work has completed (used to copy a staged
     download into the caller's array).
     """
 
     def __init__(
         self,
         ctx: CUContext | None,
-        end: Any,
+        end: Any = None,
         start: Any = None,
         then: Callable[[], None] | None = None,
     ):
         self._ctx, self._end, self._start, self._then = ctx, end, start, then
 
     def wait(self) -> None:
-        if self._end is not None and self._ctx is not None:
+        if self._ctx is not None:
             self._ctx.synchronize(self._end)
+        self.completed()
+
+    def completed(self) -> None:
+        """The stream has been synchronized past this work: run ``then``, forget the rest."""
         then, self._then = self._then, None
         if then is not None:
             then()
@@ -135,38 +185,36 @@ class CUBuffer(Buffer):
     def upload(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> Event:
         self._check(host, offset)
         if host.nbytes == 0:
-            return CUEvent(None, None)
+            return CUEvent(None)
         ctx = self._ctx
         with ctx.active():
             ctx.drv.memcpy_htod_async(int(self.mem) + offset, host, ctx.stream)
-            end = ctx.record()
         if wait:
-            ctx.synchronize(end)
-        return CUEvent(ctx, end)
+            ctx.synchronize()
+            return CUEvent(None)
+        return CUEvent(ctx)
 
     def download(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> Event:
         self._check(host, offset)
         if host.nbytes == 0:
-            return CUEvent(None, None)
+            return CUEvent(None)
         ctx = self._ctx
         if wait:
             with ctx.active():
                 ctx.drv.memcpy_dtoh_async(host, int(self.mem) + offset, ctx.stream)
-                end = ctx.record()
-            ctx.synchronize(end)
-            return CUEvent(ctx, end)
+            ctx.synchronize()
+            return CUEvent(None)
         n = host.nbytes
         with ctx.active():
             stage = ctx.staging_acquire(n)
             ctx.drv.memcpy_dtoh_async(stage[:n], int(self.mem) + offset, ctx.stream)
-            end = ctx.record()
         target = host.reshape(-1).view(np.uint8)
 
         def copy_out() -> None:
             np.copyto(target, stage[:n])
             ctx.staging_release(stage, event)
 
-        event = CUEvent(ctx, end, then=copy_out)
+        event = CUEvent(ctx, then=copy_out)
         ctx.pending.append(event)
         return event
 
@@ -175,18 +223,68 @@ class CUBuffer(Buffer):
             raise BackendError("buffer was freed")
         words = self.nbytes // 4
         if words == 0:
-            return CUEvent(None, None)
+            return CUEvent(None)
         ctx = self._ctx
         with ctx.active():
             ctx.drv.memset_d32_async(self.mem, int(value) & 0xFFFFFFFF, words, ctx.stream)
-            end = ctx.record()
-        return CUEvent(ctx, end)
+        return CUEvent(ctx)
 
     def free(self) -> None:
         mem, self.mem = self.mem, None
         if mem is not None:
             with self._ctx.active():
                 mem.free()
+
+
+class CUHostBuffer(HostBuffer):
+    """Page-locked host memory paired with device memory of the same size.
+
+    Copies in both directions are asynchronous DMA on the stream, straight between the
+    two (no staging copy, no event): the host array holds the device's data once the
+    stream has been synchronized, as :class:`HostBuffer` promises.
+    """
+
+    def __init__(self, ctx: CUContext, nbytes: int):
+        buffer = CUBuffer(ctx, nbytes)
+        drv = ctx.drv
+        try:
+            with ctx.active():
+                array = drv.pagelocked_empty(max(int(nbytes), 4), np.uint8)
+        except drv.Error as exc:
+            buffer.free()
+            raise BackendError(
+                f"cannot allocate {nbytes} bytes of page-locked memory: {exc}"
+            ) from exc
+        super().__init__(buffer, array, zero_copy=False)
+        self._ctx = ctx
+
+    def _mem(self) -> Any:
+        mem = self.buffer.mem
+        if mem is None or self.array is None:
+            raise BackendError("host buffer was freed")
+        return mem
+
+    def to_device(self, nbytes: int | None = None) -> None:
+        n = self.nbytes if nbytes is None else int(nbytes)
+        if n > 0:
+            ctx, mem = self._ctx, self._mem()
+            with ctx.active():
+                ctx.drv.memcpy_htod_async(mem, self.array[:n], ctx.stream)
+
+    def from_device(self, nbytes: int | None = None) -> None:
+        n = self.nbytes if nbytes is None else int(nbytes)
+        if n > 0:
+            ctx, mem = self._ctx, self._mem()
+            with ctx.active():
+                ctx.drv.memcpy_dtoh_async(self.array[:n], mem, ctx.stream)
+
+    def free(self) -> None:
+        self.buffer.free()
+        array, self.array = self.array, None
+        base = getattr(array, "base", None)
+        if hasattr(base, "free") and self._ctx._ctx is not None:
+            with self._ctx.active():
+                base.free()
 
 
 def _default_block(global_size: int, limit: int = 256) -> int:
@@ -200,6 +298,7 @@ class CUKernel(Kernel):
     Arguments are packed by ``Function.prepare`` / ``prepared_async_call`` with a format
     derived from the arguments themselves (``P`` device pointer, ``i`` int, ``d`` double,
     ``f`` float, ``I`` unsigned), which skips PyCUDA's per-call argument inspection.
+    :meth:`prepare` does the checks and the packing once for repeated launches.
     """
 
     _FORMAT = {np.int32: "i", np.uint32: "I", np.float32: "f", np.float64: "d"}
@@ -208,39 +307,34 @@ class CUKernel(Kernel):
         self._ctx, self._func, self.name = ctx, func, name
         self._format: str | None = None
 
-    def _args(self, args: tuple[Any, ...]) -> tuple[str, list[Any]]:
-        fmt, out = [], []
-        for pos, a in enumerate(args):
-            if isinstance(a, CUBuffer):
-                if a.mem is None:
-                    raise BackendError(f"kernel {self.name}: argument {pos} is a freed buffer")
-                fmt.append("P")
-                out.append(int(a.mem))
-            elif type(a) in self._FORMAT:
-                fmt.append(self._FORMAT[type(a)])
-                out.append(a)
-            elif isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, float)):
-                raise BackendError(
-                    f"kernel {self.name}: argument {pos} has unsupported type "
-                    f"{type(a).__name__} (give a Buffer, numpy.int32 or numpy.float64)"
-                )
-            elif isinstance(a, int):
-                if not -(2**31) <= a < 2**31:
-                    raise BackendError(f"kernel {self.name}: argument {pos} overflows an int")
-                fmt.append("i")
-                out.append(a)
-            else:
-                fmt.append("d")
-                out.append(float(a))
-        return "".join(fmt), out
+    def _arg(self, pos: int, a: Any) -> tuple[str, Any]:
+        """Format letter and value of argument ``pos``."""
+        if isinstance(a, CUBuffer):
+            if a.mem is None:
+                raise BackendError(f"kernel {self.name}: argument {pos} is a freed buffer")
+            return "P", int(a.mem)
+        letter = self._FORMAT.get(type(a))
+        if letter is not None:
+            return letter, a
+        if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, float)):
+            raise BackendError(
+                f"kernel {self.name}: argument {pos} has unsupported type "
+                f"{type(a).__name__} (give a Buffer, numpy.int32 or numpy.float64)"
+            )
+        if isinstance(a, int):
+            if not -(2**31) <= a < 2**31:
+                raise BackendError(f"kernel {self.name}: argument {pos} overflows an int")
+            return "i", a
+        return "d", float(a)
 
-    def __call__(
-        self,
-        global_size: tuple[int, ...],
-        local_size: tuple[int, ...] | None,
-        *args: Any,
-        wait: bool = False,
-    ) -> Event:
+    def _args(self, args: tuple[Any, ...]) -> tuple[str, list[Any]]:
+        packed = [self._arg(pos, a) for pos, a in enumerate(args)]
+        return "".join(f for f, _ in packed), [v for _, v in packed]
+
+    def _shape(
+        self, global_size: tuple[int, ...], local_size: tuple[int, ...] | None
+    ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """Checked (grid, block) of an OpenCL-style launch size."""
         gs = tuple(int(g) for g in global_size)
         if not 1 <= len(gs) <= 3 or any(g < 1 for g in gs):
             raise BackendError(f"kernel {self.name}: invalid global size {gs}")
@@ -261,15 +355,19 @@ class CUKernel(Kernel):
                 f"{self._ctx.info.max_work_group_size}"
             )
         pad = (1,) * (3 - len(gs))
-        block = ls + pad
         grid = tuple(g // s for g, s in zip(gs, ls, strict=True)) + pad
-        fmt, values = self._args(args)
+        return grid, ls + pad  # type: ignore[return-value]
+
+    def _launch(self, grid: tuple[int, ...], block: tuple[int, ...], fmt: str,
+                values: list[Any], wait: bool) -> Event:
         ctx = self._ctx
+        start = end = None
         with ctx.active():
             if fmt != self._format:
                 self._func.prepare(fmt)
                 self._format = fmt
-            start = ctx.record(timing=True) if ctx.profiling else None
+            if ctx.profiling:
+                start = ctx.record(timing=True)
             try:
                 self._func.prepared_async_call(grid, block, ctx.stream, *values)
             except ctx.drv.Error as exc:
@@ -277,10 +375,60 @@ class CUKernel(Kernel):
                     f"launch of kernel {self.name} (grid {grid}, block {block}) failed on "
                     f"{ctx.info.name}: {exc}"
                 ) from exc
-            end = ctx.record(timing=ctx.profiling)
+            if ctx.profiling:
+                end = ctx.record(timing=True)
         if wait:
             ctx.synchronize(end)
         return CUEvent(ctx, end, start)
+
+    def __call__(
+        self,
+        global_size: tuple[int, ...],
+        local_size: tuple[int, ...] | None,
+        *args: Any,
+        wait: bool = False,
+    ) -> Event:
+        grid, block = self._shape(global_size, local_size)
+        fmt, values = self._args(args)
+        return self._launch(grid, block, fmt, values, wait)
+
+    def prepare(
+        self, global_size: tuple[int, ...], local_size: tuple[int, ...] | None, *args: Any
+    ) -> Launch:
+        return CULaunch(self, global_size, local_size, args)
+
+
+class CULaunch(Launch):
+    """A checked, packed launch of a :class:`CUKernel`: each call is the driver call alone
+    (and a check that no buffer argument has been freed since)."""
+
+    kernel: CUKernel
+
+    def __init__(self, kernel: CUKernel, global_size: tuple[int, ...],
+                 local_size: tuple[int, ...] | None, args: tuple[Any, ...]):
+        super().__init__(kernel, global_size, local_size, args)
+        self._grid, self._block = kernel._shape(global_size, local_size)
+        self._fmt, self._values = kernel._args(tuple(args))
+        self._buffers = [a for a in args if isinstance(a, CUBuffer)]
+
+    def set(self, position: int, value: Any) -> None:
+        letter, packed = self.kernel._arg(position, value)
+        if letter != self._fmt[position]:
+            raise BackendError(
+                f"kernel {self.kernel.name}: argument {position} was prepared as "
+                f"{self._fmt[position]!r}, not {letter!r} ({type(value).__name__})"
+            )
+        self.args[position] = value
+        self._values[position] = packed
+        if isinstance(value, CUBuffer):
+            self._buffers = [a for a in self.args if isinstance(a, CUBuffer)]
+
+    def __call__(self) -> Event:
+        for buf in self._buffers:
+            if buf.mem is None:
+                raise BackendError(f"kernel {self.kernel.name}: a prepared buffer argument "
+                                   "has been freed")
+        return self.kernel._launch(self._grid, self._block, self._fmt, self._values, False)
 
 
 class CUProgram(Program):
@@ -330,6 +478,9 @@ class CUContext(Context):
         self._staging: list[np.ndarray] = []  # free page-locked staging areas
         self._programs: dict[str, CUProgram] = {}
         self._buffers: weakref.WeakSet[CUBuffer] = weakref.WeakSet()
+        self._hosts: weakref.WeakSet[CUHostBuffer] = weakref.WeakSet()
+        self._activation = _Activation(self)
+        self._ctx: Any = None
         self._device = drv.Device(info.index)
         try:
             self._ctx = self._device.make_context()
@@ -347,19 +498,17 @@ class CUContext(Context):
         drv.Context.pop()
         self._no_timing = int(getattr(getattr(drv, "event_flags", None), "DISABLE_TIMING", 0))
 
-    @contextlib.contextmanager
-    def active(self) -> Iterator[None]:
-        """Make this context current for the duration of the block."""
-        if self._ctx is None:
-            raise BackendError(f"CUDA context of {self.info.name} is closed")
-        self._ctx.push()
-        try:
-            yield
-        finally:
-            self.drv.Context.pop()
+    def active(self) -> _Activation:
+        """``with ctx.active():`` this context is current on this thread within the block."""
+        return self._activation
+
+    def hold(self) -> _Activation:
+        """Keep this context current across a series of operations (one push, one pop)."""
+        return self._activation
 
     def record(self, timing: bool = False) -> Any:
-        """Record an event on the stream (timing events only when asked for)."""
+        """Record an event on the stream (call with the context active; timing events only
+        when asked for)."""
         ev = self.drv.Event() if timing else self.drv.Event(self._no_timing)
         ev.record(self.stream)
         return ev
@@ -388,6 +537,12 @@ class CUContext(Context):
         buf = CUBuffer(self, nbytes)
         self._buffers.add(buf)
         return buf
+
+    def alloc_host(self, nbytes: int) -> HostBuffer:
+        """A page-locked :class:`CUHostBuffer` (asynchronous copies both ways)."""
+        host = CUHostBuffer(self, nbytes)
+        self._hosts.add(host)
+        return host
 
     def build(self, source_name: str, defines: dict[str, Any] | None = None,
               small: bool = False) -> Program:
@@ -453,13 +608,15 @@ class CUContext(Context):
         self.synchronize()
         pending, self.pending = self.pending, []
         for ev in pending:
-            ev.wait()
+            ev.completed()
 
     def close(self) -> None:
         if getattr(self, "_ctx", None) is None:
             return
         try:
             self.finish()
+            for host in list(self._hosts):
+                host.free()
             for buf in list(self._buffers):
                 buf.free()
             self._programs.clear()

@@ -286,6 +286,103 @@ def test_launch_sizes_and_arguments(fake_ctx: tuple[Any, Any]) -> None:
     assert drv.state["depth"] == 0
 
 
+def test_prepared_launch(fake_ctx: tuple[Any, Any]) -> None:
+    """A prepared launch is checked and packed once; set() keeps the argument's kind; a
+    freed buffer argument is refused, not passed on as a dangling pointer."""
+    ctx, drv = fake_ctx
+    force = ctx.build("force.cl", {"ORDER": 4, "PRECISION": 2, "LI": 8, "LJ": 4}).kernel("force")
+    buf = ctx.alloc(16)
+    launch = force.prepare((64, 12), (8, 4), np.int32(5), np.float64(0.5), buf)
+    launch()
+    launch.set(1, np.float64(2.5))
+    launch()
+    (_, fmt1, args1, block, grid), (_, fmt2, args2, _, _) = list(drv.state["launches"])[-2:]
+    assert fmt1 == fmt2 == "idP" and block == (8, 4, 1) and grid == (8, 3, 1)
+    assert args1 == (5, 0.5, int(buf.mem)) and args2 == (5, 2.5, int(buf.mem))
+    assert launch.args[1] == 2.5
+    with pytest.raises(BackendError, match="prepared as 'd', not 'i'"):
+        launch.set(1, np.int32(3))
+    with pytest.raises(BackendError, match="not a multiple"):
+        force.prepare((65, 12), (8, 4), np.int32(5))
+    buf.free()
+    with pytest.raises(BackendError, match="has been freed"):
+        launch()
+    assert drv.state["depth"] == 0
+
+
+def test_hold_makes_the_context_current_once(clean_selection: pytest.MonkeyPatch) -> None:
+    """Within hold() operations push nothing; another device's operations inside it push
+    their own context and leave the held one current again."""
+    drv = install_fake(clean_selection, count=2)
+    be = backend_mod.get_backend("cuda")
+    a, b = be.open(0), be.open(1)
+    try:
+        buf_a, buf_b = a.alloc(64), b.alloc(64)
+        calls = drv.state["calls"]
+        calls.clear()
+        with a.hold():
+            buf_a.upload(np.zeros(8), wait=False)
+            buf_b.upload(np.zeros(8), wait=False)  # device b: its own push and pop
+            buf_a.fill(0)
+            with a.hold():  # nested: nothing more
+                buf_a.upload(np.ones(8), wait=False)
+            assert drv.state["depth"] == 1
+        assert calls["push"] == 2 and calls["pop"] == 2 and drv.state["depth"] == 0
+        assert calls["record"] == 0, "no events unless waited on or timed"
+        out = np.zeros(8)
+        buf_a.download(out)
+        assert (out == 1.0).all()
+    finally:
+        a.close()
+        b.close()
+    assert drv.state["depth"] == 0
+
+
+def test_host_buffers_are_page_locked(fake_ctx: tuple[Any, Any]) -> None:
+    ctx, drv = fake_ctx
+    pinned = drv.state["pinned"]
+    host = ctx.alloc_host(40)
+    assert drv.state["pinned"] == pinned + 1 and not host.zero_copy
+    host.view(np.float64, (5,))[:] = np.arange(5.0)
+    host.to_device()
+    host.view(np.float64, (5,))[:] = 0.0
+    host.from_device(24)
+    ctx.finish()
+    np.testing.assert_array_equal(host.view(np.float64, (5,)), [0.0, 1.0, 2.0, 0.0, 0.0])
+    host.free()
+    host.free()  # idempotent
+    with pytest.raises(BackendError, match="freed"):
+        host.to_device()
+
+
+@pytest.mark.parametrize("update", [False, True], ids=["force", "step"])
+def test_library_call_driver_operations(clean_selection: pytest.MonkeyPatch, update: bool) -> None:
+    """A force call on one active particle makes the fewest driver calls that do the job
+    (what a call at N_active = 1 costs on a GPU is mostly these): one context push, the
+    i-particle upload, the launches, one download, one stream synchronization, no event.
+    A block step (one j-particle updated, a new time) adds its upload and the prediction."""
+    import sapporo
+
+    drv = install_fake(clean_selection, execute=False, poison=False)
+    n = 3000
+    x, v, m = reference.plummer(n, seed=3)
+    with sapporo.Library(order=4, backend="cuda") as lib:
+        lib.set_j_particles(np.arange(n), np.arange(n), 0.0, m, x, v)
+        lib.compute(x[:1], v[:1], [0], 1e-4)
+        calls = drv.state["calls"]
+        calls.clear()
+        drv.state["launches"].clear()
+        if update:
+            lib.set_j_particles([5], [5], 0.01, m[5], x[5:6], v[5:6])
+            lib.set_time(0.01)
+        res = lib.compute(x[:1], v[:1], [0], 1e-4)
+        assert res.acc.shape == (1, 3)
+        launches = [name for name, *_ in drv.state["launches"]]
+        assert launches == (["predict", "force"] if update else ["force"])
+        assert dict(calls) == {"push": 1, "pop": 1, "htod": 3 if update else 1, "dtoh": 1,
+                               "sync": 1, "launch": len(launches)}
+
+
 def test_asynchronous_errors_become_backend_errors(fake_ctx: tuple[Any, Any]) -> None:
     ctx, drv = fake_ctx
 
@@ -402,6 +499,7 @@ def test_cuda_profiling_events() -> None:
 
 
 RAW_N, NCO = 6, 12
+REDUCE_LANES, REDUCE_ROWS = 32, 4  # the reduce kernel's group (common.cuh)
 IC = {"x": 0, "y": 1, "z": 2, "h2": 3, "vx": 4, "vy": 5, "vz": 6, "id": 7, "ax": 8}
 OC_NNR2, OC_NNID = 7, 11
 
@@ -546,9 +644,10 @@ def run_forces(ctx: Any, ext: str, variant: tuple[int, ...], n: int = 700, ni: i
         if ngb:
             cnt.fill(0)
         force_prog.kernel("force")((ni_pad // w, nparts * lj), (li, lj), *fargs)
-        ni64 = -(-ni // 64) * 64
-        force_prog.kernel("reduce")((ni64,), (64,), np.int32(ni), np.int32(ni_pad),
-                                    np.int32(nparts), partial, final)
+        rows = -(-ni // REDUCE_ROWS) * REDUCE_ROWS
+        force_prog.kernel("reduce")((REDUCE_LANES, rows), (REDUCE_LANES, REDUCE_ROWS),
+                                    np.int32(ni), np.int32(ni_pad), np.int32(nparts), partial,
+                                    final)
         out = np.empty((NCO, ni_pad))
         final.download(out, wait=False)
         ctx.finish()
@@ -639,16 +738,20 @@ def test_cuda_kernels_match_reference(cuda_context: Any, variant: tuple[int, ...
                 assert sorted(lists2[k, :counts[k]]) == sorted(lists[k, :counts[k]])
 
 
-@pytest.mark.parametrize("variant", [(4, 2, 0, 16, 1, 64, 1), (6, 2, 1, 4, 3, 24, 1)],
-                         ids=["lj1", "lj3"])
-def test_emulated_cuda_equals_opencl_bitwise(opencl_context: Any,
-                                             variant: tuple[int, ...]) -> None:
+@pytest.mark.parametrize(("variant", "nparts"), [((4, 2, 0, 16, 1, 64, 1), 3),
+                                                 ((6, 2, 1, 4, 3, 24, 1), 3),
+                                                 ((4, 2, 0, 16, 1, 64, 1), 45)],
+                         ids=["lj1", "lj3", "lj1-45parts"])
+def test_emulated_cuda_equals_opencl_bitwise(opencl_context: Any, variant: tuple[int, ...],
+                                             nparts: int) -> None:
     """In double precision, lanes combined in lane order (LJ = 1 or not a power of two),
     the CUDA kernels do the OpenCL kernels' arithmetic in the same order: same bits. (On a
-    GPU only up to contraction into FMAs, which nvcc does and the OpenCL build forbids.)"""
+    GPU only up to contraction into FMAs, which nvcc does and the OpenCL build forbids.)
+    45 parts: the two reduce kernels (warp shuffles against local memory) sum in the same
+    lane-and-tree order."""
     with emulated_cuda(), opened("cuda", "no emulated CUDA") as ctx:
-        cu = run_forces(ctx, "cu", variant)
-    cl = run_forces(opencl_context, "cl", variant)
+        cu = run_forces(ctx, "cu", variant, nparts=nparts)
+    cl = run_forces(opencl_context, "cl", variant, nparts=nparts)
     ni = cu["ni"]  # the padding past ni is not written (reduce stops at ni)
     np.testing.assert_array_equal(cu["out"][:, :ni], cl["out"][:, :ni])
 

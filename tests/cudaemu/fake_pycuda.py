@@ -22,7 +22,7 @@ import contextlib
 import sys
 import threading
 import types
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -47,12 +47,20 @@ def make_fake_pycuda(
     count: int = 1,
     compile_error: str | None = None,
     execute: bool = False,
+    poison: bool = True,
 ) -> dict[str, types.ModuleType]:
-    """The three modules of the stand-in, to be put into ``sys.modules``."""
+    """The three modules of the stand-in, to be put into ``sys.modules``.
+
+    ``poison=False``: new allocations are zeros instead of 0xff bytes (for measuring the
+    host-side cost of calls with ``execute=False``, whose results must then be finite).
+    ``state["calls"]`` counts the driver operations by name (push, pop, record, sync,
+    htod, dtoh, memset, launch, pinned).
+    """
     drv = types.ModuleType("pycuda.driver")
+    calls: Counter[str] = Counter()
     state: dict[str, Any] = {"depth": 0, "memory": {}, "launches": deque(maxlen=1000),
                              "builds": deque(maxlen=1000), "pinned": 0, "detached": 0,
-                             "schedule": (0, 1)}
+                             "schedule": (0, 1), "calls": calls}
     drv.state = state
 
     class Error(Exception):
@@ -85,10 +93,12 @@ def make_fake_pycuda(
 
     class Ctx:
         def push(self) -> None:
+            calls["push"] += 1
             state["depth"] += 1
 
         @staticmethod
         def pop() -> None:
+            calls["pop"] += 1
             if state["depth"] <= 0:
                 raise LogicError("context pop without push")
             state["depth"] -= 1
@@ -126,7 +136,7 @@ def make_fake_pycuda(
 
     class Stream:
         def synchronize(self) -> None:
-            pass
+            calls["sync"] += 1
 
     class Event:
         def __init__(self, flags: int = 0):
@@ -134,9 +144,11 @@ def make_fake_pycuda(
 
         def record(self, stream: Any = None) -> Event:
             current()
+            calls["record"] += 1
             return self
 
         def synchronize(self) -> Event:
+            calls["sync"] += 1
             return self
 
         def query(self) -> bool:
@@ -154,7 +166,7 @@ def make_fake_pycuda(
 
         def __init__(self, nbytes: int):
             self.nbytes = nbytes
-            self.block = np.full(nbytes + 2 * GUARD, 0xFF, np.uint8)
+            self.block = np.full(nbytes + 2 * GUARD, 0xFF if poison else 0, np.uint8)
             self.block[:GUARD] = _GUARD_BYTE
             self.block[GUARD + nbytes:] = _GUARD_BYTE
             self.addr = self.block.ctypes.data + GUARD
@@ -191,18 +203,22 @@ def make_fake_pycuda(
 
     def memcpy_htod_async(dest: Any, src: np.ndarray, stream: Any = None) -> None:
         current()
+        calls["htod"] += 1
         locate(int(dest), src.nbytes)[:] = host_bytes(src)
 
     def memcpy_dtoh_async(dest: np.ndarray, src: Any, stream: Any = None) -> None:
         current()
+        calls["dtoh"] += 1
         host_bytes(dest)[:] = locate(int(src), dest.nbytes)
 
     def memset_d32_async(dest: Any, value: int, words: int, stream: Any = None) -> None:
         current()
+        calls["memset"] += 1
         locate(int(dest), 4 * words).view(np.uint32)[:] = value
 
     def pagelocked_empty(shape: Any, dtype: Any) -> np.ndarray:
         current()
+        calls["pinned"] += 1
         state["pinned"] += 1
         return np.empty(shape, dtype)
 
@@ -225,6 +241,7 @@ def make_fake_pycuda(
             if self.arg_format is None or len(args) != len(self.arg_format):
                 raise LogicError(f"{self.name}: prepared for {self.arg_format!r}, "
                                  f"called with {len(args)} arguments")
+            calls["launch"] += 1
             state["launches"].append((self.name, self.arg_format, args, block, grid))
             if self._kernel is None:
                 return
