@@ -863,8 +863,10 @@ class Library:
         self._check_open()
         self._time = _scalar("t", t)
 
-    def _hold(self) -> contextlib.ExitStack:
+    def _hold(self) -> contextlib.AbstractContextManager[Any]:
         """Keep every device ready for the operations of one call (see Context.hold)."""
+        if len(self._devs) == 1:
+            return self._devs[0].ctx.hold()
         stack = contextlib.ExitStack()
         for dev in self._devs:
             stack.enter_context(dev.ctx.hold())
