@@ -49,7 +49,12 @@ EPS2_ARG = 4  # position of eps2 among the force kernel's arguments
 #: work-group size of the one-particle-per-work-item kernels (scatter, predict, reduce);
 #: left to itself PoCL picks groups that make the prediction twice as slow
 LINEAR_LOCAL = 64
-HOST_REDUCE_MAX = 1 << 16  # partial results up to this many doubles are combined on the host
+#: partial results up to this many doubles are combined on the host, not by the reduce
+#: kernel: on CPUs, where the host combination saves a launch (tens of us on PoCL) ...
+HOST_REDUCE_MAX = 1 << 16
+#: ... and on GPUs, where a launch costs a few us and the download of every part with the
+#: merge in numpy costs more (512 parts of 8 i-particles: 393 kB over PCIe, ~30 us of numpy)
+GPU_HOST_REDUCE_MAX = 0
 MAX_ID = 2**31 - 1
 MAX_ADDRESS = 2**31 - 2
 DEFAULT_NB_CAPACITY = 256
@@ -426,7 +431,8 @@ class _Device:
         # single-threaded device: no hand-off to worker threads)
         kernel, reduce_k = self.kernels(cfg, ngb, self.small_launch(ni, nj_local))
         # few results: the host combines the parts (one kernel launch less)
-        host_reduce = nparts * NCO * ni_pad <= HOST_REDUCE_MAX
+        limit = HOST_REDUCE_MAX if self.info.device_type == "cpu" else GPU_HOST_REDUCE_MAX
+        host_reduce = nparts == 1 or nparts * NCO * ni_pad <= limit  # one part: nothing to do
         out_shape = (nparts if host_reduce else 1, NCO, ni_pad)
         h_out = self._host(f"out{slot}", math.prod(out_shape) * 8)
         partial = h_out.buffer if host_reduce else self._buf("partial", nparts * NCO * ni_pad * 8)

@@ -586,8 +586,9 @@ def test_device_reduce_matches_host_merge(backend, monkeypatch, many):
     n = 700
     x, v, m, ids, _, _ = system(n, seed=47)
     out = []
-    for limit in (sapporo.library.HOST_REDUCE_MAX, 0):  # 0: always the reduce kernel
+    for limit in (1 << 16, 0):  # 0: always the reduce kernel
         monkeypatch.setattr(sapporo.library, "HOST_REDUCE_MAX", limit)
+        monkeypatch.setattr(sapporo.library, "GPU_HOST_REDUCE_MAX", limit)
         with sapporo.Library(order=4, precision="double", backend=backend) as lib:
             load(lib, x, v, m, ids)
             if many:
