@@ -2,7 +2,7 @@
 # The GPU checks, run on a lent machine (one NVIDIA GPU, no network) from the repository
 # root, with the folder .whl/ of tune/gpu_fetch.sh carried along:
 #
-#   bash tune/gpu_session.sh setup|check|bench|tune|sanitize
+#   bash tune/gpu_session.sh setup|check|bench|latency|tune|sanitize
 #
 # Every stage starts with `setup`, which is idempotent (a few seconds when a warm machine
 # already has it): the carried wheels and PyCUDA (built from its source distribution, or
@@ -15,6 +15,10 @@
 #             SAPPORO_TEST_BACKENDS=cuda,opencl
 #   bench     sapporo bench at N = 131072: order 4 double-single and double (with the CuPy
 #             and PyTorch peers), order 6 double-single; N_active sweep 1..1024
+#   latency   the small-call costs: tune/host_overhead.py (sapporo's Python on this CPU,
+#             driver calls counted, no GPU), then N_active 1..64 at N = 131072 (order 4
+#             double-single) with the parts combined by the reduce kernel (the default) and
+#             on the host (GPU_HOST_REDUCE_MAX = 65536)
 #   tune      sapporo tune for the variants in TUNE_VARIANTS; profiles into the files archive
 #   sanitize  a small force computation under compute-sanitizer memcheck, racecheck,
 #             synccheck and initcheck
@@ -41,9 +45,9 @@ export PYTHONUNBUFFERED=1
 
 STAGE=${1:-}
 case $STAGE in
-    setup | check | bench | tune | sanitize) ;;
+    setup | check | bench | latency | tune | sanitize) ;;
     *)
-        echo "usage: bash tune/gpu_session.sh setup|check|bench|tune|sanitize" >&2
+        echo "usage: bash tune/gpu_session.sh setup|check|bench|latency|tune|sanitize" >&2
         exit 2
         ;;
 esac
@@ -386,6 +390,21 @@ stage_bench() {
         --precisions double-single --peers none --out "$ST/order6"
 }
 
+stage_latency() {
+    step "host overhead (PyCUDA stand-in, no GPU)" "$PY" tune/host_overhead.py
+    local limit sweep=(bench --backend cuda --orders 4 --precisions double-single --n 16k
+        --sweep-n 131072 --n-active 1,2,4,8,9,16,32,33,64 --peers none --no-plots
+        --launch "${BENCH_LAUNCH:-auto}")
+    for limit in 0 65536; do
+        step "N_active sweep, GPU_HOST_REDUCE_MAX=$limit" "$PY" -c '
+import sys
+import sapporo.library
+from sapporo.cli import main
+sapporo.library.GPU_HOST_REDUCE_MAX = int(sys.argv[1])
+sys.exit(main(sys.argv[2:]))' "$limit" "${sweep[@]}" --out "$ST/host-reduce-$limit"
+    done
+}
+
 stage_tune() {
     local v order precision extra=()
     read -r -a extra <<<"${TUNE_ARGS:-}"
@@ -504,6 +523,7 @@ main() {
         case $STAGE in
             check) stage_check ;;
             bench) stage_bench ;;
+            latency) stage_latency ;;
             tune) stage_tune ;;
             sanitize) stage_sanitize ;;
         esac
