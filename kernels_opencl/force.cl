@@ -263,11 +263,22 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
             const vreal rinv2 = rinv * rinv;
             const vreal mrinv = mj * rinv;
             const vreal mrinv3 = mrinv * rinv2;
+            /* acc = m/R^3 d, jerk = m/R^3 t, snap = m/R^3 (da - 6 alpha t - 3 beta d) with
+             * t = dv - 3 alpha d. Double-single factors m/R^3 out (each term one multiply-add
+             * where they are contracted: 6 fewer instructions per interaction at order 4 on
+             * sm_90); double forms the products f = m/R^3 d and g = m/R^3 t first (the same
+             * instruction count without contraction, and faster on PoCL's CPU devices). */
             pot -= mrinv;
+#if PRECISION == 1
+            ax += mrinv3 * dx;
+            ay += mrinv3 * dy;
+            az += mrinv3 * dz;
+#else
             const vreal fx = mrinv3 * dx, fy = mrinv3 * dy, fz = mrinv3 * dz;
             ax += fx;
             ay += fy;
             az += fz;
+#endif
 #if ORDER >= 4
 #if JV
             vreal vxj, vyj, vzj, unused_v;
@@ -278,12 +289,20 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
 #endif
             const vreal dvx = vxj - vxi, dvy = vyj - vyi, dvz = vzj - vzi;
             const vreal alpha = (dx * dvx + dy * dvy + dz * dvz) * rinv2;
-            const vreal gx = mrinv3 * dvx - 3 * alpha * fx;
-            const vreal gy = mrinv3 * dvy - 3 * alpha * fy;
-            const vreal gz = mrinv3 * dvz - 3 * alpha * fz;
+            const vreal a3 = 3 * alpha;
+#if PRECISION == 1
+            const vreal tx = dvx - a3 * dx, ty = dvy - a3 * dy, tz = dvz - a3 * dz;
+            jx += mrinv3 * tx;
+            jy += mrinv3 * ty;
+            jz += mrinv3 * tz;
+#else
+            const vreal gx = mrinv3 * dvx - a3 * fx;
+            const vreal gy = mrinv3 * dvy - a3 * fy;
+            const vreal gz = mrinv3 * dvz - a3 * fz;
             jx += gx;
             jy += gy;
             jz += gz;
+#endif
 #endif
 #if ORDER >= 6
 #if JV
@@ -296,9 +315,16 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
             const vreal dax = axj - axi, day = ayj - ayi, daz = azj - azi;
             const vreal beta = (dvx * dvx + dvy * dvy + dvz * dvz + dx * dax + dy * day + dz * daz)
                                * rinv2 + alpha * alpha;
-            sx += mrinv3 * dax - 6 * alpha * gx - 3 * beta * fx;
-            sy += mrinv3 * day - 6 * alpha * gy - 3 * beta * fy;
-            sz += mrinv3 * daz - 6 * alpha * gz - 3 * beta * fz;
+            const vreal a6 = 6 * alpha, b3 = 3 * beta;
+#if PRECISION == 1
+            sx += mrinv3 * (dax - a6 * tx - b3 * dx);
+            sy += mrinv3 * (day - a6 * ty - b3 * dy);
+            sz += mrinv3 * (daz - a6 * tz - b3 * dz);
+#else
+            sx += mrinv3 * dax - a6 * gx - b3 * fx;
+            sy += mrinv3 * day - a6 * gy - b3 * fy;
+            sz += mrinv3 * daz - a6 * gz - b3 * fz;
+#endif
 #endif
             /* nearest neighbour: smallest unsoftened r^2, ties to the lower id */
             const vint closer = (VMASK(MASK_I(r2u < nn_r2))
