@@ -62,7 +62,12 @@ class Row:
     insensitive to other processes' load, unlike wall time), and ``interactions_per_cpu_s``
     the throughput per CPU-second (per core); ``kernel_seconds`` is device
     kernel time (sapporo only); ``overhead_us`` wall minus kernel time per call in
-    microseconds (median; ``overhead_us_min`` the smallest).
+    microseconds (median; ``overhead_us_min`` the smallest). ``step_us`` (overhead rows):
+    wall time of a block step of one particle (its j-record updated, a new time so that
+    every j-particle is predicted, the force on it) in microseconds, median
+    (``step_us_min`` the smallest). Wall times of the N_active sweep, the overhead and the
+    block step come from a library without profiling (no timing events), kernel times from
+    one with.
     """
 
     device: str
@@ -81,6 +86,8 @@ class Row:
     kernel_seconds: float | None = None
     overhead_us: float | None = None
     overhead_us_min: float | None = None
+    step_us: float | None = None
+    step_us_min: float | None = None
     interactions_per_s: float | None = None
     interactions_per_cpu_s: float | None = None
     gflops: float | None = None
@@ -230,32 +237,39 @@ def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[st
 
     rows: list[Row] = []
     tag = f"order {order} {precision}"
+    # two libraries on the same device: one times the kernels (events), the other the calls
+    # as users make them (profiling off: on CUDA no events are recorded at all)
     with Library(order=order, precision=precision, backend=s.backend, devices=s.devices,
-                 profiling=True) as lib:
+                 profiling=True) as lib, \
+            Library(order=order, precision=precision, backend=s.backend, devices=s.devices,
+                    profiling=False) as plain:
         if s.launch == "defaults":
-            lib.set_launch_table(default_table(lib.device_infos[0], order, precision))
+            for each in (lib, plain):
+                each.set_launch_table(default_table(each.device_infos[0], order, precision))
         source = lib.launch_tables()[0].source
         sources[tag] = source
         launch = Path(source).name if source.endswith(".json") else source
 
-        def load(n: int) -> dict[str, Any]:
+        def load(n: int, libs: tuple[Library, ...] = (lib,)) -> dict[str, Any]:
             sysd = _system(n, s.seed, order)
-            lib.reset()
-            lib.set_j_particles(np.arange(n), sysd["id"], 0.0, sysd["m"], sysd["x"],
-                                sysd["v"], a=sysd["a"])
+            for each in libs:
+                each.reset()
+                each.set_time(0.0)
+                each.set_j_particles(np.arange(n), sysd["id"], 0.0, sysd["m"], sysd["x"],
+                                     sysd["v"], a=sysd["a"])
             return sysd
 
         def call(sysd: dict[str, Any], ni: int, nj: int | None = None,
-                 cpu: list[float] | None = None) -> tuple[float, float]:
+                 cpu: list[float] | None = None, on: Library = lib) -> tuple[float, float]:
             a = None if sysd["a"] is None else sysd["a"][:ni]
-            k0 = lib.kernel_seconds
+            k0 = on.kernel_seconds
             c0 = time.process_time()
             t0 = time.perf_counter()
-            lib.compute(sysd["x"][:ni], sysd["v"][:ni], sysd["id"][:ni], EPS2, a=a, nj=nj)
+            on.compute(sysd["x"][:ni], sysd["v"][:ni], sysd["id"][:ni], EPS2, a=a, nj=nj)
             wall = time.perf_counter() - t0
             if cpu is not None:
                 cpu.append(time.process_time() - c0)
-            return wall, lib.kernel_seconds - k0
+            return wall, on.kernel_seconds - k0
 
         # N x N
         for n in s.n_list:
@@ -287,49 +301,69 @@ def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[st
                 f"{row.interactions_per_s / 1e9:7.3f} Gint/s  {row.gflops:7.2f} GFLOP/s"
                 + (f"  ({note})" if note else ""))
 
-        # N_active sweep and host overhead at sweep_n
+        # N_active sweep, host overhead and block step at sweep_n
         n = s.sweep_n
-        sysd = load(n)
+        sysd = load(n, (lib, plain))
         for ni in s.n_active:
             if ni > n:
                 continue
-            call(sysd, ni, nj=min(n, 256))
-            w1, _ = call(sysd, ni)
+            for each in (lib, plain):
+                call(sysd, ni, nj=min(n, 256), on=each)  # builds this launch shape
+            w1, _ = call(sysd, ni, on=plain)
             reps = int(min(30, max(3, math.ceil(s.sweep_seconds / max(w1, 1e-6)))))
             if s.sweep_seconds <= 0:
                 reps = 1
-            walls, kerns, cpus = [], [], []
+            walls, cpus = [], []
             for _ in range(reps):
-                w, k = call(sysd, ni, cpu=cpus)
-                walls.append(w)
-                kerns.append(k)
+                walls.append(call(sysd, ni, cpu=cpus, on=plain)[0])
+            call(sysd, ni)  # the other library's memory back into the caches (CPUs)
+            kern = min(call(sysd, ni)[1] for _ in range(reps))
             row = _rate(Row(**common, kind="n_active", code="sapporo", order=order,
                             precision=precision, n=n, n_active=ni, repeats=reps,
                             seconds=min(walls), seconds_median=statistics.median(walls),
-                            cpu_seconds=min(cpus), kernel_seconds=min(kerns), launch=launch),
+                            cpu_seconds=min(cpus), kernel_seconds=kern, launch=launch),
                         s.peak_gflops)
             rows.append(row)
             say(f"{tag}: N_active={ni:>5} at N={n}  {row.seconds * 1e6:10.1f} us  "
                 f"(kernel {row.kernel_seconds * 1e6:9.1f} us)  "
                 f"{row.interactions_per_s / 1e9:7.3f} Gint/s")
-        call(sysd, 1, nj=min(n, 256))
-        walls, kerns = [], []
-        for _ in range(max(1, s.overhead_calls)):
-            w, k = call(sysd, 1)
-            walls.append(w)
-            kerns.append(k)
-        over = [(w - k) * 1e6 for w, k in zip(walls, kerns, strict=True)]
+        calls = max(1, s.overhead_calls)
+        for each in (lib, plain):
+            call(sysd, 1, nj=min(n, 256), on=each)
+        walls = [call(sysd, 1, on=plain)[0] for _ in range(calls)]
+        call(sysd, 1)
+        kerns = [call(sysd, 1)[1] for _ in range(min(calls, 50))]
+        kern = statistics.median(kerns)
+        over = [(w - kern) * 1e6 for w in walls]
+        steps = _block_steps(plain, sysd, calls)
         row = _rate(Row(**common, kind="overhead", code="sapporo", order=order,
                         precision=precision, n=n, n_active=1, repeats=len(walls),
                         seconds=statistics.median(walls), seconds_median=statistics.median(walls),
-                        kernel_seconds=statistics.median(kerns),
-                        overhead_us=statistics.median(over), overhead_us_min=min(over),
-                        launch=launch), s.peak_gflops)
+                        kernel_seconds=kern, overhead_us=statistics.median(over),
+                        overhead_us_min=min(over), step_us=statistics.median(steps) * 1e6,
+                        step_us_min=min(steps) * 1e6, launch=launch), s.peak_gflops)
         rows.append(row)
         say(f"{tag}: host overhead at N_active=1, N={n}: median {row.overhead_us:8.1f} us, "
             f"min {row.overhead_us_min:8.1f} us (wall {row.seconds * 1e6:.1f} us, kernel "
-            f"{row.kernel_seconds * 1e6:.1f} us)")
+            f"{row.kernel_seconds * 1e6:.1f} us); block step {row.step_us:.1f} us")
     return rows
+
+
+def _block_steps(lib: Any, sysd: dict[str, Any], calls: int) -> list[float]:
+    """Wall times of block steps of one particle, as a Hermite integrator makes them: its
+    j-record is replaced, the time moves on (every j-particle is predicted), and the force
+    on it is computed. The particle's data does not change, so nothing drifts."""
+    a = None if sysd["a"] is None else sysd["a"][:1]
+    x, v, ids, m = sysd["x"][:1], sysd["v"][:1], sysd["id"][:1], sysd["m"][:1]
+    walls = []
+    for k in range(calls + 1):
+        t = (k + 1) * 1e-9  # tiny steps: predicted positions stay where they were
+        t0 = time.perf_counter()
+        lib.set_j_particles([0], ids, t, m, x, v, a=a)
+        lib.set_time(t)
+        lib.compute(x, v, ids, EPS2, a=a)
+        walls.append(time.perf_counter() - t0)
+    return walls[1:]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -660,14 +694,22 @@ def format_table(report: BenchReport) -> str:
         lines += ["", f"host overhead per call at N_active = 1, N = {over[0].n} "
                       "(wall minus kernel time)"]
         lines.append(f"{'order':>5} {'precision':<13} {'median [us]':>11} {'min [us]':>9} "
-                     f"{'wall [us]':>10} {'kernel [us]':>11} {'calls':>6}")
+                     f"{'wall [us]':>10} {'kernel [us]':>11} {'calls':>6} "
+                     f"{'block step [us]':>15} {'min [us]':>9}")
         for r in over:
             lines.append(f"{r.order:>5} {r.precision:<13} {r.overhead_us:11.1f} "
                          f"{r.overhead_us_min:9.1f} {r.seconds * 1e6:10.1f} "
-                         f"{r.kernel_seconds * 1e6:11.1f} {r.repeats:>6}")
+                         f"{r.kernel_seconds * 1e6:11.1f} {r.repeats:>6} "
+                         f"{_num(r.step_us):>15} {_num(r.step_us_min):>9}")
+        lines.append("(wall: median call without profiling; kernel: median kernel time; block "
+                     "step: one j-particle updated, a new time, the force on one particle)")
     for note in report.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines) + "\n"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def _giga(value: float | None, digits: int = 3) -> str:

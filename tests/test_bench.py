@@ -39,6 +39,7 @@ def test_bench_quick_tiny_writes_csv_and_plots(tmp_path, backend, capsys):
     assert [r["n_active"] for r in rows if r["kind"] == "n_active"] == ["1", "8"]
     over = [r for r in rows if r["kind"] == "overhead"]
     assert len(over) == 1 and over[0]["overhead_us"]
+    assert float(over[0]["step_us"]) >= float(over[0]["step_us_min"]) > 0
     assert (out / bench.TABLE_NAME).is_file()
     for name in bench.PLOT_NAMES:
         assert (out / name).is_file() == HAVE_MPL
