@@ -49,6 +49,14 @@
 #ifndef NB_CAP
 #define NB_CAP 256
 #endif
+/* Derivative records the predictor reads: acceleration, jerk, snap, crackle (0-4). The host
+ * passes how many of them hold data; those past it are zero in every stored record. */
+#ifndef PRED_TERMS
+#define PRED_TERMS 4
+#endif
+#if PRED_TERMS < 0 || PRED_TERMS > 4
+#error "PRED_TERMS must be 0 to 4"
+#endif
 
 #if ORDER != 2 && ORDER != 4 && ORDER != 6
 #error "ORDER must be 2, 4 or 6"

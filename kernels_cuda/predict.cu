@@ -57,7 +57,14 @@ extern "C" __global__ void predict(const int n, const double t,
     if (a >= n) return;
     const dbl4 *r = raw + (size_t)a * RAW_N;
     const dbl4 xm = r[RAW_XM], vt = r[RAW_VT];
-    const dbl4 a0 = r[RAW_A], j0 = r[RAW_J], s0 = r[RAW_S], c0 = r[RAW_C];
+    /* records past PRED_TERMS are zero: not read (a third of the memory traffic when only
+     * the acceleration and the jerk are given) */
+    dbl4 zero;
+    zero.x = zero.y = zero.z = zero.w = 0.0;
+    const dbl4 a0 = PRED_TERMS >= 1 ? r[RAW_A] : zero;
+    const dbl4 j0 = PRED_TERMS >= 2 ? r[RAW_J] : zero;
+    const dbl4 s0 = PRED_TERMS >= 3 ? r[RAW_S] : zero;
+    const dbl4 c0 = PRED_TERMS >= 4 ? r[RAW_C] : zero;
     const double dt = t - vt.w;
     const double xp = taylor_x(xm.x, vt.x, a0.x, j0.x, s0.x, c0.x, dt);
     const double yp = taylor_x(xm.y, vt.y, a0.y, j0.y, s0.y, c0.y, dt);

@@ -36,7 +36,13 @@ __kernel void predict(const int n, const double t,
     __global const double4 *r = raw + a * RAW_N;
     const double4 xm = r[RAW_XM], vt = r[RAW_VT];
     const double3 x = xm.xyz, v = vt.xyz;
-    const double3 a0 = r[RAW_A].xyz, j0 = r[RAW_J].xyz, s0 = r[RAW_S].xyz, c0 = r[RAW_C].xyz;
+    /* records past PRED_TERMS are zero: not read (a third of the memory traffic when only
+     * the acceleration and the jerk are given) */
+    const double3 zero = (double3)(0.0);
+    const double3 a0 = PRED_TERMS >= 1 ? r[RAW_A].xyz : zero;
+    const double3 j0 = PRED_TERMS >= 2 ? r[RAW_J].xyz : zero;
+    const double3 s0 = PRED_TERMS >= 3 ? r[RAW_S].xyz : zero;
+    const double3 c0 = PRED_TERMS >= 4 ? r[RAW_C].xyz : zero;
     const double dt = t - vt.w;
     const double3 xp = x + dt * (v + dt * (a0 * 0.5 + dt * (j0 * (1.0 / 6.0)
                        + dt * (s0 * (1.0 / 24.0) + dt * (c0 * (1.0 / 120.0))))));

@@ -32,6 +32,7 @@ from .backend import (
     HostBuffer,
     Kernel,
     Launch,
+    Program,
     get_backend,
 )
 from .errors import BackendError, InputError, NonFiniteError, SapporoError
@@ -265,11 +266,9 @@ class _Device:
         self.ctx = ctx
         self.info: DeviceInfo = ctx.info
         self.ext = _EXT[self.info.backend]
-        defs = lib._base_defines()
-        self.predict_prog = ctx.build(f"predict.{self.ext}", defs)
-        self.k_scatter = self.predict_prog.kernel("scatter_j")
-        self.k_predict = self.predict_prog.kernel("predict")
-        self.k_predict_small: Kernel | None = None
+        # predict.cl/.cu programs (scatter_j and predict) by (companion device, derivative
+        # records the predictor reads: PRED_TERMS), built when first needed
+        self._predict_progs: dict[tuple[bool, int], Program] = {}
         self.table: LaunchTable = load_table(self.info, lib.order, lib.precision)
         self.cap = 0  # j capacity (local addresses)
         self.j: dict[str, Buffer] = {}
@@ -286,7 +285,7 @@ class _Device:
         # launch plans by (slot, ni, nj, neighbour lists): everything about a force launch
         # but the particle data, valid while no buffer was reallocated (generation)
         self._plans: dict[tuple, _Plan] = {}
-        self._predicts: dict[tuple[int, bool], tuple[int, Launch]] = {}  # (gen, launch)
+        self._predicts: dict[tuple[int, bool, int], tuple[int, Launch]] = {}  # (gen, launch)
         self._gen = 0
 
     # -- memory
@@ -372,7 +371,8 @@ class _Device:
         pid.view(np.int32, (n,))[:] = ids
         for host, nbytes in ((addr, n * 4), (packed, raw.nbytes), (pid, n * 4)):
             host.to_device(nbytes)
-        self.k_scatter(*_linear(n), np.int32(n), addr.buffer, packed.buffer, pid.buffer,
+        scatter = self._predict_prog(False, self.lib._pred_terms).kernel("scatter_j")
+        scatter(*_linear(n), np.int32(n), addr.buffer, packed.buffer, pid.buffer,
                        self.j["raw"], self.j["id"])
 
     def small_launch(self, ni: int, nj_local: int) -> bool:
@@ -387,16 +387,11 @@ class _Device:
         the force launch that follows goes there: no hand-off between the two)."""
         if n_local == 0:
             return
-        key = (n_local, small)
+        terms = self.lib._pred_terms
+        key = (n_local, small, terms)
         launch = self._predicts.get(key)
         if launch is None or launch[0] != self._gen:
-            kernel = self.k_predict
-            if small:
-                if self.k_predict_small is None:
-                    prog = self.ctx.build(f"predict.{self.ext}", self.lib._base_defines(),
-                                          small=True)
-                    self.k_predict_small = prog.kernel("predict")
-                kernel = self.k_predict_small
+            kernel = self._predict_prog(small, terms).kernel("predict")
             j = self.j
             args: list[Any] = [np.int32(n_local), np.float64(t), j["raw"], j["pos"]]
             if self.lib.precision == "double-single":
@@ -409,6 +404,16 @@ class _Device:
             launch = self._predicts[key] = (self._gen, kernel.prepare(*_linear(n_local), *args))
         launch[1].set(1, np.float64(t))
         self._record(launch[1]())
+
+    def _predict_prog(self, small: bool, terms: int) -> Program:
+        """The predict program for the device or its companion, reading ``terms``
+        derivative records (built once)."""
+        prog = self._predict_progs.get((small, terms))
+        if prog is None:
+            defs = {**self.lib._base_defines(), "PRED_TERMS": terms}
+            prog = self.ctx.build(f"predict.{self.ext}", defs, small=small)
+            self._predict_progs[(small, terms)] = prog
+        return prog
 
     def _record(self, ev: Event) -> None:
         if self.lib.profiling:
@@ -541,7 +546,8 @@ class _Device:
         self.hosts.clear()
         # drop kernel references before the context goes (PyCUDA frees modules with it)
         self._kernels.clear()
-        self.k_scatter = self.k_predict = self.k_predict_small = self.predict_prog = None
+        self._predict_progs.clear()
+        self._predicts.clear()
         self.ctx.close()
 
 
@@ -694,6 +700,9 @@ class Library:
         self._raw = np.zeros((0, RAW_N, 4), dtype=np.float64)
         self._ids = np.full(0, -1, dtype=np.int64)
         self._dirty: list[np.ndarray] = []  # addresses changed since the last upload
+        # derivative records (a, jerk, snap, crackle) the predictor reads: those past it are
+        # zero in every record stored so far (grows, never shrinks)
+        self._pred_terms = 0
         self._n_stored = 0
         self._time = 0.0
         self._predicted_time: float | None = None
@@ -828,17 +837,23 @@ class Library:
         rec[:, 0, 3] = m
         rec[:, 1, :3] = _vec3("v", v, n)
         rec[:, 1, 3] = tj
+        terms = self._pred_terms
         for q, (name, val) in enumerate(
             (("a", a), ("jerk", jerk), ("snap", snap), ("crackle", crackle)), start=2
         ):
             if val is not None:
                 rec[:, q, :3] = _vec3(name, val, n)
+                if q - 1 > terms and rec[:, q, :3].any():
+                    terms = q - 1
         top = int(addr.max()) + 1
         if top > self._raw.shape[0]:
             self._grow(top)
         self._raw[addr] = rec
         self._ids[addr] = ids
         self._dirty.append(addr)
+        if terms > self._pred_terms:  # a predictor that reads more records, from now on
+            self._pred_terms = terms
+            self._predicted_time = None
         self._n_stored = max(self._n_stored, top)
 
     def reset(self) -> None:

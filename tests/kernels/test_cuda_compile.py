@@ -285,6 +285,7 @@ def _macros(path: Path) -> dict[str, str]:
 def test_macros_and_rows_match_opencl() -> None:
     cuda, opencl = _macros(CUDA_DIR / "common.cuh"), _macros(OPENCL_DIR / "common.h")
     names = ["ORDER", "PRECISION", "NGB", "LI", "LJ", "W", "USE_LOCAL", "JT", "NB_CAP",
+             "PRED_TERMS",
              "NCO"] + [n for n in opencl if re.match(r"(RAW|IC|OC|REDUCE)_", n)]
     assert {n: cuda.get(n) for n in names} == {n: opencl[n] for n in names}
     assert re.search(r"#define NCI 11\s+#else\s+#define NCI 8", (CUDA_DIR / "common.cuh")
