@@ -498,7 +498,8 @@ class _Device:
         if ni < plan.ni_pad:
             idata[:, ni:] = idata[:, ni - 1 : ni]  # padding repeats the last particle
         plan.h_in.to_device(idata.nbytes)
-        plan.force.set(EPS2_ARG, np.float64(eps2))
+        if plan.force.args[EPS2_ARG] != eps2:
+            plan.force.set(EPS2_ARG, np.float64(eps2))
         if ngb:
             plan.counts[:] = 0
             plan.h_cnt.to_device(plan.counts.nbytes)
@@ -904,16 +905,19 @@ class Library:
         changed = False
         if self._dirty:
             # each changed address once, in increasing order (the last write is in _raw)
-            dirty = np.unique(np.concatenate(self._dirty))
+            if len(self._dirty) == 1 and self._dirty[0].size == 1:  # a block step of one
+                dirty = self._dirty[0]
+            else:
+                dirty = np.unique(np.concatenate(self._dirty))
             dirty = dirty[: np.searchsorted(dirty, self._n_stored)]
             for d, dev in enumerate(self._devs):
                 n_loc = self._n_local(self._n_stored, d)
                 if dev.ensure_j_capacity(n_loc):
                     sel = np.arange(d, self._n_stored, nd)  # everything, after a reallocation
                 else:
-                    sel = dirty[dirty % nd == d]
+                    sel = dirty if nd == 1 else dirty[dirty % nd == d]
                 if sel.size:
-                    dev.upload_j(sel // nd, self._raw[sel], self._ids[sel])
+                    dev.upload_j(sel if nd == 1 else sel // nd, self._raw[sel], self._ids[sel])
             self._dirty.clear()
             changed = True
         if changed or self._predicted_time != self._time:

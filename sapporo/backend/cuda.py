@@ -412,6 +412,9 @@ class CULaunch(Launch):
         self._buffers = [a for a in args if isinstance(a, CUBuffer)]
 
     def set(self, position: int, value: Any) -> None:
+        if type(value) is np.float64 and self._fmt[position] == "d":  # the usual case
+            self.args[position] = self._values[position] = value
+            return
         letter, packed = self.kernel._arg(position, value)
         if letter != self._fmt[position]:
             raise BackendError(
