@@ -373,7 +373,7 @@ class _Device:
             host.to_device(nbytes)
         scatter = self._predict_prog(False, self.lib._pred_terms).kernel("scatter_j")
         scatter(*_linear(n), np.int32(n), addr.buffer, packed.buffer, pid.buffer,
-                       self.j["raw"], self.j["id"])
+                self.j["raw"], self.j["id"])
 
     def small_launch(self, ni: int, nj_local: int) -> bool:
         """Whether a force launch on ``ni`` i-particles goes to the companion device."""
