@@ -757,12 +757,7 @@ def plot(report: BenchReport, out_dir: str | Path) -> list[Path]:
         ax.set_title(f"force call at N = {sweep[0].n}\n{title}", fontsize=9)
     ax.set_xlabel("N_active (i-particles per call)")
     ax.set_ylabel("wall time per call [s]")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    written.append(out / PLOT_NAMES[0])
-    fig.savefig(written[-1], dpi=120)
-    plt.close(fig)
+    written.append(_save(plt, fig, [ax], out / PLOT_NAMES[0], legend=8))
 
     # 2. time of a full N x N evaluation against N, with an N^2 line
     nxn = report.select("nxn")
@@ -791,12 +786,7 @@ def plot(report: BenchReport, out_dir: str | Path) -> list[Path]:
     ax.set_title(f"N x N force evaluation (i-subsets scaled to N)\n{title}", fontsize=9)
     ax.set_xlabel("N")
     ax.set_ylabel("wall time [s]")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    written.append(out / PLOT_NAMES[1])
-    fig.savefig(written[-1], dpi=120)
-    plt.close(fig)
+    written.append(_save(plt, fig, [ax], out / PLOT_NAMES[1], legend=7))
 
     # 3. 4th vs 6th order, double-single vs double: throughput against N
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
@@ -813,14 +803,20 @@ def plot(report: BenchReport, out_dir: str | Path) -> list[Path]:
     for ax in axes:
         ax.set_xlabel("N")
         ax.set_ylim(bottom=0)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
     fig.suptitle(f"orders and precisions, N x N\n{title}", fontsize=9)
-    fig.tight_layout()
-    written.append(out / PLOT_NAMES[2])
-    fig.savefig(written[-1], dpi=120)
-    plt.close(fig)
+    written.append(_save(plt, fig, axes, out / PLOT_NAMES[2], legend=8))
     return written
+
+
+def _save(plt: Any, fig: Any, axes: Any, path: Path, legend: int) -> Path:
+    """Grid and legend on every axis, then the figure to ``path`` (120 dpi), closed."""
+    for ax in axes:
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=legend)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def write_outputs(report: BenchReport, out_dir: str | Path, plots: bool = True) -> list[Path]:
