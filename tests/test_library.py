@@ -233,6 +233,16 @@ def test_predictor_reads_only_the_derivatives_given(make_lib, order):
     tj = rng.choice([0.0, 0.125], size=n)
     t = 0.25
     zeros = np.zeros((n, 3))
+
+    def predicted_forces(lib: sapporo.Library, crackle: np.ndarray, label: str):
+        """Forces on 40 particles at time t against the reference's prediction."""
+        xp, vp, ap = ref.predict(t, tj, x, v, a, jerk, zeros, crackle)
+        res = lib.compute(xp[:40], vp[:40], ids[:40], EPS2, a=ap[:40])
+        r = ref.forces(xp[:40], vp[:40], ids[:40], xp, vp, m, ids, EPS2, order=order,
+                       ai=ap[:40], aj=ap)
+        check(res, r, order, "double", label)
+        return res
+
     results = []
     for forced in (None, 4):
         lib = make_lib(order, "double", fresh=True)
@@ -241,12 +251,7 @@ def test_predictor_reads_only_the_derivatives_given(make_lib, order):
         if forced is not None:
             lib._pred_terms = forced
         lib.set_time(t)
-        xp, vp, ap = ref.predict(t, tj, x, v, a, jerk, zeros, zeros)
-        res = lib.compute(xp[:40], vp[:40], ids[:40], EPS2, a=ap[:40])
-        r = ref.forces(xp[:40], vp[:40], ids[:40], xp, vp, m, ids, EPS2, order=order,
-                       ai=ap[:40], aj=ap)
-        check(res, r, order, "double", f"predictor terms {lib._pred_terms}")
-        results.append(res)
+        results.append(predicted_forces(lib, zeros, f"predictor terms {lib._pred_terms}"))
     assert np.array_equal(results[0].acc, results[1].acc)
     assert np.array_equal(results[0].jerk, results[1].jerk)
     assert np.array_equal(results[0].pot, results[1].pot)
@@ -260,11 +265,7 @@ def test_predictor_reads_only_the_derivatives_given(make_lib, order):
     lib.set_j_particles([7], ids[7], tj[7], m[7], x[7:8], v[7:8], a=a[7:8], jerk=jerk[7:8],
                         crackle=crackle[7:8])
     assert lib._pred_terms == 4
-    xp, vp, ap = ref.predict(t, tj, x, v, a, jerk, zeros, crackle)
-    res = lib.compute(xp[:40], vp[:40], ids[:40], EPS2, a=ap[:40])
-    r = ref.forces(xp[:40], vp[:40], ids[:40], xp, vp, m, ids, EPS2, order=order,
-                   ai=ap[:40], aj=ap)
-    check(res, r, order, "double", "after a crackle")
+    predicted_forces(lib, crackle, "after a crackle")
 
 
 @pytest.mark.parametrize("precision", ["double", "double-single"])
