@@ -121,8 +121,15 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
 #if ORDER >= 6
     double sum_sx[W], sum_sy[W], sum_sz[W];
 #endif
+#if PRECISION == 1
+    /* nearest neighbour as one 64-bit key: the bits of r^2 (non-negative floats order as
+     * their bit patterns) above the id, so that the smallest key is the smallest r^2 with
+     * ties to the lower id: one 64-bit comparison per pair instead of three */
+    unsigned long long nn_key[W];
+#else
     real nn_r2[W];
     int nn_id[W];
+#endif
 #pragma unroll
     for (int w = 0; w < W; w++) {
 #define ILOAD(c) idata[(size_t)(c) * ni_pad + i0 + w]
@@ -161,8 +168,12 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
 #if ORDER >= 6
         sum_sx[w] = sum_sy[w] = sum_sz[w] = 0;
 #endif
+#if PRECISION == 1
+        nn_key[w] = ((unsigned long long)__float_as_uint(REAL_INF) << 32) | 0xffffffffu;
+#else
         nn_r2[w] = REAL_INF;
         nn_id[w] = -1;
+#endif
     }
 
 #if USE_LOCAL
@@ -298,10 +309,16 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
 #endif
 #endif
                 /* nearest neighbour: smallest unsoftened r^2, ties to the lower id */
+#if PRECISION == 1
+                const unsigned long long key =
+                    ((unsigned long long)__float_as_uint(r2u) << 32) | (unsigned)idj;
+                if (other && key < nn_key[w]) nn_key[w] = key;
+#else
                 if (other && (r2u < nn_r2[w] || (r2u == nn_r2[w] && idj < nn_id[w]))) {
                     nn_r2[w] = r2u;
                     nn_id[w] = idj;
                 }
+#endif
 #if NGB
                 const int i = i0 + w;
                 if (other && r2u < h2[w] && i < ni) {
@@ -356,8 +373,13 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
 #else
         r[OC_SX] = r[OC_SY] = r[OC_SZ] = 0;
 #endif
+#if PRECISION == 1
+        r[OC_NNR2] = (double)__uint_as_float((unsigned)(nn_key[w] >> 32));
+        r[OC_NNID] = (double)(int)(unsigned)nn_key[w]; /* 0xffffffff: -1, none */
+#else
         r[OC_NNR2] = (double)nn_r2[w];
         r[OC_NNID] = (double)nn_id[w];
+#endif
 #if SHFL_LANES > 1
         {
             /* Butterfly over the lanes of each i-particle, inside one warp. Threads past the end

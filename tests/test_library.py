@@ -383,12 +383,24 @@ def test_two_body_exact(make_lib):
     np.testing.assert_array_equal(res.nn_r2, [4.0, 4.0])
 
 
-def test_nearest_neighbour_ties_to_lower_id(make_lib):
-    lib = make_lib(2, "double")
-    pos = [[1.0, 0, 0], [-1.0, 0, 0], [0, 1.0, 0], [0, 0, 5.0]]
-    lib.set_j_particles([0, 1, 2, 3], [9, 4, 6, 1], 0.0, [1.0] * 4, pos, [[0, 0, 0]] * 4)
-    res = lib.compute([[0.0, 0, 0]], [[0.0, 0, 0]], [100], 1e-2, nj=4)
-    assert res.nn_index[0] == 4 and res.nn_r2[0] == 1.0
+@pytest.mark.parametrize("precision", ["double", "double-single"])
+def test_nearest_neighbour_ties_to_lower_id(make_lib, precision):
+    """Exact ties in r^2 go to the lower id, whatever the order of the addresses (the
+    double-single CUDA kernel compares (r^2, id) as one 64-bit key)."""
+    from sapporo.launch import NI_CHUNK, LaunchConfig, LaunchTable
+
+    lib = make_lib(2, precision, fresh=True)
+    if lib.device_infos[0].device_type != "cpu":  # one lane over j: the ties meet in a thread
+        lib.set_launch_table(LaunchTable([(NI_CHUNK, LaunchConfig(
+            li=32, lj=1, w=1, jt=64, use_local=True))], source="test: lj = 1"))
+    pos = [[1.0, 0, 0], [-1.0, 0, 0], [0, 1.0, 0], [0, 0, 5.0], [0, 0, -1.0]]
+    for ids in ([9, 4, 6, 1, 5], [4, 9, 6, 1, 5], [9, 6, 5, 1, 4]):
+        lib.set_j_particles([0, 1, 2, 3, 4], ids, 0.0, [1.0] * 5, pos, [[0, 0, 0]] * 5)
+        res = lib.compute([[0.0, 0, 0], [0.0, 0, 0.5]], [[0.0, 0, 0]] * 2, [100, 101], 1e-2,
+                          nj=5)
+        assert res.nn_index[0] == 4 and res.nn_r2[0] == 1.0, ids
+        assert res.nn_index[1] == min(ids[:3]) and res.nn_r2[1] == 1.25, ids
+    lib.close()
 
 
 def test_non_finite_result_names_particle(make_lib):

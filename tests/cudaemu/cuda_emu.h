@@ -109,6 +109,18 @@ static inline int __float_as_int(float f)
     std::memcpy(&i, &f, sizeof i);
     return i;
 }
+static inline float __uint_as_float(unsigned int i)
+{
+    float f;
+    std::memcpy(&f, &i, sizeof f);
+    return f;
+}
+static inline unsigned int __float_as_uint(float f)
+{
+    unsigned int i;
+    std::memcpy(&i, &f, sizeof i);
+    return i;
+}
 static inline double __longlong_as_double(long long i)
 {
     double d;
