@@ -14,7 +14,8 @@
 #             the whole suite (--maxfail=25), with SAPPORO_BACKEND=cuda
 #             SAPPORO_TEST_BACKENDS=cuda,opencl
 #   bench     sapporo bench at N = 131072: order 4 double-single and double (with the CuPy
-#             and PyTorch peers), order 6 double-single; N_active sweep 1..1024
+#             and PyTorch peers), order 6 double-single; N_active sweep 1..1024 at the powers
+#             of two and one past each (9, 33, 65, 129, 257, 513: padding cliffs)
 #   latency   the small-call costs: tune/host_overhead.py (sapporo's Python on this CPU,
 #             driver calls counted, no GPU), then N_active 1..64 at N = 131072 (order 4
 #             double-single) with the parts combined by the reduce kernel (the default) and
@@ -375,7 +376,9 @@ EOF
 stage_bench() {
     export SAPPORO_PROFILE_DIR=$WORK/profiles
     mkdir -p "$SAPPORO_PROFILE_DIR"
-    local peak na=1,2,4,8,16,32,64,128,256,512,1024
+    # powers of two and one past each block boundary (warp 32, the table's ranges): padding
+    # cliffs show only off the powers of two
+    local peak na=1,2,4,8,9,16,32,33,64,65,128,129,256,257,512,513,1024
     peak=$(peak_gflops)
     echo "peak GFLOP/s for the fraction of peak: ${peak:-unknown}"
     echo "tuning profiles in $SAPPORO_PROFILE_DIR (used with BENCH_LAUNCH=auto):" \
