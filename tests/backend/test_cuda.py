@@ -252,10 +252,10 @@ def test_async_download_is_staged(fake_ctx: tuple[Any, Any]) -> None:
     ctx.finish()  # completes every pending staged download
     np.testing.assert_array_equal(second, [[1.0, 2.0], [3.0, 4.0]])
     assert ctx.pending == []
-    pinned = drv.state["pinned"]
+    pinned = drv.state["calls"]["pinned"]
     buf.download(np.zeros(3), wait=False)
     ctx.finish()
-    assert drv.state["pinned"] == pinned, "staging areas are reused"
+    assert drv.state["calls"]["pinned"] == pinned, "staging areas are reused"
 
 
 def test_launch_sizes_and_arguments(fake_ctx: tuple[Any, Any]) -> None:
@@ -340,9 +340,9 @@ def test_hold_makes_the_context_current_once(clean_selection: pytest.MonkeyPatch
 
 def test_host_buffers_are_page_locked(fake_ctx: tuple[Any, Any]) -> None:
     ctx, drv = fake_ctx
-    pinned = drv.state["pinned"]
+    pinned = drv.state["calls"]["pinned"]
     host = ctx.alloc_host(40)
-    assert drv.state["pinned"] == pinned + 1 and not host.zero_copy
+    assert drv.state["calls"]["pinned"] == pinned + 1 and not host.zero_copy
     host.view(np.float64, (5,))[:] = np.arange(5.0)
     host.to_device()
     host.view(np.float64, (5,))[:] = 0.0

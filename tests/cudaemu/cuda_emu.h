@@ -97,42 +97,21 @@ static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline double __dmul_rn(double a, double b) { return a * b; }
 static inline double __dadd_rn(double a, double b) { return a + b; }
 static inline double __dsub_rn(double a, double b) { return a - b; }
-static inline float __int_as_float(int i)
+/* CUDA's bit reinterpretations, all one copy through memcpy */
+template <typename To, typename From>
+static inline To cuemu_bits(From v)
 {
-    float f;
-    std::memcpy(&f, &i, sizeof f);
-    return f;
+    static_assert(sizeof(To) == sizeof(From), "reinterpretation between sizes");
+    To out;
+    std::memcpy(&out, &v, sizeof out);
+    return out;
 }
-static inline int __float_as_int(float f)
-{
-    int i;
-    std::memcpy(&i, &f, sizeof i);
-    return i;
-}
-static inline float __uint_as_float(unsigned int i)
-{
-    float f;
-    std::memcpy(&f, &i, sizeof f);
-    return f;
-}
-static inline unsigned int __float_as_uint(float f)
-{
-    unsigned int i;
-    std::memcpy(&i, &f, sizeof i);
-    return i;
-}
-static inline double __longlong_as_double(long long i)
-{
-    double d;
-    std::memcpy(&d, &i, sizeof d);
-    return d;
-}
-static inline long long __double_as_longlong(double d)
-{
-    long long i;
-    std::memcpy(&i, &d, sizeof i);
-    return i;
-}
+static inline float __int_as_float(int i) { return cuemu_bits<float>(i); }
+static inline int __float_as_int(float f) { return cuemu_bits<int>(f); }
+static inline float __uint_as_float(unsigned int i) { return cuemu_bits<float>(i); }
+static inline unsigned int __float_as_uint(float f) { return cuemu_bits<unsigned int>(f); }
+static inline double __longlong_as_double(long long i) { return cuemu_bits<double>(i); }
+static inline long long __double_as_longlong(double d) { return cuemu_bits<long long>(d); }
 using std::sqrt;
 
 /* ------------------------------------------------------------------ the emulator */

@@ -59,7 +59,7 @@ def make_fake_pycuda(
     drv = types.ModuleType("pycuda.driver")
     calls: Counter[str] = Counter()
     state: dict[str, Any] = {"depth": 0, "memory": {}, "launches": deque(maxlen=1000),
-                             "builds": deque(maxlen=1000), "pinned": 0, "detached": 0,
+                             "builds": deque(maxlen=1000), "detached": 0,
                              "schedule": (0, 1), "calls": calls}
     drv.state = state
 
@@ -219,7 +219,6 @@ def make_fake_pycuda(
     def pagelocked_empty(shape: Any, dtype: Any) -> np.ndarray:
         current()
         calls["pinned"] += 1
-        state["pinned"] += 1
         return np.empty(shape, dtype)
 
     drv.mem_alloc, drv.pagelocked_empty = mem_alloc, pagelocked_empty
