@@ -579,20 +579,12 @@ def _combine_parts(parts: np.ndarray) -> np.ndarray:
             x[:m] += x[s : s + m]
         s //= 2
     out = x[0]
-    if n == 1:  # one i-particle (frequent in block steps)
-        r2s, pids = parts[:, OC_NNR2, 0], parts[:, OC_NNID, 0]
-        best_r2, best_id = float(r2s[0]), -1.0
-        if nparts <= 16:  # plain Python
-            for r2, pid in zip(r2s.tolist(), pids.tolist(), strict=True):
-                if pid >= 0 and (best_id < 0 or r2 < best_r2
-                                 or (r2 == best_r2 and pid < best_id)):
-                    best_r2, best_id = r2, pid
-        else:
-            valid = pids >= 0
-            if valid.any():
-                r2v, pidv = r2s[valid], pids[valid]
-                best_r2 = float(r2v.min())
-                best_id = float(pidv[r2v == best_r2].min())
+    if n == 1 and nparts <= 16:  # one i-particle over a few parts: plain Python
+        best_r2, best_id = float(parts[0, OC_NNR2, 0]), -1.0
+        for r2, pid in zip(parts[:, OC_NNR2, 0].tolist(), parts[:, OC_NNID, 0].tolist(),
+                           strict=True):
+            if pid >= 0 and (best_id < 0 or r2 < best_r2 or (r2 == best_r2 and pid < best_id)):
+                best_r2, best_id = r2, pid
         out[OC_NNR2, 0], out[OC_NNID, 0] = best_r2, best_id
         return out
     r2, pid = parts[:, OC_NNR2], parts[:, OC_NNID]
@@ -852,9 +844,9 @@ class Library:
         self._raw[addr] = rec
         self._ids[addr] = ids
         self._dirty.append(addr)
-        if terms > self._pred_terms:  # a predictor that reads more records, from now on
-            self._pred_terms = terms
-            self._predicted_time = None
+        # a predictor that reads more records from now on (the records just stored make
+        # the next force call predict again anyway)
+        self._pred_terms = terms
         self._n_stored = max(self._n_stored, top)
 
     def reset(self) -> None:
