@@ -104,6 +104,22 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
     const int j0 = part * jchunk;
     const int j1 = min(j0 + jchunk, nj);
     const real eps2 = (real)eps2_d;
+    /* The lanes of this thread's warp (all 32 unless the block ends inside it). */
+#if (LI * LJ) % 32 == 0
+    const unsigned warp_mask = 0xffffffffu;
+#else
+    const int warp_threads = min(32, LI * LJ - (flat & ~31));
+    const unsigned warp_mask = warp_threads >= 32 ? 0xffffffffu : (1u << warp_threads) - 1u;
+#endif
+    /* Warps whose i-particles are all padding (i0 >= ni in every lane) load their share of
+     * each tile and meet the barriers, but skip the interactions: they then cost almost
+     * nothing, so a launch of ni particles costs about round_up(ni, 32 / LJ * W) of them,
+     * not round_up(ni, LI * W) (N_active = 129 with LI = 128: 160, not 256). Their results
+     * are zeros and never read. A warp vote, not a per-thread test: the condition is then
+     * warp-uniform, and nvcc keeps the loop's shared-memory addressing on the uniform
+     * datapath (a per-thread test costs double precision 4-6 instructions per interaction
+     * on sm_90). */
+    const bool live = __any_sync(warp_mask, i0 < ni);
 
     /* Per i-particle state, indexed by w (unrolled loops only: the arrays stay in
      * registers). */
@@ -243,7 +259,8 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
             sx[w] = sy[w] = sz[w] = 0;
 #endif
         }
-        for (int k = lj; k < nt; k += LJ) {
+        /* warps of padding start past the tile (no interactions); the bound stays nt */
+        for (int k = live ? lj : nt; k < nt; k += LJ) {
             const int idj = JID(k);
             const real4 pj = JPOS(k);
 #if PRECISION == 1
@@ -402,12 +419,7 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
         {
             /* Butterfly over the lanes of each i-particle, inside one warp. Threads past the end
              * of a block that does not fill its last warp are left out of the mask. */
-#if (LI * LJ) % 32 == 0
-            const unsigned mask = 0xffffffffu;
-#else
-            const int warp_threads = min(32, LI * LJ - (flat & ~31));
-            const unsigned mask = warp_threads >= 32 ? 0xffffffffu : (1u << warp_threads) - 1u;
-#endif
+            const unsigned mask = warp_mask;
 #pragma unroll
             for (int off = 1; off < SHFL_LANES; off <<= 1) {
                 double o[NCO];

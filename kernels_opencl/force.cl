@@ -132,6 +132,10 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
     const int part = get_group_id(1);
     const int j0 = part * jchunk;
     const int j1 = min(j0 + jchunk, nj);
+    /* Work-items whose i-particles are all padding load their share of each tile and meet
+     * the barriers, but skip the interactions (as in the CUDA kernel): on GPUs, warps or
+     * wavefronts of padding then cost almost nothing. */
+    const int live = iv * (JV ? 1 : W) < ni;
 
 #if JV
     /* one i-particle (index iv), as scalars; the vector lanes run over j */
@@ -222,8 +226,9 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
 #if ORDER >= 6
         vreal sx = 0, sy = 0, sz = 0;
 #endif
+        const int kend = live ? nt : 0; /* padding: no interactions */
 #if JV
-        for (int k = 0; k < nt; k += W) {
+        for (int k = 0; k < kend; k += W) {
             /* W consecutive j-particles in the lanes; lanes past the tile are masked */
             const vint idj = VLOAD_JID(jid + jt + k);
             vreal xj, yj, zj, mj;
@@ -234,7 +239,7 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
 #endif
             const vint in_tile = lanes < (vint)(nt - k);
 #else
-        for (int k = lj; k < nt; k += LJ) {
+        for (int k = lj; k < kend; k += LJ) {
             const int idj = JID(k);
             const real4 pj = JPOS(k);
             const real xj = pj.x, yj = pj.y, zj = pj.z, mj = pj.w;

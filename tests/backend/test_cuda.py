@@ -666,6 +666,9 @@ def run_forces(ctx: Any, ext: str, variant: tuple[int, ...], n: int = 700, ni: i
         cnt.download(counts)
         lst.download(lists)
         result["nb"] = (counts, lists)
+    parts = np.empty((nparts, NCO, ni_pad))
+    partial.download(parts)
+    result["partial"] = parts
     for b in [*bufs.values(), ibuf, partial, final]:
         b.free()
     return result
@@ -763,6 +766,38 @@ def test_cuda_single_i_particle_many_lanes(cuda_context: Any) -> None:
     check_forces(run_forces(cuda_context, "cu", variant, ni=1, nparts=5), variant)
 
 
+PADDING_CASES = [((4, 1, 0, 128, 1, 128, 1), 33), ((4, 2, 0, 128, 1, 128, 1), 1),
+                 ((4, 1, 0, 64, 2, 128, 1), 33), ((2, 1, 0, 64, 1, 128, 1, 2), 33)]
+
+
+def check_padding(res: dict[str, Any], live_end: int) -> None:
+    """Columns ni .. live_end - 1 (padding that shares a warp with a real particle) are
+    computed; columns from live_end on (threads of padding only) are not: zeros, no
+    neighbour."""
+    parts, ni = res["partial"], res["ni"]
+    assert live_end < parts.shape[2], "the case has no padding to skip"
+    assert (parts[:, 3, ni:live_end] < 0).all()  # potential of computed padding
+    dead = parts[:, :, live_end:]
+    sums = [c for c in range(NCO) if c not in (OC_NNR2, OC_NNID)]
+    assert (dead[:, sums] == 0).all()
+    assert (dead[:, OC_NNID] == -1).all() and np.isinf(dead[:, OC_NNR2]).all()
+
+
+@pytest.mark.parametrize(("variant", "ni"), PADDING_CASES,
+                         ids=["li128", "li128-ni1", "li64-lj2", "li64-w2"])
+def test_padding_warps_skip_the_interactions(cuda_context: Any, variant: tuple[int, ...],
+                                             ni: int) -> None:
+    """Warps whose i-particles are all padding meet the barriers but compute nothing (a
+    launch of 129 particles with LI = 128 then costs about 160, not 256), and the real
+    particles' results are unchanged."""
+    res = run_forces(cuda_context, "cu", variant, ni=ni, nparts=3)
+    check_forces(res, variant)
+    li, lj = variant[3:5]
+    w = variant[7] if len(variant) > 7 else 1
+    per_warp = 32 // lj * w  # i-particles per warp (the LJ lanes of one are consecutive)
+    check_padding(res, -(-ni // per_warp) * per_warp)
+
+
 @pytest.fixture(scope="module")
 def opencl_context():
     with opened("opencl", "no OpenCL device") as ctx:
@@ -774,3 +809,14 @@ def opencl_context():
 def test_gpu_harness_on_opencl(opencl_context: Any, variant: tuple[int, ...]) -> None:
     """The GPU tests' harness, run on the OpenCL twin kernels so that it is known to work."""
     check_forces(run_forces(opencl_context, "cl", variant), variant)
+
+
+@pytest.mark.parametrize(("variant", "ni"), PADDING_CASES[:3], ids=["li128", "li128-ni1",
+                                                                    "li64-lj2"])
+def test_opencl_padding_items_skip_the_interactions(opencl_context: Any,
+                                                    variant: tuple[int, ...], ni: int) -> None:
+    """The OpenCL kernel skips per work-item (no portable warp vote in OpenCL 1.2): every
+    padding column is left uncomputed."""
+    res = run_forces(opencl_context, "cl", variant, ni=ni, nparts=3)
+    check_forces(res, variant)
+    check_padding(res, ni)

@@ -6,15 +6,16 @@
  *
  *  - Every CUDA thread of a block is a fiber (ucontext) with its own stack; a block runs
  *    to completion before the next one starts. A fiber runs until it reaches a barrier
- *    (__syncthreads, a warp shuffle, __syncwarp) or returns; the scheduler then runs the
+ *    (__syncthreads, a warp shuffle or vote, __syncwarp) or returns; the scheduler then runs the
  *    next fiber. The order in which the fibers of one round run is a schedule: forward,
  *    reverse or shuffled (cuemu_set_schedule), so a missing barrier shows up as a wrong
  *    result under one schedule or another instead of passing by luck.
  *  - __syncthreads is released only when every thread of the block waits at it; a thread
  *    that returned while others wait is reported (undefined on a GPU, a hang or garbage).
- *  - A warp shuffle is released when every lane named in its mask waits at a shuffle with
- *    the same mask; the caller must be in the mask, every lane of the mask must exist, and
- *    the source lane must be in the mask. Values are exchanged all at once, as in hardware.
+ *  - A warp shuffle or vote (__any_sync) is released when every lane named in its mask
+ *    waits at the same operation with the same mask; the caller must be in the mask, every
+ *    lane of the mask must exist, and a shuffle's source lane must be in the mask. Values
+ *    are exchanged all at once, as in hardware.
  *  - __shared__ variables are block-wide statics in one ELF section; the section is filled
  *    with 0xff bytes (NaN for floating point, -1 for integers) before every block, so a read
  *    of shared memory no thread of this block wrote is garbage, as on a GPU.
@@ -118,7 +119,7 @@ using std::sqrt;
 namespace cuemu {
 
 enum class State { running, at_syncthreads, at_warp, done };
-enum class Shfl { sync, idx, up, down, bfly };
+enum class Shfl { sync, idx, up, down, bfly, any };
 
 struct Fiber {
     ucontext_t ctx;
@@ -249,6 +250,10 @@ inline bool release()
                 ready = g.state == State::at_warp && g.mask == mask;
             }
             if (!ready) continue;
+            uint64_t vote = 0; /* __any_sync: whether any lane of the mask sent non-zero */
+            for (int q = 0; q < lanes; q++) {
+                if (mask >> q & 1u) vote |= l.fibers[base + q].send != 0;
+            }
             for (int q = 0; q < lanes; q++) {
                 if (!(mask >> q & 1u)) continue;
                 Fiber &g = l.fibers[base + q];
@@ -263,7 +268,7 @@ inline bool release()
                                ", which is not in the mask";
                     return false;
                 }
-                g.recv = l.fibers[base + src].send;
+                g.recv = g.op == Shfl::any ? vote : l.fibers[base + src].send;
             }
             for (int q = 0; q < lanes; q++) {
                 if (mask >> q & 1u) l.fibers[base + q].state = State::running;
@@ -466,6 +471,11 @@ template <typename T>
 static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32)
 {
     return cuemu_shfl(mask, v, cuemu::Shfl::bfly, lane_mask, width);
+}
+
+static inline int __any_sync(unsigned mask, int predicate)
+{
+    return (int)cuemu::warp_op(mask, predicate != 0, cuemu::Shfl::any, 0, 32);
 }
 
 /* Fibers of one launch run one at a time: a plain read-modify-write is atomic. */

@@ -2,7 +2,7 @@
 
 The CUDA kernels are tested without a GPU on this emulation (tests/backend/test_cuda.py,
 the ``cuda-emulated`` backend of tests/test_library.py). These tests show, on small
-kernels written here, that it gives CUDA's results for warp shuffles, and that it turns
+kernels written here, that it gives CUDA's results for warp shuffles and votes, and that it turns
 the mistakes a GPU lets pass silently (a missing barrier, a wrong shuffle mask, a barrier
 not reached by every thread, a write past an allocation, arguments packed with the wrong
 types) into failures.
@@ -30,6 +30,15 @@ extern "C" __global__ void shuffle(const int op, const int arg, const int width,
     if (op == 2) r = __shfl_up_sync(0xffffffffu, v, arg, width);
     if (op == 3) r = __shfl_sync(0xffffffffu, v, arg, width);
     out[blockIdx.x * blockDim.x + threadIdx.x] = r;
+}
+
+/* warp vote: do any lanes of my warp have t < lim? (a block of 40 ends inside a warp) */
+extern "C" __global__ void vote(const int lim, int *out)
+{
+    const int t = (int)threadIdx.x;
+    const int lanes = min(32, (int)blockDim.x - (t & ~31));
+    const unsigned mask = lanes >= 32 ? 0xffffffffu : (1u << lanes) - 1u;
+    out[blockIdx.x * blockDim.x + t] = __any_sync(mask, t < lim);
 }
 
 /* each thread reads its right neighbour's shared slot; the barrier is optional */
@@ -102,6 +111,14 @@ def expected_shuffle(op: int, arg: int, width: int, block: int, grid: int) -> np
 def test_shuffles_follow_cuda(module: cudaemu.Module, op: int, width: int, arg: int) -> None:
     got = run(module, "shuffle", 2, 64, "iii", op, arg, width, n_out=128)
     np.testing.assert_array_equal(got, expected_shuffle(op, arg, width, 64, 2))
+
+
+@pytest.mark.parametrize("lim", [0, 1, 31, 32, 33, 40])
+def test_any_sync_votes_per_warp(module: cudaemu.Module, lim: int) -> None:
+    block = 40
+    got = run(module, "vote", 2, block, "i", lim, n_out=2 * block)
+    t = np.tile(np.arange(block), 2)
+    np.testing.assert_array_equal(got, (t // 32 * 32 < lim).astype(np.int32))
 
 
 @pytest.mark.parametrize("schedule", [cudaemu.FORWARD, cudaemu.REVERSE, cudaemu.SHUFFLED])
