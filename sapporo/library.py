@@ -71,6 +71,22 @@ _EXT = {"opencl": "cl", "cuda": "cu"}
 # input validation
 
 
+#: arrays up to this size are checked in Python floats (a numpy reduction costs ~1.5 us)
+_SMALL = 48
+
+
+def _all_finite(arr: np.ndarray) -> bool:
+    """Whether every element of a float array is finite. A finite sum means finite terms:
+    one sum, in Python floats for small arrays; only an infinite or NaN sum (a non-finite
+    term, or an overflow) looks at the elements."""
+    if arr.size <= _SMALL:
+        total = sum(arr.ravel().tolist())
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is looked into
+            total = float(np.add.reduce(arr, axis=None))
+    return math.isfinite(total) or bool(np.isfinite(arr).all())
+
+
 def _vec3(name: str, value: Any, n: int | None) -> np.ndarray:
     try:
         arr = np.asarray(value, dtype=np.float64)
@@ -82,8 +98,7 @@ def _vec3(name: str, value: Any, n: int | None) -> np.ndarray:
         raise InputError(f"{name}: expected shape (n, 3), got {arr.shape}")
     if n is not None and arr.shape[0] != n:
         raise InputError(f"{name}: expected {n} rows, got {arr.shape[0]}")
-    # a finite sum means finite terms (one reduction); else look closer
-    if not np.isfinite(np.add.reduce(arr, axis=None)) and not np.isfinite(arr).all():
+    if not _all_finite(arr):
         bad = int(np.flatnonzero(~np.isfinite(arr).all(axis=1))[0])
         raise InputError(f"{name}: non-finite value in row {bad}: {arr[bad].tolist()}")
     return np.ascontiguousarray(arr)
@@ -103,8 +118,12 @@ def _ints(name: str, value: Any, n: int | None, lo: int, hi: int) -> np.ndarray:
     arr = arr.astype(np.int64, copy=False)
     if n is not None and arr.shape[0] != n:
         raise InputError(f"{name}: expected {n} values, got {arr.shape[0]}")
-    if arr.size and (arr.view(np.uint64).max() > hi if lo == 0
-                     else (arr.min() < lo or arr.max() > hi)):
+    if arr.size <= _SMALL:  # Python ints: a numpy min and max cost ~3 us
+        vals = arr.tolist()
+        out = bool(vals) and (min(vals) < lo or max(vals) > hi)
+    else:
+        out = arr.view(np.uint64).max() > hi if lo == 0 else (arr.min() < lo or arr.max() > hi)
+    if out:
         bad = arr[(arr < lo) | (arr > hi)][0]
         raise InputError(f"{name}: value {bad} outside [{lo}, {hi}]")
     return arr
@@ -119,7 +138,7 @@ def _scalars(name: str, value: Any, n: int, nonneg: bool = False) -> np.ndarray:
         arr = np.full(n, float(arr))
     if arr.shape != (n,):
         raise InputError(f"{name}: expected a scalar or shape ({n},), got {arr.shape}")
-    if not np.isfinite(arr).all():
+    if not _all_finite(arr):
         raise InputError(f"{name}: non-finite value at position {int(np.argmin(np.isfinite(arr)))}")
     if nonneg and (arr < 0).any():
         raise InputError(f"{name}: negative value at position {int(np.argmax(arr < 0))}")
@@ -489,12 +508,18 @@ class _Device:
         ngb = h2 is not None
         plan = self._plan(slot, ni, nj_local, ngb)
         idata = plan.idata
-        idata[0:3, :ni] = xi.T
-        idata[3, :ni] = h2 if ngb else 0.0
-        idata[4:7, :ni] = vi.T
-        idata[7, :ni] = ids
-        if ai is not None:
-            idata[8:11, :ni] = ai.T
+        if ni == 1:  # one active particle (frequent): one assignment from Python floats
+            col = [*xi[0].tolist(), float(h2[0]) if ngb else 0.0, *vi[0].tolist(), float(ids[0])]
+            if ai is not None:
+                col += ai[0].tolist()
+            idata[:, 0] = col
+        else:
+            idata[0:3, :ni] = xi.T
+            idata[3, :ni] = h2 if ngb else 0.0
+            idata[4:7, :ni] = vi.T
+            idata[7, :ni] = ids
+            if ai is not None:
+                idata[8:11, :ni] = ai.T
         if ni < plan.ni_pad:
             idata[:, ni:] = idata[:, ni - 1 : ni]  # padding repeats the last particle
         plan.h_in.to_device(idata.nbytes)
@@ -1026,7 +1051,7 @@ class Library:
                 lists.append((dev_counts, dev_lists))
         # A sum is finite only if every term is: one reduction in the usual case (the
         # nearest-neighbour rows are not checked: r^2 is inf when there is no neighbour).
-        if not np.isfinite(np.add.reduce(out[self._rows], axis=None)):
+        if not _all_finite(out[self._rows]):
             self._raise_non_finite(out, ids)
         acc = out[0:3].T.copy()
         pot = out[3].copy()
@@ -1044,17 +1069,20 @@ class Library:
 
     def _assemble_one(self, out: np.ndarray, ids: np.ndarray) -> ForceResult:
         """:meth:`_assemble` for a single i-particle without neighbour lists (frequent in
-        block steps): the twelve numbers as Python floats, a few small arrays."""
-        r = out[:, 0].tolist()
+        block steps): one copy of the twelve numbers, and the results as views of it (no
+        two overlap)."""
+        col = out[:, 0].copy()
+        r = col.tolist()
         if not all(math.isfinite(r[k]) for k in self._rows):
             self._raise_non_finite(out, ids)
         nn_id = int(r[OC_NNID])
+        if nn_id < 0:
+            col[OC_NNR2] = math.inf
         return ForceResult(
-            acc=np.array([r[0:3]]), pot=np.array([r[3]]),
-            jerk=np.array([r[4:7]]) if self.order >= 4 else None,
-            snap=np.array([r[8:11]]) if self.order >= 6 else None,
-            nn_index=np.array([nn_id], dtype=np.int64),
-            nn_r2=np.array([r[OC_NNR2] if nn_id >= 0 else math.inf]),
+            acc=col[0:3].reshape(1, 3), pot=col[3:4],
+            jerk=col[4:7].reshape(1, 3) if self.order >= 4 else None,
+            snap=col[8:11].reshape(1, 3) if self.order >= 6 else None,
+            nn_index=np.array([nn_id], dtype=np.int64), nn_r2=col[OC_NNR2 : OC_NNR2 + 1],
             neighbour_counts=None, overflow=False, capacity=self.nb_capacity,
         )
 

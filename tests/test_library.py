@@ -440,6 +440,38 @@ def test_bad_compute_input(make_lib, bad, name):
         lib.compute(**kw)
 
 
+def test_finiteness_checks_small_and_large_arrays(make_lib):
+    """Inputs are checked by one sum (Python floats up to 48 values, numpy above); a sum
+    that is not finite looks at the elements: an overflowing sum of finite values passes,
+    opposite infinities (a NaN sum) do not."""
+    from sapporo.library import _all_finite
+
+    for n in (1, 16, 17, 1000):
+        arr = np.ones((n, 3))
+        assert _all_finite(arr)
+        arr[-1, 1] = 1e308
+        arr[0, 0] = 1e308 if n > 1 else 1.0
+        assert _all_finite(arr)  # the sum overflows, the values are finite
+        for bad in (np.inf, -np.inf, np.nan):
+            arr[-1, 2] = bad
+            assert not _all_finite(arr), (n, bad)
+        arr[0, 2] = np.inf
+        arr[-1, 2] = -np.inf
+        assert not _all_finite(arr)
+    lib = make_lib(4, "double")
+    big = np.full((20, 3), 1e308)
+    lib.set_j_particles(np.arange(20), np.arange(20), 0.0, np.ones(20), big, np.zeros((20, 3)))
+    big[13, 1] = np.nan
+    with pytest.raises(sapporo.InputError, match="^x: non-finite value in row 13"):
+        lib.set_j_particles(np.arange(20), np.arange(20), 0.0, np.ones(20), big,
+                            np.zeros((20, 3)))
+    ids = np.arange(100)
+    ids[57] = 2**31
+    with pytest.raises(sapporo.InputError, match="^index: value 2147483648 outside"):
+        lib.set_j_particles(np.arange(100), ids, 0.0, np.ones(100), np.zeros((100, 3)),
+                            np.zeros((100, 3)))
+
+
 def test_order6_needs_a(make_lib):
     lib = make_lib(6, "double")
     lib.set_j_particles([0], [0], 0.0, [1.0], [[1.0, 0, 0]], [[0, 0, 0]])
