@@ -76,15 +76,13 @@ _SMALL = 48
 
 
 def _all_finite(arr: np.ndarray) -> bool:
-    """Whether every element of a float array is finite. A finite sum means finite terms:
-    one sum, in Python floats for small arrays; only an infinite or NaN sum (a non-finite
-    term, or an overflow) looks at the elements."""
+    """Whether every element of a float array is finite. Small arrays: a finite sum in
+    Python floats means finite terms, and only an infinite or NaN sum (a non-finite term,
+    or an overflow) looks at the elements. Larger ones: ``np.isfinite`` (a numpy sum would
+    warn on overflow, and silencing it costs as much as the test)."""
     if arr.size <= _SMALL:
-        total = sum(arr.ravel().tolist())
-    else:
-        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is looked into
-            total = float(np.add.reduce(arr, axis=None))
-    return math.isfinite(total) or bool(np.isfinite(arr).all())
+        return math.isfinite(sum(arr.ravel().tolist())) or bool(np.isfinite(arr).all())
+    return bool(np.isfinite(arr).all())
 
 
 def _vec3(name: str, value: Any, n: int | None) -> np.ndarray:
