@@ -1047,8 +1047,8 @@ class Library:
                 dev_lists = np.concatenate([pd[d][2][: c1 - c0] for c0, c1, pd in chunks])
                 counts += dev_counts
                 lists.append((dev_counts, dev_lists))
-        # A sum is finite only if every term is: one reduction in the usual case (the
-        # nearest-neighbour rows are not checked: r^2 is inf when there is no neighbour).
+        # (The nearest-neighbour rows are not checked: r^2 is inf when there is no
+        # neighbour.)
         if not _all_finite(out[self._rows]):
             self._raise_non_finite(out, ids)
         acc = out[0:3].T.copy()
