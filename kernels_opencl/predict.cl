@@ -34,31 +34,32 @@ __kernel void predict(const int n, const double t,
     const int a = get_global_id(0);
     if (a >= n) return;
     __global const double4 *r = raw + a * RAW_N;
+    /* whole double4 records (x|m, v|t, ...): one AVX2 register per term on CPUs, where
+     * double3 arithmetic is scalarised; the .w lanes compute junk that is not stored */
     const double4 xm = r[RAW_XM], vt = r[RAW_VT];
-    const double3 x = xm.xyz, v = vt.xyz;
     /* records past PRED_TERMS are zero: not read (a third of the memory traffic when only
      * the acceleration and the jerk are given) */
-    const double3 zero = (double3)(0.0);
-    const double3 a0 = PRED_TERMS >= 1 ? r[RAW_A].xyz : zero;
-    const double3 j0 = PRED_TERMS >= 2 ? r[RAW_J].xyz : zero;
-    const double3 s0 = PRED_TERMS >= 3 ? r[RAW_S].xyz : zero;
-    const double3 c0 = PRED_TERMS >= 4 ? r[RAW_C].xyz : zero;
+    const double4 zero = (double4)(0.0);
+    const double4 a0 = PRED_TERMS >= 1 ? r[RAW_A] : zero;
+    const double4 j0 = PRED_TERMS >= 2 ? r[RAW_J] : zero;
+    const double4 s0 = PRED_TERMS >= 3 ? r[RAW_S] : zero;
+    const double4 c0 = PRED_TERMS >= 4 ? r[RAW_C] : zero;
     const double dt = t - vt.w;
-    const double3 xp = x + dt * (v + dt * (a0 * 0.5 + dt * (j0 * (1.0 / 6.0)
+    const double4 xp = xm + dt * (vt + dt * (a0 * 0.5 + dt * (j0 * (1.0 / 6.0)
                        + dt * (s0 * (1.0 / 24.0) + dt * (c0 * (1.0 / 120.0))))));
-    const double3 vp = v + dt * (a0 + dt * (j0 * 0.5 + dt * (s0 * (1.0 / 6.0)
+    const double4 vp = vt + dt * (a0 + dt * (j0 * 0.5 + dt * (s0 * (1.0 / 6.0)
                        + dt * (c0 * (1.0 / 24.0)))));
 #if PRECISION == 1
-    const float3 hi = convert_float3(xp);
-    const float3 lo = convert_float3(xp - convert_double3(hi));
-    pos[a] = (float4)(hi, (float)xm.w);
-    pos_lo[a] = (float4)(lo, 0.0f);
+    const float4 hi = convert_float4(xp);
+    const float4 lo = convert_float4(xp - convert_double4(hi));
+    pos[a] = (float4)(hi.xyz, (float)xm.w);
+    pos_lo[a] = (float4)(lo.xyz, 0.0f);
 #else
-    pos[a] = (double4)(xp, xm.w);
+    pos[a] = (double4)(xp.xyz, xm.w);
 #endif
-    vel[a] = convert_real4((double4)(vp, 0.0));
+    vel[a] = convert_real4((double4)(vp.xyz, 0.0));
 #if ORDER >= 6
-    const double3 ap = a0 + dt * (j0 + dt * (s0 * 0.5 + dt * (c0 * (1.0 / 6.0))));
-    acc[a] = convert_real4((double4)(ap, 0.0));
+    const double4 ap = a0 + dt * (j0 + dt * (s0 * 0.5 + dt * (c0 * (1.0 / 6.0))));
+    acc[a] = convert_real4((double4)(ap.xyz, 0.0));
 #endif
 }
