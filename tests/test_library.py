@@ -472,6 +472,47 @@ def test_finiteness_checks_small_and_large_arrays(make_lib):
                             np.zeros((100, 3)))
 
 
+@pytest.mark.parametrize("order", [2, 4, 6])
+def test_device_prediction_is_the_host_horner_form(make_lib, backend, order):
+    """In double precision the device predicts the j-particles with the Horner form of the
+    host integrator (``hermite.predict_taylor``) and no contraction into FMAs: the same
+    bits on PoCL and on the CUDA emulation, for particles far from the origin, steps of
+    either sign and every derivative. (nvcc contracts on a GPU: there within rounding.)"""
+    from conftest import cuda_usable
+
+    from sapporo.hermite import predict_taylor
+
+    lib = make_lib(order, "double", fresh=True)
+    rng = np.random.default_rng(order)
+    n = 37
+    x, v, a, jerk, snap, crackle = (rng.normal(size=(n, 3)) * 10.0 ** rng.uniform(-2, 2, (n, 1))
+                                    for _ in range(6))
+    x += 1e4
+    tj = rng.uniform(-0.2, 0.2, n)
+    addr = rng.permutation(n)
+    lib.set_j_particles(addr, np.arange(n), tj, np.ones(n), x, v, a=a, jerk=jerk, snap=snap,
+                        crackle=crackle)
+    t = 0.125
+    lib.set_time(t)
+    lib.compute(x[:1], v[:1], [n], 1e-4, a=a[:1])  # predicts every address to t
+    dev = lib._devs[0]
+    got = {}
+    for name in ("pos", "vel", "acc") if order >= 6 else ("pos", "vel"):
+        host = np.empty((dev.j[name].nbytes // 32, 4))
+        dev.j[name].download(host)
+        got[name] = host[addr, :3]
+    want = predict_taylor(t - tj, x, v, a, jerk, snap, crackle)
+    exact = not (backend == "cuda" and cuda_usable()[0])
+    for name, w in zip(("pos", "vel", "acc"), want, strict=False):
+        if name not in got:
+            continue
+        if exact:
+            np.testing.assert_array_equal(got[name], w, err_msg=name)
+        else:
+            np.testing.assert_allclose(got[name], w, rtol=1e-14, err_msg=name)
+    lib.close()
+
+
 def test_order6_needs_a(make_lib):
     lib = make_lib(6, "double")
     lib.set_j_particles([0], [0], 0.0, [1.0], [[1.0, 0, 0]], [[0, 0, 0]])
