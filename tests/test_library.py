@@ -484,11 +484,11 @@ def test_device_prediction_is_the_host_horner_form(make_lib, backend, order):
 
     lib = make_lib(order, "double", fresh=True)
     rng = np.random.default_rng(order)
-    n = 37
+    n = 1001  # not a multiple of any block; enough pairs that a changed rounding shows
     x, v, a, jerk, snap, crackle = (rng.normal(size=(n, 3)) * 10.0 ** rng.uniform(-2, 2, (n, 1))
                                     for _ in range(6))
-    x += 1e4
-    tj = rng.uniform(-0.2, 0.2, n)
+    x[: n // 2] += 1e4  # far from the origin; the others near it, where every term shows
+    tj = rng.uniform(-1.0, 0.25, n)  # steps of either sign, up to ~1 (every term counts)
     addr = rng.permutation(n)
     lib.set_j_particles(addr, np.arange(n), tj, np.ones(n), x, v, a=a, jerk=jerk, snap=snap,
                         crackle=crackle)
