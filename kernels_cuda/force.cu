@@ -417,14 +417,13 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
 #endif
 #if SHFL_LANES > 1
         {
-            /* Butterfly over the lanes of each i-particle, inside one warp. Threads past the end
-             * of a block that does not fill its last warp are left out of the mask. */
-            const unsigned mask = warp_mask;
+            /* Butterfly over the lanes of each i-particle, inside one warp (warp_mask leaves
+             * out threads past the end of a block that does not fill its last warp). */
 #pragma unroll
             for (int off = 1; off < SHFL_LANES; off <<= 1) {
                 double o[NCO];
 #pragma unroll
-                for (int c = 0; c < NCO; c++) o[c] = LIVE(c) ? __shfl_xor_sync(mask, r[c], off) : 0;
+                for (int c = 0; c < NCO; c++) o[c] = LIVE(c) ? __shfl_xor_sync(warp_mask, r[c], off) : 0;
 #pragma unroll
                 for (int c = 0; c < NCO; c++) {
                     if (c != OC_NNR2 && c != OC_NNID) r[c] += o[c];
