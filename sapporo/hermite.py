@@ -27,7 +27,7 @@ import math
 import signal
 import threading
 import time as _time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -102,6 +102,13 @@ def _norm(q: np.ndarray) -> np.ndarray:
     return np.sqrt(np.einsum("ij,ij->i", q, q))
 
 
+def _norms(vectors: Sequence[np.ndarray]) -> np.ndarray:
+    """Row norms of several (n, 3) arrays in one pass: shape (len(vectors), n), bitwise
+    :func:`_norm` of each."""
+    q = np.stack(vectors)
+    return np.sqrt(np.einsum("kij,kij->ki", q, q))
+
+
 def predict_taylor(
     h: np.ndarray,
     x: np.ndarray,
@@ -171,7 +178,12 @@ def step_criterion(
         ``eta (A1 / A(p-2))^(1/(p-3))`` with ``A(k) = sqrt(|a(k-1)||a(k+1)| + |a(k)|^2)``.
         Average: the mean of Aarseth with ``eta4`` and generalised with ``eta``.
     """
-    n = [_norm(d) for d in derivs]
+    return _criterion_from_norms(criterion, order, eta, eta4, [_norm(d) for d in derivs])
+
+
+def _criterion_from_norms(criterion: str, order: int, eta: float, eta4: float,
+                          n: Sequence[np.ndarray]) -> np.ndarray:
+    """:func:`step_criterion` from the norms of the derivatives."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         a1sq = n[0] * n[2] + n[1] ** 2
         a2sq = n[1] * n[3] + n[2] ** 2
@@ -210,9 +222,15 @@ def fallback_criterion(
     :data:`FALLBACK_SCALE` (the lower quartile of full criterion / this estimate, measured
     on Plummer spheres in double precision, so the fallback errs on the small side).
     """
+    return _fallback_from_norms(criterion, order, eta, eta4, _norm(a), _norm(jerk),
+                                None if snap is None else _norm(snap))
+
+
+def _fallback_from_norms(criterion: str, order: int, eta: float, eta4: float,
+                         na: np.ndarray, nj: np.ndarray, ns: np.ndarray | None) -> np.ndarray:
+    """:func:`fallback_criterion` from the norms of a, jerk (and snap)."""
     c_a, c_g = FALLBACK_SCALE[order]
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        t1 = _starting_step(order, 1.0, a, jerk, snap)
+    t1 = _starting_step_from_norms(order, 1.0, na, nj, ns)
     if criterion == "aarseth":
         return c_a * math.sqrt(eta) * t1
     if criterion == "generalised":
@@ -225,28 +243,26 @@ def _unresolved(
     order: int,
     noise: float,
     tau: np.ndarray,
-    a: tuple[np.ndarray, np.ndarray],
-    j: tuple[np.ndarray, np.ndarray],
-    s: tuple[np.ndarray, np.ndarray] | None,
-    derivs: list[np.ndarray],
+    n0: Sequence[np.ndarray],
+    n: Sequence[np.ndarray],
 ) -> np.ndarray:
     """Where an interpolated derivative the criterion uses is within the force noise.
 
     The interpolated derivatives are differences of a, j (and s) between the ends of the
     step divided by powers of the half step ``tau``; a relative force error ``noise`` in
     those gives the error bounds below. A derivative counts as resolved when it exceeds
-    :data:`RESOLVED_FACTOR` times its bound.
+    :data:`RESOLVED_FACTOR` times its bound. ``n0``: the norms of a, j (and s) at the start
+    of the step; ``n``: those of the criterion's derivatives at its end (a, j, s, c, ...).
     """
-    da = noise * np.maximum(_norm(a[0]), _norm(a[1]))
-    dj = noise * np.maximum(_norm(j[0]), _norm(j[1]))
+    da = noise * np.maximum(n0[0], n[0])
+    dj = noise * np.maximum(n0[1], n[1])
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if order == 4:
             s3 = 3.0 * (dj + da / tau) / tau**2
             bounds = {2: dj / tau + tau * s3, 3: s3}
             used = (2, 3)
         else:
-            assert s is not None
-            ds = noise * np.maximum(_norm(s[0]), _norm(s[1]))
+            ds = noise * np.maximum(n0[2], n[2])
             s4 = 3.0 * (ds + dj / tau) / tau**2
             s5 = 15.0 * (ds * tau**2 + 3.0 * dj * tau + 3.0 * da) / tau**5
             s3 = ds / tau + s5 * tau**2 / 6.0
@@ -254,18 +270,24 @@ def _unresolved(
             used = (3,) if criterion == "aarseth" else (3, 4, 5)
         bad = np.zeros(tau.shape, dtype=bool)
         for k in used:
-            bad |= ~(_norm(derivs[k]) > RESOLVED_FACTOR * bounds[k])
+            bad |= ~(n[k] > RESOLVED_FACTOR * bounds[k])
     return bad
 
 
 def _starting_step(order: int, eta_s: float, a: np.ndarray, j: np.ndarray,
                    s: np.ndarray | None) -> np.ndarray:
     """First step: ``eta_s |a| / |j|`` (4th order), ``eta_s |a| / sqrt(|j|^2 + |a||s|)`` (6th)."""
-    na, nj = _norm(a), _norm(j)
+    return _starting_step_from_norms(order, eta_s, _norm(a), _norm(j),
+                                     None if order == 4 or s is None else _norm(s))
+
+
+def _starting_step_from_norms(order: int, eta_s: float, na: np.ndarray, nj: np.ndarray,
+                              ns: np.ndarray | None) -> np.ndarray:
+    """:func:`_starting_step` from the norms of a, j (and s)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        if order == 4 or s is None:
+        if order == 4 or ns is None:
             return eta_s * na / nj
-        return eta_s * na / np.sqrt(nj**2 + na * _norm(s))
+        return eta_s * na / np.sqrt(nj**2 + na * ns)
 
 
 def quantise_steps(
@@ -816,12 +838,17 @@ class HermiteIntegrator:
             s1 = d2 + tau * d3
             c1 = d3
             derivs = [a1, j1, s1, c1]
-        crit = step_criterion(self.criterion, self.order, self.eta, self.eta4, derivs)
-        fb = fallback_criterion(self.criterion, self.order, self.eta, self.eta4,
-                                a1, j1, s1 if six else None)
+        # Every norm the criteria need, in one pass: |a|, |j| (, |s|) at the start of the
+        # step, then those of the derivatives at its end.
+        k0 = 3 if six else 2
+        norms = _norms(([a0, j0, s0] if six else [a0, j0]) + derivs)
+        n0, n1 = norms[:k0], norms[k0:]
+        crit = _criterion_from_norms(self.criterion, self.order, self.eta, self.eta4, n1)
+        fb = _fallback_from_norms(self.criterion, self.order, self.eta, self.eta4,
+                                  n1[0], n1[1], n1[2] if six else None)
         if self.force_noise > 0.0:
             unresolved = _unresolved(self.criterion, self.order, self.force_noise, tau[:, 0],
-                                     (a0, a1), (j0, j1), (s0, s1) if six else None, derivs)
+                                     n0, n1)
             if unresolved.any():
                 crit = np.where(unresolved, fb, crit)
                 self.fallback_steps += int(unresolved.sum())
