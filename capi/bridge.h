@@ -5,7 +5,7 @@
 int shim_py_npipes(void);
 int shim_py_version(char *buffer, int size);
 int shim_py_open(int order, const char *precision, const char *backend, int ndev,
-                 const int *devices);
+                 const int *devices, int *max_address);
 int shim_py_close(void);
 int shim_py_set_j(int n, const int *address, const int *index, const double *t,
                   const double *mass, const double *x, const double *v, const double *a,

@@ -24,11 +24,12 @@ extern "C" {
 /* Open the library (order, precision, backend and devices from SAPPORO_* variables and
  * sapporo2.config).  Opening an open library does nothing. */
 int g6_open(int cluster_id);
-/* Open with an explicit list of ndev device indices. */
+/* Open with an explicit list of ndev device indices (ndev < 0: any -ndev devices, as in
+ * sapporo2; ndev == 0: as g6_open). */
 int g6_open_special(int ndev, int *devices);
 /* Release everything; j-particles not yet sent are dropped. */
 int g6_close(int cluster_id);
-/* Most i-particles one force call may take (SAPPORO_NPIPES, default 256). */
+/* Most i-particles one force call may take (SAPPORO_NPIPES, default 128). */
 int g6_npipes(void);
 /* Hardware unit settings: the argument (int or double) is never read; return 0. */
 int g6_set_tunit(double unit);

@@ -27,8 +27,9 @@ extern "C" {
 
 /* Open the library.  order: 2, 4 or 6 (0: SAPPORO_ORDER, else 4); precision: "double" or
  * "double-single" (NULL: SAPPORO_PRECISION, else double-single); backend: "opencl", "cuda"
- * or "auto" (NULL: SAPPORO_BACKEND); devices: ndev > 0 indices, ndev < 0 all devices,
- * ndev == 0 SAPPORO_DEVICES, else the sapporo2.config file, else the first device. */
+ * or "auto" (NULL: SAPPORO_BACKEND); devices: ndev > 0 indices, ndev < 0 any -ndev devices
+ * (the first ones; fewer where there are fewer), ndev == 0 SAPPORO_DEVICES, else the
+ * sapporo2.config file, else the first device. */
 int sapporo_open(int order, const char *precision, const char *backend, int ndev,
                  const int *devices);
 

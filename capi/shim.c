@@ -32,9 +32,11 @@ static char last_error[1024];
 static char version[64];
 static int python_ready;                     /* set by the embedded init code when done */
 static int is_open;
+static int max_address;                      /* the largest j-address the library can hold */
 static int npipes;                           /* 0: not asked yet */
 static int pending;                          /* firsthalf ran; lasthalf not yet */
 static int pending_rc;                       /* firsthalf's error code, returned by lasthalf */
+static int have_result;                      /* the last force call returned its forces */
 
 /* j-particles waiting to be sent; derivatives are stored unscaled. */
 static struct {
@@ -244,6 +246,9 @@ static int jb_put(int address, int index, double t, double mass, const double *x
         return rc;
     if (address < 0)
         return fail(SAPPORO_ERR_INPUT, "address = %d must be >= 0", address);
+    if (address > max_address)
+        return fail(SAPPORO_ERR_INPUT, "address = %d above %d, the largest j-address the "
+                    "device memory holds", address, max_address);
     if (index < 0)
         return fail(SAPPORO_ERR_INPUT, "index = %d must be >= 0 (address %d)", index, address);
     if (x == NULL || v == NULL)
@@ -296,7 +301,7 @@ static int do_open(int order, const char *precision, const char *backend, int nd
         return rc;
     if (ndev > 0 && devices == NULL)
         return fail(SAPPORO_ERR_INPUT, "ndev = %d but devices is NULL", ndev);
-    rc = shim_py_open(order, precision, backend, ndev, devices);
+    rc = shim_py_open(order, precision, backend, ndev, devices, &max_address);
     if (rc == SAPPORO_OK)
         is_open = 1;
     return rc;
@@ -307,6 +312,7 @@ static int do_close(void)
     int rc = SAPPORO_OK;
     jb_clear();
     pending = 0;
+    have_result = 0;
     nb.valid = 0;
     if (is_open) {
         is_open = 0;
@@ -337,6 +343,7 @@ static void do_firsthalf(int nj, int ni, const int *index, const double *xi, con
 {
     int rc, np;
     pending = 1;
+    have_result = 0;
     nb.valid = 0;
     if ((rc = need_open()) < 0)
         goto done;
@@ -367,12 +374,15 @@ done:
 static int do_lasthalf(int ni, double *acc, double *jerk, double *snap, double *pot, int *nnb,
                        double *nn_r2)
 {
+    int rc;
     if (!pending)
         return fail(SAPPORO_ERR_STATE, "no force call pending (call g6calc_firsthalf first)");
     pending = 0;
     if (pending_rc < 0)
         return pending_rc;
-    return shim_py_finish(ni, acc, jerk, snap, pot, nnb, nn_r2);
+    rc = shim_py_finish(ni, acc, jerk, snap, pot, nnb, nn_r2);
+    have_result = rc >= 0;
+    return rc;
 }
 
 static int do_read_neighbours(void)
@@ -381,6 +391,10 @@ static int do_read_neighbours(void)
     if ((rc = need_open()) < 0)
         return rc;
     nb.valid = 0;
+    if (!have_result)
+        return fail(SAPPORO_ERR_STATE, "no neighbour lists: %s",
+                    pending ? "the force call has not finished (call g6calc_lasthalf first)"
+                            : "the last force call failed, or there was none");
     rc = shim_py_read_neighbours(&nb.ni, &nb.offsets, &nb.counts, &nb.ids);
     if (rc < 0)
         return rc;
@@ -421,8 +435,6 @@ EXPORT int g6_open(int cluster_id)
 EXPORT int g6_open_special(int ndev, int *devices)
 {
     enter("g6_open_special");
-    if (ndev <= 0)
-        return leave(fail(SAPPORO_ERR_INPUT, "ndev = %d must be >= 1", ndev));
     return leave(do_open(0, NULL, NULL, ndev, devices));
 }
 
@@ -564,8 +576,8 @@ EXPORT int g6_open_(int *cluster_id)
 EXPORT int g6_open_special_(int *ndev, int *devices)
 {
     enter("g6_open_special_");
-    if (ndev == NULL || *ndev <= 0)
-        return leave(fail(SAPPORO_ERR_INPUT, "ndev must be >= 1"));
+    if (ndev == NULL)
+        return leave(fail(SAPPORO_ERR_INPUT, "ndev is NULL"));
     return leave(do_open(0, NULL, NULL, *ndev, devices));
 }
 

@@ -30,8 +30,9 @@ __all__ = ["DEFAULT_NPIPES", "Bridge", "bind", "open_settings"]
 
 logger = logging.getLogger(__name__)
 
-#: i-particles per force call when ``SAPPORO_NPIPES`` is not set.
-DEFAULT_NPIPES = 256
+#: i-particles per force call when ``SAPPORO_NPIPES`` is not set: clients size static arrays
+#: from g6_npipes(), and some hold no more than 128
+DEFAULT_NPIPES = 128
 #: Order and precision of ``g6_open`` when neither the caller nor the environment says.
 DEFAULT_ORDER = 4
 DEFAULT_PRECISION = "double-single"
@@ -43,7 +44,7 @@ def open_settings(
     order: int = 0,
     precision: str | None = None,
     backend: str | None = None,
-    devices: str | list[int] | None = None,
+    devices: str | list[int] | int | None = None,
 ) -> dict[str, Any]:
     """Resolve the arguments of ``Library(...)`` for an open call from C.
 
@@ -51,6 +52,10 @@ def open_settings(
     ``SAPPORO_*`` variables; then, for the devices, the ``sapporo2.config`` file named by
     ``SAPPORO_CONFIG`` (or ``./sapporo2.config`` when present); then 4th order,
     double-single precision, automatic backend and the first device.
+
+    ``devices`` (and a ``sapporo2.config`` file) may also give a number ``n`` of devices,
+    whichever (sapporo2's negative count): the backend's first ``n`` devices, fewer (with a
+    warning) where it has fewer; ``n = 0`` means all of them.
 
     Returns
     -------
@@ -68,12 +73,28 @@ def open_settings(
             path = LOCAL_CONFIG_FILE
         if path is not None:
             devices_ = config.read_sapporo2_config(path)
+    if isinstance(devices_, int):
+        devices_ = _any_devices(backend_, devices_)
     return {
         "order": order_ or DEFAULT_ORDER,
         "precision": precision_ or DEFAULT_PRECISION,
         "backend": backend_,
         "devices": devices_,
     }
+
+
+def _any_devices(backend: str | None, n: int) -> str | list[int]:
+    """``n`` devices of the backend, whichever: its first ``n`` (0: ``"all"``)."""
+    from .backend import get_backend
+
+    if n == 0:
+        return "all"
+    available = len(get_backend(backend).devices())
+    if n > available:
+        logger.warning("%d devices asked for (any), the backend has %d: using %d", n,
+                       available, available)
+        n = available
+    return list(range(n))
 
 
 class Bridge:
@@ -145,11 +166,18 @@ class Bridge:
         eps2: float,
         h2: np.ndarray | None,
     ) -> None:
-        """Start a force call (firsthalf); ``h2`` that is all <= 0 switches lists off."""
+        """Start a force call (firsthalf); ``h2`` that is all <= 0 switches lists off.
+
+        A negative ``h2[i]`` among positive ones gives particle i an empty list (no r^2 is
+        below it), as on GRAPE-6; NaN is still refused by the library.
+        """
         lib = self._open_lib()
         self._pending = self._result = self._nb_arrays = None
-        if h2 is not None and not (h2 > 0.0).any():
-            h2 = None
+        if h2 is not None:
+            if not (h2 > 0.0).any():
+                h2 = None
+            elif (h2 < 0.0).any():
+                h2 = np.maximum(h2, 0.0)
         a = a if lib.order == 6 else None
         self._pending = lib.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj)
         self._pending_ni = len(index)
@@ -263,12 +291,15 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
         return 0
 
     @extern
-    def shim_py_open(order: int, precision: Any, backend: Any, ndev: int, devices: Any) -> int:
+    def shim_py_open(order: int, precision: Any, backend: Any, ndev: int, devices: Any,
+                     max_address: Any) -> int:
+        # ndev > 0: these devices; < 0: any -ndev of them (sapporo2); 0: not given.
         if ndev > 0:
-            devs: str | list[int] | None = [int(d) for d in ffi.unpack(devices, ndev)]
+            devs: list[int] | int | None = [int(d) for d in ffi.unpack(devices, ndev)]
         else:
-            devs = "all" if ndev < 0 else None
+            devs = -ndev if ndev < 0 else None
         state.open(order=order, precision=text(precision), backend=text(backend), devices=devs)
+        max_address[0] = state.lib.max_address
         return 0
 
     @extern

@@ -8,7 +8,7 @@ variable                   meaning
 ``SAPPORO_ORDER``          2, 4 or 6 (used by the C API; default 4)
 ``SAPPORO_PRECISION``      ``double`` or ``double-single`` (C API; default
                            ``double-single``)
-``SAPPORO_NPIPES``         i-particles per GRAPE force call (C API; default 256)
+``SAPPORO_NPIPES``         i-particles per GRAPE force call (C API; default 128)
 ``SAPPORO_CONFIG``         path of a ``sapporo2.config`` device file (C API)
 ``SAPPORO_NB_CAPACITY``    neighbour-list capacity per i-particle (default 256)
 ``SAPPORO_SPIN_US``        how long (microseconds) a wait for the device polls before
@@ -116,10 +116,16 @@ def _parse_int(value: str | None, source: str, minimum: int) -> int | None:
     return n
 
 
-def read_sapporo2_config(path: str) -> list[int] | None:
-    """Read a ``sapporo2.config`` file: first line the device count (negative: any), then ids.
+def read_sapporo2_config(path: str) -> list[int] | int:
+    """Read a ``sapporo2.config`` file: first line the device count, then one id per line.
 
-    Returns the list of device ids, or ``None`` when the count is negative ("any free ones").
+    Returns
+    -------
+    list of int or int
+        For a positive count, the first ``count`` device ids listed. For a negative count,
+        ``-count``: that many devices, whichever (sapporo2's "any free ones"); for 0, 0:
+        every device (sapporo2 uses as many as there are). :func:`sapporo.capi_bridge.
+        open_settings` turns the numbers into device lists.
     """
     try:
         with open(path) as fh:
@@ -136,10 +142,8 @@ def read_sapporo2_config(path: str) -> list[int] | None:
         raise ConfigError(
             f"{path}: expected integers (device count, then one id per line)"
         ) from None
-    if count < 0:
-        return None
-    if count == 0:
-        raise ConfigError(f"{path}: device count is 0")
+    if count <= 0:
+        return -count
     if len(ids) < count:
         raise ConfigError(f"{path}: says {count} devices but lists {len(ids)} ids")
     ids = ids[:count]

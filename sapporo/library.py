@@ -41,6 +41,7 @@ from .launch import NI_CHUNK, LaunchConfig, LaunchTable, check_table, load_table
 log = logging.getLogger(__name__)
 
 RAW_N = 6  # double4 records per raw j-particle: x|m, v|t, a, jerk, snap, crackle
+J_BYTES = RAW_N * 32 + 8  # bytes per j-address: the raw records and the id (int64)
 NCO = 12  # result rows: ax ay az pot jx jy jz nn_r2 sx sy sz nn_id
 OC_NNR2, OC_NNID = 7, 11
 #: the reduce kernel's lanes per i-particle and i-particles per group (common.h/.cuh);
@@ -880,15 +881,28 @@ class Library:
         self._dirty.append(np.arange(self._n_stored))
         self._n_stored = 0
 
-    def _grow(self, top: int) -> None:
-        cap = max(top, 2 * self._raw.shape[0], 1024)
-        need = cap * (RAW_N * 32 + 8) / self.ndev
+    def _j_capacity(self) -> int:
+        """How many j-addresses the devices hold: 80% of the smallest one's memory."""
         mem = min(d.info.global_mem_size for d in self._devs)
-        if need > 0.8 * mem:
+        return int(0.8 * mem * self.ndev) // J_BYTES
+
+    @property
+    def max_address(self) -> int:
+        """The largest j-address :meth:`set_j_particles` accepts (device memory, MAX_ADDRESS)."""
+        return min(MAX_ADDRESS, self._j_capacity() - 1)
+
+    def _grow(self, top: int) -> None:
+        limit = self._j_capacity()
+        if top > limit:
+            mem = min(d.info.global_mem_size for d in self._devs)
+            need = top * J_BYTES / self.ndev
             raise InputError(
                 f"address: {top - 1} needs {need / 2**30:.1f} GiB of j-memory per device, "
-                f"more than the device has ({mem / 2**30:.1f} GiB)"
+                f"more than the device has ({mem / 2**30:.1f} GiB; the largest address "
+                f"that fits is {self.max_address})"
             )
+        # doubling, but never beyond what the devices hold
+        cap = min(max(top, 2 * self._raw.shape[0], 1024), limit)
         raw = np.zeros((cap, RAW_N, 4), dtype=np.float64)
         ids = np.full(cap, -1, dtype=np.int64)
         k = self._raw.shape[0]

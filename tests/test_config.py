@@ -63,8 +63,10 @@ def test_sapporo2_config(tmp_path):
     f = tmp_path / "sapporo2.config"
     f.write_text("2\n1\n0\n")
     assert config.read_sapporo2_config(str(f)) == [1, 0]
-    f.write_text("-1\n")
-    assert config.read_sapporo2_config(str(f)) is None
+    f.write_text("-3\n")
+    assert config.read_sapporo2_config(str(f)) == 3  # any three devices (sapporo2)
+    f.write_text("0\n")
+    assert config.read_sapporo2_config(str(f)) == 0  # all of them (sapporo2)
     f.write_text("# two devices\n2   # count\n3\n")
     with pytest.raises(ConfigError, match="lists 1"):
         config.read_sapporo2_config(str(f))

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import sapporo
+from sapporo import library as L
 from sapporo import reference as ref
 
 TOL = {"double": 1e-12, "double-single": 1e-5}
@@ -353,6 +354,32 @@ def test_sparse_addresses_and_growth(make_lib):
         assert all(np.array_equal(res.neighbours(k), r.neighbours[k]) for k in range(50))
     finally:
         lib.close()
+
+def test_addresses_up_to_the_device_memory(make_lib, monkeypatch):
+    """Memory doubles as addresses grow, but never past what the devices hold: every address
+    up to ``max_address`` is accepted, the next one refused with the limit in the message."""
+    lib = make_lib(4, "double", fresh=True)
+    try:
+        mem = min(d.info.global_mem_size for d in lib._devs)
+        assert lib.max_address == min(L.MAX_ADDRESS, int(0.8 * mem * lib.ndev) // L.J_BYTES - 1)
+        # A device that holds 3000 j-particles (as if its memory were that small).
+        monkeypatch.setattr(L.Library, "_j_capacity", lambda self: 3000)
+        assert lib.max_address == 2999
+        x, v, m, ids, _, _ = system(3, seed=5)
+        lib.set_j_particles([0, 1500, 2100], ids, 0.0, m, x, v)  # capacity 1024 -> 3000
+        lib.set_j_particles([2999], [9], 0.0, [1.0], [[9.0, 0, 0]], [[0.0, 0, 0]])
+        assert lib.n_stored == 3000
+        with pytest.raises(sapporo.InputError, match="largest address that fits is 2999"):
+            lib.set_j_particles([3000], [10], 0.0, [1.0], [[0.0, 9, 0]], [[0.0, 0, 0]])
+        assert lib.n_stored == 3000  # the refused call stored nothing
+        res = lib.compute(x, v, ids, EPS2)
+        xj = np.vstack([x, [[9.0, 0, 0]]])
+        r = ref.forces(x, v, ids, xj, np.zeros_like(xj), np.append(m, 1.0),
+                       np.append(ids, 9), EPS2, order=4)
+        np.testing.assert_allclose(res.acc, r.acc, rtol=1e-12)
+    finally:
+        lib.close()
+
 
 
 def test_empty_j_set(make_lib):

@@ -81,6 +81,20 @@ int main(void)
     len = -1;
     check("nb_get_overflow", g6_get_neighbour_list(0, 0, 8, &len, nbl));
     printf("nblist %d %d %d\n", len, nbl[0], nbl[1]);
+    /* A failed force call leaves no neighbour lists behind, not the previous call's. */
+    check("nb_force_failed", force(N, npipes + 1, 0.0));
+    check("nb_read_after_failed", g6_read_neighbour_list(0));
+    check("nb_get_after_failed", g6_get_neighbour_list(0, 0, 8, &len, nbl));
+    /* An address beyond what the device holds is refused at once; the particles buffered
+     * with it are kept: j-particle 1 moves to (0, 0, 100), so i-particle 0 at the origin
+     * feels (0, 1, 1 + 1e-4). */
+    double far[3] = {0, 0, 100};
+    check("move_1", g6_set_j_particle(0, 1, 1, 0.0, 0.0, 1.0, zero, zero, zero, zero, far));
+    check("address_too_large",
+          g6_set_j_particle(0, 2147483647, 7, 0.0, 0.0, 1.0, zero, zero, zero, zero, xj[0]));
+    check("settime_after_bad_address", g6_set_ti(0, 0.0));
+    check("force_after_bad_address", force(N, 1, 0.0));
+    printf("moved %.12f %.12f %.12f\n", acc[0][0], acc[0][1], acc[0][2]);
     check("close", g6_close(0));
     check("set_j_closed", g6_set_j_particle(0, 0, 0, 0.0, 0.0, 1.0, zero, zero, zero, zero, xj[0]));
     check("settime_closed", g6_set_ti(0, 0.0));
@@ -95,6 +109,10 @@ int main(void)
     int dev0 = 0;
     check("open_special", g6_open_special(1, &dev0));
     check("close_special", g6_close(0));
+    check("open_special_zero", g6_open_special(0, NULL));  /* as g6_open */
+    check("close_special_zero", g6_close(0));
+    check("open_special_any", g6_open_special(-1, NULL));  /* any one device (sapporo2) */
+    check("close_special_any", g6_close(0));
     printf("END\n");
     return 0;
 }

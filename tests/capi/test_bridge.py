@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sapporo.capi_bridge import DEFAULT_NPIPES, Bridge, open_settings
@@ -21,7 +22,7 @@ def test_defaults() -> None:
     assert open_settings() == {
         "order": 4, "precision": "double-single", "backend": None, "devices": None,
     }
-    assert Bridge().npipes() == DEFAULT_NPIPES == 256
+    assert Bridge().npipes() == DEFAULT_NPIPES == 128
 
 
 def test_environment_then_explicit_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,10 +45,25 @@ def test_sapporo2_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
     other = tmp_path / "other.config"
     other.write_text("-1\n")
     monkeypatch.setenv("SAPPORO_CONFIG", str(other))
-    assert open_settings()["devices"] is None  # negative count: any device
+    assert open_settings()["devices"] == [0]  # negative count -n: any n devices
+    other.write_text("0\n")
+    assert open_settings()["devices"] == "all"  # as many as there are (sapporo2)
     monkeypatch.setenv("SAPPORO_DEVICES", "all")
     assert open_settings()["devices"] == "all"  # the variable wins over the file
     assert open_settings(devices=[3])["devices"] == [3]  # g6_open_special wins over both
+
+
+def test_any_n_devices(caplog: pytest.LogCaptureFixture) -> None:
+    """sapporo2's "any n devices": the backend's first n, fewer (said) where it has fewer."""
+    from sapporo.backend import get_backend
+
+    available = len(get_backend(None).devices())
+    assert open_settings(devices=1)["devices"] == [0]
+    assert open_settings(devices=0)["devices"] == "all"
+    with caplog.at_level("WARNING", logger="sapporo.capi_bridge"):
+        got = open_settings(devices=available + 2)["devices"]
+    assert got == list(range(available))
+    assert f"{available + 2} devices asked for" in caplog.text
 
 
 def test_malformed_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -69,3 +85,26 @@ def test_calls_before_open_raise() -> None:
     with pytest.raises(SapporoError, match="no force result"):
         bridge.read_neighbours()
     bridge.close()  # idempotent, also when never opened
+
+
+def test_negative_h2_of_one_particle_gives_an_empty_list() -> None:
+    """GRAPE-6: neighbours have r^2 < h2[i]; a negative h2[i] among positive ones is no
+    error, just an empty list for that particle (all h2 <= 0: lists off)."""
+    bridge = Bridge()
+    bridge.open(order=4, precision="double")
+    try:
+        x = np.array([[0.0, 0, 0], [1.0, 0, 0], [0, 1.0, 0]])
+        z = np.zeros((3, 3))
+        ids = np.arange(3, dtype=np.int32)
+        bridge.set_j(ids, ids, np.zeros(3), np.ones(3), x, z, z, z, None, None)
+        bridge.set_time(0.0)
+        bridge.start(3, ids, x, z, None, 0.0, np.array([4.0, -1.0, 4.0]))
+        res = bridge.finish(3)
+        offsets, counts, nb_ids, overflow = bridge.read_neighbours()
+        assert counts.tolist() == [2, 0, 2] and not overflow
+        assert nb_ids[offsets[0]:offsets[1]].tolist() == [1, 2]
+        assert res.pot[1] == pytest.approx(-1.0 - 1.0 / np.sqrt(2.0), rel=1e-14)
+        with pytest.raises(SapporoError, match="h2"):  # NaN is still refused
+            bridge.start(3, ids, x, z, None, 0.0, np.array([4.0, np.nan, 4.0]))
+    finally:
+        bridge.close()
