@@ -16,10 +16,14 @@ combines them in a fixed order (that of the parts, see ``_combine_parts``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
+import operator
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -60,6 +64,8 @@ GPU_HOST_REDUCE_MAX = 0
 MAX_ID = 2**31 - 1
 MAX_ADDRESS = 2**31 - 2
 DEFAULT_NB_CAPACITY = 256
+#: the lists of a chunk of NI_CHUNK i-particles take NI_CHUNK * capacity * 4 bytes (2 GiB)
+MAX_NB_CAPACITY = 65536
 J_SLACK = 16  # j-records past the capacity, read (masked) by the j-vector kernels
 #: predictions of at most this many j-particles run on the companion device with a small
 #: force launch (N = 16k: 364 us with it against 349 us on the threaded device)
@@ -86,11 +92,40 @@ def _all_finite(arr: np.ndarray) -> bool:
     return bool(np.isfinite(arr).all())
 
 
-def _vec3(name: str, value: Any, n: int | None) -> np.ndarray:
+def _real_array(name: str, value: Any, what: str) -> np.ndarray:
+    """``value`` as a float64 array; integers are fine, complex numbers, strings, booleans
+    and objects are not (numpy would drop imaginary parts or parse text silently)."""
     try:
-        arr = np.asarray(value, dtype=np.float64)
+        arr = np.asarray(value)
     except (TypeError, ValueError):
-        raise InputError(f"{name}: expected an array of shape (n, 3) of floats") from None
+        raise InputError(f"{name}: expected {what}") from None
+    if arr.dtype.kind not in "fiu":
+        raise InputError(f"{name}: expected {what} of real numbers, got dtype {arr.dtype}")
+    return arr.astype(np.float64, copy=False)
+
+
+def _int_arg(name: str, value: Any, lo: int, hi: int, note: str = "") -> int:
+    """An integer argument in [lo, hi]: ints, or floats with an integral value (``note``:
+    what the range is, for the message)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise InputError(f"{name}: expected an integer, got {value!r}")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        try:
+            f = float(value)
+        except (TypeError, ValueError, OverflowError):
+            raise InputError(f"{name}: expected an integer, got {value!r}") from None
+        if not (math.isfinite(f) and f == math.floor(f)):
+            raise InputError(f"{name}: expected an integer, got {value!r}") from None
+        v = int(f)
+    if not lo <= v <= hi:
+        raise InputError(f"{name}: {v} outside [{lo}, {hi}]{note}")
+    return v
+
+
+def _vec3(name: str, value: Any, n: int | None) -> np.ndarray:
+    arr = _real_array(name, value, "an array of shape (n, 3)")
     if arr.ndim == 1 and arr.shape == (3,) and n in (None, 1):
         arr = arr.reshape(1, 3)
     if arr.ndim != 2 or arr.shape[1] != 3:
@@ -129,10 +164,7 @@ def _ints(name: str, value: Any, n: int | None, lo: int, hi: int) -> np.ndarray:
 
 
 def _scalars(name: str, value: Any, n: int, nonneg: bool = False) -> np.ndarray:
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise InputError(f"{name}: expected a number or an array of {n} numbers") from None
+    arr = _real_array(name, value, f"a number or an array of {n} numbers")
     if arr.ndim == 0:
         arr = np.full(n, float(arr))
     if arr.shape != (n,):
@@ -145,6 +177,8 @@ def _scalars(name: str, value: Any, n: int, nonneg: bool = False) -> np.ndarray:
 
 
 def _scalar(name: str, value: Any, nonneg: bool = False) -> float:
+    if isinstance(value, (complex, np.complexfloating)):
+        raise InputError(f"{name}: expected a real number, got {value!r}")
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -206,9 +240,8 @@ class ForceResult:
         """Ascending ids of the neighbours of the k-th i-particle (at most ``capacity``)."""
         if self.neighbour_counts is None:
             raise InputError("neighbours: no neighbour lists were computed (pass h2 to compute)")
-        if not -self.ni <= k < self.ni:
-            raise InputError(f"neighbours: k={k} out of range for {self.ni} i-particles")
-        k = k % self.ni
+        k = _int_arg("neighbours: k", k, -self.ni, self.ni - 1,
+                     f" (out of range for {self.ni} i-particles)") % self.ni
         parts = [lists[k, : min(int(counts[k]), lists.shape[1])] for counts, lists in self._lists]
         ids = np.sort(np.concatenate(parts).astype(np.int64)) if parts else np.zeros(0, np.int64)
         return ids[: self.capacity]
@@ -235,19 +268,20 @@ class PendingForce:
         NonFiniteError
             When a result is not finite; the message names the i-particle.
         """
-        if self._error is not None:
-            raise self._error
-        if self._result is None:
-            try:
-                self._result = self._finish()
-            except BaseException as exc:
-                self._error = exc
-                raise
-            finally:
-                self._finish = None
-                if self._lib._pending is self:
-                    self._lib._pending = None
-        return self._result
+        with self._lib._lock:
+            if self._error is not None:
+                raise self._error
+            if self._result is None:
+                try:
+                    self._result = self._finish()
+                except BaseException as exc:
+                    self._error = exc
+                    raise
+                finally:
+                    self._finish = None
+                    if self._lib._pending is self:
+                        self._lib._pending = None
+            return self._result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,8 +360,9 @@ class _Device:
         return self._reuse(self.hosts, name, nbytes, self.ctx.alloc_host)
 
     def ensure_j_capacity(self, n: int) -> bool:
-        """Grow the j-buffers to hold ``n`` local addresses; True when they were reallocated."""
-        if n <= self.cap:
+        """Grow the j-buffers to hold ``n`` local addresses (allocate them on first use, even
+        for none); True when they were (re)allocated."""
+        if n <= self.cap and self.j:
             return False
         cap = max(n, 2 * self.cap, 1024)
         self.ctx.finish()  # queued work may still use the old buffers
@@ -634,6 +669,19 @@ def _linear(n: int) -> tuple[tuple[int], tuple[int]]:
 # ---------------------------------------------------------------------------------------------
 # the library
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _serialised(method: _F) -> _F:
+    """Run ``method`` under the library's lock: one call at a time, whatever the thread."""
+
+    @functools.wraps(method)
+    def locked(self: Library, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked  # type: ignore[return-value]
+
 
 class Library:
     """Direct-summation gravity on one or several devices (GRAPE-6 semantics).
@@ -664,6 +712,7 @@ class Library:
         nb_capacity: int | None = None,
         profiling: bool = False,
     ):
+        self._lock = threading.RLock()  # calls from several threads are serialised
         try:
             self.order = config.parse_order(order, "order")
             self.precision = config.parse_precision(precision, "precision")
@@ -672,9 +721,7 @@ class Library:
         env = config.from_environment()
         if nb_capacity is None:
             nb_capacity = env.nb_capacity or DEFAULT_NB_CAPACITY
-        if int(nb_capacity) < 1:
-            raise InputError(f"nb_capacity: must be >= 1, got {nb_capacity}")
-        self.nb_capacity = int(nb_capacity)
+        self.nb_capacity = _int_arg("nb_capacity", nb_capacity, 1, MAX_NB_CAPACITY)
         self.profiling = bool(profiling)
         be = get_backend(backend)
         self.backend_name = be.name
@@ -765,6 +812,7 @@ class Library:
         """The launch-parameter table of each device (from a profile or defaults)."""
         return [d.table for d in self._devs]
 
+    @_serialised
     def set_launch_table(self, table: LaunchTable) -> None:
         """Use ``table`` for every device from now on (tuning sweeps and experiments).
 
@@ -785,6 +833,7 @@ class Library:
             raise SapporoError("the library has been closed")
 
     # -- lifecycle
+    @_serialised
     def close(self) -> None:
         """Release the devices (idempotent)."""
         if self._closed:
@@ -797,6 +846,10 @@ class Library:
             except Exception as exc:  # pragma: no cover - driver trouble at shutdown
                 log.warning("closing %s: %s", d.info.name, exc)
         self._devs = []
+        # the host mirror of the j-particles goes too (a closed library may stay referenced)
+        self._raw = np.zeros((0, RAW_N, 4))
+        self._ids = np.zeros(0, dtype=np.int64)
+        self._dirty = []
 
     def __enter__(self) -> Library:
         return self
@@ -812,6 +865,7 @@ class Library:
             pass
 
     # -- j-particles
+    @_serialised
     def set_j_particles(
         self,
         address: Any,
@@ -873,6 +927,7 @@ class Library:
         self._pred_terms = terms
         self._n_stored = max(self._n_stored, top)
 
+    @_serialised
     def reset(self) -> None:
         """Forget every j-particle (addresses become unused; memory is kept)."""
         self._check_open()
@@ -909,6 +964,7 @@ class Library:
         raw[:k], ids[:k] = self._raw, self._ids
         self._raw, self._ids = raw, ids
 
+    @_serialised
     def set_time(self, t: float) -> None:
         """Predict j-particles to time ``t`` before the next force call."""
         self._check_open()
@@ -932,12 +988,14 @@ class Library:
         companion, because the force launch that follows goes there)."""
         nd = self.ndev
         changed = False
-        if self._dirty:
+        if self._dirty or not self._devs[0].j:  # (no j-buffers yet: a call before any j)
             # each changed address once, in increasing order (the last write is in _raw)
             if len(self._dirty) == 1 and self._dirty[0].size == 1:  # a block step of one
                 dirty = self._dirty[0]
-            else:
+            elif self._dirty:
                 dirty = np.unique(np.concatenate(self._dirty))
+            else:
+                dirty = np.zeros(0, dtype=np.int64)
             dirty = dirty[: np.searchsorted(dirty, self._n_stored)]
             for d, dev in enumerate(self._devs):
                 n_loc = self._n_local(self._n_stored, d)
@@ -957,6 +1015,7 @@ class Library:
             self._predicted_time = self._time
 
     # -- forces
+    @_serialised
     def compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None, a: Any = None,
                 nj: int | None = None) -> ForceResult:
         """Forces on i-particles from j-addresses [0, nj); blocking. See :meth:`start_compute`."""
@@ -964,6 +1023,7 @@ class Library:
         with self._hold():  # one context switch for the whole call (CUDA)
             return self.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj).result()
 
+    @_serialised
     def start_compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None,
                       a: Any = None, nj: int | None = None) -> PendingForce:
         """Start the forces on i-particles and return at once (GRAPE's firsthalf).
@@ -1007,12 +1067,7 @@ class Library:
         if nj is None:
             nj = self._n_stored
         else:
-            try:
-                nj = int(nj)
-            except (TypeError, ValueError):
-                raise InputError(f"nj: expected an integer, got {nj!r}") from None
-            if nj < 0 or nj > self._n_stored:
-                raise InputError(f"nj: {nj} outside [0, {self._n_stored}] (addresses stored)")
+            nj = _int_arg("nj", nj, 0, self._n_stored, " (addresses stored)")
         with self._hold():
             # the prediction goes with a small launch to the companion unless it is itself
             # large (it is O(N); one core against all of them)

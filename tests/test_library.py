@@ -453,7 +453,15 @@ BAD_CALLS = [
     (dict(h2=np.nan), "h2"),
     (dict(nj=10**6), "nj"),
     (dict(nj=-1), "nj"),
+    (dict(nj=float("inf")), "nj"),
+    (dict(nj=2.5), "nj"),
+    (dict(nj=True), "nj"),
     (dict(a=np.zeros((2, 3))), "a"),
+    (dict(x=np.eye(3) * (2 + 1j)), "x"),  # numpy would drop the imaginary part
+    (dict(x=(np.eye(3) * 2).astype(str)), "x"),  # ... or parse the text
+    (dict(v=np.zeros((3, 3), dtype=bool)), "v"),
+    (dict(h2=np.ones(3, dtype=complex)), "h2"),
+    (dict(eps2=0.01 + 0j), "eps2"),
 ]
 
 
@@ -556,6 +564,8 @@ BAD_J = [
     (dict(t=[np.nan]), "t"),
     (dict(jerk=[[0, 0, np.nan]]), "jerk"),
     (dict(mass=[1.0, 2.0]), "mass"),
+    (dict(mass=[1.0 + 1j]), "mass"),
+    (dict(x=[["0", "0", "0"]]), "x"),
 ]
 
 
@@ -566,6 +576,93 @@ def test_bad_j_input(make_lib, bad, name):
     kw.update(bad)
     with pytest.raises(sapporo.InputError, match=f"^{name}:"):
         lib.set_j_particles(**kw)
+
+
+def test_compute_before_any_j_particle(make_lib):
+    """No j-particle stored yet: zero forces and no neighbour (as after reset)."""
+    for order in (2, 4, 6):
+        lib = make_lib(order, "double-single", fresh=True)
+        try:
+            res = lib.compute([[0.0, 0, 0], [1.0, 0, 0]], np.zeros((2, 3)), [0, 1], 0.0,
+                              h2=1.0, a=np.zeros((2, 3)))
+            assert not res.acc.any() and not res.pot.any()
+            assert res.nn_index.tolist() == [-1, -1] and np.isinf(res.nn_r2).all()
+            assert res.neighbour_counts.tolist() == [0, 0]
+        finally:
+            lib.close()
+
+
+def test_bad_capacity_and_neighbour_index(backend):
+    for bad in ("abc", 2.5, 0, L.MAX_NB_CAPACITY + 1, True):
+        with pytest.raises(sapporo.InputError, match="^nb_capacity:"):
+            sapporo.Library(backend=backend, nb_capacity=bad)
+    with sapporo.Library(order=4, precision="double", backend=backend) as lib:
+        lib.set_j_particles([0, 1], [0, 1], 0.0, [1.0, 1.0], np.eye(3)[:2], np.zeros((2, 3)))
+        res = lib.compute(np.eye(3)[:2], np.zeros((2, 3)), [0, 1], 0.0, h2=4.0)
+        assert res.neighbours(1.0).tolist() == [0] and res.neighbours(-2).tolist() == [1]
+        for bad in (1.5, "a", 2, -3, None):
+            with pytest.raises(sapporo.InputError, match="^neighbours: k"):
+                res.neighbours(bad)
+
+
+def test_calls_from_several_threads_are_serialised(make_lib, monkeypatch):
+    """A Library shared by threads: one call at a time (seen from inside the j-sync, which
+    every force call passes), and each thread gets its own particles' forces."""
+    import threading
+    import time
+
+    lib = make_lib(4, "double", fresh=True)
+    inside, overlaps = [0], [0]
+    sync = L.Library._sync_j
+
+    def watched(self, *args, **kwargs):
+        inside[0] += 1
+        overlaps[0] += inside[0] > 1
+        time.sleep(0.002)  # a window for another thread to enter
+        try:
+            return sync(self, *args, **kwargs)
+        finally:
+            inside[0] -= 1
+
+    monkeypatch.setattr(L.Library, "_sync_j", watched)
+    try:
+        x, v, m, ids, _, _ = system(200, seed=41)
+        lib.set_j_particles(np.arange(200), ids, 0.0, m, x, v)
+        r = ref.forces(x, v, ids, x, v, m, ids, EPS2, order=4)
+        errors: list[str] = []
+
+        def work(k: int) -> None:
+            sl = slice(50 * k, 50 * k + 50)
+            for _ in range(10):
+                res = lib.compute(x[sl], v[sl], ids[sl], EPS2)
+                if not np.allclose(res.acc, r.acc[sl], rtol=1e-12, atol=0):
+                    errors.append(f"thread {k}: wrong forces")
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert overlaps[0] == 0 and not errors, (overlaps, errors)
+    finally:
+        lib.close()
+
+
+def test_closed_libraries_are_freed():
+    """Nothing keeps a closed Library alive (an unusable backend's error, raised at every
+    automatic selection, once held the frames of every constructor it passed through)."""
+    import gc
+    import weakref
+
+    refs = []
+    for _ in range(3):
+        lib = sapporo.Library(order=4, precision="double")  # automatic backend selection
+        lib.set_j_particles([0], [0], 0.0, [1.0], [[0.0, 0, 0]], [[0.0, 0, 0]])
+        lib.close()
+        refs.append(weakref.ref(lib))
+        del lib
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]
 
 
 def test_bad_library_arguments(backend):

@@ -37,7 +37,7 @@ _INSTALL_HINT = (
     "pip install 'sapporo-nbody[pocl]' (package pocl-binary-distribution). "
     "For NVIDIA GPUs install PyCUDA: pip install 'sapporo-nbody[cuda]'."
 )
-_cache: dict[str, Backend | BackendError] = {}
+_cache: dict[str, Backend | str] = {}  # a backend, or why it is unusable
 
 
 @dataclass
@@ -57,10 +57,12 @@ def _load(name: str) -> Backend:
             module = importlib.import_module(f"{__name__}.{module_name}")
             _cache[name] = getattr(module, cls_name)()
         except BackendError as exc:
-            _cache[name] = exc
+            _cache[name] = str(exc)
     result = _cache[name]
-    if isinstance(result, BackendError):
-        raise result
+    if isinstance(result, str):
+        # A new exception each time: re-raising a cached one would grow its traceback,
+        # which would keep every caller's frames (and objects) alive.
+        raise BackendError(result)
     return result
 
 

@@ -331,7 +331,7 @@ def emulated_cuda() -> Iterator[types.ModuleType]:
             yield modules["pycuda.driver"]
         finally:
             made = backend_mod._cache.get("cuda")
-            if made is not None and not isinstance(made, Exception):
+            if made is not None and not isinstance(made, str):
                 _EMULATED["backend"] = made
             backend_mod._cache.clear()
             backend_mod._cache.update(saved)
