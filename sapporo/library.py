@@ -1159,7 +1159,11 @@ class Library:
             return
         bad = np.flatnonzero(~finite)
         k = int(bad[0])
+        hint = ("coincident particles with eps2 = 0, or overflow?" if self.precision == "double"
+                else "coincident particles with eps2 = 0, or pair terms beyond single "
+                "precision's range (~3e38: double-single computes them in float; use N-body "
+                "units or precision='double', see docs/accuracy.md)")
         raise NonFiniteError(
             f"non-finite force on i-particle {k} (id {int(ids[k])}) and {bad.size - 1} "
-            "other(s): coincident particles with eps2 = 0, or overflow?"
+            f"other(s): {hint}"
         )

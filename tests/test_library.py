@@ -155,16 +155,23 @@ def test_eps2_zero_self_exclusion_cube(make_lib, order, precision):
 
 @pytest.mark.parametrize("order,precision", VARIANTS)
 def test_far_from_origin(make_lib, order, precision):
-    """Shift by 1e4 in every coordinate: double-single keeps 1e-5 (plain float would not)."""
+    """Shift by 1e4 in every coordinate: double-single keeps 1e-5 (plain float would not),
+    nearest neighbours and lists too; with 1 and 2 active particles as well (on CPUs the
+    j-vector kernels, which split the positions into hi/lo floats on their own path)."""
     lib = make_lib(order, precision)
     n = 300
     x, v, m, ids, a, _ = system(n, seed=7, shift=1e4)
     load(lib, x, v, m, ids, a=a)
     lib.set_time(0.0)
-    sel = np.arange(0, n, 3)
-    res = lib.compute(x[sel], v[sel], ids[sel], EPS2, a=a[sel])
-    r = ref.forces(x[sel], v[sel], ids[sel], x, v, m, ids, EPS2, order=order, ai=a[sel], aj=a)
-    check(res, r, order, precision, "shifted by 1e4")
+    by_id = dict(zip(ids.tolist(), x, strict=True))
+    for sel in (np.arange(0, n, 3), np.array([5]), np.array([5, 77])):
+        res = lib.compute(x[sel], v[sel], ids[sel], EPS2, a=a[sel], h2=0.3)
+        r = ref.forces(x[sel], v[sel], ids[sel], x, v, m, ids, EPS2, order=order, ai=a[sel],
+                       aj=a, h2=0.3)
+        check(res, r, order, precision, f"shifted by 1e4, {sel.size} active")
+        check_nn(res, r, precision, x[sel], by_id)
+        check_lists(res, r, precision, 0.3)
+        assert res.neighbour_counts.sum() > 0  # the lists are not trivially empty
 
 
 @pytest.mark.parametrize("order,precision", VARIANTS)
@@ -333,10 +340,14 @@ def test_many_i_particles_are_chunked(make_lib):
     xi = rng.normal(size=(ni, 3))
     vi = rng.normal(size=(ni, 3))
     idi = np.arange(ni) + 10**6
-    res = lib.compute(xi, vi, idi, EPS2, nj=nj)
-    r = ref.forces(xi, vi, idi, xj, vj, mj, idj, EPS2, order=4)
+    res = lib.compute(xi, vi, idi, EPS2, nj=nj, h2=1.0)
+    r = ref.forces(xi, vi, idi, xj, vj, mj, idj, EPS2, order=4, h2=1.0)
     check(res, r, 4, "double", "chunked")
     np.testing.assert_array_equal(res.nn_index, r.nn_index)
+    # the lists of both chunks, each from its own chunk
+    np.testing.assert_array_equal(res.neighbour_counts, [w.size for w in r.neighbours])
+    for k in (0, 1, NI_CHUNK - 1, NI_CHUNK, NI_CHUNK + 1, ni - 1):
+        np.testing.assert_array_equal(res.neighbours(k), r.neighbours[k])
 
 
 def test_sparse_addresses_and_growth(make_lib):
@@ -380,6 +391,90 @@ def test_addresses_up_to_the_device_memory(make_lib, monkeypatch):
     finally:
         lib.close()
 
+
+
+def test_reset_then_sparse_addresses(make_lib):
+    """After reset() the old particles are gone, also at addresses below the new highest."""
+    lib = make_lib(4, "double", fresh=True)
+    try:
+        x, v, m, ids, _, _ = system(200, seed=53)
+        load(lib, x, v, m, ids)
+        lib.compute(x[:3], v[:3], ids[:3], EPS2)
+        lib.reset()
+        assert lib.n_stored == 0
+        keep = np.array([0, 150])
+        lib.set_j_particles(keep, ids[keep], 0.0, m[keep], x[keep], v[keep])
+        assert lib.n_stored == 151
+        res = lib.compute(x[:10], v[:10], ids[:10], EPS2, h2=10.0)
+        r = ref.forces(x[:10], v[:10], ids[:10], x[keep], v[keep], m[keep], ids[keep], EPS2,
+                       order=4, h2=10.0)
+        check(res, r, 4, "double", "after reset")
+        np.testing.assert_array_equal(res.nn_index, r.nn_index)
+        for k in range(10):
+            np.testing.assert_array_equal(res.neighbours(k), r.neighbours[k])
+    finally:
+        lib.close()
+
+
+def test_only_changed_addresses_travel(make_lib, monkeypatch):
+    """After the first upload, a call sends just the addresses set since the last one."""
+    sent: list[int] = []
+    upload = L._Device.upload_j
+
+    def counted(self, local_addr, raw, ids):
+        sent.append(int(local_addr.size))
+        return upload(self, local_addr, raw, ids)
+
+    monkeypatch.setattr(L._Device, "upload_j", counted)
+    lib = make_lib(4, "double", fresh=True)
+    try:
+        x, v, m, ids, _, _ = system(3000, seed=59)
+        load(lib, x, v, m, ids)
+        lib.compute(x[:2], v[:2], ids[:2], EPS2)
+        assert sum(sent) == 3000
+        sent.clear()
+        changed = np.array([7, 1000, 1001, 2999, 7])  # 7 twice: sent once, last value
+        x2 = x.copy()
+        x2[changed] += 0.01 * np.arange(1, 6)[:, None]
+        lib.set_j_particles(changed, ids[changed], 0.0, m[changed], x2[changed], v[changed])
+        res = lib.compute(x[:50], v[:50], ids[:50], EPS2)
+        assert sum(sent) == 4, sent
+        r = ref.forces(x[:50], v[:50], ids[:50], x2, v, m, ids, EPS2, order=4)
+        check(res, r, 4, "double", "after an update of 4 addresses")
+        sent.clear()
+        lib.compute(x[:50], v[:50], ids[:50], EPS2)
+        assert sum(sent) == 0
+    finally:
+        lib.close()
+
+
+@pytest.mark.parametrize("precision", ["double", "double-single"])
+def test_nearest_neighbour_ties_across_parts(backend, monkeypatch, precision):
+    """Equidistant j-particles in different parts of the j-range: the lower id wins when the
+    parts are merged, on the host and by the reduce kernel, whichever part holds it."""
+    import sapporo.library
+    from sapporo.launch import NI_CHUNK, LaunchTable
+
+    n = 700
+    rng = np.random.default_rng(61)
+    xj = rng.normal(size=(n, 3))
+    xj *= (20.0 + rng.random(n))[:, None] / np.linalg.norm(xj, axis=1)[:, None]  # r > 20
+    ids = np.arange(n) + 100
+    xj[3], xj[690] = [1.0, 0, 0], [0, 1.0, 0]  # both at r^2 = 1 from the origin
+    for low_first in (True, False):
+        ids[3], ids[690] = (10, 20) if low_first else (20, 10)
+        for limit in (1 << 16, 0):  # host merge, then always the reduce kernel
+            monkeypatch.setattr(sapporo.library, "HOST_REDUCE_MAX", limit)
+            monkeypatch.setattr(sapporo.library, "GPU_HOST_REDUCE_MAX", limit)
+            with sapporo.Library(order=2, precision=precision, backend=backend) as lib:
+                lib.set_j_particles(np.arange(n), ids, 0.0, np.ones(n), xj, np.zeros((n, 3)))
+                cfg = lib.launch_tables()[0].for_ni(1)
+                lib.set_launch_table(LaunchTable([(NI_CHUNK, dataclasses.replace(
+                    cfg, groups_per_cu=512, min_jchunk=8))], source="test: many parts"))
+                res = lib.compute([[0.0, 0, 0]], [[0.0, 0, 0]], [1], 0.0)
+                plan = next(iter(lib._devs[0]._plans.values()))
+                assert plan.nparts > 2 and (plan.reduce is not None) == (limit == 0)
+                assert res.nn_index[0] == 10 and res.nn_r2[0] == 1.0, (low_first, limit)
 
 
 def test_empty_j_set(make_lib):
@@ -428,6 +523,18 @@ def test_nearest_neighbour_ties_to_lower_id(make_lib, precision):
         assert res.nn_index[0] == 4 and res.nn_r2[0] == 1.0, ids
         assert res.nn_index[1] == min(ids[:3]) and res.nn_r2[1] == 1.25, ids
     lib.close()
+
+
+def test_double_single_overflow_is_named(make_lib):
+    """Pair terms beyond float's range in double-single: an error that says so."""
+    lib = make_lib(4, "double-single", fresh=True)
+    try:
+        x, v, m, ids, _, _ = system(64, seed=3)
+        lib.set_j_particles(np.arange(64), ids, 0.0, m * 1e40, x, v)
+        with pytest.raises(sapporo.NonFiniteError, match="single precision's range"):
+            lib.compute(x, v, ids, 0.0)
+    finally:
+        lib.close()
 
 
 def test_non_finite_result_names_particle(make_lib):
