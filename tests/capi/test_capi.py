@@ -221,6 +221,43 @@ def test_order6_extensions(capi: CApi, tmp_path: Path, source: str) -> None:
 # ----------------------------------------------------------------------------- robustness
 
 
+@pytest.mark.parametrize("precision", ["double", "double-single"])
+def test_scaled_j_particles_are_predicted(capi: CApi, tmp_path: Path, precision: str) -> None:
+    """g6_set_j_particle's a/2, jerk/6 and snap/18 at each particle's own time tj, predicted to
+    ti by the library: the forces of a float64 Taylor prediction (reference.predict), the
+    nearest neighbours and lists too. An address sent twice before the flush counts once,
+    with its last values. g6_get_neighbour_list with maxlength 1 copies one id and returns 1
+    for longer lists."""
+    from sapporo import reference
+
+    ti, eps2, h2 = 0.375, 1e-3, 0.3
+    env = capi.env(SAPPORO_PRECISION=precision, SAPPORO_ORDER="4")
+    proc = capi.run(capi.program("predict.c"), ti, eps2, h2, cwd=tmp_path, env=env)
+    rows = {tag: [ln.split()[1:] for ln in proc.stdout.splitlines() if ln.split()[0] == tag]
+            for tag in ("J", "I", "F", "NB")}
+    j = np.array(rows["J"], dtype=float)
+    assert len(j) == 40 and sorted(j[:, 0]) == list(range(40))  # address 3 once
+    idj, tj, m = j[:, 1].astype(int), j[:, 2], j[:, 3]
+    x, v, a, jerk, snap = (j[:, 4 + 3 * q: 7 + 3 * q] for q in range(5))
+    assert (tj < ti).sum() > 20  # most are predicted
+    xp, vp, _ = reference.predict(ti, tj, x, v, a, jerk, snap)
+    i = np.array(rows["I"], dtype=float)
+    idi, xi, vi = i[:, 0].astype(int), i[:, 1:4], i[:, 4:7]
+    r = forces(xi, vi, idi, xp, vp, m, idj, eps2, order=4, h2=h2)
+    f = np.array(rows["F"], dtype=float)
+    acc, jk, pot, nnb = f[:, 1:4], f[:, 4:7], f[:, 7], f[:, 8].astype(int)
+    tol = 1e-12 if precision == "double" else DS_TOL
+    assert relative_vector_error(acc, r.acc, r.acc_abs).max() < tol
+    assert relative_vector_error(jk, r.jerk, r.jerk_abs).max() < tol
+    assert (np.abs(pot - r.pot) / np.abs(r.pot)).max() < tol
+    np.testing.assert_array_equal(nnb, r.nn_index)
+    for k, rc, nblen, first, second in (map(int, row) for row in rows["NB"]):
+        want = r.neighbours[k]
+        assert nblen == want.size and rc == int(want.size > 1), (k, rc, nblen)
+        assert first == (want[0] if want.size else -7) and second == -7
+    assert any(int(row[2]) > 1 for row in rows["NB"])  # some lists did not fit
+
+
 def test_bad_calls_report_and_continue(capi: CApi, tmp_path: Path) -> None:
     env = capi.env(SAPPORO_NPIPES="8", SAPPORO_NB_CAPACITY="2")
     proc = capi.run(capi.program("badcalls.c"), cwd=tmp_path, env=env)
