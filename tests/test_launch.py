@@ -210,3 +210,45 @@ def test_portable_kernels_without_x86_builtins(backend, monkeypatch, precision):
                 r = ref.forces(x[:ni], v[:ni], ids[:ni], x, v, m, ids, 0.0, order=4)
                 assert ref.relative_vector_error(f.acc, r.acc, r.acc_abs).max() <= tol
                 assert ref.relative_vector_error(f.jerk, r.jerk, r.jerk_abs).max() <= tol
+
+
+@pytest.mark.parametrize("cfg", SHAPES,
+                         ids=lambda c: f"li{c.li}-lj{c.lj}-w{c.w}{'jv' if c.jv else ''}"
+                         f"-jt{c.jt}-{'local' if c.use_local else 'global'}")
+@pytest.mark.parametrize("precision", ["double", "double-single"])
+def test_shape_awkward_cases(backend, cfg, precision):
+    """Every shape far from the origin (1e4), with eps2 = 0 and self-exclusion, and with
+    neighbour lists that overflow a capacity of 4: forces, nearest neighbours (the data has
+    no near ties), exact counts (no r^2 near h2) and the stored part of each list."""
+    n, h2, cap = 389, 0.06, 4
+    x, v, m = ref.plummer(n, seed=67)
+    x = x + 1e4
+    ids = np.arange(n) * 2 + 3
+    with sapporo.Library(order=4, precision=precision, backend=backend,
+                         nb_capacity=cap) as lib:
+        table = LaunchTable([(10**9, cfg)], source="test")
+        if backend == "cuda" and (cfg.w not in (1, 2, 4) or cfg.jv):  # OpenCL-only shapes
+            return
+        lib.set_launch_table(table)
+        lib.set_j_particles(np.arange(n), ids, 0.0, m, x, v)
+        for sel in (np.array([11]), np.array([11, 200]), np.arange(0, n, 3)):
+            f = lib.compute(x[sel], v[sel], ids[sel], 0.0, h2=h2)
+            r = ref.forces(x[sel], v[sel], ids[sel], x, v, m, ids, 0.0, order=4, h2=h2)
+            tol = 1e-12 if precision == "double" else 1e-5
+            assert ref.relative_vector_error(f.acc, r.acc, r.acc_abs).max() <= tol
+            assert ref.relative_vector_error(f.jerk, r.jerk, r.jerk_abs).max() <= tol
+            assert (np.abs(f.pot - r.pot) / np.abs(r.pot)).max() <= tol
+            # the data is chosen so that double-single must agree exactly here
+            r2 = ((x[sel][:, None, :] - x[None, :, :]) ** 2).sum(axis=2)
+            r2[ids[sel][:, None] == ids[None, :]] = np.inf
+            near = np.sort(r2, axis=1)
+            assert (near[:, 1] - near[:, 0] > 1e-4 * near[:, 0]).all()
+            assert (np.abs(r2 - h2) > 1e-4 * h2).all()
+            np.testing.assert_array_equal(f.nn_index, r.nn_index)
+            np.testing.assert_array_equal(f.neighbour_counts, [w.size for w in r.neighbours])
+            assert f.overflow == any(w.size > cap for w in r.neighbours)
+            for k in range(len(sel)):
+                got = f.neighbours(k)
+                assert got.size == min(cap, r.neighbours[k].size)
+                assert np.all(np.diff(got) > 0) and set(got) <= set(r.neighbours[k].tolist())
+        assert f.overflow  # the capacity was exceeded somewhere
