@@ -553,6 +553,10 @@ def run_bench(settings: BenchSettings, progress: Progress | None = None) -> Benc
     for name, vals in (("n", s.n_list), ("n_active", s.n_active)):
         if not vals or min(int(v) for v in vals) < 1:
             raise InputError(f"{name}: expected positive integers, got {list(vals)}")
+    if isinstance(s.repeats, bool) or not isinstance(s.repeats, int) or s.repeats < 1:
+        raise InputError(f"repeats: must be an integer >= 1, got {s.repeats!r}")
+    if not (isinstance(s.budget, (int, float)) and math.isfinite(s.budget) and s.budget > 0):
+        raise InputError(f"budget: must be finite and > 0, got {s.budget!r}")
     unknown = [p for p in s.peers if p not in PEERS]
     if unknown:
         raise InputError(f"peers: unknown {unknown}; known: {', '.join(PEERS)}")

@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from .errors import InputError, SapporoError
 
@@ -39,6 +41,50 @@ def int_list(text: str, what: str) -> list[int]:
     if not vals or min(vals) < 1:
         raise InputError(f"{what}: expected positive integers, got {text!r}")
     return vals
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line for an :class:`OSError`: ``"<reason>: <path>"`` when both are known."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is not None:
+        return f"{reason}: {os.fsdecode(exc.filename)}"
+    return reason
+
+
+def ensure_writable_dir(path: str | os.PathLike[str], what: str) -> Path:
+    """Create the folder ``path`` (with parents) and check that files can be written in it.
+
+    A probe file is written and removed, so a run fails before its work, not after.
+
+    Parameters
+    ----------
+    path : path-like
+        The folder.
+    what : str
+        The option named in the message, e.g. ``"--out"``.
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    InputError
+        When the folder cannot be created or written.
+    """
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"{what} {folder} exists and is not a directory")
+    probe = folder / f".sapporo-write-probe-{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise InputError(
+            f"{what} {folder}: cannot create or write the folder ({os_error_message(exc)})"
+        ) from None
+    return folder
 
 
 def progress_writer() -> Callable[[str], None]:
@@ -88,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except SapporoError as exc:
         sys.stderr.write(f"sapporo {args.command}: error: {exc}\n")
+        return 1
+    except OSError as exc:  # unwritable output, missing input, full disk, ...
+        sys.stderr.write(f"sapporo {args.command}: error: {os_error_message(exc)}\n")
         return 1
     except KeyboardInterrupt:
         sys.stderr.write(f"sapporo {args.command}: interrupted\n")

@@ -5,11 +5,20 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .errors import InputError
+
 
 def run(args: argparse.Namespace) -> int:
     """Measure and print the table."""
     from .accuracy import markdown, measure
 
+    if args.n < 2:
+        raise InputError(f"--n must be >= 2 (errors need at least one other particle), "
+                         f"got {args.n}")
+    if args.n_active < 1:
+        raise InputError(f"--n-active must be >= 1, got {args.n_active}")
+    if args.seed < 0:
+        raise InputError(f"--seed must be a non-negative integer, got {args.seed}")
     sys.stderr.write(f"measuring N={args.n}, {args.n_active} active particles ...\n")
     rows = measure(n=args.n, n_active=args.n_active, orders=args.orders,
                    precisions=args.precisions, seed=args.seed, backend=args.backend)

@@ -8,9 +8,11 @@ table. ``--quick`` takes about a minute on a 2-core CPU.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
-from .cli import int_list, progress_writer
+from .cli import ensure_writable_dir, int_list, progress_writer
+from .errors import InputError
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,9 +34,13 @@ def run(args: argparse.Namespace) -> int:
         kw["sweep_n"] = int_list(str(args.sweep_n), "--sweep-n")[0]
     if args.n_active:
         kw["n_active"] = int_list(args.n_active, "--n-active")
-    if args.repeats:
+    if args.repeats is not None:
+        if args.repeats < 1:  # before the work, not after it
+            raise InputError(f"--repeats must be >= 1, got {args.repeats}")
         kw["repeats"] = args.repeats
-    if args.budget:
+    if args.budget is not None:
+        if not (math.isfinite(args.budget) and args.budget > 0):
+            raise InputError(f"--budget must be finite and > 0, got {args.budget}")
         kw["budget"] = args.budget
     if args.peers is not None:
         kw["peers"] = [] if args.peers.strip().lower() in ("", "none") else [
@@ -44,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
         kw["devices"] = config.parse_devices(args.devices, "--devices")
     kw["peak_gflops"] = bench.parse_peak(args.peak_gflops)
     kw["launch"] = args.launch
+    ensure_writable_dir(args.out, "--out")
     if args.tiny:
         settings = bench.BenchSettings.tiny(**kw)
     elif args.quick:

@@ -20,6 +20,7 @@ from typing import Any, NoReturn, TextIO
 import numpy as np
 
 from . import config
+from .cli import ensure_writable_dir
 from .errors import ConfigError, InputError
 from .hermite import CRITERIA, DT_MAX, DT_MIN, HermiteIntegrator, default_eta
 from .ic import lagrangian_radii, star_cluster
@@ -35,6 +36,8 @@ DEFAULT_T_END = 1.0
 DEFAULT_EPS = 1e-3
 DEFAULT_MASS_RATIO = 10.0
 LAGRANGE_FRACTIONS = (0.1, 0.5, 0.9)
+#: Most diagnostic (and snapshot) times one run may ask for.
+MAX_OUTPUT_TIMES = 10**6
 
 #: Options that fix the trajectory; with --resume they come from the snapshot.
 _TRAJECTORY_OPTIONS = ("order", "eta", "eta4", "criterion", "eps", "dt_min", "dt_max")
@@ -129,6 +132,8 @@ def _check_args(args: argparse.Namespace) -> None:
     """Range checks of the options that do not depend on a snapshot."""
     if args.n is not None and args.n < 1:
         raise InputError(f"--n must be >= 1, got {args.n}")
+    if args.seed is not None and args.seed < 0:
+        raise InputError(f"--seed must be a non-negative integer, got {args.seed}")
     if args.order is not None and args.order not in (4, 6):
         raise InputError(f"--order must be 4 or 6, got {args.order}")
     for name in ("t_end", "eta", "eta4", "snapshot_every", "log_every", "dt_min", "dt_max"):
@@ -151,6 +156,54 @@ def _check_args(args: argparse.Namespace) -> None:
         raise InputError(f"--mass-ratio must be >= 1, got {args.mass_ratio}")
     if args.snapshot_format == "hdf5" and not h5py_available():
         raise InputError("--snapshot-format hdf5 needs h5py (pip install h5py)")
+
+
+def _check_resume_meta(meta: dict[str, Any], path: str) -> None:
+    """The run metadata of a snapshot that ``sapporo run`` uses must be finite numbers."""
+
+    def number(value: Any) -> bool:
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value))
+
+    for name in ("energy0", "max_energy_error", "seed", "bh_mass", "heavy_fraction",
+                 "mass_ratio"):
+        value = meta.get(name)
+        if value is not None and not number(value):
+            raise InputError(f"snapshot {path}: meta.{name} must be a finite number, "
+                             f"got {value!r}")
+    if meta.get("seed") is not None and (meta["seed"] < 0 or meta["seed"] != int(meta["seed"])):
+        raise InputError(f"snapshot {path}: meta.seed must be a non-negative integer, "
+                         f"got {meta['seed']!r}")
+    if "energy0" in meta:
+        ang = meta.get("angular_momentum0")
+        if not (isinstance(ang, list) and len(ang) == 3
+                and all(number(c) for c in ang)):
+            raise InputError(f"snapshot {path}: meta.angular_momentum0 must be 3 finite "
+                             f"numbers, got {ang!r}")
+
+
+def _check_output_times(t_start: float, t_end: float, dt_min: float, dt_max: float,
+                        args: argparse.Namespace) -> None:
+    """Bound the end time and the number of diagnostic and snapshot times."""
+    limit = dt_min * 2.0**52  # block times k * dt_min are exact in float64 below this
+    if t_end > limit:
+        raise InputError(f"--t-end {t_end:g} is too large: block times on the dt_min grid "
+                         f"({dt_min:g}) are exact only up to {limit:g}")
+    for name, every in (("--log-every", args.log_every), ("--snapshot-every",
+                                                          args.snapshot_every)):
+        if every is None:
+            if name == "--snapshot-every":
+                continue
+            every = dt_max
+        elif every < dt_min:
+            raise InputError(f"{name} {every:g} is below the smallest step dt_min {dt_min:g}")
+        count = (t_end - t_start) / every
+        if count > MAX_OUTPUT_TIMES:
+            raise InputError(
+                f"{name} {every:g} from t = {t_start:g} to {t_end:g} gives {count:.3g} output "
+                f"times, more than {MAX_OUTPUT_TIMES}; use a larger {name}"
+                + (" (default: dt_max) or a smaller --t-end" if name == "--log-every" else "")
+            )
 
 
 def _check_resume_conflicts(args: argparse.Namespace, snap: Snapshot) -> None:
@@ -262,16 +315,22 @@ def _run(args: argparse.Namespace) -> int:
     snap: Snapshot | None = None
     if args.resume is not None:
         snap = load_snapshot(args.resume)
+        _check_resume_meta(snap.meta, args.resume)
         _check_resume_conflicts(args, snap)
         t_start = float(snap.time)
         meta = dict(snap.meta)
+        dt_min = float(snap.params.get("dt_min", DT_MIN))
+        dt_max = float(snap.params.get("dt_max", DT_MAX))
     else:
         t_start = 0.0
         meta = {}
+        dt_min = float(_value(args, "dt_min", DT_MIN))
+        dt_max = float(_value(args, "dt_max", DT_MAX))
     t_end = float(_value(args, "t_end", DEFAULT_T_END))
     if t_end <= t_start:
         raise InputError(f"--t-end {t_end:g} must be after the start time {t_start:g}")
-    out.mkdir(parents=True, exist_ok=True)
+    _check_output_times(t_start, t_end, dt_min, dt_max, args)
+    ensure_writable_dir(out, "--out")  # before the work, not after it
 
     lib_opts: dict[str, Any] = {"backend": backend, "devices": devices}
     if snap is not None:

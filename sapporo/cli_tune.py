@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from . import config
-from .cli import int_list, progress_writer
+from .cli import ensure_writable_dir, int_list, progress_writer
 from .errors import InputError, SapporoError
 
 
@@ -59,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         if not configs:
             raise InputError("the grid options give no valid launch configuration")
     backend = config.parse_backend(args.backend, "--backend")
+    if args.out is not None and not args.dry_run:
+        ensure_writable_dir(args.out, "--out")  # before the sweep, not after it
     results = []
     for precision in precisions:
         for order in orders:

@@ -144,7 +144,8 @@ def star_cluster(
     n : int
         Total number of particles, the black hole included.
     seed : int
-        Random seed (positions, velocities and which stars are heavy).
+        Random seed, a non-negative integer (positions, velocities and which stars are
+        heavy).
     heavy_fraction : float
         Fraction of the stellar mass in heavy stars, in [0, 1).
     mass_ratio : float
@@ -164,7 +165,8 @@ def star_cluster(
     Raises
     ------
     InputError
-        For parameters out of range.
+        For parameters out of range, or ``n`` too small for the components (at least
+        2 stars: ``n >= 3`` with a black hole, ``n >= 2`` with two components).
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise InputError(f"n must be a positive integer, got {n!r}")
@@ -175,11 +177,16 @@ def star_cluster(
     if not (isinstance(mass_ratio, (int, float, np.floating)) and math.isfinite(mass_ratio)
             and mass_ratio >= 1.0):
         raise InputError(f"mass_ratio must be a finite number >= 1, got {mass_ratio!r}")
+    reference.check_seed(seed)
     if heavy_fraction == 0.0 and bh_mass == 0.0:
         return plummer(n, seed)
     n_stars = n - 1 if bh_mass > 0.0 else n
-    if n_stars < 1 or (heavy_fraction > 0.0 and n_stars < 2):
-        raise InputError(f"n = {n} is too small for the requested components")
+    if n_stars < 2:  # one star sits at the centre of mass, i.e. on the black hole
+        raise InputError(
+            f"n = {n} is too small for the requested components: at least 2 stars are "
+            f"needed (n >= {3 if bh_mass > 0.0 else 2}"
+            + (" with a black hole)" if bh_mass > 0.0 else ")")
+        )
     x, v, m = plummer(n_stars, seed)
     if heavy_fraction > 0.0:
         n_h, m_l = two_component_counts(n_stars, float(heavy_fraction), float(mass_ratio))

@@ -403,6 +403,13 @@ def _chunk(
 # --------------------------------------------------------------------------- helpers
 
 
+def check_seed(seed: object) -> int:
+    """A random seed: a non-negative integer (bools, floats, strings and None refused)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InputError(f"seed must be a non-negative integer, got {seed!r}")
+    return int(seed)
+
+
 def plummer(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Plummer sphere in Henon units (G = M = 1, E = -1/4), reproducible from ``seed``.
 
@@ -418,7 +425,7 @@ def plummer(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n : int
         Number of particles (>= 1).
     seed : int
-        Seed for :func:`numpy.random.default_rng`.
+        Seed for :func:`numpy.random.default_rng` (a non-negative integer).
 
     Returns
     -------
@@ -428,6 +435,7 @@ def plummer(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         Masses, ``1 / n`` each.
     """
     n = _count(n)
+    check_seed(seed)
     rng = np.random.default_rng(seed)
     mass_fraction = rng.uniform(0.0, 0.999, n)
     # Guard the (measure-zero) draw 0.0, which would put a particle at r = 0 exactly.
@@ -462,7 +470,7 @@ def uniform_cube(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndar
     n : int
         Number of particles (>= 1).
     seed : int
-        Seed for :func:`numpy.random.default_rng`.
+        Seed for :func:`numpy.random.default_rng` (a non-negative integer).
 
     Returns
     -------
@@ -474,6 +482,7 @@ def uniform_cube(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndar
         Masses, ``1 / n`` each.
     """
     n = _count(n)
+    check_seed(seed)
     rng = np.random.default_rng(seed)
     x = rng.uniform(-1.0, 1.0, (n, 3))
     v = rng.normal(0.0, 0.1, (n, 3))

@@ -92,6 +92,10 @@ class Snapshot:
     def validate(self) -> Snapshot:
         """Check shapes and finiteness; return ``self``.
 
+        Also: every ``dt`` is a positive power of two, the numeric integrator parameters
+        (``eps2 >= 0``; ``eta``, ``dt_min``, ``dt_max``, ... ``> 0``) and the counters are
+        finite numbers, and params, counters and meta are dictionaries.
+
         Raises
         ------
         InputError
@@ -113,7 +117,44 @@ class Snapshot:
                 raise InputError(f"snapshot field {name} is not finite")
         if not np.isfinite(self.time):
             raise InputError("snapshot time is not finite")
+        dt = np.asarray(self.dt, dtype=np.float64)
+        if np.any(dt <= 0.0) or np.any(np.frexp(dt)[0] != 0.5):
+            raise InputError("snapshot field dt must hold positive powers of two")
+        for name in _JSON:
+            if not isinstance(getattr(self, name), dict):
+                raise InputError(f"snapshot {name} must be a JSON object, "
+                                 f"got {type(getattr(self, name)).__name__}")
+        _check_numbers("params", self.params, _PARAM_RANGES)
+        _check_numbers("counters", self.counters, {k: 0.0 for k in self.counters})
         return self
+
+
+#: Integrator parameters that must be finite numbers: name -> smallest value allowed
+#: (``eps2`` may be 0, the others must be positive: checked as > 0 when the bound is None).
+_PARAM_RANGES: dict[str, float | None] = {
+    "eps2": 0.0, "eta": None, "eta4": None, "eta_s": None, "dt_min": None, "dt_max": None,
+    "force_noise": 0.0,
+}
+
+
+def _check_numbers(what: str, values: dict[str, Any], ranges: dict[str, float | None]) -> None:
+    """Entries of ``values`` named in ``ranges`` must be finite numbers in range.
+
+    A bound of ``None`` means strictly positive, a number ``b`` means ``>= b``; missing
+    entries (and ``None`` values) are left alone.
+    """
+    for name, low in ranges.items():
+        value = values.get(name)
+        if value is None:
+            continue
+        ok = (isinstance(value, (int, float, np.integer, np.floating))
+              and not isinstance(value, bool) and bool(np.isfinite(value)))
+        if ok:
+            ok = value > 0.0 if low is None else value >= low
+        if not ok:
+            rule = "> 0" if low is None else f">= {low:g}"
+            raise InputError(f"snapshot {what}.{name} must be a finite number {rule}, "
+                             f"got {value!r}")
 
 
 def h5py_available() -> bool:

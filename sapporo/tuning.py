@@ -22,6 +22,7 @@ import datetime as _dt
 import itertools
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -404,11 +405,12 @@ def tune(
         insensitive to other processes' load, but blind to idle cores, so it cannot judge
         ``groups_per_cu`` at small active-particle counts).
     margin : float
-        The built-in default stays unless a candidate is faster by more than this fraction.
+        The built-in default stays unless a candidate is faster by more than this fraction
+        (finite, in [0, 1)).
     confirm : int
         Paired calls (candidate and default back to back, order alternating) that a
-        candidate beating the default must win by more than ``margin`` in the median;
-        0 skips the confirmation.
+        candidate beating the default must win by more than ``margin`` in the median
+        (>= 0); 0 skips the confirmation.
     verify : bool
         Check each kept configuration against the reference model; failing ones are
         dropped and the next fastest taken.
@@ -438,6 +440,11 @@ def tune(
         raise InputError(f"metric: expected one of {', '.join(METRICS)}, got {metric!r}")
     if repeats < 1:
         raise InputError(f"repeats: must be >= 1, got {repeats}")
+    if isinstance(margin, bool) or not (isinstance(margin, (int, float))
+                                        and math.isfinite(margin) and 0.0 <= margin < 1.0):
+        raise InputError(f"margin: must be a fraction in [0, 1), got {margin!r}")
+    if isinstance(confirm, bool) or not isinstance(confirm, int) or confirm < 0:
+        raise InputError(f"confirm: must be an integer >= 0, got {confirm!r}")
     say = progress or (lambda line: log.info("%s", line))
     tag = f"[order {order} {precision}]"
 

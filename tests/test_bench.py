@@ -75,3 +75,37 @@ def test_pytreegrav_peer(backend):
     peer = report.select("nxn", "pytreegrav")
     assert len(peer) == 1 and peer[0].interactions_per_s > 0
     assert "pytreegrav" in report.select("nxn")[0].ratios
+
+
+@pytest.mark.parametrize("argv, words", [(["--repeats", "-1"], "--repeats"),
+                                         (["--repeats", "0"], "--repeats"),
+                                         (["--budget", "nan"], "--budget"),
+                                         (["--budget", "-1"], "--budget")])
+def test_bad_options_refused_before_the_work(tmp_path, monkeypatch, capsys, argv, words):
+    def no_work(*args, **kwargs):
+        raise AssertionError("benchmarked despite a bad option")
+
+    monkeypatch.setattr(bench, "run_bench", no_work)
+    code = main(["bench", "--tiny", "--out", str(tmp_path / "b"), *argv])
+    assert code != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("sapporo bench: error:") and words in err[0]
+
+
+def test_unwritable_out_refused_before_the_work(tmp_path, monkeypatch, capsys):
+    def no_work(*args, **kwargs):
+        raise AssertionError("benchmarked although --out cannot be written")
+
+    monkeypatch.setattr(bench, "run_bench", no_work)
+    (tmp_path / "file").write_text("a regular file")
+    code = main(["bench", "--tiny", "--out", str(tmp_path / "file" / "sub")])
+    assert code != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("sapporo bench: error: --out")
+
+
+@pytest.mark.parametrize("kw, match", [({"repeats": 0}, "repeats"), ({"repeats": -1}, "repeats"),
+                                       ({"budget": float("nan")}, "budget")])
+def test_run_bench_validates_repeats_and_budget(kw, match):
+    with pytest.raises(InputError, match=match):
+        bench.run_bench(bench.BenchSettings.tiny(**kw))

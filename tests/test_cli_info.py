@@ -26,7 +26,7 @@ def test_info_json(capsys):
 def test_info_unusable_backend_says_why(capsys, monkeypatch):
     import sapporo.backend as be
 
-    monkeypatch.setattr(be, "_cache", {"cuda": be.BackendError("PyCUDA is not importable: x")})
+    monkeypatch.setattr(be, "_cache", {"cuda": "PyCUDA is not importable: x"})
     assert main(["info", "--backend", "cuda"]) == 1
     out = capsys.readouterr().out
     assert "selected: none" in out and "pocl-binary-distribution" in out

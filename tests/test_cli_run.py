@@ -83,6 +83,13 @@ def test_two_component_with_black_hole(tmp_path):
         (["--mass-ratio", "0.5", "--heavy-fraction", "0.1"], "--mass-ratio"),
         (["--resume", "no-such-file.npz"], "does not exist"),
         (["--backend", "vulkan"], "backend"),
+        (["--seed", "-1"], "--seed"),
+        (["--n", "2", "--bh-mass", "0.5"], "too small"),
+        (["--n", "16", "--t-end", "0.01", "--log-every", "1e-12"], "--log-every"),
+        (["--n", "16", "--t-end", "1", "--snapshot-every", "1e-12"], "--snapshot-every"),
+        (["--n", "16", "--t-end", "1e300"], "--t-end"),
+        (["--n", "16", "--t-end", "1e6"], "output times"),
+        (["--n", "16", "--t-end", "100", "--log-every", "1e-6"], "output times"),
     ],
 )
 def test_bad_parameters_one_line_exit_2(tmp_path, capsys, argv, words):
@@ -160,3 +167,80 @@ def test_without_matplotlib_plots_are_skipped(tmp_path, monkeypatch, capsys):
     assert call(["run", "--n", "32", "--t-end", "0.125", "--out", str(out), "--quiet"]) == 0
     assert "matplotlib is not installed" in capsys.readouterr().err
     assert (out / "summary.json").is_file() and not list(out.glob("*.png"))
+
+
+def _one_line_error(err: str, command: str = "run") -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"sapporo {command}: error:"), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "proc"])
+def test_unwritable_out_fails_before_integrating(tmp_path, capsys, monkeypatch, where):
+    def no_integration(*args, **kwargs):
+        raise AssertionError("integrated although --out cannot be written")
+
+    monkeypatch.setattr(cli_run, "HermiteIntegrator", no_integration)
+    (tmp_path / "file").write_text("a regular file")
+    out = tmp_path / "file" / "sub" if where == "under-a-file" else "/proc/sapporo-no-such-dir"
+    rc = call(["run", "--n", "16", "--t-end", "0.125", "--out", str(out), "--quiet",
+               "--no-plots"])
+    assert rc == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert "--out" in line and "cannot create or write" in line
+
+
+def test_os_error_of_any_command_is_one_line(monkeypatch, capsys):
+    import sapporo.cli_info
+
+    def fails(args):
+        raise PermissionError(13, "Permission denied", "/some/where/file.tmp")
+
+    monkeypatch.setattr(sapporo.cli_info, "run", fails)
+    assert call(["info"]) == 1
+    line = _one_line_error(capsys.readouterr().err, "info")
+    assert line == "sapporo info: error: Permission denied: /some/where/file.tmp"
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [(["--seed", "-1"], "--seed"), (["--n", "1"], "--n"), (["--n-active", "0"], "--n-active")],
+)
+def test_accuracy_bad_parameters_one_line(capsys, argv, words):
+    rc = call(["accuracy", *argv])
+    assert rc != 0
+    assert words in _one_line_error(capsys.readouterr().err, "accuracy")
+
+
+def _corrupt(path, what: str, value) -> None:
+    """Rewrite one field of a ``.npz`` snapshot: ``"params.eps2"``, ``"meta.energy0"``, ``"dt"``."""
+    with np.load(path) as f:
+        data = dict(f)
+    if "." in what:
+        group, key = what.split(".")
+        obj = json.loads(str(data[group]))
+        obj[key] = value
+        data[group] = np.asarray(json.dumps(obj))
+    else:
+        data[what] = np.full_like(data[what], value)
+    np.savez(path, **data)
+
+
+@pytest.mark.parametrize(
+    "what, value, words",
+    [("params.eps2", -1.0, "eps2"), ("params.dt_max", "x", "dt_max"),
+     ("meta.energy0", "x", "energy0"), ("meta.angular_momentum0", [1, 2], "angular_momentum0"),
+     ("meta.seed", -3, "seed"), ("dt", 0.0, "dt"), ("dt", 0.3, "dt"),
+     ("counters.steps", "many", "steps")],
+)
+def test_corrupt_snapshot_is_refused_on_resume(tmp_path, capsys, what, value, words):
+    assert call(["run", "--n", "16", "--t-end", "0.125", "--out", str(tmp_path), "--quiet",
+                 "--no-plots"]) == 0
+    snap = tmp_path / "snapshot_final.npz"
+    _corrupt(snap, what, value)
+    capsys.readouterr()
+    rc = call(["run", "--resume", str(snap), "--t-end", "0.25", "--out", str(tmp_path),
+               "--quiet", "--no-plots"])
+    assert rc == 2
+    assert words in _one_line_error(capsys.readouterr().err)

@@ -370,3 +370,85 @@ def test_interrupt_mid_run_and_resume(backend, tmp_path):
     np.testing.assert_array_equal(got.v, want.v)
     np.testing.assert_array_equal(got.dt, want.dt)
     assert got.counters["steps"] == want.counters["steps"]
+
+
+@pytest.mark.parametrize("order, degree", [(4, 3), (6, 5)])
+def test_interpolated_derivatives_exact_for_polynomial_force(monkeypatch, order, degree):
+    """The derivatives the step criteria use (interpolated from a, j (and s) at both ends of
+    the step) are exact when the force is a polynomial of the interpolant's degree: 4th
+    order a cubic (snap, crackle), 6th order a quintic (snap, crackle, 4th and 5th)."""
+    import sapporo.hermite as H
+
+    rng = np.random.default_rng(degree)
+    coeffs = rng.normal(size=(degree + 1, 3))
+    lib = PolynomialLibrary(order, coeffs)
+    seen: list[tuple[float, list[np.ndarray]]] = []
+    criterion = H._criterion_from_norms
+
+    def spy(crit, order_, eta, eta4, n):
+        seen.append((lib.t, [np.array(q) for q in n]))
+        return criterion(crit, order_, eta, eta4, n)
+
+    monkeypatch.setattr(H, "_criterion_from_norms", spy)
+    dt = 2.0**-4
+    it = HermiteIntegrator(lib, rng.normal(size=(2, 3)), rng.normal(size=(2, 3)), np.ones(2),
+                           order=order, dt_min=dt, dt_max=dt)
+    it.evolve(0.5)
+    assert len(seen) == 8
+    for t, norms in seen:
+        for k, got in enumerate(norms):  # k-th derivative of A at t
+            want = np.linalg.norm(lib.deriv(k, t))
+            np.testing.assert_allclose(got, want, rtol=1e-9, err_msg=f"derivative {k}, t={t}")
+
+
+@pytest.mark.parametrize("order, criterion, used", [
+    (4, "aarseth", (2, 3)), (4, "average", (2, 3)),
+    (6, "aarseth", (3,)), (6, "generalised", (3, 4, 5)),
+])
+def test_unresolved_derivatives_take_the_fallback(order, criterion, used):
+    """A derivative the criterion uses counts as unresolved below RESOLVED_FACTOR (2) times
+    its force-noise bound: just below (1.9x) it is, just above (2.1x) it is not; the
+    derivatives the criterion does not use never count."""
+    import sapporo.hermite as H
+
+    noise, tau = 1e-3, np.array([0.01])
+    ones = np.ones(1)
+    n0 = [ones, 2 * ones, 4 * ones][: 3 if order == 6 else 2]  # |a|, |j| (, |s|) at start
+    n_end = [ones, 2 * ones, 4 * ones, 8 * ones, 16 * ones, 32 * ones][: 6 if order == 6 else 4]
+    # the error bounds of the interpolated derivatives (docs/integrator.md)
+    da, dj = noise * 1.0, noise * 2.0
+    if order == 4:
+        s3 = 3.0 * (dj + da / tau) / tau**2
+        bounds = {2: dj / tau + tau * s3, 3: s3}
+    else:
+        ds = noise * 4.0
+        s4 = 3.0 * (ds + dj / tau) / tau**2
+        s5 = 15.0 * (ds * tau**2 + 3.0 * dj * tau + 3.0 * da) / tau**5
+        s3 = ds / tau + s5 * tau**2 / 6.0
+        bounds = {3: s3 + tau * s4 + 0.5 * tau**2 * s5, 4: s4 + tau * s5, 5: s5}
+    resolved = {k: 10.0 * H.RESOLVED_FACTOR * b for k, b in bounds.items()}
+    for k in bounds:
+        for factor, expect in ((1.9, k in used), (2.1, False)):
+            n = list(n_end)
+            for q, b in resolved.items():
+                n[q] = b
+            n[k] = factor * bounds[k]
+            got = H._unresolved(criterion, order, noise, tau, n0, n)
+            assert got.tolist() == [expect], (k, factor)
+    n = list(n_end)
+    for q, b in resolved.items():
+        n[q] = b
+    assert H._unresolved(criterion, order, noise, tau, n0, n).tolist() == [False]
+
+
+def test_force_noise_switches_steps_to_the_fallback():
+    """With a force noise far above the true one the interpolated derivatives are not
+    trusted: steps come from the fallback (counted); with none, never."""
+    x, v, m = plummer(64, seed=5)
+    counts = {}
+    for noise in (0.0, 0.1):
+        with HermiteIntegrator({"precision": "double"}, x, v, m, order=4, eps2=1e-4,
+                               force_noise=noise) as it:
+            it.evolve(2.0**-5)
+            counts[noise] = it.fallback_steps
+    assert counts[0.0] == 0 and counts[0.1] > 0

@@ -96,8 +96,28 @@ def test_lagrangian_radii_of_shells():
     [({"n": 0}, "n must be"), ({"n": 10, "heavy_fraction": 1.0}, "heavy_fraction"),
      ({"n": 10, "heavy_fraction": -0.1}, "heavy_fraction"), ({"n": 10, "bh_mass": 1.5}, "bh_mass"),
      ({"n": 10, "heavy_fraction": 0.2, "mass_ratio": 0.5}, "mass_ratio"),
-     ({"n": 1, "bh_mass": 0.1}, "too small")],
+     ({"n": 1, "bh_mass": 0.1}, "too small"), ({"n": 2, "bh_mass": 0.5}, "too small"),
+     ({"n": 2, "bh_mass": 0.5, "heavy_fraction": 0.3}, "too small"),
+     ({"n": 1, "heavy_fraction": 0.3}, "too small"),
+     ({"n": 16, "seed": 1.5}, "seed"), ({"n": 16, "seed": -1}, "seed"),
+     ({"n": 16, "seed": True}, "seed"), ({"n": 16, "seed": "1"}, "seed"),
+     ({"n": 16, "seed": -1, "bh_mass": 0.1}, "seed")],
 )
 def test_bad_parameters(kwargs, match):
     with pytest.raises(InputError, match=match):
         star_cluster(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [{"n": 3, "bh_mass": 0.5}, {"n": 2, "heavy_fraction": 0.3},
+                                    {"n": 3, "bh_mass": 0.5, "heavy_fraction": 0.3}])
+def test_smallest_clusters_are_finite(kwargs):
+    x, v, m = star_cluster(**kwargs)
+    assert np.all(np.isfinite(x)) and np.all(np.isfinite(v)) and m.sum() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("fn", [plummer, reference.plummer, reference.uniform_cube])
+@pytest.mark.parametrize("seed", [-1, 1.5, True, None])
+def test_seed_must_be_a_non_negative_integer(fn, seed):
+    with pytest.raises(InputError, match="seed"):
+        fn(16, seed=seed)
+    fn(16, seed=np.int64(7))  # NumPy integers are fine

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -81,4 +83,43 @@ def test_newer_format_refused(tmp_path):
     data["format_version"] = np.asarray(FORMAT_VERSION + 1)
     np.savez(path, **data)
     with pytest.raises(InputError, match="newer"):
+        load(path)
+
+
+def _rewrite(path, group: str, key: str | None, value) -> None:
+    """Replace ``group[key]`` (JSON groups) or the whole array ``group`` in an ``.npz``."""
+    with np.load(path) as f:
+        data = dict(f)
+    if key is None:
+        data[group] = np.full_like(data[group], value)
+    else:
+        obj = json.loads(str(data[group]))
+        obj[key] = value
+        data[group] = np.asarray(json.dumps(obj))
+    np.savez(path, **data)
+
+
+@pytest.mark.parametrize(
+    "group, key, value, match",
+    [("params", "eps2", -1.0, "eps2"), ("params", "eps2", "x", "eps2"),
+     ("params", "eps2", float("inf"), "eps2"), ("params", "dt_min", float("nan"), "dt_min"),
+     ("params", "dt_max", 0.0, "dt_max"), ("params", "eta", True, "eta"),
+     ("counters", "steps", "x", "steps"), ("counters", "block_steps", -1, "block_steps"),
+     ("dt", None, 0.0, "dt"), ("dt", None, -0.25, "dt"), ("dt", None, 0.3, "dt"),
+     ("t", None, np.inf, "t is not finite")],
+)
+def test_corrupt_values_refused(tmp_path, group, key, value, match):
+    path = save(tmp_path / "s.npz", make_snapshot(5))
+    _rewrite(path, group, key, value)
+    with pytest.raises(InputError, match=match):
+        load(path)
+
+
+def test_metadata_must_be_objects(tmp_path):
+    path = save(tmp_path / "s.npz", make_snapshot(3))
+    with np.load(path) as f:
+        data = dict(f)
+    data["meta"] = np.asarray("[1, 2]")
+    np.savez(path, **data)
+    with pytest.raises(InputError, match="meta must be a JSON object"):
         load(path)

@@ -182,3 +182,30 @@ def test_host_overhead_tool_counts_the_driver_operations():
         assert "push 1," in lines[call] and "pop 1," in lines[call], lines[call]
         assert "record" not in lines[call]
     assert "launch 3" in lines["block step"]  # predict, force, reduce
+
+
+@pytest.mark.parametrize("kw, match", [({"margin": float("nan")}, "margin"),
+                                       ({"margin": -0.1}, "margin"), ({"margin": 1.0}, "margin"),
+                                       ({"confirm": -3}, "confirm"), ({"confirm": 1.5}, "confirm")])
+def test_bad_margin_and_confirm_refused(kw, match):
+    with pytest.raises(InputError, match=match):
+        tuning.tune(2, "double-single", write=False, **kw)
+
+
+@pytest.mark.parametrize("argv, words", [(["--margin", "nan"], "margin"),
+                                         (["--confirm", "-3"], "confirm")])
+def test_cli_bad_margin_and_confirm_one_line(capsys, argv, words):
+    assert main(["tune", "--dry-run", *argv]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("sapporo tune: error:") and words in err[0]
+
+
+def test_cli_unwritable_out_refused_before_the_sweep(tmp_path, monkeypatch, capsys):
+    def no_sweep(*args, **kwargs):
+        raise AssertionError("tuned although --out cannot be written")
+
+    monkeypatch.setattr(tuning, "tune", no_sweep)
+    (tmp_path / "file").write_text("a regular file")
+    assert main(["tune", "--out", str(tmp_path / "file" / "sub")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("sapporo tune: error: --out")
