@@ -865,7 +865,11 @@ class HermiteIntegrator:
         self.t[act] = tb
         self.dt[act] = dt_new
         self.time = tb
-        self._send(act)
+        # upload the corrected block from the arrays at hand (the same values as self.*[act])
+        self.lib.set_j_particles(
+            self._addr[act], self.ids[act], tb, self.m[act], x1, v1, a=a1, jerk=j1,
+            snap=s1 if six else None, crackle=c1 if six else None,
+        )
         self.steps += int(act.size)
         self.block_steps += 1
         self.n_active_counts[act.size] += 1
