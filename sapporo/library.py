@@ -763,7 +763,9 @@ class Library:
             raise
         self._raw = np.zeros((0, RAW_N, 4), dtype=np.float64)
         self._ids = np.full(0, -1, dtype=np.int64)
-        self._dirty: list[np.ndarray] = []  # addresses changed since the last upload
+        # addresses changed since the last upload; an empty entry at first, so that the
+        # first call allocates the j-buffers even when no j-particle was ever stored
+        self._dirty: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
         # derivative records (a, jerk, snap, crackle) the predictor reads: those past it are
         # zero in every record stored so far (grows, never shrinks)
         self._pred_terms = 0
@@ -988,14 +990,12 @@ class Library:
         companion, because the force launch that follows goes there)."""
         nd = self.ndev
         changed = False
-        if self._dirty or not self._devs[0].j:  # (no j-buffers yet: a call before any j)
+        if self._dirty:
             # each changed address once, in increasing order (the last write is in _raw)
             if len(self._dirty) == 1 and self._dirty[0].size == 1:  # a block step of one
                 dirty = self._dirty[0]
-            elif self._dirty:
-                dirty = np.unique(np.concatenate(self._dirty))
             else:
-                dirty = np.zeros(0, dtype=np.int64)
+                dirty = np.unique(np.concatenate(self._dirty))
             dirty = dirty[: np.searchsorted(dirty, self._n_stored)]
             for d, dev in enumerate(self._devs):
                 n_loc = self._n_local(self._n_stored, d)
