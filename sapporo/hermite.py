@@ -570,13 +570,18 @@ class HermiteIntegrator:
         self.interactions += int(x.shape[0]) * self.n
         return f
 
-    def _send(self, sel: np.ndarray | slice) -> None:
-        """Upload the (corrected) state of particles ``sel`` as j-particles."""
+    def _send(self, sel: np.ndarray | slice, state: tuple | None = None) -> None:
+        """Upload the (corrected) state of particles ``sel`` as j-particles. ``state``:
+        (t, x, v, a, jerk, snap, crackle) of those particles when the caller holds them
+        already (the same values as ``self.t[sel]``, ...), which saves gathering them."""
+        if state is None:
+            state = (self.t[sel], self.x[sel], self.v[sel], self.a[sel], self.jerk[sel],
+                     self.snap[sel], self.crackle[sel])
+        t, x, v, a, jerk, snap, crackle = state
         six = self.order == 6
         self.lib.set_j_particles(
-            self._addr[sel], self.ids[sel], self.t[sel], self.m[sel], self.x[sel], self.v[sel],
-            a=self.a[sel], jerk=self.jerk[sel],
-            snap=self.snap[sel] if six else None, crackle=self.crackle[sel] if six else None,
+            self._addr[sel], self.ids[sel], t, self.m[sel], x, v, a=a, jerk=jerk,
+            snap=snap if six else None, crackle=crackle if six else None,
         )
 
     def _start(self, t0: float) -> None:
@@ -865,11 +870,7 @@ class HermiteIntegrator:
         self.t[act] = tb
         self.dt[act] = dt_new
         self.time = tb
-        # upload the corrected block from the arrays at hand (the same values as self.*[act])
-        self.lib.set_j_particles(
-            self._addr[act], self.ids[act], tb, self.m[act], x1, v1, a=a1, jerk=j1,
-            snap=s1 if six else None, crackle=c1 if six else None,
-        )
+        self._send(act, (tb, x1, v1, a1, j1, s1, c1))  # the arrays at hand, not re-gathered
         self.steps += int(act.size)
         self.block_steps += 1
         self.n_active_counts[act.size] += 1
