@@ -2,7 +2,7 @@
 
 The library is made with cffi's embedding support: :func:`make_ffi` declares the functions
 of ``bridge.h`` with ``ffi.embedding_api`` (implemented in Python by
-:mod:`sapporo.capi_bridge`), pastes ``shim.c`` in with ``set_source`` and gives the
+:mod:`sapporo.capi.bridge`), pastes ``shim.c`` in with ``set_source`` and gives the
 ``embedding_init_code`` that finds and imports the installed ``sapporo``.  cffi writes the C
 file; the C compiler (``$CC``, default ``cc``) links it against this interpreter's
 ``libpython`` with an rpath, a version script that exports only ``g6*`` and ``sapporo_*``,
@@ -50,7 +50,7 @@ LIBRARY = "libsapporo.so"
 ALIASES = ("libg6.so",)
 HEADERS = ("grape6.h", "sapporo.h")
 STAMP = "sapporo-capi.json"
-_SOURCES = ("shim.c", "bridge.h", "grape6.h", "sapporo.h", "build.py")
+_SOURCES = ("shim.c", "bridge.h", "bridge.py", "grape6.h", "sapporo.h", "build.py")
 
 #: Exported ABI: every other symbol (cffi's PyInit_, the bridge functions) becomes local.
 VERSION_SCRIPT = "{\n  global:\n    g6*;\n    sapporo_*;\n  local:\n    *;\n};\n"
@@ -83,7 +83,7 @@ del _sapporo_add_sites
 #: cffi's embedding_init_code: import the real package and bind the Python functions.
 _INIT_CODE = """\
 from {module} import ffi, lib
-from sapporo.capi_bridge import bind
+from sapporo.capi.bridge import bind
 
 bind(ffi, lib)
 """

@@ -124,7 +124,7 @@ def read_sapporo2_config(path: str) -> list[int] | int:
     list of int or int
         For a positive count, the first ``count`` device ids listed. For a negative count,
         ``-count``: that many devices, whichever (sapporo2's "any free ones"); for 0, 0:
-        every device (sapporo2 uses as many as there are). :func:`sapporo.capi_bridge.
+        every device (sapporo2 uses as many as there are). :func:`sapporo.capi.bridge.
         open_settings` turns the numbers into device lists.
     """
     try:

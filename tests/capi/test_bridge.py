@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sapporo.capi_bridge import DEFAULT_NPIPES, Bridge, open_settings
+from sapporo.capi.bridge import DEFAULT_NPIPES, Bridge, open_settings
 from sapporo.errors import ConfigError, SapporoError
 
 
@@ -60,7 +60,7 @@ def test_any_n_devices(caplog: pytest.LogCaptureFixture) -> None:
     available = len(get_backend(None).devices())
     assert open_settings(devices=1)["devices"] == [0]
     assert open_settings(devices=0)["devices"] == "all"
-    with caplog.at_level("WARNING", logger="sapporo.capi_bridge"):
+    with caplog.at_level("WARNING", logger="sapporo.capi.bridge"):
         got = open_settings(devices=available + 2)["devices"]
     assert got == list(range(available))
     assert f"{available + 2} devices asked for" in caplog.text

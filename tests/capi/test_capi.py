@@ -361,11 +361,11 @@ def test_sapporo2_config_file_is_read(capi: CApi, tmp_path: Path) -> None:
 
 
 def test_init_failure_is_reported_not_fatal(capi: CApi, tmp_path: Path) -> None:
-    """The embedded init fails (capi_bridge made unimportable): calls return -6, no crash."""
+    """The embedded init fails (sapporo.capi.bridge made unimportable): calls return -6, no crash."""
     site_dir = tmp_path / "site"
     site_dir.mkdir()
     (site_dir / "zz_break.pth").write_text(
-        "import sys; sys.modules['sapporo.capi_bridge'] = None\n"
+        "import sys; sys.modules['sapporo.capi.bridge'] = None\n"
     )
     env = capi.env(SAPPORO_SITE=os.pathsep.join([*capi.sites, str(site_dir)]))
     proc = capi.run(capi.program("badcalls.c"), cwd=tmp_path, check=False, env=env)

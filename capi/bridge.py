@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from . import config
-from .errors import (
+from sapporo import config
+from sapporo.errors import (
     BackendError,
     ConfigError,
     InputError,
@@ -85,7 +85,7 @@ def open_settings(
 
 def _any_devices(backend: str | None, n: int) -> str | list[int]:
     """``n`` devices of the backend, whichever: its first ``n`` (0: ``"all"``)."""
-    from .backend import get_backend
+    from sapporo.backend import get_backend
 
     if n == 0:
         return "all"
@@ -114,7 +114,7 @@ class Bridge:
 
     def open(self, **kwargs: Any) -> None:
         """Open the library with :func:`open_settings` applied to ``kwargs``."""
-        from .library import Library
+        from sapporo.library import Library
 
         if self.lib is not None:
             return
