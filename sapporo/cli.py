@@ -2,6 +2,16 @@
 
 Each module ``sapporo/cli_<name>.py`` provides ``add_parser(subparsers)``, which registers the
 sub-command and sets ``func`` (taking the parsed arguments, returning an exit code).
+
+Conventions shared by every sub-command:
+
+* the same option names: ``--order``/``--precision`` for one value, ``--orders``/
+  ``--precisions`` where several are measured (the singular spelling is accepted there too),
+  ``--backend`` and ``--devices``; lists are comma-separated (``--orders 4,6``);
+* exit code 0 on success, 1 for a failure of the work (device, build, disk), 2 for every usage
+  error (a bad option or value), 130 after Ctrl-C or SIGTERM;
+* usage errors are one line, ``sapporo COMMAND: error: ...``, with no usage block;
+* every option has help text, in plain text (:func:`plain` strips reST from docstrings).
 """
 
 from __future__ import annotations
@@ -10,11 +20,14 @@ import argparse
 import importlib
 import logging
 import os
+import re
+import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
-from .errors import InputError, SapporoError
+from .errors import ConfigError, InputError, SapporoError
 
 COMMANDS = ("info", "run", "bench", "tune", "accuracy", "capi")
 
@@ -43,6 +56,97 @@ def int_list(text: str, what: str) -> list[int]:
     return vals
 
 
+def plain(text: str | None) -> str | None:
+    """``text`` without reST markup (````x````, ``:func:`x```, ``**x**``), for ``--help``."""
+    if text is None:
+        return None
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)
+    text = text.replace("``", "")
+    return re.sub(r"\*\*([^*]+)\*\*", r"\1", text)
+
+
+def usage_error(prog: str) -> Callable[[str], NoReturn]:
+    """An ``ArgumentParser.error`` replacement: one line on stderr, exit code 2."""
+
+    def error(message: str) -> NoReturn:
+        sys.stderr.write(f"{prog}: error: {message}\n")
+        sys.exit(2)
+
+    return error
+
+
+def _parsed_list(text: str, parse: Callable[[str, str], object], what: str) -> list:
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if part:
+            try:
+                value = parse(part, what)
+            except SapporoError as exc:
+                raise InputError(str(exc)) from None
+            if value not in out:
+                out.append(value)
+    if not out:
+        raise InputError(f"{what}: empty list")
+    return out
+
+
+def order_list(text: str, what: str = "--orders") -> list[int]:
+    """Parse ``"4,6"`` into orders (each checked by :func:`sapporo.config.parse_order`)."""
+    from . import config
+
+    return _parsed_list(text, config.parse_order, what)
+
+
+def precision_list(text: str, what: str = "--precisions") -> list[str]:
+    """Parse ``"double-single,double"`` into precision names."""
+    from . import config
+
+    return _parsed_list(text, config.parse_precision, what)
+
+
+def add_device_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+                       one: bool = False) -> None:
+    """Add ``--backend`` and ``--devices`` (``one``: a single device index)."""
+    parser.add_argument("--backend", default=None, help="opencl, cuda or auto (default auto)")
+    if one:
+        parser.add_argument("--devices", "--device", dest="devices", default=None,
+                            metavar="INDEX",
+                            help="the device to use, one index such as 0 (default 0)")
+    else:
+        parser.add_argument("--devices", default=None,
+                            help="'all' or comma-separated device indices such as 0,1 "
+                                 "(default: the first device, or SAPPORO_DEVICES)")
+
+
+def one_device(text: str | None, what: str = "--devices") -> int:
+    """The single device index of a ``--devices`` value (default 0)."""
+    from . import config
+
+    if text is None:
+        return 0
+    try:
+        devices = config.parse_devices(text, what)
+    except SapporoError as exc:
+        raise InputError(str(exc)) from None
+    if devices == "all" or not isinstance(devices, list) or len(devices) != 1:
+        raise InputError(f"{what}: this command measures one device at a time; "
+                         f"give one index, got {text!r}")
+    return devices[0]
+
+
+def free_bytes(path: str | os.PathLike[str]) -> int | None:
+    """Free bytes for an unprivileged user on the file system of ``path`` (None: unknown)."""
+    try:
+        st = os.statvfs(path)
+    except (OSError, AttributeError):
+        try:
+            return shutil.disk_usage(path).free
+        except OSError:
+            return None
+    return st.f_bavail * st.f_frsize
+
+
 def os_error_message(exc: OSError) -> str:
     """One line for an :class:`OSError`: ``"<reason>: <path>"`` when both are known."""
     reason = exc.strerror or str(exc) or type(exc).__name__
@@ -51,10 +155,11 @@ def os_error_message(exc: OSError) -> str:
     return reason
 
 
-def ensure_writable_dir(path: str | os.PathLike[str], what: str) -> Path:
+def ensure_writable_dir(path: str | os.PathLike[str], what: str, need_bytes: int = 0) -> Path:
     """Create the folder ``path`` (with parents) and check that files can be written in it.
 
-    A probe file is written and removed, so a run fails before its work, not after.
+    A probe file is written and removed, and the free space is compared with ``need_bytes``
+    (and a 1 MiB floor), so a run fails before its work, not after.
 
     Parameters
     ----------
@@ -62,6 +167,8 @@ def ensure_writable_dir(path: str | os.PathLike[str], what: str) -> Path:
         The folder.
     what : str
         The option named in the message, e.g. ``"--out"``.
+    need_bytes : int
+        An estimate of what will be written there.
 
     Returns
     -------
@@ -84,6 +191,13 @@ def ensure_writable_dir(path: str | os.PathLike[str], what: str) -> Path:
         raise InputError(
             f"{what} {folder}: cannot create or write the folder ({os_error_message(exc)})"
         ) from None
+    need = max(int(need_bytes), 1 << 20)
+    free = free_bytes(folder)
+    if free is not None and free < need:
+        raise InputError(
+            f"{what} {folder}: not enough free space ({free / 2**20:.1f} MiB free, about "
+            f"{need / 2**20:.1f} MiB needed)"
+        )
     return folder
 
 
@@ -116,13 +230,48 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         module.add_parser(sub)
+    for name, command in sub.choices.items():
+        _one_line_errors(command, f"sapporo {name}")
     return parser
+
+
+def _one_line_errors(parser: argparse.ArgumentParser, prog: str) -> None:
+    """Usage errors of ``parser`` and its nested sub-commands: one line, exit code 2."""
+    parser.error = usage_error(prog)  # type: ignore[method-assign]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                _one_line_errors(child, f"{prog} {name}")
+
+
+def subcommand_parsers(parser: argparse.ArgumentParser | None = None
+                       ) -> dict[str, argparse.ArgumentParser]:
+    """Every (nested) sub-command parser by its name, e.g. ``"run"``, ``"capi build"``."""
+    parser = parser or build_parser()
+    out: dict[str, argparse.ArgumentParser] = {}
+
+    def walk(p: argparse.ArgumentParser, prefix: Sequence[str]) -> None:
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    out[" ".join((*prefix, name))] = child
+                    walk(child, (*prefix, name))
+
+    walk(parser, ())
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``sapporo`` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    parser.error = usage_error("sapporo")  # type: ignore[method-assign]
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # reported by the sub-command that was given them, in one line
+        words = [args.command] if getattr(args, "command", None) else []
+        words += [str(v) for k, v in sorted(vars(args).items())
+                  if k.endswith("_command") and v and k != "command"]
+        target = subcommand_parsers(parser).get(" ".join(words), parser)
+        target.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(
         level=logging.WARNING - 10 * min(args.verbose, 2),
         format="%(levelname)s %(name)s: %(message)s",
@@ -132,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
+    except (InputError, ConfigError) as exc:  # a bad option or value: a usage error
+        sys.stderr.write(f"sapporo {args.command}: error: {exc}\n")
+        return 2
     except SapporoError as exc:
         sys.stderr.write(f"sapporo {args.command}: error: {exc}\n")
         return 1

@@ -11,7 +11,15 @@ import argparse
 import math
 import sys
 
-from .cli import ensure_writable_dir, int_list, progress_writer
+from .cli import (
+    add_device_options,
+    ensure_writable_dir,
+    int_list,
+    order_list,
+    plain,
+    precision_list,
+    progress_writer,
+)
 from .errors import InputError
 
 
@@ -25,9 +33,9 @@ def run(args: argparse.Namespace) -> int:
 
     kw: dict = {}
     if args.orders:
-        kw["orders"] = int_list(args.orders, "--orders")
+        kw["orders"] = order_list(args.orders, "--orders")
     if args.precisions:
-        kw["precisions"] = [p for p in args.precisions.split(",") if p.strip()]
+        kw["precisions"] = precision_list(args.precisions, "--precisions")
     if args.n:
         kw["n_list"] = int_list(args.n, "--n")
     if args.sweep_n:
@@ -68,28 +76,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``sapporo bench``."""
     p = sub.add_parser(
         "bench", help="benchmark the force kernels (N x N, N_active sweep, host overhead)",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=plain(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--quick", action="store_true", help="small sizes, about a minute")
-    p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--tiny", action="store_true",
+                   help="the smallest sizes, seconds (for tests; ignores --quick)")
     p.add_argument("--out", default="sapporo-bench", help="output folder (default sapporo-bench)")
-    p.add_argument("--orders", default=None, help="orders, e.g. 4,6 (default 2,4,6)")
-    p.add_argument("--precisions", default=None,
-                   help="precisions, e.g. double-single,double (default both)")
+    p.add_argument("--orders", "--order", dest="orders", default=None,
+                   help="comma-separated orders, e.g. 4,6 (default 2,4,6)")
+    p.add_argument("--precisions", "--precision", dest="precisions", default=None,
+                   help="comma-separated precisions, e.g. double-single,double (default both)")
     p.add_argument("--n", default=None,
                    help="N of the N x N runs, e.g. 4k,16k,64k (default 1k,4k,16k,64k)")
     p.add_argument("--sweep-n", default=None,
                    help="N of the N_active sweep and overhead (default 16k; 4k with --quick)")
     p.add_argument("--n-active", default=None, help="N_active values (default 1,2,4,...,1024)")
-    p.add_argument("--repeats", type=int, default=None, help="timed repeats of N x N runs")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="timed repeats of N x N runs (default 3; 2 with --quick)")
     p.add_argument("--budget", type=float, default=None,
                    help="seconds per N x N measurement before an i-subset is used "
                         "(default 30; 4 with --quick)")
     p.add_argument("--peers", default=None,
                    help="comma-separated: numpy-reference, pytreegrav, pytreegrav-target, cupy, "
                         "torch, or none (default numpy-reference,pytreegrav)")
-    p.add_argument("--backend", default=None, help="opencl, cuda or auto (default: auto)")
-    p.add_argument("--devices", default=None, help="device indices, e.g. 0 or 0,1, or all")
+    add_device_options(p)
     p.add_argument("--peak-gflops", default=None,
                    help="device peak for the fraction of peak: one number, or "
                         "'double-single=X,double=Y'")

@@ -15,12 +15,12 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
 from . import config
-from .cli import ensure_writable_dir
+from .cli import add_device_options, ensure_writable_dir
 from .errors import ConfigError, InputError
 from .hermite import CRITERIA, DT_MAX, DT_MIN, HermiteIntegrator, default_eta
 from .ic import lagrangian_radii, star_cluster
@@ -94,10 +94,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--dt-max", type=_power_of_two, default=None,
                    help="largest step, a power of two (default 2^-3)")
     g = p.add_argument_group("device")
-    g.add_argument("--precision", default=None, choices=("double", "double-single"),
-                   help=f"force precision (default {DEFAULT_PRECISION})")
-    g.add_argument("--backend", default=None, help="opencl, cuda or auto (default auto)")
-    g.add_argument("--devices", default=None, help="'all' or device indices, e.g. 0,1")
+    g.add_argument("--precision", default=None,
+                   help=f"force precision: double or double-single (default {DEFAULT_PRECISION})")
+    add_device_options(g)
     g = p.add_argument_group("output")
     g.add_argument("--out", default="sapporo-run", help="output directory (default sapporo-run)")
     g.add_argument("--resume", default=None, metavar="SNAPSHOT",
@@ -111,12 +110,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "multiples of dt_max do not disturb the block steps)")
     g.add_argument("--quiet", action="store_true", help="no progress and no summary table")
     g.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
-
-    def error(message: str) -> NoReturn:
-        sys.stderr.write(f"sapporo run: error: {message}\n")
-        sys.exit(2)
-
-    p.error = error  # type: ignore[method-assign]  # one line, no usage block
     p.set_defaults(func=run)
 
 
@@ -136,6 +129,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise InputError(f"--seed must be a non-negative integer, got {args.seed}")
     if args.order is not None and args.order not in (4, 6):
         raise InputError(f"--order must be 4 or 6, got {args.order}")
+    if args.precision is not None:
+        args.precision = config.parse_precision(args.precision, "--precision")
     for name in ("t_end", "eta", "eta4", "snapshot_every", "log_every", "dt_min", "dt_max"):
         v = getattr(args, name)
         if v is not None and not (math.isfinite(v) and v > 0):

@@ -12,22 +12,17 @@ import argparse
 import sys
 
 from . import config
-from .cli import ensure_writable_dir, int_list, progress_writer
-from .errors import InputError, SapporoError
-
-
-def _list(text: str, parse, what: str) -> list:
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        if part:
-            try:
-                out.append(parse(part, what))
-            except SapporoError as exc:
-                raise InputError(str(exc)) from None
-    if not out:
-        raise InputError(f"{what}: empty list")
-    return out
+from .cli import (
+    add_device_options,
+    ensure_writable_dir,
+    int_list,
+    one_device,
+    order_list,
+    plain,
+    precision_list,
+    progress_writer,
+)
+from .errors import InputError
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,8 +33,9 @@ def run(args: argparse.Namespace) -> int:
 
     progress = progress_writer()
 
-    orders = _list(args.order, config.parse_order, "--order")
-    precisions = _list(args.precision, config.parse_precision, "--precision")
+    orders = order_list(args.orders, "--orders")
+    precisions = precision_list(args.precisions, "--precisions")
+    device = one_device(args.devices, "--devices")
     points = int_list(args.n_active, "--n-active") if args.n_active else None
     configs = ([tuning.parse_config(c) for c in args.configs.split(";") if c.strip()]
                if args.configs else None)
@@ -65,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     for precision in precisions:
         for order in orders:
             res = tuning.tune(
-                order, precision, backend=backend, device=args.device, n=args.n,
+                order, precision, backend=backend, device=device, n=args.n,
                 points=points, configs=configs, quick=args.quick, repeats=args.repeats,
                 metric=args.metric, margin=args.margin, confirm=args.confirm,
                 verify=not args.no_verify,
@@ -93,13 +89,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``sapporo tune``."""
     p = sub.add_parser(
         "tune", help="sweep the force kernels' launch parameters and write a tuning profile",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=plain(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--order", default="2,4,6", help="orders to tune (default 2,4,6)")
-    p.add_argument("--precision", default="double-single,double",
-                   help="precisions to tune (default double-single,double)")
-    p.add_argument("--backend", default=None, help="opencl, cuda or auto (default: auto)")
-    p.add_argument("--device", type=int, default=0, help="device index (default 0)")
+    p.add_argument("--orders", "--order", dest="orders", default="2,4,6",
+                   help="comma-separated orders to tune (default 2,4,6)")
+    p.add_argument("--precisions", "--precision", dest="precisions",
+                   default="double-single,double",
+                   help="comma-separated precisions to tune (default double-single,double)")
+    add_device_options(p, one=True)
     p.add_argument("--n", type=int, default=None,
                    help="reference j-count (default 131072 on a GPU, 16384 on a CPU; "
                         "4096 with --quick)")

@@ -34,7 +34,7 @@ def test_info_unusable_backend_says_why(capsys, monkeypatch):
 
 def test_bad_config_is_one_line(monkeypatch, capsys):
     monkeypatch.setenv("SAPPORO_BACKEND", "metal")
-    assert main(["info"]) == 1
+    assert main(["info"]) == 2  # a configuration error is a usage error
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "SAPPORO_BACKEND" in err[0]
 
