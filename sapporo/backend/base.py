@@ -255,19 +255,30 @@ def kernel_dir(language: str) -> Path:
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
 
 
+def shared_include_dir() -> Path:
+    """Folder of the headers both kernel trees include (``layout.h``: the host/kernel data
+    layout, which :mod:`sapporo.layout` reads too)."""
+    return Path(__file__).resolve().parents[1]
+
+
 def load_source(language: str, name: str) -> str:
     """Read a kernel file with its local ``#include "..."`` files inlined (once each).
 
-    Inlining makes the source self-contained, so driver-side caches that key on the
-    source text (PoCL, NVIDIA) never reuse a binary built from a stale header.
+    An include is looked up in the language's kernel tree, then among the shared headers
+    (:func:`shared_include_dir`). Inlining makes the source self-contained, so driver-side
+    caches that key on the source text (PoCL, NVIDIA) never reuse a binary built from a
+    stale header.
     """
     root = kernel_dir(language)
+    shared = shared_include_dir()
     seen: set[str] = set()
 
     def expand(fname: str) -> str:
         path = root / fname
+        if not path.is_file() and (shared / fname).is_file():
+            path = shared / fname
         if not path.is_file():
-            raise BackendError(f"kernel source {fname!r} not found in {root}")
+            raise BackendError(f"kernel source {fname!r} not found in {root} or {shared}")
         text = path.read_text()
 
         def repl(m: re.Match[str]) -> str:

@@ -57,6 +57,7 @@ from .base import (
     kernel_dir,
     load_source,
     save_failed_source,
+    shared_include_dir,
 )
 
 log = logging.getLogger(__name__)
@@ -572,7 +573,7 @@ class CUContext(Context):
                     options=options,
                     arch=arch,
                     no_extern_c=True,
-                    include_dirs=[str(kernel_dir("cuda"))],
+                    include_dirs=[str(kernel_dir("cuda")), str(shared_include_dir())],
                 )
             except Exception as exc:  # CompileError, nvcc missing, module load failures
                 build_log = _compile_log(exc)

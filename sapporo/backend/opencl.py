@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -38,9 +39,14 @@ _yield = getattr(os, "sched_yield", lambda: None)
 DEFAULT_SMALL_PAIRS = 131072
 
 
-def _system_pocl_installed() -> bool:
-    """True when an OpenCL vendor file outside PyOpenCL's wheel names PoCL."""
+#: PoCL's CPU drivers (PoCL 3: basic, pthread; PoCL 4 and later: cpu-minimal, cpu)
+_POCL_CPU_DRIVERS = {"basic", "pthread", "cpu", "cpu-minimal"}
+
+
+def _system_pocl_libraries() -> list[str]:
+    """The libraries named by OpenCL vendor files outside PyOpenCL's wheel that are PoCL."""
     places = [os.environ.get("OCL_ICD_VENDORS", ""), "/etc/OpenCL/vendors"]
+    out = []
     for place in places:
         if not place:
             continue
@@ -50,11 +56,42 @@ def _system_pocl_installed() -> bool:
             for f in files:
                 if f.endswith(".icd"):
                     with open(f) as fh:
-                        if "pocl" in fh.read().lower():
-                            return True
+                        text = fh.read().strip()
+                    if "pocl" in text.lower():
+                        out.append(text)
         except OSError:
             continue
-    return False
+    return out
+
+
+def _system_pocl_installed() -> bool:
+    """True when an OpenCL vendor file outside PyOpenCL's wheel names PoCL."""
+    return bool(_system_pocl_libraries())
+
+
+def _pocl_driver_dirs(library: str) -> list[str]:
+    """Where a system PoCL keeps its device drivers (``pocl/libpocl-devices-*.so``)."""
+    if os.path.isabs(library):
+        return [os.path.join(os.path.dirname(library), "pocl")]
+    roots = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64",
+             "/usr/lib", "/usr/local/lib", "/usr/local/lib64"]
+    return [os.path.join(r, "pocl") for r in roots]
+
+
+def _system_pocl_cpu_only() -> bool:
+    """True when every system PoCL has CPU drivers only (so ``POCL_DEVICES`` hides none of
+    its devices); False when a driver folder cannot be found or lists any other driver."""
+    libraries = _system_pocl_libraries()
+    for library in libraries:
+        drivers: set[str] = set()
+        for folder in _pocl_driver_dirs(library):
+            with contextlib.suppress(OSError):
+                for f in os.listdir(folder):
+                    if f.startswith("libpocl-devices-") and ".so" in f:
+                        drivers.add(f[len("libpocl-devices-"):].split(".so")[0])
+        if not drivers or not drivers <= _POCL_CPU_DRIVERS:
+            return False
+    return True
 
 
 def _request_pocl_companion() -> None:
@@ -64,13 +101,14 @@ def _request_pocl_companion() -> None:
     costs 50-100 us; the ``basic`` device runs kernels in the calling thread. Small force
     launches go there (:class:`CLContext`). PoCL reads ``POCL_DEVICES`` once, when it
     starts; we set it only when it is unset, not disabled (``SAPPORO_SMALL_PAIRS=0``), and
-    the only PoCL is the one bundled with PyOpenCL (CPU drivers only), so that no other
-    PoCL device can be hidden by it.
+    every PoCL installed has CPU drivers only (the one bundled with PyOpenCL, and system
+    ones such as Debian's ``pocl-opencl-icd``), so that no other PoCL device can be hidden
+    by it.
     """
     if "POCL_DEVICES" in os.environ:
         return
     small = config.from_environment().small_pairs
-    if small == 0 or _system_pocl_installed():
+    if small == 0 or (_system_pocl_installed() and not _system_pocl_cpu_only()):
         return
     os.environ["POCL_DEVICES"] = "pthread basic"
     log.debug("POCL_DEVICES set to 'pthread basic' (companion device for small launches)")
@@ -351,6 +389,36 @@ class CLContext(Context):
             self._programs.clear()
 
 
+_POCL_HINT = (
+    "PoCL's wheel (pocl-binary-distribution 3.0, LLVM 14) does not know CPUs newer than "
+    "its LLVM (e.g. AMD Zen 5): install a newer PoCL, such as your distribution's "
+    "(Debian/Ubuntu: apt install pocl-opencl-icd), and sapporo uses it"
+)
+_PROBE_SOURCE = "__kernel void sapporo_probe(__global float *a) { a[get_global_id(0)] += 1.0f; }"
+
+
+def _pocl_cannot_build(platform: Any, devices: list[Any]) -> str:
+    """For a PoCL platform with CPU devices: the first line of the build log when a
+    trivial kernel does not build (an LLVM too old for this CPU), else "". PoCL's kernel
+    cache makes the check cheap after the first time. Other platforms are not checked."""
+    if "portable computing language" not in platform.name.lower():
+        return ""
+    cpus = [d for d in devices if d.type & cl.device_type.CPU]
+    if not cpus:
+        return ""
+    try:
+        ctx = cl.Context(cpus[:1])
+        try:
+            cl.Program(ctx, _PROBE_SOURCE).build(options=["-w"])
+        finally:
+            del ctx
+    except cl.Error as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines()
+                 if "error" in ln.lower() and "clBuildProgram" not in ln]
+        return lines[0] if lines else str(exc).strip().splitlines()[0]
+    return ""
+
+
 class OpenCLBackend(Backend):
     """Every OpenCL device of every platform, numbered in platform order."""
 
@@ -380,6 +448,13 @@ class OpenCLBackend(Backend):
                 log.debug("platform %s: %s", platform.name, exc)
                 continue
             names = [dev.name.strip() for dev in devices]
+            broken = _pocl_cannot_build(platform, devices)
+            if broken:
+                why = (f"OpenCL platform {platform.name.strip()} ({platform.version.strip()}) "
+                       f"cannot build kernels here: {broken}")
+                log.info("%s; its devices are skipped. %s", why, _POCL_HINT)
+                self.reason = f"{why}. {_POCL_HINT}"
+                continue
             companion = None
             if any(quirks.is_pocl_threaded_cpu(n) for n in names):
                 companion = next((d for d, n in zip(devices, names, strict=True)

@@ -31,6 +31,7 @@ from cudaemu.fake_pycuda import emulated_cuda, make_fake_pycuda
 import sapporo.backend as backend_mod
 from sapporo import reference
 from sapporo.errors import BackendError, BuildError
+from sapporo.layout import LAYOUT
 
 
 @pytest.fixture
@@ -500,10 +501,11 @@ def test_cuda_profiling_events() -> None:
         assert ev.elapsed is not None and ev.elapsed >= 0
 
 
-RAW_N, NCO = 6, 12
-REDUCE_LANES, REDUCE_ROWS = 32, 4  # the reduce kernel's group (common.cuh)
-IC = {"x": 0, "y": 1, "z": 2, "h2": 3, "vx": 4, "vy": 5, "vz": 6, "id": 7, "ax": 8}
-OC_NNR2, OC_NNID = 7, 11
+# the host/kernel data layout (sapporo/layout.h)
+RAW_N, NCO, REDUCE_LANES, REDUCE_ROWS = (LAYOUT[k] for k in ("RAW_N", "NCO", "REDUCE_LANES",
+                                                             "REDUCE_ROWS"))
+IC = {k: LAYOUT[f"IC_{k.upper()}"] for k in ("x", "y", "z", "h2", "vx", "vy", "vz", "id", "ax")}
+OC_NNR2, OC_NNID = LAYOUT["OC_NNR2"], LAYOUT["OC_NNID"]
 
 # (order, precision, ngb, LI, LJ, JT, USE_LOCAL[, W])
 

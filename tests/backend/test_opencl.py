@@ -194,11 +194,60 @@ def test_companion_request_respects_the_environment(monkeypatch):
     assert "POCL_DEVICES" not in opencl.os.environ  # switched off
     monkeypatch.delenv("SAPPORO_SMALL_PAIRS")
     monkeypatch.setattr(opencl, "_system_pocl_installed", lambda: True)
+    monkeypatch.setattr(opencl, "_system_pocl_cpu_only", lambda: False)
     opencl._request_pocl_companion()
     assert "POCL_DEVICES" not in opencl.os.environ  # another PoCL could lose devices
+    monkeypatch.setattr(opencl, "_system_pocl_cpu_only", lambda: True)
+    opencl._request_pocl_companion()
+    assert opencl.os.environ["POCL_DEVICES"] == "pthread basic"  # a CPU-only system PoCL
+    monkeypatch.delenv("POCL_DEVICES")
     monkeypatch.setattr(opencl, "_system_pocl_installed", lambda: False)
     opencl._request_pocl_companion()
     assert opencl.os.environ["POCL_DEVICES"] == "pthread basic"
+
+
+def test_system_pocl_drivers_decide_the_companion(monkeypatch, tmp_path):
+    """A system PoCL whose driver folder has CPU drivers only may get POCL_DEVICES; one
+    with any other driver (or none found) may not."""
+    from sapporo.backend import opencl
+
+    vendors, lib = tmp_path / "vendors", tmp_path / "lib"
+    (lib / "pocl").mkdir(parents=True)
+    vendors.mkdir()
+    (vendors / "pocl.icd").write_text(f"{lib / 'libpocl.so.2'}\n")
+    monkeypatch.setenv("OCL_ICD_VENDORS", str(vendors))
+    monkeypatch.setattr(opencl.os.path, "isdir",
+                        lambda p, real=opencl.os.path.isdir: real(p) and "/etc/" not in p)
+    assert not opencl._system_pocl_cpu_only()  # no driver found: unsure
+    for name in ("basic", "pthread"):
+        (lib / "pocl" / f"libpocl-devices-{name}.so").write_text("")
+    assert opencl._system_pocl_cpu_only()
+    (lib / "pocl" / "libpocl-devices-cuda.so").write_text("")
+    assert not opencl._system_pocl_cpu_only()
+
+
+def test_a_pocl_that_cannot_build_is_skipped():
+    """On a CPU newer than a PoCL's LLVM, that platform cannot build (unknown target CPU);
+    its devices are skipped and the reason names the fix. Other platforms are untouched."""
+    from sapporo.backend import opencl
+
+    if opencl.cl is None:
+        pytest.skip("PyOpenCL is not importable")
+    platforms = opencl.cl.get_platforms()
+    for platform in platforms:
+        devices = platform.get_devices()
+        broken = opencl._pocl_cannot_build(platform, devices)
+        if "portable computing language" not in platform.name.lower():
+            assert broken == ""
+        elif broken:
+            assert "error" in broken.lower()
+    backend = opencl.OpenCLBackend()
+    names = {info.platform for info in backend.devices()}
+    for platform in platforms:
+        if opencl._pocl_cannot_build(platform, platform.get_devices()):
+            assert platform.name.strip() not in names or len(
+                [p for p in platforms if p.name == platform.name]) > 1
+            assert "apt install pocl-opencl-icd" in backend.reason
 
 
 def test_companion_device_names():

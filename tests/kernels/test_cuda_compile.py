@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from sapporo.backend import quirks
-from sapporo.backend.base import load_source
+from sapporo.backend.base import load_source, shared_include_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 CUDA_DIR = ROOT / "kernels_cuda"
@@ -131,7 +131,8 @@ def nvcc(fname: str, defines: tuple[tuple[str, int], ...], arch: str, target: st
             src = Path(tmp) / fname
             src.write_text(source)
         cmd = [NVCC, f"--{target}", f"-arch={arch}", "--Werror", "all-warnings",
-               *quirks.cuda_build_options(), *(f"-D{k}={v}" for k, v in defines),
+               *quirks.cuda_build_options(), f"-I{shared_include_dir()}",
+               *(f"-D{k}={v}" for k, v in defines),
                "-o", str(out), str(src)]
         res = subprocess.run(cmd, capture_output=True, text=True, cwd=CUDA_DIR, timeout=300)
         text = out.read_text() if target == "ptx" and res.returncode == 0 else ""
@@ -229,7 +230,8 @@ def test_error_checks_fire(fname: str, defines: tuple, message: str) -> None:
 
 def preprocess(path: Path, defines: tuple[tuple[str, int], ...]) -> str:
     """The file after the C preprocessor (CUDA built-ins are not needed for signatures)."""
-    cmd = [CPP, "-P", "-xc++", *(f"-D{k}={v}" for k, v in defines), str(path)]
+    cmd = [CPP, "-P", "-xc++", f"-I{shared_include_dir()}", *(f"-D{k}={v}" for k, v in defines),
+           str(path)]
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=path.parent, timeout=60)
     assert res.returncode == 0, res.stderr
     return res.stdout
@@ -282,11 +284,15 @@ def _macros(path: Path) -> dict[str, str]:
     return out
 
 
-def test_macros_and_rows_match_opencl() -> None:
+def test_macros_match_opencl_and_layout_is_shared() -> None:
+    """The variant macros have the same defaults in both trees; the data layout is not
+    written in either tree but included from the one shared header."""
     cuda, opencl = _macros(CUDA_DIR / "common.cuh"), _macros(OPENCL_DIR / "common.h")
     names = ["ORDER", "PRECISION", "NGB", "LI", "LJ", "W", "USE_LOCAL", "JT", "NB_CAP",
-             "PRED_TERMS",
-             "NCO"] + [n for n in opencl if re.match(r"(RAW|IC|OC|REDUCE)_", n)]
+             "PRED_TERMS"]
     assert {n: cuda.get(n) for n in names} == {n: opencl[n] for n in names}
-    assert re.search(r"#define NCI 11\s+#else\s+#define NCI 8", (CUDA_DIR / "common.cuh")
-                     .read_text())
+    for path in (CUDA_DIR / "common.cuh", OPENCL_DIR / "common.h"):
+        text = path.read_text()
+        assert re.search(r'^#include "layout.h"$', text, re.MULTILINE), path
+        own = [n for n in _macros(path) if re.match(r"(RAW|IC|OC|REDUCE)_|NC[IO]$", n)]
+        assert own == [], f"{path.name} defines layout macros itself: {own}"

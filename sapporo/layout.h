@@ -1,0 +1,63 @@
+/* The host/kernel data layout of sapporo, written once.
+ *
+ * Both kernel trees include this file (kernels_opencl/common.h, kernels_cuda/common.cuh) and
+ * the host reads it (sapporo/layout.py parses the #define lines below), so the record rows,
+ * the result rows and the reduce lanes cannot drift apart. Plain preprocessor macros only:
+ * the file must stay valid OpenCL C and CUDA C++. Each value is an integer literal, and the
+ * one conditional (NCI) depends on ORDER alone.
+ */
+#ifndef SAPPORO_LAYOUT_H
+#define SAPPORO_LAYOUT_H
+
+/* Raw j-particle record: RAW_N double4 per address, as the host packs them. */
+#define RAW_XM 0 /* x, y, z, mass     */
+#define RAW_VT 1 /* vx, vy, vz, t_j   */
+#define RAW_A 2  /* acceleration, 0   */
+#define RAW_J 3  /* jerk, 0           */
+#define RAW_S 4  /* snap, 0           */
+#define RAW_C 5  /* crackle, 0        */
+#define RAW_N 6
+
+/* i-particles: NCI component rows of ni_pad doubles each (structure of arrays, so that W
+ * consecutive i-particles load as one vector). The id rides as an exact double. */
+#define IC_X 0
+#define IC_Y 1
+#define IC_Z 2
+#define IC_H2 3 /* neighbour radius squared */
+#define IC_VX 4
+#define IC_VY 5
+#define IC_VZ 6
+#define IC_ID 7
+#define IC_AX 8 /* predicted acceleration, order 6 only */
+#define IC_AY 9
+#define IC_AZ 10
+#define NCI_LOW 8   /* rows for orders 2 and 4 */
+#define NCI_HIGH 11 /* rows for order 6 */
+#if ORDER >= 6
+#define NCI NCI_HIGH
+#else
+#define NCI NCI_LOW
+#endif
+
+/* Results: NCO rows of ni_pad doubles (per part before the reduction). */
+#define OC_AX 0
+#define OC_AY 1
+#define OC_AZ 2
+#define OC_POT 3
+#define OC_JX 4
+#define OC_JY 5
+#define OC_JZ 6
+#define OC_NNR2 7 /* unsoftened r^2 of the nearest neighbour (inf: none) */
+#define OC_SX 8
+#define OC_SY 9
+#define OC_SZ 10
+#define OC_NNID 11 /* its id as a double (-1: none) */
+#define NCO 12
+
+/* The reduce kernel: REDUCE_LANES lanes per i-particle (lane l sums parts l, l + 32, ...
+ * in order, then a halving tree combines the lanes; the host's combination of parts follows
+ * the same order), REDUCE_ROWS i-particles per group. */
+#define REDUCE_LANES 32
+#define REDUCE_ROWS 4
+
+#endif
