@@ -11,6 +11,7 @@ representation round-trips exactly), so a resumed run follows the same trajector
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from dataclasses import dataclass, field
@@ -112,6 +113,15 @@ class Snapshot:
                 raise InputError(f"snapshot field {name} must have shape ({n},), got {arr.shape}")
         if np.asarray(self.ids).shape != (n,):
             raise InputError(f"snapshot field ids must have shape ({n},)")
+        _check_integers("ids", self.ids)
+        if self.n_active_counts is not None:
+            counts = np.asarray(self.n_active_counts)
+            if counts.shape != (n + 1,):
+                raise InputError(f"snapshot field n_active_counts must have shape ({n + 1},) "
+                                 f"(one count per block size 0..n), got {counts.shape}")
+            _check_integers("n_active_counts", counts)
+            if np.any(counts < 0):
+                raise InputError("snapshot field n_active_counts must be >= 0")
         for name in (*_VECTORS, "m", "t", "dt"):
             if not np.all(np.isfinite(getattr(self, name))):
                 raise InputError(f"snapshot field {name} is not finite")
@@ -157,6 +167,52 @@ def _check_numbers(what: str, values: dict[str, Any], ranges: dict[str, float | 
                              f"got {value!r}")
 
 
+def _check_integers(name: str, values: Any) -> None:
+    """``values`` must hold whole numbers that fit int64 (no 0.5, no text, no booleans)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind in "iu":
+        if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+            raise InputError(f"snapshot field {name} holds values beyond int64")
+        return
+    if arr.dtype.kind == "f":
+        finite = np.isfinite(arr)
+        if not finite.all():
+            raise InputError(f"snapshot field {name} must hold integers, not NaN or inf")
+        bad = arr != np.round(arr)
+        if bad.any():
+            raise InputError(f"snapshot field {name} must hold integers, got "
+                             f"{float(arr[bad].flat[0])!r}")
+        if arr.size and np.abs(arr).max() >= 2.0**63:
+            raise InputError(f"snapshot field {name} holds values beyond int64")
+        return
+    raise InputError(f"snapshot field {name} must hold integers, got dtype {arr.dtype}")
+
+
+def _format_version(value: Any, path: Path) -> int:
+    """The snapshot's ``format_version``: an integer from 1 to :data:`FORMAT_VERSION`."""
+    arr = np.asarray(value)
+    if arr.shape != () or arr.dtype.kind not in "iuf":
+        raise InputError(f"{path}: format_version must be an integer, got {arr.tolist()!r}")
+    number = float(arr)
+    if not (np.isfinite(number) and number == int(number)):
+        raise InputError(f"{path}: format_version must be an integer, got {arr.tolist()!r}")
+    version = int(number)
+    if version < 1:
+        raise InputError(f"{path}: format_version must be >= 1, got {version}")
+    if version > FORMAT_VERSION:
+        raise InputError(f"{path} has snapshot format {version}, newer than {FORMAT_VERSION}; "
+                         "a newer sapporo wrote it")
+    return version
+
+
+def _write_npz(tmp: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Write ``arrays`` as ``.npz`` to ``tmp`` and flush it to the disk."""
+    with open(tmp, "wb") as fh:
+        np.savez(fh, **arrays)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
 def h5py_available() -> bool:
     """Whether HDF5 snapshots can be written and read (h5py importable)."""
     try:
@@ -174,7 +230,8 @@ def save(path: str | os.PathLike[str], snapshot: Snapshot) -> Path:
     """Write ``snapshot`` to ``path``: HDF5 for ``.h5``/``.hdf5``, else NumPy ``.npz``.
 
     The file is written under a temporary name and renamed, so an interrupted write never
-    leaves a truncated snapshot behind.
+    leaves a truncated snapshot behind; when the write fails (a full disk, say), the
+    temporary file is removed and the :class:`OSError` names ``path``.
 
     Parameters
     ----------
@@ -192,6 +249,8 @@ def save(path: str | os.PathLike[str], snapshot: Snapshot) -> Path:
     ------
     SapporoError
         For HDF5 when h5py is not installed.
+    OSError
+        When the file cannot be written; its ``filename`` is ``path``.
     """
     path = Path(path)
     if not _is_hdf5(path) and path.suffix.lower() != ".npz":
@@ -207,27 +266,36 @@ def save(path: str | os.PathLike[str], snapshot: Snapshot) -> Path:
     if snapshot.n_active_counts is not None:
         arrays["n_active_counts"] = np.ascontiguousarray(snapshot.n_active_counts, dtype=np.int64)
     texts = {name: json.dumps(getattr(snapshot, name), sort_keys=True) for name in _JSON}
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if _is_hdf5(path) and not h5py_available():
+        raise SapporoError(
+            f"cannot write {path}: HDF5 snapshots need h5py (pip install h5py); "
+            "use a .npz name instead"
+        )
     tmp = path.with_name(path.name + ".tmp")
-    if _is_hdf5(path):
-        if not h5py_available():
-            raise SapporoError(
-                f"cannot write {path}: HDF5 snapshots need h5py (pip install h5py); "
-                "use a .npz name instead"
-            )
-        import h5py
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if _is_hdf5(path):
+            import h5py
 
-        with h5py.File(tmp, "w") as f:
-            for name, arr in arrays.items():
-                f.create_dataset(name, data=arr)
+            with h5py.File(tmp, "w") as f:
+                for name, arr in arrays.items():
+                    f.create_dataset(name, data=arr)
+                for name, text in texts.items():
+                    f.attrs[name] = text
+        else:
             for name, text in texts.items():
-                f.attrs[name] = text
-    else:
-        for name, text in texts.items():
-            arrays[name] = np.asarray(text)
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
-    os.replace(tmp, path)
+                arrays[name] = np.asarray(text)
+            _write_npz(tmp, arrays)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            code = exc.errno if exc.errno is not None else errno.EIO
+            raise OSError(code, exc.strerror or str(exc) or "write failed", str(path)) from exc
+        raise
     return path
 
 
@@ -271,21 +339,34 @@ def load(path: str | os.PathLike[str]) -> Snapshot:
     missing = [k for k in ("format_version", "time", "ids", *_VECTORS, *_SCALARS) if k not in data]
     if missing:
         raise InputError(f"{path} is not a sapporo snapshot (missing {', '.join(missing)})")
-    version = int(data["format_version"])
-    if version > FORMAT_VERSION:
-        raise InputError(f"{path} has snapshot format {version}, newer than {FORMAT_VERSION}")
+    _format_version(data["format_version"], path)
+    for name in ("ids", "n_active_counts"):
+        if name in data:
+            try:
+                _check_integers(name, data[name])
+            except InputError as exc:
+                raise InputError(f"{path}: {exc}") from None
     try:
         parsed = {name: json.loads(texts.get(name, "{}")) for name in _JSON}
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: malformed metadata: {exc}") from exc
-    snap = Snapshot(
-        time=float(data["time"]),
-        ids=np.asarray(data["ids"], dtype=np.int64),
-        n_active_counts=(
-            np.asarray(data["n_active_counts"], dtype=np.int64)
-            if "n_active_counts" in data else None
-        ),
-        **{name: np.asarray(data[name], dtype=np.float64) for name in (*_VECTORS, *_SCALARS)},
-        **parsed,
-    )
-    return snap.validate()
+    try:
+        if np.asarray(data["time"]).shape != ():
+            raise ValueError("time must be one number")
+        snap = Snapshot(
+            time=float(data["time"]),
+            ids=np.asarray(data["ids"], dtype=np.int64),
+            n_active_counts=(
+                np.asarray(data["n_active_counts"], dtype=np.int64)
+                if "n_active_counts" in data else None
+            ),
+            **{name: np.asarray(data[name], dtype=np.float64)
+               for name in (*_VECTORS, *_SCALARS)},
+            **parsed,
+        )
+    except (TypeError, ValueError) as exc:  # text where numbers belong, and the like
+        raise InputError(f"{path}: not a valid sapporo snapshot ({exc})") from None
+    try:
+        return snap.validate()
+    except InputError as exc:
+        raise InputError(f"{path}: {exc}") from None

@@ -123,3 +123,122 @@ def test_metadata_must_be_objects(tmp_path):
     np.savez(path, **data)
     with pytest.raises(InputError, match="meta must be a JSON object"):
         load(path)
+
+
+def _replace_array(path, name: str, value) -> None:
+    with np.load(path) as f:
+        data = dict(f)
+    data[name] = np.asarray(value)
+    np.savez(path, **data)
+
+
+@pytest.mark.parametrize(
+    "value, match",
+    [("one", "format_version must be an integer"), (-1, "must be >= 1"), (0, "must be >= 1"),
+     (1.5, "must be an integer"), ([1, 1], "must be an integer"), (True, "must be an integer")],
+)
+def test_bad_format_version_refused(tmp_path, value, match):
+    path = save(tmp_path / "s.npz", make_snapshot(3))
+    _replace_array(path, "format_version", value)
+    with pytest.raises(InputError, match=match):
+        load(path)
+
+
+def test_integral_float_format_version_accepted(tmp_path):
+    path = save(tmp_path / "s.npz", make_snapshot(3))
+    _replace_array(path, "format_version", float(FORMAT_VERSION))
+    assert load(path).n == 3
+
+
+@pytest.mark.parametrize(
+    "ids, match",
+    [([0.5, 1.0, 2.0], "ids must hold integers, got 0.5"), ([0.0, np.nan, 2.0], "NaN"),
+     (["a", "b", "c"], "ids must hold integers"), ([1e19, 0.0, 1.0], "beyond int64")],
+)
+def test_ids_must_be_integers(tmp_path, ids, match):
+    path = save(tmp_path / "s.npz", make_snapshot(3))
+    _replace_array(path, "ids", ids)
+    with pytest.raises(InputError, match=match):
+        load(path)
+    snap = make_snapshot(3)
+    if isinstance(ids[0], float):
+        snap.ids = np.asarray(ids)  # also when built in Python
+        with pytest.raises(InputError, match="ids"):
+            save(tmp_path / "t.npz", snap)
+
+
+def test_integral_float_ids_accepted(tmp_path):
+    path = save(tmp_path / "s.npz", make_snapshot(3))
+    _replace_array(path, "ids", [7.0, 8.0, 9.0])
+    back = load(path)
+    assert back.ids.dtype == np.int64 and back.ids.tolist() == [7, 8, 9]
+
+
+@pytest.mark.parametrize("size", [3, 5, 0])
+def test_n_active_counts_of_the_wrong_size_refused(tmp_path, size):
+    path = save(tmp_path / "s.npz", make_snapshot(3))
+    _replace_array(path, "n_active_counts", np.zeros(size, dtype=np.int64))
+    with pytest.raises(InputError, match=r"n_active_counts must have shape \(4,\)"):
+        load(path)
+
+
+def test_n_active_counts_must_be_whole_and_non_negative(tmp_path):
+    path = save(tmp_path / "s.npz", make_snapshot(3))
+    _replace_array(path, "n_active_counts", [0.0, 1.5, 0.0, 0.0])
+    with pytest.raises(InputError, match="n_active_counts must hold integers"):
+        load(path)
+    snap = make_snapshot(3)
+    snap.n_active_counts = np.array([0, -1, 0, 0])
+    with pytest.raises(InputError, match=">= 0"):
+        save(tmp_path / "neg.npz", snap)
+
+
+def test_time_as_text_refused(tmp_path):
+    path = save(tmp_path / "s.npz", make_snapshot(3))
+    _replace_array(path, "time", "soon")
+    with pytest.raises(InputError, match="not a valid sapporo snapshot"):
+        load(path)
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".h5"])
+def test_failed_write_leaves_no_tmp_and_names_the_path(tmp_path, monkeypatch, suffix):
+    """A full disk during the write: no temporary file is left, the error names the path."""
+    import errno
+
+    from sapporo import snapshot as snapshot_module
+
+    if suffix == ".h5":
+        if not h5py_available():
+            pytest.skip("h5py is not installed")
+        import h5py
+
+        class FullDisk(h5py.File):
+            def create_dataset(self, *args, **kwargs):
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(h5py, "File", FullDisk)
+    else:
+        def full_disk(tmp, arrays):
+            tmp.write_bytes(b"PK\x03\x04 half a zip")  # what a full disk leaves
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(snapshot_module, "_write_npz", full_disk)
+    target = tmp_path / f"s{suffix}"
+    with pytest.raises(OSError) as info:
+        save(target, make_snapshot(3))
+    assert info.value.errno == errno.ENOSPC
+    assert info.value.filename == str(target)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_interrupted_write_leaves_no_tmp(tmp_path, monkeypatch):
+    from sapporo import snapshot as snapshot_module
+
+    def interrupted(tmp, arrays):
+        tmp.write_bytes(b"partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(snapshot_module, "_write_npz", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save(tmp_path / "s.npz", make_snapshot(3))
+    assert list(tmp_path.iterdir()) == []
