@@ -3,10 +3,12 @@
 Hénon (N-body) units: G = 1, total mass M = 1, total energy E = -1/4 (virial radius 1).
 
 * :func:`plummer`: an equal-mass Plummer sphere, reproducible from a seed (the sampling of
-  :func:`sapporo.reference.plummer`, scaled analytically to Hénon units).
+  :func:`sapporo.reference.plummer`). By default it is scaled analytically to Hénon units
+  (the length scale 3 pi / 16 of an infinite Plummer sphere), so its measured energy differs
+  from -1/4 by the sampling noise, about 1/sqrt(N); with ``exact=True`` it is rescaled
+  exactly (measured, unsoftened potential energy) to E = -1/4 in virial equilibrium.
 * :func:`star_cluster`: the same with an optional second, heavier mass component and an
-  optional central massive black hole; these variants are rescaled exactly (measured,
-  unsoftened potential energy) to Hénon units in virial equilibrium.
+  optional central massive black hole; these variants are always rescaled exactly.
 """
 
 from __future__ import annotations
@@ -31,23 +33,39 @@ __all__ = [
 _PAIR_CHUNK = 1 << 21
 
 
-def plummer(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def plummer(n: int, seed: int = 0, exact: bool = False
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Equal-mass Plummer sphere in Hénon units (see :func:`sapporo.reference.plummer`).
 
     Parameters
     ----------
     n : int
-        Number of particles (>= 1).
+        Number of particles (>= 1; >= 2 with ``exact``).
     seed : int
         Random seed; the same seed gives the same particles.
+    exact : bool
+        False (default): the analytic scaling of an infinite Plummer sphere, so the measured
+        energy is -1/4 only up to the sampling noise (about 1/sqrt(N)). True: moved to the
+        centre-of-mass frame and rescaled so that the unsoftened potential energy is
+        exactly -1/2 and the kinetic energy exactly 1/4 (E = -1/4, virial ratio 1/2).
 
     Returns
     -------
     x, v : ndarray, shape (n, 3)
     m : ndarray, shape (n,)
         ``1 / n`` each.
+
+    Raises
+    ------
+    InputError
+        For ``exact`` with fewer than 2 particles (no potential energy to scale).
     """
-    return reference.plummer(n, seed)
+    x, v, m = reference.plummer(n, seed)
+    if not exact:
+        return x, v, m
+    if m.size < 2:
+        raise InputError(f"exact scaling to E = -1/4 needs n >= 2, got {n!r}")
+    return to_henon_units(x, v, m)
 
 
 def kinetic_energy(v: np.ndarray, m: np.ndarray) -> float:
@@ -136,6 +154,7 @@ def star_cluster(
     heavy_fraction: float = 0.0,
     mass_ratio: float = 1.0,
     bh_mass: float = 0.0,
+    exact: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A Plummer star cluster, optionally two-component and with a central black hole.
 
@@ -153,13 +172,17 @@ def star_cluster(
     bh_mass : float
         Black-hole mass as a fraction of the total mass, in [0, 1); the black hole is the
         last particle, at rest at the centre.
+    exact : bool
+        For the plain equal-mass cluster: rescale exactly to E = -1/4 (see :func:`plummer`;
+        default False, the analytic scaling). The other variants are always exact.
 
     Returns
     -------
     x, v : ndarray, shape (n, 3)
     m : ndarray, shape (n,)
-        Total mass 1. With neither option this is exactly :func:`plummer`; otherwise the
-        system is rescaled exactly (unsoftened) to E = -1/4 in virial equilibrium. Stars
+        Total mass 1. With neither option this is exactly ``plummer(n, seed, exact)``;
+        otherwise the system is rescaled exactly (unsoftened) to E = -1/4 in virial
+        equilibrium. Stars
         are positioned independently of their mass (no initial mass segregation).
 
     Raises
@@ -179,7 +202,7 @@ def star_cluster(
         raise InputError(f"mass_ratio must be a finite number >= 1, got {mass_ratio!r}")
     reference.check_seed(seed)
     if heavy_fraction == 0.0 and bh_mass == 0.0:
-        return plummer(n, seed)
+        return plummer(n, seed, exact=bool(exact))
     n_stars = n - 1 if bh_mass > 0.0 else n
     if n_stars < 2:  # one star sits at the centre of mass, i.e. on the black hole
         raise InputError(

@@ -121,3 +121,33 @@ def test_seed_must_be_a_non_negative_integer(fn, seed):
     with pytest.raises(InputError, match="seed"):
         fn(16, seed=seed)
     fn(16, seed=np.int64(7))  # NumPy integers are fine
+
+
+@pytest.mark.parametrize("n", [2, 7, 500])
+def test_plummer_exact_scaling_gives_standard_units(n):
+    x, v, m = plummer(n, seed=4, exact=True)
+    k, w = kinetic_energy(v, m), potential_energy(x, m)
+    assert k + w == pytest.approx(-0.25, rel=1e-13, abs=0.0)
+    assert k == pytest.approx(0.25, rel=1e-13) and w == pytest.approx(-0.5, rel=1e-13)
+    np.testing.assert_allclose(m @ x, 0.0, atol=1e-15)
+    np.testing.assert_allclose(m @ v, 0.0, atol=1e-15)
+    # The same particles as the default, only moved and rescaled.
+    x0, v0, m0 = plummer(n, seed=4)
+    np.testing.assert_allclose(m, m0, rtol=1e-15)
+    scale = np.linalg.norm(x[1] - x[0]) / np.linalg.norm(x0[1] - x0[0])
+    np.testing.assert_allclose(x - x[0], scale * (x0 - x0[0]), rtol=1e-12, atol=1e-15)
+
+
+def test_plummer_default_is_analytic_and_off_by_the_sampling_noise():
+    x, v, m = plummer(500, seed=4)
+    e = kinetic_energy(v, m) + potential_energy(x, m)
+    assert e != -0.25 and abs(e + 0.25) < 0.1  # a few 1/sqrt(N)
+    np.testing.assert_array_equal(x, reference.plummer(500, 4)[0])
+
+
+def test_star_cluster_exact_option():
+    x, v, m = star_cluster(300, seed=2, exact=True)
+    assert kinetic_energy(v, m) + potential_energy(x, m) == pytest.approx(-0.25, rel=1e-13)
+    np.testing.assert_array_equal(x, plummer(300, seed=2, exact=True)[0])
+    with pytest.raises(InputError, match="n >= 2"):
+        plummer(1, exact=True)
