@@ -1,0 +1,120 @@
+"""Green's functions and the FFT Poisson solve of the particle-mesh solver.
+
+The transforms run on the host with :mod:`numpy.fft` (real-to-complex, pocketfft). On CPU
+devices the mesh buffers are host memory given to the device, so the host transform reads
+and writes them in place; elsewhere the density comes down and the potential goes up once
+per solve. docs/pm.md explains why no device FFT library is used yet.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: potential at the centre of a uniform cube of unit side and unit density, int dV / r:
+#: 3 ln(2 + sqrt 3) - pi / 2 (the self-term of the isolated Green's function, in units of
+#: mass / h)
+CUBE_SELF = 3.0 * math.log(2.0 + math.sqrt(3.0)) - 0.5 * math.pi
+
+#: Fourier-space power of each window's transfer function, sinc(k h / 2) ** p
+_WINDOW_POWER = {"ngp": 1, "cic": 2, "tsc": 3}
+
+
+def isolated_green(grid: int, h: float) -> np.ndarray:
+    """The real-space free-space Green's function on the doubled mesh, shape (2G, 2G, 2G).
+
+    ``g[i, j, k] = -1 / r`` with ``r = h * |(min(i, 2G - i), ...)|`` (Hockney & Eastwood's
+    zero-padding method: a cyclic convolution on the doubled mesh equals the aperiodic one
+    on the original mesh); the central value is the potential at the centre of a uniform
+    cube of side ``h``, ``-CUBE_SELF / h``.
+    """
+    m = 2 * grid
+    d = np.minimum(np.arange(m), m - np.arange(m)).astype(np.float64)
+    r2 = d[:, None, None] ** 2 + d[None, :, None] ** 2 + d[None, None, :] ** 2
+    r2[0, 0, 0] = 1.0
+    g = -1.0 / (h * np.sqrt(r2))
+    g[0, 0, 0] = -CUBE_SELF / h
+    return g
+
+
+def isolated_kernel(grid: int, h: float) -> np.ndarray:
+    """The transform of :func:`isolated_green` times the cell volume (real: the Green's
+    function is even), shape (2G, 2G, G + 1)."""
+    return (np.fft.rfftn(isolated_green(grid, h)).real * h**3).copy()
+
+
+def _wavenumbers(grid: int, box: float) -> tuple[np.ndarray, np.ndarray]:
+    k = 2.0 * np.pi * np.fft.fftfreq(grid, d=box / grid)
+    kr = 2.0 * np.pi * np.fft.rfftfreq(grid, d=box / grid)
+    return k, kr
+
+
+def periodic_kernel(grid: int, box: float, green: str = "continuous",
+                    window: str | None = None) -> np.ndarray:
+    """Fourier-space Green's function of the periodic mesh, shape (G, G, G // 2 + 1).
+
+    ``green="continuous"``: ``-4 pi / k^2``; ``"discrete"``: the inverse of the 7-point
+    Laplacian's eigenvalues, ``-4 pi / sum_d (2 - 2 cos(k_d h)) / h^2``. The mean (k = 0)
+    is dropped: the potential is that of the density minus its mean. With ``window``
+    (``"ngp"``, ``"cic"``, ``"tsc"``) it is divided by the window's transfer function
+    squared (deconvolution of assignment and interpolation).
+    """
+    h = box / grid
+    k, kr = _wavenumbers(grid, box)
+    if green == "continuous":
+        kx2, kz2 = k**2, kr**2
+    elif green == "discrete":
+        kx2 = (2.0 - 2.0 * np.cos(k * h)) / h**2
+        kz2 = (2.0 - 2.0 * np.cos(kr * h)) / h**2
+    else:
+        raise ValueError(f"green: expected 'continuous' or 'discrete', got {green!r}")
+    denom = kx2[:, None, None] + kx2[None, :, None] + kz2[None, None, :]
+    denom[0, 0, 0] = 1.0
+    out = -4.0 * np.pi / denom
+    out[0, 0, 0] = 0.0
+    if window is not None:
+        p = _WINDOW_POWER[window]
+        sx = np.sinc(k * h / (2.0 * np.pi)) ** p
+        sz = np.sinc(kr * h / (2.0 * np.pi)) ** p
+        w = sx[:, None, None] * sx[None, :, None] * sz[None, None, :]
+        out /= w**2
+    return out
+
+
+class HostFFTSolver:
+    """Poisson by FFT on the host: ``phi = IFFT(kernel * FFT(rho))``.
+
+    Parameters
+    ----------
+    grid : int
+        Mesh points per dimension.
+    box : float
+        Side of the box.
+    boundary : str
+        ``"isolated"`` (zero padding to 2G) or ``"periodic"``.
+    dtype : numpy dtype
+        float64 or float32: the transforms run in this precision.
+    green, window :
+        See :func:`periodic_kernel` (periodic only; ``window`` None for no deconvolution).
+    """
+
+    def __init__(self, grid: int, box: float, boundary: str, dtype: np.dtype,
+                 green: str = "continuous", window: str | None = None):
+        self.grid, self.boundary = grid, boundary
+        h = box / grid
+        if boundary == "isolated":
+            kernel = isolated_kernel(grid, h)
+            self.shape = (2 * grid,) * 3
+        else:
+            kernel = periodic_kernel(grid, box, green, window)
+            self.shape = (grid,) * 3
+        self.kernel = kernel.astype(dtype)
+
+    def solve(self, rho: np.ndarray, phi: np.ndarray) -> None:
+        """Write the potential of the mesh density ``rho`` (G, G, G) into ``phi``."""
+        g = self.grid
+        spec = np.fft.rfftn(rho, s=self.shape)
+        spec *= self.kernel
+        out = np.fft.irfftn(spec, s=self.shape)
+        phi[...] = out[:g, :g, :g]

@@ -1,0 +1,460 @@
+"""The particle-mesh gravity solver (:class:`ParticleMesh`).
+
+Pipeline per force call, every stage on the device except the FFT (see :mod:`.fft`):
+
+1. assignment: each particle adds its mass times the window weights to the mesh, as 64-bit
+   fixed-point integers with integer atomics (deterministic: the sums do not depend on the
+   order of the work-items), then converted to a density;
+2. Poisson: FFT (periodic, or isolated by zero padding to 2G) or multigrid (isolated);
+3. gradient: mesh accelerations by 2- or 4-point centred differences;
+4. interpolation: potential and acceleration at the particles with the assignment window.
+
+Conventions: G = 1, the box ``[-box/2, box/2)^3`` is centred on the origin, mesh point
+``i`` sits at the cell centre ``-box/2 + (i + 1/2) h`` with ``h = box / grid``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..backend import Context, get_backend
+from ..errors import BackendError, ConfigError, InputError, NonFiniteError
+from .fft import HostFFTSolver
+from .multigrid import MultigridSolver, level_sizes, multipole_faces
+
+log = logging.getLogger(__name__)
+
+BOUNDARIES = ("isolated", "periodic")
+WINDOWS = ("ngp", "cic", "tsc")
+SOLVERS = ("fft", "multigrid")
+PRECISIONS = ("double", "single")
+GREENS = ("continuous", "discrete")
+STAGES = ("assignment", "poisson", "gradient", "interpolation")
+
+#: the fixed-point unit of mass assignment: the total mass is 2**FIX_BITS units
+FIX_BITS = 62
+
+
+@dataclass
+class PMResult:
+    """Forces of one :meth:`ParticleMesh.forces` call.
+
+    Attributes
+    ----------
+    acc : ndarray (n, 3)
+        Accelerations (G = 1).
+    pot : ndarray (n,)
+        Potentials (negative; they include each particle's own mesh self-potential).
+    timings : dict
+        Seconds per stage: assignment, poisson, gradient, interpolation.
+    info : dict
+        Solver details (multigrid: V-cycles and final residual).
+    """
+
+    acc: np.ndarray
+    pot: np.ndarray
+    timings: dict[str, float] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _choice(value: Any, allowed: tuple[str, ...], what: str) -> str:
+    if not isinstance(value, str) or value.lower() not in allowed:
+        raise InputError(f"{what}: expected one of {', '.join(allowed)}, got {value!r}")
+    return value.lower()
+
+
+def _gsize(n: int) -> tuple[int]:
+    """A 1-D launch size covering ``n`` work-items, a multiple of 64 (kernels check bounds)."""
+    return (max(64, -(-int(n) // 64) * 64),)
+
+
+class ParticleMesh:
+    """Particle-mesh gravity on one device of the sapporo backend layer.
+
+    Parameters
+    ----------
+    grid : int
+        Mesh points per dimension (at least 2; multigrid: 2^k times 1 to 8).
+    box : float
+        Side of the cubic box ``[-box/2, box/2)^3``.
+    boundary : {"isolated", "periodic"}
+        Isolated: the potential of the particles alone (FFT with zero padding to 2G, or
+        multigrid). Periodic: of the periodic continuation minus the mean density.
+    window : {"ngp", "cic", "tsc"}
+        Assignment and interpolation window.
+    solver : {"fft", "multigrid"}
+        Multigrid needs isolated boundaries.
+    precision : {"double", "single"}
+        Arithmetic of the mesh and particle arrays on the device.
+    backend : str or None
+        ``"opencl"`` or ``"cuda"``; None: ``SAPPORO_BACKEND`` or automatic.
+    devices : None, int or list of one int
+        Device index of the backend (default 0). One device only.
+    stencil : {2, 4}
+        Points of the finite-difference gradient.
+    green : {"continuous", "discrete"}
+        Periodic FFT only: Green's function of the continuous Laplacian (-4 pi / k^2) or of
+        the 7-point one.
+    deconvolve : bool
+        Periodic FFT only: divide by the window's transfer function squared.
+    mg_tol, mg_cycles : float, int
+        Multigrid: relative residual target and the most V-cycles per solve.
+
+    Notes
+    -----
+    Particles must lie in the box; with isolated boundaries every mesh point a particle's
+    window and the gradient stencil reach must lie on the mesh, so the usable region is the
+    box less :attr:`margin` cells on each side. Particles outside raise
+    :class:`~sapporo.errors.InputError` (nothing is wrapped or dropped silently).
+    """
+
+    def __init__(self, grid: int, box: float, boundary: str = "isolated", window: str = "cic",
+                 solver: str = "fft", precision: str = "double", backend: str | None = None,
+                 devices: Any = None, *, stencil: int = 2, green: str = "continuous",
+                 deconvolve: bool = False, mg_tol: float | None = None, mg_cycles: int = 50):
+        if isinstance(grid, bool) or not isinstance(grid, (int, np.integer)):
+            raise InputError(f"grid: expected an integer, got {grid!r}")
+        if grid < 2:
+            raise InputError(f"grid: expected at least 2 points per dimension, got {grid}")
+        if grid > 1024:
+            raise InputError(f"grid: at most 1024 points per dimension, got {grid}")
+        try:
+            box = float(box)
+        except (TypeError, ValueError):
+            raise InputError(f"box: expected a positive number, got {box!r}") from None
+        if not math.isfinite(box) or box <= 0:
+            raise InputError(f"box: expected a positive finite number, got {box!r}")
+        self.grid, self.box = int(grid), box
+        self.h = box / self.grid
+        self.boundary = _choice(boundary, BOUNDARIES, "boundary")
+        self.window = _choice(window, WINDOWS, "window")
+        self.solver = _choice(solver, SOLVERS, "solver")
+        self.precision = _choice(precision, PRECISIONS, "precision")
+        self.green = _choice(green, GREENS, "green")
+        if stencil not in (2, 4) or isinstance(stencil, bool):
+            raise InputError(f"stencil: expected 2 or 4, got {stencil!r}")
+        self.stencil = int(stencil)
+        self.deconvolve = bool(deconvolve)
+        if self.solver == "multigrid":
+            if self.boundary != "isolated":
+                raise ConfigError("solver 'multigrid' needs boundary 'isolated'")
+            level_sizes(self.grid)  # raises for unsuitable sizes
+        if self.deconvolve and (self.boundary != "periodic" or self.solver != "fft"):
+            raise ConfigError("deconvolve needs boundary 'periodic' and solver 'fft'")
+        self.dtype = np.dtype(np.float64 if self.precision == "double" else np.float32)
+        if mg_tol is None:
+            mg_tol = 1e-9 if self.precision == "double" else 1e-5
+        if not (isinstance(mg_tol, (int, float)) and 0 < mg_tol < 1):
+            raise InputError(f"mg_tol: expected a number in (0, 1), got {mg_tol!r}")
+        if isinstance(mg_cycles, bool) or not isinstance(mg_cycles, int) or mg_cycles < 1:
+            raise InputError(f"mg_cycles: expected a positive integer, got {mg_cycles!r}")
+        # margin (cells) that isolated meshes keep between particles and the box faces
+        reach = {"ngp": 0.0, "cic": 0.5, "tsc": 1.0}[self.window]
+        self.margin = 0.0 if self.boundary == "periodic" else reach + self.stencil // 2
+        lo = -box / 2 + self.margin * self.h
+        if lo >= -lo:
+            raise InputError(
+                f"grid {grid}: too small for {self.window} with a {self.stencil}-point gradient "
+                f"on an isolated mesh (margin {self.margin} cells on each side)")
+
+        self._ctx = self._open(backend, devices)
+        if self.precision == "double" and not self._ctx.info.double_support:
+            self._ctx.close()
+            raise ConfigError(f"precision 'double': device {self._ctx.info.name} has no fp64")
+        ext = "cl" if self._ctx.info.backend == "opencl" else "cu"
+        defines = {"PRECISION": 2 if self.precision == "double" else 1,
+                   "WINDOW": WINDOWS.index(self.window),
+                   "PERIODIC": int(self.boundary == "periodic"),
+                   "STENCIL": self.stencil, "NG": self.grid}
+        self._prog = self._ctx.build(f"pm.{ext}", defines)
+        self._k = {name: self._prog.kernel(name) for name in
+                   ("assign", "to_density", "gradient", "interpolate", "kick", "drift")}
+        ng3 = self.grid**3
+        it = self.dtype.itemsize
+        self._q = self._ctx.alloc(ng3 * 8)
+        self._rho = self._ctx.alloc_host(ng3 * it)
+        self._phi = self._ctx.alloc_host(ng3 * it)
+        self._g = self._ctx.alloc(3 * ng3 * it)
+        self._phi_fresh = True
+        self._n = 0
+        self._cap = 0
+        self._x = self._m = self._acc = self._pot = None
+        self._fft: HostFFTSolver | None = None
+        self._mg: MultigridSolver | None = None
+        if self.solver == "fft":
+            self._fft = HostFFTSolver(self.grid, box, self.boundary, self.dtype, self.green,
+                                      self.window if self.deconvolve else None)
+        else:
+            self._mg = MultigridSolver(self._ctx, self._prog, self.grid, box, self.dtype,
+                                       float(mg_tol), mg_cycles)
+        # multigrid keeps 4 pi rho in the density buffer (its right-hand side)
+        self._rho_factor = 4 * math.pi if self.solver == "multigrid" else 1.0
+        self._scale = 1.0
+        self._mass = 0.0
+        self.last_timings: dict[str, float] = {}
+        self.last_info: dict[str, Any] = {}
+
+    # -- device --------------------------------------------------------------------------
+
+    @staticmethod
+    def _open(backend: str | None, devices: Any) -> Context:
+        be = get_backend(backend)
+        if devices is None:
+            index = 0
+        elif isinstance(devices, (int, np.integer)) and not isinstance(devices, bool):
+            index = int(devices)
+        elif isinstance(devices, (list, tuple)) and len(devices) == 1:
+            index = devices[0]
+        else:
+            raise InputError(f"devices: the particle-mesh solver uses one device; give one "
+                             f"index, got {devices!r}")
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) \
+                or not 0 <= index < len(be.devices()):
+            raise InputError(f"devices: {index!r} is not a device index of backend {be.name} "
+                             f"({len(be.devices())} device(s))")
+        return be.open(int(index))
+
+    @property
+    def device_name(self) -> str:
+        """Name of the device in use."""
+        return self._ctx.info.name
+
+    @property
+    def zero_copy(self) -> bool:
+        """Whether the mesh buffers are host memory the device works on (CPU devices)."""
+        return self._rho.zero_copy
+
+    def close(self) -> None:
+        """Release the device (idempotent)."""
+        ctx = getattr(self, "_ctx", None)
+        if ctx is None:
+            return
+        ctx.finish()
+        if self._mg is not None:
+            self._mg.free()
+        for b in (self._q, self._g, self._rho, self._phi, self._x, self._m, self._acc,
+                  self._pot):
+            if b is not None:
+                b.free()
+        ctx.close()
+        self._ctx = None
+
+    def __enter__(self) -> ParticleMesh:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - depends on the collector
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _require_open(self) -> Context:
+        if self._ctx is None:
+            raise BackendError("the particle-mesh solver has been closed")
+        return self._ctx
+
+    # -- validation ----------------------------------------------------------------------
+
+    def usable_region(self) -> tuple[float, float]:
+        """The interval ``[lo, hi)`` of each coordinate that particles must lie in."""
+        half = self.box / 2
+        return -half + self.margin * self.h, half - self.margin * self.h
+
+    def check_positions(self, x: np.ndarray) -> None:
+        """Raise :class:`InputError` when a position is not finite or outside the usable
+        region (naming how many and the first one)."""
+        bad = ~np.isfinite(x).all(axis=1)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise InputError(f"x: {int(bad.sum())} particle(s) with non-finite coordinates "
+                             f"(first: index {i}, {x[i].tolist()})")
+        lo, hi = self.usable_region()
+        out = ((x < lo) | (x >= hi)).any(axis=1)
+        if out.any():
+            i = int(np.flatnonzero(out)[0])
+            where = ("the box" if self.boundary == "periodic" else
+                     f"the usable region of the isolated mesh (the box less {self.margin} "
+                     f"cells of window and gradient stencil on each side)")
+            raise InputError(
+                f"x: {int(out.sum())} particle(s) outside {where}, [{lo:.6g}, {hi:.6g}) in "
+                f"each coordinate (first: index {i}, {x[i].tolist()})")
+
+    def _validate(self, x: Any, m: Any) -> tuple[np.ndarray, np.ndarray]:
+        try:
+            x = np.asarray(x, dtype=np.float64)
+            m = np.asarray(m, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"x, m: expected numeric arrays ({exc})") from None
+        if x.ndim != 2 or x.shape[1] != 3:
+            raise InputError(f"x: expected shape (n, 3), got {x.shape}")
+        if m.ndim == 0:
+            m = np.full(x.shape[0], float(m))
+        if m.shape != (x.shape[0],):
+            raise InputError(f"m: expected shape ({x.shape[0]},), got {m.shape}")
+        if x.shape[0] == 0:
+            raise InputError("x: no particles")
+        if x.shape[0] >= 2**31 // 3:
+            raise InputError(f"x: at most {2**31 // 3 - 1} particles, got {x.shape[0]}")
+        badm = ~np.isfinite(m) | (m < 0)
+        if badm.any():
+            i = int(np.flatnonzero(badm)[0])
+            raise InputError(f"m: {int(badm.sum())} mass(es) negative or not finite "
+                             f"(first: index {i}, {m[i]!r})")
+        self.check_positions(x)
+        return x, m
+
+    # -- stages --------------------------------------------------------------------------
+
+    def _ensure_particles(self, n: int) -> None:
+        if n <= self._cap:
+            self._n = n
+            return
+        for b in (self._x, self._m, self._acc, self._pot):
+            if b is not None:
+                b.free()
+        it = self.dtype.itemsize
+        ctx = self._require_open()
+        self._x = ctx.alloc_host(3 * n * it)
+        self._m = ctx.alloc_host(n * it)
+        self._acc = ctx.alloc_host(3 * n * it)
+        self._pot = ctx.alloc_host(n * it)
+        self._cap = self._n = n
+
+    def _load(self, x: np.ndarray, m: np.ndarray) -> None:
+        """Put positions and masses on the device (the queue must be idle)."""
+        n = x.shape[0]
+        self._ensure_particles(n)
+        self._x.view(self.dtype, (n, 3))[...] = x
+        self._m.view(self.dtype, (n,))[...] = m
+        self._x.to_device(3 * n * self.dtype.itemsize)
+        self._m.to_device(n * self.dtype.itemsize)
+        self._set_mass(m)
+
+    def _set_mass(self, m: np.ndarray) -> None:
+        self._mass = float(np.sum(m, dtype=np.float64))
+        self._scale = 2.0**FIX_BITS / self._mass if self._mass > 0 else 1.0
+
+    def _host_positions(self) -> np.ndarray:
+        """The device's positions as a host array (a copy comes down where needed)."""
+        n = self._n
+        self._x.from_device(3 * n * self.dtype.itemsize)
+        self._require_open().finish()
+        return self._x.view(self.dtype, (n, 3))
+
+    def _assign(self) -> None:
+        ctx = self._require_open()
+        lo = np.float64(-self.box / 2)
+        self._q.fill(0)
+        self._k["assign"](_gsize(self._n), None, np.int32(self._n), lo,
+                          np.float64(1.0 / self.h), np.float64(self._scale), self._x.buffer,
+                          self._m.buffer, self._q)
+        factor = self._rho_factor / (self._scale * self.h**3)
+        self._k["to_density"](_gsize(self.grid**3), None, np.float64(factor), self._q,
+                              self._rho.buffer)
+        ctx.finish()
+
+    def _poisson(self) -> None:
+        ctx = self._require_open()
+        g = self.grid
+        if self._fft is not None:
+            self._rho.from_device()
+            ctx.finish()
+            self._fft.solve(self._rho.view(self.dtype, (g, g, g)),
+                            self._phi.view(self.dtype, (g, g, g)))
+            self._phi.to_device()
+            ctx.finish()
+            self.last_info = {"solver": "fft"}
+            return
+        assert self._mg is not None
+        if self._phi_fresh:
+            self._phi.buffer.fill(0)
+            self._phi_fresh = False
+        self._rho.from_device()
+        ctx.finish()
+        rho = self._rho.view(self.dtype, (g**3,)).astype(np.float64)
+        faces = multipole_faces(self._host_positions().astype(np.float64),
+                                self._m.view(self.dtype, (self._n,)).astype(np.float64),
+                                g, self.box)
+        self._mg.solve(faces, self._rho.buffer, float(np.sqrt(rho @ rho)), self._phi.buffer)
+        ctx.finish()
+        self.last_info = {"solver": "multigrid", "cycles": self._mg.cycles,
+                          "residual": self._mg.residual,
+                          "relative_residual": self._mg.residual / max(float(np.sqrt(rho @ rho)),
+                                                                      1e-300)}
+
+    def _gradient(self) -> None:
+        self._k["gradient"](_gsize(self.grid**3), None, np.float64(1.0 / self.h),
+                            self._phi.buffer, self._g)
+        self._require_open().finish()
+
+    def _interpolate(self) -> None:
+        self._k["interpolate"](_gsize(self._n), None, np.int32(self._n),
+                               np.float64(-self.box / 2), np.float64(1.0 / self.h),
+                               self._x.buffer, self._phi.buffer, self._g, self._acc.buffer,
+                               self._pot.buffer)
+        self._require_open().finish()
+
+    def _compute(self) -> dict[str, float]:
+        """Run the four stages on the device's particles; returns seconds per stage."""
+        times = {}
+        for name, stage in zip(STAGES, (self._assign, self._poisson, self._gradient,
+                                        self._interpolate), strict=True):
+            t0 = time.perf_counter()
+            stage()
+            times[name] = time.perf_counter() - t0
+        self.last_timings = times
+        return times
+
+    def _results(self) -> tuple[np.ndarray, np.ndarray]:
+        n = self._n
+        self._acc.from_device(3 * n * self.dtype.itemsize)
+        self._pot.from_device(n * self.dtype.itemsize)
+        self._require_open().finish()
+        acc = self._acc.view(self.dtype, (n, 3)).astype(np.float64)
+        pot = self._pot.view(self.dtype, (n,)).astype(np.float64)
+        if not (np.isfinite(acc).all() and np.isfinite(pot).all()):
+            raise NonFiniteError("particle-mesh forces are not finite")
+        return acc, pot
+
+    # -- public --------------------------------------------------------------------------
+
+    def forces(self, x: Any, m: Any) -> PMResult:
+        """Accelerations and potentials of the particles ``x`` (n, 3) with masses ``m``.
+
+        Raises
+        ------
+        InputError
+            Wrong shapes, non-finite values, negative masses, or particles outside the
+            usable region (see the class notes).
+        NonFiniteError
+            When a result is not finite.
+        """
+        self._require_open()
+        x, m = self._validate(x, m)
+        self._load(x, m)
+        times = self._compute()
+        acc, pot = self._results()
+        return PMResult(acc, pot, dict(times), dict(self.last_info))
+
+    def density(self) -> np.ndarray:
+        """The mesh density (G, G, G) of the last force call (a copy)."""
+        self._rho.from_device()
+        self._require_open().finish()
+        g = self.grid
+        return self._rho.view(self.dtype, (g, g, g)).astype(np.float64) / self._rho_factor
+
+    def potential_mesh(self) -> np.ndarray:
+        """The mesh potential (G, G, G) of the last force call (a copy)."""
+        self._phi.from_device()
+        self._require_open().finish()
+        g = self.grid
+        return self._phi.view(self.dtype, (g, g, g)).astype(np.float64)

@@ -1,0 +1,187 @@
+"""Multigrid V-cycles (red-black Gauss-Seidel) for isolated boundaries, on the device.
+
+The mesh is cell-centred: point i of a level with spacing h sits at lo + (i + 1/2) h, so a
+level of n points coarsens to n / 2 points of spacing 2 h covering the same box. The 7-point
+Laplacian is solved with Dirichlet values on the box faces, half a cell outside the outer
+points (ghost = 2 b - phi). On the finest level the face values come from a multipole
+expansion of the particles (monopole and quadrupole about the centre of mass; the dipole
+vanishes there); coarser levels solve error equations with zero face values. Restriction
+averages the 8 fine cells, prolongation is trilinear.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ..errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: red-black sweeps before and after the coarse-level correction, and on the coarsest level
+PRE_SWEEPS = 2
+POST_SWEEPS = 2
+COARSE_SWEEPS = 40
+#: the coarsest level has at most this many points per side
+MAX_COARSE = 8
+
+
+def level_sizes(grid: int) -> list[int]:
+    """Points per side of each level, finest first.
+
+    Raises
+    ------
+    ConfigError
+        When halving ``grid`` does not reach a level of at most ``MAX_COARSE`` points.
+    """
+    sizes = [grid]
+    while sizes[-1] > 4 and sizes[-1] % 2 == 0:
+        sizes.append(sizes[-1] // 2)
+    if sizes[-1] > MAX_COARSE:
+        raise ConfigError(
+            f"grid {grid}: multigrid needs a grid that halves down to at most {MAX_COARSE} "
+            f"points (2^k times 1 to {MAX_COARSE}, e.g. 32, 48, 64, 96, 128), got {grid}")
+    return sizes
+
+
+def multipole_faces(x: np.ndarray, m: np.ndarray, grid: int, box: float) -> np.ndarray:
+    """Potential on the six box faces from the particles' monopole and quadrupole.
+
+    Returns an array (6, G, G): face ``2 * axis + side`` (side 0 at -box/2, 1 at +box/2),
+    indexed by the two other axes in order, at the face points' cell-centred coordinates.
+    """
+    h = box / grid
+    mass = float(m.sum())
+    out = np.zeros((6, grid, grid))
+    if mass == 0.0:
+        return out
+    com = (m[:, None] * x).sum(axis=0) / mass
+    d = x - com
+    r2 = (d * d).sum(axis=1)
+    q = 3.0 * np.einsum("n,ni,nj->ij", m, d, d) - np.eye(3) * float((m * r2).sum())
+    c = -box / 2 + (np.arange(grid) + 0.5) * h
+    for axis in range(3):
+        others = [a for a in range(3) if a != axis]
+        for side in range(2):
+            pts = np.zeros((grid, grid, 3))
+            pts[..., axis] = box / 2 if side else -box / 2
+            pts[..., others[0]] = c[:, None]
+            pts[..., others[1]] = c[None, :]
+            r = pts - com
+            rr = np.sqrt((r * r).sum(axis=-1))
+            quad = np.einsum("abi,ij,abj->ab", r, q, r)
+            out[2 * axis + side] = -(mass / rr + 0.5 * quad / rr**5)
+    return out
+
+
+class MultigridSolver:
+    """V-cycles on the device for the isolated Poisson problem ``L phi = 4 pi rho``.
+
+    Parameters
+    ----------
+    ctx : sapporo.backend.Context
+        The open device.
+    program : sapporo.backend.Program
+        The built ``pm`` program (for the ``mg_*`` kernels).
+    grid, box : int, float
+        The mesh.
+    dtype : numpy dtype
+        float64 or float32 (the program's precision).
+    tol : float
+        Stop when the residual's 2-norm is below ``tol`` times the right-hand side's.
+    max_cycles : int
+        At most this many V-cycles per solve.
+    """
+
+    def __init__(self, ctx, program, grid: int, box: float, dtype: np.dtype, tol: float,
+                 max_cycles: int):
+        self.ctx, self.grid, self.box = ctx, grid, box
+        self.dtype = np.dtype(dtype)
+        self.tol, self.max_cycles = tol, max_cycles
+        self.sizes = level_sizes(grid)
+        it = self.dtype.itemsize
+        self.k_smooth = program.kernel("mg_smooth")
+        self.k_residual = program.kernel("mg_residual")
+        self.k_restrict = program.kernel("mg_restrict")
+        self.k_prolong = program.kernel("mg_prolong")
+        # level 0 phi and rhs are the mesh's buffers (given to solve); coarse levels own theirs
+        self.phi = [None] + [ctx.alloc(n**3 * it) for n in self.sizes[1:]]
+        self.rhs = [None] + [ctx.alloc(n**3 * it) for n in self.sizes[1:]]
+        self.res = [ctx.alloc_host(n**3 * it) for n in self.sizes]
+        self.bnd = ctx.alloc_host(6 * grid * grid * it)
+        self.cycles = 0
+        self.residual = float("nan")
+
+    def free(self) -> None:
+        """Release the level buffers."""
+        for b in self.phi[1:] + self.rhs[1:]:
+            b.free()
+        for hb in self.res + [self.bnd]:
+            hb.free()
+
+    @staticmethod
+    def _gsize(n: int) -> tuple[int]:
+        return (-(-n // 64) * 64,)
+
+    def _h(self, level: int) -> float:
+        return self.box / self.sizes[level]
+
+    def _smooth(self, level: int, phi, rhs, sweeps: int) -> None:
+        n = self.sizes[level]
+        h2 = np.float64(self._h(level) ** 2)
+        use = np.int32(level == 0)
+        for _ in range(sweeps):
+            for color in (0, 1):
+                self.k_smooth(self._gsize(n**3), None, np.int32(n), h2, np.int32(color), use,
+                              phi, rhs, self.bnd.buffer)
+
+    def _residual(self, level: int, phi, rhs) -> None:
+        n = self.sizes[level]
+        self.k_residual(self._gsize(n**3), None, np.int32(n),
+                        np.float64(1.0 / self._h(level) ** 2), np.int32(level == 0), phi, rhs,
+                        self.bnd.buffer, self.res[level].buffer)
+
+    def _vcycle(self, level: int) -> None:
+        phi, rhs = self.phi[level], self.rhs[level]
+        if level == len(self.sizes) - 1:
+            self._smooth(level, phi, rhs, COARSE_SWEEPS)
+            return
+        self._smooth(level, phi, rhs, PRE_SWEEPS)
+        self._residual(level, phi, rhs)
+        nc = self.sizes[level + 1]
+        self.k_restrict(self._gsize(nc**3), None, np.int32(nc), self.res[level].buffer,
+                        self.rhs[level + 1])
+        self.phi[level + 1].fill(0)
+        self._vcycle(level + 1)
+        self.k_prolong(self._gsize((2 * nc) ** 3), None, np.int32(nc), self.phi[level + 1],
+                       phi)
+        self._smooth(level, phi, rhs, POST_SWEEPS)
+
+    def _residual_norm(self) -> float:
+        self._residual(0, self.phi[0], self.rhs[0])
+        self.res[0].from_device()
+        self.ctx.finish()
+        r = self.res[0].view(self.dtype, (self.grid**3,))
+        return float(np.sqrt(np.dot(r.astype(np.float64), r.astype(np.float64))))
+
+    def solve(self, faces: np.ndarray, rhs, rhs_norm: float, phi) -> None:
+        """Relax ``phi`` (device buffer, the initial guess) towards the solution.
+
+        ``faces`` (6, G, G) are the face values, ``rhs`` the device buffer of 4 pi rho and
+        ``rhs_norm`` its 2-norm.
+        """
+        self.bnd.view(self.dtype, faces.shape)[...] = faces
+        self.bnd.to_device()
+        self.phi[0], self.rhs[0] = phi, rhs
+        target = self.tol * max(rhs_norm, np.finfo(np.float64).tiny)
+        self.cycles = 0
+        self.residual = self._residual_norm()
+        while self.residual > target and self.cycles < self.max_cycles:
+            self._vcycle(0)
+            self.cycles += 1
+            self.residual = self._residual_norm()
+        if self.residual > target:
+            log.warning("multigrid: residual %.3g after %d V-cycles (target %.3g)",
+                        self.residual, self.cycles, target)
+        log.debug("multigrid: %d V-cycles, residual %.3g", self.cycles, self.residual)
