@@ -1,5 +1,5 @@
-/* The functions implemented in Python (sapporo/capi_bridge.py), called by shim.c only.
- * build.py passes this text to ffi.embedding_api() as well, so it holds plain C
+/* The functions implemented in Python (capi/bridge.py, sapporo.capi.bridge), called by
+ * shim.c only.  build.py passes this text to ffi.embedding_api() as well, so it holds plain C
  * declarations only (no preprocessor lines).  The symbols are made local by the link's
  * version script; they never appear in the exported ABI. */
 int shim_py_npipes(void);
@@ -17,3 +17,4 @@ int shim_py_finish(int ni, double *acc, double *jerk, double *snap, double *pot,
                    double *nn_r2);
 int shim_py_read_neighbours(int *ni, const int **offsets, const int **counts,
                             const int **ids);
+int shim_py_device_count(void);

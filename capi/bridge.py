@@ -26,13 +26,19 @@ from sapporo.errors import (
     SapporoError,
 )
 
-__all__ = ["DEFAULT_NPIPES", "Bridge", "bind", "open_settings"]
+__all__ = ["DEFAULT_NPIPES", "MAX_NPIPES", "Bridge", "bind", "device_count", "open_settings",
+           "read_npipes"]
 
 logger = logging.getLogger(__name__)
 
 #: i-particles per force call when ``SAPPORO_NPIPES`` is not set: clients size static arrays
 #: from g6_npipes(), and some hold no more than 128
 DEFAULT_NPIPES = 128
+#: The largest ``SAPPORO_NPIPES`` g6_open accepts: clients allocate g6_npipes() entries per
+#: array, and one force call's i-particles, results and neighbour lists must fit in memory
+#: (65536 i-particles with the default 256-entry lists: 64 MiB of lists).  The same values
+#: are in sapporo.h (SAPPORO_DEFAULT_NPIPES, SAPPORO_MAX_NPIPES).
+MAX_NPIPES = 65536
 #: Order and precision of ``g6_open`` when neither the caller nor the environment says.
 DEFAULT_ORDER = 4
 DEFAULT_PRECISION = "double-single"
@@ -72,7 +78,13 @@ def open_settings(
         if path is None and os.path.isfile(LOCAL_CONFIG_FILE):
             path = LOCAL_CONFIG_FILE
         if path is not None:
-            devices_ = config.read_sapporo2_config(path)
+            try:
+                devices_ = config.read_sapporo2_config(path)
+            except UnicodeDecodeError:
+                raise ConfigError(
+                    f"{path}: not a text file (a sapporo2.config holds the device count, "
+                    "then one device id per line)"
+                ) from None
     if isinstance(devices_, int):
         devices_ = _any_devices(backend_, devices_)
     return {
@@ -81,6 +93,44 @@ def open_settings(
         "backend": backend_,
         "devices": devices_,
     }
+
+
+def read_npipes() -> int:
+    """``SAPPORO_NPIPES`` (1 .. :data:`MAX_NPIPES`), else :data:`DEFAULT_NPIPES`.
+
+    Reads that variable only, so a malformed ``SAPPORO_BACKEND`` does not spoil the count.
+
+    Raises
+    ------
+    ConfigError
+        When the variable is not an integer in range.
+    """
+    raw = os.environ.get("SAPPORO_NPIPES", "").strip()
+    if not raw:
+        return DEFAULT_NPIPES
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_NPIPES:
+        raise ConfigError(
+            f"SAPPORO_NPIPES: expected an integer from 1 to {MAX_NPIPES}, got {raw!r} "
+            f"(g6_npipes() answers {DEFAULT_NPIPES} meanwhile, and g6_open refuses it)"
+        )
+    return n
+
+
+def device_count(backend: str | None = None) -> int:
+    """Devices of the backend g6_open would use (``SAPPORO_BACKEND``, else automatic).
+
+    sapporo_light's ``get_device_count()``; ``backend`` overrides the variable.
+    """
+    from sapporo.backend import get_backend
+
+    if backend is None:
+        backend = config.parse_backend(os.environ.get("SAPPORO_BACKEND") or None,
+                                       "SAPPORO_BACKEND")
+    return len(get_backend(backend).devices())
 
 
 def _any_devices(backend: str | None, n: int) -> str | list[int]:
@@ -109,8 +159,8 @@ class Bridge:
 
     # ------------------------------------------------------------------------ lifecycle
     def npipes(self) -> int:
-        """i-particles per force call: ``SAPPORO_NPIPES``, default :data:`DEFAULT_NPIPES`."""
-        return config.from_environment().npipes or DEFAULT_NPIPES
+        """i-particles per force call: :func:`read_npipes`."""
+        return read_npipes()
 
     def open(self, **kwargs: Any) -> None:
         """Open the library with :func:`open_settings` applied to ``kwargs``."""
@@ -118,6 +168,7 @@ class Bridge:
 
         if self.lib is not None:
             return
+        read_npipes()  # a bad SAPPORO_NPIPES is refused here, not at the first force call
         settings = open_settings(**kwargs)
         self.lib = Library(**settings)
         logger.info("C API opened %s", settings)
@@ -174,6 +225,13 @@ class Bridge:
         lib = self._open_lib()
         self._pending = self._result = self._nb_arrays = None
         if h2 is not None:
+            bad = np.flatnonzero(~np.isfinite(h2))
+            if bad.size:
+                raise InputError(
+                    f"h2 (neighbour radius squared) is not finite for {bad.size} of "
+                    f"{len(h2)} i-particles (h2[{bad[0]}] = {h2[bad[0]]}): give a finite "
+                    "radius, or h2 <= 0 for no list"
+                )
             if not (h2 > 0.0).any():
                 h2 = None
             elif (h2 < 0.0).any():
@@ -283,6 +341,10 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
     @extern
     def shim_py_npipes() -> int:
         return state.npipes()
+
+    @extern
+    def shim_py_device_count() -> int:
+        return device_count()
 
     @extern
     def shim_py_version(buffer: Any, size: int) -> int:

@@ -13,6 +13,10 @@ Installed layout under a prefix::
     PREFIX/include/grape6.h  PREFIX/include/sapporo.h
     PREFIX/lib/libsapporo.so  PREFIX/lib/libg6.so -> libsapporo.so
     PREFIX/lib/sapporo-capi.json   (what was built, for staleness checks)
+    PREFIX/lib/pkgconfig/sapporo_light.pc, sapporo.pc, g6lib.pc
+
+The pkg-config modules are the names AMUSE's configure looks for (``sapporo_light`` for
+ph4's GPU worker, ``g6lib`` for a GRAPE-6 library); their flags are those of :func:`flags`.
 """
 
 from __future__ import annotations
@@ -49,11 +53,21 @@ MODULE_NAME = "_sapporo_capi"
 LIBRARY = "libsapporo.so"
 ALIASES = ("libg6.so",)
 HEADERS = ("grape6.h", "sapporo.h")
+#: pkg-config modules installed in PREFIX/lib/pkgconfig: name -> (library, description).
+PKGCONFIG = {
+    "sapporo_light": ("sapporo", "sapporo-nbody's GRAPE-6 library, for codes that link "
+                      "sapporo_light or Sapporo2"),
+    "sapporo": ("sapporo", "sapporo-nbody's GRAPE-6 library (libsapporo)"),
+    "g6lib": ("g6", "sapporo-nbody's GRAPE-6 library under the name libg6"),
+}
 STAMP = "sapporo-capi.json"
 _SOURCES = ("shim.c", "bridge.h", "bridge.py", "grape6.h", "sapporo.h", "build.py")
 
-#: Exported ABI: every other symbol (cffi's PyInit_, the bridge functions) becomes local.
-VERSION_SCRIPT = "{\n  global:\n    g6*;\n    sapporo_*;\n  local:\n    *;\n};\n"
+#: Exported ABI: ``g6*``, ``sapporo_*`` and sapporo_light's ``get_device_count``; every other
+#: symbol (cffi's PyInit_, the bridge functions) becomes local.
+VERSION_SCRIPT = (
+    "{\n  global:\n    g6*;\n    sapporo_*;\n    get_device_count;\n  local:\n    *;\n};\n"
+)
 
 #: Functions of shim.c that Python calls, plus the error codes read from sapporo.h.
 _CDEF_HELPERS = """
@@ -227,6 +241,11 @@ class Installation:
         """``PREFIX/lib/libsapporo.so``."""
         return self.lib_dir / LIBRARY
 
+    @property
+    def pkgconfig_dir(self) -> Path:
+        """``PREFIX/lib/pkgconfig`` (for ``PKG_CONFIG_PATH``)."""
+        return self.lib_dir / "pkgconfig"
+
     def is_current(self) -> bool:
         """Whether the library exists and was built from these sources by this Python."""
         try:
@@ -236,6 +255,8 @@ class Installation:
         return (
             self.library.is_file()
             and all((self.include_dir / h).is_file() for h in HEADERS)
+            and (not _pkgconfig_possible(self.prefix)
+                 or all((self.pkgconfig_dir / f"{m}.pc").is_file() for m in PKGCONFIG))
             and stamp.get("fingerprint") == _fingerprint(recorded_sites())
         )
 
@@ -309,6 +330,7 @@ def build(
         os.replace(tmp_link, inst.lib_dir / alias)
     for header in HEADERS:
         shutil.copyfile(source_dir() / header, inst.include_dir / header)
+    write_pkgconfig(inst)
     stamp = {
         "fingerprint": _fingerprint(sites),
         "python": sys.executable,
@@ -319,6 +341,51 @@ def build(
     if not keep_dir:
         shutil.rmtree(work, ignore_errors=True)
     return inst
+
+
+def _pkgconfig_possible(prefix: Path) -> bool:
+    return not any(c.isspace() or c in "$\\\"'#" for c in str(prefix))
+
+
+def pkgconfig_text(inst: Installation, module: str) -> str:
+    """The ``.pc`` file of ``module`` (a key of :data:`PKGCONFIG`) for the installation.
+
+    ``pkg-config --cflags --libs sapporo_light`` then prints what ``flags(inst)`` prints.
+    """
+    import sapporo
+
+    lib, description = PKGCONFIG[module]
+    if not _pkgconfig_possible(inst.prefix):
+        raise SapporoError(f"pkg-config files need a prefix without blanks or '$': "
+                           f"{inst.prefix}")
+    return (
+        f"prefix={inst.prefix}\n"
+        "libdir=${prefix}/lib\n"
+        "includedir=${prefix}/include\n"
+        "\n"
+        f"Name: {module}\n"
+        f"Description: {description}\n"
+        f"Version: {sapporo.__version__}\n"
+        "Cflags: -I${includedir}\n"
+        f"Libs: -L${{libdir}} -Wl,-rpath,${{libdir}} -l{lib}\n"
+    )
+
+
+def write_pkgconfig(inst: Installation) -> list[Path]:
+    """Write every module of :data:`PKGCONFIG` into ``PREFIX/lib/pkgconfig``.
+
+    A prefix with blanks gets no ``.pc`` files (pkg-config cannot express it); the library
+    is installed all the same.
+    """
+    if not _pkgconfig_possible(inst.prefix):
+        return []
+    inst.pkgconfig_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for module in PKGCONFIG:
+        path = inst.pkgconfig_dir / f"{module}.pc"
+        path.write_text(pkgconfig_text(inst, module))
+        written.append(path)
+    return written
 
 
 def flags(inst: Installation, which: str = "all") -> str:

@@ -25,6 +25,11 @@ extern "C" {
 #define SAPPORO_ERR_NONFINITE -5 /* a force is not finite (coincident particles, eps2 = 0) */
 #define SAPPORO_ERR_INTERNAL  -6 /* embedded Python not available, out of memory, a bug */
 
+/* g6_npipes(): SAPPORO_NPIPES, else the default; g6_open refuses values above the maximum
+ * (g6_npipes() then answers the default, never an error code). */
+#define SAPPORO_DEFAULT_NPIPES 128
+#define SAPPORO_MAX_NPIPES     65536
+
 /* Open the library.  order: 2, 4 or 6 (0: SAPPORO_ORDER, else 4); precision: "double" or
  * "double-single" (NULL: SAPPORO_PRECISION, else double-single); backend: "opencl", "cuda"
  * or "auto" (NULL: SAPPORO_BACKEND); devices: ndev > 0 indices, ndev < 0 any -ndev devices
@@ -58,6 +63,11 @@ const char *sapporo_last_error(void);
 
 /* The version of the sapporo Python package behind the library ("" if Python failed). */
 const char *sapporo_version(void);
+
+/* sapporo_light's device query (the symbol AMUSE's configure looks for): how many devices
+ * the backend g6_open would use has (SAPPORO_BACKEND, else the automatic choice).  Needs no
+ * open; 0 when there is none (the reason is printed).  No Fortran name. */
+int get_device_count(void);
 
 /* ---- Fortran names: every number by reference, arrays x(3, n), CHARACTER arguments with
  * their hidden lengths last.  sapporo_open: an all-blank precision or backend means "not

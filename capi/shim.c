@@ -10,6 +10,7 @@
  * build.py defines shim_python (the installing interpreter) and shim_site_code (Python that
  * adds the recorded site directories) before including this file into cffi's C source.
  */
+#include <fenv.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -29,6 +30,7 @@ static void shim_mark_ready(void);
 static pthread_mutex_t shim_lock = PTHREAD_MUTEX_INITIALIZER;
 static const char *current_fn = "sapporo";   /* API function being served, for messages */
 static char last_error[1024];
+static char open_error[512];                 /* why the last open failed ("" if it did not) */
 static char version[64];
 static int python_ready;                     /* set by the embedded init code when done */
 static int is_open;
@@ -37,6 +39,22 @@ static int npipes;                           /* 0: not asked yet */
 static int pending;                          /* firsthalf ran; lasthalf not yet */
 static int pending_rc;                       /* firsthalf's error code, returned by lasthalf */
 static int have_result;                      /* the last force call returned its forces */
+static int pending_lists;                    /* firsthalf asked for neighbour lists */
+static int max_j_index = -1;                 /* the largest j-particle index stored */
+static int abort_code;                       /* SAPPORO_ON_ERROR=abort: the error to stop on */
+static int *iindex_buf;                      /* i-indices with the negative ones replaced */
+static int iindex_cap;
+
+/* Errors already met, by kind: the code and the message with its numbers left out
+ * ("address = -1" and "address = -7" are one kind, whichever function met it).  A kind is
+ * printed the 1st, 10th, 100th, ... time, so a client that ignores codes and repeats a
+ * failing call gets a few lines, not one per call, and never silence. */
+#define MAX_KINDS 256
+static struct {
+    unsigned long hash;
+    unsigned long count;
+} kinds[MAX_KINDS];
+static int nkinds;
 
 /* j-particles waiting to be sent; derivatives are stored unscaled. */
 static struct {
@@ -55,13 +73,53 @@ static struct {
     const int *offsets, *counts, *ids;
 } nb;
 
-/* ---------------------------------------------------------------------------- errors */
+/* SAPPORO_ON_ERROR: 0 = "return" (the default: the call returns its code), 1 = "abort"
+ * (the message, then the program exits with status 1).  Read on the first error. */
+static int on_error_mode(void)
+{
+    static int mode = -1;
+    if (mode < 0) {
+        const char *v = getenv("SAPPORO_ON_ERROR");
+        mode = 0;
+        if (v != NULL && strcmp(v, "abort") == 0)
+            mode = 1;
+        else if (v != NULL && v[0] != '\0' && strcmp(v, "return") != 0)
+            fprintf(stderr, "sapporo: SAPPORO_ON_ERROR: expected 'return' or 'abort', got "
+                    "'%s' (using 'return')\n", v);
+    }
+    return mode;
+}
+
+/* How many times an error of this kind has now been met (1 the first time). */
+static unsigned long count_kind(int code, const char *message)
+{
+    unsigned long h = 5381u * 33u + (unsigned long)(code + 64);
+    for (const char *p = message; *p; p++)
+        if (*p < '0' || *p > '9')
+            h = h * 33u + (unsigned char)*p;
+    for (int k = 0; k < nkinds; k++)
+        if (kinds[k].hash == h)
+            return ++kinds[k].count;
+    if (nkinds < MAX_KINDS) {
+        kinds[nkinds].hash = h;
+        kinds[nkinds++].count = 1;
+    }
+    return 1;
+}
 
 static void shim_record_error(int code, const char *message)
 {
+    unsigned long count = count_kind(code, message), p = 1;
     snprintf(last_error, sizeof last_error, "%s: %s (code %d)", current_fn, message, code);
-    fprintf(stderr, "sapporo: %s\n", last_error);
+    while (p < count && p <= ~0ul / 10)
+        p *= 10;
+    if (count == 1)
+        fprintf(stderr, "sapporo: %s\n", last_error);
+    else if (p == count)
+        fprintf(stderr, "sapporo: %s [%lu times so far]\n", last_error, count);
     fflush(stderr);
+    if (on_error_mode() == 1 && abort_code == 0)
+        abort_code = code;
 }
 
 static int fail(int code, const char *fmt, ...)
@@ -131,21 +189,41 @@ static int python_up(void)
     return 0;
 }
 
+/* The caller's floating-point environment, saved by enter() and put back by leave(): the
+ * library's own arithmetic (NumPy, the embedded interpreter) must not leave exception flags
+ * behind in the client's thread.  gfortran reports flags still raised at STOP, e.g. "Note:
+ * The following floating-point exceptions are signalling: IEEE_DENORMAL" after a force
+ * call on particles with tiny coordinates; with the flags restored it reports only the
+ * client's own.  On x86-64 fesetenv also restores the SSE control and status register
+ * (MXCSR), where the denormal flag lives. */
+static fenv_t caller_fenv;
+
 static void enter(const char *fn)
 {
     pthread_mutex_lock(&shim_lock);
+    fegetenv(&caller_fenv);
     current_fn = fn;
 }
 
 static int leave(int rc)
 {
+    int stop = abort_code;
+    abort_code = 0;
     current_fn = "sapporo";
+    fesetenv(&caller_fenv);
     pthread_mutex_unlock(&shim_lock);
+    if (stop != 0) {
+        fprintf(stderr, "sapporo: stopping the program (SAPPORO_ON_ERROR=abort)\n");
+        fflush(stderr);
+        exit(1);
+    }
     return rc;
 }
 
 static int need_open(void)
 {
+    if (!is_open && open_error[0] != '\0')
+        return fail(SAPPORO_ERR_STATE, "the library is not open: %s", open_error);
     if (!is_open)
         return fail(SAPPORO_ERR_STATE, "the library is not open (call g6_open first)");
     return 0;
@@ -162,6 +240,14 @@ static int get_npipes(void)
     if (rc > 0)
         npipes = rc;
     return rc;
+}
+
+/* g6_npipes(): never below 1, even when Python or SAPPORO_NPIPES failed (the error is
+ * printed): clients size arrays from it without looking at error codes. */
+static int npipes_for_client(void)
+{
+    int rc = get_npipes();
+    return rc > 0 ? rc : SAPPORO_DEFAULT_NPIPES;
 }
 
 /* -------------------------------------------------------------------- j-particle buffer */
@@ -267,6 +353,8 @@ static int jb_put(int address, int index, double t, double mass, const double *x
     }
     jb.address[k] = address;
     jb.index[k] = index;
+    if (index > max_j_index)
+        max_j_index = index;
     jb.t[k] = t;
     jb.mass[k] = mass;
     put3(jb.x + 3 * k, x, 1.0);
@@ -291,8 +379,8 @@ static int jb_flush(void)
 
 /* -------------------------------------------------------------- the shared implementations */
 
-static int do_open(int order, const char *precision, const char *backend, int ndev,
-                   const int *devices)
+static int try_open(int order, const char *precision, const char *backend, int ndev,
+                    const int *devices)
 {
     int rc;
     if (is_open)
@@ -307,11 +395,25 @@ static int do_open(int order, const char *precision, const char *backend, int nd
     return rc;
 }
 
+static int do_open(int order, const char *precision, const char *backend, int ndev,
+                   const int *devices)
+{
+    int rc = try_open(order, precision, backend, ndev, devices);
+    if (rc < 0)
+        snprintf(open_error, sizeof open_error, "%s", last_error);
+    else
+        open_error[0] = '\0';
+    return rc;
+}
+
 static int do_close(void)
 {
     int rc = SAPPORO_OK;
     jb_clear();
+    max_j_index = -1;
+    open_error[0] = '\0';
     pending = 0;
+    pending_lists = 0;
     have_result = 0;
     nb.valid = 0;
     if (is_open) {
@@ -338,11 +440,38 @@ static int do_flush(void)
     return is_open ? jb_flush() : SAPPORO_OK;
 }
 
+/* A negative i-index marks a field point, not a particle (one client asks for the force at
+ * points with index -1): it is replaced by an index that no stored j-particle has, so it
+ * excludes nothing.  *index is left alone when it has no negative entry. */
+static int field_point_indices(int ni, const int **index)
+{
+    int i, any = 0;
+    for (i = 0; i < ni && !any; i++)
+        any = (*index)[i] < 0;
+    if (!any)
+        return SAPPORO_OK;
+    if (max_j_index == 2147483647)
+        return fail(SAPPORO_ERR_INPUT, "a negative i-index (a field point) needs a free "
+                    "index, but a j-particle has index 2147483647");
+    if (ni > iindex_cap) {
+        int *p = realloc(iindex_buf, sizeof(int) * (size_t)ni);
+        if (p == NULL)
+            return fail(SAPPORO_ERR_INTERNAL, "out of memory for %d i-indices", ni);
+        iindex_buf = p;
+        iindex_cap = ni;
+    }
+    for (i = 0; i < ni; i++)
+        iindex_buf[i] = (*index)[i] < 0 ? max_j_index + 1 : (*index)[i];
+    *index = iindex_buf;
+    return SAPPORO_OK;
+}
+
 static void do_firsthalf(int nj, int ni, const int *index, const double *xi, const double *vi,
                          const double *ai, double eps2, const double *h2)
 {
     int rc, np;
     pending = 1;
+    pending_lists = 0;
     have_result = 0;
     nb.valid = 0;
     if ((rc = need_open()) < 0)
@@ -364,8 +493,12 @@ static void do_firsthalf(int nj, int ni, const int *index, const double *xi, con
         rc = fail(SAPPORO_ERR_INPUT, "index, xi and vi must not be NULL");
         goto done;
     }
+    if ((rc = field_point_indices(ni, &index)) < 0)
+        goto done;
     if ((rc = jb_flush()) < 0)
         goto done;
+    for (int i = 0; h2 != NULL && i < ni && !pending_lists; i++)
+        pending_lists = h2[i] > 0.0;
     rc = shim_py_start(nj, ni, index, xi, vi, ai, eps2, h2);
 done:
     pending_rc = rc;
@@ -423,6 +556,40 @@ static int do_get_neighbours(int ipipe, int maxlength, int *nblen, int *nbl)
     return count > maxlength || count > stored;
 }
 
+/* Phantom-GRAPE's g6calc_lasthalfn / g6calc_lasthalf2n: there the neighbour lists are made
+ * by lasthalf, from its h2; here firsthalf's h2 already made them.  Clients pass the same
+ * array to both; a positive h2 that reaches only lasthalf is an error (no lists exist). */
+static int do_lasthalf_n(int ni, const double *h2, double *acc, double *jerk, double *pot,
+                         int *nnb)
+{
+    int lists = pending_lists;
+    int rc = do_lasthalf(ni, acc, jerk, NULL, pot, nnb, NULL);
+    if (rc < 0 || lists || h2 == NULL)
+        return rc;
+    for (int i = 0; i < ni; i++)
+        if (h2[i] > 0.0)
+            return fail(SAPPORO_ERR_INPUT, "h2[%d] = %g reaches lasthalf but g6calc_firsthalf "
+                        "had no positive h2: neighbour lists are set up by firsthalf's h2 "
+                        "(pass the same array to both)", i, h2[i]);
+    return rc;
+}
+
+static int do_nj_max(void)
+{
+    if (!is_open)
+        return fail(SAPPORO_ERR_STATE, "the library is not open (call g6_open first)"), 0;
+    return max_address + 1;
+}
+
+static int do_device_count(void)
+{
+    int rc;
+    if ((rc = python_up()) < 0)
+        return 0;
+    rc = shim_py_device_count();
+    return rc > 0 ? rc : 0;
+}
+
 /* -------------------------------------------------------------------------- GRAPE-6: C */
 
 EXPORT int g6_open(int cluster_id)
@@ -448,7 +615,7 @@ EXPORT int g6_close(int cluster_id)
 EXPORT int g6_npipes(void)
 {
     enter("g6_npipes");
-    return leave(get_npipes());
+    return leave(npipes_for_client());
 }
 
 EXPORT int g6_set_tunit(double unit)
@@ -564,6 +731,46 @@ EXPORT int g6_set_overflow_flag_test_mode(int a, int b, int c)
     return SAPPORO_OK;
 }
 
+/* Phantom-GRAPE's names: as lasthalf / lasthalf2 (the lists come from firsthalf's h2). */
+EXPORT int g6calc_lasthalfn(int cluster_id, int nj, int ni, int index[], double xi[][3],
+                            double vi[][3], double eps2, double h2[], double acc[][3],
+                            double jerk[][3], double pot[])
+{
+    (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2;
+    enter("g6calc_lasthalfn");
+    return leave(do_lasthalf_n(ni, h2, (double *)acc, (double *)jerk, pot, NULL));
+}
+
+EXPORT int g6calc_lasthalf2n(int cluster_id, int nj, int ni, int index[], double xi[][3],
+                             double vi[][3], double eps2, double h2[], double acc[][3],
+                             double jerk[][3], double pot[], int nnbindex[])
+{
+    (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2;
+    enter("g6calc_lasthalf2n");
+    return leave(do_lasthalf_n(ni, h2, (double *)acc, (double *)jerk, pot, nnbindex));
+}
+
+/* Phantom-GRAPE: j-particle count hint; accepted and ignored. */
+EXPORT void g6_setup_njdata(int cluster_id, int nj)
+{
+    (void)cluster_id, (void)nj;
+}
+
+/* Sapporo2: the j-capacity (addresses 0 .. g6_get_nj_max() - 1); 0 when not open. */
+EXPORT int g6_get_nj_max(void)
+{
+    enter("g6_get_nj_max");
+    return leave(do_nj_max());
+}
+
+/* sapporo_light: how many devices the selected backend has (SAPPORO_BACKEND, else the
+ * automatic choice); 0 when none (the reason is printed).  Needs no g6_open. */
+EXPORT int get_device_count(void)
+{
+    enter("get_device_count");
+    return leave(do_device_count());
+}
+
 /* -------------------------------------------------------------------- GRAPE-6: Fortran */
 
 EXPORT int g6_open_(int *cluster_id)
@@ -591,7 +798,7 @@ EXPORT int g6_close_(int *cluster_id)
 EXPORT int g6_npipes_(void)
 {
     enter("g6_npipes_");
-    return leave(get_npipes());
+    return leave(npipes_for_client());
 }
 
 EXPORT int g6_set_tunit_(void *unit)
@@ -705,6 +912,35 @@ EXPORT int g6_set_overflow_flag_test_mode_(int *a, int *b, int *c)
 {
     (void)a, (void)b, (void)c;
     return SAPPORO_OK;
+}
+
+EXPORT int g6calc_lasthalfn_(int *cluster_id, int *nj, int *ni, int index[], double xi[][3],
+                             double vi[][3], double *eps2, double h2[], double acc[][3],
+                             double jerk[][3], double pot[])
+{
+    (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2;
+    enter("g6calc_lasthalfn_");
+    return leave(do_lasthalf_n(*ni, h2, (double *)acc, (double *)jerk, pot, NULL));
+}
+
+EXPORT int g6calc_lasthalf2n_(int *cluster_id, int *nj, int *ni, int index[], double xi[][3],
+                              double vi[][3], double *eps2, double h2[], double acc[][3],
+                              double jerk[][3], double pot[], int nnbindex[])
+{
+    (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2;
+    enter("g6calc_lasthalf2n_");
+    return leave(do_lasthalf_n(*ni, h2, (double *)acc, (double *)jerk, pot, nnbindex));
+}
+
+EXPORT void g6_setup_njdata_(int *cluster_id, int *nj)
+{
+    (void)cluster_id, (void)nj;
+}
+
+EXPORT int g6_get_nj_max_(void)
+{
+    enter("g6_get_nj_max_");
+    return leave(do_nj_max());
 }
 
 /* ---------------------------------------------------------------- sapporo's extensions */

@@ -1,7 +1,8 @@
 """``sapporo capi``: build the GRAPE-6 library for C and Fortran, and print its flags.
 
 ``sapporo capi build [--prefix DIR]`` compiles ``libsapporo.so`` (and ``libg6.so``) and
-installs it with ``grape6.h`` and ``sapporo.h`` into ``DIR/lib`` and ``DIR/include``;
+installs it with ``grape6.h`` and ``sapporo.h`` into ``DIR/lib`` and ``DIR/include``, and
+pkg-config modules (``sapporo_light``, ``sapporo``, ``g6lib``) into ``DIR/lib/pkgconfig``;
 ``sapporo capi flags [--prefix DIR]`` prints what a Makefile needs, building first when the
 library is missing or stale, so ``cc prog.c $(sapporo capi flags)`` just works.
 """
@@ -48,6 +49,10 @@ def run_build(args: argparse.Namespace) -> int:
     for alias in b.ALIASES:
         w(f"      {inst.lib_dir / alias} -> {b.LIBRARY}\n")
     w(f"headers in {inst.include_dir}: {', '.join(b.HEADERS)}\n")
+    pcs = sorted(p.stem for p in inst.pkgconfig_dir.glob("*.pc"))
+    if pcs:
+        w(f"pkg-config modules in {inst.pkgconfig_dir}: {', '.join(pcs)}\n"
+          f"  (for AMUSE: export PKG_CONFIG_PATH={inst.pkgconfig_dir}:$PKG_CONFIG_PATH)\n")
     w(f"flags: {b.flags(inst)}\n")
     return 0
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -38,6 +40,7 @@ class CApi:
     cc: str
     fc: str | None
     workdir: Path
+    cxx: str | None = None
     programs: dict[str, Path] = field(default_factory=dict)
 
     @property
@@ -57,19 +60,36 @@ class CApi:
         return [f"-I{self.prefix / 'include'}", f"-L{self.lib_dir}",
                 f"-Wl,-rpath,{self.lib_dir}", f"-l{lib}"]
 
-    def program(self, source: str, lib: str = "sapporo", extra: tuple[str, ...] = ()) -> Path:
-        """Compile ``tests/capi/<source>`` (C, or Fortran for .f90) once; return the binary."""
-        key = f"{source}:{lib}:{' '.join(extra)}"
+    def pc_file_flags(self, module: str) -> list[str]:
+        """``--cflags --libs`` of ``PREFIX/lib/pkgconfig/<module>.pc``, read in Python."""
+        return pc_file_flags(self.lib_dir / "pkgconfig" / f"{module}.pc")
+
+    def program(self, source: str, lib: str = "sapporo", extra: tuple[str, ...] = (),
+                flags: list[str] | None = None, sources: tuple[Path, ...] = ()) -> Path:
+        """Compile ``tests/capi/<source>`` (C; C++ for .cc; Fortran for .f90, with any
+        ``sources`` before it, e.g. a module) once; return the binary.  ``flags`` replaces
+        the usual -I/-L/-l flags."""
+        key = f"{source}:{lib}:{' '.join(extra)}:{flags}:{sources}"
         if key in self.programs:
             return self.programs[key]
+        path = Path(source) if Path(source).is_absolute() else HERE / source
         fortran = source.endswith(".f90")
+        cxx = source.endswith(".cc")
         if fortran and self.fc is None:
             pytest.skip("no Fortran compiler (gfortran) found: apt-get install gfortran")
-        exe = self.workdir / f"{Path(source).stem}-{lib}{len(self.programs)}"
-        compiler = self.fc if fortran else self.cc
-        std = [] if fortran else ["-std=gnu99", "-Wall"]
-        cmd = [compiler, "-O2", *std, str(HERE / source), "-o", str(exe), *extra,
-               *self.link_flags(lib), "-lm", "-pthread"]
+        if cxx and self.cxx is None:
+            pytest.skip("no C++ compiler (c++, g++ or clang++) found")
+        exe = self.workdir / f"{path.stem}-{lib}{len(self.programs)}"
+        compiler = self.fc if fortran else self.cxx if cxx else self.cc
+        std = [] if fortran else ["-Wall"] if cxx else ["-std=gnu99", "-Wall"]
+        link = self.link_flags(lib) if flags is None else flags
+        # gfortran writes .mod files into the working directory: one per program folder
+        moddir = self.workdir / f"mod-{path.stem}-{len(self.programs)}"
+        mods = [f"-J{moddir}"] if fortran else []
+        if fortran:
+            moddir.mkdir(parents=True, exist_ok=True)
+        cmd = [compiler, "-O2", *std, *mods, *map(str, sources), str(path), "-o", str(exe),
+               *extra, *link, "-lm", "-pthread"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
         self.programs[key] = exe
@@ -111,4 +131,22 @@ def capi(tmp_path_factory: pytest.TempPathFactory) -> CApi:
     )
     assert proc.returncode == 0, f"sapporo capi build failed:\n{proc.stdout}{proc.stderr}"
     return CApi(prefix=prefix, cc=cc, fc=_which("FC", "gfortran"),
-                workdir=tmp_path_factory.mktemp("capi-programs"))
+                workdir=tmp_path_factory.mktemp("capi-programs"),
+                cxx=_which("CXX", "c++", "g++", "clang++"))
+
+
+def pc_file_flags(path: Path) -> list[str]:
+    """What ``pkg-config --cflags --libs`` prints for the .pc file ``path``, read in Python
+    (variables expanded; enough for the files ``sapporo capi build`` writes)."""
+    variables: dict[str, str] = {}
+    fields: dict[str, str] = {}
+
+    def expand(text: str) -> str:
+        return re.sub(r"\$\{(\w+)\}", lambda m: variables[m[1]], text)
+
+    for line in path.read_text().splitlines():
+        if m := re.match(r"^(\w+)=(.*)$", line):
+            variables[m[1]] = expand(m[2].strip())
+        elif m := re.match(r"^(\w[\w.]*):\s*(.*)$", line):
+            fields[m[1]] = expand(m[2].strip())
+    return [*shlex.split(fields.get("Cflags", "")), *shlex.split(fields.get("Libs", ""))]

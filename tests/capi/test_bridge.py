@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from sapporo.capi.bridge import DEFAULT_NPIPES, Bridge, open_settings
+
 from sapporo.errors import ConfigError, SapporoError
 
 

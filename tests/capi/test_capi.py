@@ -107,8 +107,8 @@ def test_exported_symbols_only_g6_and_sapporo(capi: CApi) -> None:
                          capture_output=True, text=True, check=True).stdout
     names = {line.split()[-1] for line in out.splitlines() if line.strip()}
     names = {n.split("@")[0] for n in names}
-    stray = sorted(n for n in names if not re.match(r"(g6|sapporo_)", n))
-    assert not stray, f"exported symbols outside g6*/sapporo_*: {stray}"
+    stray = sorted(n for n in names if not re.match(r"(g6|sapporo_|get_device_count$)", n))
+    assert not stray, f"exported symbols outside g6*/sapporo_*/get_device_count: {stray}"
     expected = (set(GRAPE6) | {f"{f}_" for f in GRAPE6} | set(EXTENSIONS)
                 | {f"{f}_" for f in EXTENSIONS})
     assert expected <= names, f"missing: {sorted(expected - names)}"
@@ -318,9 +318,11 @@ def test_bad_calls_report_and_continue(capi: CApi, tmp_path: Path) -> None:
         assert words in message, f"{label}: message {message!r} lacks {words!r}"
         if code < 0:
             assert f"(code {code})" in message
-    # One stderr line per error, in the documented form.
+    # One stderr line per kind of error (code and message, numbers left out), as documented.
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("sapporo: ")]
-    assert len(errors) == sum(1 for c, _ in expected.values() if c < 0), proc.stderr
+    kinds = {(rc, re.sub(r"\d", "", msg.split(": ", 1)[1]))
+             for rc, msg in checks.values() if rc < 0}
+    assert len(errors) == len(kinds) < sum(1 for c, _ in expected.values() if c < 0), errors
     assert "Traceback" not in proc.stderr
     # Overflow: the full length (3), the stored ids (capacity 2) ascending, from {1, 2, 3}.
     nblist = [int(w) for w in re.search(r"nblist (.*)", proc.stdout)[1].split()]
@@ -361,7 +363,7 @@ def test_sapporo2_config_file_is_read(capi: CApi, tmp_path: Path) -> None:
 
 
 def test_init_failure_is_reported_not_fatal(capi: CApi, tmp_path: Path) -> None:
-    """The embedded init fails (sapporo.capi.bridge made unimportable): calls return -6, no crash."""
+    """The embedded init fails (sapporo.capi.bridge made unimportable): no crash, clear codes."""
     site_dir = tmp_path / "site"
     site_dir.mkdir()
     (site_dir / "zz_break.pth").write_text(
@@ -372,7 +374,7 @@ def test_init_failure_is_reported_not_fatal(capi: CApi, tmp_path: Path) -> None:
     assert proc.returncode == 3, proc.stderr  # went on to its first store, which it checks
     assert re.search(r"CHECK open -6 \| g6_open: the embedded Python could not load sapporo",
                      proc.stdout), proc.stdout
-    assert "npipes -6" in proc.stdout
+    assert "npipes 128" in proc.stdout  # never an error code: clients size arrays with it
 
 
 def stub_env(capi: CApi, tmp_path: Path) -> dict[str, str]:
