@@ -114,7 +114,7 @@ class HostFFTSolver:
     def solve(self, rho: np.ndarray, phi: np.ndarray) -> None:
         """Write the potential of the mesh density ``rho`` (G, G, G) into ``phi``."""
         g = self.grid
-        spec = np.fft.rfftn(rho, s=self.shape)
+        spec = np.fft.rfftn(rho, s=self.shape, axes=(0, 1, 2))
         spec *= self.kernel
-        out = np.fft.irfftn(spec, s=self.shape)
+        out = np.fft.irfftn(spec, s=self.shape, axes=(0, 1, 2))
         phi[...] = out[:g, :g, :g]
