@@ -275,13 +275,18 @@ class ParallelLibrary:
         self._time = 0.0
         self._pending: _Pending | None = None
         self._lib: Any = None
+        node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+        self.node_rank = node.Get_rank()
+        node.Free()
 
         def open_local() -> Any:
             from . import Library, config
+            from .backend import get_backend
 
             opts = dict(kwargs)
             if opts.get("devices") is None and config.from_environment().devices is None:
-                opts["devices"] = [self._node_device(opts.get("backend"))]
+                count = len(get_backend(opts.get("backend")).devices())
+                opts["devices"] = [self.node_rank % max(1, count)]
             return Library(**opts)
 
         try:
@@ -308,17 +313,6 @@ class ParallelLibrary:
                  self.cols)
 
     # ------------------------------------------------------------------ collectives
-    def _node_device(self, backend: str | None) -> int:
-        """This rank's index on its node modulo the backend's device count."""
-        from .backend import get_backend
-
-        node = self.comm.Split_type(self._MPI.COMM_TYPE_SHARED, key=self.rank)
-        try:
-            local = node.Get_rank()
-        finally:
-            node.Free()
-        return local % max(1, len(get_backend(backend).devices()))
-
     def _timed(self, fn: Any, *args: Any) -> Any:
         t0 = time.perf_counter()
         try:
@@ -330,8 +324,11 @@ class ParallelLibrary:
     def _raise_gathered(self, failures: list[tuple[int, str, str]]) -> None:
         """Raise, on every rank alike, the error of the first failing rank."""
         rank, cls, msg = failures[0]
+        if len(failures) == self.size and all(f[1:] == (cls, msg) for f in failures):
+            raise _error_class(cls)(f"on every rank: {msg}")
         others = [r for r, _, _ in failures[1:]]
-        more = f" (ranks {', '.join(map(str, others))} failed too)" if others else ""
+        more = (f" (rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} "
+                "failed too)") if others else ""
         raise _error_class(cls)(f"rank {rank} of {self.size}: {msg}{more}")
 
     def _check(self, error: BaseException | None, digest: int) -> None:
@@ -490,6 +487,13 @@ class ParallelLibrary:
             local = {k: _rows_of(k, val, n, 0, n, k in ("x", "v", "a", "jerk", "snap",
                                                         "crackle"))
                      for k, val in args.items()}
+            for k, val in local.items():  # named by global position, whoever owns it
+                arr = None if val is None else np.asarray(val)
+                if arr is not None and arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                    bad = np.argwhere(~np.isfinite(arr))[0]
+                    where = (f" at position {int(bad[0])} (address {int(addr[bad[0]])})"
+                             if arr.ndim >= 1 and arr.shape[0] == n else "")
+                    raise InputError(f"{k}: non-finite value{where}")
             if mine.size == 0:
                 top[0] = hi + 1
                 return
@@ -553,6 +557,11 @@ class ParallelLibrary:
             if self.rows == 1:
                 xi, vi, ii, hi2, ai = x, v, index, h2, a
             else:
+                for name, val in (("x", xa), ("v", v), ("a", a), ("h2", h2)):
+                    arr = None if val is None else np.asarray(val)
+                    if arr is not None and arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                        row = int(np.argwhere(~np.isfinite(arr))[0][0]) if arr.ndim else 0
+                        raise InputError(f"{name}: non-finite value in row {row}")
                 xi = _rows_of("x", xa, ni, lo, hi, True)
                 vi = _rows_of("v", v, ni, lo, hi, True)
                 ii = _rows_of("index", index, ni, lo, hi, False)

@@ -1,0 +1,101 @@
+"""Run under mpiexec by test_parallel.py: errors on one rank end the call on every rank.
+
+usage: mpiexec -n P python mpi_errors.py MODE OUTDIR
+
+Caught modes write, on every rank, into OUTDIR/rank<r>.txt, ``CAUGHT rank <r> <call>
+<Class>: <message>`` for each failing call and then ``OK rank <r> <checksum>`` after a good
+force call (the ranks are still in step). Mode ``uncaught`` lets the error propagate: every
+rank must exit with it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+from sapporo.errors import BackendError, SapporoError
+from sapporo.parallel import ParallelLibrary
+from sapporo.reference import plummer
+
+WORLD = MPI.COMM_WORLD
+RANK = WORLD.rank
+N = 64
+
+
+class _LostDevice:
+    """Stands for a library whose device fails while computing."""
+
+    def __init__(self, lib):
+        self._lib = lib
+
+    def __getattr__(self, name):
+        return getattr(self._lib, name)
+
+    def start_compute(self, *args, **kwargs):
+        class Pending:
+            def result(self):
+                raise BackendError("device lost (simulated)")
+
+        return Pending()
+
+
+def say(line: str) -> None:
+    with open(f"{sys.argv[2]}/rank{RANK}.txt", "a") as fh:
+        fh.write(line + "\n")
+
+
+def attempt(what: str, fn) -> None:
+    try:
+        fn()
+    except SapporoError as exc:
+        say(f"CAUGHT rank {RANK} {what} {type(exc).__name__}: {exc}")
+    else:
+        say(f"NOERROR rank {RANK} {what}")
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    x, v, m = plummer(N, seed=1)
+    ids = np.arange(N)
+    one = 1  # the rank that goes wrong
+    if mode == "open":  # a device index that exists on no rank, given on one rank only
+        attempt("open", lambda: ParallelLibrary(order=4, devices=[99] if RANK == one else None))
+    pl = ParallelLibrary(decomposition="2d" if mode.endswith("2d") else "j", order=4,
+                         precision="double")
+    pl.set_j_particles(np.arange(N), ids, 0.0, m, x, v)
+    pl.set_time(0.0)
+    xi = x.copy()
+    if mode.startswith("nan"):
+        if RANK == one:
+            xi[3, 1] = np.nan
+        attempt("compute", lambda: pl.compute(xi, v, ids, 1e-4))
+    elif mode == "mismatch":
+        attempt("compute", lambda: pl.compute(x, v, ids, 1e-4 if RANK != one else 2e-4))
+        attempt("set_time", lambda: pl.set_time(0.0 if RANK != one else 0.5))
+    elif mode == "jnan":  # every rank passes it; only the owner of address 5 sees it
+        mm = m.copy()
+        mm[5] = np.inf
+        attempt("set_j", lambda: pl.set_j_particles(np.arange(N), ids, 0.0, mm, x, v))
+    elif mode == "shape":
+        attempt("set_j", lambda: pl.set_j_particles(np.arange(N), ids, 0.0, m, x[:-1], v))
+        attempt("compute", lambda: pl.compute(x, v[:-2], ids, 1e-4))
+    elif mode.startswith("lost"):
+        if RANK == one:
+            pl._lib = _LostDevice(pl._lib)
+        attempt("compute", lambda: pl.compute(x, v, ids, 1e-4))
+        if RANK == one:
+            pl._lib = pl._lib._lib
+    elif mode == "uncaught":
+        if RANK == one:
+            xi[0, 0] = np.inf
+        pl.compute(xi, v, ids, 1e-4)
+        say(f"UNREACHED rank {RANK}")
+    f = pl.compute(x, v, ids, 1e-4)
+    say(f"OK rank {RANK} {float(np.abs(f.acc).sum())!r}")
+    pl.close()
+
+
+if __name__ == "__main__":
+    main()
