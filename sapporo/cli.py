@@ -17,13 +17,16 @@ Conventions shared by every sub-command:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
 import re
 import shutil
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -261,6 +264,23 @@ def subcommand_parsers(parser: argparse.ArgumentParser | None = None
     return out
 
 
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops a command as Ctrl-C does (``sapporo run`` then saves its state)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``sapporo`` console script."""
     parser = build_parser()
@@ -280,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        with _sigterm_as_interrupt():
+            return int(args.func(args) or 0)
     except (InputError, ConfigError) as exc:  # a bad option or value: a usage error
         sys.stderr.write(f"sapporo {args.command}: error: {exc}\n")
         return 2
@@ -290,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # unwritable output, missing input, full disk, ...
         sys.stderr.write(f"sapporo {args.command}: error: {os_error_message(exc)}\n")
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM
         sys.stderr.write(f"sapporo {args.command}: interrupted\n")
         return 130
 

@@ -718,11 +718,19 @@ class HermiteIntegrator:
 
     @contextmanager
     def _deferred_sigint(self) -> Iterator[None]:
-        """While evolving, Ctrl-C only requests a stop; a second one interrupts at once."""
+        """While evolving, Ctrl-C only requests a stop; a second one interrupts at once.
+
+        Only Python's default SIGINT handler is replaced: a handler the application installed
+        (``sapporo run`` installs one for SIGINT and SIGTERM that calls :meth:`request_stop`)
+        stays in charge.
+        """
         if threading.current_thread() is not threading.main_thread():
             yield
             return
         previous = signal.getsignal(signal.SIGINT)
+        if previous is not signal.default_int_handler:
+            yield
+            return
 
         def handler(signum: int, frame: Any) -> None:
             if self._stop_requested:
