@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import hashlib
 import logging
 import os
+import shutil
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -113,6 +117,96 @@ def _request_pocl_companion() -> None:
     os.environ["POCL_DEVICES"] = "pthread basic"
     log.debug("POCL_DEVICES set to 'pthread basic' (companion device for small launches)")
 
+
+
+#: Free space PoCL's kernel cache needs before PoCL starts (below it a temporary cache is used)
+#: and before a build: LLVM writes its output there and aborts the whole process ("LLVM
+#: ERROR: IO failure on output stream", exit 134) when the disk is full.
+POCL_CACHE_MIN_BYTES = 64 << 20
+POCL_BUILD_MIN_BYTES = 8 << 20
+
+
+def _pocl_cache_dir() -> Path:
+    """PoCL's kernel cache folder: ``POCL_CACHE_DIR``, else ``$XDG_CACHE_HOME/pocl/kcache``."""
+    env = os.environ.get("POCL_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pocl" / "kcache"
+
+
+def _free_bytes(folder: Path) -> int | None:
+    """Free bytes on the file system of ``folder`` (of its nearest existing parent)."""
+    p = folder
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        st = os.statvfs(p)
+    except (OSError, AttributeError):
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _cache_problem(folder: Path, need: int) -> str | None:
+    """Why PoCL could not write its cache in ``folder`` (None: it can, as far as we see)."""
+    p = folder
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if p.exists() and not os.access(p, os.W_OK | os.X_OK):
+        return f"{p} is not writable"
+    free = _free_bytes(folder)
+    if free is not None and free < need:
+        return f"only {free / 2**20:.1f} MiB free (a kernel build needs {need / 2**20:.0f} MiB)"
+    return None
+
+
+def _ensure_pocl_cache() -> None:
+    """Before PoCL starts: give it a kernel cache folder with room.
+
+    When the folder PoCL would use has too little space (or cannot be written), a temporary
+    folder is used instead (``POCL_CACHE_DIR`` is set, a warning logged, the folder removed
+    at exit).
+
+    Raises
+    ------
+    BackendError
+        When the temporary folder has no room either.
+    """
+    folder = _pocl_cache_dir()
+    problem = _cache_problem(folder, POCL_CACHE_MIN_BYTES)
+    if problem is None or not _pocl_present():
+        return
+    try:
+        tmp = tempfile.mkdtemp(prefix="sapporo-pocl-cache-")
+    except OSError as exc:
+        tmp_problem = f"cannot create a temporary folder ({exc.strerror or exc})"
+    else:
+        tmp_problem = _cache_problem(Path(tmp), POCL_CACHE_MIN_BYTES)
+        if tmp_problem is None:
+            os.environ["POCL_CACHE_DIR"] = tmp
+            atexit.register(shutil.rmtree, tmp, True)
+            log.warning("PoCL's kernel cache %s: %s; using the temporary cache %s for this "
+                        "process", folder, problem, tmp)
+            return
+        shutil.rmtree(tmp, ignore_errors=True)
+    raise BackendError(
+        f"PoCL's kernel cache {folder}: {problem}, and the temporary folder "
+        f"({tempfile.gettempdir()}) has no room either: {tmp_problem}. Free some space or "
+        "set POCL_CACHE_DIR to a folder with room"
+    )
+
+
+def _pocl_present() -> bool:
+    """Whether a PoCL can be loaded: a system one, or the ``pocl-binary-distribution`` wheel."""
+    import importlib.util
+
+    return _system_pocl_installed() or importlib.util.find_spec(
+        "pocl_binary_distribution") is not None
+
+
+def _is_pocl(info: DeviceInfo) -> bool:
+    text = f"{info.platform} {info.vendor} {info.driver_version}".lower()
+    return "pocl" in text or "portable computing language" in text
 
 
 try:  # imported lazily by sapporo.backend; failing here only disables this backend
@@ -326,6 +420,11 @@ class CLContext(Context):
             self._programs[fast_key] = self._programs[key]
             return self._programs[key]
         log.debug("building %s with %s on %s", source_name, options, self.info.name)
+        if _is_pocl(self.info):  # refuse rather than let LLVM abort the process
+            problem = _cache_problem(_pocl_cache_dir(), POCL_BUILD_MIN_BYTES)
+            if problem is not None:
+                raise BackendError(f"cannot build {source_name} on {self.info.name}: PoCL's "
+                                   f"kernel cache {_pocl_cache_dir()}: {problem}")
         try:
             program = cl.Program(self.cl_context, source).build(
                 options=options, devices=[self._companion if small else self._device])
@@ -436,6 +535,12 @@ class OpenCLBackend(Backend):
         found: list[tuple[DeviceInfo, Any]] = []
         self._companions: dict[int, Any] = {}
         _request_pocl_companion()
+        try:
+            _ensure_pocl_cache()
+        except BackendError as exc:
+            self.reason = str(exc)
+            self._devices = []
+            return self._devices
         try:
             platforms = cl.get_platforms()
         except cl.Error as exc:
