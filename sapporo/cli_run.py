@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from . import config
+from . import config, parallel
 from .cli import add_device_options, ensure_writable_dir, os_error_message
 from .errors import ConfigError, InputError
 from .hermite import CRITERIA, DT_MAX, DT_MIN, HermiteIntegrator, default_eta
@@ -115,6 +115,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--precision", default=None,
                    help=f"force precision: double or double-single (default {DEFAULT_PRECISION})")
     add_device_options(g)
+    g.add_argument("--decomposition", default=None, choices=("j", "2d", "auto"),
+                   help="under mpiexec: how the ranks share the forces, j-particles over ranks "
+                        "(j), a rows x columns grid (2d) or chosen by the rank count (auto, "
+                        "the default; SAPPORO_DECOMPOSITION); see docs/parallel.md")
     g = p.add_argument_group("output")
     g.add_argument("--out", default="sapporo-run", help="output directory (default sapporo-run)")
     g.add_argument("--resume", default=None, metavar="SNAPSHOT",
@@ -301,7 +305,7 @@ class _Progress:
         line = (
             f"[{bar}] t = {integrator.time:.4f}/{self.t_end:g}  "
             f"{rate:7.0f} blocks/s  dE/E = {self.energy_error:.2e}  {elapsed:6.1f} s  "
-            f"{self.eta(integrator.time, elapsed)}"
+            f"{self.eta(integrator.time, elapsed)}{parallel.progress_note(integrator.lib)}"
         )
         if self.tty:
             pad = max(0, self.width - len(line))
@@ -548,6 +552,8 @@ def _check_resume_folder(out: Path, snap: Snapshot, path: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the simulation; 0 on success, 1 when an output file could not be written, 2 for bad
     parameters, 130 after Ctrl-C or SIGTERM."""
+    if parallel.under_mpi():  # one of several ranks of mpiexec: rank 0 writes and talks
+        return parallel.run_cli(args, _run, "sapporo run")
     err = sys.stderr
     try:
         return _run(args)
@@ -595,7 +601,8 @@ def _run(args: argparse.Namespace) -> int:
     need = _output_bytes(n, t_start, t_end, log_every, args.snapshot_every, not args.no_plots)
     ensure_writable_dir(out, "--out", need_bytes=need)  # before the work, not after it
 
-    lib_opts: dict[str, Any] = {"backend": backend, "devices": devices}
+    lib_opts: dict[str, Any] = {"backend": backend, "devices": devices,
+                                **parallel.library_options(args)}
     if snap is not None:
         if args.precision is not None:
             lib_opts["precision"] = args.precision
@@ -824,6 +831,7 @@ def _finish(args: argparse.Namespace, integ: HermiteIntegrator, meta: dict[str, 
         "resumed_from": args.resume, "interrupted": interrupted,
         "total_steps": c1["steps"], "total_block_steps": c1["block_steps"],
         "snapshot": final, "snapshots": snapshots, "write_errors": list(write_errors),
+        **parallel.run_report(integ.lib),
     }
     try:
         write_text_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from . import validate
 from .errors import InputError, SapporoError
 from .snapshot import Snapshot
 
@@ -351,16 +352,6 @@ def _is_pow2(x: float) -> bool:
     return x > 0.0 and math.isfinite(x) and math.frexp(x)[0] == 0.5
 
 
-def _check_positive(name: str, value: object) -> float:
-    try:
-        f = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise InputError(f"{name} must be a number, got {value!r}") from None
-    if not (math.isfinite(f) and f > 0.0):
-        raise InputError(f"{name} must be finite and > 0, got {value!r}")
-    return f
-
-
 class HermiteIntegrator:
     """Block-time-step Hermite integrator (4th or 6th order) on a :class:`sapporo.Library`.
 
@@ -369,7 +360,9 @@ class HermiteIntegrator:
     lib_or_options : Library, dict or None
         An open library (its order must equal ``order``; it stays open after
         :meth:`close`), or keyword options for a new one (``precision``, ``backend``,
-        ``devices``, ...), which the integrator owns and closes.
+        ``devices``, ...), which the integrator owns and closes; the option
+        ``library_factory`` (a callable taking the other options, default
+        :class:`~sapporo.Library`) makes it, e.g. a :class:`sapporo.parallel.ParallelLibrary`.
     x, v : array_like, shape (n, 3)
         Initial positions and velocities.
     m : array_like, shape (n,)
@@ -452,18 +445,12 @@ class HermiteIntegrator:
                 f"criterion must be one of {', '.join(CRITERIA)}, got {criterion!r}"
             )
         self.criterion = crit
-        self.eta = default_eta(crit, self.order) if eta is None else _check_positive("eta", eta)
-        self.eta4 = _check_positive("eta4", eta4)
-        self.eta_s = _check_positive("eta_s", eta_s)
-        try:
-            eps2_f = float(eps2)
-        except (TypeError, ValueError):
-            raise InputError(f"eps2 must be a number, got {eps2!r}") from None
-        if not (math.isfinite(eps2_f) and eps2_f >= 0.0):
-            raise InputError(f"eps2 must be finite and >= 0, got {eps2!r}")
-        self.eps2 = eps2_f
-        self.dt_min = _check_positive("dt_min", dt_min)
-        self.dt_max = _check_positive("dt_max", dt_max)
+        self.eta = default_eta(crit, self.order) if eta is None else validate.positive("eta", eta)
+        self.eta4 = validate.positive("eta4", eta4)
+        self.eta_s = validate.positive("eta_s", eta_s)
+        self.eps2 = validate.scalar("eps2", eps2, nonneg=True)
+        self.dt_min = validate.positive("dt_min", dt_min)
+        self.dt_max = validate.positive("dt_max", dt_max)
         for name, value in (("dt_min", self.dt_min), ("dt_max", self.dt_max)):
             if not _is_pow2(value):
                 raise InputError(f"{name} must be a power of two (e.g. 2**-3), got {value!r}")
@@ -483,45 +470,21 @@ class HermiteIntegrator:
         self.force_noise = f
 
     def _set_particles(self, x: Any, v: Any, m: Any, ids: Any) -> None:
-        def vectors(name: str, value: Any, n: int | None) -> np.ndarray:
+        for name, value in (("x", x), ("v", v), ("m", m)):
             if value is None:
-                raise InputError(f"{name} is required")
-            arr = np.asarray(value)
-            if arr.dtype.kind not in "biuf":
-                raise InputError(f"{name} must be a real array, got dtype {arr.dtype}")
-            if arr.ndim != 2 or arr.shape[1] != 3 or (n is not None and arr.shape[0] != n):
-                want = "(n, 3)" if n is None else f"({n}, 3)"
-                raise InputError(f"{name} must have shape {want}, got {arr.shape}")
-            arr = np.array(arr, dtype=np.float64)
-            if not np.all(np.isfinite(arr)):
-                bad = int(np.flatnonzero(~np.isfinite(arr).all(axis=1))[0])
-                raise InputError(f"{name} is not finite (particle {bad})")
-            return arr
-
-        self.x = vectors("x", x, None)
+                raise InputError(f"{name}: required")
+        self.x = validate.vec3("x", x, None, limit=validate.COORD_LIMIT).copy()
         n = self.x.shape[0]
         if n < 1:
-            raise InputError("x must hold at least one particle")
-        self.v = vectors("v", v, n)
-        if m is None:
-            raise InputError("m is required")
-        m_arr = np.asarray(m)
-        if m_arr.dtype.kind not in "biuf" or m_arr.shape != (n,):
-            raise InputError(f"m must be a real array of shape ({n},), got {m_arr.shape}")
-        self.m = np.array(m_arr, dtype=np.float64)
-        if not np.all(np.isfinite(self.m)) or np.any(self.m < 0.0):
-            raise InputError("m must be finite and >= 0")
+            raise InputError("x: at least one particle is needed")
+        self.v = validate.vec3("v", v, n).copy()
+        self.m = validate.scalars("m", m, n, nonneg=True).copy()
         if ids is None:
             self.ids = np.arange(n, dtype=np.int64)
         else:
-            ids_arr = np.asarray(ids)
-            if ids_arr.dtype.kind not in "iu" or ids_arr.shape != (n,):
-                raise InputError(f"ids must be an integer array of shape ({n},)")
-            self.ids = ids_arr.astype(np.int64)
-            if np.any(self.ids < 0) or np.any(self.ids >= _MAX_ID):
-                raise InputError("ids must lie in [0, 2**31)")
+            self.ids = validate.ints("ids", ids, n, 0, _MAX_ID - 1).copy()
             if np.unique(self.ids).size != n:
-                raise InputError("ids must be distinct")
+                raise InputError("ids: must be distinct")
         self.n = n
         self._addr = np.arange(n, dtype=np.int64)
 
@@ -548,7 +511,8 @@ class HermiteIntegrator:
                 )
             from . import Library
 
-            self.lib = Library(**opts)
+            factory = opts.pop("library_factory", None) or Library
+            self.lib = factory(**opts)
             self._owns_lib = True
         else:
             lib = lib_or_options

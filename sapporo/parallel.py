@@ -37,8 +37,6 @@ import math
 import os
 import time
 import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -142,6 +140,12 @@ def _count(name: str, value: Any, hi: int) -> int:
         raise InputError(f"{name}: expected an integer in [0, {hi}] (addresses stored), "
                          f"got {value!r}")
     return int(f)
+
+
+def _everywhere(exc: SapporoError) -> SapporoError:
+    """Mark ``exc`` as raised on every rank alike (``exc.all_ranks``)."""
+    exc.all_ranks = True  # type: ignore[attr-defined]
+    return exc
 
 
 def _error_class(name: str) -> type[SapporoError]:
@@ -325,11 +329,11 @@ class ParallelLibrary:
         """Raise, on every rank alike, the error of the first failing rank."""
         rank, cls, msg = failures[0]
         if len(failures) == self.size and all(f[1:] == (cls, msg) for f in failures):
-            raise _error_class(cls)(f"on every rank: {msg}")
+            raise _everywhere(_error_class(cls)(f"on every rank: {msg}"))
         others = [r for r, _, _ in failures[1:]]
         more = (f" (rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} "
                 "failed too)") if others else ""
-        raise _error_class(cls)(f"rank {rank} of {self.size}: {msg}{more}")
+        raise _everywhere(_error_class(cls)(f"rank {rank} of {self.size}: {msg}{more}"))
 
     def _check(self, error: BaseException | None, digest: int) -> None:
         """Collective: raise on every rank when a rank failed or the arguments differ."""
@@ -340,8 +344,9 @@ class ParallelLibrary:
             self._gather_errors(error)
         if (every[:, 1] != every[0, 1]).any():
             bad = int(np.flatnonzero(every[:, 1] != every[0, 1])[0])
-            raise InputError(f"the ranks passed different arguments (rank {bad} differs from "
-                             "rank 0): every rank must make the same calls (SPMD)")
+            raise _everywhere(InputError(
+                f"the ranks passed different arguments (rank {bad} differs from rank 0): "
+                "every rank must make the same calls (SPMD)"))
 
     def _gather_errors(self, error: BaseException | None) -> None:
         """Collective, once some rank failed: exchange the messages and raise."""
@@ -695,9 +700,9 @@ class ParallelLibrary:
         finite = np.isfinite(np.hstack(checked)).all(axis=1)
         if not finite.all():
             bad = np.flatnonzero(~finite)
-            raise NonFiniteError(
+            raise _everywhere(NonFiniteError(
                 f"non-finite force on i-particle {int(bad[0])} and {bad.size - 1} other(s) "
-                "after summing the ranks' partial forces (overflow?)")
+                "after summing the ranks' partial forces (overflow?)"))
         counts = full[:, c].astype(np.int64) if ngb else None
         return ForceResult(
             acc=acc, jerk=jerk, snap=snap, pot=pot, nn_index=full[:, 5].astype(np.int64),
@@ -715,43 +720,101 @@ def under_mpi() -> bool:
     return launcher_size() > 1
 
 
-def cli_library_factory(decomposition: str | None = None) -> Any:
-    """A factory for :class:`ParallelLibrary` with the command line's decomposition
-    (``SAPPORO_DECOMPOSITION``, else ``"auto"``)."""
-    choice = decomposition or os.environ.get("SAPPORO_DECOMPOSITION", "").strip() or "auto"
-
-    def factory(**kwargs: Any) -> ParallelLibrary:
-        return ParallelLibrary(decomposition=choice, **kwargs)
-
-    return factory
+def _all_ranks(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised on every rank alike (by a collective check)."""
+    return bool(getattr(exc, "all_ranks", False))
 
 
-def rank() -> int:
-    """This process's rank in ``MPI.COMM_WORLD`` (0 outside a launcher)."""
-    if not under_mpi():
-        return 0
-    return _mpi().COMM_WORLD.Get_rank()
+class CliSession:
+    """One run of a command under ``mpiexec`` (see :func:`run_cli`)."""
+
+    def __init__(self, name: str, decomposition: str | None):
+        MPI = _mpi()
+        self.world = MPI.COMM_WORLD
+        self.rank = self.world.Get_rank()
+        self.name = name
+        self.decomposition = (decomposition or os.environ.get("SAPPORO_DECOMPOSITION", "")
+                              .strip() or "auto")
+        self.met = False  # this rank took part in the meeting before the library opens
+
+    def _meet(self, failed: bool) -> list[bool]:
+        """Collective on the world: which ranks failed before opening the library."""
+        self.met = True
+        return self.world.allgather(failed)
+
+    def factory(self, **kwargs: Any) -> ParallelLibrary:
+        """Make the run's :class:`ParallelLibrary` once every rank got this far."""
+        failed = self._meet(False)
+        if any(failed):
+            exc = SapporoError(f"rank {failed.index(True)} failed before the library opened")
+            exc.all_ranks = True  # type: ignore[attr-defined]
+            raise exc
+        return ParallelLibrary(decomposition=self.decomposition, **kwargs)
 
 
-@contextmanager
-def cli_outputs(args: Any) -> Iterator[bool]:
-    """For ``sapporo run`` under a launcher: rank 0 writes ``--out`` and talks; the other
-    ranks integrate the same way but write into a private temporary folder (removed at the
-    end) and stay quiet. Yields whether this rank is rank 0."""
-    if not under_mpi() or rank() == 0:
-        yield True
-        return
+def library_options(args: Any) -> dict[str, Any]:
+    """Options a command adds to its library's under ``mpiexec`` (``{}`` otherwise): the
+    :class:`ParallelLibrary` factory of the session :func:`run_cli` started."""
+    session = getattr(args, "_mpi_session", None)
+    return {} if session is None else {"library_factory": session.factory}
+
+
+def run_cli(args: Any, body: Any, name: str) -> int:
+    """Run ``body(args)`` on every rank of ``mpiexec``: rank 0 writes ``args.out`` and
+    talks; the other ranks compute the same and write into a private temporary folder,
+    removed at the end (with ``SAPPORO_RANK_OUTPUT=1``: into ``<out>.rank<r>``, kept).
+
+    Errors: raised on every rank alike, rank 0 reports them; one rank's failure before the
+    library opens ends the run on every rank; any other failure of a single rank aborts the
+    job (``MPI_Abort``) after its message, so no rank waits forever.
+
+    Returns the exit status (2 for bad input, 1 for other errors)."""
+    import sys
     import tempfile
+    import traceback
 
-    with tempfile.TemporaryDirectory(prefix=f"sapporo-rank{rank()}-") as tmp:
-        args.out = tmp
-        args.quiet = True
-        args.no_plots = True
-        yield False
+    session = CliSession(name, getattr(args, "decomposition", None))
+    args._mpi_session = session
+    root = session.rank == 0
+    err = sys.stderr
+    tmp = None
+    if not root:
+        if os.environ.get("SAPPORO_RANK_OUTPUT", "0").strip() not in ("", "0", "no", "false"):
+            args.out = f"{args.out}.rank{session.rank}"  # kept, to compare the ranks' runs
+        else:
+            tmp = tempfile.TemporaryDirectory(prefix=f"sapporo-rank{session.rank}-")
+            args.out = tmp.name
+        args.quiet, args.no_plots = True, True
+    try:
+        return int(body(args) or 0)
+    except Exception as exc:
+        code = 2 if isinstance(exc, (InputError, ConfigError)) else 1
+        text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, SapporoError) else str(exc)
+        if not session.met:  # failed before the library: tell the others, who wait there
+            failed = session._meet(True)
+            if root or not failed[0]:
+                err.write(f"{name}: error" + (f" on rank {session.rank}" if not root else "")
+                          + f": {text}\n")
+            return code
+        if _all_ranks(exc):
+            if root:
+                err.write(f"{name}: error: {text}\n")
+            return code
+        err.write(f"{name}: error on rank {session.rank} of {session.world.Get_size()}: "
+                  f"{text}\n")
+        if not isinstance(exc, (SapporoError, OSError)):
+            traceback.print_exc(file=err)
+        err.write(f"{name}: aborting every rank\n")
+        err.flush()
+        session.world.Abort(code)
+        return code  # pragma: no cover - Abort does not return
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
 
 
 def run_report(lib: Any) -> dict[str, Any]:
-    """The parallel part of ``sapporo run``'s summary ({} for a one-process library)."""
+    """The parallel part of ``sapporo run``'s summary (``{}`` for a one-process library)."""
     if not isinstance(lib, ParallelLibrary):
         return {}
     return {"mpi_ranks": lib.size, "decomposition": lib.decomposition,
@@ -760,7 +823,7 @@ def run_report(lib: Any) -> dict[str, Any]:
 
 
 def progress_note(lib: Any) -> str:
-    """The parallel part of ``sapporo run``'s progress line ("" for one process)."""
+    """The parallel part of ``sapporo run``'s progress line (``""`` for one process)."""
     if not isinstance(lib, ParallelLibrary):
         return ""
-    return f"  P = {lib.size} ({lib.decomposition})  comm {lib.comm_seconds:6.1f} s"
+    return f"  P = {lib.size} ({lib.decomposition}), comm {lib.comm_seconds:.1f} s"
