@@ -32,7 +32,7 @@ from typing import NoReturn
 
 from .errors import ConfigError, InputError, SapporoError
 
-COMMANDS = ("info", "run", "bench", "tune", "accuracy", "capi")
+COMMANDS = ("info", "run", "bench", "tune", "accuracy", "capi", "pm")
 
 
 def int_list(text: str, what: str) -> list[int]:

@@ -1,0 +1,58 @@
+"""``sapporo pm`` at a tiny size."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from sapporo.cli import main
+
+
+@pytest.mark.parametrize("model,extra", [("plummer", []), ("disk", ["--solver", "multigrid"]),
+                                         ("uniform", ["--window", "tsc"])])
+def test_pm_command(backend, tmp_path, capsys, model, extra) -> None:
+    out = tmp_path / "run"
+    code = main(["pm", "--ic", model, "--n", "600", "--grid", "16", "--t-end", "0.06",
+                 "--dt", "0.02", "--snapshots", "2", "--backend", backend, "--out", str(out),
+                 *extra])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "step 3/3" in text and "energy error" in text
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 3 and summary["status"] == "completed"
+    assert summary["boundary"] == ("periodic" if model == "uniform" else "isolated")
+    assert set(summary["seconds_per_step"]) == {"assignment", "poisson", "gradient",
+                                                "interpolation", "update"}
+    assert all(t > 0 for t in summary["seconds_per_step"].values())
+    e = summary["energy"]
+    assert e["relative_error_final"] == pytest.approx(
+        (e["final"] - e["initial"]) / abs(e["initial"]))
+    assert abs(e["relative_error_final"]) < 0.05  # three short steps; the sign of a bug
+    assert summary["snapshots"] == ["snapshots/snap_0000.npz", "snapshots/snap_0001.npz"]
+    last = np.load(out / summary["snapshots"][-1])
+    assert last["x"].shape == (600, 3) and float(last["t"]) == pytest.approx(0.06)
+    for plot in summary["plots"]:
+        assert (out / plot).stat().st_size > 0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--n", "0"], "--n"),
+    (["--grid", "1"], "--grid"),
+    (["--t-end", "-1"], "--t-end"),
+    (["--dt", "0"], "--dt"),
+    (["--ic", "uniform", "--solver", "multigrid"], "multigrid"),
+    (["--solver", "multigrid", "--grid", "36"], "multigrid"),
+    (["--grid", "8", "--window", "tsc", "--stencil", "4", "--n", "100"], "enlarge --box"),
+])
+def test_pm_usage_errors(tmp_path, capsys, args, message) -> None:
+    code = main(["pm", "--out", str(tmp_path / "o"), "--t-end", "0.01", *args])
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_pm_bad_choice_exits_2(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["pm", "--ic", "hernquist"])
+    assert exc.value.code == 2
