@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import config
+from .backend import capabilities
 from .backend.base import DeviceInfo
 from .errors import ConfigError
 
@@ -173,12 +174,15 @@ def check_table(table: LaunchTable, info: DeviceInfo, order: int, precision: str
                 f"launch configuration {cfg} needs {need} bytes of local memory, "
                 f"{info.name} has {info.local_mem_size}"
             )
-        if cfg.jv and info.backend != "opencl":
-            raise ConfigError(f"launch configuration {cfg}: jv exists only in the OpenCL "
-                              "kernels")
-        if cfg.w not in (1, 2, 4) and info.backend == "cuda":
-            raise ConfigError(f"launch configuration {cfg}: w must be 1, 2 or 4 on CUDA "
-                              "(i-particles per thread)")
+        caps = capabilities(info.backend)
+        if cfg.jv and not caps.jv:
+            raise ConfigError(f"launch configuration {cfg}: the {info.backend} kernels have "
+                              "no jv variant")
+        if cfg.w not in caps.widths:
+            raise ConfigError(
+                f"launch configuration {cfg}: w must be one of "
+                f"{', '.join(map(str, caps.widths))} on {info.backend} (i-particles per "
+                "work-item)")
         if cfg.li * cfg.lj > info.max_work_group_size:
             raise ConfigError(
                 f"launch configuration {cfg} has {cfg.li * cfg.lj} work-items per group, "

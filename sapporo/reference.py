@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import validate
 from .errors import InputError
 
 __all__ = [
@@ -49,48 +50,26 @@ _NO_ID = np.iinfo(np.int64).max
 # --------------------------------------------------------------------------- validation
 
 
+# The checks are those of the library (sapporo.validate): the same messages, and the same
+# refusals (non-finite values, complex numbers, text, booleans, ragged lists).
+
+
 def _vectors(name: str, value: object, n: int | None = None) -> np.ndarray:
-    """Check that ``value`` is a real (n, 3) array and return it as float64."""
-    arr = np.asarray(value)
-    if arr.dtype.kind not in "biuf":
-        raise InputError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
-    if arr.ndim != 2 or arr.shape[1] != 3:
-        raise InputError(f"{name} must have shape (n, 3), got {arr.shape}")
-    if n is not None and arr.shape[0] != n:
-        raise InputError(f"{name} must have {n} rows, got {arr.shape[0]}")
-    return arr.astype(np.float64)
+    """A finite real (n, 3) array as float64 (a copy)."""
+    return validate.vec3(name, value, n).copy()
 
 
 def _scalars(name: str, value: object, n: int) -> np.ndarray:
-    """Check that ``value`` is a real (n,) array and return it as float64."""
-    arr = np.asarray(value)
-    if arr.dtype.kind not in "biuf":
-        raise InputError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
-    if arr.shape != (n,):
-        raise InputError(f"{name} must have shape ({n},), got {arr.shape}")
-    return arr.astype(np.float64)
+    """A finite real (n,) array (or one number for all) as float64."""
+    return validate.scalars(name, value, n).copy()
 
 
 def _ids(name: str, value: object, n: int) -> np.ndarray:
-    """Check that ``value`` is an integer (n,) array and return it as int64."""
-    arr = np.asarray(value)
-    if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
-        raise InputError(f"{name} must be an integer array, got dtype {arr.dtype}")
-    if arr.shape != (n,):
-        raise InputError(f"{name} must have shape ({n},), got {arr.shape}")
-    return arr.astype(np.int64)
+    """An integer (n,) array as int64."""
+    return validate.ints(name, value, n, -(2**63), 2**63 - 1).copy()
 
 
-def _scalar_or_per_particle(name: str, value: object, n: int) -> np.ndarray:
-    """Check that ``value`` is a real scalar or (n,) array; return it broadcast to (n,)."""
-    arr = np.asarray(value)
-    if arr.dtype.kind not in "biuf":
-        raise InputError(f"{name} must be real, got dtype {arr.dtype}")
-    if arr.ndim == 0:
-        return np.full(n, float(arr), dtype=np.float64)
-    if arr.shape != (n,):
-        raise InputError(f"{name} must be a scalar or have shape ({n},), got {arr.shape}")
-    return arr.astype(np.float64)
+_scalar_or_per_particle = _scalars
 
 
 # --------------------------------------------------------------------------- prediction

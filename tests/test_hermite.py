@@ -232,13 +232,13 @@ def test_bad_initial_conditions():
     lib = PolynomialLibrary(4, np.zeros((1, 3)))
     bad = x.copy()
     bad[3, 1] = np.nan
-    with pytest.raises(InputError, match=r"x is not finite \(particle 3\)"):
+    with pytest.raises(InputError, match=r"^x: non-finite value in row 3"):
         HermiteIntegrator(lib, bad, v, m)
-    with pytest.raises(InputError, match="v must have shape"):
+    with pytest.raises(InputError, match="^v: expected 8 rows"):
         HermiteIntegrator(lib, x, v[:5], m)
-    with pytest.raises(InputError, match="m must be finite"):
+    with pytest.raises(InputError, match="^m: negative value"):
         HermiteIntegrator(lib, x, v, -m)
-    with pytest.raises(InputError, match="ids must be distinct"):
+    with pytest.raises(InputError, match="^ids: must be distinct"):
         HermiteIntegrator(lib, x, v, m, ids=np.zeros(8, dtype=int))
     with pytest.raises(InputError, match="library has order 4"):
         HermiteIntegrator(lib, x, v, m, order=6)

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 import sapporo
+import sapporo.device
+import sapporo.layout
 from sapporo import library as L
 from sapporo import reference as ref
 
@@ -372,7 +374,8 @@ def test_addresses_up_to_the_device_memory(make_lib, monkeypatch):
     lib = make_lib(4, "double", fresh=True)
     try:
         mem = min(d.info.global_mem_size for d in lib._devs)
-        assert lib.max_address == min(L.MAX_ADDRESS, int(0.8 * mem * lib.ndev) // L.J_BYTES - 1)
+        assert lib.max_address == min(
+            L.MAX_ADDRESS, int(0.8 * mem * lib.ndev) // sapporo.device.J_BYTES - 1)
         # A device that holds 3000 j-particles (as if its memory were that small).
         monkeypatch.setattr(L.Library, "_j_capacity", lambda self: 3000)
         assert lib.max_address == 2999
@@ -419,13 +422,13 @@ def test_reset_then_sparse_addresses(make_lib):
 def test_only_changed_addresses_travel(make_lib, monkeypatch):
     """After the first upload, a call sends just the addresses set since the last one."""
     sent: list[int] = []
-    upload = L._Device.upload_j
+    upload = sapporo.device.Device.upload_j
 
-    def counted(self, local_addr, raw, ids):
+    def counted(self, local_addr, raw, ids, terms):
         sent.append(int(local_addr.size))
-        return upload(self, local_addr, raw, ids)
+        return upload(self, local_addr, raw, ids, terms)
 
-    monkeypatch.setattr(L._Device, "upload_j", counted)
+    monkeypatch.setattr(sapporo.device.Device, "upload_j", counted)
     lib = make_lib(4, "double", fresh=True)
     try:
         x, v, m, ids, _, _ = system(3000, seed=59)
@@ -452,7 +455,8 @@ def test_only_changed_addresses_travel(make_lib, monkeypatch):
 def test_nearest_neighbour_ties_across_parts(backend, monkeypatch, precision):
     """Equidistant j-particles in different parts of the j-range: the lower id wins when the
     parts are merged, on the host and by the reduce kernel, whichever part holds it."""
-    import sapporo.library
+    import sapporo.device
+    import sapporo.layout
     from sapporo.launch import NI_CHUNK, LaunchTable
 
     n = 700
@@ -464,8 +468,8 @@ def test_nearest_neighbour_ties_across_parts(backend, monkeypatch, precision):
     for low_first in (True, False):
         ids[3], ids[690] = (10, 20) if low_first else (20, 10)
         for limit in (1 << 16, 0):  # host merge, then always the reduce kernel
-            monkeypatch.setattr(sapporo.library, "HOST_REDUCE_MAX", limit)
-            monkeypatch.setattr(sapporo.library, "GPU_HOST_REDUCE_MAX", limit)
+            monkeypatch.setattr(sapporo.device, "HOST_REDUCE_MAX", limit)
+            monkeypatch.setattr(sapporo.device, "GPU_HOST_REDUCE_MAX", limit)
             with sapporo.Library(order=2, precision=precision, backend=backend) as lib:
                 lib.set_j_particles(np.arange(n), ids, 0.0, np.ones(n), xj, np.zeros((n, 3)))
                 cfg = lib.launch_tables()[0].for_ni(1)
@@ -586,7 +590,7 @@ def test_finiteness_checks_small_and_large_arrays(make_lib):
     """Inputs are checked by one sum (Python floats up to 48 values, numpy above); a sum
     that is not finite looks at the elements: an overflowing sum of finite values passes,
     opposite infinities (a NaN sum) do not."""
-    from sapporo.library import _all_finite
+    from sapporo.validate import all_finite as _all_finite
 
     for n in (1, 16, 17, 1000):
         arr = np.ones((n, 3))
@@ -601,12 +605,12 @@ def test_finiteness_checks_small_and_large_arrays(make_lib):
         arr[-1, 2] = -np.inf
         assert not _all_finite(arr)
     lib = make_lib(4, "double")
-    big = np.full((20, 3), 1e308)
-    lib.set_j_particles(np.arange(20), np.arange(20), 0.0, np.ones(20), big, np.zeros((20, 3)))
+    big = np.full((20, 3), 1e308)  # velocities may be huge (positions may not: r^2 overflows)
+    lib.set_j_particles(np.arange(20), np.arange(20), 0.0, np.ones(20), np.zeros((20, 3)), big)
     big[13, 1] = np.nan
-    with pytest.raises(sapporo.InputError, match="^x: non-finite value in row 13"):
-        lib.set_j_particles(np.arange(20), np.arange(20), 0.0, np.ones(20), big,
-                            np.zeros((20, 3)))
+    with pytest.raises(sapporo.InputError, match="^v: non-finite value in row 13"):
+        lib.set_j_particles(np.arange(20), np.arange(20), 0.0, np.ones(20), np.zeros((20, 3)),
+                            big)
     ids = np.arange(100)
     ids[57] = 2**31
     with pytest.raises(sapporo.InputError, match="^index: value 2147483648 outside"):
@@ -884,7 +888,8 @@ def test_combine_parts_matches_the_lane_tree_order(nparts, n):
     lower id, -1 when no part has one; and within float64 rounding of an exact sum."""
     from fractions import Fraction
 
-    from sapporo.library import NCO, OC_NNID, OC_NNR2, _combine_parts
+    from sapporo.device import combine_parts as _combine_parts
+    from sapporo.layout import NCO, OC_NNID, OC_NNR2
 
     rng = np.random.default_rng(5 + n + nparts)
     parts = rng.normal(size=(nparts, NCO, n)) * 10.0 ** rng.integers(-3, 4, size=(nparts, 1, 1))
@@ -909,7 +914,8 @@ def test_combine_parts_matches_the_lane_tree_order(nparts, n):
 
 
 def test_combine_parts_single_particle_without_neighbour():
-    from sapporo.library import NCO, OC_NNID, OC_NNR2, _combine_parts
+    from sapporo.device import combine_parts as _combine_parts
+    from sapporo.layout import NCO, OC_NNID, OC_NNR2
 
     parts = np.zeros((3, NCO, 1))
     parts[:, OC_NNR2], parts[:, OC_NNID] = np.inf, -1.0
@@ -941,15 +947,16 @@ def test_device_reduce_matches_host_merge(backend, monkeypatch, many):
     ones) follow the same rule in the same order: the same bits, nearest neighbours too.
     "many-parts": a launch table that cuts the j-range into more parts than the reduce
     kernel has lanes (each lane sums several parts before the tree)."""
-    import sapporo.library
+    import sapporo.device
+    import sapporo.layout
     from sapporo.launch import NI_CHUNK, LaunchTable
 
     n = 700
     x, v, m, ids, _, _ = system(n, seed=47)
     out = []
     for limit in (1 << 16, 0):  # 0: always the reduce kernel
-        monkeypatch.setattr(sapporo.library, "HOST_REDUCE_MAX", limit)
-        monkeypatch.setattr(sapporo.library, "GPU_HOST_REDUCE_MAX", limit)
+        monkeypatch.setattr(sapporo.device, "HOST_REDUCE_MAX", limit)
+        monkeypatch.setattr(sapporo.device, "GPU_HOST_REDUCE_MAX", limit)
         with sapporo.Library(order=4, precision="double", backend=backend) as lib:
             load(lib, x, v, m, ids)
             if many:
@@ -959,7 +966,7 @@ def test_device_reduce_matches_host_merge(backend, monkeypatch, many):
             res = lib.compute(x[:20], v[:20], ids[:20], 0.0)
             plan = next(iter(lib._devs[0]._plans.values()))
             assert (plan.reduce is not None) == (limit == 0)
-            assert plan.nparts > (sapporo.library.REDUCE_LANES if many else 1), plan.nparts
+            assert plan.nparts > (sapporo.layout.REDUCE_LANES if many else 1), plan.nparts
             out.append(res)
     a, b = out
     assert np.array_equal(a.acc, b.acc) and np.array_equal(a.jerk, b.jerk)

@@ -532,7 +532,7 @@ def _call(**over):
         ("vi", {"vi": X4}),
         ("vi", {"vi": None}),
         ("index_i", {"index_i": np.arange(4)}),
-        ("index_i", {"index_i": np.zeros(5)}),
+        ("index_i", {"index_i": np.full(5, 0.5)}),
         ("xj", {"xj": np.zeros((4, 4))}),
         ("vj", {"vj": X5}),
         ("vj", {"vj": None}),

@@ -12,12 +12,24 @@ from dataclasses import dataclass
 
 from .. import config
 from ..errors import BackendError
-from .base import Backend, Buffer, Context, DeviceInfo, Event, HostBuffer, Kernel, Launch, Program
+from .base import (
+    Backend,
+    Buffer,
+    Capabilities,
+    Context,
+    DeviceInfo,
+    Event,
+    HostBuffer,
+    Kernel,
+    Launch,
+    Program,
+)
 
 __all__ = [
     "Backend",
     "BackendStatus",
     "Buffer",
+    "Capabilities",
     "Context",
     "DeviceInfo",
     "Event",
@@ -25,6 +37,7 @@ __all__ = [
     "Kernel",
     "Launch",
     "Program",
+    "capabilities",
     "get_backend",
     "probe_backends",
 ]
@@ -64,6 +77,15 @@ def _load(name: str) -> Backend:
         # which would keep every caller's frames (and objects) alive.
         raise BackendError(result)
     return result
+
+
+def capabilities(name: str) -> Capabilities:
+    """What backend ``name``'s kernels offer (declared by the backend; no device needed)."""
+    if name not in _MODULES:
+        raise BackendError(f"unknown backend {name!r} (expected one of {sorted(_MODULES)})")
+    module_name, cls_name = _MODULES[name]
+    module = importlib.import_module(f"{__name__}.{module_name}")
+    return getattr(module, cls_name).capabilities
 
 
 def probe_backends() -> list[BackendStatus]:

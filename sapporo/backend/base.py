@@ -218,10 +218,30 @@ class Context(ABC):
         """Release the device (idempotent)."""
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend's kernel tree offers, declared by the backend itself.
+
+    Parameters
+    ----------
+    kernel_ext : str
+        File extension of its kernel files (``force.<ext>``).
+    widths : tuple of int
+        i-particles per work-item (``W``) its force kernel is written for.
+    jv : bool
+        Whether its force kernel has the j-vector variant (lanes over j-particles).
+    """
+
+    kernel_ext: str
+    widths: tuple[int, ...]
+    jv: bool
+
+
 class Backend(ABC):
-    """A compute API (OpenCL or CUDA)."""
+    """A compute API (OpenCL or CUDA); ``capabilities`` says what its kernels offer."""
 
     name: str
+    capabilities: Capabilities
 
     @abstractmethod
     def devices(self) -> list[DeviceInfo]:

@@ -46,6 +46,7 @@ from . import quirks
 from .base import (
     Backend,
     Buffer,
+    Capabilities,
     Context,
     DeviceInfo,
     Event,
@@ -644,6 +645,8 @@ class CUDABackend(Backend):
     """
 
     name = "cuda"
+    #: force.cu: 1, 2 or 4 i-particles per thread; no j-vector variant
+    capabilities = Capabilities(kernel_ext="cu", widths=(1, 2, 4), jv=False)
 
     def __init__(self) -> None:
         drv = _import_driver()

@@ -22,6 +22,7 @@ from . import quirks
 from .base import (
     Backend,
     Buffer,
+    Capabilities,
     Context,
     DeviceInfo,
     Event,
@@ -522,6 +523,8 @@ class OpenCLBackend(Backend):
     """Every OpenCL device of every platform, numbered in platform order."""
 
     name = "opencl"
+    #: force.cl: vectors of 1 to 16 i-particles per work-item, and the j-vector variant
+    capabilities = Capabilities(kernel_ext="cl", widths=(1, 2, 4, 8, 16), jv=True)
 
     def __init__(self) -> None:
         if cl is None:

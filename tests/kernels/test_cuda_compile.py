@@ -296,3 +296,22 @@ def test_macros_match_opencl_and_layout_is_shared() -> None:
         assert re.search(r'^#include "layout.h"$', text, re.MULTILINE), path
         own = [n for n in _macros(path) if re.match(r"(RAW|IC|OC|REDUCE)_|NC[IO]$", n)]
         assert own == [], f"{path.name} defines layout macros itself: {own}"
+
+
+@needs_cpp
+@pytest.mark.parametrize("defines", FORCE, ids=_label)
+def test_argument_tables_match_both_trees(defines) -> None:
+    """The library builds every kernel's argument list by name from sapporo.layout's tables:
+    in each variant, the names and their order are those of the kernel signatures, in the
+    CUDA tree and in the OpenCL tree."""
+    from sapporo import layout
+
+    d = dict(defines)
+    order, ds, ngb = d["ORDER"], d["PRECISION"] == 1, bool(d["NGB"])
+    for fname in ("force.cu", "predict.cu"):
+        for path in (CUDA_DIR / fname, OPENCL_DIR / OPENCL_TWIN[fname]):
+            sigs = signatures(preprocess(path, defines))
+            for kernel, params in sigs.items():
+                names = [p.split()[-1] for p in params]
+                want = layout.arg_names(layout.KERNELS[kernel], order, ds, ngb)
+                assert names == want, (path.name, kernel)
