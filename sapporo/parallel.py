@@ -83,6 +83,18 @@ def launcher_local_rank() -> int | None:
     return _env_int(LOCAL_RANK_VARIABLES)
 
 
+def launcher_device(backend: str | None = None) -> int | None:
+    """The device a rank of a multi-rank launch takes by default: its rank on the node
+    modulo the backend's device count (None outside a launcher, or with one rank). The
+    C API's open uses it when neither SAPPORO_DEVICES nor a sapporo2.config names devices."""
+    local = launcher_local_rank()
+    if local is None or launcher_size() <= 1:
+        return None
+    from .backend import get_backend
+
+    return local % max(1, len(get_backend(backend).devices()))
+
+
 def auto_rows(size: int) -> int:
     """The rows of the grid that ``decomposition="auto"`` uses on ``size`` ranks: 1 (the
     j-decomposition) up to :data:`AUTO_J_MAX_RANKS` ranks, else as for ``"2d"``."""

@@ -47,3 +47,14 @@ def launch(mpiexec: str, nranks: int, args: list[str], cwd: Path | None = None,
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{' '.join(cmd)} did not finish within {timeout} s (a hang?)\n"
                     f"stdout:\n{exc.stdout}\nstderr:\n{exc.stderr}")
+
+
+def find_mpicc() -> str | None:
+    """The MPI C compiler: ``$MPICC``, else beside this Python (the mpich wheel's), else on
+    PATH."""
+    if os.environ.get("MPICC"):
+        return shutil.which(os.environ["MPICC"].split()[0])
+    beside = Path(sys.executable).parent / "mpicc"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("mpicc")
