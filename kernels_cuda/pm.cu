@@ -1,0 +1,338 @@
+/* Particle-mesh gravity: mass assignment, finite-difference gradient, interpolation,
+ * leapfrog updates and the multigrid relaxation kernels. CUDA twin of
+ * kernels_opencl/pm.cl: the same kernel names, arguments, macros and arithmetic.
+ *
+ * Compile-time variants:
+ *   PRECISION  1 = single (grids and particle arrays in float), 2 = double
+ *   WINDOW     0 = NGP, 1 = CIC, 2 = TSC (assignment and interpolation use the same one)
+ *   PERIODIC   1 = periodic mesh (indices wrap), 0 = isolated (the host keeps every window
+ *              and stencil on the mesh; out-of-range points are skipped, never written)
+ *   STENCIL    2 or 4: points of the centred finite-difference derivative
+ *   NG         mesh points per dimension
+ *
+ * Mesh point (i, j, k) sits at the cell centre lo + (i + 1/2) h and is stored at
+ * (i * NG + j) * NG + k. Particle coordinates are (n, 3) row-major arrays.
+ *
+ * Mass assignment is deterministic: every contribution is rounded to a 64-bit fixed-point
+ * integer (mass * weight * scale) and added with an integer atomic (two's complement, as
+ * unsigned long long). Integer addition is associative, so the sum per cell does not
+ * depend on the order of the threads. */
+
+#ifndef PRECISION
+#define PRECISION 2
+#endif
+#ifndef WINDOW
+#define WINDOW 1
+#endif
+#ifndef PERIODIC
+#define PERIODIC 0
+#endif
+#ifndef STENCIL
+#define STENCIL 2
+#endif
+#ifndef NG
+#define NG 16
+#endif
+
+#if PRECISION == 1
+typedef float real;
+#elif PRECISION == 2
+typedef double real;
+#else
+#error "PRECISION must be 1 (single) or 2 (double)"
+#endif
+#if WINDOW < 0 || WINDOW > 2
+#error "WINDOW must be 0 (NGP), 1 (CIC) or 2 (TSC)"
+#endif
+#if PERIODIC != 0 && PERIODIC != 1
+#error "PERIODIC must be 0 or 1"
+#endif
+#if STENCIL != 2 && STENCIL != 4
+#error "STENCIL must be 2 or 4"
+#endif
+#if NG < 2
+#error "NG must be at least 2"
+#endif
+
+#define NP (WINDOW + 1) /* window points per dimension */
+#define NG3 ((long long)NG * NG * NG)
+
+/* The window's first point and weights along one axis, for u in mesh units (point i at
+ * u = i). */
+__device__ __forceinline__ int window1(double u, double *w)
+{
+#if WINDOW == 0
+    const int i0 = (int)floor(u + 0.5);
+    w[0] = 1.0;
+    return i0;
+#elif WINDOW == 1
+    const int i0 = (int)floor(u);
+    const double d = u - i0;
+    w[0] = 1.0 - d;
+    w[1] = d;
+    return i0;
+#else
+    const int ic = (int)floor(u + 0.5);
+    const double d = u - ic;
+    w[0] = 0.5 * (0.5 - d) * (0.5 - d);
+    w[1] = 0.75 - d * d;
+    w[2] = 0.5 * (0.5 + d) * (0.5 + d);
+    return ic - 1;
+#endif
+}
+
+/* A mesh index along one axis, or -1 when it falls off an isolated mesh. */
+__device__ __forceinline__ int wrap(int i)
+{
+#if PERIODIC
+    i %= NG;
+    return i < 0 ? i + NG : i;
+#else
+    return (i < 0 || i >= NG) ? -1 : i;
+#endif
+}
+
+/* Particle coordinate to mesh units. */
+__device__ __forceinline__ double to_mesh(real x, double lo, double inv_h)
+{
+    return ((double)x - lo) * inv_h - 0.5;
+}
+
+/* Mass assignment: q[cell] += round(m * w * scale), 64-bit integer atomics. */
+extern "C" __global__ void assign(const int n, const double lo, const double inv_h,
+                                  const double scale, const real *x, const real *m, long long *q)
+{
+    const int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= n) return;
+    double wx[NP], wy[NP], wz[NP];
+    const int ix = window1(to_mesh(x[3 * p], lo, inv_h), wx);
+    const int iy = window1(to_mesh(x[3 * p + 1], lo, inv_h), wy);
+    const int iz = window1(to_mesh(x[3 * p + 2], lo, inv_h), wz);
+    const double ms = (double)m[p] * scale;
+    for (int a = 0; a < NP; a++) {
+        const int i = wrap(ix + a);
+        if (i < 0) continue;
+        for (int b = 0; b < NP; b++) {
+            const int j = wrap(iy + b);
+            if (j < 0) continue;
+            const double mab = ms * wx[a] * wy[b];
+            for (int c = 0; c < NP; c++) {
+                const int k = wrap(iz + c);
+                if (k < 0) continue;
+                const long long v = (long long)rint(mab * wz[c]);
+                if (v != 0)
+                    atomicAdd((unsigned long long *)(q + ((long long)i * NG + j) * NG + k),
+                              (unsigned long long)v);
+            }
+        }
+    }
+}
+
+/* Fixed-point sums to density: rho = q * factor (factor = 1 / (scale h^3)). */
+extern "C" __global__ void to_density(const double factor, const long long *q, real *rho)
+{
+    const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= NG3) return;
+    rho[c] = (real)((double)q[c] * factor);
+}
+
+/* One axis of the centred derivative of phi at point (i, j, k); s is the index stride of
+ * the axis and t the point's index along it. Isolated meshes: points whose stencil leaves
+ * the mesh get 0 (the host keeps particles away from them). */
+__device__ __forceinline__ double deriv(const real *phi, long long c, int t, long long s)
+{
+#if PERIODIC
+    const long long cp1 = c + (long long)(wrap(t + 1) - t) * s;
+    const long long cm1 = c + (long long)(wrap(t - 1) - t) * s;
+#if STENCIL == 4
+    const long long cp2 = c + (long long)(wrap(t + 2) - t) * s;
+    const long long cm2 = c + (long long)(wrap(t - 2) - t) * s;
+#endif
+#else
+    if (t - STENCIL / 2 < 0 || t + STENCIL / 2 >= NG) return 0.0;
+    const long long cp1 = c + s, cm1 = c - s;
+#if STENCIL == 4
+    const long long cp2 = c + 2 * s, cm2 = c - 2 * s;
+#endif
+#endif
+#if STENCIL == 2
+    return 0.5 * ((double)phi[cp1] - (double)phi[cm1]);
+#else
+    return (8.0 * ((double)phi[cp1] - (double)phi[cm1])
+            - ((double)phi[cp2] - (double)phi[cm2])) * (1.0 / 12.0);
+#endif
+}
+
+/* Mesh acceleration g = -grad phi, stored as three planes g[d * NG^3 + cell]. */
+extern "C" __global__ void gradient(const double inv_h, const real *phi, real *g)
+{
+    const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= NG3) return;
+    const int i = (int)(c / ((long long)NG * NG));
+    const int j = (int)((c / NG) % NG);
+    const int k = (int)(c % NG);
+    g[c] = (real)(-inv_h * deriv(phi, c, i, (long long)NG * NG));
+    g[NG3 + c] = (real)(-inv_h * deriv(phi, c, j, NG));
+    g[2 * NG3 + c] = (real)(-inv_h * deriv(phi, c, k, 1));
+}
+
+/* Interpolation of potential and acceleration to the particles, same window. */
+extern "C" __global__ void interpolate(const int n, const double lo, const double inv_h,
+                          const real *x, const real *phi,
+                          const real *g, real *acc, real *pot)
+{
+    const int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= n) return;
+    double wx[NP], wy[NP], wz[NP];
+    const int ix = window1(to_mesh(x[3 * p], lo, inv_h), wx);
+    const int iy = window1(to_mesh(x[3 * p + 1], lo, inv_h), wy);
+    const int iz = window1(to_mesh(x[3 * p + 2], lo, inv_h), wz);
+    double sp = 0.0, sx = 0.0, sy = 0.0, sz = 0.0;
+    for (int a = 0; a < NP; a++) {
+        const int i = wrap(ix + a);
+        if (i < 0) continue;
+        for (int b = 0; b < NP; b++) {
+            const int j = wrap(iy + b);
+            if (j < 0) continue;
+            for (int c = 0; c < NP; c++) {
+                const int k = wrap(iz + c);
+                if (k < 0) continue;
+                const long long cell = ((long long)i * NG + j) * NG + k;
+                const double w = wx[a] * wy[b] * wz[c];
+                sp += w * (double)phi[cell];
+                sx += w * (double)g[cell];
+                sy += w * (double)g[NG3 + cell];
+                sz += w * (double)g[2 * NG3 + cell];
+            }
+        }
+    }
+    pot[p] = (real)sp;
+    acc[3 * p] = (real)sx;
+    acc[3 * p + 1] = (real)sy;
+    acc[3 * p + 2] = (real)sz;
+}
+
+/* Leapfrog kick: v += dt * a (n particles, three components each). */
+extern "C" __global__ void kick(const int n, const double dt, const real *acc, real *v)
+{
+    const int q = blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= 3 * n) return;
+    v[q] = (real)((double)v[q] + dt * (double)acc[q]);
+}
+
+/* Leapfrog drift: x += dt * v; periodic meshes wrap positions into [lo, lo + box). */
+extern "C" __global__ void drift(const int n, const double dt, const double lo, const double box,
+                    real *x, const real *v)
+{
+    const int q = blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= 3 * n) return;
+    double y = (double)x[q] + dt * (double)v[q];
+#if PERIODIC
+    y -= box * floor((y - lo) / box);
+    if (y >= lo + box) y -= box; /* rounding of the line above */
+#endif
+    x[q] = (real)y;
+}
+
+/* ---- Multigrid (isolated boundaries, cell-centred, runtime level size nl) -------------- *
+ * Solves L phi = rhs with the 7-point Laplacian. Dirichlet values sit on the box faces,
+ * half a cell outside the outer points: the ghost value is 2 * b - phi. On the finest level
+ * b comes from bnd (6 faces of nl^2 values: face 2 * axis + side, indexed by the two other
+ * indices in order); on coarser levels (error equations) b = 0. */
+
+__device__ __forceinline__ double face_value(const real *bnd, int use_bnd, int nl, int face, int a,
+                         int b)
+{
+    return use_bnd ? (double)bnd[((long long)face * nl + a) * nl + b] : 0.0;
+}
+
+/* Sum of the six neighbours (ghosts for points on the faces) and the number of ghosts. */
+__device__ __forceinline__ double neighbour_sum(const real *phi, const real *bnd, int use_bnd,
+                            int nl, int i, int j, int k, int *ghosts)
+{
+    const long long c = ((long long)i * nl + j) * nl + k;
+    const long long sx = (long long)nl * nl, sy = nl;
+    double s = 0.0;
+    int ng = 0;
+    if (i > 0) s += phi[c - sx]; else { s += 2.0 * face_value(bnd, use_bnd, nl, 0, j, k); ng++; }
+    if (i < nl - 1) s += phi[c + sx]; else { s += 2.0 * face_value(bnd, use_bnd, nl, 1, j, k); ng++; }
+    if (j > 0) s += phi[c - sy]; else { s += 2.0 * face_value(bnd, use_bnd, nl, 2, i, k); ng++; }
+    if (j < nl - 1) s += phi[c + sy]; else { s += 2.0 * face_value(bnd, use_bnd, nl, 3, i, k); ng++; }
+    if (k > 0) s += phi[c - 1]; else { s += 2.0 * face_value(bnd, use_bnd, nl, 4, i, j); ng++; }
+    if (k < nl - 1) s += phi[c + 1]; else { s += 2.0 * face_value(bnd, use_bnd, nl, 5, i, j); ng++; }
+    *ghosts = ng;
+    return s;
+}
+
+/* One colour of red-black Gauss-Seidel: points with (i + j + k) % 2 == color. */
+extern "C" __global__ void mg_smooth(const int nl, const double h2, const int color, const int use_bnd,
+                        real *phi, const real *rhs,
+                        const real *bnd)
+{
+    const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= (long long)nl * nl * nl) return;
+    const int i = (int)(c / ((long long)nl * nl)), j = (int)((c / nl) % nl), k = (int)(c % nl);
+    if (((i + j + k) & 1) != color) return;
+    int ng;
+    const double s = neighbour_sum(phi, bnd, use_bnd, nl, i, j, k, &ng);
+    phi[c] = (real)((s - h2 * (double)rhs[c]) / (6.0 + ng));
+}
+
+/* Residual res = rhs - L phi. */
+extern "C" __global__ void mg_residual(const int nl, const double inv_h2, const int use_bnd,
+                          const real *phi, const real *rhs,
+                          const real *bnd, real *res)
+{
+    const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= (long long)nl * nl * nl) return;
+    const int i = (int)(c / ((long long)nl * nl)), j = (int)((c / nl) % nl), k = (int)(c % nl);
+    int ng;
+    const double s = neighbour_sum(phi, bnd, use_bnd, nl, i, j, k, &ng);
+    res[c] = (real)((double)rhs[c] - inv_h2 * (s - (6.0 + ng) * (double)phi[c]));
+}
+
+/* Restriction to the coarse level (nc points per side): mean of the 8 fine cells. */
+extern "C" __global__ void mg_restrict(const int nc, const real *fine, real *coarse)
+{
+    const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= (long long)nc * nc * nc) return;
+    const int i = (int)(c / ((long long)nc * nc)), j = (int)((c / nc) % nc), k = (int)(c % nc);
+    const int nf = 2 * nc;
+    double s = 0.0;
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++)
+            for (int d = 0; d < 2; d++)
+                s += fine[((long long)(2 * i + a) * nf + (2 * j + b)) * nf + (2 * k + d)];
+    coarse[c] = (real)(0.125 * s);
+}
+
+/* Coarse value at (i, j, k) with homogeneous Dirichlet ghosts (-e) off the level. */
+__device__ __forceinline__ double coarse_at(const real *e, int nc, int i, int j, int k, int i0, int j0,
+                        int k0)
+{
+    const double sign = ((i < 0 || i >= nc) ? -1.0 : 1.0) * ((j < 0 || j >= nc) ? -1.0 : 1.0)
+                        * ((k < 0 || k >= nc) ? -1.0 : 1.0);
+    i = (i < 0 || i >= nc) ? i0 : i;
+    j = (j < 0 || j >= nc) ? j0 : j;
+    k = (k < 0 || k >= nc) ? k0 : k;
+    return sign * (double)e[((long long)i * nc + j) * nc + k];
+}
+
+/* Prolongation: fine += trilinear (cell-centred: weights 3/4, 1/4 per axis) of coarse. */
+extern "C" __global__ void mg_prolong(const int nc, const real *coarse, real *fine)
+{
+    const int nf = 2 * nc;
+    const long long f = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (f >= (long long)nf * nf * nf) return;
+    const int I = (int)(f / ((long long)nf * nf)), J = (int)((f / nf) % nf), K = (int)(f % nf);
+    const int i = I >> 1, j = J >> 1, k = K >> 1;
+    const int di = (I & 1) ? 1 : -1, dj = (J & 1) ? 1 : -1, dk = (K & 1) ? 1 : -1;
+    double s = 0.0;
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++)
+            for (int d = 0; d < 2; d++) {
+                const double w = (a ? 0.25 : 0.75) * (b ? 0.25 : 0.75) * (d ? 0.25 : 0.75);
+                s += w * coarse_at(coarse, nc, i + a * di, j + b * dj, k + d * dk, i, j, k);
+            }
+    fine[f] = (real)((double)fine[f] + s);
+}
