@@ -11,11 +11,10 @@ Three measurements per order and precision (:func:`run_bench`):
 * **Host overhead**: wall time minus device kernel time per call at N_active = 1
   (``Library(profiling=True)``).
 
-Peers, each on the same particles: the float64 NumPy reference model
-(:func:`sapporo.reference.forces`, small N), pytreegrav's numba brute force (acceleration
-only, ``parallel=True``; JIT compiled before timing), and on GPUs a naive CuPy or PyTorch
-direct sum when installed. GFLOP/s use the customary operation counts per interaction
-(:data:`FLOPS`). Results go to a CSV file, a text table and PNG plots (matplotlib).
+Peers, each on the same particles, are measured by :mod:`sapporo.bench_peers` (the float64
+NumPy reference, pytreegrav, and on GPUs CuPy or PyTorch). GFLOP/s use the customary operation
+counts per interaction (:data:`FLOPS`). Results go to a CSV file and a text table (here) and
+PNG plots (:func:`sapporo.plots.plot_bench`, with matplotlib).
 """
 
 from __future__ import annotations
@@ -203,7 +202,7 @@ class BenchReport:
 # systems
 
 
-def _system(n: int, seed: int, order: int) -> dict[str, Any]:
+def bench_system(n: int, seed: int, order: int) -> dict[str, Any]:
     from .reference import plummer
 
     x, v, m = plummer(n, seed=seed)
@@ -212,7 +211,7 @@ def _system(n: int, seed: int, order: int) -> dict[str, Any]:
     return {"x": x, "v": v, "m": m, "a": a, "id": np.arange(n, dtype=np.int64)}
 
 
-def _rate(row: Row, peak: dict[str, float]) -> Row:
+def with_rates(row: Row, peak: dict[str, float]) -> Row:
     """Fill interactions/s, GFLOP/s and fraction of peak from the time."""
     inter = row.n_active * row.n
     if row.cpu_seconds:
@@ -251,7 +250,7 @@ def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[st
         launch = Path(source).name if source.endswith(".json") else source
 
         def load(n: int, libs: tuple[Library, ...] = (lib,)) -> dict[str, Any]:
-            sysd = _system(n, s.seed, order)
+            sysd = bench_system(n, s.seed, order)
             for each in libs:
                 each.reset()
                 each.set_time(0.0)
@@ -290,7 +289,7 @@ def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[st
                 w, k = call(sysd, ni, cpu=cpus)
                 walls.append(w)
                 kerns.append(k)
-            row = _rate(Row(**common, kind="nxn", code="sapporo", order=order,
+            row = with_rates(Row(**common, kind="nxn", code="sapporo", order=order,
                             precision=precision, n=n, n_active=ni, repeats=s.repeats,
                             seconds=min(walls), seconds_median=statistics.median(walls),
                             cpu_seconds=min(cpus), kernel_seconds=min(kerns), launch=launch,
@@ -318,7 +317,7 @@ def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[st
                 walls.append(call(sysd, ni, cpu=cpus, on=plain)[0])
             call(sysd, ni)  # the other library's memory back into the caches (CPUs)
             kern = min(call(sysd, ni)[1] for _ in range(reps))
-            row = _rate(Row(**common, kind="n_active", code="sapporo", order=order,
+            row = with_rates(Row(**common, kind="n_active", code="sapporo", order=order,
                             precision=precision, n=n, n_active=ni, repeats=reps,
                             seconds=min(walls), seconds_median=statistics.median(walls),
                             cpu_seconds=min(cpus), kernel_seconds=kern, launch=launch),
@@ -336,7 +335,7 @@ def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[st
         kern = statistics.median(kerns)
         over = [(w - kern) * 1e6 for w in walls]
         steps = _block_steps(plain, sysd, calls)
-        row = _rate(Row(**common, kind="overhead", code="sapporo", order=order,
+        row = with_rates(Row(**common, kind="overhead", code="sapporo", order=order,
                         precision=precision, n=n, n_active=1, repeats=len(walls),
                         seconds=statistics.median(walls), seconds_median=statistics.median(walls),
                         kernel_seconds=kern, overhead_us=statistics.median(over),
@@ -364,163 +363,6 @@ def _block_steps(lib: Any, sysd: dict[str, Any], calls: int) -> list[float]:
         lib.compute(x, v, ids, EPS2, a=a)
         walls.append(time.perf_counter() - t0)
     return walls[1:]
-
-
-# ---------------------------------------------------------------------------------------------
-# peers
-
-
-def _repeat(fn: Callable[[], Any], repeats: int, enough: float) -> tuple[list[float],
-                                                                       list[float]]:
-    """Wall and process CPU times of up to ``repeats`` calls (stop once one takes ``enough``)."""
-    walls, cpus = [], []
-    for _ in range(repeats):
-        c0 = time.process_time()
-        t0 = time.perf_counter()
-        fn()
-        walls.append(time.perf_counter() - t0)
-        cpus.append(time.process_time() - c0)
-        if walls[-1] > enough:
-            break
-    return walls, cpus
-
-
-def _numpy_peer(s: BenchSettings, common: dict[str, Any], say: Progress) -> list[Row]:
-    from .reference import forces
-
-    rows = []
-    for order in s.orders:
-        for n in s.n_list:
-            if n > s.numpy_max_n:
-                continue
-            sysd = _system(n, s.seed, order)
-            times, cpus = _repeat(lambda sysd=sysd, order=order: forces(
-                sysd["x"], sysd["v"], sysd["id"], sysd["x"], sysd["v"], sysd["m"], sysd["id"],
-                EPS2, order=order, ai=sysd["a"], aj=sysd["a"]), 2, s.budget / 4)
-            best = min(times)
-            row = _rate(Row(**common, kind="nxn", code="numpy-reference", order=order,
-                            precision="float64", n=n, n_active=n, repeats=len(times),
-                            seconds=best, seconds_median=statistics.median(times),
-                            cpu_seconds=min(cpus)), {})
-            rows.append(row)
-            say(f"peer numpy-reference order {order}: N={n:>7}  {best:9.4f} s  "
-                f"{row.interactions_per_s / 1e9:7.4f} Gint/s")
-    return rows
-
-
-def _pytreegrav_peer(s: BenchSettings, common: dict[str, Any], say: Progress,
-                     target: bool) -> list[Row]:
-    import pytreegrav
-
-    name = "pytreegrav-target" if target else "pytreegrav"
-    symmetric_from = 1000  # pytreegrav's Accel switches to its symmetric kernel here
-    try:
-        from pytreegrav.bruteforce_symmetric import SYMMETRIC_NMIN as symmetric_from
-    except ImportError:
-        pass
-
-    def run(x: np.ndarray, m: np.ndarray, ni: int) -> None:
-        if target:
-            pytreegrav.AccelTarget(x[:ni], x, m, method="bruteforce", parallel=True)
-        else:
-            pytreegrav.Accel(x, m, method="bruteforce", parallel=True)
-
-    # JIT warm-up of every code path the sizes below take (Accel switches kernels at ~1000)
-    for n in sorted({min(n, 1024) for n in s.n_list} | {min(n, 999) for n in s.n_list}):
-        sysd = _system(n, s.seed, 2)
-        run(sysd["x"], sysd["m"], n)
-    rows = []
-    per_pair = None
-    for n in s.n_list:
-        sysd = _system(n, s.seed, 2)
-        ni, note = n, ""
-        if per_pair is not None and per_pair * n * n > s.budget:
-            if not target:
-                rows_note = f"skipped N={n}: estimated {per_pair * n * n:.0f} s > budget"
-                say(f"peer {name}: {rows_note}")
-                continue
-            ni = max(1024, int(s.budget / (per_pair * n)) // 1024 * 1024)
-            if ni < n:
-                note = f"i-subset: {ni} of {n} targets (time budget {s.budget:g} s)"
-            else:
-                ni = n
-        times, cpus = _repeat(lambda sysd=sysd, ni=ni: run(sysd["x"], sysd["m"], ni), 2,
-                              s.budget / 4)
-        best = min(times)
-        per_pair = best / (ni * n)
-        row = _rate(Row(**common, kind="nxn", code=name, order=None, precision="float64",
-                        n=n, n_active=ni, repeats=len(times), seconds=best,
-                        seconds_median=statistics.median(times), cpu_seconds=min(cpus),
-                        note=("acceleration only, numba parallel=True"
-                              + ("" if target or n < symmetric_from else
-                                 ", symmetric N^2/2 pair kernel"))
-                        + (f"; {note}" if note else "")), {})
-        rows.append(row)
-        say(f"peer {name}: N={n:>7} i={ni:>7}  {best:9.4f} s  "
-            f"{row.interactions_per_s / 1e9:7.4f} Gint/s")
-    return rows
-
-
-def _gpu_peer(s: BenchSettings, common: dict[str, Any], say: Progress, lib: str) -> list[Row]:
-    """A naive float32 direct sum (acceleration and potential) on a CUDA GPU."""
-    if lib == "cupy":
-        import cupy as xp
-
-        def sync() -> None:
-            xp.cuda.Device().synchronize()
-    else:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ImportError("torch sees no CUDA device")
-
-        class _T:
-            @staticmethod
-            def asarray(a: np.ndarray) -> Any:
-                return torch.as_tensor(a, device="cuda")
-
-        xp = _T()
-
-        def sync() -> None:
-            torch.cuda.synchronize()
-
-    def direct(x: Any, m: Any, chunk: int) -> None:
-        n = x.shape[0]
-        for i0 in range(0, n, chunk):
-            d = x[None, :, :] - x[i0:i0 + chunk, None, :]
-            r2 = (d * d).sum(-1) + EPS2
-            inv = r2 ** -0.5
-            w = m[None, :] * inv * inv * inv
-            (w[:, :, None] * d).sum(1)
-            (-m[None, :] * inv).sum(1)
-
-    rows = []
-    per_pair = None
-    for n in s.n_list:
-        sysd = _system(n, s.seed, 2)
-        if per_pair is not None and per_pair * n * n > s.budget:
-            say(f"peer {lib}: skipped N={n} (time budget)")
-            continue
-        x = xp.asarray(sysd["x"].astype(np.float32))
-        m = xp.asarray(sysd["m"].astype(np.float32))
-        chunk = max(1, (1 << 26) // n)
-        direct(x, m, chunk)
-        sync()
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            direct(x, m, chunk)
-            sync()
-            times.append(time.perf_counter() - t0)
-        best = min(times)
-        per_pair = best / (n * n)
-        row = _rate(Row(**common, kind="nxn", code=lib, order=None, precision="float32",
-                        n=n, n_active=n, repeats=len(times), seconds=best,
-                        seconds_median=statistics.median(times),
-                        note="naive float32 direct sum (acc, pot)"), {})
-        rows.append(row)
-        say(f"peer {lib}: N={n:>7}  {best:9.4f} s  {row.interactions_per_s / 1e9:7.3f} Gint/s")
-    return rows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -587,20 +429,10 @@ def run_bench(settings: BenchSettings, progress: Progress | None = None) -> Benc
             report.rows += _bench_library(s, order, precision, common, say,
                                           report.launch_sources)
 
+    from .bench_peers import measure_peer
+
     for peer in s.peers:
-        try:
-            if peer == "numpy-reference":
-                report.rows += _numpy_peer(s, common, say)
-            elif peer in ("pytreegrav", "pytreegrav-target"):
-                report.rows += _pytreegrav_peer(s, common, say, peer == "pytreegrav-target")
-            elif info.device_type != "gpu":
-                report.notes.append(f"{peer}: skipped (a GPU peer; the device is a "
-                                    f"{info.device_type})")
-            else:
-                report.rows += _gpu_peer(s, common, say, peer)
-        except ImportError as exc:
-            report.notes.append(f"{peer}: skipped (not available: {exc})")
-            say(f"peer {peer}: skipped (not available: {exc})")
+        report.rows += measure_peer(peer, s, common, say, info.device_type, report.notes)
     _fill_ratios(report)
     return report
 
@@ -729,107 +561,15 @@ def _ratio(row: Row, peer: str) -> str:
     return text
 
 
-_COLORS = {2: "tab:green", 4: "tab:blue", 6: "tab:red"}
-_STYLES = {"double-single": "-", "double": "--"}
-_MARKERS = {"double-single": "o", "double": "s"}
-
-
-def plot(report: BenchReport, out_dir: str | Path) -> list[Path]:
-    """Write the PNG figures (Sapporo2-paper style); empty list without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        report.notes.append("plots skipped: matplotlib is not installed")
-        return []
-    out = Path(out_dir)
-    title = f"{report.device} ({report.backend}), {report.date}"
-    variants = [(o, p) for p in report.settings.precisions for o in report.settings.orders]
-    written = []
-
-    # 1. time per call against N_active at fixed N
-    sweep = report.select("n_active")
-    fig, ax = plt.subplots(figsize=(6.4, 4.8))
-    for o, p in variants:
-        rs = [r for r in sweep if r.order == o and r.precision == p]
-        if rs:
-            ax.loglog([r.n_active for r in rs], [r.seconds for r in rs], _STYLES[p],
-                      marker=_MARKERS[p], color=_COLORS[o], label=f"order {o}, {p}")
-    if sweep:
-        ax.set_title(f"force call at N = {sweep[0].n}\n{title}", fontsize=9)
-    ax.set_xlabel("N_active (i-particles per call)")
-    ax.set_ylabel("wall time per call [s]")
-    written.append(_save(plt, fig, [ax], out / PLOT_NAMES[0], legend=8))
-
-    # 2. time of a full N x N evaluation against N, with an N^2 line
-    nxn = report.select("nxn")
-    fig, ax = plt.subplots(figsize=(6.4, 4.8))
-    for o, p in variants:
-        rs = [r for r in nxn if r.order == o and r.precision == p]
-        if rs:
-            ax.loglog([r.n for r in rs], [r.seconds * r.n / r.n_active for r in rs],
-                      _STYLES[p], marker=_MARKERS[p], color=_COLORS[o],
-                      label=f"sapporo order {o}, {p}")
-    peer_marks = {"numpy-reference": "^", "pytreegrav": "v", "pytreegrav-target": "<",
-                  "cupy": "D", "torch": "D"}
-    for peer in report.peers():
-        for o in [None, *report.settings.orders]:
-            rs = [r for r in report.select("nxn", peer) if r.order == o]
-            if rs:
-                ax.loglog([r.n for r in rs], [r.seconds * r.n / r.n_active for r in rs], ":",
-                          marker=peer_marks.get(peer, "x"), color=_COLORS.get(o, "k"),
-                          label=f"{peer}" + (f" order {o}" if o else ""))
-    if nxn:
-        ns = sorted({r.n for r in nxn})
-        ref = min(nxn, key=lambda r: r.n)
-        t0 = ref.seconds * ref.n / ref.n_active
-        ax.loglog(ns, [t0 * (n / ref.n) ** 2 for n in ns], color="0.6", lw=1,
-                  label="∝ N²")
-    ax.set_title(f"N x N force evaluation (i-subsets scaled to N)\n{title}", fontsize=9)
-    ax.set_xlabel("N")
-    ax.set_ylabel("wall time [s]")
-    written.append(_save(plt, fig, [ax], out / PLOT_NAMES[1], legend=7))
-
-    # 3. 4th vs 6th order, double-single vs double: throughput against N
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
-    for o, p in variants:
-        rs = [r for r in nxn if r.order == o and r.precision == p]
-        if rs:
-            for ax, key in zip(axes, ("interactions_per_s", "gflops"), strict=True):
-                ax.semilogx([r.n for r in rs], [getattr(r, key) / (1e9 if key[0] == "i" else 1)
-                                                for r in rs],
-                            _STYLES[p], marker=_MARKERS[p], color=_COLORS[o],
-                            label=f"order {o}, {p}")
-    axes[0].set_ylabel("10⁹ interactions / s")
-    axes[1].set_ylabel("GFLOP/s (38 / 60 / 97 flops per interaction)")
-    for ax in axes:
-        ax.set_xlabel("N")
-        ax.set_ylim(bottom=0)
-    fig.suptitle(f"orders and precisions, N x N\n{title}", fontsize=9)
-    written.append(_save(plt, fig, axes, out / PLOT_NAMES[2], legend=8))
-    return written
-
-
-def _save(plt: Any, fig: Any, axes: Any, path: Path, legend: int) -> Path:
-    """Grid and legend on every axis, then the figure to ``path`` (120 dpi), closed."""
-    for ax in axes:
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=legend)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
 def write_outputs(report: BenchReport, out_dir: str | Path, plots: bool = True) -> list[Path]:
     """CSV, text table and (optionally) plots into ``out_dir``; returns the paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [write_csv(report, out / CSV_NAME)]
     if plots:
-        paths += plot(report, out)
+        from .plots import plot_bench
+
+        paths += plot_bench(report, out)
     table = out / TABLE_NAME
     table.write_text(format_table(report))
     paths.append(table)

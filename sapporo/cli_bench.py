@@ -2,7 +2,8 @@
 
 Writes ``bench-results.csv``, ``bench-table.txt`` and PNG plots (``bench-nactive.png``,
 ``bench-nxn.png``, ``bench-orders.png``; needs matplotlib) into ``--out`` and prints the
-table. ``--quick`` takes about a minute on a 2-core CPU.
+table on stdout, once. Progress goes to stderr while measuring (one line rewritten in
+place on a terminal). ``--quick`` takes about a minute on a 2-core CPU.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from typing import TextIO
 
 from .cli import (
     add_device_options,
@@ -18,7 +20,6 @@ from .cli import (
     order_list,
     plain,
     precision_list,
-    progress_writer,
 )
 from .errors import InputError
 
@@ -29,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
 
     w = sys.stdout.write
 
-    progress = progress_writer()
+    progress = _Progress(sys.stderr)
 
     kw: dict = {}
     if args.orders:
@@ -65,11 +66,36 @@ def run(args: argparse.Namespace) -> int:
         settings = bench.BenchSettings.quick(**kw)
     else:
         settings = bench.BenchSettings(**kw)
-    report = bench.run_bench(settings, progress=progress)
+    try:
+        report = bench.run_bench(settings, progress=progress)
+    finally:
+        progress.done()
     paths = bench.write_outputs(report, args.out, plots=not args.no_plots)
     w("\n" + bench.format_table(report))
     w("\nwrote: " + ", ".join(str(p) for p in paths) + "\n")
     return 0
+
+
+class _Progress:
+    """Progress lines on ``stream``: rewritten in place on a terminal, one per line otherwise."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.width = 0
+
+    def __call__(self, line: str) -> None:
+        if self.tty:
+            self.stream.write("\r" + line + " " * max(0, self.width - len(line)))
+            self.width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def done(self) -> None:
+        if self.tty and self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -21,8 +21,13 @@ def test_bench_quick_tiny_writes_csv_and_plots(tmp_path, backend, capsys):
                  "--sweep-n", "256", "--n-active", "1,8", "--peers", "numpy-reference",
                  "--peak-gflops", "100"])
     assert code == 0
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     assert "N x N" in text and "host overhead" in text and "N_active sweep" in text
+    # Each line once on stdout (the table); the progress lines went to stderr.
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == len(set(lines)), [x for x in lines if lines.count(x) > 1]
+    assert "N x N  N=    256" in captured.err and "N x N  N=    256" not in text
     with (out / bench.CSV_NAME).open() as fh:
         rows = list(csv.DictReader(fh))
     header = list(rows[0])
@@ -109,3 +114,33 @@ def test_unwritable_out_refused_before_the_work(tmp_path, monkeypatch, capsys):
 def test_run_bench_validates_repeats_and_budget(kw, match):
     with pytest.raises(InputError, match=match):
         bench.run_bench(bench.BenchSettings.tiny(**kw))
+
+
+def test_peers_and_plots_live_apart_from_the_measurement():
+    from sapporo import bench_peers, plots
+
+    assert not [name for name in vars(bench) if "peer" in name and callable(getattr(bench, name))
+                and name != "peers"]
+    assert not hasattr(bench, "plot") and callable(plots.plot_bench)
+    notes: list[str] = []
+    s = bench.BenchSettings.tiny()
+    assert bench_peers.measure_peer("cupy", s, {}, lambda line: None, "cpu", notes) == []
+    assert notes == ["cupy: skipped (a GPU peer; the device is a cpu)"]
+
+
+@pytest.mark.skipif(not HAVE_MPL, reason="matplotlib is not installed")
+def test_bench_plots_raise_no_warnings(tmp_path, recwarn):
+    from sapporo.plots import plot_bench
+
+    s = bench.BenchSettings.tiny(orders=(4,), precisions=("double",))
+    common = {"device": "dev", "backend": "opencl", "date": "today"}
+    rows = [bench.with_rates(bench.Row(**common, kind="nxn", code="sapporo", order=4,
+                                       precision="double", n=n, n_active=n, repeats=1,
+                                       seconds=1e-9 * n * n, seconds_median=1e-9 * n * n), {})
+            for n in (256, 512)]
+    report = bench.BenchReport(device="dev", backend="opencl", device_type="cpu", date="today",
+                               rows=rows, launch_sources={}, settings=s, load_average=None)
+    paths = plot_bench(report, tmp_path)  # no N_active sweep, no peers: empty panels
+    assert [p.name for p in paths] == list(bench.PLOT_NAMES)
+    assert all(p.stat().st_size > 1000 for p in paths)
+    assert not [w for w in recwarn.list if "matplotlib" in str(w.filename) + str(w.message)]
