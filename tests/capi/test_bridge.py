@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sapporo.capi.bridge import DEFAULT_NPIPES, Bridge, open_settings
+from sapporo.capi.bridge import DEFAULT_NPIPES, MAX_NPIPES, Bridge, open_settings, read_npipes
 
-from sapporo.errors import ConfigError, SapporoError
+from sapporo.errors import ConfigError, InputError, SapporoError
 
 
 @pytest.fixture(autouse=True)
@@ -106,5 +106,52 @@ def test_negative_h2_of_one_particle_gives_an_empty_list() -> None:
         assert res.pot[1] == pytest.approx(-1.0 - 1.0 / np.sqrt(2.0), rel=1e-14)
         with pytest.raises(SapporoError, match="h2"):  # NaN is still refused
             bridge.start(3, ids, x, z, None, 0.0, np.array([4.0, np.nan, 4.0]))
+    finally:
+        bridge.close()
+
+
+def test_npipes_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SAPPORO_NPIPES: 1 .. MAX_NPIPES; the count never depends on the other variables."""
+    monkeypatch.setenv("SAPPORO_BACKEND", "nonsense")
+    assert read_npipes() == DEFAULT_NPIPES
+    for good in ("1", str(MAX_NPIPES), " 64 "):
+        monkeypatch.setenv("SAPPORO_NPIPES", good)
+        assert read_npipes() == int(good)
+    for bad in ("0", "-3", str(MAX_NPIPES + 1), "99999999999", "1e3", "lots"):
+        monkeypatch.setenv("SAPPORO_NPIPES", bad)
+        with pytest.raises(ConfigError, match=f"SAPPORO_NPIPES: expected an integer from 1 "
+                                              f"to {MAX_NPIPES}, got '{bad.strip()}'"):
+            read_npipes()
+    with pytest.raises(ConfigError, match="SAPPORO_NPIPES"):
+        Bridge().open()  # refused at open, before any device work
+
+
+def test_npipes_limits_match_sapporo_h() -> None:
+    header = (Path(__file__).resolve().parents[2] / "capi" / "sapporo.h").read_text()
+    assert f"#define SAPPORO_DEFAULT_NPIPES {DEFAULT_NPIPES}\n" in header
+    assert f"#define SAPPORO_MAX_NPIPES     {MAX_NPIPES}\n" in header
+
+
+def test_binary_config_file_names_the_file(monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path: Path) -> None:
+    cfg = tmp_path / "binary.config"
+    cfg.write_bytes(b"\xff\xfe\x00\x01" * 64)
+    monkeypatch.setenv("SAPPORO_CONFIG", str(cfg))
+    with pytest.raises(ConfigError, match=f"{cfg}: not a text file"):
+        open_settings()
+
+
+def test_non_finite_h2_is_refused() -> None:
+    bridge = Bridge()
+    bridge.open(order=4, precision="double")
+    try:
+        x = np.array([[0.0, 0, 0], [1.0, 0, 0]])
+        z = np.zeros((2, 2))[:, :1].repeat(3, axis=1)
+        ids = np.arange(2, dtype=np.int32)
+        bridge.set_j(ids, ids, np.zeros(2), np.ones(2), x, z, z, z, None, None)
+        bridge.set_time(0.0)
+        for h2 in ([np.nan, np.nan], [1.0, np.inf]):
+            with pytest.raises(InputError, match=r"h2 .* is not finite"):
+                bridge.start(2, ids, x, z, None, 0.0, np.array(h2))
     finally:
         bridge.close()
