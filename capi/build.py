@@ -5,8 +5,8 @@ of ``bridge.h`` with ``ffi.embedding_api`` (implemented in Python by
 :mod:`sapporo.capi.bridge`), pastes ``shim.c`` in with ``set_source`` and gives the
 ``embedding_init_code`` that finds and imports the installed ``sapporo``.  cffi writes the C
 file; the C compiler (``$CC``, default ``cc``) links it against this interpreter's
-``libpython`` with an rpath, a version script that exports only ``g6*`` and ``sapporo_*``,
-and ``-Bsymbolic``.
+``libpython`` with an rpath, a version script that exports only ``g6*``, ``sapporo_*`` and
+``get_device_count``, and ``-Bsymbolic``.
 
 Installed layout under a prefix::
 
