@@ -88,7 +88,7 @@ def test_multigrid_against_fft(backend, meshes, plummer_sample) -> None:
     """Isolated Plummer sphere, box 8: the two solvers differ by the discretisation (the
     7-point Laplacian against the free-space Green's function, which differ most in the
     dense centre) and by the multipole boundary values. Measured median force differences
-    4.1% at 32^3 and 1.0% at 64^3 (h^2 convergence); bounds 6% and 1.6%, and the
+    4.2% at 32^3 and 1.1% at 64^3 (h^2 convergence); bounds 6% and 1.6%, and the
     difference must shrink by at least 2.5x from 32^3 to 64^3."""
     x, m = plummer_sample
     medians = []
