@@ -1,7 +1,8 @@
 """Fixtures for the C API tests: one library build per session, compiled test programs.
 
 The library is built once (``sapporo capi build --prefix <tmp>``) into a session folder; the
-C and Fortran programs in this folder are compiled against it on first use.  Programs run
+C, C++ and Fortran programs in this folder (and the examples) are compiled against it on
+first use.  Programs run
 with ``PYTHONPATH``, ``LD_LIBRARY_PATH`` and every ``SAPPORO_*`` variable removed from
 their environment: the library must find Python, sapporo and its dependencies by itself.
 """
