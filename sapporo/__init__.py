@@ -41,9 +41,20 @@ if TYPE_CHECKING:  # pragma: no cover
 _LAZY = {"Library": "library", "ForceResult": "library", "PendingForce": "library"}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from importlib import import_module
+#: Public modules, imported on first use (``sapporo.reference.forces``, ...).
+_MODULES = ("backend", "config", "errors", "hermite", "ic", "plots", "reference", "snapshot")
 
+
+def __getattr__(name: str) -> Any:
+    from importlib import import_module
+
+    if name in _LAZY:
         return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    if name in _MODULES:
+        return import_module(f".{name}", __name__)
     raise AttributeError(f"module 'sapporo' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The public names: those of ``__all__`` and the public modules."""
+    return sorted({*__all__, *_MODULES})
