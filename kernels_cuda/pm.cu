@@ -220,9 +220,13 @@ extern "C" __global__ void kick(const int n, const double dt, const real *acc, r
     v[q] = (real)((double)v[q] + dt * (double)acc[q]);
 }
 
-/* Leapfrog drift: x += dt * v; periodic meshes wrap positions into [lo, lo + box). */
-extern "C" __global__ void drift(const int n, const double dt, const double lo, const double box,
-                    real *x, const real *v)
+/* Leapfrog drift: x += dt * v; periodic meshes wrap positions into [lo, lo + box).
+ * flag[0] becomes 1 when a new position is not finite or, on isolated meshes, outside the
+ * usable region [ulo, uhi) (as stored, after rounding to real); the host then finds and
+ * names the particles. */
+extern "C" __global__ void drift(const int n, const double dt, const double lo,
+                                 const double box, const double ulo, const double uhi,
+                                 real *x, const real *v, int *flag)
 {
     const int q = blockIdx.x * blockDim.x + threadIdx.x;
     if (q >= 3 * n) return;
@@ -231,7 +235,10 @@ extern "C" __global__ void drift(const int n, const double dt, const double lo, 
     y -= box * floor((y - lo) / box);
     if (y >= lo + box) y -= box; /* rounding of the line above */
 #endif
-    x[q] = (real)y;
+    const real yr = (real)y;
+    x[q] = yr;
+    const double yd = (double)yr;
+    if (!(yd - yd == 0.0) || yd < ulo || yd >= uhi) flag[0] = 1; /* yd - yd: NaN unless finite */
 }
 
 /* ---- Multigrid (isolated boundaries, cell-centred, runtime level size nl) -------------- *

@@ -216,9 +216,13 @@ __kernel void kick(const int n, const double dt, __global const real *acc, __glo
     v[q] = (real)((double)v[q] + dt * (double)acc[q]);
 }
 
-/* Leapfrog drift: x += dt * v; periodic meshes wrap positions into [lo, lo + box). */
+/* Leapfrog drift: x += dt * v; periodic meshes wrap positions into [lo, lo + box).
+ * flag[0] becomes 1 when a new position is not finite or, on isolated meshes, outside the
+ * usable region [ulo, uhi) (as stored, after rounding to real); the host then finds and
+ * names the particles. */
 __kernel void drift(const int n, const double dt, const double lo, const double box,
-                    __global real *x, __global const real *v)
+                    const double ulo, const double uhi, __global real *x,
+                    __global const real *v, __global int *flag)
 {
     const int q = get_global_id(0);
     if (q >= 3 * n) return;
@@ -227,7 +231,9 @@ __kernel void drift(const int n, const double dt, const double lo, const double 
     y -= box * floor((y - lo) / box);
     if (y >= lo + box) y -= box; /* rounding of the line above */
 #endif
-    x[q] = (real)y;
+    const real yr = (real)y;
+    x[q] = yr;
+    if (!isfinite(yr) || (double)yr < ulo || (double)yr >= uhi) flag[0] = 1;
 }
 
 /* ---- Multigrid (isolated boundaries, cell-centred, runtime level size nl) -------------- *

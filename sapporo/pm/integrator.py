@@ -1,8 +1,9 @@
 """Kick-drift-kick leapfrog on the device with particle-mesh forces.
 
-Positions, velocities and accelerations stay in device buffers between steps; the host
-reads them for diagnostics (on CPU devices the buffers are host memory, so that costs no
-copy). One step:
+Positions, velocities and accelerations stay in device buffers between steps; the drift
+raises a flag when a particle leaves the mesh's usable region (the host then names it),
+and the host reads the buffers for diagnostics (on CPU devices they are host memory, so
+that costs no copy). One step:
 
     v += a dt / 2;  x += v dt;  a = PM(x);  v += a dt / 2
 
@@ -61,6 +62,8 @@ class Leapfrog:
         self._v = ctx.alloc_host(3 * self.n * mesh.dtype.itemsize)
         self._v.view(mesh.dtype, (self.n, 3))[...] = v
         self._v.to_device()
+        self._flag = ctx.alloc_host(4)
+        self._region = mesh.usable_region()
         self.totals = dict.fromkeys(STEP_STAGES, 0.0)
         self.force_calls = 0
         self._forces()
@@ -89,15 +92,20 @@ class Leapfrog:
         for _ in range(int(count)):
             t0 = time.perf_counter()
             self._kick(0.5 * self.dt)
+            self._flag.buffer.fill(0)
             mesh._k["drift"](_gsize(3 * self.n), None, np.int32(self.n), np.float64(self.dt),
                              np.float64(-mesh.box / 2), np.float64(mesh.box),
-                             mesh._x.buffer, self._v.buffer)
+                             np.float64(self._region[0]), np.float64(self._region[1]),
+                             mesh._x.buffer, self._v.buffer, self._flag.buffer)
+            self._flag.from_device()
             ctx.finish()
             self.t += self.dt
-            try:
-                mesh.check_positions(mesh._host_positions())
-            except InputError as exc:
-                raise InputError(f"at t = {self.t:.6g} (step {self.steps + 1}): {exc}") from None
+            if self._flag.view(np.int32, (1,))[0]:
+                try:
+                    mesh.check_positions(mesh._host_positions())
+                except InputError as exc:
+                    raise InputError(
+                        f"at t = {self.t:.6g} (step {self.steps + 1}): {exc}") from None
             self.totals["update"] += time.perf_counter() - t0
             self._forces()
             t0 = time.perf_counter()
@@ -129,3 +137,4 @@ class Leapfrog:
     def close(self) -> None:
         """Release the velocity buffer (the mesh stays open)."""
         self._v.free()
+        self._flag.free()

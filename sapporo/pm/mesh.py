@@ -280,7 +280,7 @@ class ParticleMesh:
             raise InputError(f"x: {int(bad.sum())} particle(s) with non-finite coordinates "
                              f"(first: index {i}, {x[i].tolist()})")
         lo, hi = self.usable_region()
-        xd = x.astype(self.dtype)  # as the device sees them (single: rounded)
+        xd = x.astype(self.dtype).astype(np.float64)  # as the device sees them
         out = ((xd < lo) | (xd >= hi)).any(axis=1)
         if out.any():
             i = int(np.flatnonzero(out)[0])
