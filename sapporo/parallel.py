@@ -53,9 +53,11 @@ SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 LOCAL_RANK_VARIABLES = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK",
                         "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
 DECOMPOSITIONS = ("j", "2d", "auto")
-#: "auto" uses the j-decomposition up to this many ranks and the 2-D grid beyond (see
-#: auto_rows and docs/parallel.md)
-AUTO_J_MAX_RANKS = 8
+#: "auto" uses the j-decomposition up to this many ranks and the 2-D grid beyond: the model
+#: of tune/mpi_bench.py, calibrated on loopback runs, puts the 2-D grid ahead from 8 ranks on
+#: in every case it projects; at 4 ranks the two are within the measurements' noise (see
+#: docs/parallel.md)
+AUTO_J_MAX_RANKS = 4
 MAX_ADDRESS = 2**31 - 2
 _NO_ID = np.iinfo(np.int64).max  # padding of neighbour lists while merging
 

@@ -173,14 +173,17 @@ def fit(data: dict) -> dict:
     rate = n * n / (one["nxn"]["wall"] - one["nxn"]["comm"])
     b1 = {b["ni"]: b for b in one["blocks"]}
     overhead = max(0.0, b1[1]["wall"] - b1[1]["comm"] - n / rate)
-    # loopback allgather: t = alpha * ceil(log2 P) + (P - 1) * bytes / beta
+    # loopback allgather: t = alpha * ceil(log2 P) + (P - 1) * bytes / beta, fitted on the
+    # runs whose ranks have a core each
     rows, rhs = [], []
-    for r in runs:
+    for r in runs:  # ranks with a core each (oversubscribed ranks wait for the scheduler)
         p = r["ranks"]
-        if p > 1:
+        if 1 < p <= data["cores"]:
             for s in r["allgather"]:
-                rows.append([math.ceil(math.log2(p)), (p - 1) * s["bytes"]])
-                rhs.append(s["seconds"])
+                # relative residuals: small messages count as much as large ones
+                rows.append([math.ceil(math.log2(p)) / s["seconds"],
+                             (p - 1) * s["bytes"] / s["seconds"]])
+                rhs.append(1.0)
     (alpha, inv_beta), *_ = np.linalg.lstsq(np.array(rows, float), np.array(rhs), rcond=None)
     # the library's software cost per collective: communication time of a one-particle
     # block step beyond the loopback allgather's latency, per collective (it includes the

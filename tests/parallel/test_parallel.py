@@ -40,7 +40,7 @@ def test_grids(forces_run: dict) -> None:
     assert grids["j double order 4 all"] == [1, p]
     assert grids["2d double order 4 all"] == ([2, 2] if p == 4 else [1, 2])
     assert grids[f"{p}x1 one particle"] == [p, 1]
-    assert grids["auto order 2"] == [1, p]  # up to 8 ranks auto is the j-decomposition
+    assert grids["auto order 2"] == [1, p]  # up to 4 ranks auto is the j-decomposition
 
 
 def test_bitwise_identical_on_every_rank(forces_run: dict) -> None:
@@ -153,4 +153,5 @@ def test_grid_rules() -> None:
     from sapporo.parallel import auto_rows, square_rows
 
     assert [square_rows(p) for p in (1, 2, 4, 6, 8, 12, 16, 64, 7)] == [1, 1, 2, 2, 2, 3, 4, 8, 1]
-    assert auto_rows(4) == 1 and auto_rows(8) == 1 and auto_rows(16) == 4
+    assert auto_rows(2) == 1 and auto_rows(4) == 1 and auto_rows(8) == 2
+    assert auto_rows(16) == 4 and auto_rows(7) == 1
