@@ -128,6 +128,36 @@ extern "C" __global__ void assign(const int n, const double lo, const double inv
     }
 }
 
+/* Floating-point atomics, for comparison only (ParticleMesh(..., assignment="float")):
+ * rho[cell] += m * w * factor with atomicAdd on real (double needs sm_60). Sums then
+ * depend on the order of the threads in the last bits. */
+extern "C" __global__ void assign_float(const int n, const double lo, const double inv_h,
+                                        const double factor, const real *x, const real *m,
+                                        real *rho)
+{
+    const int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= n) return;
+    double wx[NP], wy[NP], wz[NP];
+    const int ix = window1(to_mesh(x[3 * p], lo, inv_h), wx);
+    const int iy = window1(to_mesh(x[3 * p + 1], lo, inv_h), wy);
+    const int iz = window1(to_mesh(x[3 * p + 2], lo, inv_h), wz);
+    const double ms = (double)m[p] * factor;
+    for (int a = 0; a < NP; a++) {
+        const int i = wrap(ix + a);
+        if (i < 0) continue;
+        for (int b = 0; b < NP; b++) {
+            const int j = wrap(iy + b);
+            if (j < 0) continue;
+            const double mab = ms * wx[a] * wy[b];
+            for (int c = 0; c < NP; c++) {
+                const int k = wrap(iz + c);
+                if (k < 0) continue;
+                atomicAdd(rho + ((long long)i * NG + j) * NG + k, (real)(mab * wz[c]));
+            }
+        }
+    }
+}
+
 /* Fixed-point sums to density: rho = q * factor (factor = 1 / (scale h^3)). */
 extern "C" __global__ void to_density(const double factor, const long long *q, real *rho)
 {

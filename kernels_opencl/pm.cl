@@ -126,6 +126,55 @@ __kernel void assign(const int n, const double lo, const double inv_h, const dou
     }
 }
 
+/* Floating-point atomics, for comparison only (ParticleMesh(..., assignment="float")):
+ * rho[cell] += m * w * factor with a compare-and-swap loop (OpenCL 1.2 has no float
+ * atomic add). Sums then depend on the order of the work-items in the last bits. */
+inline void add_real(__global real *p, double v)
+{
+#if PRECISION == 2
+    __global long *pl = (__global long *)p;
+    long old = *pl, assumed;
+    do {
+        assumed = old;
+        old = atom_cmpxchg(pl, assumed, as_long(as_double(assumed) + v));
+    } while (old != assumed);
+#else
+    __global int *pi = (__global int *)p;
+    int old = *pi, assumed;
+    do {
+        assumed = old;
+        old = atomic_cmpxchg(pi, assumed, as_int(as_float(assumed) + (float)v));
+    } while (old != assumed);
+#endif
+}
+
+__kernel void assign_float(const int n, const double lo, const double inv_h,
+                           const double factor, __global const real *x,
+                           __global const real *m, __global real *rho)
+{
+    const int p = get_global_id(0);
+    if (p >= n) return;
+    double wx[NP], wy[NP], wz[NP];
+    const int ix = window1(to_mesh(x[3 * p], lo, inv_h), wx);
+    const int iy = window1(to_mesh(x[3 * p + 1], lo, inv_h), wy);
+    const int iz = window1(to_mesh(x[3 * p + 2], lo, inv_h), wz);
+    const double ms = (double)m[p] * factor;
+    for (int a = 0; a < NP; a++) {
+        const int i = wrap(ix + a);
+        if (i < 0) continue;
+        for (int b = 0; b < NP; b++) {
+            const int j = wrap(iy + b);
+            if (j < 0) continue;
+            const double mab = ms * wx[a] * wy[b];
+            for (int c = 0; c < NP; c++) {
+                const int k = wrap(iz + c);
+                if (k < 0) continue;
+                add_real(rho + ((long)i * NG + j) * NG + k, mab * wz[c]);
+            }
+        }
+    }
+}
+
 /* Fixed-point sums to density: rho = q * factor (factor = 1 / (scale h^3)). */
 __kernel void to_density(const double factor, __global const long *q, __global real *rho)
 {

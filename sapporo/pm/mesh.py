@@ -105,6 +105,9 @@ class ParticleMesh:
         Periodic FFT only: divide by the window's transfer function squared.
     mg_tol, mg_cycles : float, int
         Multigrid: relative residual target and the most V-cycles per solve.
+    assignment : {"fixed", "float"}
+        Mass assignment by 64-bit fixed-point integer atomics (deterministic, the default)
+        or by floating-point atomics (order-dependent last bits; for comparison).
 
     Notes
     -----
@@ -119,7 +122,8 @@ class ParticleMesh:
     def __init__(self, grid: int, box: float, boundary: str = "isolated", window: str = "cic",
                  solver: str = "fft", precision: str = "double", backend: str | None = None,
                  devices: Any = None, *, stencil: int = 2, green: str = "continuous",
-                 deconvolve: bool = False, mg_tol: float | None = None, mg_cycles: int = 50):
+                 deconvolve: bool = False, mg_tol: float | None = None, mg_cycles: int = 50,
+                 assignment: str = "fixed"):
         if isinstance(grid, bool) or not isinstance(grid, (int, np.integer)):
             raise InputError(f"grid: expected an integer, got {grid!r}")
         if grid < 2:
@@ -143,6 +147,7 @@ class ParticleMesh:
             raise InputError(f"stencil: expected 2 or 4, got {stencil!r}")
         self.stencil = int(stencil)
         self.deconvolve = bool(deconvolve)
+        self.assignment = _choice(assignment, ("fixed", "float"), "assignment")
         if self.solver == "multigrid":
             if self.boundary != "isolated":
                 raise ConfigError("solver 'multigrid' needs boundary 'isolated'")
@@ -176,7 +181,8 @@ class ParticleMesh:
                    "STENCIL": self.stencil, "NG": self.grid}
         self._prog = self._ctx.build(f"pm.{ext}", defines)
         self._k = {name: self._prog.kernel(name) for name in
-                   ("assign", "to_density", "gradient", "interpolate", "kick", "drift")}
+                   ("assign", "assign_float", "to_density", "gradient", "interpolate",
+                    "kick", "drift")}
         ng3 = self.grid**3
         it = self.dtype.itemsize
         self._q = self._ctx.alloc(ng3 * 8)
@@ -356,6 +362,14 @@ class ParticleMesh:
     def _assign(self) -> None:
         ctx = self._require_open()
         lo = np.float64(-self.box / 2)
+        if self.assignment == "float":
+            self._rho.buffer.fill(0)
+            self._k["assign_float"](_gsize(self._n), None, np.int32(self._n), lo,
+                                    np.float64(1.0 / self.h),
+                                    np.float64(self._rho_factor / self.h**3), self._x.buffer,
+                                    self._m.buffer, self._rho.buffer)
+            ctx.finish()
+            return
         self._q.fill(0)
         self._k["assign"](_gsize(self._n), None, np.int32(self._n), lo,
                           np.float64(1.0 / self.h), np.float64(self._scale), self._x.buffer,

@@ -23,7 +23,8 @@ pytestmark = [pytest.mark.skipif(not ok, reason=why),
 CASES = [dict(boundary="isolated", window="tsc", stencil=4),
          dict(boundary="periodic", window="cic", stencil=2),
          dict(boundary="isolated", window="ngp", stencil=2, precision="single"),
-         dict(boundary="isolated", window="cic", solver="multigrid")]
+         dict(boundary="isolated", window="cic", solver="multigrid"),
+         dict(boundary="periodic", window="tsc", assignment="float")]
 
 
 @pytest.mark.parametrize("opts", CASES, ids=lambda o: "-".join(map(str, o.values())))

@@ -126,6 +126,22 @@ def test_assignment_is_deterministic(backend, meshes) -> None:
     assert abs(rho1.sum() * (1.0 / 16) ** 3 - m.sum()) < 1e-12 * m.sum()
 
 
+@pytest.mark.parametrize("precision,tol", [("double", 1e-12), ("single", 2e-6)])
+def test_float_atomics_agree_with_fixed_point(backend, meshes, precision, tol) -> None:
+    """The comparison variant (float atomics) gives the same density up to the rounding
+    of its sums: 1e-12 (double) or 2e-6 (single, float32 sums of up to ~100 terms) of the
+    largest cell."""
+    rng = np.random.default_rng(8)
+    x = np.clip(rng.normal(0, 0.1, (4000, 3)), -0.3, 0.3)
+    m = rng.uniform(0.1, 1.0, 4000)
+    fixed = meshes(backend, 16, 1.0, window="tsc", precision=precision)
+    flt = meshes(backend, 16, 1.0, window="tsc", precision=precision, assignment="float")
+    rf, rx = fixed.forces(x, m), flt.forces(x, m)
+    d1, d2 = fixed.density(), flt.density()
+    assert np.abs(d1 - d2).max() <= tol * np.abs(d1).max()
+    assert np.abs(rf.acc - rx.acc).max() <= 10 * tol * np.abs(rf.acc).max()
+
+
 @pytest.mark.parametrize("boundary", ["isolated", "periodic"])
 def test_momentum_conservation(backend, meshes, boundary) -> None:
     """Same window both ways, an even Green's function and an antisymmetric difference
