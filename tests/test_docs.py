@@ -1,4 +1,5 @@
-"""The Python examples of README.md and docs/ run as written, and compute what they claim.
+"""The Python examples of README.md and docs/ run as written, and compute what they claim;
+the project files (licence, citation, changelog) and the package's surface are in place.
 
 Each ```python block of the files in ``EXAMPLES`` is executed in a fresh namespace in a
 temporary directory (an example may write files). The integrator example of
@@ -84,3 +85,47 @@ def test_integrator_example(tmp_path, monkeypatch):
     it = ns["it"]
     np.testing.assert_array_equal(snap.x, it.x)
     assert snap.time == it.time == 0.0625
+
+
+# ---------------------------------------------------------------- project files and surface
+
+USER_DOCS = ["README.md", "CHANGELOG.md", *sorted(
+    str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+INTERNAL = re.compile(r"\bissue \d+|goals of issue|\bhelpers?\b|\bthis session\b|\bthe session\b"
+                      r"|\blent machine\b|\bdevice tool\b", re.I)
+
+
+def test_license_is_mit_as_pyproject_says():
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("MIT License") and "WITHOUT WARRANTY OF ANY KIND" in text
+    assert re.search(r'^license = \{ text = "MIT" \}', (ROOT / "pyproject.toml").read_text(),
+                     re.M)
+
+
+def test_citation_and_changelog_name_this_version():
+    import sapporo
+
+    cff = (ROOT / "CITATION.cff").read_text()
+    for key in ("cff-version", "message", "title", "authors", "version", "license"):
+        assert re.search(rf"^{key}:", cff, re.M), key
+    assert re.search(rf"^version: {re.escape(sapporo.__version__)}$", cff, re.M)
+    assert re.search(r"^license: MIT$", cff, re.M)
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert re.search(rf"^## {re.escape(sapporo.__version__)}\b", changelog, re.M)
+
+
+def test_dir_shows_the_public_names():
+    import sapporo
+
+    names = dir(sapporo)
+    assert set(sapporo.__all__) <= set(names)
+    assert {"Library", "ForceResult", "InputError", "reference", "snapshot", "ic"} <= set(names)
+    assert not [n for n in names if n.startswith("_") and n != "__version__"]
+    for name in names:  # every name shown resolves
+        assert getattr(sapporo, name) is not None
+
+
+@pytest.mark.parametrize("name", USER_DOCS)
+def test_user_docs_carry_no_internal_notes(name):
+    for number, line in enumerate((ROOT / name).read_text().splitlines(), 1):
+        assert not INTERNAL.search(line), f"{name}:{number}: {line}"
