@@ -772,7 +772,7 @@ def _evolve(args: argparse.Namespace, integ: HermiteIntegrator, meta: dict[str, 
             plots = [str(q) for q in _plots.plot_run(out, diag, integ.n_active_counts, title)]
         else:
             err.write("sapporo run: matplotlib is not installed, skipping plots "
-                      "(pip install 'sapporo-nbody[plot]')\n")
+                      "(pip install matplotlib)\n")
     if not quiet and summary_ok:
         _print_summary(out_stream, summary, out, plots)
     if write_errors:

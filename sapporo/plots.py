@@ -57,7 +57,7 @@ def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError as exc:
-        raise SapporoError("plots need matplotlib: pip install 'sapporo-nbody[plot]'") from exc
+        raise SapporoError("plots need matplotlib: pip install matplotlib") from exc
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
