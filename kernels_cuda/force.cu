@@ -65,6 +65,7 @@ __device__ __forceinline__ float rsqrt_ftz(float x)
 #define JPOS_LO(k) lpos_lo[k]
 #define JVEL(k) lvel[k]
 #define JACC(k) lacc[k]
+#define JJERK(k) ljerk[k]
 #if ID_IN_VEL
 #define JID(k) __float_as_int(lvel[k].w)
 #else
@@ -75,6 +76,7 @@ __device__ __forceinline__ float rsqrt_ftz(float x)
 #define JPOS_LO(k) jpos_lo[jt + (k)]
 #define JVEL(k) jvel[jt + (k)]
 #define JACC(k) jacc[jt + (k)]
+#define JJERK(k) jjerk[jt + (k)]
 #define JID(k) jid[jt + (k)]
 #endif
 
@@ -87,6 +89,9 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
       const real4 *__restrict__ jvel,
 #if ORDER >= 6
       const real4 *__restrict__ jacc,
+#endif
+#if ORDER >= 8
+      const real4 *__restrict__ jjerk,
 #endif
       const int *__restrict__ jid,
       const double *__restrict__ idata,
@@ -138,12 +143,18 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
 #if ORDER >= 6
     real axi[W], ayi[W], azi[W];
 #endif
+#if ORDER >= 8
+    real jxi[W], jyi[W], jzi[W];
+#endif
     double sum_ax[W], sum_ay[W], sum_az[W], sum_pot[W];
 #if ORDER >= 4
     double sum_jx[W], sum_jy[W], sum_jz[W];
 #endif
 #if ORDER >= 6
     double sum_sx[W], sum_sy[W], sum_sz[W];
+#endif
+#if ORDER >= 8
+    double sum_cx[W], sum_cy[W], sum_cz[W];
 #endif
 #if PRECISION == 1
     /* nearest neighbour as one 64-bit key: the bits of r^2 (non-negative floats order as
@@ -184,6 +195,11 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
         ayi[w] = (real)ILOAD(IC_AY);
         azi[w] = (real)ILOAD(IC_AZ);
 #endif
+#if ORDER >= 8
+        jxi[w] = (real)ILOAD(IC_JX);
+        jyi[w] = (real)ILOAD(IC_JY);
+        jzi[w] = (real)ILOAD(IC_JZ);
+#endif
 #undef ILOAD
         sum_ax[w] = sum_ay[w] = sum_az[w] = sum_pot[w] = 0;
 #if ORDER >= 4
@@ -191,6 +207,9 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
 #endif
 #if ORDER >= 6
         sum_sx[w] = sum_sy[w] = sum_sz[w] = 0;
+#endif
+#if ORDER >= 8
+        sum_cx[w] = sum_cy[w] = sum_cz[w] = 0;
 #endif
 #if PRECISION == 1
         nn_key[w] = ((unsigned long long)__float_as_uint(REAL_INF) << 32) | 0xffffffffu;
@@ -210,6 +229,9 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
 #endif
 #if ORDER >= 6
     __shared__ real4 lacc[JT];
+#endif
+#if ORDER >= 8
+    __shared__ real4 ljerk[JT];
 #endif
 #if !ID_IN_VEL
     __shared__ int lid[JT];
@@ -236,6 +258,9 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
 #if ORDER >= 6
             lacc[l] = jacc[jt + l];
 #endif
+#if ORDER >= 8
+            ljerk[l] = jjerk[jt + l];
+#endif
 #if !ID_IN_VEL
             lid[l] = jid[jt + l];
 #endif
@@ -249,6 +274,9 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
 #if ORDER >= 6
         real sx[W], sy[W], sz[W];
 #endif
+#if ORDER >= 8
+        real cx[W], cy[W], cz[W];
+#endif
 #pragma unroll
         for (int w = 0; w < W; w++) {
             ax[w] = ay[w] = az[w] = pot[w] = 0;
@@ -257,6 +285,9 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
 #endif
 #if ORDER >= 6
             sx[w] = sy[w] = sz[w] = 0;
+#endif
+#if ORDER >= 8
+            cx[w] = cy[w] = cz[w] = 0;
 #endif
         }
         /* warps of padding start past the tile (no interactions); the bound stays nt */
@@ -271,6 +302,9 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
 #endif
 #if ORDER >= 6
             const real4 aj = JACC(k);
+#endif
+#if ORDER >= 8
+            const real4 jj = JJERK(k);
 #endif
 #pragma unroll
             for (int w = 0; w < W; w++) {
@@ -294,8 +328,9 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
                 const real rinv2 = rinv * rinv;
                 const real mrinv = pj.w * rinv;
                 const real mrinv3 = mrinv * rinv2;
-                /* acc = m/R^3 d, jerk = m/R^3 t, snap = m/R^3 (da - 6 alpha t - 3 beta d) with
-                 * t = dv - 3 alpha d. Double-single factors m/R^3 out: each term one FFMA
+                /* acc = m/R^3 d, jerk = m/R^3 t, snap = m/R^3 u, crackle = m/R^3 (dj - 9 alpha u
+                 * - 9 beta t - 3 gamma d) with t = dv - 3 alpha d, u = da - 6 alpha t - 3 beta d
+                 * (the recurrence is derived in force.cl). Double-single factors m/R^3 out: each term one FFMA
                  * (order 4: 58.5 -> 52 instructions per interaction on sm_90). Double keeps
                  * the OpenCL kernels' products f = m/R^3 d and g = m/R^3 t (the same
                  * arithmetic, the same bits on the CPU emulation). */
@@ -334,13 +369,35 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
                                    + dx * dax + dy * day + dz * daz) * rinv2 + alpha * alpha;
                 const real a6 = 6 * alpha, b3 = 3 * beta;
 #if PRECISION == 1
-                sx[w] += mrinv3 * (dax - a6 * tx - b3 * dx);
-                sy[w] += mrinv3 * (day - a6 * ty - b3 * dy);
-                sz[w] += mrinv3 * (daz - a6 * tz - b3 * dz);
+                const real ux = dax - a6 * tx - b3 * dx;
+                const real uy = day - a6 * ty - b3 * dy;
+                const real uz = daz - a6 * tz - b3 * dz;
+                sx[w] += mrinv3 * ux;
+                sy[w] += mrinv3 * uy;
+                sz[w] += mrinv3 * uz;
 #else
-                sx[w] += mrinv3 * dax - a6 * gx - b3 * fx;
-                sy[w] += mrinv3 * day - a6 * gy - b3 * fy;
-                sz[w] += mrinv3 * daz - a6 * gz - b3 * fz;
+                const real hx = mrinv3 * dax - a6 * gx - b3 * fx;
+                const real hy = mrinv3 * day - a6 * gy - b3 * fy;
+                const real hz = mrinv3 * daz - a6 * gz - b3 * fz;
+                sx[w] += hx;
+                sy[w] += hy;
+                sz[w] += hz;
+#endif
+#endif
+#if ORDER >= 8
+                const real djx = jj.x - jxi[w], djy = jj.y - jyi[w], djz = jj.z - jzi[w];
+                const real gamma = (3 * (dvx * dax + dvy * day + dvz * daz)
+                                    + dx * djx + dy * djy + dz * djz) * rinv2
+                                   + alpha * (b3 - 4 * alpha * alpha);
+                const real a9 = 9 * alpha, b9 = 9 * beta, g3 = 3 * gamma;
+#if PRECISION == 1
+                cx[w] += mrinv3 * (djx - a9 * ux - b9 * tx - g3 * dx);
+                cy[w] += mrinv3 * (djy - a9 * uy - b9 * ty - g3 * dy);
+                cz[w] += mrinv3 * (djz - a9 * uz - b9 * tz - g3 * dz);
+#else
+                cx[w] += mrinv3 * djx - a9 * hx - b9 * gx - g3 * fx;
+                cy[w] += mrinv3 * djy - a9 * hy - b9 * gy - g3 * fy;
+                cz[w] += mrinv3 * djz - a9 * hz - b9 * gz - g3 * fz;
 #endif
 #endif
                 /* nearest neighbour: smallest unsoftened r^2, ties to the lower id */
@@ -379,6 +436,11 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
             sum_sy[w] += (double)sy[w];
             sum_sz[w] += (double)sz[w];
 #endif
+#if ORDER >= 8
+            sum_cx[w] += (double)cx[w];
+            sum_cy[w] += (double)cy[w];
+            sum_cz[w] += (double)cz[w];
+#endif
         }
 #if USE_LOCAL
         __syncthreads();
@@ -407,6 +469,11 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
         r[OC_SZ] = sum_sz[w];
 #else
         r[OC_SX] = r[OC_SY] = r[OC_SZ] = 0;
+#endif
+#if ORDER >= 8
+        r[OC_CX] = sum_cx[w];
+        r[OC_CY] = sum_cy[w];
+        r[OC_CZ] = sum_cz[w];
 #endif
 #if PRECISION == 1
         r[OC_NNR2] = (double)__uint_as_float((unsigned)(nn_key[w] >> 32));

@@ -38,6 +38,11 @@ __device__ __forceinline__ double taylor_a(double a, double j, double s, double 
     return a + dt * (j + dt * (s * 0.5 + dt * (c * (1.0 / 6.0))));
 }
 
+__device__ __forceinline__ double taylor_j(double j, double s, double c, double dt)
+{
+    return j + dt * (s + dt * (c * 0.5));
+}
+
 /* Taylor prediction of every stored address to time t, one polynomial for all orders
  * (terms the caller did not give are zero). Positions of double-single are split into
  * hi/lo float pairs; the mass rides in .w. */
@@ -50,6 +55,9 @@ extern "C" __global__ void predict(const int n, const double t,
                                    real4 *__restrict__ vel
 #if ORDER >= 6
                                    , real4 *__restrict__ acc
+#endif
+#if ORDER >= 8
+                                   , real4 *__restrict__ jerk
 #endif
                                    )
 {
@@ -95,6 +103,18 @@ extern "C" __global__ void predict(const int n, const double t,
     real4 q;
     q.x = axp; q.y = ayp; q.z = azp; q.w = 0.0;
     acc[a] = q;
+#endif
+#endif
+#if ORDER >= 8
+    const double jxp = taylor_j(j0.x, s0.x, c0.x, dt);
+    const double jyp = taylor_j(j0.y, s0.y, c0.y, dt);
+    const double jzp = taylor_j(j0.z, s0.z, c0.z, dt);
+#if PRECISION == 1
+    jerk[a] = make_float4((float)jxp, (float)jyp, (float)jzp, 0.0f);
+#else
+    real4 u;
+    u.x = jxp; u.y = jyp; u.z = jzp; u.w = 0.0;
+    jerk[a] = u;
 #endif
 #endif
 }

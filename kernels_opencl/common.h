@@ -1,6 +1,6 @@
 /* Compile-time variants shared by the sapporo OpenCL kernels.
  *
- *   ORDER      2 (acceleration, potential), 4 (+ jerk) or 6 (+ snap)
+ *   ORDER      2 (acceleration, potential), 4 (+ jerk), 6 (+ snap) or 8 (+ crackle)
  *   PRECISION  1 = double-single (j - i differences in hi/lo float pairs, the rest in float,
  *                  partial sums combined in double), 2 = double (everything in double)
  *   NGB        0 or 1: neighbour lists off or on
@@ -67,8 +67,8 @@
 #define JV 0
 #endif
 
-#if ORDER != 2 && ORDER != 4 && ORDER != 6
-#error "ORDER must be 2, 4 or 6"
+#if ORDER != 2 && ORDER != 4 && ORDER != 6 && ORDER != 8
+#error "ORDER must be 2, 4, 6 or 8"
 #endif
 #if PRECISION != 1 && PRECISION != 2
 #error "PRECISION must be 1 (double-single) or 2 (double)"

@@ -88,12 +88,14 @@ static inline double8 sqrt_pd8(const double8 x)
 #define JPOS_LO(k) lpos_lo[k]
 #define JVEL(k) lvel[k]
 #define JACC(k) lacc[k]
+#define JJERK(k) ljerk[k]
 #define JID(k) lid[k]
 #else
 #define JPOS(k) jpos[jt + (k)]
 #define JPOS_LO(k) jpos_lo[jt + (k)]
 #define JVEL(k) jvel[jt + (k)]
 #define JACC(k) jacc[jt + (k)]
+#define JJERK(k) jjerk[jt + (k)]
 #define JID(k) jid[jt + (k)]
 #endif
 
@@ -117,6 +119,9 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
            __global const real4 *jvel,
 #if ORDER >= 6
            __global const real4 *jacc,
+#endif
+#if ORDER >= 8
+           __global const real4 *jjerk,
 #endif
            __global const int *jid,
            __global const double *idata,
@@ -175,6 +180,10 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
     const IREAL axi = I_REAL(ILOAD(IC_AX)), ayi = I_REAL(ILOAD(IC_AY));
     const IREAL azi = I_REAL(ILOAD(IC_AZ));
 #endif
+#if ORDER >= 8
+    const IREAL jxi = I_REAL(ILOAD(IC_JX)), jyi = I_REAL(ILOAD(IC_JY));
+    const IREAL jzi = I_REAL(ILOAD(IC_JZ));
+#endif
 
     vdouble sum_ax = 0, sum_ay = 0, sum_az = 0, sum_pot = 0;
 #if ORDER >= 4
@@ -182,6 +191,9 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
 #endif
 #if ORDER >= 6
     vdouble sum_sx = 0, sum_sy = 0, sum_sz = 0;
+#endif
+#if ORDER >= 8
+    vdouble sum_cx = 0, sum_cy = 0, sum_cz = 0;
 #endif
     vreal nn_r2 = (vreal)INFINITY;
     vint nn_id = (vint)(-1);
@@ -196,6 +208,9 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
 #endif
 #if ORDER >= 6
     __local real4 lacc[JT];
+#endif
+#if ORDER >= 8
+    __local real4 ljerk[JT];
 #endif
     __local int lid[JT];
 #endif
@@ -215,6 +230,9 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
 #if ORDER >= 6
             lacc[l] = jacc[jt + l];
 #endif
+#if ORDER >= 8
+            ljerk[l] = jjerk[jt + l];
+#endif
             lid[l] = jid[jt + l];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -225,6 +243,9 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
 #endif
 #if ORDER >= 6
         vreal sx = 0, sy = 0, sz = 0;
+#endif
+#if ORDER >= 8
+        vreal cx = 0, cy = 0, cz = 0;
 #endif
         const int kend = live ? nt : 0; /* padding: no interactions */
 #if JV
@@ -268,8 +289,10 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
             const vreal rinv2 = rinv * rinv;
             const vreal mrinv = mj * rinv;
             const vreal mrinv3 = mrinv * rinv2;
-            /* acc = m/R^3 d, jerk = m/R^3 t, snap = m/R^3 (da - 6 alpha t - 3 beta d) with
-             * t = dv - 3 alpha d. Double-single factors m/R^3 out (each term one multiply-add
+            /* acc = m/R^3 d, jerk = m/R^3 t, snap = m/R^3 u, crackle = m/R^3 (dj - 9 alpha u
+             * - 9 beta t - 3 gamma d) with t = dv - 3 alpha d and u = da - 6 alpha t - 3 beta d
+             * (the recurrence is derived beside the beta and gamma terms below). Double-single
+             * factors m/R^3 out (each term one multiply-add
              * where they are contracted: 6 fewer instructions per interaction at order 4 on
              * sm_90); double forms the products f = m/R^3 d and g = m/R^3 t first (the same
              * instruction count without contraction, and faster on PoCL's CPU devices). */
@@ -317,18 +340,53 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
             const real4 aj = JACC(k);
             const real axj = aj.x, ayj = aj.y, azj = aj.z;
 #endif
+            /* Pair terms by recurrence: with s = R^2, q = s^(-3/2), A0 = m q d and
+             * alpha = (d.dv)/s, dq/dt = -3 alpha q, so A1 = m q dv - 3 alpha A0 (jerk).
+             * d(alpha)/dt = beta - 3 alpha^2 with beta = (dv.dv + d.da)/s + alpha^2, so
+             * A2 = m q da - 6 alpha A1 - 3 beta A0 (snap). d(beta)/dt = gamma - 3 alpha beta with
+             * gamma = (3 dv.da + d.dj)/s + alpha (3 beta - 4 alpha^2), so
+             * A3 = m q dj - 9 alpha A2 - 9 beta A1 - 3 gamma A0 (crackle). */
             const vreal dax = axj - axi, day = ayj - ayi, daz = azj - azi;
             const vreal beta = (dvx * dvx + dvy * dvy + dvz * dvz + dx * dax + dy * day + dz * daz)
                                * rinv2 + alpha * alpha;
             const vreal a6 = 6 * alpha, b3 = 3 * beta;
 #if PRECISION == 1
-            sx += mrinv3 * (dax - a6 * tx - b3 * dx);
-            sy += mrinv3 * (day - a6 * ty - b3 * dy);
-            sz += mrinv3 * (daz - a6 * tz - b3 * dz);
+            const vreal ux = dax - a6 * tx - b3 * dx;
+            const vreal uy = day - a6 * ty - b3 * dy;
+            const vreal uz = daz - a6 * tz - b3 * dz;
+            sx += mrinv3 * ux;
+            sy += mrinv3 * uy;
+            sz += mrinv3 * uz;
 #else
-            sx += mrinv3 * dax - a6 * gx - b3 * fx;
-            sy += mrinv3 * day - a6 * gy - b3 * fy;
-            sz += mrinv3 * daz - a6 * gz - b3 * fz;
+            const vreal hx = mrinv3 * dax - a6 * gx - b3 * fx;
+            const vreal hy = mrinv3 * day - a6 * gy - b3 * fy;
+            const vreal hz = mrinv3 * daz - a6 * gz - b3 * fz;
+            sx += hx;
+            sy += hy;
+            sz += hz;
+#endif
+#endif
+#if ORDER >= 8
+#if JV
+            vreal jxj, jyj, jzj, unused_j;
+            GATHER4(jjerk + jt + k, jxj, jyj, jzj, unused_j);
+#else
+            const real4 jj = JJERK(k);
+            const real jxj = jj.x, jyj = jj.y, jzj = jj.z;
+#endif
+            const vreal djx = jxj - jxi, djy = jyj - jyi, djz = jzj - jzi;
+            const vreal gamma = (3 * (dvx * dax + dvy * day + dvz * daz)
+                                 + dx * djx + dy * djy + dz * djz) * rinv2
+                                + alpha * (b3 - 4 * alpha * alpha);
+            const vreal a9 = 9 * alpha, b9 = 9 * beta, g3 = 3 * gamma;
+#if PRECISION == 1
+            cx += mrinv3 * (djx - a9 * ux - b9 * tx - g3 * dx);
+            cy += mrinv3 * (djy - a9 * uy - b9 * ty - g3 * dy);
+            cz += mrinv3 * (djz - a9 * uz - b9 * tz - g3 * dz);
+#else
+            cx += mrinv3 * djx - a9 * hx - b9 * gx - g3 * fx;
+            cy += mrinv3 * djy - a9 * hy - b9 * gy - g3 * fy;
+            cz += mrinv3 * djz - a9 * hz - b9 * gz - g3 * fz;
 #endif
 #endif
             /* nearest neighbour: smallest unsoftened r^2, ties to the lower id */
@@ -377,6 +435,11 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
         sum_sy += TO_VDOUBLE(sy);
         sum_sz += TO_VDOUBLE(sz);
 #endif
+#if ORDER >= 8
+        sum_cx += TO_VDOUBLE(cx);
+        sum_cy += TO_VDOUBLE(cy);
+        sum_cz += TO_VDOUBLE(cz);
+#endif
 #if USE_LOCAL
         barrier(CLK_LOCAL_MEM_FENCE);
 #endif
@@ -400,6 +463,11 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
     r[OC_SZ] = sum_sz;
 #else
     r[OC_SX] = r[OC_SY] = r[OC_SZ] = 0;
+#endif
+#if ORDER >= 8
+    r[OC_CX] = sum_cx;
+    r[OC_CY] = sum_cy;
+    r[OC_CZ] = sum_cz;
 #endif
     r[OC_NNR2] = TO_VDOUBLE(nn_r2);
     r[OC_NNID] = TO_VDOUBLE(nn_id);

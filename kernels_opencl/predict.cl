@@ -29,6 +29,9 @@ __kernel void predict(const int n, const double t,
 #if ORDER >= 6
                       , __global real4 *acc
 #endif
+#if ORDER >= 8
+                      , __global real4 *jerk
+#endif
                       )
 {
     const int a = get_global_id(0);
@@ -61,5 +64,9 @@ __kernel void predict(const int n, const double t,
 #if ORDER >= 6
     const double4 ap = a0 + dt * (j0 + dt * (s0 * 0.5 + dt * (c0 * (1.0 / 6.0))));
     acc[a] = convert_real4((double4)(ap.xyz, 0.0));
+#endif
+#if ORDER >= 8
+    const double4 jp = j0 + dt * (s0 + dt * (c0 * 0.5));
+    jerk[a] = convert_real4((double4)(jp.xyz, 0.0));
 #endif
 }

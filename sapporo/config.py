@@ -5,7 +5,7 @@ variable                   meaning
 =========================  =====================================================
 ``SAPPORO_BACKEND``        ``opencl``, ``cuda`` or ``auto`` (default ``auto``)
 ``SAPPORO_DEVICES``        ``all`` or comma-separated device indices, e.g. ``0,1``
-``SAPPORO_ORDER``          2, 4 or 6 (used by the C API; default 4)
+``SAPPORO_ORDER``          2, 4, 6 or 8 (used by the C API; default 4)
 ``SAPPORO_PRECISION``      ``double`` or ``double-single`` (C API; default
                            ``double-single``)
 ``SAPPORO_NPIPES``         i-particles per GRAPE force call (C API; default 128)
@@ -33,7 +33,7 @@ from .errors import ConfigError
 
 BACKENDS = ("opencl", "cuda")
 PRECISIONS = ("double", "double-single")
-ORDERS = (2, 4, 6)
+ORDERS = (2, 4, 6, 8)
 
 
 def _get(name: str) -> str | None:
@@ -78,15 +78,15 @@ def parse_devices(value: str | None, source: str = "devices") -> str | list[int]
 
 
 def parse_order(value: str | int | None, source: str = "order") -> int | None:
-    """Parse an integration order (2, 4 or 6)."""
+    """Parse an integration order (2, 4, 6 or 8)."""
     if value is None:
         return None
     try:
         order = int(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{source}: expected 2, 4 or 6, got {value!r}") from None
+        raise ConfigError(f"{source}: expected 2, 4, 6 or 8, got {value!r}") from None
     if order not in ORDERS:
-        raise ConfigError(f"{source}: expected 2, 4 or 6, got {value!r}")
+        raise ConfigError(f"{source}: expected 2, 4, 6 or 8, got {value!r}")
     return order
 
 

@@ -28,7 +28,7 @@ from .backend import (
     capabilities,
 )
 from .launch import NI_CHUNK, LaunchConfig, LaunchTable, load_table, split_j
-from .layout import NCO, OC_NNID, OC_NNR2, RAW_N, REDUCE_LANES, REDUCE_ROWS
+from .layout import OC_NNID, OC_NNR2, RAW_N, REDUCE_LANES, REDUCE_ROWS
 
 __all__ = ["Device", "Plan", "Variant", "combine_parts"]
 
@@ -51,7 +51,7 @@ class Variant:
 
     Parameters
     ----------
-    order : {2, 4, 6}
+    order : {2, 4, 6, 8}
     precision : {"double-single", "double"}
     nb_capacity : int
         Neighbour-list capacity per i-particle.
@@ -181,6 +181,8 @@ class Device:
             self.j["pos_lo"] = self.ctx.alloc(slots * 16)
         if self.variant.order >= 6:
             self.j["acc"] = self.ctx.alloc(slots * 4 * rs)
+        if self.variant.order >= 8:
+            self.j["jerk"] = self.ctx.alloc(slots * 4 * rs)
         for name, buf in self.j.items():
             if name not in ("raw", "id"):
                 buf.fill(0)
@@ -242,7 +244,8 @@ class Device:
             j = self.j
             args = layout.kernel_args(layout.PREDICT_ARGS, {
                 "n": np.int32(n_local), "t": np.float64(t), "raw": j["raw"], "pos": j["pos"],
-                "pos_lo": j.get("pos_lo"), "vel": j["vel"], "acc": j.get("acc")},
+                "pos_lo": j.get("pos_lo"), "vel": j["vel"], "acc": j.get("acc"),
+                "jerk": j.get("jerk")},
                 self.variant.order, variant_ds(self.variant))
             if len(self._predicts) > 64:
                 self._predicts.clear()
@@ -275,6 +278,7 @@ class Device:
         cfg = self.table.for_ni(ni)
         ni_pad = _round_up(ni, cfg.i_per_group)
         nci = layout.nci(var.order)
+        nco = layout.nco(var.order)
         h_in = self._host(f"idata{slot}", nci * ni_pad * 8)
         nparts, jchunk = split_j(cfg, self.info, ni_pad, nj_local)
         # small launches run on the companion device where there is one (PoCL's
@@ -282,10 +286,10 @@ class Device:
         kernel, reduce_k = self.kernels(cfg, ngb, self.small_launch(ni, nj_local))
         # few results: the host combines the parts (one kernel launch less)
         limit = HOST_REDUCE_MAX if self.info.device_type == "cpu" else GPU_HOST_REDUCE_MAX
-        host_reduce = nparts == 1 or nparts * NCO * ni_pad <= limit  # one part: nothing to do
-        out_shape = (nparts if host_reduce else 1, NCO, ni_pad)
+        host_reduce = nparts == 1 or nparts * nco * ni_pad <= limit  # one part: nothing to do
+        out_shape = (nparts if host_reduce else 1, nco, ni_pad)
         h_out = self._host(f"out{slot}", math.prod(out_shape) * 8)
-        partial = h_out.buffer if host_reduce else self._buf("partial", nparts * NCO * ni_pad * 8)
+        partial = h_out.buffer if host_reduce else self._buf("partial", nparts * nco * ni_pad * 8)
         h_cnt = h_lst = None
         if ngb:
             h_cnt = self._host(f"nbcount{slot}", ni_pad * 4)
@@ -295,7 +299,7 @@ class Device:
             "nj": np.int32(nj_local), "ni": np.int32(ni), "ni_pad": np.int32(ni_pad),
             "jchunk": np.int32(jchunk), "eps2_d": np.float64(0.0),  # set per call
             "jpos": j["pos"], "jpos_lo": j.get("pos_lo"), "jvel": j["vel"],
-            "jacc": j.get("acc"), "jid": j["id"], "idata": h_in.buffer, "out": partial,
+            "jacc": j.get("acc"), "jjerk": j.get("jerk"), "jid": j["id"], "idata": h_in.buffer, "out": partial,
             "nb_count": None if h_cnt is None else h_cnt.buffer,
             "nb_list": None if h_lst is None else h_lst.buffer,
         }, var.order, variant_ds(var), ngb)
@@ -324,8 +328,10 @@ class Device:
 
     def launch_force(self, slot: int, xi: np.ndarray, vi: np.ndarray, ids: np.ndarray,
                      h2: np.ndarray | None, ai: np.ndarray | None, nj_local: int,
-                     eps2: float) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """Enqueue the forces on one chunk of i-particles.
+                     eps2: float, ji: np.ndarray | None = None,
+                     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """Enqueue the forces on one chunk of i-particles (``ai``: predicted accelerations,
+        orders 6 and 8; ``ji``: predicted jerks, order 8).
 
         Returns host arrays (results by part, neighbour counts, neighbour lists) that hold
         the results once the queue has finished, until the next call with the same
@@ -339,6 +345,8 @@ class Device:
             col = [*xi[0].tolist(), float(h2[0]) if ngb else 0.0, *vi[0].tolist(), float(ids[0])]
             if ai is not None:
                 col += ai[0].tolist()
+            if ji is not None:
+                col += ji[0].tolist()
             idata[:, 0] = col
         else:
             idata[0:3, :ni] = xi.T
@@ -347,6 +355,8 @@ class Device:
             idata[7, :ni] = ids
             if ai is not None:
                 idata[8:11, :ni] = ai.T
+            if ji is not None:
+                idata[11:14, :ni] = ji.T
         if ni < plan.ni_pad:
             idata[:, ni:] = idata[:, ni - 1 : ni]  # padding repeats the last particle
         plan.h_in.to_device(idata.nbytes)
@@ -405,7 +415,7 @@ class Device:
 
 
 def combine_parts(parts: np.ndarray) -> np.ndarray:
-    """Combine (nparts, NCO, n) partial results as the ``reduce`` kernel does. Also combines
+    """Combine (nparts, nco, n) partial results as the ``reduce`` kernel does. Also combines
     the results of several devices (as if they were parts).
 
     Sums: lane l (of REDUCE_LANES) sums parts l, l + REDUCE_LANES, ... in order, then a
@@ -418,7 +428,7 @@ def combine_parts(parts: np.ndarray) -> np.ndarray:
     lanes = min(nparts, REDUCE_LANES)
     full = nparts // REDUCE_LANES * REDUCE_LANES
     if full:  # whole rows of lanes: one reduction over the outer axis adds them in order
-        x = np.add.reduce(parts[:full].reshape(-1, REDUCE_LANES, NCO, n), axis=0)
+        x = np.add.reduce(parts[:full].reshape(-1, REDUCE_LANES, parts.shape[1], n), axis=0)
         rest = nparts - full
         if rest:
             x[:rest] += parts[full:]

@@ -97,8 +97,10 @@ class LaunchConfig:
             per_j += rs
         if order >= 6:
             per_j += rs
+        if order >= 8:
+            per_j += rs  # predicted jerk
         tile = per_j * self.jt if self.use_local else 0
-        lanes = 12 * 8 * self.li * self.lj if self.lj > 1 else 0
+        lanes = (15 if order >= 8 else 12) * 8 * self.li * self.lj if self.lj > 1 else 0
         return tile + lanes
 
     @property

@@ -4,7 +4,8 @@
  * the host reads it (sapporo/layout.py parses the #define lines below), so the record rows,
  * the result rows and the reduce lanes cannot drift apart. Plain preprocessor macros only:
  * the file must stay valid OpenCL C and CUDA C++. Each value is an integer literal, and the
- * one conditional (NCI) depends on ORDER alone.
+ * two conditionals (NCI, NCO) depend on ORDER alone: orders 2 to 6 keep their rows, only
+ * order 8 pays for its extra ones.
  */
 #ifndef SAPPORO_LAYOUT_H
 #define SAPPORO_LAYOUT_H
@@ -28,18 +29,25 @@
 #define IC_VY 5
 #define IC_VZ 6
 #define IC_ID 7
-#define IC_AX 8 /* predicted acceleration, order 6 only */
+#define IC_AX 8 /* predicted acceleration, orders 6 and 8 */
 #define IC_AY 9
 #define IC_AZ 10
-#define NCI_LOW 8   /* rows for orders 2 and 4 */
-#define NCI_HIGH 11 /* rows for order 6 */
-#if ORDER >= 6
+#define IC_JX 11 /* predicted jerk, order 8 only */
+#define IC_JY 12
+#define IC_JZ 13
+#define NCI_LOW 8    /* rows for orders 2 and 4 */
+#define NCI_HIGH 11  /* rows for order 6 */
+#define NCI_ORDER8 14 /* rows for order 8 */
+#if ORDER >= 8
+#define NCI NCI_ORDER8
+#elif ORDER >= 6
 #define NCI NCI_HIGH
 #else
 #define NCI NCI_LOW
 #endif
 
-/* Results: NCO rows of ni_pad doubles (per part before the reduction). */
+/* Results: NCO rows of ni_pad doubles (per part before the reduction); the crackle rows
+ * exist at order 8 only. */
 #define OC_AX 0
 #define OC_AY 1
 #define OC_AZ 2
@@ -52,7 +60,16 @@
 #define OC_SY 9
 #define OC_SZ 10
 #define OC_NNID 11 /* its id as a double (-1: none) */
-#define NCO 12
+#define OC_CX 12   /* crackle, order 8 only */
+#define OC_CY 13
+#define OC_CZ 14
+#define NCO_LOW 12    /* rows for orders 2 to 6 */
+#define NCO_ORDER8 15 /* rows for order 8 */
+#if ORDER >= 8
+#define NCO NCO_ORDER8
+#else
+#define NCO NCO_LOW
+#endif
 
 /* The reduce kernel: REDUCE_LANES lanes per i-particle (lane l sums parts l, l + 32, ...
  * in order, then a halving tree combines the lanes; the host's combination of parts follows

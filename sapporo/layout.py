@@ -38,6 +38,7 @@ __all__ = [
     "arg_names",
     "kernel_args",
     "nci",
+    "nco",
     "read_layout",
     "result_rows",
 ]
@@ -60,7 +61,8 @@ def read_layout(path: Path = LAYOUT_HEADER) -> dict[str, int]:
 LAYOUT: dict[str, int] = read_layout()
 
 RAW_N = LAYOUT["RAW_N"]  #: double4 records per raw j-particle
-NCO = LAYOUT["NCO"]  #: result rows
+#: result rows at orders 2 to 6 (:func:`nco` gives them for any order)
+NCO = LAYOUT["NCO_LOW"]
 OC_NNR2 = LAYOUT["OC_NNR2"]
 OC_NNID = LAYOUT["OC_NNID"]
 OC_POT = LAYOUT["OC_POT"]
@@ -70,16 +72,25 @@ REDUCE_ROWS = LAYOUT["REDUCE_ROWS"]  #: and its i-particles per group
 
 def nci(order: int) -> int:
     """Rows of i-particle data for ``order`` (``NCI`` in layout.h)."""
+    if order >= 8:
+        return LAYOUT["NCI_ORDER8"]
     return LAYOUT["NCI_HIGH"] if order >= 6 else LAYOUT["NCI_LOW"]
 
 
+def nco(order: int) -> int:
+    """Result rows for ``order`` (``NCO`` in layout.h): the crackle rows at order 8 only."""
+    return LAYOUT["NCO_ORDER8"] if order >= 8 else LAYOUT["NCO_LOW"]
+
+
 def result_rows(order: int) -> list[int]:
-    """The result rows a kernel of ``order`` fills (acc, pot; + jerk; + snap)."""
+    """The result rows a kernel of ``order`` fills (acc, pot; + jerk; + snap; + crackle)."""
     rows = [LAYOUT["OC_AX"], LAYOUT["OC_AY"], LAYOUT["OC_AZ"], OC_POT]
     if order >= 4:
         rows += [LAYOUT["OC_JX"], LAYOUT["OC_JY"], LAYOUT["OC_JZ"]]
     if order >= 6:
         rows += [LAYOUT["OC_SX"], LAYOUT["OC_SY"], LAYOUT["OC_SZ"]]
+    if order >= 8:
+        rows += [LAYOUT["OC_CX"], LAYOUT["OC_CY"], LAYOUT["OC_CZ"]]
     return rows
 
 
@@ -91,6 +102,7 @@ _WHEN: dict[str, Callable[[int, bool, bool], bool]] = {
     "always": lambda order, ds, ngb: True,
     "double-single": lambda order, ds, ngb: ds,
     "order>=6": lambda order, ds, ngb: order >= 6,
+    "order>=8": lambda order, ds, ngb: order >= 8,
     "ngb": lambda order, ds, ngb: ngb,
 }
 
@@ -114,13 +126,15 @@ def _args(*spec: str | tuple[str, str]) -> tuple[KernelArg, ...]:
 #: ``force`` (force.cl / force.cu)
 FORCE_ARGS = _args(
     "nj", "ni", "ni_pad", "jchunk", "eps2_d", "jpos", ("jpos_lo", "double-single"), "jvel",
-    ("jacc", "order>=6"), "jid", "idata", "out", ("nb_count", "ngb"), ("nb_list", "ngb"),
+    ("jacc", "order>=6"), ("jjerk", "order>=8"), "jid", "idata", "out", ("nb_count", "ngb"),
+    ("nb_list", "ngb"),
 )
 #: ``reduce`` (force.cl / force.cu)
 REDUCE_ARGS = _args("ni", "ni_pad", "nparts", "partial", "out")
 #: ``predict`` (predict.cl / predict.cu)
 PREDICT_ARGS = _args(
     "n", "t", "raw", "pos", ("pos_lo", "double-single"), "vel", ("acc", "order>=6"),
+    ("jerk", "order>=8"),
 )
 #: ``scatter_j`` (predict.cl / predict.cu)
 SCATTER_ARGS = _args("n", "addr", "packed", "packed_id", "raw", "jid")

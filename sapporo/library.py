@@ -32,7 +32,7 @@ from .backend import DeviceInfo, get_backend
 from .device import J_BYTES, Device, Variant, combine_parts
 from .errors import BackendError, InputError, NonFiniteError, SapporoError
 from .launch import NI_CHUNK, LaunchTable, check_table
-from .layout import NCO, OC_NNID, OC_NNR2, RAW_N
+from .layout import OC_NNID, OC_NNR2, RAW_N
 from .results import DEFAULT_NB_CAPACITY, ForceResult, PendingForce
 from .validate import COORD_LIMIT, all_finite, int_arg, ints, scalar, scalars, vec3
 
@@ -74,8 +74,8 @@ class Library:
 
     Parameters
     ----------
-    order : {2, 4, 6}
-        2: acceleration and potential; 4: + jerk; 6: + snap.
+    order : {2, 4, 6, 8}
+        2: acceleration and potential; 4: + jerk; 6: + snap; 8: + crackle.
     precision : {"double-single", "double"}
         ``"double-single"``: j - i position differences in hi/lo float pairs, the rest in
         float, partial sums in double (relative error ~1e-6). ``"double"``: all in double.
@@ -100,7 +100,7 @@ class Library:
     ):
         self._lock = threading.RLock()  # calls from several threads are serialised
         if not isinstance(order, str):
-            order = int_arg("order", order, 0, 2**31, " (expected 2, 4 or 6)")
+            order = int_arg("order", order, 0, 2**31, " (expected 2, 4, 6 or 8)")
         if not isinstance(precision, str):
             raise InputError(f"precision: expected 'double' or 'double-single', got {precision!r}")
         try:
@@ -431,15 +431,15 @@ class Library:
     # -- forces
     @_serialised
     def compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None, a: Any = None,
-                nj: int | None = None) -> ForceResult:
+                nj: int | None = None, jerk: Any = None) -> ForceResult:
         """Forces on i-particles from j-addresses [0, nj); blocking. See :meth:`start_compute`."""
         self._check_open()
         with self._hold():  # one context switch for the whole call (CUDA)
-            return self.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj).result()
+            return self.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj, jerk=jerk).result()
 
     @_serialised
     def start_compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None,
-                      a: Any = None, nj: int | None = None) -> PendingForce:
+                      a: Any = None, nj: int | None = None, jerk: Any = None) -> PendingForce:
         """Start the forces on i-particles and return at once (GRAPE's firsthalf).
 
         Parameters
@@ -453,9 +453,11 @@ class Library:
         h2 : float or (ni,), optional
             Neighbour radius squared per i-particle; switches neighbour lists on.
         a : (ni, 3), optional
-            Predicted accelerations of the i-particles (required for order 6).
+            Predicted accelerations of the i-particles (required for orders 6 and 8).
         nj : int, optional
             Use j-addresses [0, nj) (default: every stored address).
+        jerk : (ni, 3), optional
+            Predicted jerks of the i-particles (required for order 8).
         """
         self._check_open()
         if self._pending is not None:
@@ -472,10 +474,17 @@ class Library:
         ids = ints("index", index, ni, 0, MAX_ID)
         eps2 = scalar("eps2", eps2, nonneg=True)
         if a is None and self.order >= 6:
-            raise InputError("a: order 6 needs the i-particles' predicted accelerations")
-        ai = None if a is None else vec3("a", a, ni)  # checked always, used by order 6
+            raise InputError(f"a: order {self.order} needs the i-particles' predicted "
+                             "accelerations")
+        ai = None if a is None else vec3("a", a, ni)  # checked always, used by orders 6, 8
         if self.order < 6:
             ai = None
+        if jerk is None and self.order >= 8:
+            raise InputError("jerk: order 8 needs the i-particles' predicted jerks "
+                             "(compute(..., a=ai, jerk=ji))")
+        ji = None if jerk is None else vec3("jerk", jerk, ni)  # checked always, used by 8
+        if self.order < 8:
+            ji = None
         ngb = h2 is not None
         h2v = scalars("h2", h2, ni, nonneg=True) if ngb else None
         if nj is None:
@@ -495,7 +504,8 @@ class Library:
                 per_dev = [
                     dev.launch_force(k, xi[c0:c1], vi[c0:c1], ids[c0:c1],
                                      None if h2v is None else h2v[c0:c1],
-                                     None if ai is None else ai[c0:c1], self._n_local(nj, d), eps2)
+                                     None if ai is None else ai[c0:c1], self._n_local(nj, d), eps2,
+                                     None if ji is None else ji[c0:c1])
                     for d, dev in enumerate(self._devs)
                 ]
                 chunks.append((c0, c1, per_dev))
@@ -513,7 +523,7 @@ class Library:
         if len(chunks) == 1 and self.ndev == 1:  # the common case, without copies
             out = combine_parts(chunks[0][2][0][0][:, :, :ni])
         else:
-            out = np.empty((NCO, ni), dtype=np.float64)
+            out = np.empty((layout.nco(self.order), ni), dtype=np.float64)
             for c0, c1, per_dev in chunks:
                 nic = c1 - c0
                 by_dev = [combine_parts(o[:, :, :nic]) for o, _, _ in per_dev]
@@ -538,13 +548,14 @@ class Library:
         pot = out[3].copy()
         jerk = out[4:7].T.copy() if self.order >= 4 else None
         snap = out[8:11].T.copy() if self.order >= 6 else None
+        crackle = out[12:15].T.copy() if self.order >= 8 else None
         nn_id = out[OC_NNID].astype(np.int64)
         nn_r2 = out[OC_NNR2].copy()
         nn_r2[nn_id < 0] = np.inf
         overflow = bool(ngb and (counts > self.nb_capacity).any())
         return ForceResult(
-            acc=acc, jerk=jerk, snap=snap, pot=pot, nn_index=nn_id, nn_r2=nn_r2,
-            neighbour_counts=counts, overflow=overflow, capacity=self.nb_capacity,
+            acc=acc, jerk=jerk, snap=snap, crackle=crackle, pot=pot, nn_index=nn_id,
+            nn_r2=nn_r2, neighbour_counts=counts, overflow=overflow, capacity=self.nb_capacity,
             _lists=lists,
         )
 
@@ -563,6 +574,7 @@ class Library:
             acc=col[0:3].reshape(1, 3), pot=col[3:4],
             jerk=col[4:7].reshape(1, 3) if self.order >= 4 else None,
             snap=col[8:11].reshape(1, 3) if self.order >= 6 else None,
+            crackle=col[12:15].reshape(1, 3) if self.order >= 8 else None,
             nn_index=np.array([nn_id], dtype=np.int64), nn_r2=col[OC_NNR2 : OC_NNR2 + 1],
             neighbour_counts=None, overflow=False, capacity=self.nb_capacity,
         )

@@ -16,6 +16,14 @@ Conventions
       snap_ij = m a / R^3 - 6 alpha jerk_ij - 3 beta acc_ij      (Nitadori & Makino 2008)
       pot_ij  = -m / R
 
+* Crackle (order 8, the third time derivative) is *not* computed by the kernels' recurrence
+  (alpha, beta, gamma) but by truncated Taylor-series arithmetic along the relative path
+  ``r(t) = r + v t + a t^2/2 + j t^3/6`` (``j = jerk_j - jerk_i``): the coefficients of
+  ``s(t) = |r(t)|^2 + eps2``, of ``s(t)^(-3/2)`` by the power-series recurrence
+  ``q_k = sum_{i=1..k} (i (p + 1) - k) s_i q_{k-i} / (k s_0)`` with ``p = -3/2``, and of
+  ``m q(t) r(t)``; crackle is ``3!`` times its ``t^3`` coefficient.  (tests/test_order8.py
+  checks it against finite differences in 40-digit decimal arithmetic.)
+
 * A j-particle whose id equals the i-particle's id contributes nothing and is never a
   neighbour.  Zero-mass j-particles give no force but are neighbour candidates.
 * Coincident particles with different ids and ``eps2 = 0`` give non-finite results,
@@ -162,6 +170,8 @@ class ReferenceForces:
         When ``h2`` is given: per i, the ascending int64 ids with unsoftened r^2 < h2.
     neighbour_r2 : list of ndarray or None
         The matching unsoftened r^2 values, in the same order.
+    crackle, crackle_abs : ndarray, shape (ni, 3) / (ni,), or None
+        Third time derivative of the acceleration and its error scale (order 8).
     """
 
     acc: np.ndarray
@@ -176,6 +186,8 @@ class ReferenceForces:
     pot_abs: np.ndarray
     neighbours: list[np.ndarray] | None
     neighbour_r2: list[np.ndarray] | None
+    crackle: np.ndarray | None = None
+    crackle_abs: np.ndarray | None = None
 
 
 def _dot(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -203,6 +215,8 @@ def forces(
     aj: np.ndarray | None = None,
     h2: float | np.ndarray | None = None,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    ji: np.ndarray | None = None,
+    jj: np.ndarray | None = None,
 ) -> ReferenceForces:
     """Direct-summation forces on i-particles from j-particles, in float64.
 
@@ -220,15 +234,18 @@ def forces(
         Ids of the j-particles.
     eps2 : float
         Softening length squared (>= 0).
-    order : {2, 4, 6}
-        2: acceleration and potential; 4: plus jerk; 6: plus snap (needs ``ai``, ``aj``).
+    order : {2, 4, 6, 8}
+        2: acceleration and potential; 4: plus jerk; 6: plus snap (needs ``ai``, ``aj``);
+        8: plus crackle (needs ``ai``, ``aj``, ``ji``, ``jj``).
     ai, aj : ndarray, shape (ni, 3) / (nj, 3), optional
-        Accelerations of the i- and j-particles, required for order 6.
+        Accelerations of the i- and j-particles, required for orders 6 and 8.
     h2 : float or ndarray, shape (ni,), optional
         Neighbour radius squared (unsoftened); when given, neighbour lists are built.
     chunk_elements : int
         Upper bound on the number of pairs evaluated at once (memory bound; results do
         not depend on it).
+    ji, jj : ndarray, shape (ni, 3) / (nj, 3), optional
+        Jerks of the i- and j-particles, required for order 8.
 
     Returns
     -------
@@ -240,8 +257,8 @@ def forces(
     ValueError
         On a bad order, shape, dtype, length or missing argument (the message names it).
     """
-    if isinstance(order, bool) or order not in (2, 4, 6):
-        raise InputError(f"order must be 2, 4 or 6, got {order!r}")
+    if isinstance(order, bool) or order not in (2, 4, 6, 8):
+        raise InputError(f"order must be 2, 4, 6 or 8, got {order!r}")
     xi = _vectors("xi", xi)
     ni = xi.shape[0]
     xj = _vectors("xj", xj)
@@ -256,13 +273,15 @@ def forces(
             raise InputError(f"vj is required for order {order}")
     vi = np.zeros((ni, 3)) if vi is None else _vectors("vi", vi, ni)
     vj = np.zeros((nj, 3)) if vj is None else _vectors("vj", vj, nj)
-    if order == 6:
-        if ai is None:
-            raise InputError("ai is required for order 6")
-        if aj is None:
-            raise InputError("aj is required for order 6")
+    if order >= 6:
+        for name, val in (("ai", ai), ("aj", aj)) + ((("ji", ji), ("jj", jj)) if order == 8
+                                                     else ()):
+            if val is None:
+                raise InputError(f"{name} is required for order {order}")
     ai = np.zeros((ni, 3)) if ai is None else _vectors("ai", ai, ni)
     aj = np.zeros((nj, 3)) if aj is None else _vectors("aj", aj, nj)
+    ji = np.zeros((ni, 3)) if ji is None else _vectors("ji", ji, ni)
+    jj = np.zeros((nj, 3)) if jj is None else _vectors("jj", jj, nj)
     eps2_arr = np.asarray(eps2)
     if eps2_arr.dtype.kind not in "biuf" or eps2_arr.ndim != 0:
         raise InputError(f"eps2 must be a real scalar, got {eps2!r}")
@@ -278,16 +297,18 @@ def forces(
     out = ReferenceForces(
         acc=np.zeros((ni, 3)),
         jerk=np.zeros((ni, 3)) if order >= 4 else None,
-        snap=np.zeros((ni, 3)) if order == 6 else None,
+        snap=np.zeros((ni, 3)) if order >= 6 else None,
         pot=np.zeros(ni),
         nn_index=np.full(ni, -1, dtype=np.int64),
         nn_r2=np.full(ni, np.inf),
         acc_abs=np.zeros(ni),
         jerk_abs=np.zeros(ni) if order >= 4 else None,
-        snap_abs=np.zeros(ni) if order == 6 else None,
+        snap_abs=np.zeros(ni) if order >= 6 else None,
         pot_abs=np.zeros(ni),
         neighbours=[] if h2_arr is not None else None,
         neighbour_r2=[] if h2_arr is not None else None,
+        crackle=np.zeros((ni, 3)) if order == 8 else None,
+        crackle_abs=np.zeros(ni) if order == 8 else None,
     )
     if nj == 0:
         if h2_arr is not None:
@@ -297,14 +318,14 @@ def forces(
 
     # Component-major (3, n) copies: every per-pair array below is (3, rows, nj) or
     # (rows, nj), so sums over j run along contiguous rows, independently of the chunking.
-    xjT, vjT, ajT = xj.T.copy(), vj.T.copy(), aj.T.copy()
+    xjT, vjT, ajT, jjT = xj.T.copy(), vj.T.copy(), aj.T.copy(), jj.T.copy()
     rows = max(1, chunk_elements // nj)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for s in range(0, ni, rows):
             e = min(ni, s + rows)
             _chunk(out, s, e, order, eps2, h2_arr,
                    xi[s:e].T, vi[s:e].T, ai[s:e].T, index_i[s:e],
-                   xjT, vjT, ajT, mj, index_j)
+                   xjT, vjT, ajT, mj, index_j, ji[s:e].T, jjT)
     return out
 
 
@@ -324,6 +345,8 @@ def _chunk(
     aj: np.ndarray,
     mj: np.ndarray,
     index_j: np.ndarray,
+    ji: np.ndarray,
+    jj: np.ndarray,
 ) -> None:
     """Fill rows ``s:e`` of ``out``; vector inputs are component-major, shape (3, n)."""
     r = xj[:, None, :] - xi[:, :, None]  # (3, c, nj)
@@ -377,6 +400,23 @@ def _chunk(
     snap = m_R3 * a - 6.0 * alpha * jerk - 3.0 * beta * acc
     out.snap[s:e] = snap.sum(axis=2).T
     out.snap_abs[s:e] = _norm(snap).sum(axis=1)
+    if order == 6:
+        return
+
+    # Crackle by truncated Taylor series along r(t) (see the module docstring): coefficients
+    # of r(t), s(t) = |r(t)|^2 + eps2 and q(t) = s(t)^(-3/2) up to t^3.
+    rc = [r, v, 0.5 * a, (jj[:, None, :] - ji[:, :, None]) / 6.0]
+    sc = [_dot(rc[i], rc[k - i]) for k in range(4) for i in range(k + 1)]
+    s_k = [sc[0] + eps2, sc[1] + sc[2], sc[3] + sc[4] + sc[5], sc[6] + sc[7] + sc[8] + sc[9]]
+    p = -1.5
+    q = [np.where(same, 0.0, inv_R * inv_R2)]
+    inv_s0 = inv_R2
+    for k in range(1, 4):
+        q.append(sum((i * (p + 1.0) - k) * s_k[i] * q[k - i] for i in range(1, k + 1))
+                 * inv_s0 / k)
+    crackle = 6.0 * m * sum(q[i] * rc[3 - i] for i in range(4))
+    out.crackle[s:e] = crackle.sum(axis=2).T
+    out.crackle_abs[s:e] = _norm(crackle).sum(axis=1)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -27,13 +27,15 @@ class ForceResult:
     jerk : (ni, 3) array or None
         Its time derivative (order >= 4).
     snap : (ni, 3) array or None
-        Second time derivative (order 6).
+        Second time derivative (orders 6 and 8).
     pot : (ni,) array
         Potential (negative).
     nn_index : (ni,) int64 array
         Id of the nearest neighbour by unsoftened distance, -1 when there is none.
     nn_r2 : (ni,) array
         Its unsoftened squared distance, inf when there is none.
+    crackle : (ni, 3) array or None
+        Third time derivative of the acceleration (order 8).
     neighbour_counts : (ni,) int64 array or None
         Exact number of neighbours (even on overflow); None when no ``h2`` was given.
     overflow : bool
@@ -48,6 +50,7 @@ class ForceResult:
     pot: np.ndarray
     nn_index: np.ndarray
     nn_r2: np.ndarray
+    crackle: np.ndarray | None = None
     neighbour_counts: np.ndarray | None = None
     overflow: bool = False
     capacity: int = DEFAULT_NB_CAPACITY

@@ -43,8 +43,9 @@ def _defs(**kw: int) -> tuple[tuple[str, int], ...]:
 
 
 # The physics variants of each file (predict does not depend on NGB or the launch shape).
-BASE = [_defs(ORDER=o, PRECISION=p) for o in (2, 4, 6) for p in (1, 2)]
-FORCE = [_defs(ORDER=o, PRECISION=p, NGB=n) for o in (2, 4, 6) for p in (1, 2) for n in (0, 1)]
+BASE = [_defs(ORDER=o, PRECISION=p) for o in (2, 4, 6, 8) for p in (1, 2)]
+FORCE = [_defs(ORDER=o, PRECISION=p, NGB=n) for o in (2, 4, 6, 8) for p in (1, 2)
+         for n in (0, 1)]
 # Launch shapes: warp shuffles (LJ <= 32), shuffles then shared memory (LJ > 32), shared
 # memory only (LJ not a power of two), tiles from global memory, a partial last warp.
 SHAPES = [
@@ -56,7 +57,8 @@ SHAPES = [
     _defs(LI=64, LJ=1, W=2, JT=128),  # two i-particles per thread
     _defs(LI=32, LJ=1, W=4, JT=64, USE_LOCAL=0),
 ]
-HEAVY = [_defs(ORDER=6, PRECISION=2, NGB=1), _defs(ORDER=4, PRECISION=1, NGB=1)]
+HEAVY = [_defs(ORDER=6, PRECISION=2, NGB=1), _defs(ORDER=4, PRECISION=1, NGB=1),
+         _defs(ORDER=8, PRECISION=2, NGB=1)]
 
 
 def gpu_default_shapes() -> list[tuple[tuple[str, int], ...]]:
@@ -212,7 +214,7 @@ def test_default_gpu_shapes_pass_ptxas() -> None:
 @pytest.mark.parametrize(
     ("defines", "message"),
     [
-        (_defs(ORDER=3), "ORDER must be 2, 4 or 6"),
+        (_defs(ORDER=3), "ORDER must be 2, 4, 6 or 8"),
         (_defs(PRECISION=3), "PRECISION must be 1"),
         (_defs(W=8), "W must be 1, 2 or 4 on CUDA"),
         (_defs(W=2, LJ=4), "W > 1 needs LJ == 1"),
