@@ -769,7 +769,12 @@ def _evolve(args: argparse.Namespace, integ: HermiteIntegrator, meta: dict[str, 
         if _plots.available():
             diag = {k: np.array([r[k] for r in rows]) for k in fields}
             title = _plot_title(integ, meta)
-            plots = [str(q) for q in _plots.plot_run(out, diag, integ.n_active_counts, title)]
+            try:
+                plots = [str(q) for q in _plots.plot_run(out, diag, integ.n_active_counts,
+                                                         title)]
+            except OSError as exc:
+                write_errors.append(os_error_message(exc))
+                err.write(f"sapporo run: error: plots not written ({write_errors[-1]})\n")
         else:
             err.write("sapporo run: matplotlib is not installed, skipping plots "
                       "(pip install matplotlib)\n")

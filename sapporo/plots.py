@@ -13,9 +13,12 @@ energy error against eta (the figures of ``docs/reproductions.md``).
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
 import json
 import logging
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -74,15 +77,30 @@ def read_diagnostics(path: str | Path) -> dict[str, np.ndarray]:
 
 
 def _save(fig: Any, path: str | Path, dpi: int = 110) -> Path:
-    """Lay out, write and close ``fig``; matplotlib's warnings are not passed on."""
+    """Lay out, write (under a temporary name, then renamed) and close ``fig``.
+
+    Matplotlib's warnings are not passed on. A failed write (a full disk) leaves no partial
+    file and raises :class:`OSError` naming ``path``.
+    """
     import matplotlib.pyplot as plt
 
     path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fig.tight_layout()
-            fig.savefig(path, dpi=dpi)
+            fig.savefig(tmp, dpi=dpi, format=path.suffix.lstrip(".") or "png")
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        code = exc.errno if exc.errno is not None else errno.EIO
+        raise OSError(code, exc.strerror or str(exc) or "write failed", str(path)) from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
     finally:
         plt.close(fig)
     return path

@@ -318,3 +318,45 @@ def test_sigterm_from_outside(tmp_path):
     assert summary["interrupted"] is True and 0.25 <= summary["t_end"] < 64
     assert load(out / "snapshot_final.npz").time == summary["t_end"]
     assert no_tmp_files(out)
+
+
+def _mount_tmpfs(where, size: str) -> bool:
+    import shutil
+
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    where.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                          capture_output=True)
+    return proc.returncode == 0
+
+
+def test_a_real_full_disk(tmp_path, monkeypatch, capsys):
+    """A 256 KiB tmpfs: the start-up check refuses it; told there is room, the run finds out
+    at each write, names every file it could not write, leaves no partial file and ends
+    with exit code 1 (mounts only where this is root and may mount)."""
+    import sapporo.cli
+
+    mnt = tmp_path / "tiny"
+    if not _mount_tmpfs(mnt, "256k"):
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        argv = ["run", "--n", "2048", "--t-end", "0.25", "--snapshot-every", "0.125",
+                "--out", str(mnt / "run"), "--quiet"]
+        assert call(argv) == 2
+        assert "not enough free space" in capsys.readouterr().err
+        monkeypatch.setattr(sapporo.cli, "free_bytes", lambda path: 10**12)
+        assert call(argv) == 1
+        err = capsys.readouterr().err
+        assert f"No space left on device: {mnt / 'run' / 'snapshot_final.npz'}" in err
+        assert "periodic snapshot not written" in err
+        assert no_tmp_files(mnt)
+        for path in (mnt / "run").iterdir():  # whatever is there is complete
+            if path.suffix == ".npz":
+                load(path)
+            elif path.suffix == ".json":
+                json.loads(path.read_text())
+            elif path.suffix == ".png":
+                assert path.read_bytes()[-8:] == b"IEND\xaeB`\x82"
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
