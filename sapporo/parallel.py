@@ -739,7 +739,7 @@ def _all_ranks(exc: BaseException) -> bool:
     return bool(getattr(exc, "all_ranks", False))
 
 
-class CliSession:
+class CommandRun:
     """One run of a command under ``mpiexec`` (see :func:`run_cli`)."""
 
     def __init__(self, name: str, decomposition: str | None):
@@ -768,9 +768,9 @@ class CliSession:
 
 def library_options(args: Any) -> dict[str, Any]:
     """Options a command adds to its library's under ``mpiexec`` (``{}`` otherwise): the
-    :class:`ParallelLibrary` factory of the session :func:`run_cli` started."""
-    session = getattr(args, "_mpi_session", None)
-    return {} if session is None else {"library_factory": session.factory}
+    :class:`ParallelLibrary` factory of the run :func:`run_cli` started."""
+    run = getattr(args, "_mpi_run", None)
+    return {} if run is None else {"library_factory": run.factory}
 
 
 def run_cli(args: Any, body: Any, name: str) -> int:
@@ -787,16 +787,16 @@ def run_cli(args: Any, body: Any, name: str) -> int:
     import tempfile
     import traceback
 
-    session = CliSession(name, getattr(args, "decomposition", None))
-    args._mpi_session = session
-    root = session.rank == 0
+    run = CommandRun(name, getattr(args, "decomposition", None))
+    args._mpi_run = run
+    root = run.rank == 0
     err = sys.stderr
     tmp = None
     if not root:
         if os.environ.get("SAPPORO_RANK_OUTPUT", "0").strip() not in ("", "0", "no", "false"):
-            args.out = f"{args.out}.rank{session.rank}"  # kept, to compare the ranks' runs
+            args.out = f"{args.out}.rank{run.rank}"  # kept, to compare the ranks' runs
         else:
-            tmp = tempfile.TemporaryDirectory(prefix=f"sapporo-rank{session.rank}-")
+            tmp = tempfile.TemporaryDirectory(prefix=f"sapporo-rank{run.rank}-")
             args.out = tmp.name
         args.quiet, args.no_plots = True, True
     try:
@@ -804,23 +804,23 @@ def run_cli(args: Any, body: Any, name: str) -> int:
     except Exception as exc:
         code = 2 if isinstance(exc, (InputError, ConfigError)) else 1
         text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, SapporoError) else str(exc)
-        if not session.met:  # failed before the library: tell the others, who wait there
-            failed = session._meet(True)
+        if not run.met:  # failed before the library: tell the others, who wait there
+            failed = run._meet(True)
             if root or not failed[0]:
-                err.write(f"{name}: error" + (f" on rank {session.rank}" if not root else "")
+                err.write(f"{name}: error" + (f" on rank {run.rank}" if not root else "")
                           + f": {text}\n")
             return code
         if _all_ranks(exc):
             if root:
                 err.write(f"{name}: error: {text}\n")
             return code
-        err.write(f"{name}: error on rank {session.rank} of {session.world.Get_size()}: "
+        err.write(f"{name}: error on rank {run.rank} of {run.world.Get_size()}: "
                   f"{text}\n")
         if not isinstance(exc, (SapporoError, OSError)):
             traceback.print_exc(file=err)
         err.write(f"{name}: aborting every rank\n")
         err.flush()
-        session.world.Abort(code)
+        run.world.Abort(code)
         return code  # pragma: no cover - Abort does not return
     finally:
         if tmp is not None:

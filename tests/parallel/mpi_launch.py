@@ -1,4 +1,4 @@
-"""Helpers of the MPI tests: find mpiexec and mpi4py, run a script on P ranks with a timeout.
+"""Shared code of the MPI tests: find mpiexec and mpi4py, run a script on P ranks with a timeout.
 
 The tests skip (with the reason) where mpi4py or an ``mpiexec`` is missing; install them
 with ``pip install -e '.[mpi]'`` (the mpi4py and mpich wheels). MPICH's launcher runs more

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from mpi_launch import launch, mpi_env
+from mpi_launch import HERE, launch, mpi_env
 
 RUN = [sys.executable, "-m", "sapporo.cli", "run", "--n", "48", "--precision", "double",
        "--no-plots", "--dt-max", "2^-5"]
@@ -74,3 +74,25 @@ def test_bad_option_one_message(mpiexec: str, tmp_path: Path) -> None:
                   cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.count("sapporo run: error: --t-end") == 1, proc.stderr
+
+
+def test_one_rank_failing_before_the_library_stops_all(mpiexec: str, tmp_path: Path) -> None:
+    """Rank 1 cannot read its snapshot (MPMD launch: other arguments on rank 1)."""
+    out = tmp_path / "run"
+    proc = launch(mpiexec, 1, [*RUN, "--t-end", "0.0625", "--out", str(out)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    good, bad = out / "snapshot_final.npz", tmp_path / "missing.npz"
+    common = [*RUN[:4], "--no-plots", "--t-end", "0.125", "--out", str(tmp_path / "b")]
+    proc = launch(mpiexec, 1, [*common, "--resume", str(good), ":", "-n", "1", *common,
+                               "--resume", str(bad)], cwd=tmp_path, timeout=60)
+    assert proc.returncode != 0
+    assert "sapporo run: error: rank 1 failed before the library opened" in proc.stderr
+    assert "sapporo run: error on rank 1: " in proc.stderr and "missing.npz" in proc.stderr
+
+
+def test_one_rank_failing_alone_aborts_the_job(mpiexec: str, tmp_path: Path) -> None:
+    proc = launch(mpiexec, 2, [sys.executable, str(HERE / "mpi_cli.py"), str(tmp_path)],
+                  cwd=tmp_path, timeout=60)
+    assert proc.returncode != 0
+    assert "mpi_cli: error on rank 1 of 2: RuntimeError: a failure of rank 1 alone" in proc.stderr
+    assert "aborting every rank" in proc.stderr
