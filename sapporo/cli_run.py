@@ -760,6 +760,9 @@ def _evolve(args: argparse.Namespace, integ: HermiteIntegrator, meta: dict[str, 
         err.write("sapporo run: aborted; the final snapshot and summary were not written "
                   f"(diagnostics.csv and the periodic snapshots in {out} are kept)\n")
         return 130
+    except BaseException:  # a device or input failure: the rows so far stay on disk
+        diag_file.finish(rows)
+        raise
     summary, summary_ok = final
 
     plots: list[str] = []

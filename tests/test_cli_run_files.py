@@ -360,3 +360,19 @@ def test_a_real_full_disk(tmp_path, monkeypatch, capsys):
                 assert path.read_bytes()[-8:] == b"IEND\xaeB`\x82"
     finally:
         subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_a_failure_during_the_run_keeps_the_diagnostics(tmp_path, monkeypatch, capsys):
+    from sapporo.errors import NonFiniteError
+
+    def fail(integ):
+        raise NonFiniteError("non-finite force on particle 7")
+
+    at_block(monkeypatch, 100, fail)
+    out = tmp_path / "fails"
+    rc = call([*BASE, "--t-end", "0.5", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "sapporo run: error: non-finite force on particle 7" in err
+    times = diagnostics_times(out / "diagnostics.csv")
+    assert times[0] == 0.0 and times[-1] < 0.5
+    assert no_tmp_files(out) and not (out / "summary.json").exists()
