@@ -21,27 +21,51 @@ CUBE_SELF = 3.0 * math.log(2.0 + math.sqrt(3.0)) - 0.5 * math.pi
 _WINDOW_POWER = {"ngp": 1, "cic": 2, "tsc": 3}
 
 
-def isolated_green(grid: int, h: float) -> np.ndarray:
+def isolated_green(grid: int, h: float, split: float | None = None) -> np.ndarray:
     """The real-space free-space Green's function on the doubled mesh, shape (2G, 2G, 2G).
 
     ``g[i, j, k] = -1 / r`` with ``r = h * |(min(i, 2G - i), ...)|`` (Hockney & Eastwood's
     zero-padding method: a cyclic convolution on the doubled mesh equals the aperiodic one
     on the original mesh); the central value is the potential at the centre of a uniform
-    cube of side ``h``, ``-CUBE_SELF / h``.
+    cube of side ``h``, ``-CUBE_SELF / h``. With ``split`` (a length r_s) only the
+    long-range part, ``-erf(r / 2 r_s) / r`` (centre ``-1 / (r_s sqrt(pi))``), for P^3M.
     """
     m = 2 * grid
-    d = np.minimum(np.arange(m), m - np.arange(m)).astype(np.float64)
+    d = np.minimum(np.arange(m), m - np.arange(m))
+    # squared distances in cells are integers up to 3 G^2: tabulate per integer
     r2 = d[:, None, None] ** 2 + d[None, :, None] ** 2 + d[None, None, :] ** 2
-    r2[0, 0, 0] = 1.0
-    g = -1.0 / (h * np.sqrt(r2))
-    g[0, 0, 0] = -CUBE_SELF / h
-    return g
+    table_r = h * np.sqrt(np.arange(3 * grid * grid + 1, dtype=np.float64))
+    table_r[0] = 1.0
+    if split is None:
+        table = -1.0 / table_r
+        table[0] = -CUBE_SELF / h
+    else:
+        erf = np.vectorize(math.erf, otypes=[np.float64])
+        table = -erf(table_r / (2.0 * split)) / table_r
+        table[0] = -1.0 / (split * math.sqrt(math.pi))
+    return table[r2]
 
 
-def isolated_kernel(grid: int, h: float) -> np.ndarray:
+def isolated_kernel(grid: int, h: float, split: float | None = None,
+                    window: str | None = None) -> np.ndarray:
     """The transform of :func:`isolated_green` times the cell volume (real: the Green's
-    function is even), shape (2G, 2G, G + 1)."""
-    return (np.fft.rfftn(isolated_green(grid, h)).real * h**3).copy()
+    function is even), shape (2G, 2G, G + 1). With ``window``, divided by the window's
+    transfer function squared on the doubled mesh (meant for the smooth long-range
+    Green's function of P^3M)."""
+    out = np.fft.rfftn(isolated_green(grid, h, split)).real * h**3
+    if window is not None:
+        out /= _window_transfer(2 * grid, 2 * grid * h, window) ** 2
+    return out.copy()
+
+
+def _window_transfer(grid: int, box: float, window: str) -> np.ndarray:
+    """The window's transfer function prod_d sinc(k_d h / 2)^p on the rfft layout."""
+    h = box / grid
+    k, kr = _wavenumbers(grid, box)
+    p = _WINDOW_POWER[window]
+    sx = np.sinc(k * h / (2.0 * np.pi)) ** p
+    sz = np.sinc(kr * h / (2.0 * np.pi)) ** p
+    return sx[:, None, None] * sx[None, :, None] * sz[None, None, :]
 
 
 def _wavenumbers(grid: int, box: float) -> tuple[np.ndarray, np.ndarray]:
@@ -51,12 +75,13 @@ def _wavenumbers(grid: int, box: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def periodic_kernel(grid: int, box: float, green: str = "continuous",
-                    window: str | None = None) -> np.ndarray:
+                    window: str | None = None, split: float | None = None) -> np.ndarray:
     """Fourier-space Green's function of the periodic mesh, shape (G, G, G // 2 + 1).
 
     ``green="continuous"``: ``-4 pi / k^2``; ``"discrete"``: the inverse of the 7-point
     Laplacian's eigenvalues, ``-4 pi / sum_d (2 - 2 cos(k_d h)) / h^2``. The mean (k = 0)
-    is dropped: the potential is that of the density minus its mean. With ``window``
+    is dropped: the potential is that of the density minus its mean. ``split`` (a length
+    r_s) keeps the long-range part only, times ``exp(-k^2 r_s^2)`` (P^3M). With ``window``
     (``"ngp"``, ``"cic"``, ``"tsc"``) it is divided by the window's transfer function
     squared (deconvolution of assignment and interpolation).
     """
@@ -73,12 +98,11 @@ def periodic_kernel(grid: int, box: float, green: str = "continuous",
     denom[0, 0, 0] = 1.0
     out = -4.0 * np.pi / denom
     out[0, 0, 0] = 0.0
+    if split is not None:  # long-range part only (P^3M): times exp(-k^2 r_s^2)
+        out *= np.exp(-(k[:, None, None] ** 2 + k[None, :, None] ** 2
+                        + kr[None, None, :] ** 2) * split**2)
     if window is not None:
-        p = _WINDOW_POWER[window]
-        sx = np.sinc(k * h / (2.0 * np.pi)) ** p
-        sz = np.sinc(kr * h / (2.0 * np.pi)) ** p
-        w = sx[:, None, None] * sx[None, :, None] * sz[None, None, :]
-        out /= w**2
+        out /= _window_transfer(grid, box, window) ** 2
     return out
 
 
@@ -97,17 +121,21 @@ class HostFFTSolver:
         float64 or float32: the transforms run in this precision.
     green, window :
         See :func:`periodic_kernel` (periodic only; ``window`` None for no deconvolution).
+    split : float or None
+        P^3M: the long-range Green's function of split length r_s (see
+        :func:`isolated_green`, :func:`periodic_kernel`).
     """
 
     def __init__(self, grid: int, box: float, boundary: str, dtype: np.dtype,
-                 green: str = "continuous", window: str | None = None):
+                 green: str = "continuous", window: str | None = None,
+                 split: float | None = None):
         self.grid, self.boundary = grid, boundary
         h = box / grid
         if boundary == "isolated":
-            kernel = isolated_kernel(grid, h)
+            kernel = isolated_kernel(grid, h, split, window)
             self.shape = (2 * grid,) * 3
         else:
-            kernel = periodic_kernel(grid, box, green, window)
+            kernel = periodic_kernel(grid, box, green, window, split)
             self.shape = (grid,) * 3
         self.kernel = kernel.astype(dtype)
 

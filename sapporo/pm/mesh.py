@@ -102,12 +102,16 @@ class ParticleMesh:
         Periodic FFT only: Green's function of the continuous Laplacian (-4 pi / k^2) or of
         the 7-point one.
     deconvolve : bool
-        Periodic FFT only: divide by the window's transfer function squared.
+        Periodic FFT (or isolated with ``split``): divide by the window's transfer function
+        squared.
     mg_tol, mg_cycles : float, int
         Multigrid: relative residual target and the most V-cycles per solve.
     assignment : {"fixed", "float"}
         Mass assignment by 64-bit fixed-point integer atomics (deterministic, the default)
         or by floating-point atomics (order-dependent last bits; for comparison).
+    split : float or None
+        FFT only: keep the long-range part of gravity, split length ``split`` (in box
+        units), for P^3M (:class:`~sapporo.pm.p3m.P3M` adds the short-range part).
 
     Notes
     -----
@@ -123,7 +127,7 @@ class ParticleMesh:
                  solver: str = "fft", precision: str = "double", backend: str | None = None,
                  devices: Any = None, *, stencil: int = 2, green: str = "continuous",
                  deconvolve: bool = False, mg_tol: float | None = None, mg_cycles: int = 50,
-                 assignment: str = "fixed"):
+                 assignment: str = "fixed", split: float | None = None):
         if isinstance(grid, bool) or not isinstance(grid, (int, np.integer)):
             raise InputError(f"grid: expected an integer, got {grid!r}")
         if grid < 2:
@@ -148,12 +152,21 @@ class ParticleMesh:
         self.stencil = int(stencil)
         self.deconvolve = bool(deconvolve)
         self.assignment = _choice(assignment, ("fixed", "float"), "assignment")
+        if split is not None:
+            if self.solver != "fft":
+                raise ConfigError("split (P^3M long-range part) needs solver 'fft'")
+            if not (isinstance(split, (int, float)) and math.isfinite(split) and split > 0):
+                raise InputError(f"split: expected a positive length, got {split!r}")
+            split = float(split)
+        self.split = split
         if self.solver == "multigrid":
             if self.boundary != "isolated":
                 raise ConfigError("solver 'multigrid' needs boundary 'isolated'")
             level_sizes(self.grid)  # raises for unsuitable sizes
-        if self.deconvolve and (self.boundary != "periodic" or self.solver != "fft"):
-            raise ConfigError("deconvolve needs boundary 'periodic' and solver 'fft'")
+        if self.deconvolve and (self.solver != "fft" or (self.boundary != "periodic"
+                                                         and split is None)):
+            raise ConfigError("deconvolve needs solver 'fft' and boundary 'periodic' (or a "
+                              "split, P^3M)")
         self.dtype = np.dtype(np.float64 if self.precision == "double" else np.float32)
         if mg_tol is None:
             mg_tol = 1e-7 if self.precision == "double" else 1e-5
@@ -197,7 +210,8 @@ class ParticleMesh:
         self._mg: MultigridSolver | None = None
         if self.solver == "fft":
             self._fft = HostFFTSolver(self.grid, box, self.boundary, self.dtype, self.green,
-                                      self.window if self.deconvolve else None)
+                                      self.window if self.deconvolve else None,
+                                      self.split)
         else:
             self._mg = MultigridSolver(self._ctx, self._prog, self.grid, box, self.dtype,
                                        float(mg_tol), mg_cycles)

@@ -50,3 +50,20 @@ def test_emulated_cuda_matches_opencl(opts) -> None:
     assert np.abs(got.acc - want.acc).max() <= tol * np.abs(want.acc).max()
     assert np.abs(got.pot - want.pot).max() <= tol * np.abs(want.pot).max()
     assert np.abs(got_x - want_x).max() <= tol * box
+
+
+@pytest.mark.parametrize("boundary", ["isolated", "periodic"])
+def test_emulated_cuda_p3m_matches_opencl(boundary) -> None:
+    from sapporo.pm import P3M
+
+    rng = np.random.default_rng(10)
+    with P3M(16, 1.0, boundary, backend="opencl", split=1.0, cut=4.0) as p3m:
+        lo, hi = p3m.mesh.usable_region()
+        x = rng.uniform(lo, hi, (200, 3))
+        m = rng.uniform(0.5, 1.5, 200)
+        want = p3m.forces(x, m)
+    with fake_pycuda.emulated_cuda():
+        with P3M(16, 1.0, boundary, backend="cuda", split=1.0, cut=4.0) as p3m:
+            got = p3m.forces(x, m)
+    assert np.abs(got.acc - want.acc).max() <= 1e-12 * np.abs(want.acc).max()
+    assert np.abs(got.pot - want.pot).max() <= 1e-12 * np.abs(want.pot).max()
