@@ -25,6 +25,9 @@ from sapporo.errors import (
     NonFiniteError,
     SapporoError,
 )
+from sapporo.layout import RAW_N
+from sapporo.library import MAX_ID
+from sapporo.validate import COORD_LIMIT, int_arg, scalar, vec3
 
 __all__ = ["DEFAULT_NPIPES", "MAX_NPIPES", "Bridge", "bind", "device_count", "open_settings",
            "read_npipes"]
@@ -199,8 +202,34 @@ class Bridge:
         snap: np.ndarray | None,
         crackle: np.ndarray | None,
     ) -> None:
-        """Store a batch of j-particles (unscaled derivatives; None means zero)."""
-        self._open_lib().set_j_particles(address, index, t, mass, x, v, a, jerk, snap, crackle)
+        """Store a batch of j-particles (unscaled derivatives; None means zero).
+
+        The C half has checked them (finite values, addresses within the device memory,
+        indices >= 0), so they go to the library's checked path: only what C does not
+        check is checked here (the magnitude of positions, and in double-single the
+        range of masses)."""
+        lib = self._open_lib()
+        n = int(address.shape[0])
+        if n == 0:
+            return
+        if not hasattr(lib, "_store_checked"):  # a stand-in library (tests)
+            lib.set_j_particles(address, index, t, mass, x, v, a, jerk, snap, crackle)
+            return
+        with lib._lock:
+            lib._check_open()
+            if not (x.size and float(np.abs(x).max()) < COORD_LIMIT):
+                vec3("x", x, n, limit=COORD_LIMIT)  # raises, naming the row
+            if lib.precision == "double-single":
+                lib._check_float_masses(mass)
+            rec = np.zeros((n, RAW_N, 4), dtype=np.float64)
+            rec[:, 0, :3] = x
+            rec[:, 0, 3] = mass
+            rec[:, 1, :3] = v
+            rec[:, 1, 3] = t
+            for q, val in enumerate((a, jerk, snap, crackle), start=2):
+                if val is not None:
+                    rec[:, q, :3] = val
+            lib._store_checked(address.astype(np.int64), index.astype(np.int64), rec)
 
     def set_time(self, t: float) -> None:
         """Time to which j-particles are predicted before the next force call."""
@@ -237,7 +266,22 @@ class Bridge:
             elif (h2 < 0.0).any():
                 h2 = np.maximum(h2, 0.0)
         a = a if lib.order == 6 else None
-        self._pending = lib.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj)
+        if not hasattr(lib, "_start_checked"):  # a stand-in library (tests)
+            self._pending = lib.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj)
+            self._pending_ni = len(index)
+            return
+        with lib._lock:
+            # what C has not checked (C checked ni, nj >= 0, the pointers and h2 above)
+            lib._check_open()
+            xi = vec3("x", x, None, limit=COORD_LIMIT)
+            vi = vec3("v", v, xi.shape[0])
+            ai = None if a is None else vec3("a", a, xi.shape[0])
+            eps2 = scalar("eps2", eps2, nonneg=True)
+            nj = int_arg("nj", nj, 0, lib.n_stored, " (addresses stored)")
+            ids = index.astype(np.int64)
+            if ids.size and int(ids.max()) > MAX_ID:  # pragma: no cover - int32 in C
+                raise InputError(f"index: value {int(ids.max())} above {MAX_ID}")
+            self._pending = lib._start_checked(xi, vi, ids, eps2, h2, ai, nj)
         self._pending_ni = len(index)
 
     def finish(self, ni: int) -> Any:

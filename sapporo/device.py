@@ -280,10 +280,16 @@ class Device:
         nci = layout.nci(var.order)
         nco = layout.nco(var.order)
         h_in = self._host(f"idata{slot}", nci * ni_pad * 8)
-        nparts, jchunk = split_j(cfg, self.info, ni_pad, nj_local)
         # small launches run on the companion device where there is one (PoCL's
-        # single-threaded device: no hand-off to worker threads)
-        kernel, reduce_k = self.kernels(cfg, ngb, self.small_launch(ni, nj_local))
+        # single-threaded device: no hand-off to worker threads); it runs the work-groups
+        # one after the other, so there the j-range stays in one part (parts would only
+        # add partial results to merge: N = 4k, one active particle, 10 -> 3 us)
+        small = self.small_launch(ni, nj_local)
+        if small:
+            nparts, jchunk = 1, _round_up(max(nj_local, 1), cfg.j_align)
+        else:
+            nparts, jchunk = split_j(cfg, self.info, ni_pad, nj_local)
+        kernel, reduce_k = self.kernels(cfg, ngb, small)
         # few results: the host combines the parts (one kernel launch less)
         limit = HOST_REDUCE_MAX if self.info.device_type == "cpu" else GPU_HOST_REDUCE_MAX
         host_reduce = nparts == 1 or nparts * nco * ni_pad <= limit  # one part: nothing to do
@@ -299,7 +305,8 @@ class Device:
             "nj": np.int32(nj_local), "ni": np.int32(ni), "ni_pad": np.int32(ni_pad),
             "jchunk": np.int32(jchunk), "eps2_d": np.float64(0.0),  # set per call
             "jpos": j["pos"], "jpos_lo": j.get("pos_lo"), "jvel": j["vel"],
-            "jacc": j.get("acc"), "jjerk": j.get("jerk"), "jid": j["id"], "idata": h_in.buffer, "out": partial,
+            "jacc": j.get("acc"),
+            "jjerk": j.get("jerk"), "jid": j["id"], "idata": h_in.buffer, "out": partial,
             "nb_count": None if h_cnt is None else h_cnt.buffer,
             "nb_list": None if h_lst is None else h_lst.buffer,
         }, var.order, variant_ds(var), ngb)

@@ -22,6 +22,7 @@ import functools
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -56,6 +57,7 @@ FLT_MIN = 1.1754943508222875e-38
 # the library
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_now = time.perf_counter
 
 
 def _serialised(method: _F) -> _F:
@@ -164,6 +166,8 @@ class Library:
         self._time = 0.0
         self._predicted_time: float | None = None
         self._predicted_n = [0] * len(self._devs)
+        # time spent per phase of a call, when measured (see sapporo.latency)
+        self._phases: dict[str, float] | None = None
         self._pending: PendingForce | None = None
         self._closed = False
         # result rows this order fills: acc, pot (+ jerk) (+ snap); the others stay zero
@@ -296,6 +300,8 @@ class Library:
             Unscaled derivatives (None: zero), all used by the predictor.
         """
         self._check_open()
+        ph = self._phases
+        t0 = _now() if ph is not None else 0.0
         addr = ints("address", address, None, 0, MAX_ADDRESS)
         n = addr.size
         if n == 0:
@@ -310,24 +316,46 @@ class Library:
         rec[:, 0, 3] = m
         rec[:, 1, :3] = vec3("v", v, n)
         rec[:, 1, 3] = tj
-        terms = self._pred_terms
         for q, (name, val) in enumerate(
             (("a", a), ("jerk", jerk), ("snap", snap), ("crackle", crackle)), start=2
         ):
             if val is not None:
                 rec[:, q, :3] = vec3(name, val, n)
-                if q - 1 > terms and rec[:, q, :3].any():
+        if ph is not None:
+            ph["checks"] += _now() - t0
+        self._store_checked(addr, ids, rec)
+
+    def _store_checked(self, addr: np.ndarray, ids: np.ndarray, rec: np.ndarray) -> None:
+        """:meth:`set_j_particles` after its checks: ``addr`` and ``ids`` int64 in range,
+        ``rec`` the (n, RAW_N, 4) raw records, finite (the C API checks them in C). The
+        caller holds the lock and has checked that the library is open."""
+        ph = self._phases
+        t0 = _now() if ph is not None else 0.0
+        terms = self._pred_terms
+        if terms < 4:
+            # derivative records the predictor must read from now on: the highest that
+            # holds a non-zero value (the records just stored make the next call predict)
+            for q in range(RAW_N - 1, 1 + terms, -1):
+                if rec[:, q, :3].any():
                     terms = q - 1
-        top = int(addr.max()) + 1
+                    break
+        n = addr.size
+        top = (int(addr[0]) if n == 1 else int(addr.max())) + 1
         if top > self._raw.shape[0]:
             self._grow(top)
-        self._raw[addr] = rec
-        self._ids[addr] = ids
+        if n == 1:
+            a0 = int(addr[0])
+            self._raw[a0] = rec[0]
+            self._ids[a0] = ids[0]
+        else:
+            self._raw[addr] = rec
+            self._ids[addr] = ids
         self._dirty.append(addr)
-        # a predictor that reads more records from now on (the records just stored make
-        # the next force call predict again anyway)
         self._pred_terms = terms
-        self._n_stored = max(self._n_stored, top)
+        if top > self._n_stored:
+            self._n_stored = top
+        if ph is not None:
+            ph["store"] += _now() - t0
 
     @_serialised
     def reset(self) -> None:
@@ -352,6 +380,8 @@ class Library:
     def _check_float_masses(self, m: np.ndarray) -> None:
         """Double-single computes pair terms in float: a non-zero mass below float's normal
         range would be lost silently, so it is refused."""
+        if m.size <= 8 and all(v == 0.0 or abs(v) >= FLT_MIN for v in m.tolist()):
+            return
         tiny = (m != 0.0) & (np.abs(m) < FLT_MIN)
         if tiny.any():
             k = int(np.argmax(tiny))
@@ -460,12 +490,8 @@ class Library:
             Predicted jerks of the i-particles (required for order 8).
         """
         self._check_open()
-        if self._pending is not None:
-            # Collect an earlier computation nobody waited for; its buffers are reused.
-            try:
-                self._pending.result()
-            except SapporoError:
-                pass
+        ph = self._phases
+        t0 = _now() if ph is not None else 0.0
         xi = vec3("x", x, None, limit=COORD_LIMIT)
         ni = xi.shape[0]
         if ni == 0:
@@ -485,19 +511,40 @@ class Library:
         ji = None if jerk is None else vec3("jerk", jerk, ni)  # checked always, used by 8
         if self.order < 8:
             ji = None
-        ngb = h2 is not None
-        h2v = scalars("h2", h2, ni, nonneg=True) if ngb else None
+        h2v = None if h2 is None else scalars("h2", h2, ni, nonneg=True)
         if nj is None:
             nj = self._n_stored
         else:
             nj = int_arg("nj", nj, 0, self._n_stored, " (addresses stored)")
+        if ph is not None:
+            ph["checks"] += _now() - t0
+        return self._start_checked(xi, vi, ids, eps2, h2v, ai, nj, ji)
+
+    def _start_checked(self, xi: np.ndarray, vi: np.ndarray, ids: np.ndarray, eps2: float,
+                       h2v: np.ndarray | None, ai: np.ndarray | None,
+                       nj: int, ji: np.ndarray | None = None) -> PendingForce:
+        """:meth:`start_compute` after its checks: (ni, 3) float64 arrays, ids int64 in
+        range, eps2 >= 0, h2v (ni,) >= 0 or None, ai (orders 6, 8) or None, ji (order 8)
+        or None, 0 <= nj <= stored
+        (the C API checks these in C). The caller holds the lock and has checked that the
+        library is open."""
+        ph = self._phases
+        if self._pending is not None:
+            # Collect an earlier computation nobody waited for; its buffers are reused.
+            try:
+                self._pending.result()
+            except SapporoError:
+                pass
+        t0 = _now() if ph is not None else 0.0
+        ni = xi.shape[0]
+        ngb = h2v is not None
         with self._hold():
             # the prediction goes with a small launch to the companion unless it is itself
             # large (it is O(N); one core against all of them)
             self._sync_j([dev.small_launch(ni, self._n_local(nj, d))
                           and self._n_local(self._n_stored, d) <= SMALL_PREDICT_MAX
                           for d, dev in enumerate(self._devs)])
-
+            t1 = _now() if ph is not None else 0.0
             chunks = []
             for k, c0 in enumerate(range(0, ni, NI_CHUNK)):
                 c1 = min(ni, c0 + NI_CHUNK)
@@ -509,11 +556,25 @@ class Library:
                     for d, dev in enumerate(self._devs)
                 ]
                 chunks.append((c0, c1, per_dev))
+        if ph is not None:
+            t2 = _now()
+            ph["sync"] += t1 - t0
+            ph["launch"] += t2 - t1
 
         def finish() -> ForceResult:
+            if ph is None:
+                for dev in self._devs:
+                    dev.finish()
+                return self._assemble(chunks, ni, ids, ngb)
+            t3 = _now()
             for dev in self._devs:
                 dev.finish()
-            return self._assemble(chunks, ni, ids, ngb)
+            t4 = _now()
+            res = self._assemble(chunks, ni, ids, ngb)
+            ph["wait"] += t4 - t3
+            ph["combine"] += _now() - t4
+            ph["calls"] += 1
+            return res
 
         pending = PendingForce(self._lock, finish, self._collected)
         self._pending = pending

@@ -34,6 +34,8 @@ __all__ = [
 
 #: arrays up to this size are checked in Python floats (a numpy reduction costs ~1.5 us)
 SMALL = 48
+_F64 = np.dtype(np.float64)
+_I64 = np.dtype(np.int64)
 #: coordinates at or beyond this magnitude are refused where r^2 is formed in double:
 #: (2 * 1e150)^2 * 3 is still finite, 1e155^2 is not
 COORD_LIMIT = 1e150
@@ -97,6 +99,14 @@ def vec3(name: str, value: Any, n: int | None, limit: float | None = None) -> np
 
     ``limit``: refuse components whose magnitude reaches it (see :data:`COORD_LIMIT`).
     """
+    if (type(value) is np.ndarray and value.dtype == _F64 and value.ndim == 2
+            and value.size <= SMALL and value.shape[1] == 3
+            and (n is None or value.shape[0] == n) and value.flags.c_contiguous):
+        # the frequent case (a block step's few particles): one pass in Python floats
+        vals = value.ravel().tolist()
+        if vals and math.isfinite(sum(vals)) and (
+                limit is None or -limit < min(vals) and max(vals) < limit):
+            return value
     arr = real_array(name, value, "an array of shape (n, 3)")
     if arr.ndim == 1 and arr.shape == (3,) and n in (None, 1):
         arr = arr.reshape(1, 3)
@@ -123,6 +133,11 @@ def ints(name: str, value: Any, n: int | None, lo: int, hi: int) -> np.ndarray:
     """A 1-D int64 array of values in [lo, hi] (a scalar becomes one value). Integral
     floats are accepted; the range is checked before any conversion, so a value that does
     not fit int64 is reported as given."""
+    if (type(value) is np.ndarray and value.dtype == _I64 and value.ndim == 1
+            and value.size <= SMALL and (n is None or value.shape[0] == n) and value.size):
+        vals = value.tolist()  # the frequent case: a few int64 values in range
+        if lo <= min(vals) and max(vals) <= hi:
+            return value
     arr = _asarray(name, value, "integers")
     if arr.ndim == 0:
         arr = arr.reshape(1)
@@ -165,6 +180,9 @@ def _fmt(v: int | float) -> str:
 
 def scalars(name: str, value: Any, n: int, nonneg: bool = False) -> np.ndarray:
     """A finite (n,) float64 array from a number or an array of n numbers."""
+    if type(value) is float and n <= SMALL:  # the frequent case: one number for all
+        if math.isfinite(value) and not (nonneg and value < 0):
+            return np.full(n, value)
     arr = real_array(name, value, f"a number or an array of {n} numbers")
     if arr.ndim == 0:
         arr = np.full(n, float(arr))

@@ -467,6 +467,8 @@ def test_nearest_neighbour_ties_across_parts(backend, monkeypatch, precision):
     xj[3], xj[690] = [1.0, 0, 0], [0, 1.0, 0]  # both at r^2 = 1 from the origin
     for low_first in (True, False):
         ids[3], ids[690] = (10, 20) if low_first else (20, 10)
+        # the threaded device (the companion of small launches keeps one part)
+        monkeypatch.setenv("SAPPORO_SMALL_PAIRS", "0")
         for limit in (1 << 16, 0):  # host merge, then always the reduce kernel
             monkeypatch.setattr(sapporo.device, "HOST_REDUCE_MAX", limit)
             monkeypatch.setattr(sapporo.device, "GPU_HOST_REDUCE_MAX", limit)
@@ -954,6 +956,8 @@ def test_device_reduce_matches_host_merge(backend, monkeypatch, many):
     n = 700
     x, v, m, ids, _, _ = system(n, seed=47)
     out = []
+    # the threaded device (the companion of small launches keeps one part)
+    monkeypatch.setenv("SAPPORO_SMALL_PAIRS", "0")
     for limit in (1 << 16, 0):  # 0: always the reduce kernel
         monkeypatch.setattr(sapporo.device, "HOST_REDUCE_MAX", limit)
         monkeypatch.setattr(sapporo.device, "GPU_HOST_REDUCE_MAX", limit)

@@ -185,6 +185,9 @@ class Context(ABC):
     """
 
     small_pairs: int = 0
+    #: runtime commands queued so far (kernel launches, copies, fills): the latency budget
+    #: counts them per block step
+    commands: int = 0
 
     info: DeviceInfo
 

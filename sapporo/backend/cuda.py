@@ -190,6 +190,7 @@ class CUBuffer(Buffer):
             return CUEvent(None)
         ctx = self._ctx
         with ctx.active():
+            ctx.commands += 1
             ctx.drv.memcpy_htod_async(int(self.mem) + offset, host, ctx.stream)
         if wait:
             ctx.synchronize()
@@ -203,12 +204,14 @@ class CUBuffer(Buffer):
         ctx = self._ctx
         if wait:
             with ctx.active():
+                ctx.commands += 1
                 ctx.drv.memcpy_dtoh_async(host, int(self.mem) + offset, ctx.stream)
             ctx.synchronize()
             return CUEvent(None)
         n = host.nbytes
         with ctx.active():
             stage = ctx.staging_acquire(n)
+            ctx.commands += 1
             ctx.drv.memcpy_dtoh_async(stage[:n], int(self.mem) + offset, ctx.stream)
         target = host.reshape(-1).view(np.uint8)
 
@@ -228,6 +231,7 @@ class CUBuffer(Buffer):
             return CUEvent(None)
         ctx = self._ctx
         with ctx.active():
+            ctx.commands += 1
             ctx.drv.memset_d32_async(self.mem, int(value) & 0xFFFFFFFF, words, ctx.stream)
         return CUEvent(ctx)
 
@@ -271,6 +275,7 @@ class CUHostBuffer(HostBuffer):
         if n > 0:
             ctx, mem = self._ctx, self._mem()
             with ctx.active():
+                ctx.commands += 1
                 ctx.drv.memcpy_htod_async(mem, self.array[:n], ctx.stream)
 
     def from_device(self, nbytes: int | None = None) -> None:
@@ -278,6 +283,7 @@ class CUHostBuffer(HostBuffer):
         if n > 0:
             ctx, mem = self._ctx, self._mem()
             with ctx.active():
+                ctx.commands += 1
                 ctx.drv.memcpy_dtoh_async(self.array[:n], mem, ctx.stream)
 
     def free(self) -> None:
@@ -371,6 +377,7 @@ class CUKernel(Kernel):
             if ctx.profiling:
                 start = ctx.record(timing=True)
             try:
+                ctx.commands += 1
                 self._func.prepared_async_call(grid, block, ctx.stream, *values)
             except ctx.drv.Error as exc:
                 raise BackendError(

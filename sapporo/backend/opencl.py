@@ -28,6 +28,7 @@ from .base import (
     Event,
     HostBuffer,
     Kernel,
+    Launch,
     Program,
     format_defines,
     load_source,
@@ -311,14 +312,15 @@ class CLKernel(Kernel):
         self.name = name
         self._small = small
         self._arg_types: tuple | None = None
+        self._owner: Any = None  # the CLLaunch whose arguments the kernel holds
 
     def __call__(self, global_size, local_size, *args, wait=False) -> Event:
         # Declaring the scalar argument types once lets PyOpenCL pack them directly
         # (about 1 us for a dozen arguments instead of about 50 us of type discovery).
-        types = tuple(map(type, args))
+        self._owner = None
+        types = tuple(t if issubclass(t, np.generic) else None for t in map(type, args))
         if types != self._arg_types:
-            self._kernel.set_scalar_arg_dtypes(
-                [t if issubclass(t, np.generic) else None for t in types])
+            self._kernel.set_scalar_arg_dtypes(list(types))
             self._arg_types = types
         self._kernel.set_args(*[a.buf if isinstance(a, CLBuffer) else a for a in args])
         ev = self._ctx._enqueue(self._small, cl.enqueue_nd_range_kernel, self._kernel,
@@ -327,6 +329,50 @@ class CLKernel(Kernel):
         if wait:
             ev.wait()
         return CLEvent(ev, self._ctx.profiling)
+
+
+    def prepare(self, global_size: tuple[int, ...], local_size: tuple[int, ...] | None,
+                *args: Any) -> Launch:
+        return CLLaunch(self, global_size, local_size, args)
+
+
+class CLLaunch(Launch):
+    """A prepared launch: sizes converted and argument types declared once; the kernel's
+    arguments are set in full only when another launch of the same kernel ran in between,
+    otherwise just those :meth:`set` changed (a block step changes the time or eps2)."""
+
+    def __init__(self, kernel: CLKernel, global_size: tuple[int, ...],
+                 local_size: tuple[int, ...] | None, args: tuple[Any, ...]):
+        super().__init__(kernel, global_size, local_size, args)
+        self._gs = tuple(map(int, global_size))
+        self._ls = None if local_size is None else tuple(map(int, local_size))
+        self._types = [type(a) if isinstance(a, np.generic) else None for a in args]
+        self._raw = [a.buf if isinstance(a, CLBuffer) else a for a in args]
+        self._dirty: set[int] = set()
+
+    def set(self, position: int, value: Any) -> None:
+        super().set(position, value)
+        self._raw[position] = value.buf if isinstance(value, CLBuffer) else value
+        self._dirty.add(position)
+
+    def __call__(self) -> Event:
+        k: CLKernel = self.kernel  # type: ignore[assignment]
+        cl_kernel = k._kernel
+        if k._owner is not self:
+            types = tuple(self._types)
+            if types != k._arg_types:
+                cl_kernel.set_scalar_arg_dtypes(self._types)
+                k._arg_types = types
+            cl_kernel.set_args(*self._raw)
+            k._owner = self
+            self._dirty.clear()
+        elif self._dirty:
+            for i in self._dirty:
+                cl_kernel.set_arg(i, self._raw[i])
+            self._dirty.clear()
+        ev = k._ctx._enqueue(k._small, cl.enqueue_nd_range_kernel, cl_kernel, self._gs,
+                             self._ls)
+        return CLEvent(ev, k._ctx.profiling)
 
 
 class CLProgram(Program):
@@ -426,9 +472,16 @@ class CLContext(Context):
             if problem is not None:
                 raise BackendError(f"cannot build {source_name} on {self.info.name}: PoCL's "
                                    f"kernel cache {_pocl_cache_dir()}: {problem}")
+        device = self._companion if small else self._device
+        cache_file = _binary_cache_file(self.info, device, source, options)
+        program = _load_binary(self.cl_context, device, cache_file, options)
+        if program is not None:
+            prog = CLProgram(self, program, small)
+            self._programs[key] = self._programs[fast_key] = prog
+            return prog
         try:
             program = cl.Program(self.cl_context, source).build(
-                options=options, devices=[self._companion if small else self._device])
+                options=options, devices=[device])
         except cl.Error as exc:
             build_log = str(exc)
             path = save_failed_source(source, ".cl")
@@ -439,6 +492,7 @@ class CLContext(Context):
                 build_log,
                 path,
             ) from None
+        _save_binary(program, cache_file)
         prog = CLProgram(self, program, small)
         self._programs[key] = self._programs[fast_key] = prog
         return prog
@@ -449,6 +503,7 @@ class CLContext(Context):
         queue is finished first when it has any. (The queues share the buffers; PoCL 3.0
         can deadlock when a command of one device waits for an event of the other, so no
         event crosses.)"""
+        self.commands += 1
         if small:
             if self._last is not None:
                 self.queue.finish()
@@ -489,6 +544,73 @@ class CLContext(Context):
             self._programs.clear()
 
 
+def _binary_cache_dir() -> Path | None:
+    """Where built kernels are kept across processes: ``SAPPORO_KERNEL_CACHE`` (a folder,
+    or ``0``/``off`` for none), else the user cache folder. Rebuilding a program from its
+    binary takes 1-5 ms where a build from source takes 15-20 ms even when PoCL's own cache
+    hits (and seconds when it does not), so a warm ``Library()`` opens in tens of ms."""
+    env = os.environ.get("SAPPORO_KERNEL_CACHE", "").strip()
+    if env.lower() in ("0", "off", "no", "false"):
+        return None
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("sapporo")) / "opencl"
+
+
+def _binary_cache_file(info: DeviceInfo, device: Any, source: str,
+                       options: list[str]) -> Path | None:
+    """The cache file of one program: keyed by everything the binary depends on (source
+    with its headers inlined, options, device, driver, platform and PyOpenCL versions)."""
+    folder = _binary_cache_dir()
+    if folder is None:
+        return None
+    try:
+        ident = "\0".join([source, " ".join(options), device.name, device.driver_version,
+                           device.platform.version, info.platform, str(cl.VERSION)])
+    except cl.Error:  # a driver that does not answer: no cache
+        return None
+    return folder / (hashlib.sha256(ident.encode()).hexdigest() + ".bin")
+
+
+def _load_binary(ctx: Any, device: Any, path: Path | None, options: list[str]) -> Any:
+    """The program rebuilt from a cached binary, or None (no file, or a binary the driver
+    refuses: then it is built from source and the file replaced)."""
+    if path is None:
+        return None
+    try:
+        binary = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        program = cl.Program(ctx, [device], [binary]).build(options=options, devices=[device])
+    except (cl.Error, ValueError, RuntimeError) as exc:
+        log.debug("cached kernel binary %s refused (%s); building from source", path, exc)
+        return None
+    log.debug("kernel binary from %s", path)
+    return program
+
+
+def _save_binary(program: Any, path: Path | None) -> None:
+    """Keep a built program's binary for the next process (best effort: a folder that
+    cannot be written, or a full disk, costs only the next start-up's build)."""
+    if path is None:
+        return
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        binaries = program.get_info(cl.program_info.BINARIES)
+        if not binaries or not binaries[0]:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(bytes(binaries[0]))
+        os.replace(tmp, path)
+    except (OSError, cl.Error) as exc:
+        log.debug("kernel binary not cached in %s: %s", path, exc)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
 _POCL_HINT = (
     "PoCL's wheel (pocl-binary-distribution 3.0, LLVM 14) does not know CPUs newer than "
     "its LLVM (e.g. AMD Zen 5): install a newer PoCL, such as your distribution's "
@@ -506,17 +628,39 @@ def _pocl_cannot_build(platform: Any, devices: list[Any]) -> str:
     cpus = [d for d in devices if d.type & cl.device_type.CPU]
     if not cpus:
         return ""
+    # the answer is kept with the kernel binaries (a build costs ~10 ms even when cached)
+    folder = _binary_cache_dir()
+    note = None
+    if folder is not None:
+        try:
+            ident = "\0".join([platform.version, cpus[0].name, cpus[0].driver_version,
+                               str(cl.VERSION), _PROBE_SOURCE])
+        except cl.Error:
+            ident = ""
+        if ident:
+            note = folder / ("probe-" + hashlib.sha256(ident.encode()).hexdigest()[:32])
+            with contextlib.suppress(OSError):
+                text = note.read_text()
+                if text.startswith("ok") or text.startswith("error:"):
+                    return "" if text.startswith("ok") else text[len("error:"):]
     try:
         ctx = cl.Context(cpus[:1])
         try:
             cl.Program(ctx, _PROBE_SOURCE).build(options=["-w"])
         finally:
             del ctx
+        answer = ""
     except cl.Error as exc:
         lines = [ln.strip() for ln in str(exc).splitlines()
                  if "error" in ln.lower() and "clBuildProgram" not in ln]
-        return lines[0] if lines else str(exc).strip().splitlines()[0]
-    return ""
+        answer = lines[0] if lines else str(exc).strip().splitlines()[0]
+    if note is not None:
+        with contextlib.suppress(OSError):
+            note.parent.mkdir(parents=True, exist_ok=True)
+            tmp = note.with_name(f"{note.name}.{os.getpid()}.tmp")
+            tmp.write_text("error:" + answer if answer else "ok")
+            os.replace(tmp, note)
+    return answer
 
 
 class OpenCLBackend(Backend):

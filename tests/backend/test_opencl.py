@@ -295,3 +295,28 @@ def test_small_launches_on_the_companion_match(monkeypatch):
     for f1, f2 in zip(results["1"], results["131072"], strict=True):
         np.testing.assert_allclose(f1.acc, f2.acc, rtol=1e-14, atol=0)
         np.testing.assert_array_equal(f1.nn_index, f2.nn_index)
+
+
+def test_small_launches_keep_one_part(monkeypatch):
+    """The companion runs work-groups one after the other: a small launch there is not cut
+    into parts (nothing to merge), a large one on the threaded device is."""
+    import sapporo
+    from sapporo import reference as ref
+
+    info = get_backend("opencl").devices()[0]
+    if not info.companion:
+        pytest.skip("no companion device (POCL_DEVICES set by the user, or not PoCL)")
+    n = 3000
+    x, v, m = ref.plummer(n, seed=9)
+    ids = np.arange(n)
+    with sapporo.Library(order=4, precision="double", backend="opencl") as lib:
+        lib.set_j_particles(ids, ids, 0.0, m, x, v)
+        dev = lib._devs[0]
+        f = lib.compute(x[:1], v[:1], ids[:1], 1e-4)
+        (plan,) = dev._plans.values()
+        assert dev.small_launch(1, n) and plan.nparts == 1
+        r = ref.forces(x[:1], v[:1], ids[:1], x, v, m, ids, 1e-4, order=4)
+        assert ref.relative_vector_error(f.acc, r.acc, r.acc_abs).max() <= 1e-12
+        lib.compute(x, v, ids, 1e-4)
+        big = [p for k, p in dev._plans.items() if k[1] == n]
+        assert not dev.small_launch(n, n) and big and big[0].nparts > 1

@@ -1,0 +1,158 @@
+"""Where the time of a block step goes: the latency budget of small force calls.
+
+A block step of a Hermite integrator with individual time steps stores the particles it has
+just corrected, moves the time on and computes the forces on the next block of active
+particles. With a few active particles the arithmetic is tiny, and what a step costs is
+fixed: argument checks, storing into the host mirror, the runtime commands (prediction,
+force launch, copies), waiting for the device, combining the partial results.
+
+:func:`block_step_budget` runs such steps on a Plummer sphere and reports, per step:
+
+- ``wall_us``: the median wall time of a whole step (store + set_time + compute);
+- ``device_us``: kernel time on the device, from a second, profiled library doing the same
+  steps (profiling events would disturb the wall times);
+- ``host_us``: wall minus device, the fixed cost a user cannot avoid by a faster device;
+- the phases of the call as timed inside the library (medians over the steps): ``checks`` (argument
+  checks), ``store`` (j-particles into the host mirror), ``sync`` (uploads and prediction
+  queued), ``launch`` (i-particles packed, force launch queued), ``wait`` (until the
+  device is done), ``combine`` (partial results merged into a :class:`ForceResult`);
+  on PoCL's single-threaded companion device a kernel runs inside its enqueue, so there
+  ``sync`` and ``launch`` hold device time too;
+- ``commands``: runtime commands queued per step.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import InputError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PHASES", "block_step_budget", "budget_table"]
+
+#: the phases timed inside the library, in call order
+PHASES = ("checks", "store", "sync", "launch", "wait", "combine")
+#: flops per interaction by order (the usual counts: 38, 60, 97, 144)
+FLOPS = {2: 38, 4: 60, 6: 97, 8: 144}
+
+
+def _steps(lib: Any, x: np.ndarray, v: np.ndarray, m: np.ndarray, ids: np.ndarray,
+           a: np.ndarray, jerk: np.ndarray, n_active: int, steps: int, seed: int,
+           eps2: float, times: list[float] | None,
+           per_phase: dict[str, list[float]] | None = None) -> None:
+    """Run ``steps`` block steps of ``n_active`` particles (a fresh random block each);
+    ``times`` gets each step's wall time, ``per_phase`` each step's time per phase (from
+    the library's accumulators, ``lib._phases``)."""
+    acc = lib._phases if per_phase is not None else None
+    last = dict.fromkeys(PHASES, 0.0)
+    n = x.shape[0]
+    rng = np.random.default_rng(seed)
+    blocks = [np.sort(rng.choice(n, n_active, replace=False)) for _ in range(min(steps, 64))]
+    order = lib.order
+    dt = 2.0**-20
+    clock = time.perf_counter
+    for k in range(steps):
+        sel = blocks[k % len(blocks)]
+        t0 = clock()
+        lib.set_j_particles(sel, ids[sel], k * dt, m[sel], x[sel], v[sel], a=a[sel],
+                            jerk=jerk[sel])
+        lib.set_time((k + 1) * dt)
+        lib.compute(x[sel], v[sel], ids[sel], eps2, a=a[sel] if order >= 6 else None)
+        if times is not None:
+            times.append(clock() - t0)
+        if acc is not None and per_phase is not None:
+            for name in PHASES:
+                per_phase[name].append(acc.get(name, 0.0) - last[name])
+                last[name] = acc.get(name, 0.0)
+
+
+def block_step_budget(
+    n: int,
+    n_active: int,
+    order: int = 4,
+    precision: str = "double-single",
+    backend: str | None = None,
+    devices: Any = None,
+    steps: int = 300,
+    warmup: int = 30,
+    seed: int = 1,
+) -> dict[str, Any]:
+    """Measure the latency budget of block steps of ``n_active`` particles among ``n``.
+
+    Returns a dict with the keys described in the module docstring, plus ``n``,
+    ``n_active``, ``order``, ``precision``, ``device``, ``steps``, ``interactions_per_s``
+    (n_active * n / wall) and ``gflops``.
+    """
+    from .library import Library
+    from .reference import plummer
+
+    if not (isinstance(n, int) and isinstance(n_active, int) and 1 <= n_active <= n):
+        raise InputError(f"n_active: expected 1 <= n_active <= n, got {n_active} and n = {n}")
+    if steps < 1 or warmup < 0:
+        raise InputError(f"steps: expected >= 1 (and warmup >= 0), got {steps}, {warmup}")
+    x, v, m = plummer(n, seed=seed)
+    ids = np.arange(n)
+    rng = np.random.default_rng(seed + 1)
+    a = rng.normal(scale=0.5, size=(n, 3))
+    jerk = rng.normal(scale=0.5, size=(n, 3))
+    eps2 = 1e-4
+    out: dict[str, Any] = {"n": n, "n_active": n_active, "order": order,
+                           "precision": precision, "steps": steps}
+    with Library(order=order, precision=precision, backend=backend, devices=devices) as lib:
+        out["device"] = lib.device_name
+        lib.set_j_particles(ids, ids, 0.0, m, x, v, a=a, jerk=jerk)
+        _steps(lib, x, v, m, ids, a, jerk, n_active, warmup, seed, eps2, None)
+        phases: dict[str, float] = defaultdict(float)
+        lib._phases = phases
+        ctxs = [d.ctx for d in lib._devs]
+        commands0 = sum(c.commands for c in ctxs)
+        times: list[float] = []
+        per_phase: dict[str, list[float]] = defaultdict(list)
+        _steps(lib, x, v, m, ids, a, jerk, n_active, steps, seed, eps2, times, per_phase)
+        commands = sum(c.commands for c in ctxs) - commands0
+        lib._phases = None
+    with Library(order=order, precision=precision, backend=backend, devices=devices,
+                 profiling=True) as prof:
+        prof.set_j_particles(ids, ids, 0.0, m, x, v, a=a, jerk=jerk)
+        _steps(prof, x, v, m, ids, a, jerk, n_active, warmup, seed, eps2, None)
+        k0 = prof.kernel_seconds
+        _steps(prof, x, v, m, ids, a, jerk, n_active, steps, seed, eps2, None)
+        device = (prof.kernel_seconds - k0) / steps
+    wall = statistics.median(times)
+    out.update({
+        "wall_us": 1e6 * wall,
+        "wall_min_us": 1e6 * min(times),
+        "device_us": 1e6 * device,
+        "host_us": 1e6 * max(wall - device, 0.0),
+        "commands": commands / steps,
+    })
+    for name in PHASES:  # medians over the steps, as the wall time
+        out[f"{name}_us"] = 1e6 * statistics.median(per_phase[name])
+    pairs = n_active * n
+    out["interactions_per_s"] = pairs / wall
+    out["gflops"] = pairs * FLOPS[order] / wall / 1e9
+    log.info("block step N=%d N_active=%d: %.0f us (device %.0f us)", n, n_active,
+             out["wall_us"], out["device_us"])
+    return out
+
+
+def budget_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The budget as a Markdown table (microseconds per block step)."""
+    head = ("| N | N_active | wall | device | host | checks | store | sync | launch | wait "
+            "| combine | commands | interactions/s |")
+    lines = [head, "|" + "---|" * 13]
+    for r in rows:
+        lines.append(
+            f"| {r['n']} | {r['n_active']} | {r['wall_us']:.0f} | {r['device_us']:.0f} | "
+            f"{r['host_us']:.0f} | " + " | ".join(f"{r[p + '_us']:.1f}" for p in PHASES)
+            + f" | {r['commands']:.1f} | {r['interactions_per_s']:.3g} |"
+        )
+    return "\n".join(lines)
