@@ -210,7 +210,12 @@ def step_time(ni: float, n: float, p: int, rows: int, rate: float, overhead: flo
         return compute
     lat = lambda q: alpha * math.ceil(math.log2(q)) if q > 1 else 0.0  # noqa: E731
     comm = CHECKS_PER_STEP * (lat(p) + soft)  # the three small checks on all ranks
-    comm += lat(cols) + soft + (cols - 1) * ni_row * BYTES_PER_I / beta  # along the row
+    # along the row: an allgather of every partial, or (large blocks) an all-to-all of
+    # slices and an allgather of the combined slices; the library takes the second from
+    # SCATTER_MIN_BYTES on, which the minimum stands for
+    gather = lat(cols) + soft + (cols - 1) * ni_row * BYTES_PER_I / beta
+    scatter = 2 * (lat(cols) + soft + (cols - 1) / cols * ni_row * BYTES_PER_I / beta)
+    comm += min(gather, scatter) if cols > 1 else 0.0
     if rows > 1:  # gathering the rows along the column
         comm += lat(rows) + soft + (rows - 1) * ni_row * BYTES_PER_I / beta
     return compute + comm

@@ -64,6 +64,8 @@ def main() -> None:
         attempt("open", lambda: ParallelLibrary(order=4, devices=[99] if RANK == one else None))
     pl = ParallelLibrary(decomposition="2d" if mode.endswith("2d") else "j", order=4,
                          precision="double")
+    if mode.endswith("scatter"):  # rows combined by slices (all-to-all) even when small
+        pl.scatter_min_bytes = 0
     pl.set_j_particles(np.arange(N), ids, 0.0, m, x, v)
     pl.set_time(0.0)
     xi = x.copy()

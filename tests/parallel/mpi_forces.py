@@ -64,8 +64,17 @@ def case(name: str, rows: int | None, dec: str, order: int, precision: str, n: i
         f = run(pl)
         grid = [pl.rows, pl.cols]
         comm = pl.comm_seconds
+        # the other way of combining a row (allgather of everything, or by slices)
+        pl.scatter_min_bytes = 0 if pl.scatter_min_bytes > 0 else 1 << 62
+        pl.reset()
+        f_other = run(pl)
     out = {"name": name, "grid": grid, "identical": same_everywhere(f), "ni": f.ni,
-           "comm_seconds": comm}
+           "comm_seconds": comm, "paths_same": bool(
+               np.array_equal(f.acc, f_other.acc) and np.array_equal(f.pot, f_other.pot)
+               and np.array_equal(f.nn_index, f_other.nn_index)
+               and np.array_equal(f.nn_r2, f_other.nn_r2)
+               and (f.jerk is None or np.array_equal(f.jerk, f_other.jerk))
+               and (f.snap is None or np.array_equal(f.snap, f_other.snap)))}
     if WORLD.rank != 0:
         return out
     with Library(**kw) as lib:

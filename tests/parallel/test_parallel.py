@@ -46,6 +46,8 @@ def test_grids(forces_run: dict) -> None:
 def test_bitwise_identical_on_every_rank(forces_run: dict) -> None:
     for c in forces_run["cases"]:
         assert c["identical"], c["name"]
+        # a row combined by slices (all-to-all) gives the bits of the allgather
+        assert c["paths_same"], c["name"]
 
 
 def test_against_one_process_and_reference(forces_run: dict) -> None:
@@ -98,12 +100,13 @@ ERROR_CASES = [
     ("shape", ["set_j", "compute"], "InputError", r"on every rank: (x|v): expected 64 rows"),
     ("lost", ["compute"], "BackendError", r"rank 1 of \d: device lost \(simulated\)"),
     ("lost2d", ["compute"], "BackendError", r"rank 1 of \d: device lost \(simulated\)"),
+    ("lostscatter", ["compute"], "BackendError", r"rank 1 of \d: device lost \(simulated\)"),
 ]
 
 
 #: every case on 4 ranks, three of them on 2 too
 ERROR_RUNS = [(4, *c) for c in ERROR_CASES] + [(2, *c) for c in ERROR_CASES
-                                              if c[0] in ("open", "nan", "lost")]
+                                              if c[0] in ("open", "nan", "lostscatter")]
 
 
 @pytest.mark.parametrize("nranks,mode,calls,cls,pattern", ERROR_RUNS,
