@@ -320,3 +320,56 @@ def test_small_launches_keep_one_part(monkeypatch):
         lib.compute(x, v, ids, 1e-4)
         big = [p for k, p in dev._plans.items() if k[1] == n]
         assert not dev.small_launch(n, n) and big and big[0].nparts > 1
+
+
+def test_kernel_binaries_are_cached_across_contexts(monkeypatch, tmp_path):
+    """A built program is kept as a binary (SAPPORO_KERNEL_CACHE); the next context rebuilds
+    it from there, with the same results; a damaged file is rebuilt from source and
+    replaced; SAPPORO_KERNEL_CACHE=0 keeps nothing."""
+    from sapporo.backend import opencl
+
+    backend = get_backend("opencl")
+    monkeypatch.setenv("SAPPORO_KERNEL_CACHE", str(tmp_path))
+    builds: list[str] = []
+    real_program = opencl.cl.Program
+
+    def counting_program(ctx, *args):
+        builds.append("source" if len(args) == 1 else "binary")
+        return real_program(ctx, *args)
+
+    monkeypatch.setattr(opencl.cl, "Program", counting_program)
+
+    def run() -> np.ndarray:
+        ctx = backend.open(0)
+        try:
+            x = np.arange(64, dtype=np.float64)
+            buf = ctx.alloc(x.nbytes)
+            buf.upload(x)
+            ctx.build("selftest.cl", {"SCALE": 5}).kernel("axpb")(
+                (64,), (64,), np.int32(64), np.float64(2.0), buf, buf, wait=True)
+            out = np.empty_like(x)
+            buf.download(out)
+            buf.free()
+            return out
+        finally:
+            ctx.close()
+
+    first = run()
+    files = sorted(tmp_path.glob("*.bin"))
+    assert files and "source" in builds
+    builds.clear()
+    second = run()
+    assert "binary" in builds and "source" not in builds
+    np.testing.assert_array_equal(first, second)
+    for f in files:
+        f.write_bytes(b"not a binary")
+    builds.clear()
+    third = run()
+    assert "source" in builds
+    np.testing.assert_array_equal(first, third)
+    assert all(f.read_bytes() != b"not a binary" for f in files)
+    monkeypatch.setenv("SAPPORO_KERNEL_CACHE", "0")
+    for f in tmp_path.glob("*.bin"):
+        f.unlink()
+    run()
+    assert not list(tmp_path.glob("*.bin"))
