@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from sapporo.pm.bench import bench, markdown_table
+from sapporo.pm.bench import assignment_timing, bench, markdown_table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,6 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     res["load_after"] = os.getloadavg()[0]
     print(f"device: {res['device']}; {res['date']}; load {load:.2f} -> {res['load_after']:.2f}")
     print(markdown_table(res))
+    rows = assignment_timing(grids, backend=args.backend, device=args.device)
+    res["assignment"] = rows
+    print("| G^3 = N | fixed-point atomics (ms) | float atomics (ms) |\n|---|---|---|")
+    for r in rows:
+        print(f"| {r['grid']}^3 | {r['fixed'] * 1e3:.1f} | {r['float'] * 1e3:.1f} |")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(res, fh, indent=2)

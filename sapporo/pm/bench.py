@@ -156,3 +156,30 @@ def markdown_table(result: dict[str, Any]) -> str:
             sp = f"{r['speedup']:.2f}" if impl == "device" else ""
             lines.append(f"| {r['grid']}^3 | {impl} | {cells} | {total:.1f} | {sp} |")
     return head + "\n".join(lines) + "\n"
+
+
+def assignment_timing(grids: Sequence[int] = (32, 64, 128), repeats: int = 5,
+                      backend: str | None = None, device: int | None = None,
+                      seed: int = 0) -> list[dict[str, Any]]:
+    """Seconds of the assignment stage with fixed-point (deterministic) and with float
+    atomics, G^3 uniform random particles on a periodic G^3 CIC mesh, best of
+    ``repeats`` after a warm-up."""
+    rows = []
+    for g in grids:
+        rng = np.random.default_rng(seed)
+        x = rng.uniform(-0.5, 0.5, (g**3, 3))
+        m = np.full(g**3, 1.0 / g**3)
+        row: dict[str, Any] = {"grid": g, "n": g**3}
+        for kind in ("fixed", "float"):
+            with ParticleMesh(g, 1.0, boundary="periodic", window="cic", backend=backend,
+                              devices=device, assignment=kind) as pm:
+                pm._load(x, m)
+                pm._assign()
+                best = float("inf")
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    pm._assign()
+                    best = min(best, time.perf_counter() - t0)
+            row[kind] = best
+        rows.append(row)
+    return rows

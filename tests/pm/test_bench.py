@@ -30,3 +30,10 @@ def test_bench_runs(backend) -> None:
     assert all(t > 0 for t in row["device"].values())
     table = markdown_table(res)
     assert table.count("| 8^3 |") == 2
+
+
+def test_assignment_timing_runs(backend) -> None:
+    from sapporo.pm.bench import assignment_timing
+
+    (row,) = assignment_timing([8], repeats=1, backend=backend)
+    assert row["grid"] == 8 and row["fixed"] > 0 and row["float"] > 0
