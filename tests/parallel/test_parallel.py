@@ -158,3 +158,37 @@ def test_grid_rules() -> None:
     assert [square_rows(p) for p in (1, 2, 4, 6, 8, 12, 16, 64, 7)] == [1, 1, 2, 2, 2, 3, 4, 8, 1]
     assert auto_rows(2) == 1 and auto_rows(4) == 1 and auto_rows(8) == 2
     assert auto_rows(16) == 4 and auto_rows(7) == 1
+
+
+def _pocl_cpu() -> bool:
+    from sapporo.backend import get_backend
+    from sapporo.errors import BackendError
+
+    try:
+        return any(d.name.startswith("pthread") for d in get_backend("opencl").devices())
+    except BackendError:
+        return False
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_device_per_rank(mpiexec: str, tmp_path: Path, pinned: bool) -> None:
+    """Two PoCL CPU devices: ranks take devices by their rank on the node (0, 1, 0), unless
+    SAPPORO_DEVICES names one for all."""
+    if not _pocl_cpu():
+        pytest.skip("not PoCL's CPU driver: POCL_DEVICES cannot make two devices")
+    from mpi_launch import mpi_env
+
+    env = mpi_env(POCL_DEVICES="pthread pthread", SAPPORO_BACKEND="opencl")
+    if pinned:
+        env["SAPPORO_DEVICES"] = "1"
+    proc = launch(mpiexec, 3, [sys.executable, str(HERE / "mpi_devices.py")], cwd=tmp_path,
+                  env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = {int(m[0]): (int(m[1]), int(m[2]), m[3])
+           for m in re.findall(r"RANK (\d+) node (\d+) device (\d+) launcher (\d+|None)",
+                               proc.stdout)}
+    assert sorted(got) == [0, 1, 2], proc.stdout
+    for rank, (node, device, launcher) in got.items():
+        assert node == rank  # one node
+        assert device == (1 if pinned else rank % 2)
+        assert launcher == str(rank % 2)  # what the C API's open would take
