@@ -77,8 +77,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "Integrate a Plummer star cluster (optionally two-component, optionally with a "
             "central black hole) with the 4th- or 6th-order block-time-step Hermite "
             "integrator on the sapporo library; write summary.json, diagnostics.csv, "
-            "snapshots and plots into --out. Ctrl-C stops after the current block step and "
-            "still writes the final snapshot and summary."
+            "snapshots and plots into --out. Ctrl-C or SIGTERM stops after the current block "
+            "step and still writes the final snapshot and summary. Exit codes: 0 done, 1 a "
+            "file not written or a device failure, 2 bad options, 130 interrupted."
         ),
     )
     g = p.add_argument_group("model")
