@@ -102,3 +102,22 @@ def test_capi_usage_error_names_the_action(capsys):
     assert call(["capi", "build", "--no-such-option"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("sapporo capi build: error:") and "\n" not in err
+
+
+def test_sigterm_interrupts_any_command_as_ctrl_c_does(monkeypatch, capsys, tmp_path):
+    import os
+    import signal
+    import time
+
+    from sapporo import bench
+
+    def measure(settings, progress=None):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # interrupted long before this ends
+        raise AssertionError("SIGTERM did not interrupt")
+
+    monkeypatch.setattr(bench, "run_bench", measure)
+    before = signal.getsignal(signal.SIGTERM)
+    assert call(["bench", "--tiny", "--out", str(tmp_path / "b")]) == 130
+    assert capsys.readouterr().err.strip() == "sapporo bench: interrupted"
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -376,3 +376,11 @@ def test_a_failure_during_the_run_keeps_the_diagnostics(tmp_path, monkeypatch, c
     times = diagnostics_times(out / "diagnostics.csv")
     assert times[0] == 0.0 and times[-1] < 0.5
     assert no_tmp_files(out) and not (out / "summary.json").exists()
+
+
+def test_a_message_while_the_kernels_build(tmp_path, capsys):
+    assert call([*BASE, "--t-end", "0.125", "--out", str(tmp_path / "m")]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("sapporo run: opening the device and building the force kernels")
+    assert call([*BASE, "--t-end", "0.125", "--out", str(tmp_path / "q"), "--quiet"]) == 0
+    assert "building" not in capsys.readouterr().err
