@@ -183,10 +183,12 @@ class ParticleMesh:
                 f"grid {grid}: too small for {self.window} with a {self.stencil}-point gradient "
                 f"on an isolated mesh (margin {self.margin} cells on each side)")
 
+        self._ctx: Context | None = None
         self._ctx = self._open(backend, devices)
         if self.precision == "double" and not self._ctx.info.double_support:
-            self._ctx.close()
-            raise ConfigError(f"precision 'double': device {self._ctx.info.name} has no fp64")
+            name = self._ctx.info.name
+            self.close()
+            raise ConfigError(f"precision 'double': device {name} has no fp64")
         ext = "cl" if self._ctx.info.backend == "opencl" else "cu"
         defines = {"PRECISION": 2 if self.precision == "double" else 1,
                    "WINDOW": WINDOWS.index(self.window),
@@ -253,19 +255,22 @@ class ParticleMesh:
         return self._rho.zero_copy
 
     def close(self) -> None:
-        """Release the device (idempotent)."""
+        """Release the device (idempotent; safe on a half-built solver)."""
         ctx = getattr(self, "_ctx", None)
         if ctx is None:
             return
-        ctx.finish()
-        if self._mg is not None:
-            self._mg.free()
-        for b in (self._q, self._g, self._rho, self._phi, self._x, self._m, self._acc,
-                  self._pot):
-            if b is not None:
-                b.free()
-        ctx.close()
         self._ctx = None
+        try:
+            ctx.finish()
+            mg = getattr(self, "_mg", None)
+            if mg is not None:
+                mg.free()
+            for name in ("_q", "_g", "_rho", "_phi", "_x", "_m", "_acc", "_pot"):
+                b = getattr(self, name, None)
+                if b is not None:
+                    b.free()
+        finally:
+            ctx.close()
 
     def __enter__(self) -> ParticleMesh:
         return self
