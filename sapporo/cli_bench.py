@@ -60,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
     kw["peak_gflops"] = bench.parse_peak(args.peak_gflops)
     kw["launch"] = args.launch
     ensure_writable_dir(args.out, "--out")
+    if args.block_step:
+        return _block_step(args, kw, progress)
     if args.tiny:
         settings = bench.BenchSettings.tiny(**kw)
     elif args.quick:
@@ -73,6 +75,32 @@ def run(args: argparse.Namespace) -> int:
     paths = bench.write_outputs(report, args.out, plots=not args.no_plots)
     w("\n" + bench.format_table(report))
     w("\nwrote: " + ", ".join(str(p) for p in paths) + "\n")
+    return 0
+
+
+def _block_step(args: argparse.Namespace, kw: dict, progress: _Progress) -> int:
+    """``sapporo bench --block-step``: the latency budget of block steps."""
+    from . import latency
+
+    orders = kw.get("orders", [4])
+    precisions = kw.get("precisions", ["double-single"])
+    n_list = kw.get("n_list", [1024, 4096] if (args.quick or args.tiny) else latency.SWEEP_N)
+    na_list = kw.get("n_active", latency.SWEEP_N_ACTIVE)
+    steps = 40 if args.tiny else 150 if args.quick else 300
+    if args.tiny:
+        n_list, na_list = kw.get("n_list", [256]), kw.get("n_active", [1, 16])
+    rows = []
+    try:
+        for order in orders:
+            for precision in precisions:
+                rows += latency.run_sweep(n_list, na_list, order=order, precision=precision,
+                                          backend=kw["backend"], devices=kw.get("devices"),
+                                          steps=steps, progress=progress)
+    finally:
+        progress.done()
+    paths = latency.write_sweep(rows, args.out, plots=not args.no_plots)
+    sys.stdout.write("\n" + latency.budget_table(rows) + "\n")
+    sys.stdout.write("\nwrote: " + ", ".join(str(p) for p in paths) + "\n")
     return 0
 
 
@@ -131,5 +159,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "'double-single=X,double=Y'")
     p.add_argument("--launch", choices=("auto", "defaults"), default="auto",
                    help="auto: tuning profile when present; defaults: built-in parameters")
+    p.add_argument("--block-step", action="store_true",
+                   help="the latency budget of block steps instead: N (default 1k,4k,16k) x "
+                        "N_active (default 1,4,16,64,128,256), time by phase, device time, "
+                        "runtime commands (writes block-step.csv, .md, .png)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.set_defaults(func=run)

@@ -36,7 +36,7 @@ from .errors import InputError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PHASES", "block_step_budget", "budget_table"]
+__all__ = ["PHASES", "block_step_budget", "budget_table", "run_sweep", "write_sweep"]
 
 #: the phases timed inside the library, in call order
 PHASES = ("checks", "store", "sync", "launch", "wait", "combine")
@@ -156,3 +156,56 @@ def budget_table(rows: Sequence[dict[str, Any]]) -> str:
             + f" | {r['commands']:.1f} | {r['interactions_per_s']:.3g} |"
         )
     return "\n".join(lines)
+
+
+#: the sweep of ``sapporo bench --block-step``
+SWEEP_N = (1024, 4096, 16384)
+SWEEP_N_ACTIVE = (1, 4, 16, 64, 128, 256)
+COLUMNS = ("n", "n_active", "order", "precision", "device", "steps", "wall_us",
+           "wall_min_us", "device_us", "host_us", *(f"{p}_us" for p in PHASES), "commands",
+           "interactions_per_s", "gflops")
+
+
+def run_sweep(n_list: Sequence[int] = SWEEP_N, n_active: Sequence[int] = SWEEP_N_ACTIVE,
+              order: int = 4, precision: str = "double-single", backend: str | None = None,
+              devices: Any = None, steps: int = 300,
+              progress: Any = None) -> list[dict[str, Any]]:
+    """:func:`block_step_budget` for every N and N_active <= N (``progress``: a callable
+    given one line per measurement)."""
+    rows = []
+    todo = [(n, na) for n in n_list for na in n_active if na <= n]
+    for k, (n, na) in enumerate(todo, start=1):
+        if progress is not None:
+            progress(f"block step {k}/{len(todo)}: N = {n}, N_active = {na}")
+        rows.append(block_step_budget(n, na, order=order, precision=precision,
+                                      backend=backend, devices=devices, steps=steps))
+    return rows
+
+
+def write_sweep(rows: Sequence[dict[str, Any]], out: Any, plots: bool = True) -> list[Any]:
+    """Write ``block-step.csv``, ``block-step.md`` (the table) and ``block-step.png`` (when
+    matplotlib is there) into the folder ``out``; returns the paths written."""
+    import csv
+    from pathlib import Path
+
+    from . import plots as plots_module
+
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    csv_path = folder / "block-step.csv"
+    with open(csv_path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for r in rows:
+            writer.writerow(r)
+    paths.append(csv_path)
+    md = folder / "block-step.md"
+    device = rows[0]["device"] if rows else ""
+    md.write_text(f"Block step, order {rows[0]['order'] if rows else ''}, "
+                  f"{rows[0]['precision'] if rows else ''}, {device} (microseconds per step)"
+                  f"\n\n{budget_table(rows)}\n")
+    paths.append(md)
+    if plots and rows and plots_module.available():
+        paths.append(plots_module.plot_block_step(rows, folder / "block-step.png"))
+    return paths

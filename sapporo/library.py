@@ -435,11 +435,17 @@ class Library:
         changed = False
         if self._dirty:
             # each changed address once, in increasing order (the last write is in _raw)
-            if len(self._dirty) == 1 and self._dirty[0].size == 1:  # a block step of one
-                dirty = self._dirty[0]
-            else:
+            dirty = self._dirty[0] if len(self._dirty) == 1 else None
+            if dirty is not None and dirty.size <= 64:
+                # a block step's few addresses: in Python ints, already increasing and
+                # stored (the usual case) or not
+                vals = dirty.tolist()
+                if not (vals and vals[-1] < self._n_stored
+                        and all(p < q for p, q in zip(vals, vals[1:], strict=False))):
+                    dirty = None
+            if dirty is None:
                 dirty = np.unique(np.concatenate(self._dirty))
-            dirty = dirty[: np.searchsorted(dirty, self._n_stored)]
+                dirty = dirty[: np.searchsorted(dirty, self._n_stored)]
             for d, dev in enumerate(self._devs):
                 n_loc = self._n_local(self._n_stored, d)
                 if dev.ensure_j_capacity(n_loc):

@@ -372,6 +372,41 @@ _USAGE = (
 )
 
 
+def plot_block_step(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
+    """The latency budget of block steps (``sapporo bench --block-step``): per N, the time
+    of a step against N_active, split into device time and the host's phases."""
+    plt = _pyplot()
+    ns = sorted({int(r["n"]) for r in rows})
+    fig, axes = plt.subplots(1, len(ns), figsize=(4.2 * len(ns), 3.8), sharey=True,
+                             squeeze=False)
+    colours = {"device": "#4c72b0", "checks": "#dd8452", "store": "#937860",
+               "host other": "#c44e52"}
+    for ax, n in zip(axes[0], ns, strict=True):
+        sel = sorted((r for r in rows if int(r["n"]) == n), key=lambda r: r["n_active"])
+        xs = np.arange(len(sel))
+        device = np.array([r["device_us"] for r in sel])
+        checks = np.array([r["checks_us"] for r in sel])
+        store = np.array([r["store_us"] for r in sel])
+        other = np.maximum(np.array([r["wall_us"] for r in sel]) - device - checks - store, 0)
+        bottom = np.zeros(len(sel))
+        for label, vals in (("device", device), ("checks", checks), ("store", store),
+                            ("host other", other)):
+            ax.bar(xs, vals, bottom=bottom, color=colours[label], label=label, width=0.7)
+            bottom += vals
+        ax.set_xticks(xs, [str(r["n_active"]) for r in sel])
+        ax.set_xlabel("N_active")
+        ax.set_yscale("log")
+        ax.set_title(f"N = {n}")
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("time per block step [us]")
+    axes[0][0].legend(fontsize=8, loc="upper left")
+    device_name = rows[0].get("device", "") if rows else ""
+    fig.suptitle(f"block step: {rows[0]['order'] if rows else ''}th order "
+                 f"{rows[0]['precision'] if rows else ''}, {device_name}", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def _main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[0] not in ("compare", "sweep"):
         sys.stderr.write(_USAGE)

@@ -367,8 +367,9 @@ class CLLaunch(Launch):
             k._owner = self
             self._dirty.clear()
         elif self._dirty:
-            for i in self._dirty:
-                cl_kernel.set_arg(i, self._raw[i])
+            # all of them: with the scalar types declared, set_args packs a dozen arguments
+            # in ~0.5 us, where one set_arg of a scalar discovers its type (~6 us)
+            cl_kernel.set_args(*self._raw)
             self._dirty.clear()
         ev = k._ctx._enqueue(k._small, cl.enqueue_nd_range_kernel, cl_kernel, self._gs,
                              self._ls)

@@ -1,0 +1,50 @@
+"""The latency budget of block steps (sapporo.latency, ``sapporo bench --block-step``)."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+import pytest
+
+from sapporo import latency
+from sapporo.errors import InputError
+
+
+def test_budget_fields_are_consistent(backend) -> None:
+    row = latency.block_step_budget(300, 4, order=4, precision="double", backend=backend,
+                                    steps=20, warmup=3)
+    assert row["n"] == 300 and row["n_active"] == 4 and row["steps"] == 20
+    assert row["wall_us"] > 0 and row["wall_min_us"] <= row["wall_us"]
+    assert 0 < row["device_us"] and row["host_us"] >= 0
+    phases = sum(row[f"{p}_us"] for p in latency.PHASES)
+    assert 0 < phases <= 3 * row["wall_us"]  # medians of parts: near the whole, not above
+    assert row["checks_us"] > 0 and row["launch_us"] > 0 and row["combine_us"] > 0
+    # a block step queues at least a prediction and a force launch
+    assert row["commands"] >= 2
+    assert row["interactions_per_s"] == pytest.approx(4 * 300 / (row["wall_us"] * 1e-6))
+    assert row["gflops"] == pytest.approx(row["interactions_per_s"] * 60 / 1e9)
+    table = latency.budget_table([row])
+    assert table.count("\n") == 2 and "| 300 | 4 |" in table
+
+
+def test_bad_sizes() -> None:
+    with pytest.raises(InputError, match="n_active"):
+        latency.block_step_budget(10, 11)
+    with pytest.raises(InputError, match="steps"):
+        latency.block_step_budget(10, 1, steps=0)
+
+
+def test_cli_block_step_writes_table_csv(tmp_path) -> None:
+    out = tmp_path / "bs"
+    proc = subprocess.run(
+        [sys.executable, "-m", "sapporo.cli", "bench", "--block-step", "--tiny", "--no-plots",
+         "--precisions", "double", "--out", str(out)],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "| N | N_active | wall |" in proc.stdout
+    rows = list(csv.DictReader(open(out / "block-step.csv")))
+    assert [(r["n"], r["n_active"]) for r in rows] == [("256", "1"), ("256", "16")]
+    assert all(float(r["device_us"]) > 0 for r in rows)
+    assert (out / "block-step.md").read_text().count("| 256 |") == 2
