@@ -194,20 +194,23 @@ def _rows_of(name: str, value: Any, ni: int, lo: int, hi: int, vector: bool) -> 
 def _merge_lists(pairs: list[tuple[np.ndarray, np.ndarray]], ni: int,
                  capacity: int) -> tuple[np.ndarray, np.ndarray]:
     """Merge neighbour lists: ``pairs`` of (lengths (ni,), ids (ni, width)); the result holds
-    for each i-particle the smallest ``capacity`` ids of the union, ascending."""
-    width = sum(p[1].shape[1] for p in pairs)
-    merged = np.full((ni, max(width, 1)), _NO_ID, dtype=np.int64)
-    col = 0
-    for lens, ids in pairs:
-        w = ids.shape[1]
-        if w:
-            valid = np.arange(w)[None, :] < lens[:, None]
-            merged[:, col:col + w] = np.where(valid, ids, _NO_ID)
-        col += w
-    merged.sort(axis=1)
-    lens = np.minimum(sum((p[0] for p in pairs), np.zeros(ni, np.int64)), capacity)
-    top = int(lens.max()) if ni else 0
-    return lens, merged[:, :top].copy()
+    for each i-particle the smallest ``capacity`` ids of the union, ascending. Folded two
+    at a time, so that memory stays at (ni, 2 capacity) whatever the number of pairs."""
+    lens = np.zeros(ni, np.int64)
+    ids = np.zeros((ni, 0), np.int64)
+    for more_lens, more in pairs:
+        w0, w1 = ids.shape[1], more.shape[1]
+        merged = np.full((ni, max(w0 + w1, 1)), _NO_ID, dtype=np.int64)
+        for col, (ln, block) in ((0, (lens, ids)), (w0, (more_lens, more))):
+            w = block.shape[1]
+            if w:
+                valid = np.arange(w)[None, :] < ln[:, None]
+                merged[:, col:col + w] = np.where(valid, block, _NO_ID)
+        merged.sort(axis=1)
+        lens = np.minimum(lens + more_lens, capacity)
+        top = int(lens.max()) if ni else 0
+        ids = merged[:, :top]
+    return lens, ids.copy()
 
 
 def _local_lists(res: Any, ni: int, capacity: int) -> tuple[np.ndarray, np.ndarray]:
@@ -581,7 +584,7 @@ class ParallelLibrary:
             else:
                 njg = _count("nj", nj, self._n_stored)
             lo, hi = self.row * ni // self.rows, (self.row + 1) * ni // self.rows
-            state.update(ni=ni, lo=lo, hi=hi, ngb=h2 is not None)
+            state.update(ni=ni, lo=lo, hi=hi, ngb=h2 is not None, index=index)
             if self.rows == 1:
                 xi, vi, ii, hi2, ai = x, v, index, h2, a
             else:
@@ -742,10 +745,10 @@ class ParallelLibrary:
                                                constant_values=_NO_ID) for p in pieces])
             else:
                 lens, lists = row_lists
-        return self._result(ForceResult, full, ngb, lens, lists)
+        return self._result(ForceResult, full, ngb, lens, lists, state["index"])
 
     def _result(self, ForceResult: Any, full: np.ndarray, ngb: bool, lens: Any,
-                lists: Any) -> Any:
+                lists: Any, index: Any) -> Any:
         c = 6
         jerk = snap = None
         if self.order >= 4:
@@ -759,9 +762,11 @@ class ParallelLibrary:
         finite = np.isfinite(np.hstack(checked)).all(axis=1)
         if not finite.all():
             bad = np.flatnonzero(~finite)
+            ids = np.asarray(index).reshape(-1)
+            which = f" (id {int(ids[bad[0]])})" if ids.size == full.shape[0] else ""
             raise _everywhere(NonFiniteError(
-                f"non-finite force on i-particle {int(bad[0])} and {bad.size - 1} other(s) "
-                "after summing the ranks' partial forces (overflow?)"))
+                f"non-finite force on i-particle {int(bad[0])}{which} and {bad.size - 1} "
+                "other(s) after summing the ranks' partial forces (overflow?)"))
         counts = full[:, c].astype(np.int64) if ngb else None
         return ForceResult(
             acc=acc, jerk=jerk, snap=snap, pot=pot, nn_index=full[:, 5].astype(np.int64),

@@ -89,6 +89,11 @@ def main() -> None:
         attempt("compute", lambda: pl.compute(x, v, ids, 1e-4))
         if RANK == one:
             pl._lib = pl._lib._lib
+    elif mode == "overflow":  # each rank's partial is finite, their sum is not
+        big = np.array([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+        pl.set_j_particles([0, 1], [100, 101], 0.0, [1e308, 1e308], big, big * 0)
+        attempt("compute", lambda: pl.compute(np.zeros((1, 3)), np.zeros((1, 3)), [5], 0.0))
+        pl.set_j_particles([0, 1], [100, 101], 0.0, [0.0, 0.0], big, big * 0)
     elif mode == "uncaught":
         if RANK == one:
             xi[0, 0] = np.inf

@@ -101,6 +101,8 @@ ERROR_CASES = [
     ("lost", ["compute"], "BackendError", r"rank 1 of \d: device lost \(simulated\)"),
     ("lost2d", ["compute"], "BackendError", r"rank 1 of \d: device lost \(simulated\)"),
     ("lostscatter", ["compute"], "BackendError", r"rank 1 of \d: device lost \(simulated\)"),
+    ("overflow", ["compute"], "NonFiniteError",
+     r"^CAUGHT rank \d compute NonFiniteError: non-finite force on i-particle 0 \(id 5\)"),
 ]
 
 
