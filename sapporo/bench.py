@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
+import io
 import logging
 import math
 import os
@@ -34,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InputError
+from .fileio import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -468,14 +470,15 @@ def write_csv(report: BenchReport, path: str | Path) -> Path:
     """Write every row; ``ratio_<peer>`` columns follow the fixed :data:`COLUMNS`."""
     path = Path(path)
     peers = report.peers()
-    with path.open("w", newline="") as fh:
-        out = csv.writer(fh)
-        out.writerow(COLUMNS + [f"ratio_{p.replace('-', '_')}" for p in peers]
-                     + [f"ratio_cpu_{p.replace('-', '_')}" for p in peers])
-        for r in report.rows:
-            d = asdict(r)
-            out.writerow([_cell(d[c]) for c in COLUMNS] + [_cell(r.ratios.get(p)) for p in peers]
-                         + [_cell(r.cpu_ratios.get(p)) for p in peers])
+    buf = io.StringIO()
+    out = csv.writer(buf)
+    out.writerow(COLUMNS + [f"ratio_{p.replace('-', '_')}" for p in peers]
+                 + [f"ratio_cpu_{p.replace('-', '_')}" for p in peers])
+    for r in report.rows:
+        d = asdict(r)
+        out.writerow([_cell(d[c]) for c in COLUMNS] + [_cell(r.ratios.get(p)) for p in peers]
+                     + [_cell(r.cpu_ratios.get(p)) for p in peers])
+    write_text_atomic(path, buf.getvalue())
     return path
 
 
@@ -562,7 +565,11 @@ def _ratio(row: Row, peer: str) -> str:
 
 
 def write_outputs(report: BenchReport, out_dir: str | Path, plots: bool = True) -> list[Path]:
-    """CSV, text table and (optionally) plots into ``out_dir``; returns the paths."""
+    """CSV, text table and (optionally) plots into ``out_dir``; returns the paths.
+
+    Each file is written whole or not at all (:mod:`sapporo.fileio`); a failure raises an
+    :class:`OSError` naming the file.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [write_csv(report, out / CSV_NAME)]
@@ -571,7 +578,7 @@ def write_outputs(report: BenchReport, out_dir: str | Path, plots: bool = True) 
 
         paths += plot_bench(report, out)
     table = out / TABLE_NAME
-    table.write_text(format_table(report))
+    write_text_atomic(table, format_table(report))
     paths.append(table)
     return paths
 

@@ -11,11 +11,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import errno
 import io
 import json
 import math
-import os
 import signal
 import sys
 import threading
@@ -31,6 +29,7 @@ import numpy as np
 from . import config, parallel
 from .cli import add_device_options, ensure_writable_dir, os_error_message
 from .errors import ConfigError, InputError
+from .fileio import write_text_atomic
 from .hermite import CRITERIA, DT_MAX, DT_MIN, HermiteIntegrator, default_eta
 from .ic import lagrangian_radii, star_cluster
 from .snapshot import Snapshot, h5py_available
@@ -390,27 +389,6 @@ class _Signals:
             yield
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename.
-
-    On failure the temporary file is removed and the :class:`OSError` names ``path``.
-    """
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "w", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            code = exc.errno if exc.errno is not None else errno.EIO
-            raise OSError(code, exc.strerror or str(exc) or "write failed", str(path)) from exc
-        raise
 
 
 class _DiagnosticsFile:

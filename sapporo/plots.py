@@ -13,12 +13,9 @@ energy error against eta (the figures of ``docs/reproductions.md``).
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import errno
 import json
 import logging
-import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -28,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import SapporoError
+from .fileio import replacing
 
 if TYPE_CHECKING:  # pragma: no cover
     from .bench import BenchReport
@@ -85,22 +83,11 @@ def _save(fig: Any, path: str | Path, dpi: int = 110) -> Path:
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        with warnings.catch_warnings():
+        with replacing(path) as tmp, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fig.tight_layout()
             fig.savefig(tmp, dpi=dpi, format=path.suffix.lstrip(".") or "png")
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        code = exc.errno if exc.errno is not None else errno.EIO
-        raise OSError(code, exc.strerror or str(exc) or "write failed", str(path)) from exc
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise
     finally:
         plt.close(fig)
     return path

@@ -11,7 +11,6 @@ representation round-trips exactly), so a resumed run follows the same trajector
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InputError, SapporoError
+from .fileio import named_error, replacing
 
 __all__ = ["FORMAT_VERSION", "Snapshot", "h5py_available", "load", "save"]
 
@@ -271,9 +271,11 @@ def save(path: str | os.PathLike[str], snapshot: Snapshot) -> Path:
             f"cannot write {path}: HDF5 snapshots need h5py (pip install h5py); "
             "use a .npz name instead"
         )
-    tmp = path.with_name(path.name + ".tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise named_error(exc, path) from exc
+    with replacing(path) as tmp:
         if _is_hdf5(path):
             import h5py
 
@@ -286,16 +288,6 @@ def save(path: str | os.PathLike[str], snapshot: Snapshot) -> Path:
             for name, text in texts.items():
                 arrays[name] = np.asarray(text)
             _write_npz(tmp, arrays)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            code = exc.errno if exc.errno is not None else errno.EIO
-            raise OSError(code, exc.strerror or str(exc) or "write failed", str(path)) from exc
-        raise
     return path
 
 

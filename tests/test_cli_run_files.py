@@ -176,19 +176,6 @@ def test_failed_summary_write_names_the_file(tmp_path, monkeypatch, capsys):
     assert no_tmp_files(out)
 
 
-def test_atomic_text_write_leaves_no_tmp(tmp_path, monkeypatch):
-    target = tmp_path / "summary.json"
-
-    def fsync_fails(fd):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(cli_run.os, "fsync", fsync_fails)
-    with pytest.raises(OSError) as info:
-        cli_run.write_text_atomic(target, "{}")
-    assert info.value.filename == str(target)
-    assert list(tmp_path.iterdir()) == []
-
-
 @pytest.mark.parametrize("recovers", [True, False])
 def test_failed_diagnostics_write(tmp_path, monkeypatch, capsys, recovers):
     line = cli_run._DiagnosticsFile._line
