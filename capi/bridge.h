@@ -12,7 +12,7 @@ int shim_py_set_j(int n, const int *address, const int *index, const double *t,
                   const double *jerk, const double *snap, const double *crackle);
 int shim_py_set_time(double t);
 int shim_py_start(int nj, int ni, const int *index, const double *x, const double *v,
-                  const double *a, double eps2, const double *h2);
+                  const double *a, double eps2, const double *h2, int set_time, double ti);
 int shim_py_finish(int ni, double *acc, double *jerk, double *snap, double *pot, int *nnb,
                    double *nn_r2);
 int shim_py_read_neighbours(int *ni, const int **offsets, const int **counts,

@@ -429,7 +429,9 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
         return 0
 
     @extern
-    def shim_py_start(nj, ni, index, x, v, a, eps2, h2) -> int:
+    def shim_py_start(nj, ni, index, x, v, a, eps2, h2, set_time, ti) -> int:
+        if set_time:  # g6_set_ti's time, kept by C until the force call
+            state.set_time(ti)
         a_ = vectors(a, ni) if state.lib is not None and state.lib.order == 6 else None
         state.start(nj, scalars(index, ni, np.int32), vectors(x, ni), vectors(v, ni), a_,
                     eps2, scalars(h2, ni, np.float64))

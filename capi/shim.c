@@ -37,6 +37,11 @@ static int is_open;
 static int max_address;                      /* the largest j-address the library can hold */
 static int npipes;                           /* 0: not asked yet */
 static int pending;                          /* firsthalf ran; lasthalf not yet */
+/* g6_set_ti's time, handed to Python with the next force call: a block step then crosses
+ * into Python twice (the j-batch, the force call) instead of three times. Nothing reads the
+ * time before a force call. */
+static int ti_pending;
+static double ti_value;
 static int pending_rc;                       /* firsthalf's error code, returned by lasthalf */
 static int have_result;                      /* the last force call returned its forces */
 static int pending_lists;                    /* firsthalf asked for neighbour lists */
@@ -413,6 +418,7 @@ static int do_close(void)
     max_j_index = -1;
     open_error[0] = '\0';
     pending = 0;
+    ti_pending = 0;
     pending_lists = 0;
     have_result = 0;
     nb.valid = 0;
@@ -425,14 +431,14 @@ static int do_close(void)
 
 static int do_set_ti(double ti)
 {
-    int rc, rc2;
+    int rc;
     if ((rc = need_open()) < 0)
         return rc;
     if (!isfinite(ti))
         return fail(SAPPORO_ERR_INPUT, "ti = %g is not finite", ti);
-    rc = jb_flush();
-    rc2 = shim_py_set_time(ti);
-    return rc < 0 ? rc : rc2;
+    ti_value = ti;
+    ti_pending = 1;
+    return SAPPORO_OK;
 }
 
 static int do_flush(void)
@@ -499,7 +505,8 @@ static void do_firsthalf(int nj, int ni, const int *index, const double *xi, con
         goto done;
     for (int i = 0; h2 != NULL && i < ni && !pending_lists; i++)
         pending_lists = h2[i] > 0.0;
-    rc = shim_py_start(nj, ni, index, xi, vi, ai, eps2, h2);
+    rc = shim_py_start(nj, ni, index, xi, vi, ai, eps2, h2, ti_pending, ti_value);
+    ti_pending = 0;
 done:
     pending_rc = rc;
 }
