@@ -320,8 +320,9 @@ class ParallelLibrary:
             return Library(**opts)
 
         try:
-            self._lib = self._checked(open_local, _digest(decomposition, rows,
-                                                          sorted(kwargs.items(), key=str)))
+            # the devices may differ from rank to rank; the other options may not
+            same = sorted((k, val) for k, val in kwargs.items() if k != "devices")
+            self._lib = self._checked(open_local, _digest(decomposition, rows, repr(same)))
             # the largest global address every rank can hold, and the device names
             info = self._timed(self.comm.allgather, (self._lib.max_address,
                                                      self._lib.device_name))

@@ -62,6 +62,10 @@ def main() -> None:
     one = 1  # the rank that goes wrong
     if mode == "open":  # a device index that exists on no rank, given on one rank only
         attempt("open", lambda: ParallelLibrary(order=4, devices=[99] if RANK == one else None))
+        # devices may differ between ranks (here: an explicit [0] on one rank)
+        ParallelLibrary(order=4, devices=[0] if RANK == one else None).close()
+        # other options may not
+        attempt("options", lambda: ParallelLibrary(order=4 if RANK != one else 6))
     pl = ParallelLibrary(decomposition="2d" if mode.endswith("2d") else "j", order=4,
                          precision="double")
     if mode.endswith("scatter"):  # rows combined by slices (all-to-all) even when small

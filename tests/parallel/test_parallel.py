@@ -92,6 +92,7 @@ def _errors(mpiexec: str, nranks: int, mode: str, tmp: Path) -> tuple[int, str, 
 ERROR_CASES = [
     # mode, calls that fail, error class, message pattern
     ("open", ["open"], "InputError", r"rank 1 of \d: devices: 99 is not a device index"),
+    ("open", ["options"], "InputError", r"ranks passed different arguments \(rank 1 differs"),
     ("nan", ["compute"], "InputError", r"rank 1 of \d: x: non-finite value in row 3"),
     ("nan2d", ["compute"], "InputError", r"rank 1 of \d: x: non-finite value in row 3"),
     ("mismatch", ["compute", "set_time"], "InputError",
@@ -112,7 +113,7 @@ ERROR_RUNS = [(4, *c) for c in ERROR_CASES] + [(2, *c) for c in ERROR_CASES
 
 
 @pytest.mark.parametrize("nranks,mode,calls,cls,pattern", ERROR_RUNS,
-                         ids=[f"{r[1]}-{r[0]}" for r in ERROR_RUNS])
+                         ids=[f"{r[1]}-{r[2][0]}-{r[0]}" for r in ERROR_RUNS])
 def test_error_on_one_rank_raises_everywhere(mpiexec: str, nranks: int, mode: str,
                                              calls: list[str], cls: str, pattern: str,
                                              tmp_path: Path) -> None:
