@@ -46,9 +46,11 @@ log = logging.getLogger(__name__)
 
 _MODULES = {"opencl": ("opencl", "OpenCLBackend"), "cuda": ("cuda", "CUDABackend")}
 _INSTALL_HINT = (
-    "To compute on the CPU, install the PoCL OpenCL runtime: "
-    "pip install 'sapporo-nbody[pocl]' (package pocl-binary-distribution). "
-    "For NVIDIA GPUs install PyCUDA: pip install 'sapporo-nbody[cuda]'."
+    "To compute on the CPU, install the PoCL OpenCL runtime: pip install "
+    "pocl-binary-distribution (the 'pocl' extra: pip install -e \".[pocl]\" from a source "
+    "checkout), or on CPUs newer than its LLVM 14 (e.g. AMD Zen 5) the distribution's PoCL "
+    "(Debian/Ubuntu: apt install pocl-opencl-icd). For NVIDIA GPUs install PyCUDA "
+    "(pip install pycuda, the 'cuda' extra)."
 )
 _cache: dict[str, Backend | str] = {}  # a backend, or why it is unusable
 
