@@ -49,13 +49,14 @@
 #ifndef NB_CAP
 #define NB_CAP 256
 #endif
-/* Derivative records the predictor reads: acceleration, jerk, snap, crackle (0-4). The host
- * passes how many of them hold data; those past it are zero in every stored record. */
+/* Derivative records the predictor reads: acceleration, jerk, snap, crackle (0-4), and at
+ * order 8 also pop and the 5th derivative (0-6). The host passes how many of them hold data;
+ * those past it are zero in every stored record. */
 #ifndef PRED_TERMS
 #define PRED_TERMS 4
 #endif
-#if PRED_TERMS < 0 || PRED_TERMS > 4
-#error "PRED_TERMS must be 0 to 4"
+#if PRED_TERMS < 0 || PRED_TERMS > 6 || (PRED_TERMS > 4 && ORDER < 8)
+#error "PRED_TERMS must be 0 to 4 (0 to 6 at order 8)"
 #endif
 
 #if ORDER != 2 && ORDER != 4 && ORDER != 6 && ORDER != 8

@@ -38,9 +38,33 @@ __device__ __forceinline__ double taylor_a(double a, double j, double s, double 
     return a + dt * (j + dt * (s * 0.5 + dt * (c * (1.0 / 6.0))));
 }
 
-__device__ __forceinline__ double taylor_j(double j, double s, double c, double dt)
+/* order 8: two terms further (pop p, 5th derivative q) */
+__device__ __forceinline__ double taylor8_x(double x, double v, double a, double j, double s,
+                                            double c, double p, double q, double dt)
 {
-    return j + dt * (s + dt * (c * 0.5));
+    return x + dt * (v + dt * (a * 0.5 + dt * (j * (1.0 / 6.0)
+               + dt * (s * (1.0 / 24.0) + dt * (c * (1.0 / 120.0)
+               + dt * (p * (1.0 / 720.0) + dt * (q * (1.0 / 5040.0))))))));
+}
+
+__device__ __forceinline__ double taylor8_v(double v, double a, double j, double s, double c,
+                                            double p, double q, double dt)
+{
+    return v + dt * (a + dt * (j * 0.5 + dt * (s * (1.0 / 6.0) + dt * (c * (1.0 / 24.0)
+               + dt * (p * (1.0 / 120.0) + dt * (q * (1.0 / 720.0)))))));
+}
+
+__device__ __forceinline__ double taylor8_a(double a, double j, double s, double c, double p,
+                                            double q, double dt)
+{
+    return a + dt * (j + dt * (s * 0.5 + dt * (c * (1.0 / 6.0)
+               + dt * (p * (1.0 / 24.0) + dt * (q * (1.0 / 120.0))))));
+}
+
+__device__ __forceinline__ double taylor8_j(double j, double s, double c, double p, double q,
+                                            double dt)
+{
+    return j + dt * (s + dt * (c * 0.5 + dt * (p * (1.0 / 6.0) + dt * (q * (1.0 / 24.0)))));
 }
 
 /* Taylor prediction of every stored address to time t, one polynomial for all orders
@@ -74,12 +98,23 @@ extern "C" __global__ void predict(const int n, const double t,
     const dbl4 s0 = PRED_TERMS >= 3 ? r[RAW_S] : zero;
     const dbl4 c0 = PRED_TERMS >= 4 ? r[RAW_C] : zero;
     const double dt = t - vt.w;
+#if ORDER >= 8
+    const dbl4 p0 = PRED_TERMS >= 5 ? r[RAW_P] : zero;
+    const dbl4 q0 = PRED_TERMS >= 6 ? r[RAW_D5] : zero;
+    const double xp = taylor8_x(xm.x, vt.x, a0.x, j0.x, s0.x, c0.x, p0.x, q0.x, dt);
+    const double yp = taylor8_x(xm.y, vt.y, a0.y, j0.y, s0.y, c0.y, p0.y, q0.y, dt);
+    const double zp = taylor8_x(xm.z, vt.z, a0.z, j0.z, s0.z, c0.z, p0.z, q0.z, dt);
+    const double vxp = taylor8_v(vt.x, a0.x, j0.x, s0.x, c0.x, p0.x, q0.x, dt);
+    const double vyp = taylor8_v(vt.y, a0.y, j0.y, s0.y, c0.y, p0.y, q0.y, dt);
+    const double vzp = taylor8_v(vt.z, a0.z, j0.z, s0.z, c0.z, p0.z, q0.z, dt);
+#else
     const double xp = taylor_x(xm.x, vt.x, a0.x, j0.x, s0.x, c0.x, dt);
     const double yp = taylor_x(xm.y, vt.y, a0.y, j0.y, s0.y, c0.y, dt);
     const double zp = taylor_x(xm.z, vt.z, a0.z, j0.z, s0.z, c0.z, dt);
     const double vxp = taylor_v(vt.x, a0.x, j0.x, s0.x, c0.x, dt);
     const double vyp = taylor_v(vt.y, a0.y, j0.y, s0.y, c0.y, dt);
     const double vzp = taylor_v(vt.z, a0.z, j0.z, s0.z, c0.z, dt);
+#endif
 #if PRECISION == 1
     const float xh = (float)xp, yh = (float)yp, zh = (float)zp;
     pos[a] = make_float4(xh, yh, zh, (float)xm.w);
@@ -94,9 +129,15 @@ extern "C" __global__ void predict(const int n, const double t,
     vel[a] = v;
 #endif
 #if ORDER >= 6
+#if ORDER >= 8
+    const double axp = taylor8_a(a0.x, j0.x, s0.x, c0.x, p0.x, q0.x, dt);
+    const double ayp = taylor8_a(a0.y, j0.y, s0.y, c0.y, p0.y, q0.y, dt);
+    const double azp = taylor8_a(a0.z, j0.z, s0.z, c0.z, p0.z, q0.z, dt);
+#else
     const double axp = taylor_a(a0.x, j0.x, s0.x, c0.x, dt);
     const double ayp = taylor_a(a0.y, j0.y, s0.y, c0.y, dt);
     const double azp = taylor_a(a0.z, j0.z, s0.z, c0.z, dt);
+#endif
 #if PRECISION == 1
     acc[a] = make_float4((float)axp, (float)ayp, (float)azp, 0.0f);
 #else
@@ -106,9 +147,9 @@ extern "C" __global__ void predict(const int n, const double t,
 #endif
 #endif
 #if ORDER >= 8
-    const double jxp = taylor_j(j0.x, s0.x, c0.x, dt);
-    const double jyp = taylor_j(j0.y, s0.y, c0.y, dt);
-    const double jzp = taylor_j(j0.z, s0.z, c0.z, dt);
+    const double jxp = taylor8_j(j0.x, s0.x, c0.x, p0.x, q0.x, dt);
+    const double jyp = taylor8_j(j0.y, s0.y, c0.y, p0.y, q0.y, dt);
+    const double jzp = taylor8_j(j0.z, s0.z, c0.z, p0.z, q0.z, dt);
 #if PRECISION == 1
     jerk[a] = make_float4((float)jxp, (float)jyp, (float)jzp, 0.0f);
 #else

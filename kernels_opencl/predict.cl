@@ -48,10 +48,23 @@ __kernel void predict(const int n, const double t,
     const double4 s0 = PRED_TERMS >= 3 ? r[RAW_S] : zero;
     const double4 c0 = PRED_TERMS >= 4 ? r[RAW_C] : zero;
     const double dt = t - vt.w;
+#if ORDER >= 8
+    /* order 8: the predictor goes two terms further (pop and the 5th derivative), so that
+     * predicted positions err by O(dt^8) as the 8th-order corrector needs */
+    const double4 p0 = PRED_TERMS >= 5 ? r[RAW_P] : zero;
+    const double4 q0 = PRED_TERMS >= 6 ? r[RAW_D5] : zero;
+    const double4 xp = xm + dt * (vt + dt * (a0 * 0.5 + dt * (j0 * (1.0 / 6.0)
+                       + dt * (s0 * (1.0 / 24.0) + dt * (c0 * (1.0 / 120.0)
+                       + dt * (p0 * (1.0 / 720.0) + dt * (q0 * (1.0 / 5040.0))))))));
+    const double4 vp = vt + dt * (a0 + dt * (j0 * 0.5 + dt * (s0 * (1.0 / 6.0)
+                       + dt * (c0 * (1.0 / 24.0) + dt * (p0 * (1.0 / 120.0)
+                       + dt * (q0 * (1.0 / 720.0)))))));
+#else
     const double4 xp = xm + dt * (vt + dt * (a0 * 0.5 + dt * (j0 * (1.0 / 6.0)
                        + dt * (s0 * (1.0 / 24.0) + dt * (c0 * (1.0 / 120.0))))));
     const double4 vp = vt + dt * (a0 + dt * (j0 * 0.5 + dt * (s0 * (1.0 / 6.0)
                        + dt * (c0 * (1.0 / 24.0)))));
+#endif
 #if PRECISION == 1
     const float4 hi = convert_float4(xp);
     const float4 lo = convert_float4(xp - convert_double4(hi));
@@ -61,12 +74,15 @@ __kernel void predict(const int n, const double t,
     pos[a] = (double4)(xp.xyz, xm.w);
 #endif
     vel[a] = convert_real4((double4)(vp.xyz, 0.0));
-#if ORDER >= 6
+#if ORDER >= 8
+    const double4 ap = a0 + dt * (j0 + dt * (s0 * 0.5 + dt * (c0 * (1.0 / 6.0)
+                       + dt * (p0 * (1.0 / 24.0) + dt * (q0 * (1.0 / 120.0))))));
+    acc[a] = convert_real4((double4)(ap.xyz, 0.0));
+    const double4 jp = j0 + dt * (s0 + dt * (c0 * 0.5 + dt * (p0 * (1.0 / 6.0)
+                       + dt * (q0 * (1.0 / 24.0)))));
+    jerk[a] = convert_real4((double4)(jp.xyz, 0.0));
+#elif ORDER >= 6
     const double4 ap = a0 + dt * (j0 + dt * (s0 * 0.5 + dt * (c0 * (1.0 / 6.0))));
     acc[a] = convert_real4((double4)(ap.xyz, 0.0));
-#endif
-#if ORDER >= 8
-    const double4 jp = j0 + dt * (s0 + dt * (c0 * 0.5));
-    jerk[a] = convert_real4((double4)(jp.xyz, 0.0));
 #endif
 }

@@ -30,9 +30,9 @@ from .backend import (
 from .launch import NI_CHUNK, LaunchConfig, LaunchTable, load_table, split_j
 from .layout import OC_NNID, OC_NNR2, RAW_N, REDUCE_LANES, REDUCE_ROWS
 
-__all__ = ["Device", "Plan", "Variant", "combine_parts"]
+__all__ = ["Device", "Plan", "Variant", "combine_parts", "j_bytes"]
 
-J_BYTES = RAW_N * 32 + 8  # bytes per j-address: the raw records and the id (int64)
+J_BYTES = RAW_N * 32 + 8  # bytes per j-address (orders 2 to 6): raw records, id (int64)
 #: work-group size of the one-particle-per-work-item kernels (scatter, predict, reduce);
 #: left to itself PoCL picks groups that make the prediction twice as slow
 LINEAR_LOCAL = 64
@@ -43,6 +43,11 @@ HOST_REDUCE_MAX = 1 << 16
 #: merge in numpy costs more (512 parts of 8 i-particles: 393 kB over PCIe, ~30 us of numpy)
 GPU_HOST_REDUCE_MAX = 0
 J_SLACK = 16  # j-records past the capacity, read (masked) by the j-vector kernels
+
+
+def j_bytes(order: int) -> int:
+    """Bytes per j-address at ``order``: its raw records and the id (int64)."""
+    return layout.raw_n(order) * 32 + 8
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,7 @@ class Device:
     def __init__(self, variant: Variant, ctx: Context):
         self.variant = variant
         self.ctx = ctx
+        self.raw_n = layout.raw_n(variant.order)  # raw records per j-address
         self.info: DeviceInfo = ctx.info
         self.ext = capabilities(self.info.backend).kernel_ext
         ds = variant_ds(variant)
@@ -162,18 +168,19 @@ class Device:
         # J_SLACK records past the end: the j-vector kernels (jv) read whole vectors of
         # records; there they find id -1 (no interaction) and finite zeros
         slots = cap + J_SLACK
-        h_raw = self.ctx.alloc_host(cap * RAW_N * 32)
+        h_raw = self.ctx.alloc_host(cap * self.raw_n * 32)
         if h_raw.zero_copy:
             h_id = self.ctx.alloc_host(slots * 4)
             self.j_hosts = {"raw": h_raw, "id": h_id}
-            self.h_raw = h_raw.view(np.float64, (cap, RAW_N, 4))
+            self.h_raw = h_raw.view(np.float64, (cap, self.raw_n, 4))
             self.h_raw[:] = 0.0
             self.h_id = h_id.view(np.int32, (slots,))
             self.h_id[:] = -1
             self.j = {"raw": h_raw.buffer, "id": h_id.buffer}
         else:
             h_raw.free()
-            self.j = {"raw": self.ctx.alloc(cap * RAW_N * 32), "id": self.ctx.alloc(slots * 4)}
+            self.j = {"raw": self.ctx.alloc(cap * self.raw_n * 32),
+                      "id": self.ctx.alloc(slots * 4)}
             self.j["id"].fill(-1)
         self.j["pos"] = self.ctx.alloc(slots * 4 * rs)
         self.j["vel"] = self.ctx.alloc(slots * 4 * rs)
@@ -204,14 +211,15 @@ class Device:
         if hi - lo + 1 == n:  # one contiguous block: plain copies
             # not waited for: the sources are fresh arrays (raw comes from fancy indexing)
             # that nothing else writes, and the backends keep them alive until copied
-            self.j["raw"].upload(np.ascontiguousarray(raw), offset=lo * RAW_N * 32, wait=False)
+            self.j["raw"].upload(np.ascontiguousarray(raw), offset=lo * self.raw_n * 32,
+                                wait=False)
             self.j["id"].upload(np.ascontiguousarray(ids, dtype=np.int32), offset=lo * 4,
                                 wait=False)
             return
         # host buffers: asynchronous copies (page-locked on CUDA), written only here, after
         # the previous call's work has been waited for
         addr = self._host("scatter_addr", n * 4)
-        packed = self._host("scatter_raw", n * RAW_N * 32)
+        packed = self._host("scatter_raw", n * self.raw_n * 32)
         pid = self._host("scatter_id", n * 4)
         addr.view(np.int32, (n,))[:] = local_addr
         packed.view(np.float64, raw.shape)[:] = raw

@@ -4,20 +4,29 @@
  * the host reads it (sapporo/layout.py parses the #define lines below), so the record rows,
  * the result rows and the reduce lanes cannot drift apart. Plain preprocessor macros only:
  * the file must stay valid OpenCL C and CUDA C++. Each value is an integer literal, and the
- * two conditionals (NCI, NCO) depend on ORDER alone: orders 2 to 6 keep their rows, only
- * order 8 pays for its extra ones.
+ * three conditionals (RAW_N, NCI, NCO) depend on ORDER alone: orders 2 to 6 keep their
+ * rows, only order 8 pays for its extra ones.
  */
 #ifndef SAPPORO_LAYOUT_H
 #define SAPPORO_LAYOUT_H
 
-/* Raw j-particle record: RAW_N double4 per address, as the host packs them. */
+/* Raw j-particle record: RAW_N double4 per address, as the host packs them. The 4th and
+ * 5th derivatives of the acceleration exist at order 8 only (its predictor needs them). */
 #define RAW_XM 0 /* x, y, z, mass     */
 #define RAW_VT 1 /* vx, vy, vz, t_j   */
 #define RAW_A 2  /* acceleration, 0   */
 #define RAW_J 3  /* jerk, 0           */
 #define RAW_S 4  /* snap, 0           */
 #define RAW_C 5  /* crackle, 0        */
-#define RAW_N 6
+#define RAW_P 6  /* pop (d^4 a/dt^4), 0; order 8 only */
+#define RAW_D5 7 /* d^5 a/dt^5, 0; order 8 only */
+#define RAW_N_LOW 6    /* records for orders 2 to 6 */
+#define RAW_N_ORDER8 8 /* records for order 8 */
+#if ORDER >= 8
+#define RAW_N RAW_N_ORDER8
+#else
+#define RAW_N RAW_N_LOW
+#endif
 
 /* i-particles: NCI component rows of ni_pad doubles each (structure of arrays, so that W
  * consecutive i-particles load as one vector). The id rides as an exact double. */

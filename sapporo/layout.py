@@ -39,6 +39,7 @@ __all__ = [
     "kernel_args",
     "nci",
     "nco",
+    "raw_n",
     "read_layout",
     "result_rows",
 ]
@@ -60,7 +61,8 @@ def read_layout(path: Path = LAYOUT_HEADER) -> dict[str, int]:
 
 LAYOUT: dict[str, int] = read_layout()
 
-RAW_N = LAYOUT["RAW_N"]  #: double4 records per raw j-particle
+#: double4 records per raw j-particle at orders 2 to 6 (:func:`raw_n` for any order)
+RAW_N = LAYOUT["RAW_N_LOW"]
 #: result rows at orders 2 to 6 (:func:`nco` gives them for any order)
 NCO = LAYOUT["NCO_LOW"]
 OC_NNR2 = LAYOUT["OC_NNR2"]
@@ -68,6 +70,12 @@ OC_NNID = LAYOUT["OC_NNID"]
 OC_POT = LAYOUT["OC_POT"]
 REDUCE_LANES = LAYOUT["REDUCE_LANES"]  #: the reduce kernel's lanes per i-particle
 REDUCE_ROWS = LAYOUT["REDUCE_ROWS"]  #: and its i-particles per group
+
+
+def raw_n(order: int) -> int:
+    """double4 records per raw j-particle for ``order`` (``RAW_N`` in layout.h): pop and
+    the 5th derivative at order 8 only."""
+    return LAYOUT["RAW_N_ORDER8"] if order >= 8 else LAYOUT["RAW_N_LOW"]
 
 
 def nci(order: int) -> int:

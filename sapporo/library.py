@@ -30,10 +30,10 @@ import numpy as np
 
 from . import config, layout
 from .backend import DeviceInfo, get_backend
-from .device import J_BYTES, Device, Variant, combine_parts
+from .device import Device, Variant, combine_parts, j_bytes
 from .errors import BackendError, InputError, NonFiniteError, SapporoError
 from .launch import NI_CHUNK, LaunchTable, check_table
-from .layout import OC_NNID, OC_NNR2, RAW_N
+from .layout import OC_NNID, OC_NNR2
 from .results import DEFAULT_NB_CAPACITY, ForceResult, PendingForce
 from .validate import COORD_LIMIT, all_finite, int_arg, ints, scalar, scalars, vec3
 
@@ -154,7 +154,8 @@ class Library:
             for dev in self._devs:
                 dev.close()
             raise
-        self._raw = np.zeros((0, RAW_N, 4), dtype=np.float64)
+        self._raw_n = layout.raw_n(self.order)  # raw records per j-address
+        self._raw = np.zeros((0, self._raw_n, 4), dtype=np.float64)
         self._ids = np.full(0, -1, dtype=np.int64)
         # addresses changed since the last upload; an empty entry at first, so that the
         # first call allocates the j-buffers even when no j-particle was ever stored
@@ -245,7 +246,7 @@ class Library:
                 log.warning("closing %s: %s", d.info.name, exc)
         self._devs = []
         # the host mirror of the j-particles goes too (a closed library may stay referenced)
-        self._raw = np.zeros((0, RAW_N, 4))
+        self._raw = np.zeros((0, self._raw_n, 4))
         self._ids = np.zeros(0, dtype=np.int64)
         self._dirty = []
         self._n_stored = 0
@@ -282,6 +283,8 @@ class Library:
         jerk: Any = None,
         snap: Any = None,
         crackle: Any = None,
+        pop: Any = None,
+        d5: Any = None,
     ) -> None:
         """Store j-particles in memory slots ``address`` (any order, any number of times).
 
@@ -298,6 +301,9 @@ class Library:
             Position and velocity.
         a, jerk, snap, crackle : (n, 3) or None
             Unscaled derivatives (None: zero), all used by the predictor.
+        pop, d5 : (n, 3) or None
+            Order 8 only: the 4th and 5th derivatives of the acceleration (None: zero),
+            which the 8th-order predictor adds (positions then err by O(dt^8)).
         """
         self._check_open()
         ph = self._phases
@@ -311,14 +317,18 @@ class Library:
         m = scalars("mass", mass, n)
         if self.precision == "double-single":
             self._check_float_masses(m)
-        rec = np.zeros((n, RAW_N, 4), dtype=np.float64)
+        rec = np.zeros((n, self._raw_n, 4), dtype=np.float64)
         rec[:, 0, :3] = vec3("x", x, n, limit=COORD_LIMIT)
         rec[:, 0, 3] = m
         rec[:, 1, :3] = vec3("v", v, n)
         rec[:, 1, 3] = tj
-        for q, (name, val) in enumerate(
-            (("a", a), ("jerk", jerk), ("snap", snap), ("crackle", crackle)), start=2
-        ):
+        derivs = [("a", a), ("jerk", jerk), ("snap", snap), ("crackle", crackle)]
+        if self.order >= 8:
+            derivs += [("pop", pop), ("d5", d5)]
+        elif pop is not None or d5 is not None:
+            raise InputError(f"{'pop' if pop is not None else 'd5'}: the 4th and 5th "
+                             "derivatives are taken at order 8 only")
+        for q, (name, val) in enumerate(derivs, start=2):
             if val is not None:
                 rec[:, q, :3] = vec3(name, val, n)
         if ph is not None:
@@ -327,15 +337,15 @@ class Library:
 
     def _store_checked(self, addr: np.ndarray, ids: np.ndarray, rec: np.ndarray) -> None:
         """:meth:`set_j_particles` after its checks: ``addr`` and ``ids`` int64 in range,
-        ``rec`` the (n, RAW_N, 4) raw records, finite (the C API checks them in C). The
+        ``rec`` the (n, raw_n(order), 4) raw records, finite (the C API checks them in C). The
         caller holds the lock and has checked that the library is open."""
         ph = self._phases
         t0 = _now() if ph is not None else 0.0
         terms = self._pred_terms
-        if terms < 4:
+        if terms < self._raw_n - 2:
             # derivative records the predictor must read from now on: the highest that
             # holds a non-zero value (the records just stored make the next call predict)
-            for q in range(RAW_N - 1, 1 + terms, -1):
+            for q in range(self._raw_n - 1, 1 + terms, -1):
                 if rec[:, q, :3].any():
                     terms = q - 1
                     break
@@ -369,7 +379,7 @@ class Library:
     def _j_capacity(self) -> int:
         """How many j-addresses the devices hold: 80% of the smallest one's memory."""
         mem = min(d.info.global_mem_size for d in self._devs)
-        return int(0.8 * mem * self.ndev) // J_BYTES
+        return int(0.8 * mem * self.ndev) // j_bytes(self.order)
 
     @property
     def max_address(self) -> int:
@@ -395,7 +405,7 @@ class Library:
         limit = self._j_capacity()
         if top > limit:
             mem = min(d.info.global_mem_size for d in self._devs)
-            need = top * J_BYTES / self.ndev
+            need = top * j_bytes(self.order) / self.ndev
             raise InputError(
                 f"address: {top - 1} needs {need / 2**30:.1f} GiB of j-memory per device, "
                 f"more than the device has ({mem / 2**30:.1f} GiB; the largest address "
@@ -403,7 +413,7 @@ class Library:
             )
         # doubling, but never beyond what the devices hold
         cap = min(max(top, 2 * self._raw.shape[0], 1024), limit)
-        raw = np.zeros((cap, RAW_N, 4), dtype=np.float64)
+        raw = np.zeros((cap, self._raw_n, 4), dtype=np.float64)
         ids = np.full(cap, -1, dtype=np.int64)
         k = self._raw.shape[0]
         raw[:k], ids[:k] = self._raw, self._ids

@@ -16,8 +16,12 @@ def test_header_is_parsed_completely() -> None:
     text = layout.LAYOUT_HEADER.read_text()
     defined = dict(re.findall(r"^#define (\w+) (\d+)", text, re.MULTILINE))
     assert {k: int(v) for k, v in defined.items()} == layout.LAYOUT
-    raw = sorted(v for k, v in layout.LAYOUT.items() if k.startswith("RAW_") and k != "RAW_N")
-    assert raw == list(range(layout.RAW_N))
+    raw = sorted(v for k, v in layout.LAYOUT.items()
+                 if k.startswith("RAW_") and not k.startswith("RAW_N"))
+    assert raw == list(range(layout.raw_n(8)))
+    # orders 2 to 6 keep six raw records; order 8 adds pop and the 5th derivative
+    assert layout.raw_n(2) == layout.raw_n(6) == layout.RAW_N == layout.LAYOUT["RAW_C"] + 1
+    assert layout.raw_n(8) == layout.LAYOUT["RAW_D5"] + 1 == 8
     oc = sorted(v for k, v in layout.LAYOUT.items() if k.startswith("OC_"))
     assert oc == list(range(layout.nco(8)))
     # orders 2 to 6 keep twelve result rows; order 8 adds the crackle rows after them
@@ -33,10 +37,10 @@ def test_header_is_parsed_completely() -> None:
 
 @pytest.mark.parametrize("order", [2, 4, 6, 8])
 def test_conditional_counts_follow_order(order) -> None:
-    """NCI and NCO are chosen by ORDER in layout.h: the preprocessor's choice (evaluated
+    """RAW_N, NCI and NCO are chosen by ORDER in layout.h: the preprocessor's choice (evaluated
     here by hand from the #if chain) is what nci() and nco() say."""
     text = layout.LAYOUT_HEADER.read_text()
-    for name, func in (("NCI", layout.nci), ("NCO", layout.nco)):
+    for name, func in (("RAW_N", layout.raw_n), ("NCI", layout.nci), ("NCO", layout.nco)):
         chain = re.findall(rf"^#(?:el)?if ORDER >= (\d+)\n#define {name} (\w+)$", text,
                            re.MULTILINE)
         default = re.search(rf"^#else\n#define {name} (\w+)$", text, re.MULTILINE).group(1)

@@ -10,6 +10,7 @@ against the reference with the tolerances of the other orders: 1e-12 (double) an
 from __future__ import annotations
 
 import decimal
+import math
 from decimal import Decimal
 
 import numpy as np
@@ -116,11 +117,14 @@ def system(n: int, seed: int, shift: float = 0.0, kind: str = "plummer"):
     return x, v, m, ids, a, jerk, snap, crackle
 
 
-def predicted(dt: float, x, v, a, jerk, snap, crackle):
-    """x, v, a and jerk predicted by dt (the Taylor series through crackle)."""
-    xp, vp, ap = ref.predict(dt, 0.0, x, v, a, jerk, snap, crackle)
-    jp = jerk + dt * (snap + dt * crackle / 2)
-    return xp, vp, ap, jp
+def predicted(dt: float, *derivs):
+    """x, v, a and jerk predicted by dt: the Taylor series of x through the highest
+    derivative given (x, v, a, jerk, snap, crackle[, pop, d5]), summed term by term."""
+    out = []
+    for k in range(4):
+        terms = [d * dt**n / math.factorial(n) for n, d in enumerate(derivs[k:])]
+        out.append(sum(terms[1:], terms[0]))
+    return tuple(out)
 
 
 def check(res, r, precision: str, label: str = "") -> None:
@@ -175,16 +179,20 @@ def lib8(libs, backend):
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("n_active", [1, 2, 37, 300])
 def test_predicted_plummer_against_reference(lib8, precision, n_active) -> None:
-    """j-particles given with a, jerk, snap and crackle at t = 0, forces at t = 1/64: the
-    device predicts x, v, a and jerk; nearest neighbours and lists as at the other orders."""
+    """j-particles given with a, jerk, snap, crackle, pop and d5 at t = 0, forces at t = 1/64:
+    the device predicts x, v, a and jerk through d5; nearest neighbours and lists as at the
+    other orders."""
     lib = lib8(precision)
     n, dt = 300, 1.0 / 64
     x, v, m, ids, a, jerk, snap, crackle = system(n, seed=3)
+    rng = np.random.default_rng(4)
+    pop, d5 = rng.normal(scale=10.0, size=(n, 3)), rng.normal(scale=30.0, size=(n, 3))
     addr = np.random.default_rng(2).permutation(n)
     lib.set_j_particles(addr, ids[addr], 0.0, m[addr], x[addr], v[addr], a=a[addr],
-                        jerk=jerk[addr], snap=snap[addr], crackle=crackle[addr])
+                        jerk=jerk[addr], snap=snap[addr], crackle=crackle[addr],
+                        pop=pop[addr], d5=d5[addr])
     lib.set_time(dt)
-    xp, vp, ap, jp = predicted(dt, x, v, a, jerk, snap, crackle)
+    xp, vp, ap, jp = predicted(dt, x, v, a, jerk, snap, crackle, pop, d5)
     sel = np.sort(np.random.default_rng(n_active).choice(n, n_active, replace=False))
     # a few neighbours each: four times the nearest neighbour's r^2
     # (at most four times the median: outliers far out would list everything)
@@ -266,6 +274,32 @@ def test_neighbour_overflow(backend) -> None:
             got = res.neighbours(k)
             assert got.size == min(4, r.neighbours[k].size)
             assert set(got.tolist()) <= set(r.neighbours[k].tolist())
+
+
+def test_pop_and_d5_only_at_order_8(backend) -> None:
+    x, v, m = ref.plummer(4, seed=2)
+    with sapporo.Library(order=6, precision="double", backend=backend) as lib:
+        with pytest.raises(InputError, match="pop: the 4th and 5th derivatives"):
+            lib.set_j_particles(np.arange(4), np.arange(4), 0.0, m, x, v, pop=x)
+
+
+def test_prediction_through_d5_is_used(lib8) -> None:
+    """The device's prediction depends on pop and d5 as the 8th-order predictor says:
+    the force on a probe from one j-particle, predicted with and without them."""
+    lib = lib8("double")
+    x, v = np.array([[1.0, 0.0, 0.0]]), np.array([[0.0, 0.5, 0.0]])
+    probe = np.zeros((1, 3))
+    z = np.zeros((1, 3))
+    got = []
+    for pop, d5 in ((z, z), (np.array([[3.0, 1.0, 0.0]]), np.array([[0.0, 0.0, 7.0]]))):
+        lib.set_j_particles([0], [1], 0.0, [1.0], x, v, pop=pop, d5=d5)
+        lib.set_time(0.25)
+        res = lib.compute(probe, z, [2], 0.0, a=z, jerk=z)
+        xp = predicted(0.25, x, v, z, z, z, z, pop, d5)[0]
+        want = xp / np.linalg.norm(xp) ** 3
+        np.testing.assert_allclose(res.acc, want, rtol=1e-14)
+        got.append(res.acc)
+    assert np.abs(got[1] - got[0]).max() > 1e-7  # 1e7 times the tolerance above
 
 
 def test_order8_needs_the_i_jerks(lib8) -> None:
