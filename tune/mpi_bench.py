@@ -2,6 +2,7 @@
 
 usage:
     python tune/mpi_bench.py measure [--n 65536] [--ranks 1,2,4] [--out tune/mpi_bench.json]
+    python tune/mpi_bench.py blocks [--n 1024,4096] [--t-end 0.25] [--out tune/mpi_blocks.json]
     python tune/mpi_bench.py model [--data tune/mpi_bench.json] [--figure FILE.png]
 
 ``measure`` launches ``mpiexec -n P`` (loopback, one node) for each P, in two settings: one
@@ -12,11 +13,15 @@ of the block, set_time, compute), split into the time inside the library's colle
 ("communication", which includes waiting for the slowest rank) and the rest, and an
 MPI_Allgather sweep over message sizes. Rank 0 writes everything to a JSON file.
 
+``blocks`` records the block-size histograms of short ``sapporo run`` integrations of Plummer
+spheres (one process; counts, not timings).
+
 ``model`` fits, from those runs: the device's interaction rate R and per-call overhead t0
 (P = 1), the library's software cost per collective and the loopback allgather latency and
 bandwidth (P = 2, 4); with published interconnect figures it projects the parallel
-efficiency at P = 8..256 for N = 64k, 1M and 8M (see docs/parallel.md for the model and its
-assumptions) and draws the figure. Do not measure while the machine is busy.
+efficiency over a run at P = 8..256 for N = 64k, 1M and 8M, with the measured block sizes
+scaled to those N (see docs/parallel.md for the model and its assumptions), and draws the
+figure. Do not measure while the machine is busy.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 BLOCKS = (1, 16, 256, 4096)
 DEFAULT_DATA = HERE / "mpi_bench.json"
+DEFAULT_BLOCKS = HERE / "mpi_blocks.json"
 
 #: Published interconnect figures used for projections (per link, MPI level):
 #: InfiniBand HDR (200 Gb/s = 25 GB/s line rate; NVIDIA ConnectX-6 data sheet: sub-600 ns
@@ -162,6 +168,45 @@ def _measure(args: argparse.Namespace) -> None:
     print(f"written {args.out} (load average after: {loads[0]:.2f})")
 
 
+def _blocks(args: argparse.Namespace) -> None:
+    """Block-size histograms of short ``sapporo run`` integrations (one process)."""
+    import tempfile
+
+    hist = {}
+    for n in (int(q) for q in args.n.split(",")):
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [sys.executable, "-m", "sapporo.cli", "run", "--n", str(n), "--t-end",
+                   str(args.t_end), "--quiet", "--no-plots", "--out", tmp]
+            subprocess.run(cmd, check=True, timeout=3600)
+            counts = np.load(Path(tmp) / "snapshot_final.npz")["n_active_counts"]
+        nz = np.flatnonzero(counts)
+        hist[str(n)] = [[int(k), int(counts[k])] for k in nz]
+        mean = float((nz * counts[nz]).sum() / counts.sum())
+        print(f"N = {n}: {int(counts.sum())} block steps, mean block {mean:.1f}")
+    Path(args.out).write_text(json.dumps({"t_end": args.t_end, "hist": hist}, indent=0))
+    print(f"written {args.out}")
+
+
+def block_sizes(blocks: dict, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Block sizes and their counts for ``n`` particles: the histogram of the largest
+    measured N, sizes scaled by (n / N)^a with a from the mean blocks of the measured N."""
+    hist = {int(k): np.array(v, dtype=float) for k, v in blocks["hist"].items()}
+    ns = sorted(hist)
+    means = [float((hist[q][:, 0] * hist[q][:, 1]).sum() / hist[q][:, 1].sum()) for q in ns]
+    a = math.log(means[-1] / means[0]) / math.log(ns[-1] / ns[0]) if len(ns) > 1 else 2 / 3
+    ref = hist[ns[-1]]
+    sizes = np.clip(np.round(ref[:, 0] * (n / ns[-1]) ** a), 1, n)
+    return sizes, ref[:, 1]
+
+
+def run_efficiency(blocks: dict, n: int, p: int, rows: int, **kw: float) -> float:
+    """Efficiency over a run: the total modelled time of its block steps."""
+    sizes, counts = block_sizes(blocks, n)
+    t1 = sum(c * step_time(s, n, 1, 1, **kw) for s, c in zip(sizes, counts, strict=True))
+    tp = sum(c * step_time(s, n, p, rows, **kw) for s, c in zip(sizes, counts, strict=True))
+    return t1 / (p * tp)
+
+
 # ----------------------------------------------------------------------------- the model
 
 
@@ -247,17 +292,21 @@ def _model(args: argparse.Namespace) -> None:
         "ranks like this machine's device (measured)": dict(rate=prm["rate"],
                                                             overhead=prm["overhead"]),
     }
+    blocks = json.loads(Path(args.blocks).read_text())
+    for n in (65536, 1 << 20, 1 << 23):
+        sizes, counts = block_sizes(blocks, n)
+        print(f"  N = {n}: mean block {(sizes * counts).sum() / counts.sum():.0f}, "
+              f"work-weighted {(sizes ** 2 * counts).sum() / (sizes * counts).sum():.0f}")
     ps = [8, 16, 32, 64, 128, 256]
     table = []
     for dname, dev in devices.items():
         for n in (65536, 1 << 20, 1 << 23):
-            ni = n ** (2.0 / 3.0)  # mean active block (docs/parallel.md)
             for dec in ("j", "2d"):
-                effs = [efficiency(ni, n, p, 1 if dec == "j" else square_rows(p),
-                                   alpha=ib["latency"], beta=ib["bandwidth"],
-                                   soft=prm["soft"], **dev) for p in ps]
+                effs = [run_efficiency(blocks, n, p, 1 if dec == "j" else square_rows(p),
+                                       alpha=ib["latency"], beta=ib["bandwidth"],
+                                       soft=prm["soft"], **dev) for p in ps]
                 table.append((dname, n, dec, effs))
-    print("\nprojected efficiency, InfiniBand HDR, mean block N^(2/3):")
+    print("\nprojected efficiency over a run, InfiniBand HDR, measured block sizes scaled:")
     print(f"{'ranks':<45} {'N':>8} {'dec':>4} " + " ".join(f"{p:>6}" for p in ps))
     for dname, n, dec, effs in table:
         print(f"{dname:<45} {n:>8} {dec:>4} " + " ".join(f"{e:6.2f}" for e in effs))
@@ -297,8 +346,8 @@ def _figure(path: str, ps: list[int], table: list, data: dict, prm: dict) -> Non
     ax.set_ylabel("parallel efficiency (model)")
     for a in axes:
         a.legend(fontsize=7, loc="lower left")
-    fig.suptitle(f"ParallelLibrary model: InfiniBand HDR, mean block N^(2/3); calibrated on "
-                 f"{data['date']} (device {prm['rate']:.2e} int/s)", fontsize=9)
+    fig.suptitle("ParallelLibrary model: InfiniBand HDR, block sizes of Plummer runs; "
+                 f"calibrated on {data['date']} (device {prm['rate']:.2e} int/s)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"written {path}")
@@ -320,11 +369,16 @@ def main() -> None:
     w.add_argument("--repeats", type=int, default=7)
     w.add_argument("--decomposition", default="j")
     w.add_argument("--skip-nxn", action="store_true")
+    b = sub.add_parser("blocks", help="block-size histograms of short runs (one process)")
+    b.add_argument("--n", default="1024,4096")
+    b.add_argument("--t-end", type=float, default=0.25)
+    b.add_argument("--out", default=str(DEFAULT_BLOCKS))
     d = sub.add_parser("model", help="fit the model and project")
     d.add_argument("--data", default=str(DEFAULT_DATA))
+    d.add_argument("--blocks", default=str(DEFAULT_BLOCKS))
     d.add_argument("--figure", default=None)
     args = ap.parse_args()
-    {"measure": _measure, "worker": _worker, "model": _model}[args.cmd](args)
+    {"measure": _measure, "worker": _worker, "model": _model, "blocks": _blocks}[args.cmd](args)
 
 
 if __name__ == "__main__":
