@@ -502,8 +502,9 @@ def test_cuda_profiling_events() -> None:
 
 
 # the host/kernel data layout (sapporo/layout.h)
-RAW_N, NCO, REDUCE_LANES, REDUCE_ROWS = (LAYOUT[k] for k in ("RAW_N", "NCO", "REDUCE_LANES",
-                                                             "REDUCE_ROWS"))
+# (orders 2 to 6: six j-records and twelve result rows; order 8 has more)
+RAW_N, NCO, REDUCE_LANES, REDUCE_ROWS = (LAYOUT[k] for k in ("RAW_N_LOW", "NCO_LOW",
+                                                             "REDUCE_LANES", "REDUCE_ROWS"))
 IC = {k: LAYOUT[f"IC_{k.upper()}"] for k in ("x", "y", "z", "h2", "vx", "vy", "vz", "id", "ax")}
 OC_NNR2, OC_NNID = LAYOUT["OC_NNR2"], LAYOUT["OC_NNID"]
 
