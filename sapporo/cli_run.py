@@ -74,7 +74,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="integrate a star cluster (block-step Hermite) and report energy conservation",
         description=(
             "Integrate a Plummer star cluster (optionally two-component, optionally with a "
-            "central black hole) with the 4th- or 6th-order block-time-step Hermite "
+            "central black hole) with the 4th-, 6th- or 8th-order block-time-step Hermite "
             "integrator on the sapporo library; write summary.json, diagnostics.csv, "
             "snapshots and plots into --out. Ctrl-C or SIGTERM stops after the current block "
             "step and still writes the final snapshot and summary. Exit codes: 0 done, 1 a "
@@ -98,7 +98,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         f"(default {DEFAULT_IC_SCALING}; clusters with a black hole or two "
                         "components are always exact)")
     g = p.add_argument_group("integrator")
-    g.add_argument("--order", type=int, default=None, help=f"4 or 6 (default {DEFAULT_ORDER})")
+    g.add_argument("--order", type=int, default=None, help=f"4, 6 or 8 (default {DEFAULT_ORDER})")
     g.add_argument("--t-end", type=float, default=None,
                    help=f"end time in N-body units (default {DEFAULT_T_END:g})")
     g.add_argument("--eta", type=float, default=None,
@@ -106,7 +106,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--eta4", type=float, default=None,
                    help="Aarseth part of the average criterion (default 0.01)")
     g.add_argument("--criterion", default=None, choices=CRITERIA,
-                   help="time-step criterion (default aarseth for order 4, generalised for 6)")
+                   help="time-step criterion (default aarseth for order 4, generalised for 6, 8)")
     g.add_argument("--dt-min", type=_power_of_two, default=None,
                    help="smallest step, a power of two (default 2^-25)")
     g.add_argument("--dt-max", type=_power_of_two, default=None,
@@ -151,8 +151,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise InputError(f"--n must be >= 1, got {args.n}")
     if args.seed is not None and args.seed < 0:
         raise InputError(f"--seed must be a non-negative integer, got {args.seed}")
-    if args.order is not None and args.order not in (4, 6):
-        raise InputError(f"--order must be 4 or 6, got {args.order}")
+    if args.order is not None and args.order not in (4, 6, 8):
+        raise InputError(f"--order must be 4, 6 or 8, got {args.order}")
     if args.precision is not None:
         args.precision = config.parse_precision(args.precision, "--precision")
     for name in ("t_end", "eta", "eta4", "snapshot_every", "log_every", "dt_min", "dt_max"):

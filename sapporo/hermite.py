@@ -1,20 +1,32 @@
-"""Block-time-step Hermite integrators (4th and 6th order) on the sapporo library.
+"""Block-time-step Hermite integrators (4th, 6th and 8th order) on the sapporo library.
 
-The 4th-order scheme is Makino & Aarseth (1992), the 6th-order one Nitadori & Makino (2008).
+The 4th-order scheme is Makino & Aarseth (1992), the 6th- and 8th-order ones Nitadori &
+Makino (2008).
 Every particle has its own time ``t_i`` and a power-of-two step ``dt_i`` in
 ``[dt_min, dt_max]``; ``t_i`` is always a multiple of ``dt_i``. A block step advances the
 particles with the smallest ``t_i + dt_i`` (the *active block*):
 
 1. ``lib.set_time(t_block)`` makes the device predict all j-particles to the block time; the
    active i-particles are predicted on the host by the same Taylor series (positions,
-   velocities and, for 6th order, accelerations).
+   velocities and, for 6th and 8th order, accelerations; for 8th order also jerks).
 2. ``lib.compute`` returns their acceleration, jerk (and snap) and potential.
 3. The corrector and the new steps are vectorised NumPy over the block; a new step is the
    criterion's value rounded down to a power of two, it may at most double, and only when
    the new time is a multiple of the doubled step.
 4. ``lib.set_j_particles`` re-sends the corrected particles: a and jerk, and for 6th order
    also snap and the crackle interpolated by the corrector (the device predictor uses every
-   derivative it is given; for 4th order it is the classical second-order predictor in a).
+   derivative it is given; for 4th order it is the classical second-order predictor in a);
+   for 8th order snap and crackle computed by the library and the 4th and 5th derivatives
+   interpolated by the corrector (the predictor then errs by O(dt^8) in position).
+
+The 8th-order corrector is the Hermite (Obreshkov) quadrature through a, j, s, c at both ends
+of the step, exact for an acceleration of degree 7 in time::
+
+    v1 = v0 + h/2 (a0 + a1) + 3h^2/28 (j0 - j1) + h^3/84 (s0 + s1) + h^4/1680 (c0 - c1)
+    x1 = x0 + h/2 (v0 + v1) + 3h^2/28 (a0 - a1) + h^3/84 (j0 + j1) + h^4/1680 (s0 - s1)
+
+and the degree-7 interpolant of a through the same values gives the 4th to 7th derivatives
+at the end of the step (the predictor's pop and d5; the step criterion's d5, d6, d7).
 
 Only the public :class:`sapporo.Library` API is used. Energies are measured at synchronised
 times with one extra force evaluation of all particles on their corrected positions.
@@ -67,6 +79,8 @@ CRITERIA = ("aarseth", "generalised", "average")
 _ALIASES = {"generalized": "generalised", "avg": "average", "aarseth": "aarseth"}
 
 _MAX_ID = 2**31
+#: snapshot metadata keys of the 8th-order scheme's 4th and 5th derivatives
+_META_POP, _META_D5 = "hermite8_pop", "hermite8_d5"
 
 #: Relative force error assumed for each library precision (conservative: the library's
 #: double-single forces are good to about 1e-6 relative to the net force, see
@@ -79,7 +93,7 @@ RESOLVED_FACTOR = 2.0
 #: steps of a double-precision Plummer run).
 FLOOR_FRACTION = 0.125
 #: (Aarseth, generalised) scale factors of :func:`fallback_criterion` per order.
-FALLBACK_SCALE = {4: (0.27, 0.27), 6: (0.74, 0.32)}
+FALLBACK_SCALE = {4: (0.27, 0.27), 6: (0.74, 0.32), 8: (0.74, 0.32)}  # 8: order 6's values
 
 
 def default_eta(criterion: str, order: int) -> float:
@@ -149,6 +163,72 @@ def predict_taylor(
     return xp, vp, ap
 
 
+def predict_taylor8(
+    h: np.ndarray,
+    x: np.ndarray,
+    v: np.ndarray,
+    a: np.ndarray,
+    jerk: np.ndarray,
+    snap: np.ndarray,
+    crackle: np.ndarray,
+    pop: np.ndarray,
+    d5: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The 8th-order predictor: Taylor series through the 5th derivative of the
+    acceleration, in the device's Horner form.
+
+    Returns
+    -------
+    xp, vp, ap, jp : ndarray, shape (n, 3)
+        Predicted position, velocity, acceleration and jerk.
+    """
+    h = np.asarray(h, dtype=np.float64)[:, None]
+    xp = x + h * (v + h * (a * 0.5 + h * (jerk * (1.0 / 6.0) + h * (
+        snap * (1.0 / 24.0) + h * (crackle * (1.0 / 120.0) + h * (
+            pop * (1.0 / 720.0) + h * (d5 * (1.0 / 5040.0))))))))
+    vp = v + h * (a + h * (jerk * 0.5 + h * (snap * (1.0 / 6.0) + h * (
+        crackle * (1.0 / 24.0) + h * (pop * (1.0 / 120.0) + h * (d5 * (1.0 / 720.0)))))))
+    ap = a + h * (jerk + h * (snap * 0.5 + h * (crackle * (1.0 / 6.0) + h * (
+        pop * (1.0 / 24.0) + h * (d5 * (1.0 / 120.0))))))
+    jp = jerk + h * (snap + h * (crackle * 0.5 + h * (pop * (1.0 / 6.0)
+                                                      + h * (d5 * (1.0 / 24.0)))))
+    return xp, vp, ap, jp
+
+
+# The degree-7 Hermite interpolant of a through a, j, s, c at both ends of a step, expanded
+# about the midpoint (T in [-tau, tau]): a(T) = sum_n D_n (T / tau)^n. Its even part takes
+# (a1 + a0)/2, tau (j1 - j0)/2, tau^2 (s1 + s0)/2, tau^3 (c1 - c0)/2 at T = tau, its odd part
+# the other half-sums and -differences; each is a 4x4 system with constant coefficients.
+_EVEN8 = np.linalg.inv(np.array([[1, 1, 1, 1], [0, 2, 4, 6], [0, 2, 12, 30], [0, 0, 24, 120]],
+                                dtype=np.float64))
+_ODD8 = np.linalg.inv(np.array([[1, 1, 1, 1], [1, 3, 5, 7], [0, 6, 20, 42], [0, 6, 60, 210]],
+                               dtype=np.float64))
+#: d^k a / dT^k at T = tau is sum_n _DER8[k][n] D_n / tau^k
+_DER8 = np.array([[math.perm(n, k) for n in range(8)] for k in range(8)], dtype=np.float64)
+
+
+def interpolate8(tau: np.ndarray, a0: np.ndarray, j0: np.ndarray, s0: np.ndarray,
+                 c0: np.ndarray, a1: np.ndarray, j1: np.ndarray, s1: np.ndarray,
+                 c1: np.ndarray) -> list[np.ndarray]:
+    """The 4th to 7th derivatives of the acceleration at the end of a step of ``2 tau``,
+    from the degree-7 interpolant through a, j, s, c at both ends (8th-order scheme).
+
+    Returns
+    -------
+    list of ndarray, shape (n, 3)
+        ``[d4, d5, d6, d7]`` at the end of the step.
+    """
+    t = tau[:, None]
+    even = np.stack([0.5 * (a1 + a0), t * 0.5 * (j1 - j0), t**2 * 0.5 * (s1 + s0),
+                     t**3 * 0.5 * (c1 - c0)])
+    odd = np.stack([0.5 * (a1 - a0), t * 0.5 * (j1 + j0), t**2 * 0.5 * (s1 - s0),
+                    t**3 * 0.5 * (c1 + c0)])
+    d = np.empty((8,) + a0.shape)
+    d[0::2] = np.einsum("ij,j...->i...", _EVEN8, even)
+    d[1::2] = np.einsum("ij,j...->i...", _ODD8, odd)
+    return [np.einsum("n,n...->...", _DER8[k], d) / t**k for k in range(4, 8)]
+
+
 def step_criterion(
     criterion: str,
     order: int,
@@ -162,7 +242,7 @@ def step_criterion(
     ----------
     criterion : {"aarseth", "generalised", "average"}
         Which criterion.
-    order : {4, 6}
+    order : {4, 6, 8}
         Integration order ``p``.
     eta : float
         Accuracy parameter of ``aarseth`` (inside the square root) or of ``generalised``;
@@ -170,7 +250,8 @@ def step_criterion(
     eta4 : float
         The Aarseth part's parameter for ``average``.
     derivs : list of ndarray, shape (n, 3)
-        ``[a, jerk, snap, crackle]`` and, for 6th order, also the 4th and 5th derivatives.
+        ``[a, jerk, snap, crackle]`` and, for 6th order, also the 4th and 5th derivatives,
+        for 8th order the 4th to 7th.
 
     Returns
     -------
@@ -195,6 +276,9 @@ def _criterion_from_norms(criterion: str, order: int, eta: float, eta4: float,
         def generalised(e: float) -> np.ndarray:
             if order == 4:
                 return e * np.sqrt(a1sq / a2sq)
+            if order == 8:
+                a6sq = n[5] * n[7] + n[6] ** 2
+                return e * (a1sq / a6sq) ** (1.0 / 10.0)
             a4sq = n[3] * n[5] + n[4] ** 2
             return e * (a1sq / a4sq) ** (1.0 / 6.0)
 
@@ -262,6 +346,18 @@ def _unresolved(
             s3 = 3.0 * (dj + da / tau) / tau**2
             bounds = {2: dj / tau + tau * s3, 3: s3}
             used = (2, 3)
+        elif order == 8:
+            # the interpolant is linear in the end values: bound each derivative by the
+            # absolute values of its coefficients times the noise of a, j, s and c
+            ds = noise * np.maximum(n0[2], n[2])
+            dc = noise * np.maximum(n0[3], n[3])
+            e_in = np.stack([da, tau * dj, tau**2 * ds, tau**3 * dc])
+            de = np.einsum("ij,j...->i...", np.abs(_EVEN8), e_in)
+            do = np.einsum("ij,j...->i...", np.abs(_ODD8), e_in)
+            dd = np.empty((8,) + tau.shape)
+            dd[0::2], dd[1::2] = de, do
+            bounds = {k: np.einsum("n,n...->...", _DER8[k], dd) / tau**k for k in (5, 6, 7)}
+            used = () if criterion == "aarseth" else (5, 6, 7)  # aarseth: all computed
         else:
             ds = noise * np.maximum(n0[2], n[2])
             s4 = 3.0 * (ds + dj / tau) / tau**2
@@ -353,7 +449,8 @@ def _is_pow2(x: float) -> bool:
 
 
 class HermiteIntegrator:
-    """Block-time-step Hermite integrator (4th or 6th order) on a :class:`sapporo.Library`.
+    """Block-time-step Hermite integrator (4th, 6th or 8th order) on a
+    :class:`sapporo.Library`.
 
     Parameters
     ----------
@@ -369,7 +466,7 @@ class HermiteIntegrator:
         Masses (>= 0).
     ids : array_like, shape (n,), optional
         Distinct particle ids in ``[0, 2**31)`` (default ``0 .. n-1``).
-    order : {4, 6}
+    order : {4, 6, 8}
         Integration order.
     eta : float, optional
         Accuracy parameter (default :func:`default_eta`).
@@ -378,7 +475,8 @@ class HermiteIntegrator:
     dt_min, dt_max : float
         Step bounds, powers of two.
     criterion : {"aarseth", "generalised", "average"}, optional
-        Time-step criterion (default: ``aarseth`` for 4th order, ``generalised`` for 6th).
+        Time-step criterion (default: ``aarseth`` for 4th order, ``generalised`` for 6th and
+        8th).
     eta4 : float
         The Aarseth part of the ``average`` criterion.
     eta_s : float
@@ -434,8 +532,8 @@ class HermiteIntegrator:
 
     def _set_params(self, order: Any, eta: Any, eps2: Any, dt_min: Any, dt_max: Any,
                     criterion: Any, eta4: Any, eta_s: Any) -> None:
-        if isinstance(order, bool) or order not in (4, 6):
-            raise InputError(f"order must be 4 or 6, got {order!r}")
+        if isinstance(order, bool) or order not in (4, 6, 8):
+            raise InputError(f"order must be 4, 6 or 8, got {order!r}")
         self.order = int(order)
         if criterion is None:
             criterion = "aarseth" if self.order == 4 else "generalised"
@@ -526,9 +624,12 @@ class HermiteIntegrator:
         self.device_name = str(getattr(self.lib, "device_name", "unknown device"))
 
     def _compute(self, x: np.ndarray, v: np.ndarray, ids: np.ndarray,
-                 a: np.ndarray | None) -> Any:
+                 a: np.ndarray | None, jerk: np.ndarray | None = None) -> Any:
         t0 = _time.perf_counter()
-        f = self.lib.compute(x, v, ids, self.eps2, a=a if self.order == 6 else None)
+        if self.order == 8:
+            f = self.lib.compute(x, v, ids, self.eps2, a=a, jerk=jerk)
+        else:
+            f = self.lib.compute(x, v, ids, self.eps2, a=a if self.order == 6 else None)
         self.library_seconds += _time.perf_counter() - t0
         self.force_calls += 1
         self.interactions += int(x.shape[0]) * self.n
@@ -536,12 +637,19 @@ class HermiteIntegrator:
 
     def _send(self, sel: np.ndarray | slice, state: tuple | None = None) -> None:
         """Upload the (corrected) state of particles ``sel`` as j-particles. ``state``:
-        (t, x, v, a, jerk, snap, crackle) of those particles when the caller holds them
-        already (the same values as ``self.t[sel]``, ...), which saves gathering them."""
+        (t, x, v, a, jerk, snap, crackle[, pop, d5]) of those particles when the caller holds
+        them already (the same values as ``self.t[sel]``, ...), which saves gathering them."""
         if state is None:
             state = (self.t[sel], self.x[sel], self.v[sel], self.a[sel], self.jerk[sel],
                      self.snap[sel], self.crackle[sel])
-        t, x, v, a, jerk, snap, crackle = state
+            if self.order == 8:
+                state += (self.pop[sel], self.d5[sel])
+        t, x, v, a, jerk, snap, crackle = state[:7]
+        if self.order == 8:
+            self.lib.set_j_particles(self._addr[sel], self.ids[sel], t, self.m[sel], x, v,
+                                     a=a, jerk=jerk, snap=snap, crackle=crackle,
+                                     pop=state[7], d5=state[8])
+            return
         six = self.order == 6
         self.lib.set_j_particles(
             self._addr[sel], self.ids[sel], t, self.m[sel], x, v, a=a, jerk=jerk,
@@ -549,26 +657,31 @@ class HermiteIntegrator:
         )
 
     def _start(self, t0: float) -> None:
-        """Initial forces (two passes for 6th order: snap needs the accelerations)."""
+        """Initial forces (two passes for 6th and 8th order: snap needs the accelerations,
+        crackle the accelerations and jerks)."""
         n = self.n
         self.time = t0
         self.t = np.full(n, t0)
         zero = np.zeros((n, 3))
         self.a, self.jerk, self.snap, self.crackle = zero, zero.copy(), zero.copy(), zero.copy()
+        if self.order == 8:  # the 4th and 5th derivatives stay zero for the first step
+            self.pop, self.d5 = zero.copy(), zero.copy()
         self.pot = np.zeros(n)
         self._send(slice(None))
         self.lib.set_time(t0)
-        f = self._compute(self.x, self.v, self.ids, zero if self.order == 6 else None)
+        f = self._compute(self.x, self.v, self.ids, zero if self.order >= 6 else None, zero)
         self.a = np.array(f.acc, dtype=np.float64)
         self.jerk = np.array(f.jerk, dtype=np.float64)
         self.pot = np.array(f.pot, dtype=np.float64)
-        if self.order == 6:
+        if self.order >= 6:
             self._send(slice(None))
-            f = self._compute(self.x, self.v, self.ids, self.a)
+            f = self._compute(self.x, self.v, self.ids, self.a, self.jerk)
             self.snap = np.array(f.snap, dtype=np.float64)
+            if self.order == 8:
+                self.crackle = np.array(f.crackle, dtype=np.float64)
         self._send(slice(None))
         crit = _starting_step(self.order, self.eta_s, self.a, self.jerk,
-                              self.snap if self.order == 6 else None)
+                              self.snap if self.order >= 6 else None)
         crit = np.where(np.isfinite(crit), crit, self.dt_max)
         dt = floor_pow2(np.clip(crit, self.dt_min, self.dt_max))
         self.dt = _largest_dividing_pow2(t0, dt, self.dt_min)
@@ -614,6 +727,14 @@ class HermiteIntegrator:
         if snapshot.n_active_counts is not None and snapshot.n_active_counts.size == self.n + 1:
             self.n_active_counts = snapshot.n_active_counts.astype(np.int64).copy()
         self.meta = dict(snapshot.meta)
+        if self.order == 8:
+            pop, d5 = self.meta.pop(_META_POP, None), self.meta.pop(_META_D5, None)
+            if pop is None or d5 is None:
+                log.warning("8th-order snapshot without the 4th and 5th derivatives: the "
+                            "first steps predict without them")
+                pop = d5 = np.zeros((self.n, 3))
+            self.pop = validate.vec3(_META_POP, pop, self.n).copy()
+            self.d5 = validate.vec3(_META_D5, d5, self.n).copy()
         self.time = float(snapshot.time)
         self.t = np.array(snapshot.t, dtype=np.float64)
         self.dt = np.array(snapshot.dt, dtype=np.float64)
@@ -771,6 +892,9 @@ class HermiteIntegrator:
 
     def _block_step(self, t_limit: float) -> None:
         """Advance the active block: predict, compute, correct, choose steps, upload."""
+        if self.order == 8:
+            self._block_step8(t_limit)
+            return
         t_next = self.t + self.dt
         tb = float(t_next.min())
         act = np.flatnonzero(t_next == tb)
@@ -847,6 +971,55 @@ class HermiteIntegrator:
         self.block_steps += 1
         self.n_active_counts[act.size] += 1
 
+    def _block_step8(self, t_limit: float) -> None:
+        """:meth:`_block_step` of the 8th-order scheme (see the module docstring)."""
+        t_next = self.t + self.dt
+        tb = float(t_next.min())
+        act = np.flatnonzero(t_next == tb)
+        h = self.dt[act]
+        x0, v0, a0, j0 = self.x[act], self.v[act], self.a[act], self.jerk[act]
+        s0, c0 = self.snap[act], self.crackle[act]
+        xp, vp, ap, jp = predict_taylor8(h, x0, v0, a0, j0, s0, c0, self.pop[act],
+                                         self.d5[act])
+        self.lib.set_time(tb)
+        f = self._compute(xp, vp, self.ids[act], ap, jp)
+        a1 = np.asarray(f.acc, dtype=np.float64)
+        j1 = np.asarray(f.jerk, dtype=np.float64)
+        s1 = np.asarray(f.snap, dtype=np.float64)
+        c1 = np.asarray(f.crackle, dtype=np.float64)
+        hc = h[:, None]
+        v1 = v0 + hc * (0.5 * (a0 + a1) + hc * ((3.0 / 28.0) * (j0 - j1) + hc * (
+            (1.0 / 84.0) * (s0 + s1) + hc * ((1.0 / 1680.0) * (c0 - c1)))))
+        x1 = x0 + hc * (0.5 * (v0 + v1) + hc * ((3.0 / 28.0) * (a0 - a1) + hc * (
+            (1.0 / 84.0) * (j0 + j1) + hc * ((1.0 / 1680.0) * (s0 - s1)))))
+        tau = 0.5 * h
+        d4, d5, d6, d7 = interpolate8(tau, a0, j0, s0, c0, a1, j1, s1, c1)
+        derivs = [a1, j1, s1, c1, d4, d5, d6, d7]
+        norms = _norms([a0, j0, s0, c0] + derivs)
+        n0, n1 = norms[:4], norms[4:]
+        crit = _criterion_from_norms(self.criterion, 8, self.eta, self.eta4, n1)
+        fb = _fallback_from_norms(self.criterion, 8, self.eta, self.eta4, n1[0], n1[1], n1[2])
+        if self.force_noise > 0.0:
+            unresolved = _unresolved(self.criterion, 8, self.force_noise, tau, n0, n1)
+            if unresolved.any():
+                crit = np.where(unresolved, fb, crit)
+                self.fallback_steps += int(unresolved.sum())
+        crit = np.fmax(crit, FLOOR_FRACTION * fb)
+        t_new = np.full(act.size, tb)
+        dt_new = quantise_steps(crit, h, t_new, self.dt_min, self.dt_max, t_limit)
+
+        self.x[act], self.v[act], self.a[act], self.jerk[act] = x1, v1, a1, j1
+        self.snap[act], self.crackle[act] = s1, c1
+        self.pop[act], self.d5[act] = d4, d5
+        self.pot[act] = f.pot
+        self.t[act] = tb
+        self.dt[act] = dt_new
+        self.time = tb
+        self._send(act, (tb, x1, v1, a1, j1, s1, c1, d4, d5))
+        self.steps += int(act.size)
+        self.block_steps += 1
+        self.n_active_counts[act.size] += 1
+
     # ------------------------------------------------------------------ diagnostics
 
     def predicted(self, t: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -866,9 +1039,16 @@ class HermiteIntegrator:
         if np.any(self.t > t):
             raise InputError(f"cannot predict backwards to t={t!r}")
         h = t - self.t
+        if self.order == 8:
+            return self._predicted8(h)[:3]
         if self.order == 6:
             return predict_taylor(h, self.x, self.v, self.a, self.jerk, self.snap, self.crackle)
         return predict_taylor(h, self.x, self.v, self.a, self.jerk)
+
+    def _predicted8(self, h: np.ndarray) -> tuple[np.ndarray, ...]:
+        """x, v, a and jerk of all particles predicted by ``h`` (8th order)."""
+        return predict_taylor8(h, self.x, self.v, self.a, self.jerk, self.snap, self.crackle,
+                               self.pop, self.d5)
 
     def energy_terms(self) -> tuple[float, float]:
         """Kinetic and potential energy at the global time.
@@ -884,8 +1064,9 @@ class HermiteIntegrator:
         if self.lib is None:
             raise SapporoError("the integrator is closed")
         x, v, a = self.predicted()
+        jerk = self._predicted8(self.time - self.t)[3] if self.order == 8 else None
         self.lib.set_time(self.time)
-        f = self._compute(x, v, self.ids, a if self.order == 6 else None)
+        f = self._compute(x, v, self.ids, a if self.order >= 6 else None, jerk)
         kinetic = 0.5 * float(np.sum(self.m * np.einsum("ij,ij->i", v, v)))
         potential = 0.5 * float(np.sum(self.m * np.asarray(f.pot, dtype=np.float64)))
         return kinetic, potential
@@ -906,14 +1087,18 @@ class HermiteIntegrator:
         Returns
         -------
         Snapshot
-            Everything :meth:`from_snapshot` needs to continue bit for bit.
+            Everything :meth:`from_snapshot` needs to continue bit for bit (at 8th order
+            the 4th and 5th derivatives ride in ``meta`` as exact JSON floats).
         """
+        meta = dict(self.meta)
+        if self.order == 8:
+            meta[_META_POP], meta[_META_D5] = self.pop.tolist(), self.d5.tolist()
         return Snapshot(
             time=self.time, x=self.x.copy(), v=self.v.copy(), m=self.m.copy(),
             ids=self.ids.copy(), t=self.t.copy(), dt=self.dt.copy(), a=self.a.copy(),
             jerk=self.jerk.copy(), snap=self.snap.copy(), crackle=self.crackle.copy(),
             pot=self.pot.copy(), params=self.params, counters=self.counters,
-            n_active_counts=self.n_active_counts.copy(), meta=dict(self.meta),
+            n_active_counts=self.n_active_counts.copy(), meta=meta,
         )
 
     # ------------------------------------------------------------------ lifetime

@@ -214,7 +214,7 @@ def test_corrector_exact_for_polynomial_force(order, degree):
         ({"dt_min": 2.0**-2, "dt_max": 2.0**-3}, "dt_min"),
         ({"dt_max": 0.1}, "dt_max must be a power of two"),
         ({"dt_min": 3e-8}, "dt_min must be a power of two"),
-        ({"order": 5}, "order must be 4 or 6"),
+        ({"order": 5}, "order must be 4, 6 or 8"),
         ({"order": 2}, "order"),
         ({"criterion": "fastest"}, "criterion"),
         ({"eps2": -1.0}, "eps2"),
