@@ -18,3 +18,12 @@ def test_ruff_clean():
         pytest.skip("ruff is not installed (it is in the 'test' extra)")
     proc = subprocess.run([ruff, "check", str(ROOT)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_test_files_have_distinct_names():
+    """pytest imports test modules by basename (no __init__.py in tests/): two test files
+    with the same name in different folders stop the whole collection."""
+    from collections import Counter
+
+    names = Counter(p.name for p in (ROOT / "tests").rglob("test_*.py"))
+    assert [n for n, c in names.items() if c > 1] == []
