@@ -40,7 +40,7 @@ from .fileio import write_text_atomic
 log = logging.getLogger(__name__)
 
 #: Floating-point operations counted per interaction, by order (Sapporo2 conventions).
-FLOPS = {2: 38, 4: 60, 6: 97}
+FLOPS = {2: 38, 4: 60, 6: 97, 8: 144}
 #: Softening used by every benchmark.
 EPS2 = 1e-4
 #: File names written into the output folder.
@@ -210,7 +210,8 @@ def bench_system(n: int, seed: int, order: int) -> dict[str, Any]:
     x, v, m = plummer(n, seed=seed)
     rng = np.random.default_rng(seed + 1)
     a = rng.normal(scale=0.3, size=(n, 3)) if order >= 6 else None
-    return {"x": x, "v": v, "m": m, "a": a, "id": np.arange(n, dtype=np.int64)}
+    jerk = rng.normal(scale=0.3, size=(n, 3)) if order >= 8 else None
+    return {"x": x, "v": v, "m": m, "a": a, "jerk": jerk, "id": np.arange(n, dtype=np.int64)}
 
 
 def with_rates(row: Row, peak: dict[str, float]) -> Row:
@@ -257,16 +258,18 @@ def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[st
                 each.reset()
                 each.set_time(0.0)
                 each.set_j_particles(np.arange(n), sysd["id"], 0.0, sysd["m"], sysd["x"],
-                                     sysd["v"], a=sysd["a"])
+                                     sysd["v"], a=sysd["a"], jerk=sysd["jerk"])
             return sysd
 
         def call(sysd: dict[str, Any], ni: int, nj: int | None = None,
                  cpu: list[float] | None = None, on: Library = lib) -> tuple[float, float]:
             a = None if sysd["a"] is None else sysd["a"][:ni]
+            jerk = None if sysd["jerk"] is None else sysd["jerk"][:ni]
             k0 = on.kernel_seconds
             c0 = time.process_time()
             t0 = time.perf_counter()
-            on.compute(sysd["x"][:ni], sysd["v"][:ni], sysd["id"][:ni], EPS2, a=a, nj=nj)
+            on.compute(sysd["x"][:ni], sysd["v"][:ni], sysd["id"][:ni], EPS2, a=a, nj=nj,
+                       jerk=jerk)
             wall = time.perf_counter() - t0
             if cpu is not None:
                 cpu.append(time.process_time() - c0)
@@ -355,14 +358,15 @@ def _block_steps(lib: Any, sysd: dict[str, Any], calls: int) -> list[float]:
     j-record is replaced, the time moves on (every j-particle is predicted), and the force
     on it is computed. The particle's data does not change, so nothing drifts."""
     a = None if sysd["a"] is None else sysd["a"][:1]
+    jerk = None if sysd.get("jerk") is None else sysd["jerk"][:1]
     x, v, ids, m = sysd["x"][:1], sysd["v"][:1], sysd["id"][:1], sysd["m"][:1]
     walls = []
     for k in range(calls + 1):
         t = (k + 1) * 1e-9  # tiny steps: predicted positions stay where they were
         t0 = time.perf_counter()
-        lib.set_j_particles([0], ids, t, m, x, v, a=a)
+        lib.set_j_particles([0], ids, t, m, x, v, a=a, jerk=jerk)
         lib.set_time(t)
-        lib.compute(x, v, ids, EPS2, a=a)
+        lib.compute(x, v, ids, EPS2, a=a, jerk=jerk)
         walls.append(time.perf_counter() - t0)
     return walls[1:]
 
@@ -493,7 +497,8 @@ def format_table(report: BenchReport) -> str:
     for tag, src in report.launch_sources.items():
         lines.append(f"launch table, {tag}: {src}")
     peak = ", ".join(f"{k} {v:g}" for k, v in s.peak_gflops.items())
-    lines.append(f"flops per interaction: order 2: {FLOPS[2]}, 4: {FLOPS[4]}, 6: {FLOPS[6]}"
+    lines.append(f"flops per interaction: order 2: {FLOPS[2]}, 4: {FLOPS[4]}, 6: {FLOPS[6]}, "
+                 f"8: {FLOPS[8]}"
                  + (f"; peak GFLOP/s: {peak}" if peak else ""))
     peers = report.peers()
     lines += ["", "N x N (wall time per evaluation; i < N: subset of i-particles timed; "

@@ -89,7 +89,8 @@ def _numpy_peer(s: BenchSettings, common: dict[str, Any], say: Progress) -> list
             sysd = bench_system(n, s.seed, order)
             times, cpus = _repeat(lambda sysd=sysd, order=order: forces(
                 sysd["x"], sysd["v"], sysd["id"], sysd["x"], sysd["v"], sysd["m"], sysd["id"],
-                EPS2, order=order, ai=sysd["a"], aj=sysd["a"]), 2, s.budget / 4)
+                EPS2, order=order, ai=sysd["a"], aj=sysd["a"], ji=sysd["jerk"],
+                jj=sysd["jerk"]), 2, s.budget / 4)
             best = min(times)
             row = with_rates(Row(**common, kind="nxn", code="numpy-reference", order=order,
                             precision="float64", n=n, n_active=n, repeats=len(times),

@@ -324,3 +324,19 @@ def test_lower_orders_have_no_crackle(backend) -> None:
         res = lib.compute(x, v, np.arange(16), EPS2, a=np.zeros((16, 3)),
                           jerk=np.zeros((16, 3)))  # a jerk below order 8 is ignored
         assert res.crackle is None and res.snap is not None
+
+
+def test_bench_counts_144_flops_at_order_8(backend) -> None:
+    """sapporo bench runs order 8 (with i-jerks) and counts 144 flops per interaction."""
+    from sapporo import bench
+
+    s = bench.BenchSettings.tiny(orders=(8,), precisions=("double",), n_list=(256,),
+                                 sweep_n=256, n_active=(1,), peers=("numpy-reference",),
+                                 backend=backend)
+    report = bench.run_bench(s)
+    rows = report.select("nxn", "sapporo") + report.select("nxn", "numpy-reference")
+    assert len(rows) == 2
+    for row in rows:
+        assert row.order == 8
+        assert row.gflops == pytest.approx(row.interactions_per_s * 144 / 1e9)
+    assert bench.FLOPS[8] == 144
