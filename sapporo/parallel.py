@@ -488,7 +488,7 @@ class ParallelLibrary:
     # ------------------------------------------------------------------ j-particles
     def set_j_particles(self, address: Any, index: Any, t: Any, mass: Any, x: Any, v: Any,
                         a: Any = None, jerk: Any = None, snap: Any = None,
-                        crackle: Any = None) -> None:
+                        crackle: Any = None, pop: Any = None, d5: Any = None) -> None:
         """Store j-particles (as :meth:`sapporo.Library.set_j_particles`); each rank keeps
         the addresses of its column. Collective."""
         self._check_open()
@@ -515,10 +515,11 @@ class ParallelLibrary:
                 raise InputError(f"address: value {bad} outside [0, {self._max_address}]")
             mine = np.flatnonzero(addr % self.cols == self.col)
             args = {"index": index, "t": t, "mass": mass, "x": x, "v": v, "a": a,
-                    "jerk": jerk, "snap": snap, "crackle": crackle}
-            local = {k: _rows_of(k, val, n, 0, n, k in ("x", "v", "a", "jerk", "snap",
-                                                        "crackle"))
+                    "jerk": jerk, "snap": snap, "crackle": crackle, "pop": pop, "d5": d5}
+            local = {k: _rows_of(k, val, n, 0, n, k not in ("index", "t", "mass"))
                      for k, val in args.items()}
+            if pop is None and d5 is None:  # as a library of orders 2-6 is called
+                del local["pop"], local["d5"]
             for k, val in local.items():  # named by global position, whoever owns it
                 arr = None if val is None else np.asarray(val)
                 if arr is not None and arr.dtype.kind == "f" and not np.isfinite(arr).all():
@@ -537,7 +538,8 @@ class ParallelLibrary:
             self._lib.set_j_particles(addr[mine] // self.cols, **sel)
             top[0] = hi + 1
 
-        self._checked(store, _digest(address, index, t, mass, x, v, a, jerk, snap, crackle))
+        self._checked(store, _digest(address, index, t, mass, x, v, a, jerk, snap, crackle,
+                                     pop, d5))
         self._n_stored = max(self._n_stored, top[0])
 
     def reset(self) -> None:
@@ -554,12 +556,12 @@ class ParallelLibrary:
 
     # ------------------------------------------------------------------ forces
     def compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None, a: Any = None,
-                nj: int | None = None) -> Any:
+                nj: int | None = None, jerk: Any = None) -> Any:
         """Forces on i-particles from j-addresses [0, nj); blocking. Collective."""
-        return self.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj).result()
+        return self.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj, jerk=jerk).result()
 
     def start_compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None,
-                      a: Any = None, nj: int | None = None) -> _Pending:
+                      a: Any = None, nj: int | None = None, jerk: Any = None) -> _Pending:
         """Start the forces (as :meth:`sapporo.Library.start_compute`); collective, and so
         is the :meth:`result` of what it returns."""
         self._check_open()
@@ -587,9 +589,9 @@ class ParallelLibrary:
             lo, hi = self.row * ni // self.rows, (self.row + 1) * ni // self.rows
             state.update(ni=ni, lo=lo, hi=hi, ngb=h2 is not None, index=index)
             if self.rows == 1:
-                xi, vi, ii, hi2, ai = x, v, index, h2, a
+                xi, vi, ii, hi2, ai, ji = x, v, index, h2, a, jerk
             else:
-                for name, val in (("x", xa), ("v", v), ("a", a), ("h2", h2)):
+                for name, val in (("x", xa), ("v", v), ("a", a), ("h2", h2), ("jerk", jerk)):
                     arr = None if val is None else np.asarray(val)
                     if arr is not None and arr.dtype.kind == "f" and not np.isfinite(arr).all():
                         row = int(np.argwhere(~np.isfinite(arr))[0][0]) if arr.ndim else 0
@@ -599,15 +601,17 @@ class ParallelLibrary:
                 ii = _rows_of("index", index, ni, lo, hi, False)
                 hi2 = _rows_of("h2", h2, ni, lo, hi, False)
                 ai = _rows_of("a", a, ni, lo, hi, True)
+                ji = _rows_of("jerk", jerk, ni, lo, hi, True)
             if hi > lo:
                 # j-addresses [0, njg) of this column, in local addresses
                 nj_loc = min(max(0, -(-(njg - self.col) // self.cols)), self._lib.n_stored)
                 t0 = time.perf_counter()
+                extra = {} if ji is None else {"jerk": ji}  # order 8
                 state["local"] = self._lib.start_compute(xi, vi, ii, eps2, h2=hi2, a=ai,
-                                                         nj=nj_loc)
+                                                         nj=nj_loc, **extra)
                 self.compute_seconds += time.perf_counter() - t0
 
-        self._checked(start, _digest(x, v, index, eps2, h2, a, nj, self._time,
+        self._checked(start, _digest(x, v, index, eps2, h2, a, nj, jerk, self._time,
                                      self._n_stored))
         pending = _Pending(lambda: self._finish(state))
         self._pending = pending
@@ -615,10 +619,12 @@ class ParallelLibrary:
 
     def _ncols(self) -> int:
         """Doubles per i-particle in the exchanged partial results."""
-        return 6 + (3 if self.order >= 4 else 0) + (3 if self.order >= 6 else 0) + 1
+        return (6 + (3 if self.order >= 4 else 0) + (3 if self.order >= 6 else 0)
+                + (3 if self.order >= 8 else 0) + 1)
 
     def _pack(self, res: Any, n: int) -> np.ndarray:
-        """(n, K) partial results: acc, pot, nn_r2, nn_id, [jerk], [snap], counts."""
+        """(n, K) partial results: acc, pot, nn_r2, nn_id, [jerk], [snap], [crackle],
+        counts."""
         k = self._ncols()
         buf = np.zeros((n, k))
         if res is None:
@@ -635,6 +641,9 @@ class ParallelLibrary:
             c += 3
         if self.order >= 6:
             buf[:, c:c + 3] = res.snap
+            c += 3
+        if self.order >= 8:
+            buf[:, c:c + 3] = res.crackle
             c += 3
         if res.neighbour_counts is not None:
             buf[:, c] = res.neighbour_counts
@@ -751,15 +760,18 @@ class ParallelLibrary:
     def _result(self, ForceResult: Any, full: np.ndarray, ngb: bool, lens: Any,
                 lists: Any, index: Any) -> Any:
         c = 6
-        jerk = snap = None
+        jerk = snap = crackle = None
         if self.order >= 4:
             jerk = full[:, c:c + 3].copy()
             c += 3
         if self.order >= 6:
             snap = full[:, c:c + 3].copy()
             c += 3
+        if self.order >= 8:
+            crackle = full[:, c:c + 3].copy()
+            c += 3
         acc, pot = full[:, 0:3].copy(), full[:, 3].copy()
-        checked = [acc, pot[:, None]] + [q for q in (jerk, snap) if q is not None]
+        checked = [acc, pot[:, None]] + [q for q in (jerk, snap, crackle) if q is not None]
         finite = np.isfinite(np.hstack(checked)).all(axis=1)
         if not finite.all():
             bad = np.flatnonzero(~finite)
@@ -770,7 +782,8 @@ class ParallelLibrary:
                 "other(s) after summing the ranks' partial forces (overflow?)"))
         counts = full[:, c].astype(np.int64) if ngb else None
         return ForceResult(
-            acc=acc, jerk=jerk, snap=snap, pot=pot, nn_index=full[:, 5].astype(np.int64),
+            acc=acc, jerk=jerk, snap=snap, crackle=crackle, pot=pot,
+            nn_index=full[:, 5].astype(np.int64),
             nn_r2=full[:, 4].copy(), neighbour_counts=counts,
             overflow=bool(ngb and (counts > self.nb_capacity).any()),
             capacity=self.nb_capacity, _lists=[(lens, lists)] if ngb else [],

@@ -26,7 +26,7 @@ WORLD = MPI.COMM_WORLD
 def same_everywhere(f) -> bool:
     """Whether every rank holds bitwise the same result ``f``."""
     parts = [f.acc, f.pot, f.nn_index, f.nn_r2]
-    parts += [q for q in (f.jerk, f.snap, f.neighbour_counts) if q is not None]
+    parts += [q for q in (f.jerk, f.snap, f.crackle, f.neighbour_counts) if q is not None]
     blob = b"".join(np.ascontiguousarray(p).tobytes() for p in parts)
     if f.neighbour_counts is not None:
         blob += b"".join(f.neighbours(k).tobytes() for k in range(f.ni))
@@ -40,24 +40,29 @@ def case(name: str, rows: int | None, dec: str, order: int, precision: str, n: i
     x, v, m = plummer(n, seed=3)
     rng = np.random.default_rng(5)
     acc = rng.normal(size=(n, 3))
+    jrk = rng.normal(size=(n, 3))
     ids = np.arange(n) * 3 + 7  # ids unrelated to addresses
     addr = np.arange(n)
     order_addr = rng.permutation(n) if shuffle else addr
     sel = rng.choice(n, size=ni, replace=False) if ni < n else np.arange(n)
     kw = {"order": order, "precision": precision, "nb_capacity": nb_capacity}
-    a_i = acc[sel] if order == 6 else None
+    a_i = acc[sel] if order >= 6 else None
+    j_i = jrk[sel] if order == 8 else None
     eps2 = 1e-4
 
     def run(lib) -> object:
         # stored in pieces, out of order when shuffled (the library must not care)
         for chunk in np.array_split(order_addr, 3):
             lib.set_j_particles(addr[chunk], ids[chunk], 0.0, m[chunk], x[chunk], v[chunk],
-                                a=acc[chunk])
+                                a=acc[chunk], jerk=jrk[chunk])
         lib.set_time(0.0)
-        f = lib.compute(x[sel], v[sel], ids[sel], eps2, h2=h2, a=a_i, nj=nj)
+        extra = {} if j_i is None else {"jerk": j_i}
+        f = lib.compute(x[sel], v[sel], ids[sel], eps2, h2=h2, a=a_i, nj=nj, **extra)
         if twice:  # again through start_compute, after re-sending some particles
-            lib.set_j_particles(addr[:5], ids[:5], 0.0, m[:5], x[:5], v[:5], a=acc[:5])
-            f = lib.start_compute(x[sel], v[sel], ids[sel], eps2, h2=h2, a=a_i, nj=nj).result()
+            lib.set_j_particles(addr[:5], ids[:5], 0.0, m[:5], x[:5], v[:5], a=acc[:5],
+                                jerk=jrk[:5])
+            f = lib.start_compute(x[sel], v[sel], ids[sel], eps2, h2=h2, a=a_i, nj=nj,
+                                  **extra).result()
         return f
 
     with ParallelLibrary(decomposition=dec, rows=rows, **kw) as pl:
@@ -74,14 +79,15 @@ def case(name: str, rows: int | None, dec: str, order: int, precision: str, n: i
                and np.array_equal(f.nn_index, f_other.nn_index)
                and np.array_equal(f.nn_r2, f_other.nn_r2)
                and (f.jerk is None or np.array_equal(f.jerk, f_other.jerk))
-               and (f.snap is None or np.array_equal(f.snap, f_other.snap)))}
+               and (f.snap is None or np.array_equal(f.snap, f_other.snap))
+               and (f.crackle is None or np.array_equal(f.crackle, f_other.crackle)))}
     if WORLD.rank != 0:
         return out
     with Library(**kw) as lib:
         g = run(lib)
     k = n if nj is None else nj
     ref = forces(x[sel], v[sel], ids[sel], x[:k], v[:k], m[:k], ids[:k], eps2, order=order,
-                 ai=a_i, aj=acc[:k], h2=h2)
+                 ai=a_i, aj=acc[:k], h2=h2, ji=j_i, jj=jrk[:k] if order == 8 else None)
     err_one = {"acc": relative_vector_error(f.acc, g.acc, ref.acc_abs).max(),
                "pot": relative_vector_error(f.pot, g.pot, ref.pot_abs).max()}
     err_ref = {"acc": relative_vector_error(f.acc, ref.acc, ref.acc_abs).max(),
@@ -92,6 +98,11 @@ def case(name: str, rows: int | None, dec: str, order: int, precision: str, n: i
     if order >= 6:
         err_one["snap"] = relative_vector_error(f.snap, g.snap, ref.snap_abs).max()
         err_ref["snap"] = relative_vector_error(f.snap, ref.snap, ref.snap_abs).max()
+    if order >= 8:
+        err_one["crackle"] = relative_vector_error(f.crackle, g.crackle,
+                                                   ref.crackle_abs).max()
+        err_ref["crackle"] = relative_vector_error(f.crackle, ref.crackle,
+                                                   ref.crackle_abs).max()
     out.update(err_one={q: float(e) for q, e in err_one.items()},
                err_ref={q: float(e) for q, e in err_ref.items()})
     out["nn_same"] = bool((f.nn_index == g.nn_index).all() and (f.nn_r2 == g.nn_r2).all())
@@ -123,6 +134,7 @@ def main() -> None:
         ("2d double order 4 all", None, "2d", 4, "double", 512, 512, 0.02),
         (f"{size}x1 double order 6 block", size, "j", 6, "double", 300, 37, None),
         ("j double order 6 nj", None, "j", 6, "double", 300, 40, 0.05, 256, 250, True, True),
+        ("2d double order 8", None, "2d", 8, "double", 300, 50, 0.05),
         (f"{size}x1 one particle", size, "j", 4, "double", 200, 1, None),
         (f"{size}x1 three particles", size, "j", 4, "double", 200, 3, 0.05),
         ("auto order 2", None, "auto", 2, "double", 256, 64, 0.05),

@@ -96,3 +96,19 @@ def test_one_rank_failing_alone_aborts_the_job(mpiexec: str, tmp_path: Path) -> 
     assert proc.returncode != 0
     assert "mpi_cli: error on rank 1 of 2: RuntimeError: a failure of rank 1 alone" in proc.stderr
     assert "aborting every rank" in proc.stderr
+
+
+def test_order8_on_two_ranks(mpiexec: str, tmp_path: Path) -> None:
+    """The 8th-order integrator (j-particles with pop and d5, i-particles' jerk) on 2 ranks
+    follows one process."""
+    outs = {}
+    for p in (1, 2):
+        out = tmp_path / f"p{p}"
+        proc = launch(mpiexec, p, [*RUN, "--order", "8", "--t-end", "0.0625", "--out",
+                                   str(out)], cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        outs[p] = out
+    s1, s2 = _summary(outs[1]), _summary(outs[2])
+    assert s2["order"] == 8 and s2["mpi_ranks"] == 2 and s2["steps"] == s1["steps"]
+    a, b = (np.load(outs[q] / "snapshot_final.npz") for q in (1, 2))
+    assert np.abs(a["x"] - b["x"]).max() < 1e-9
