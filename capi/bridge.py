@@ -88,6 +88,13 @@ def open_settings(
                     f"{path}: not a text file (a sapporo2.config holds the device count, "
                     "then one device id per line)"
                 ) from None
+    if devices_ is None:
+        # one rank of an MPI job (mpiexec, srun): the device of its rank on the node
+        from sapporo.parallel import launcher_device
+
+        local = launcher_device(backend_)
+        if local is not None:
+            devices_ = [local]
     if isinstance(devices_, int):
         devices_ = _any_devices(backend_, devices_)
     return {
