@@ -59,7 +59,11 @@
  * order 8 also pop and the 5th derivative (0-6). The host passes how many of them hold data;
  * those past it are zero in every stored record. */
 #ifndef PRED_TERMS
+#if ORDER >= 8
+#define PRED_TERMS 6
+#else
 #define PRED_TERMS 4
+#endif
 #endif
 #if PRED_TERMS < 0 || PRED_TERMS > 6 || (PRED_TERMS > 4 && ORDER < 8)
 #error "PRED_TERMS must be 0 to 4 (0 to 6 at order 8)"

@@ -17,6 +17,7 @@ also be bitwise the same under other thread schedules. Tolerances: the error met
 from __future__ import annotations
 
 import contextlib
+import math
 import subprocess
 import sys
 import types
@@ -29,7 +30,7 @@ import pytest
 from cudaemu.fake_pycuda import emulated_cuda, make_fake_pycuda
 
 import sapporo.backend as backend_mod
-from sapporo import reference
+from sapporo import layout, reference
 from sapporo.errors import BackendError, BuildError
 from sapporo.layout import LAYOUT
 
@@ -523,6 +524,9 @@ GPU_VARIANTS = [
     (4, 2, 0, 5, 4, 40, 1),  # shuffles in a block of 20 threads: a partial warp
     (4, 1, 1, 16, 1, 64, 1, 2),  # two i-particles per thread (W = 2)
     (6, 2, 0, 8, 1, 32, 0, 4),  # four per thread, tiles from global memory
+    (8, 2, 1, 8, 4, 64, 1),  # order 8: crackle, predicted jerks, pop and d5
+    (8, 1, 0, 4, 3, 24, 1),  # order 8, double-single, lanes through shared memory
+    (8, 1, 1, 16, 1, 64, 0, 2),  # order 8, two per thread, tiles from global memory
 ]
 
 
@@ -536,13 +540,17 @@ def check_prediction(bufs: dict[str, Any], n: int, order: int, precision: int,
     """
     dtype = np.float32 if precision == 1 else np.float64
     got = {}
-    for name in ("pos", "pos_lo", "vel", "acc"):
-        if (name == "pos_lo" and precision == 2) or (name == "acc" and order < 6):
+    for name in ("pos", "pos_lo", "vel", "acc", "jerk"):
+        if ((name == "pos_lo" and precision == 2) or (name == "acc" and order < 6)
+                or (name == "jerk" and order < 8)):
             continue
         host = np.empty((n, 4), np.float32 if name == "pos_lo" else dtype)
         bufs[name].download(host)
         got[name] = host.astype(np.float64)
-    xs, vs, acc = want
+    xs, vs, acc = want[:3]
+    if order >= 8:  # predicted jerks: compared here, returned by run_forces' caller
+        tol = (1e-6, 1e-7) if precision == 1 else (1e-13, 1e-14)
+        np.testing.assert_allclose(got["jerk"][:, :3], want[3], rtol=tol[0], atol=tol[1])
     if precision == 1:
         pos = got["pos"][:, :3] + got["pos_lo"][:, :3]
         np.testing.assert_allclose(pos, xs, rtol=0, atol=1e-12 * np.abs(xs).max())
@@ -571,17 +579,26 @@ def run_forces(ctx: Any, ext: str, variant: tuple[int, ...], n: int = 700, ni: i
     snap = rng.normal(0, 1e-1, (n, 3))
     tj, t = 0.0, 1.0 / 64
     ids = rng.permutation(np.arange(10, 10 + n))
-    raw = np.zeros((n, RAW_N, 4))
+    raw = np.zeros((n, layout.raw_n(order), 4))
     raw[:, 0, :3], raw[:, 0, 3] = x, m
     raw[:, 1, :3], raw[:, 1, 3] = v, tj
     raw[:, 2, :3], raw[:, 3, :3], raw[:, 4, :3] = a, jerk, snap
+    if order >= 8:  # crackle, pop and d5, which the 8th-order predictor takes
+        raw[:, 5:8, :3] = rng.normal(0, 1e-1, (n, 3, 3))
     addr = rng.permutation(n).astype(np.int32)  # scatter to shuffled addresses
     jids = np.empty(n, np.int64)
     jids[addr] = ids
     mj = np.empty(n)
     mj[addr] = m
-    want = [np.empty((n, 3)) for _ in range(3)]
-    for arr, pred_ref in zip(want, reference.predict(t, tj, x, v, a, jerk, snap), strict=True):
+    if order >= 8:  # x, v, a, jerk through d5, term by term (reference.predict stops at c)
+        d = [x, v] + [raw[:, q, :3] for q in range(2, 8)]
+        h = t - tj
+        preds = [sum(d[k + q] * h**q / math.factorial(q) for q in range(8 - k))
+                 for k in range(4)]
+    else:
+        preds = list(reference.predict(t, tj, x, v, a, jerk, snap))
+    want = [np.empty((n, 3)) for _ in preds]
+    for arr, pred_ref in zip(want, preds, strict=True):
         arr[addr] = pred_ref
 
     base = {"ORDER": order, "PRECISION": precision}
@@ -593,7 +610,7 @@ def run_forces(ctx: Any, ext: str, variant: tuple[int, ...], n: int = 700, ni: i
     bufs = {name: ctx.alloc(size) for name, size in [
         ("addr", n * 4), ("packed", raw.nbytes), ("pid", n * 4), ("raw", raw.nbytes),
         ("jid", n * 4), ("pos", n * 4 * rs), ("pos_lo", n * 16), ("vel", n * 4 * rs),
-        ("acc", n * 4 * rs)]}
+        ("acc", n * 4 * rs), ("jerk", n * 4 * rs)]}
     bufs["addr"].upload(addr)
     bufs["packed"].upload(raw)
     bufs["pid"].upload(ids.astype(np.int32))
@@ -606,19 +623,27 @@ def run_forces(ctx: Any, ext: str, variant: tuple[int, ...], n: int = 700, ni: i
     args.append(bufs["vel"])
     if order >= 6:
         args.append(bufs["acc"])
+    if order >= 8:
+        args.append(bufs["jerk"])
     pred.kernel("predict")((n64,), (64,), *args)
     xp, vp, ap = check_prediction(bufs, n, order, precision, want)
+    jp = want[3] if order >= 8 else np.zeros((n, 3))
+    if order >= 8 and precision == 2:  # as check_prediction: the device's own values
+        jp = np.empty((n, 4))
+        bufs["jerk"].download(jp)
+        jp = jp[:, :3].copy()
 
     # i-particles: the first ni j-particles by address, plus one foreign particle
     sel = np.arange(ni)
-    xi, vi, ai = xp[sel].copy(), vp[sel].copy(), ap[sel].copy()
+    xi, vi, ai, ji = xp[sel].copy(), vp[sel].copy(), ap[sel].copy(), jp[sel].copy()
     idi = jids[sel].copy()
     xi[-1] += 1e-3
     idi[-1] = 5  # an id no j-particle carries: no self-exclusion for it
     h2 = 4.0 * reference.forces(xi, vi, idi, xp, vp, mj, jids, 0.0, order=2).nn_r2
     h2 = np.minimum(h2, np.median(h2))  # a few neighbours each, also for outliers
     ni_pad = -(-ni // (li * w)) * li * w
-    nci = 11 if order >= 6 else 8
+    nci = layout.nci(order)
+    nco = layout.nco(order)
     idata = np.zeros((nci, ni_pad))
     idata[IC["id"], :] = -3
     idata[0:3, :ni] = xi.T
@@ -627,12 +652,14 @@ def run_forces(ctx: Any, ext: str, variant: tuple[int, ...], n: int = 700, ni: i
     idata[IC["h2"], :ni] = h2
     if order >= 6:
         idata[8:11, :ni] = ai.T
+    if order >= 8:
+        idata[11:14, :ni] = ji.T
     eps2 = 1e-4
     jchunk = -(-n // nparts)
     ibuf = ctx.alloc(idata.nbytes)
     ibuf.upload(idata)
-    partial = ctx.alloc(nparts * NCO * ni_pad * 8)
-    final = ctx.alloc(NCO * ni_pad * 8)
+    partial = ctx.alloc(nparts * nco * ni_pad * 8)
+    final = ctx.alloc(nco * ni_pad * 8)
     fargs: list[Any] = [np.int32(n), np.int32(ni), np.int32(ni_pad), np.int32(jchunk),
                         np.float64(eps2), bufs["pos"]]
     if precision == 1:
@@ -640,6 +667,8 @@ def run_forces(ctx: Any, ext: str, variant: tuple[int, ...], n: int = 700, ni: i
     fargs.append(bufs["vel"])
     if order >= 6:
         fargs.append(bufs["acc"])
+    if order >= 8:
+        fargs.append(bufs["jerk"])
     fargs += [bufs["jid"], ibuf, partial]
     if ngb:
         cnt, lst = ctx.alloc(ni_pad * 4), ctx.alloc(ni_pad * 64 * 4)
@@ -653,7 +682,7 @@ def run_forces(ctx: Any, ext: str, variant: tuple[int, ...], n: int = 700, ni: i
         force_prog.kernel("reduce")((REDUCE_LANES, rows), (REDUCE_LANES, REDUCE_ROWS),
                                     np.int32(ni), np.int32(ni_pad), np.int32(nparts), partial,
                                     final)
-        out = np.empty((NCO, ni_pad))
+        out = np.empty((nco, ni_pad))
         final.download(out, wait=False)
         ctx.finish()
         return out
@@ -662,14 +691,14 @@ def run_forces(ctx: Any, ext: str, variant: tuple[int, ...], n: int = 700, ni: i
     again = launch()
     result: dict[str, Any] = {"out": out, "again": again, "ni": ni, "h2": h2}
     result["ref"] = reference.forces(xi, vi, idi, xp, vp, mj, jids, eps2, order=order,
-                                     ai=ai, aj=ap, h2=h2)
+                                     ai=ai, aj=ap, h2=h2, ji=ji, jj=jp)
     result["x"] = (xi, xp, jids)
     if ngb:
         counts, lists = np.empty(ni_pad, np.int32), np.empty((ni_pad, 64), np.int32)
         cnt.download(counts)
         lst.download(lists)
         result["nb"] = (counts, lists)
-    parts = np.empty((nparts, NCO, ni_pad))
+    parts = np.empty((nparts, nco, ni_pad))
     partial.download(parts)
     result["partial"] = parts
     for b in [*bufs.values(), ibuf, partial, final]:
@@ -689,6 +718,8 @@ def check_forces(res: dict[str, Any], variant: tuple[int, ...]) -> None:
         assert err(out[4:7, :ni].T, ref.jerk, ref.jerk_abs).max() < tol
     if order >= 6:
         assert err(out[8:11, :ni].T, ref.snap, ref.snap_abs).max() < tol
+    if order >= 8:
+        assert err(out[12:15, :ni].T, ref.crackle, ref.crackle_abs).max() < tol
     xi, xp, jids = res["x"]
     nn_id = out[OC_NNID, :ni]
     assert (nn_id == np.round(nn_id)).all() and (nn_id >= 0).all()
@@ -748,8 +779,10 @@ def test_cuda_kernels_match_reference(cuda_context: Any, variant: tuple[int, ...
 
 @pytest.mark.parametrize(("variant", "nparts"), [((4, 2, 0, 16, 1, 64, 1), 3),
                                                  ((6, 2, 1, 4, 3, 24, 1), 3),
-                                                 ((4, 2, 0, 16, 1, 64, 1), 45)],
-                         ids=["lj1", "lj3", "lj1-45parts"])
+                                                 ((4, 2, 0, 16, 1, 64, 1), 45),
+                                                 ((8, 2, 1, 4, 3, 24, 1), 3),
+                                                 ((8, 2, 0, 16, 1, 64, 1), 45)],
+                         ids=["lj1", "lj3", "lj1-45parts", "o8-lj3", "o8-45parts"])
 def test_emulated_cuda_equals_opencl_bitwise(opencl_context: Any, variant: tuple[int, ...],
                                              nparts: int) -> None:
     """In double precision, lanes combined in lane order (LJ = 1 or not a power of two),
@@ -781,7 +814,7 @@ def check_padding(res: dict[str, Any], live_end: int) -> None:
     assert live_end < parts.shape[2], "the case has no padding to skip"
     assert (parts[:, 3, ni:live_end] < 0).all()  # potential of computed padding
     dead = parts[:, :, live_end:]
-    sums = [c for c in range(NCO) if c not in (OC_NNR2, OC_NNID)]
+    sums = [c for c in range(parts.shape[1]) if c not in (OC_NNR2, OC_NNID)]
     assert (dead[:, sums] == 0).all()
     assert (dead[:, OC_NNID] == -1).all() and np.isinf(dead[:, OC_NNR2]).all()
 
