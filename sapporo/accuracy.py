@@ -53,13 +53,15 @@ def measure(n: int = 4096, n_active: int = 512, orders=(2, 4, 6),
                 for case in cases:
                     spec = CASES[case]
                     x = x0 + spec["shift"]
-                    a = ref.forces(x, v, ids, x, v, m, ids, 1e-4, order=2).acc
+                    f4 = ref.forces(x, v, ids, x, v, m, ids, 1e-4, order=4)
+                    a, jk = f4.acc, f4.jerk  # the jerks matter at order 8 only
                     lib.reset()
-                    lib.set_j_particles(ids, ids, 0.0, m, x, v, a=a)
+                    lib.set_j_particles(ids, ids, 0.0, m, x, v, a=a, jerk=jk)
                     lib.set_time(0.0)
-                    f = lib.compute(x[sel], v[sel], ids[sel], spec["eps2"], a=a[sel])
+                    f = lib.compute(x[sel], v[sel], ids[sel], spec["eps2"], a=a[sel],
+                                    jerk=jk[sel])
                     r = ref.forces(x[sel], v[sel], ids[sel], x, v, m, ids, spec["eps2"],
-                                   order=order, ai=a[sel], aj=a)
+                                   order=order, ai=a[sel], aj=a, ji=jk[sel], jj=jk)
                     ea = ref.relative_vector_error(f.acc, r.acc, r.acc_abs)
                     ej = (ref.relative_vector_error(f.jerk, r.jerk, r.jerk_abs).max()
                           if order >= 4 else None)

@@ -247,13 +247,15 @@ def parse_config(text: str) -> LaunchConfig:
 
 
 def _system(n: int, order: int, seed: int = 11) -> dict[str, np.ndarray]:
-    """A Plummer sphere with velocities and (random, order 6) accelerations."""
+    """A Plummer sphere with velocities and (random, orders 6, 8) accelerations (and, order 8,
+    jerks)."""
     from .reference import plummer
 
     x, v, m = plummer(n, seed=seed)
     rng = np.random.default_rng(seed + 1)
     a = rng.normal(scale=0.3, size=(n, 3)) if order >= 6 else None
-    return {"x": x, "v": v, "m": m, "a": a, "id": np.arange(n, dtype=np.int64)}
+    jerk = rng.normal(scale=0.3, size=(n, 3)) if order >= 8 else None
+    return {"x": x, "v": v, "m": m, "a": a, "jerk": jerk, "id": np.arange(n, dtype=np.int64)}
 
 
 def _launch_key(cfg: LaunchConfig, info: DeviceInfo, ni: int, nj: int) -> tuple:
@@ -269,10 +271,11 @@ def _call(lib: Any, cfg: LaunchConfig, sysd: dict[str, np.ndarray], ni: int,
     seconds."""
     lib.set_launch_table(LaunchTable([(NI_CHUNK, cfg)], source="tuning"))
     a = None if sysd["a"] is None else sysd["a"][:ni]
+    jerk = None if sysd["jerk"] is None else sysd["jerk"][:ni]
     k0 = lib.kernel_seconds
     c0 = time.process_time()
     t0 = time.perf_counter()
-    lib.compute(sysd["x"][:ni], sysd["v"][:ni], sysd["id"][:ni], EPS2, a=a, nj=nj)
+    lib.compute(sysd["x"][:ni], sysd["v"][:ni], sysd["id"][:ni], EPS2, a=a, nj=nj, jerk=jerk)
     return {"wall": time.perf_counter() - t0, "kernel": lib.kernel_seconds - k0,
             "cpu": time.process_time() - c0}
 
@@ -303,21 +306,25 @@ def verify_config(lib: Any, cfg: LaunchConfig, n_active: Sequence[int], nj: int 
     s = _system(nj, lib.order, seed=seed)
     lib.reset()
     lib.set_time(0.0)
-    lib.set_j_particles(np.arange(nj), s["id"], 0.0, s["m"], s["x"], s["v"], a=s["a"])
+    lib.set_j_particles(np.arange(nj), s["id"], 0.0, s["m"], s["x"], s["v"], a=s["a"],
+                        jerk=s["jerk"])
     lib.set_launch_table(LaunchTable([(NI_CHUNK, cfg)], source="verification"))
     worst = 0.0
     for ni in sorted({max(1, min(k, nj)) for k in n_active}):
         sel = np.linspace(0, nj - 1, ni).astype(np.int64)
         a = None if s["a"] is None else s["a"][sel]
-        got = lib.compute(s["x"][sel], s["v"][sel], s["id"][sel], EPS2, a=a)
+        jerk = None if s["jerk"] is None else s["jerk"][sel]
+        got = lib.compute(s["x"][sel], s["v"][sel], s["id"][sel], EPS2, a=a, jerk=jerk)
         ref = forces(s["x"][sel], s["v"][sel], s["id"][sel], s["x"], s["v"], s["m"], s["id"],
-                     EPS2, order=lib.order, ai=a, aj=s["a"])
+                     EPS2, order=lib.order, ai=a, aj=s["a"], ji=jerk, jj=s["jerk"])
         errs = [relative_vector_error(got.acc, ref.acc, ref.acc_abs),
                 relative_vector_error(got.pot, ref.pot, ref.pot_abs)]
         if lib.order >= 4:
             errs.append(relative_vector_error(got.jerk, ref.jerk, ref.jerk_abs))
         if lib.order >= 6:
             errs.append(relative_vector_error(got.snap, ref.snap, ref.snap_abs))
+        if lib.order >= 8:
+            errs.append(relative_vector_error(got.crackle, ref.crackle, ref.crackle_abs))
         worst = max(worst, max(float(np.max(e)) for e in errs))
     return worst
 
