@@ -317,9 +317,14 @@ def test_small_launches_keep_one_part(monkeypatch):
         assert dev.small_launch(1, n) and plan.nparts == 1
         r = ref.forces(x[:1], v[:1], ids[:1], x, v, m, ids, 1e-4, order=4)
         assert ref.relative_vector_error(f.acc, r.acc, r.acc_abs).max() <= 1e-12
-        lib.compute(x, v, ids, 1e-4)
-        big = [p for k, p in dev._plans.items() if k[1] == n]
-        assert not dev.small_launch(n, n) and big and big[0].nparts > 1
+    monkeypatch.setenv("SAPPORO_SMALL_PAIRS", "0")  # the same launch on the threaded device
+    with sapporo.Library(order=4, precision="double", backend="opencl") as lib:
+        lib.set_j_particles(ids, ids, 0.0, m, x, v)
+        dev = lib._devs[0]
+        g = lib.compute(x[:1], v[:1], ids[:1], 1e-4)
+        (plan,) = dev._plans.values()
+        assert not dev.small_launch(1, n) and plan.nparts > 1
+        np.testing.assert_allclose(g.acc, f.acc, rtol=1e-14)
 
 
 def test_kernel_binaries_are_cached_across_contexts(monkeypatch, tmp_path):
