@@ -58,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
             if d.companion:
                 w(f"     small launches (SAPPORO_SMALL_PAIRS) on {d.companion}, the "
                   "single-threaded device on the same memory\n")
+        for why in getattr(s.backend, "skipped", []):
+            w(f"  skipped: {why}\n")
     w("\n")
     if error is None:
         w(f"selected: {chosen_name} device 0: {chosen_dev.name}\n")

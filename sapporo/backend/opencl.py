@@ -676,6 +676,8 @@ class OpenCLBackend(Backend):
             raise BackendError(f"PyOpenCL is not importable: {_IMPORT_ERROR}")
         self._devices: list[tuple[DeviceInfo, Any]] | None = None
         self.reason = ""
+        #: platforms left out, and why (e.g. a PoCL that cannot build for this CPU)
+        self.skipped: list[str] = []
 
     def _scan(self) -> list[tuple[DeviceInfo, Any]]:
         if self._devices is not None:
@@ -707,6 +709,7 @@ class OpenCLBackend(Backend):
                        f"cannot build kernels here: {broken}")
                 log.info("%s; its devices are skipped. %s", why, _POCL_HINT)
                 self.reason = f"{why}. {_POCL_HINT}"
+                self.skipped.append(why)
                 continue
             companion = None
             if any(quirks.is_pocl_threaded_cpu(n) for n in names):
