@@ -248,6 +248,7 @@ def test_a_pocl_that_cannot_build_is_skipped():
             assert platform.name.strip() not in names or len(
                 [p for p in platforms if p.name == platform.name]) > 1
             assert "apt install pocl-opencl-icd" in backend.reason
+            assert any("cannot build kernels here" in why for why in backend.skipped)
 
 
 def test_companion_device_names():
