@@ -154,7 +154,7 @@ class ReferenceForces:
     ----------
     acc, jerk, snap : ndarray, shape (ni, 3)
         Acceleration and its first two time derivatives (jerk when order >= 4, snap when
-        order == 6, else None).
+        order >= 6, else None).
     pot : ndarray, shape (ni,)
         Potential, ``-sum_j m_j / R``.
     nn_index : ndarray, shape (ni,), int64
