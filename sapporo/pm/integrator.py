@@ -40,9 +40,16 @@ class Leapfrog:
         Masses.
     dt : float
         Time step.
+    sort_every : int
+        Reorder the particles by mesh cell at the start and every this many steps (0:
+        never). Assignment and interpolation then touch nearby mesh points one after the
+        other (5x faster interpolation at 128^3 on a CPU, docs/pm.md). The forces do not
+        depend on the order (deterministic assignment), so neither does the trajectory;
+        :meth:`state` returns the particles in the order given.
     """
 
-    def __init__(self, mesh: ParticleMesh, x: Any, v: Any, m: Any, dt: float):
+    def __init__(self, mesh: ParticleMesh, x: Any, v: Any, m: Any, dt: float,
+                 sort_every: int = 20):
         try:
             dt = float(dt)
         except (TypeError, ValueError):
@@ -53,7 +60,14 @@ class Leapfrog:
         v = np.asarray(v, dtype=np.float64)
         if v.shape != x.shape or not np.isfinite(v).all():
             raise InputError(f"v: expected finite values of shape {x.shape}")
+        if isinstance(sort_every, bool) or not isinstance(sort_every, int) or sort_every < 0:
+            raise InputError(f"sort_every: expected an integer >= 0, got {sort_every!r}")
         self.mesh, self.dt, self.n = mesh, dt, x.shape[0]
+        self.sort_every = sort_every
+        self.order = np.arange(self.n)  # original index of the particle at each position
+        if sort_every:
+            perm = self._cell_order(x)
+            x, v, m, self.order = x[perm], v[perm], m[perm], perm
         self.m = m.copy()
         self.t = 0.0
         self.steps = 0
@@ -67,6 +81,35 @@ class Leapfrog:
         self.totals = dict.fromkeys(STEP_STAGES, 0.0)
         self.force_calls = 0
         self._forces()
+
+    def _cell_order(self, x: np.ndarray) -> np.ndarray:
+        """The permutation that sorts positions by mesh cell (stable)."""
+        mesh = self.mesh
+        u = np.floor((x + mesh.box / 2) * (1.0 / mesh.h)).astype(np.int64)
+        np.clip(u, 0, mesh.grid - 1, out=u)
+        cell = (u[:, 0] * mesh.grid + u[:, 1]) * mesh.grid + u[:, 2]
+        return np.argsort(cell, kind="stable")
+
+    def _resort(self) -> None:
+        """Reorder the device's particle arrays by cell (the queue must be idle)."""
+        mesh, n = self.mesh, self.n
+        ctx = mesh._require_open()
+        it = mesh.dtype.itemsize
+        x = mesh._host_positions()
+        perm = self._cell_order(x)
+        if np.array_equal(perm, np.arange(n)):
+            return
+        arrays = [(mesh._x, 3), (self._v, 3), (mesh._acc, 3), (mesh._m, 1), (mesh._pot, 1)]
+        for hb, width in arrays[1:]:
+            hb.from_device(width * n * it)
+        ctx.finish()
+        for hb, width in arrays:
+            view = hb.view(mesh.dtype, (n, width))
+            view[...] = view[perm]
+            hb.to_device(width * n * it)
+        ctx.finish()
+        self.m = self.m[perm]
+        self.order = self.order[perm]
 
     def _forces(self) -> None:
         times = self.mesh._compute()
@@ -111,25 +154,33 @@ class Leapfrog:
             t0 = time.perf_counter()
             self._kick(0.5 * self.dt)
             ctx.finish()
-            self.totals["update"] += time.perf_counter() - t0
             self.steps += 1
+            if self.sort_every and self.steps % self.sort_every == 0:
+                self._resort()
+            self.totals["update"] += time.perf_counter() - t0
 
     def state(self) -> tuple[np.ndarray, np.ndarray]:
-        """Copies of the positions and velocities (float64)."""
-        x = self.mesh._host_positions().astype(np.float64)
+        """Copies of the positions and velocities (float64), in the order given."""
+        xs = self.mesh._host_positions().astype(np.float64)
         self._v.from_device()
         self.mesh._require_open().finish()
-        return x, self._v.view(self.mesh.dtype, (self.n, 3)).astype(np.float64)
+        vs = self._v.view(self.mesh.dtype, (self.n, 3)).astype(np.float64)
+        x, v = np.empty_like(xs), np.empty_like(vs)
+        x[self.order] = xs
+        v[self.order] = vs
+        return x, v
 
     def energies(self) -> tuple[float, float]:
         """Kinetic and potential energy now."""
-        _, v = self.state()
-        _, pot = self.mesh._results()
+        self._v.from_device()
+        _, pot = self.mesh._results()  # waits for the queue
+        v = self._v.view(self.mesh.dtype, (self.n, 3)).astype(np.float64)  # internal order
         kin = 0.5 * float(np.sum(self.m * np.sum(v * v, axis=1)))
         return kin, 0.5 * float(np.sum(self.m * pot))
 
     def mean_step_times(self) -> dict[str, float]:
-        """Seconds per step by stage (force stages per force call, update per step)."""
+        """Seconds per step by stage (force stages per force call; update per step,
+        including the reordering by cell every ``sort_every`` steps)."""
         out = {k: self.totals[k] / max(self.force_calls, 1) for k in STAGES}
         out["update"] = self.totals["update"] / max(self.steps, 1)
         return out
