@@ -46,8 +46,11 @@ MAX_ADDRESS = 2**31 - 2
 #: the lists of a chunk of NI_CHUNK i-particles take NI_CHUNK * capacity * 4 bytes (2 GiB)
 MAX_NB_CAPACITY = 65536
 #: predictions of at most this many j-particles run on the companion device with a small
-#: force launch (N = 16k: 364 us with it against 349 us on the threaded device)
-SMALL_PREDICT_MAX = 8192
+#: force launch: there the force launch need not wait for the threaded device's hand-off.
+#: Block step of one particle, PoCL 3.1 on 2 Zen 5 cores: N = 16k 132-136 us against
+#: 169-201 us with the prediction on the threaded device, N = 32k 208-215 against 241-245;
+#: at N = 64k and 4 active particles the threaded device wins (501-845 against 965 us)
+SMALL_PREDICT_MAX = 32768
 #: the smallest normal float: double-single computes pair terms in float, where a smaller
 #: non-zero mass is a denormal (or zero) and its force is silently lost
 FLT_MIN = 1.1754943508222875e-38
