@@ -340,3 +340,65 @@ def test_bench_counts_144_flops_at_order_8(backend) -> None:
         assert row.order == 8
         assert row.gflops == pytest.approx(row.interactions_per_s * 144 / 1e9)
     assert bench.FLOPS[8] == 144
+
+
+_TWO_DEVICES = """
+import json, sys
+import numpy as np
+import sapporo
+from sapporo import reference as ref
+
+n = 601
+x, v, m = ref.plummer(n, seed=8)
+rng = np.random.default_rng(8)
+ids = np.arange(n) + 3
+d = [rng.normal(0, s, (n, 3)) for s in (1.0, 1.0, 3.0, 10.0, 30.0, 100.0)]
+dt = 1.0 / 128
+terms = [x, v, *d]
+xp, vp, ap, jp = (sum(terms[k + q] * dt**q / np.prod(range(1, q + 1)) for q in range(8 - k))
+                  for k in range(4))
+with sapporo.Library(order=8, precision="double", backend="opencl", devices="all") as lib:
+    addr = rng.permutation(n)
+    lib.set_j_particles(addr, ids[addr], 0.0, m[addr], x[addr], v[addr], *(q[addr] for q in d))
+    lib.set_time(dt)
+    sel = np.arange(0, n, 4)
+    f = lib.compute(xp[sel], vp[sel], ids[sel], 1e-4, h2=0.02, a=ap[sel], jerk=jp[sel])
+    r = ref.forces(xp[sel], vp[sel], ids[sel], xp, vp, m, ids, 1e-4, order=8, ai=ap[sel],
+                   aj=ap, ji=jp[sel], jj=jp, h2=0.02)
+    out = {"ndev": lib.ndev, "nn": bool((f.nn_index == r.nn_index).all()),
+           "lists": bool(all(np.array_equal(f.neighbours(k), r.neighbours[k])
+                             for k in range(len(sel))))}
+    for q in ("acc", "jerk", "snap", "crackle"):
+        out[q] = float(ref.relative_vector_error(getattr(f, q), getattr(r, q),
+                                                 getattr(r, q + "_abs")).max())
+json.dump(out, sys.stdout)
+"""
+
+
+def test_two_pocl_devices_order8() -> None:
+    """Order 8 over two PoCL devices (addresses round-robin, parts combined on the host):
+    the reference's bounds, exact neighbours (as tests/test_multidevice.py for the others)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from sapporo.backend import get_backend
+    from sapporo.errors import BackendError
+
+    try:
+        names = [dev.name for dev in get_backend("opencl").devices()]
+    except BackendError as exc:
+        pytest.skip(f"no OpenCL: {exc}")
+    if not any(name.startswith("pthread") for name in names):
+        pytest.skip(f"not PoCL's CPU driver ({names})")
+    env = dict(os.environ, POCL_DEVICES="pthread pthread", SAPPORO_BACKEND="opencl")
+    env.pop("SAPPORO_DEVICES", None)
+    proc = subprocess.run([sys.executable, "-c", _TWO_DEVICES], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(proc.stdout)
+    assert res["ndev"] == 2
+    assert res["nn"] and res["lists"]
+    for q in ("acc", "jerk", "snap", "crackle"):
+        assert res[q] <= 1e-12, (q, res)
