@@ -360,37 +360,43 @@ _USAGE = (
 
 
 def plot_block_step(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
-    """The latency budget of block steps (``sapporo bench --block-step``): per N, the time
-    of a step against N_active, split into device time and the host's phases."""
+    """The latency budget of block steps (``sapporo bench --block-step``): per N, where the
+    time of a step goes (device, argument checks, storing, the rest of the host's work) as
+    shares of the step against N_active, with the step's time written above each bar."""
     plt = _pyplot()
     ns = sorted({int(r["n"]) for r in rows})
     fig, axes = plt.subplots(1, len(ns), figsize=(4.2 * len(ns), 3.8), sharey=True,
                              squeeze=False)
-    colours = {"device": "#4c72b0", "checks": "#dd8452", "store": "#937860",
-               "host other": "#c44e52"}
+    colours = {"device": "#4c72b0", "argument checks": "#dd8452", "store": "#937860",
+               "other host work": "#c44e52"}
     for ax, n in zip(axes[0], ns, strict=True):
         sel = sorted((r for r in rows if int(r["n"]) == n), key=lambda r: r["n_active"])
         xs = np.arange(len(sel))
-        device = np.array([r["device_us"] for r in sel])
+        wall = np.array([r["wall_us"] for r in sel])
+        device = np.minimum(np.array([r["device_us"] for r in sel]), wall)
         checks = np.array([r["checks_us"] for r in sel])
         store = np.array([r["store_us"] for r in sel])
-        other = np.maximum(np.array([r["wall_us"] for r in sel]) - device - checks - store, 0)
+        other = np.maximum(wall - device - checks - store, 0)
+        total = device + checks + store + other
         bottom = np.zeros(len(sel))
-        for label, vals in (("device", device), ("checks", checks), ("store", store),
-                            ("host other", other)):
-            ax.bar(xs, vals, bottom=bottom, color=colours[label], label=label, width=0.7)
-            bottom += vals
+        for label, vals in (("device", device), ("argument checks", checks), ("store", store),
+                            ("other host work", other)):
+            share = 100 * vals / total
+            ax.bar(xs, share, bottom=bottom, color=colours[label], label=label, width=0.7)
+            bottom += share
+        for x, w in zip(xs, wall, strict=True):
+            ax.text(x, 101, f"{w:.0f}", ha="center", va="bottom", fontsize=7)
         ax.set_xticks(xs, [str(r["n_active"]) for r in sel])
         ax.set_xlabel("N_active")
-        ax.set_yscale("log")
-        ax.set_title(f"N = {n}")
-        ax.grid(True, axis="y", alpha=0.3)
-    axes[0][0].set_ylabel("time per block step [us]")
-    axes[0][0].legend(fontsize=8, loc="upper left")
-    device_name = rows[0].get("device", "") if rows else ""
-    fig.suptitle(f"block step: {rows[0]['order'] if rows else ''}th order "
-                 f"{rows[0]['precision'] if rows else ''}, {device_name}", fontsize=9)
-    fig.tight_layout()
+        ax.set_ylim(0, 112)
+        ax.set_title(f"N = {n} (us per step above the bars)", fontsize=9)
+    axes[0][0].set_ylabel("share of a block step [%]")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    first = rows[0] if rows else {}
+    fig.suptitle(f"block step, order {first.get('order', '')} {first.get('precision', '')}, "
+                 f"{first.get('device', '')}", fontsize=9)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     return _save(fig, path)
 
 
