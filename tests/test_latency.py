@@ -48,3 +48,20 @@ def test_cli_block_step_writes_table_csv(tmp_path) -> None:
     assert [(r["n"], r["n_active"]) for r in rows] == [("256", "1"), ("256", "16")]
     assert all(float(r["device_us"]) > 0 for r in rows)
     assert (out / "block-step.md").read_text().count("| 256 |") == 2
+
+
+def test_write_sweep_with_figure(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    rows = []
+    for n in (256, 1024):
+        for na in (1, 16):
+            row = {"n": n, "n_active": na, "order": 4, "precision": "double", "device": "x",
+                   "steps": 10, "wall_us": 100.0 + na, "wall_min_us": 90.0,
+                   "device_us": 20.0 + na, "host_us": 80.0, "commands": 2.0,
+                   "interactions_per_s": 1e8, "gflops": 6.0}
+            row.update({f"{p}_us": 5.0 for p in latency.PHASES})
+            rows.append(row)
+    paths = latency.write_sweep(rows, tmp_path)
+    png = tmp_path / "block-step.png"
+    assert png in paths and png.stat().st_size > 10_000
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
