@@ -24,17 +24,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", default=None)
     p.add_argument("--device", type=int, default=None)
     p.add_argument("--json", default=None, help="also write the raw result here")
+    p.add_argument("--sorted", action="store_true",
+                   help="particles ordered by mesh cell for both implementations")
     args = p.parse_args(argv)
     grids = [int(g) for g in args.grids.split(",") if g]
     load = os.getloadavg()[0]
     print(f"load average before: {load:.2f}" + ("  (NOT QUIET: figures unreliable)"
                                                if load >= 0.5 else ""))
     res = bench(grids, steps=args.steps, backend=args.backend, device=args.device,
-                progress=lambda line: print(line, file=sys.stderr))
+                progress=lambda line: print(line, file=sys.stderr), sort=args.sorted)
     res["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     res["load_before"] = load
     res["load_after"] = os.getloadavg()[0]
     print(f"device: {res['device']}; {res['date']}; load {load:.2f} -> {res['load_after']:.2f}")
+    print(f"particles {'sorted by cell' if args.sorted else 'in random order'}")
     print(markdown_table(res))
     rows = assignment_timing(grids, backend=args.backend, device=args.device)
     res["assignment"] = rows

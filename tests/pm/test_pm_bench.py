@@ -4,6 +4,7 @@ asserted)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from sapporo.pm.bench import NumpyPM, bench, markdown_table
 
@@ -21,8 +22,10 @@ def test_numpy_baseline_matches_device(backend, meshes) -> None:
     assert np.abs(pot - r.pot).max() < 1e-11 * np.abs(r.pot).max()
 
 
-def test_bench_runs(backend) -> None:
-    res = bench([8], steps=1, backend=backend)
+@pytest.mark.parametrize("sort", [False, True])
+def test_bench_runs(backend, sort) -> None:
+    res = bench([8], steps=1, backend=backend, sort=sort)
+    assert res["sorted"] is sort
     (row,) = res["rows"]
     assert row["grid"] == 8 and row["n"] == 512
     assert set(row["device"]) == set(row["numpy"]) == {
