@@ -8,8 +8,8 @@ that costs no copy). One step:
     v += a dt / 2;  x += v dt;  a = PM(x);  v += a dt / 2
 
 The energy is ``sum m v^2 / 2 + sum m phi / 2`` with the mesh potential at the particles,
-which includes each particle's own mesh self-energy (a share of order (box / h) / N of the
-total, see docs/pm.md).
+which includes each particle's own mesh self-energy (1e-4 of the total for 32k
+particles on a 32^3 mesh, see docs/pm.md).
 """
 
 from __future__ import annotations
