@@ -56,3 +56,17 @@ def test_pm_bad_choice_exits_2(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["pm", "--ic", "hernquist"])
     assert exc.value.code == 2
+
+
+def test_pm_without_matplotlib(backend, tmp_path, monkeypatch, caplog) -> None:
+    """No matplotlib: the run completes, writes no plots and says so."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    out = tmp_path / "run"
+    code = main(["pm", "--n", "300", "--grid", "16", "--t-end", "0.02", "--dt", "0.02",
+                 "--backend", backend, "--out", str(out)])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["plots"] == [] and not list(out.glob("*.png"))
+    assert "matplotlib is not installed" in caplog.text
