@@ -11,7 +11,8 @@ from sapporo.cli import main
 
 
 @pytest.mark.parametrize("model,extra", [("plummer", []), ("disk", ["--solver", "multigrid"]),
-                                         ("uniform", ["--window", "tsc"])])
+                                         ("uniform", ["--window", "tsc"]),
+                                         ("plummer", ["--p3m", "--window", "tsc"])])
 def test_pm_command(backend, tmp_path, capsys, model, extra) -> None:
     out = tmp_path / "run"
     code = main(["pm", "--ic", model, "--n", "600", "--grid", "16", "--t-end", "0.06",
@@ -23,8 +24,11 @@ def test_pm_command(backend, tmp_path, capsys, model, extra) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 3 and summary["status"] == "completed"
     assert summary["boundary"] == ("periodic" if model == "uniform" else "isolated")
-    assert set(summary["seconds_per_step"]) == {"assignment", "poisson", "gradient",
-                                                "interpolation", "update"}
+    stages = {"assignment", "poisson", "gradient", "interpolation", "update"}
+    if "--p3m" in extra:
+        stages.add("short_range")
+        assert summary["solver"] == "p3m"
+    assert set(summary["seconds_per_step"]) == stages
     assert all(t > 0 for t in summary["seconds_per_step"].values())
     e = summary["energy"]
     assert e["relative_error_final"] == pytest.approx(
@@ -44,6 +48,7 @@ def test_pm_command(backend, tmp_path, capsys, model, extra) -> None:
     (["--dt", "0"], "--dt"),
     (["--ic", "uniform", "--solver", "multigrid"], "multigrid"),
     (["--solver", "multigrid", "--grid", "36"], "multigrid"),
+    (["--p3m", "--solver", "multigrid"], "--p3m"),
     (["--grid", "8", "--window", "tsc", "--stencil", "4", "--n", "100"], "enlarge --box"),
 ])
 def test_pm_usage_errors(tmp_path, capsys, args, message) -> None:
