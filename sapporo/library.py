@@ -331,24 +331,29 @@ class Library:
         elif pop is not None or d5 is not None:
             raise InputError(f"{'pop' if pop is not None else 'd5'}: the 4th and 5th "
                              "derivatives are taken at order 8 only")
+        given = 1  # the highest record given (1: x and v only)
         for q, (name, val) in enumerate(derivs, start=2):
             if val is not None:
                 rec[:, q, :3] = vec3(name, val, n)
+                given = q
         if ph is not None:
             ph["checks"] += _now() - t0
-        self._store_checked(addr, ids, rec)
+        self._store_checked(addr, ids, rec, given)
 
-    def _store_checked(self, addr: np.ndarray, ids: np.ndarray, rec: np.ndarray) -> None:
+    def _store_checked(self, addr: np.ndarray, ids: np.ndarray, rec: np.ndarray,
+                       given: int | None = None) -> None:
         """:meth:`set_j_particles` after its checks: ``addr`` and ``ids`` int64 in range,
-        ``rec`` the (n, raw_n(order), 4) raw records, finite (the C API checks them in C). The
-        caller holds the lock and has checked that the library is open."""
+        ``rec`` the (n, raw_n(order), 4) raw records, finite (the C API checks them in C),
+        ``given``: the highest record that may be non-zero (None: any). The caller holds
+        the lock and has checked that the library is open."""
         ph = self._phases
         t0 = _now() if ph is not None else 0.0
         terms = self._pred_terms
-        if terms < self._raw_n - 2:
+        top_q = self._raw_n - 1 if given is None else min(given, self._raw_n - 1)
+        if terms < top_q - 1:
             # derivative records the predictor must read from now on: the highest that
             # holds a non-zero value (the records just stored make the next call predict)
-            for q in range(self._raw_n - 1, 1 + terms, -1):
+            for q in range(top_q, 1 + terms, -1):
                 if rec[:, q, :3].any():
                     terms = q - 1
                     break
