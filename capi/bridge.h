@@ -9,12 +9,14 @@ int shim_py_open(int order, const char *precision, const char *backend, int ndev
 int shim_py_close(void);
 int shim_py_set_j(int n, const int *address, const int *index, const double *t,
                   const double *mass, const double *x, const double *v, const double *a,
-                  const double *jerk, const double *snap, const double *crackle);
+                  const double *jerk, const double *snap, const double *crackle,
+                  const double *pop, const double *d5);
 int shim_py_set_time(double t);
 int shim_py_start(int nj, int ni, const int *index, const double *x, const double *v,
-                  const double *a, double eps2, const double *h2, int set_time, double ti);
-int shim_py_finish(int ni, double *acc, double *jerk, double *snap, double *pot, int *nnb,
-                   double *nn_r2);
+                  const double *a, const double *jerk, double eps2, const double *h2,
+                  int set_time, double ti);
+int shim_py_finish(int ni, double *acc, double *jerk, double *snap, double *crackle,
+                   double *pot, int *nnb, double *nn_r2);
 int shim_py_read_neighbours(int *ni, const int **offsets, const int **counts,
                             const int **ids);
 int shim_py_device_count(void);

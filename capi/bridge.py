@@ -25,7 +25,7 @@ from sapporo.errors import (
     NonFiniteError,
     SapporoError,
 )
-from sapporo.layout import RAW_N
+from sapporo.layout import raw_n
 from sapporo.library import MAX_ID
 from sapporo.validate import COORD_LIMIT, int_arg, scalar, vec3
 
@@ -208,8 +208,11 @@ class Bridge:
         jerk: np.ndarray,
         snap: np.ndarray | None,
         crackle: np.ndarray | None,
+        pop: np.ndarray | None = None,
+        d5: np.ndarray | None = None,
     ) -> None:
-        """Store a batch of j-particles (unscaled derivatives; None means zero).
+        """Store a batch of j-particles (unscaled derivatives; None means zero; ``pop`` and
+        ``d5``, the 4th and 5th derivatives, at order 8 only).
 
         The C half has checked them (finite values, addresses within the device memory,
         indices >= 0), so they go to the library's checked path: only what C does not
@@ -219,8 +222,12 @@ class Bridge:
         n = int(address.shape[0])
         if n == 0:
             return
+        high = {k: val for k, val in (("pop", pop), ("d5", d5)) if val is not None}
+        if high and lib.order < 8:
+            raise InputError(f"{next(iter(high))}: the 4th and 5th derivatives are taken at "
+                             f"order 8 only (the library has order {lib.order})")
         if not hasattr(lib, "_store_checked"):  # a stand-in library (tests)
-            lib.set_j_particles(address, index, t, mass, x, v, a, jerk, snap, crackle)
+            lib.set_j_particles(address, index, t, mass, x, v, a, jerk, snap, crackle, **high)
             return
         with lib._lock:
             lib._check_open()
@@ -228,12 +235,12 @@ class Bridge:
                 vec3("x", x, n, limit=COORD_LIMIT)  # raises, naming the row
             if lib.precision == "double-single":
                 lib._check_float_masses(mass)
-            rec = np.zeros((n, RAW_N, 4), dtype=np.float64)
+            rec = np.zeros((n, raw_n(lib.order), 4), dtype=np.float64)
             rec[:, 0, :3] = x
             rec[:, 0, 3] = mass
             rec[:, 1, :3] = v
             rec[:, 1, 3] = t
-            for q, val in enumerate((a, jerk, snap, crackle), start=2):
+            for q, val in enumerate((a, jerk, snap, crackle, pop, d5), start=2):
                 if val is not None:
                     rec[:, q, :3] = val
             lib._store_checked(address.astype(np.int64), index.astype(np.int64), rec)
@@ -252,8 +259,10 @@ class Bridge:
         a: np.ndarray | None,
         eps2: float,
         h2: np.ndarray | None,
+        jerk: np.ndarray | None = None,
     ) -> None:
-        """Start a force call (firsthalf); ``h2`` that is all <= 0 switches lists off.
+        """Start a force call (firsthalf); ``h2`` that is all <= 0 switches lists off;
+        ``jerk``: the i-particles' predicted jerks (order 8).
 
         A negative ``h2[i]`` among positive ones gives particle i an empty list (no r^2 is
         below it), as on GRAPE-6; NaN is still refused by the library.
@@ -272,9 +281,11 @@ class Bridge:
                 h2 = None
             elif (h2 < 0.0).any():
                 h2 = np.maximum(h2, 0.0)
-        a = a if lib.order == 6 else None
+        a = a if lib.order >= 6 else None
+        jerk = jerk if lib.order >= 8 else None
         if not hasattr(lib, "_start_checked"):  # a stand-in library (tests)
-            self._pending = lib.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj)
+            extra = {} if jerk is None else {"jerk": jerk}
+            self._pending = lib.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj, **extra)
             self._pending_ni = len(index)
             return
         with lib._lock:
@@ -283,12 +294,17 @@ class Bridge:
             xi = vec3("x", x, None, limit=COORD_LIMIT)
             vi = vec3("v", v, xi.shape[0])
             ai = None if a is None else vec3("a", a, xi.shape[0])
+            if lib.order >= 8 and (ai is None or jerk is None):
+                raise InputError(f"{'a' if ai is None else 'jerk'}: order 8 needs the "
+                                 "i-particles' predicted accelerations and jerks "
+                                 "(sapporo_calc_firsthalf8)")
+            ji = None if jerk is None else vec3("jerk", jerk, xi.shape[0])
             eps2 = scalar("eps2", eps2, nonneg=True)
             nj = int_arg("nj", nj, 0, lib.n_stored, " (addresses stored)")
             ids = index.astype(np.int64)
             if ids.size and int(ids.max()) > MAX_ID:  # pragma: no cover - int32 in C
                 raise InputError(f"index: value {int(ids.max())} above {MAX_ID}")
-            self._pending = lib._start_checked(xi, vi, ids, eps2, h2, ai, nj)
+            self._pending = lib._start_checked(xi, vi, ids, eps2, h2, ai, nj, ji)
         self._pending_ni = len(index)
 
     def finish(self, ni: int) -> Any:
@@ -421,12 +437,13 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
         return 0
 
     @extern
-    def shim_py_set_j(n, address, index, t, mass, x, v, a, jerk, snap, crackle) -> int:
+    def shim_py_set_j(n, address, index, t, mass, x, v, a, jerk, snap, crackle, pop,
+                      d5) -> int:
         state.set_j(
             scalars(address, n, np.int32), scalars(index, n, np.int32),
             scalars(t, n, np.float64), scalars(mass, n, np.float64),
             vectors(x, n), vectors(v, n), vectors(a, n), vectors(jerk, n),
-            vectors(snap, n), vectors(crackle, n),
+            vectors(snap, n), vectors(crackle, n), vectors(pop, n), vectors(d5, n),
         )
         return 0
 
@@ -436,21 +453,25 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
         return 0
 
     @extern
-    def shim_py_start(nj, ni, index, x, v, a, eps2, h2, set_time, ti) -> int:
+    def shim_py_start(nj, ni, index, x, v, a, jerk, eps2, h2, set_time, ti) -> int:
         if set_time:  # g6_set_ti's time, kept by C until the force call
             state.set_time(ti)
-        a_ = vectors(a, ni) if state.lib is not None and state.lib.order == 6 else None
+        order = state.lib.order if state.lib is not None else 0
+        a_ = vectors(a, ni) if order >= 6 else None
+        jerk_ = vectors(jerk, ni) if order >= 8 else None
         state.start(nj, scalars(index, ni, np.int32), vectors(x, ni), vectors(v, ni), a_,
-                    eps2, scalars(h2, ni, np.float64))
+                    eps2, scalars(h2, ni, np.float64), jerk_)
         return 0
 
     @extern
-    def shim_py_finish(ni, acc, jerk, snap, pot, nnb, nn_r2) -> int:
+    def shim_py_finish(ni, acc, jerk, snap, crackle, pot, nnb, nn_r2) -> int:
         res = state.finish(ni)
-        zeros = np.zeros_like(res.acc) if res.snap is None else None  # below their order
+        crackle_ = getattr(res, "crackle", None)
+        zeros = np.zeros_like(res.acc) if crackle_ is None else None  # below their order
         put(acc, res.acc)
         put(jerk, zeros if res.jerk is None else res.jerk)
         put(snap, zeros if res.snap is None else res.snap)
+        put(crackle, zeros if crackle_ is None else crackle_)
         put(pot, res.pot)
         put(nnb, res.nn_index, np.int32)
         put(nn_r2, res.nn_r2)

@@ -30,7 +30,7 @@ extern "C" {
 #define SAPPORO_DEFAULT_NPIPES 128
 #define SAPPORO_MAX_NPIPES     65536
 
-/* Open the library.  order: 2, 4 or 6 (0: SAPPORO_ORDER, else 4); precision: "double" or
+/* Open the library.  order: 2, 4, 6 or 8 (0: SAPPORO_ORDER, else 4); precision: "double" or
  * "double-single" (NULL: SAPPORO_PRECISION, else double-single); backend: "opencl", "cuda"
  * or "auto" (NULL: SAPPORO_BACKEND); devices: ndev > 0 indices, ndev < 0 any -ndev devices
  * (the first ones; fewer where there are fewer), ndev == 0 SAPPORO_DEVICES, else the
@@ -54,6 +54,22 @@ void sapporo_calc_firsthalf(int nj, int ni, int index[], double xi[][3], double 
  * unsoftened distance squared (HUGE_VAL when none). */
 int sapporo_calc_lasthalf(int ni, double acc[][3], double jerk[][3], double snap[][3],
                           double pot[], int nnbindex[], double nn_r2[]);
+
+/* ---- Order 8 (sapporo_open(8, ...)): the 8th-order Hermite scheme of Nitadori & Makino
+ * (2008).  j-particles carry, besides snap and crackle, the 4th and 5th derivatives of the
+ * acceleration (pop, d5; NULL means zero), which the device predictor adds; a force call
+ * needs the i-particles' predicted accelerations ai and jerks ji, and returns crackle
+ * too (any output may be NULL).  At order 8 the calls without ji (g6calc_firsthalf,
+ * sapporo_calc_firsthalf) fail with SAPPORO_ERR_INPUT; sapporo_set_j_particle8 with a
+ * non-zero pop or d5 below order 8 too. */
+int sapporo_set_j_particle8(int address, int index, double tj, double mass,
+                            const double x[3], const double v[3], const double a[3],
+                            const double jerk[3], const double snap[3], const double crackle[3],
+                            const double pop[3], const double d5[3]);
+void sapporo_calc_firsthalf8(int nj, int ni, int index[], double xi[][3], double vi[][3],
+                             double ai[][3], double ji[][3], double eps2, double h2[]);
+int sapporo_calc_lasthalf8(int ni, double acc[][3], double jerk[][3], double snap[][3],
+                           double crackle[][3], double pot[], int nnbindex[], double nn_r2[]);
 
 /* Send buffered j-particles now (done anyway by g6_set_ti and every force call). */
 int sapporo_flush(void);
@@ -83,6 +99,15 @@ void sapporo_calc_firsthalf_(int *nj, int *ni, int index[], double xi[][3], doub
                              double ai[][3], double *eps2, double h2[]);
 int sapporo_calc_lasthalf_(int *ni, double acc[][3], double jerk[][3], double snap[][3],
                            double pot[], int nnbindex[], double nn_r2[]);
+int sapporo_set_j_particle8_(int *address, int *index, double *tj, double *mass,
+                             const double x[3], const double v[3], const double a[3],
+                             const double jerk[3], const double snap[3],
+                             const double crackle[3], const double pop[3], const double d5[3]);
+void sapporo_calc_firsthalf8_(int *nj, int *ni, int index[], double xi[][3], double vi[][3],
+                              double ai[][3], double ji[][3], double *eps2, double h2[]);
+int sapporo_calc_lasthalf8_(int *ni, double acc[][3], double jerk[][3], double snap[][3],
+                            double crackle[][3], double pot[], int nnbindex[],
+                            double nn_r2[]);
 int sapporo_flush_(void);
 void sapporo_last_error_(char *message, size_t message_len);
 void sapporo_version_(char *text, size_t text_len);

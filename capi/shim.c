@@ -67,7 +67,8 @@ static struct {
     int *address, *index;
     double *t, *mass;
     double *x, *v, *a, *jerk, *snap, *crackle;  /* 3 per particle */
-    int any_snap, any_crackle;
+    double *pop, *d5;                           /* order 8: 4th and 5th derivatives */
+    int any_snap, any_crackle, any_pop;
     int *slot;      /* slot[address] = 1 + position in the buffer, 0 when not buffered */
     size_t slot_cap;
 } jb;
@@ -279,7 +280,9 @@ static int jb_reserve(int address)
             || grow_array((void **)&jb.a, 3 * sizeof(double), cap)
             || grow_array((void **)&jb.jerk, 3 * sizeof(double), cap)
             || grow_array((void **)&jb.snap, 3 * sizeof(double), cap)
-            || grow_array((void **)&jb.crackle, 3 * sizeof(double), cap))
+            || grow_array((void **)&jb.crackle, 3 * sizeof(double), cap)
+            || grow_array((void **)&jb.pop, 3 * sizeof(double), cap)
+            || grow_array((void **)&jb.d5, 3 * sizeof(double), cap))
             return fail(SAPPORO_ERR_INTERNAL, "out of memory buffering %d j-particles", cap);
         jb.cap = cap;
     }
@@ -305,7 +308,7 @@ static void jb_clear(void)
     for (int k = 0; k < jb.n; k++)
         jb.slot[jb.address[k]] = 0;
     jb.n = 0;
-    jb.any_snap = jb.any_crackle = 0;
+    jb.any_snap = jb.any_crackle = jb.any_pop = 0;
 }
 
 static int finite3(const double *p)
@@ -327,10 +330,12 @@ static int put3(double *dst, const double *p, double scale)
 }
 
 /* Buffer one j-particle; a, jerk and snap are multiplied by the given factors (2, 6 and 18
- * for the GRAPE-scaled a/2, jerk/6, snap/18).  A re-sent address replaces its entry. */
-static int jb_put(int address, int index, double t, double mass, const double *x,
-                  const double *v, const double *a, double fa, const double *jerk, double fj,
-                  const double *snap, double fs, const double *crackle)
+ * for the GRAPE-scaled a/2, jerk/6, snap/18).  A re-sent address replaces its entry.
+ * pop and d5 (order 8's 4th and 5th derivatives) may be NULL (zero). */
+static int jb_put8(int address, int index, double t, double mass, const double *x,
+                   const double *v, const double *a, double fa, const double *jerk, double fj,
+                   const double *snap, double fs, const double *crackle, const double *pop,
+                   const double *d5)
 {
     int rc, k;
     if ((rc = need_open()) < 0)
@@ -345,7 +350,8 @@ static int jb_put(int address, int index, double t, double mass, const double *x
     if (x == NULL || v == NULL)
         return fail(SAPPORO_ERR_INPUT, "x and v must not be NULL (address %d)", address);
     if (!isfinite(t) || !isfinite(mass) || !finite3(x) || !finite3(v) || !finite3(a)
-        || !finite3(jerk) || !finite3(snap) || !finite3(crackle))
+        || !finite3(jerk) || !finite3(snap) || !finite3(crackle) || !finite3(pop)
+        || !finite3(d5))
         return fail(SAPPORO_ERR_INPUT,
                     "j-particle at address %d (index %d) has a NaN or infinite value",
                     address, index);
@@ -368,7 +374,18 @@ static int jb_put(int address, int index, double t, double mass, const double *x
     put3(jb.jerk + 3 * k, jerk, fj);
     jb.any_snap |= put3(jb.snap + 3 * k, snap, fs);
     jb.any_crackle |= put3(jb.crackle + 3 * k, crackle, 1.0);
+    jb.any_pop |= put3(jb.pop + 3 * k, pop, 1.0);
+    jb.any_pop |= put3(jb.d5 + 3 * k, d5, 1.0);
     return SAPPORO_OK;
+}
+
+/* jb_put8 without the order-8 derivatives (every other entry point) */
+static int jb_put(int address, int index, double t, double mass, const double *x,
+                  const double *v, const double *a, double fa, const double *jerk, double fj,
+                  const double *snap, double fs, const double *crackle)
+{
+    return jb_put8(address, index, t, mass, x, v, a, fa, jerk, fj, snap, fs, crackle, NULL,
+                   NULL);
 }
 
 static int jb_flush(void)
@@ -377,7 +394,8 @@ static int jb_flush(void)
     if (jb.n == 0)
         return SAPPORO_OK;
     rc = shim_py_set_j(jb.n, jb.address, jb.index, jb.t, jb.mass, jb.x, jb.v, jb.a, jb.jerk,
-                       jb.any_snap ? jb.snap : NULL, jb.any_crackle ? jb.crackle : NULL);
+                       jb.any_snap ? jb.snap : NULL, jb.any_crackle ? jb.crackle : NULL,
+                       jb.any_pop ? jb.pop : NULL, jb.any_pop ? jb.d5 : NULL);
     jb_clear();
     return rc;
 }
@@ -472,8 +490,10 @@ static int field_point_indices(int ni, const int **index)
     return SAPPORO_OK;
 }
 
-static void do_firsthalf(int nj, int ni, const int *index, const double *xi, const double *vi,
-                         const double *ai, double eps2, const double *h2)
+/* ji: the i-particles' predicted jerks (order 8; NULL from every other entry point) */
+static void do_firsthalf8(int nj, int ni, const int *index, const double *xi,
+                          const double *vi, const double *ai, const double *ji, double eps2,
+                          const double *h2)
 {
     int rc, np;
     pending = 1;
@@ -505,14 +525,21 @@ static void do_firsthalf(int nj, int ni, const int *index, const double *xi, con
         goto done;
     for (int i = 0; h2 != NULL && i < ni && !pending_lists; i++)
         pending_lists = h2[i] > 0.0;
-    rc = shim_py_start(nj, ni, index, xi, vi, ai, eps2, h2, ti_pending, ti_value);
+    rc = shim_py_start(nj, ni, index, xi, vi, ai, ji, eps2, h2, ti_pending, ti_value);
     ti_pending = 0;
 done:
     pending_rc = rc;
 }
 
-static int do_lasthalf(int ni, double *acc, double *jerk, double *snap, double *pot, int *nnb,
-                       double *nn_r2)
+static void do_firsthalf(int nj, int ni, const int *index, const double *xi, const double *vi,
+                         const double *ai, double eps2, const double *h2)
+{
+    do_firsthalf8(nj, ni, index, xi, vi, ai, NULL, eps2, h2);
+}
+
+/* crackle: filled at order 8 (zeros below); NULL from every other entry point */
+static int do_lasthalf8(int ni, double *acc, double *jerk, double *snap, double *crackle,
+                        double *pot, int *nnb, double *nn_r2)
 {
     int rc;
     if (!pending)
@@ -520,9 +547,15 @@ static int do_lasthalf(int ni, double *acc, double *jerk, double *snap, double *
     pending = 0;
     if (pending_rc < 0)
         return pending_rc;
-    rc = shim_py_finish(ni, acc, jerk, snap, pot, nnb, nn_r2);
+    rc = shim_py_finish(ni, acc, jerk, snap, crackle, pot, nnb, nn_r2);
     have_result = rc >= 0;
     return rc;
+}
+
+static int do_lasthalf(int ni, double *acc, double *jerk, double *snap, double *pot, int *nnb,
+                       double *nn_r2)
+{
+    return do_lasthalf8(ni, acc, jerk, snap, NULL, pot, nnb, nn_r2);
 }
 
 static int do_read_neighbours(void)
@@ -984,6 +1017,36 @@ EXPORT int sapporo_calc_lasthalf(int ni, double acc[][3], double jerk[][3], doub
                              nn_r2));
 }
 
+EXPORT int sapporo_set_j_particle8(int address, int index, double tj, double mass,
+                                   const double x[3], const double v[3], const double a[3],
+                                   const double jerk[3], const double snap[3],
+                                   const double crackle[3], const double pop[3],
+                                   const double d5[3])
+{
+    enter("sapporo_set_j_particle8");
+    return leave(jb_put8(address, index, tj, mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0, crackle,
+                         pop, d5));
+}
+
+EXPORT void sapporo_calc_firsthalf8(int nj, int ni, int index[], double xi[][3],
+                                    double vi[][3], double ai[][3], double ji[][3],
+                                    double eps2, double h2[])
+{
+    enter("sapporo_calc_firsthalf8");
+    do_firsthalf8(nj, ni, index, (double *)xi, (double *)vi, (double *)ai, (double *)ji, eps2,
+                  h2);
+    leave(0);
+}
+
+EXPORT int sapporo_calc_lasthalf8(int ni, double acc[][3], double jerk[][3], double snap[][3],
+                                  double crackle[][3], double pot[], int nnbindex[],
+                                  double nn_r2[])
+{
+    enter("sapporo_calc_lasthalf8");
+    return leave(do_lasthalf8(ni, (double *)acc, (double *)jerk, (double *)snap,
+                              (double *)crackle, pot, nnbindex, nn_r2));
+}
+
 EXPORT int sapporo_flush(void)
 {
     enter("sapporo_flush");
@@ -1070,6 +1133,36 @@ EXPORT int sapporo_calc_lasthalf_(int *ni, double acc[][3], double jerk[][3], do
     enter("sapporo_calc_lasthalf_");
     return leave(do_lasthalf(*ni, (double *)acc, (double *)jerk, (double *)snap, pot, nnbindex,
                              nn_r2));
+}
+
+EXPORT int sapporo_set_j_particle8_(int *address, int *index, double *tj, double *mass,
+                                    const double x[3], const double v[3], const double a[3],
+                                    const double jerk[3], const double snap[3],
+                                    const double crackle[3], const double pop[3],
+                                    const double d5[3])
+{
+    enter("sapporo_set_j_particle8_");
+    return leave(jb_put8(*address, *index, *tj, *mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0,
+                         crackle, pop, d5));
+}
+
+EXPORT void sapporo_calc_firsthalf8_(int *nj, int *ni, int index[], double xi[][3],
+                                     double vi[][3], double ai[][3], double ji[][3],
+                                     double *eps2, double h2[])
+{
+    enter("sapporo_calc_firsthalf8_");
+    do_firsthalf8(*nj, *ni, index, (double *)xi, (double *)vi, (double *)ai, (double *)ji,
+                  *eps2, (h2 != NULL && *ni > 0 && h2[0] < 0) ? NULL : h2);
+    leave(0);
+}
+
+EXPORT int sapporo_calc_lasthalf8_(int *ni, double acc[][3], double jerk[][3],
+                                   double snap[][3], double crackle[][3], double pot[],
+                                   int nnbindex[], double nn_r2[])
+{
+    enter("sapporo_calc_lasthalf8_");
+    return leave(do_lasthalf8(*ni, (double *)acc, (double *)jerk, (double *)snap,
+                              (double *)crackle, pot, nnbindex, nn_r2));
 }
 
 EXPORT int sapporo_flush_(void)

@@ -9,6 +9,7 @@ eta = 0.02, to t = 1/4) must conserve energy to |dE/E| < 1e-6 (measured: 7e-8).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -42,6 +43,7 @@ GRAPE6 = [
 EXTENSIONS = [
     "sapporo_open", "sapporo_set_j_particle", "sapporo_calc_firsthalf",
     "sapporo_calc_lasthalf", "sapporo_flush", "sapporo_last_error", "sapporo_version",
+    "sapporo_set_j_particle8", "sapporo_calc_firsthalf8", "sapporo_calc_lasthalf8",
 ]
 
 
@@ -216,6 +218,40 @@ def test_order6_extensions(capi: CApi, tmp_path: Path, source: str) -> None:
     assert relative_vector_error(data[:, 10], ref.pot, ref.pot_abs).max() < tol
     assert np.array_equal(data[:, 11].astype(int), ref.nn_index)
     np.testing.assert_allclose(data[:, 12], ref.nn_r2, rtol=1e-12)
+
+
+@pytest.mark.parametrize("source", ["ext8.c", "ext8.f90"])
+def test_order8_extension(capi: CApi, tmp_path: Path, source: str) -> None:
+    """sapporo_open(8, "double"): j-particles with snap, crackle, pop and d5 predicted
+    through d5, force calls with the i-particles' jerks returning snap and crackle, from C
+    and through the Fortran names; a call without the jerks is refused (C)."""
+    n, ti, eps2 = 64, 0.01, 1e-3
+    x, v, m = plummer(n, seed=6)
+    rng = np.random.default_rng(6)
+    derivs = [rng.normal(0, s, (n, 3)) for s in (1.0, 3.0, 10.0, 30.0, 100.0, 300.0)]
+    a, jerk = derivs[0], derivs[1]
+    np.savetxt(tmp_path / "ic.txt", np.column_stack([m, x, v, *derivs]), fmt="%.17g",
+               header=str(n), comments="")
+    proc = capi.run(capi.program(source), "ic.txt", "out", ti, eps2, cwd=tmp_path)
+    if source.endswith(".c"):
+        bad = re.search(r"^nojerk (-?\d+) (.*)$", proc.stdout, re.M)
+        assert bad and int(bad.group(1)) == -1 and "jerk" in bad.group(2), proc.stdout
+    data = np.loadtxt(tmp_path / "out")
+    # x, v, a and jerk of the j-particles through d5, term by term
+    d = [x, v, *derivs]
+    xp, vp, ap, jp = (sum(d[k + q] * ti**q / math.factorial(q) for q in range(8 - k))
+                      for k in range(4))
+    idx = np.arange(n)
+    ref = forces(x, v, idx, xp, vp, m, idx, eps2, order=8, ai=a, aj=ap, ji=jerk, jj=jp)
+    tol = 1e-10
+    for cols, name in ((slice(1, 4), "acc"), (slice(4, 7), "jerk"), (slice(7, 10), "snap"),
+                       (slice(10, 13), "crackle")):
+        err = relative_vector_error(data[:, cols], getattr(ref, name),
+                                    getattr(ref, f"{name}_abs"))
+        assert err.max() < tol, (name, err.max())
+    assert relative_vector_error(data[:, 13], ref.pot, ref.pot_abs).max() < tol
+    assert np.array_equal(data[:, 14].astype(int), ref.nn_index)
+    np.testing.assert_allclose(data[:, 15], ref.nn_r2, rtol=1e-12)
 
 
 # ----------------------------------------------------------------------------- robustness
