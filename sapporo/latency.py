@@ -65,7 +65,8 @@ def _steps(lib: Any, x: np.ndarray, v: np.ndarray, m: np.ndarray, ids: np.ndarra
         lib.set_j_particles(sel, ids[sel], k * dt, m[sel], x[sel], v[sel], a=a[sel],
                             jerk=jerk[sel])
         lib.set_time((k + 1) * dt)
-        lib.compute(x[sel], v[sel], ids[sel], eps2, a=a[sel] if order >= 6 else None)
+        lib.compute(x[sel], v[sel], ids[sel], eps2, a=a[sel] if order >= 6 else None,
+                    **({"jerk": jerk[sel]} if order >= 8 else {}))
         if times is not None:
             times.append(clock() - t0)
         if acc is not None and per_phase is not None:

@@ -29,6 +29,14 @@ def test_budget_fields_are_consistent(backend) -> None:
     assert table.count("\n") == 2 and "| 300 | 4 |" in table
 
 
+@pytest.mark.parametrize("order", [2, 6, 8])
+def test_budget_every_order(order) -> None:
+    row = latency.block_step_budget(200, 2, order=order, precision="double", steps=5,
+                                    warmup=1)
+    assert row["order"] == order and row["device_us"] > 0
+    assert row["gflops"] == pytest.approx(row["interactions_per_s"] * latency.FLOPS[order] / 1e9)
+
+
 def test_bad_sizes() -> None:
     with pytest.raises(InputError, match="n_active"):
         latency.block_step_budget(10, 11)
