@@ -560,6 +560,34 @@ def _binary_cache_dir() -> Path | None:
     return Path(platformdirs.user_cache_dir("sapporo")) / "opencl"
 
 
+_CPU_ID: str | None = None
+
+
+def _host_cpu_id() -> str:
+    """This machine's processor (vendor, family, model, name, flags), for the cache keys: a
+    home folder shared by machines of different CPU generations must not hand one the
+    binaries, or the probe answers, of another (their OpenCL device names can be equal)."""
+    global _CPU_ID
+    if _CPU_ID is None:
+        keys = ("vendor_id", "cpu family", "model", "model name", "flags")
+        found: dict[str, str] = {}
+        try:
+            with open("/proc/cpuinfo") as fh:
+                for line in fh:
+                    key, _, value = line.partition(":")
+                    key = key.strip()
+                    if key in keys and key not in found:
+                        found[key] = value.strip()
+                    if not line.strip() and found:
+                        break
+        except OSError:
+            pass
+        import platform
+
+        _CPU_ID = "|".join([platform.machine(), *(found.get(k, "") for k in keys)])
+    return _CPU_ID
+
+
 def _binary_cache_file(info: DeviceInfo, device: Any, source: str,
                        options: list[str]) -> Path | None:
     """The cache file of one program: keyed by everything the binary depends on (source
@@ -569,7 +597,8 @@ def _binary_cache_file(info: DeviceInfo, device: Any, source: str,
         return None
     try:
         ident = "\0".join([source, " ".join(options), device.name, device.driver_version,
-                           device.platform.version, info.platform, str(cl.VERSION)])
+                           device.platform.version, info.platform, str(cl.VERSION),
+                           _host_cpu_id()])
     except cl.Error:  # a driver that does not answer: no cache
         return None
     return folder / (hashlib.sha256(ident.encode()).hexdigest() + ".bin")
@@ -635,7 +664,7 @@ def _pocl_cannot_build(platform: Any, devices: list[Any]) -> str:
     if folder is not None:
         try:
             ident = "\0".join([platform.version, cpus[0].name, cpus[0].driver_version,
-                               str(cl.VERSION), _PROBE_SOURCE])
+                               str(cl.VERSION), _PROBE_SOURCE, _host_cpu_id()])
         except cl.Error:
             ident = ""
         if ident:

@@ -379,3 +379,18 @@ def test_kernel_binaries_are_cached_across_contexts(monkeypatch, tmp_path):
         f.unlink()
     run()
     assert not list(tmp_path.glob("*.bin"))
+
+
+def test_cache_keys_name_the_cpu(monkeypatch, tmp_path):
+    """A home folder shared by machines of different CPU generations: the kernel binaries
+    and the PoCL probe's answers are keyed by the processor as well."""
+    from sapporo.backend import opencl
+
+    backend = get_backend("opencl")
+    info, device = backend._scan()[0]
+    monkeypatch.setenv("SAPPORO_KERNEL_CACHE", str(tmp_path))
+    here = opencl._binary_cache_file(info, device, "src", ["-DX=1"])
+    assert here == opencl._binary_cache_file(info, device, "src", ["-DX=1"])
+    monkeypatch.setattr(opencl, "_CPU_ID", "x86_64|another processor")
+    assert opencl._binary_cache_file(info, device, "src", ["-DX=1"]) != here
+    assert "|" in opencl._host_cpu_id()
