@@ -121,8 +121,9 @@ def _mpi() -> Any:
         from mpi4py import MPI
     except ImportError as exc:
         raise ConfigError(
-            f"sapporo.parallel needs mpi4py ({exc}): pip install 'sapporo-nbody[mpi]', or "
-            "mpi4py built against your cluster's MPI"
+            f"sapporo.parallel needs mpi4py ({exc}): pip install mpi4py mpich (the 'mpi' extra: "
+            'pip install -e ".[mpi]" from a source checkout), or mpi4py built against your '
+            "cluster's MPI"
         ) from None
     return MPI
 

@@ -64,8 +64,8 @@ from .base import (
 log = logging.getLogger(__name__)
 
 _INSTALL = (
-    "install it with: pip install 'sapporo-nbody[cuda]' (needs the NVIDIA driver and the "
-    "CUDA toolkit's nvcc on PATH)"
+    "install it with: pip install pycuda (the 'cuda' extra: pip install -e \".[cuda]\" from a "
+    "source checkout; needs the NVIDIA driver and the CUDA toolkit's nvcc on PATH)"
 )
 
 
