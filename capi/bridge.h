@@ -7,10 +7,8 @@ int shim_py_version(char *buffer, int size);
 int shim_py_open(int order, const char *precision, const char *backend, int ndev,
                  const int *devices, int *max_address);
 int shim_py_close(void);
-int shim_py_set_j(int n, const int *address, const int *index, const double *t,
-                  const double *mass, const double *x, const double *v, const double *a,
-                  const double *jerk, const double *snap, const double *crackle,
-                  const double *pop, const double *d5);
+int shim_py_set_j(int n, const int *address, const int *index, const double *records,
+                  int given);
 int shim_py_set_time(double t);
 int shim_py_start(int nj, int ni, const int *index, const double *x, const double *v,
                   const double *a, const double *jerk, double eps2, const double *h2,

@@ -29,6 +29,9 @@ from sapporo.layout import raw_n
 from sapporo.library import MAX_ID
 from sapporo.validate import COORD_LIMIT, int_arg, scalar, vec3
 
+#: raw records per j-particle in the C half's buffer (the most any order uses)
+JB_RECORDS = 8
+
 __all__ = ["DEFAULT_NPIPES", "MAX_NPIPES", "Bridge", "bind", "device_count", "open_settings",
            "read_npipes"]
 
@@ -218,32 +221,54 @@ class Bridge:
         indices >= 0), so they go to the library's checked path: only what C does not
         check is checked here (the magnitude of positions, and in double-single the
         range of masses)."""
+        n = int(address.shape[0])
+        if n == 0:
+            self._open_lib()
+            return
+        if not (x.size and float(np.abs(x).max()) < COORD_LIMIT):
+            vec3("x", x, n, limit=COORD_LIMIT)  # raises, naming the row
+        rec = np.zeros((n, JB_RECORDS, 4), dtype=np.float64)
+        rec[:, 0, :3] = x
+        rec[:, 0, 3] = mass
+        rec[:, 1, :3] = v
+        rec[:, 1, 3] = t
+        given = 1
+        for q, val in enumerate((a, jerk, snap, crackle, pop, d5), start=2):
+            if val is not None:
+                rec[:, q, :3] = val
+                given = q
+        self.set_j_records(address, index, rec, given)
+
+    def set_j_records(self, address: np.ndarray, index: np.ndarray, records: np.ndarray,
+                      given: int) -> None:
+        """Store a batch of j-particles given as raw records, (n, JB_RECORDS, 4) in the
+        rows of sapporo/layout.h (x|mass, v|t, a, jerk, snap, crackle, pop, d5), as the C
+        half buffers them; ``given``: the highest record that may hold data.
+
+        The C half has checked them (finite values, positions below COORD_LIMIT, addresses
+        within the device memory, indices >= 0), so they go to the library's checked path:
+        only what C does not check is checked here (pop and d5 below order 8, and in
+        double-single the range of masses)."""
         lib = self._open_lib()
         n = int(address.shape[0])
         if n == 0:
             return
-        high = {k: val for k, val in (("pop", pop), ("d5", d5)) if val is not None}
-        if high and lib.order < 8:
-            raise InputError(f"{next(iter(high))}: the 4th and 5th derivatives are taken at "
-                             f"order 8 only (the library has order {lib.order})")
+        if given >= 6 and lib.order < 8:
+            raise InputError("pop: the 4th and 5th derivatives are taken at order 8 only "
+                             f"(the library has order {lib.order})")
         if not hasattr(lib, "_store_checked"):  # a stand-in library (tests)
-            lib.set_j_particles(address, index, t, mass, x, v, a, jerk, snap, crackle, **high)
+            high = {"pop": records[:, 6, :3], "d5": records[:, 7, :3]} if given >= 6 else {}
+            lib.set_j_particles(address, index, records[:, 1, 3], records[:, 0, 3],
+                                records[:, 0, :3], records[:, 1, :3], records[:, 2, :3],
+                                records[:, 3, :3], records[:, 4, :3], records[:, 5, :3],
+                                **high)
             return
         with lib._lock:
             lib._check_open()
-            if not (x.size and float(np.abs(x).max()) < COORD_LIMIT):
-                vec3("x", x, n, limit=COORD_LIMIT)  # raises, naming the row
             if lib.precision == "double-single":
-                lib._check_float_masses(mass)
-            rec = np.zeros((n, raw_n(lib.order), 4), dtype=np.float64)
-            rec[:, 0, :3] = x
-            rec[:, 0, 3] = mass
-            rec[:, 1, :3] = v
-            rec[:, 1, 3] = t
-            for q, val in enumerate((a, jerk, snap, crackle, pop, d5), start=2):
-                if val is not None:
-                    rec[:, q, :3] = val
-            lib._store_checked(address.astype(np.int64), index.astype(np.int64), rec)
+                lib._check_float_masses(records[:, 0, 3])
+            lib._store_checked(address.astype(np.int64), index.astype(np.int64),
+                               records[:, : raw_n(lib.order)], given)
 
     def set_time(self, t: float) -> None:
         """Time to which j-particles are predicted before the next force call."""
@@ -437,14 +462,10 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
         return 0
 
     @extern
-    def shim_py_set_j(n, address, index, t, mass, x, v, a, jerk, snap, crackle, pop,
-                      d5) -> int:
-        state.set_j(
-            scalars(address, n, np.int32), scalars(index, n, np.int32),
-            scalars(t, n, np.float64), scalars(mass, n, np.float64),
-            vectors(x, n), vectors(v, n), vectors(a, n), vectors(jerk, n),
-            vectors(snap, n), vectors(crackle, n), vectors(pop, n), vectors(d5, n),
-        )
+    def shim_py_set_j(n, address, index, records, given) -> int:
+        rec = np.frombuffer(ffi.buffer(records, 8 * 4 * JB_RECORDS * n), dtype=np.float64)
+        state.set_j_records(scalars(address, n, np.int32), scalars(index, n, np.int32),
+                            rec.reshape(n, JB_RECORDS, 4), given)
         return 0
 
     @extern

@@ -61,13 +61,18 @@ static struct {
 } kinds[MAX_KINDS];
 static int nkinds;
 
-/* j-particles waiting to be sent; derivatives are stored unscaled. */
+/* j-particles waiting to be sent, as the library's raw records (sapporo/layout.h: RAW_XM
+ * x|mass, RAW_VT v|t, then a, jerk, snap, crackle, pop, d5 with a zero .w): JB_RECORDS
+ * double4 per particle, derivatives unscaled. Python takes them as they are. */
+#define JB_RECORDS 8
+#define JB_DOUBLES (4 * JB_RECORDS)
+/* positions at or beyond this magnitude are refused: squared distances would overflow
+ * double (sapporo.validate.COORD_LIMIT) */
+#define COORD_LIMIT 1e150
 static struct {
     int n, cap;
     int *address, *index;
-    double *t, *mass;
-    double *x, *v, *a, *jerk, *snap, *crackle;  /* 3 per particle */
-    double *pop, *d5;                           /* order 8: 4th and 5th derivatives */
+    double *rec;  /* JB_DOUBLES per particle */
     int any_snap, any_crackle, any_pop;
     int *slot;      /* slot[address] = 1 + position in the buffer, 0 when not buffered */
     size_t slot_cap;
@@ -273,16 +278,7 @@ static int jb_reserve(int address)
         int cap = jb.cap ? 2 * jb.cap : 1024;
         if (grow_array((void **)&jb.address, sizeof(int), cap)
             || grow_array((void **)&jb.index, sizeof(int), cap)
-            || grow_array((void **)&jb.t, sizeof(double), cap)
-            || grow_array((void **)&jb.mass, sizeof(double), cap)
-            || grow_array((void **)&jb.x, 3 * sizeof(double), cap)
-            || grow_array((void **)&jb.v, 3 * sizeof(double), cap)
-            || grow_array((void **)&jb.a, 3 * sizeof(double), cap)
-            || grow_array((void **)&jb.jerk, 3 * sizeof(double), cap)
-            || grow_array((void **)&jb.snap, 3 * sizeof(double), cap)
-            || grow_array((void **)&jb.crackle, 3 * sizeof(double), cap)
-            || grow_array((void **)&jb.pop, 3 * sizeof(double), cap)
-            || grow_array((void **)&jb.d5, 3 * sizeof(double), cap))
+            || grow_array((void **)&jb.rec, JB_DOUBLES * sizeof(double), cap))
             return fail(SAPPORO_ERR_INTERNAL, "out of memory buffering %d j-particles", cap);
         jb.cap = cap;
     }
@@ -338,6 +334,7 @@ static int jb_put8(int address, int index, double t, double mass, const double *
                    const double *d5)
 {
     int rc, k;
+    double *r;
     if ((rc = need_open()) < 0)
         return rc;
     if (address < 0)
@@ -355,6 +352,11 @@ static int jb_put8(int address, int index, double t, double mass, const double *
         return fail(SAPPORO_ERR_INPUT,
                     "j-particle at address %d (index %d) has a NaN or infinite value",
                     address, index);
+    if (!(fabs(x[0]) < COORD_LIMIT && fabs(x[1]) < COORD_LIMIT && fabs(x[2]) < COORD_LIMIT))
+        return fail(SAPPORO_ERR_INPUT,
+                    "j-particle at address %d (index %d): position (%g, %g, %g) too large, "
+                    "squared distances would overflow double; magnitudes must stay below "
+                    "%g", address, index, x[0], x[1], x[2], COORD_LIMIT);
     if ((rc = jb_reserve(address)) < 0)
         return rc;
     k = jb.slot[address] - 1;
@@ -366,16 +368,18 @@ static int jb_put8(int address, int index, double t, double mass, const double *
     jb.index[k] = index;
     if (index > max_j_index)
         max_j_index = index;
-    jb.t[k] = t;
-    jb.mass[k] = mass;
-    put3(jb.x + 3 * k, x, 1.0);
-    put3(jb.v + 3 * k, v, 1.0);
-    put3(jb.a + 3 * k, a, fa);
-    put3(jb.jerk + 3 * k, jerk, fj);
-    jb.any_snap |= put3(jb.snap + 3 * k, snap, fs);
-    jb.any_crackle |= put3(jb.crackle + 3 * k, crackle, 1.0);
-    jb.any_pop |= put3(jb.pop + 3 * k, pop, 1.0);
-    jb.any_pop |= put3(jb.d5 + 3 * k, d5, 1.0);
+    r = jb.rec + (size_t)JB_DOUBLES * k;
+    put3(r, x, 1.0);
+    r[3] = mass;
+    put3(r + 4, v, 1.0);
+    r[7] = t;
+    put3(r + 8, a, fa);
+    put3(r + 12, jerk, fj);
+    jb.any_snap |= put3(r + 16, snap, fs);
+    jb.any_crackle |= put3(r + 20, crackle, 1.0);
+    jb.any_pop |= put3(r + 24, pop, 1.0);
+    jb.any_pop |= put3(r + 28, d5, 1.0);
+    r[11] = r[15] = r[19] = r[23] = r[27] = r[31] = 0.0;
     return SAPPORO_OK;
 }
 
@@ -393,9 +397,9 @@ static int jb_flush(void)
     int rc;
     if (jb.n == 0)
         return SAPPORO_OK;
-    rc = shim_py_set_j(jb.n, jb.address, jb.index, jb.t, jb.mass, jb.x, jb.v, jb.a, jb.jerk,
-                       jb.any_snap ? jb.snap : NULL, jb.any_crackle ? jb.crackle : NULL,
-                       jb.any_pop ? jb.pop : NULL, jb.any_pop ? jb.d5 : NULL);
+    /* the highest record that may hold data: the library then reads no more */
+    rc = shim_py_set_j(jb.n, jb.address, jb.index, jb.rec,
+                       jb.any_pop ? 7 : jb.any_crackle ? 5 : jb.any_snap ? 4 : 3);
     jb_clear();
     return rc;
 }

@@ -57,6 +57,8 @@ int main(void)
     check("address_negative",
           g6_set_j_particle(0, -1, 0, 0.0, 0.0, 1.0, zero, zero, zero, zero, xj[0]));
     check("nan_j", g6_set_j_particle(0, 2, 2, 0.0, 0.0, 1.0, zero, zero, zero, zero, nanv));
+    double huge[3] = {0, 1e200, 0};
+    check("huge_j", g6_set_j_particle(0, 2, 2, 0.0, 0.0, 1.0, zero, zero, zero, zero, huge));
     check("ni_above_npipes", force(N, npipes + 1, 0.0));
     check("good_after_errors", force(N, N, 0.0));
     printf("acc0 %.12f %.12f %.12f\n", acc[0][0], acc[0][1], acc[0][2]);

@@ -172,3 +172,60 @@ def test_open_takes_the_device_of_the_local_rank(monkeypatch, tmp_path):
     monkeypatch.delenv("SAPPORO_DEVICES")
     monkeypatch.setattr(sapporo.parallel, "launcher_device", lambda backend=None: None)
     assert open_settings()["devices"] is None
+
+
+def test_c_buffer_matches_the_layout() -> None:
+    """The C half buffers j-particles as the library's raw records: as many as order 8
+    uses, in the rows of sapporo/layout.h, and refuses positions at the same limit as
+    sapporo.validate."""
+    import re
+    from pathlib import Path
+
+    from sapporo import layout, validate
+    from sapporo.capi import bridge
+
+    shim = (Path(bridge.__file__).with_name("shim.c")).read_text()
+    assert int(re.search(r"#define JB_RECORDS (\d+)", shim).group(1)) == bridge.JB_RECORDS
+    assert bridge.JB_RECORDS == layout.raw_n(8)
+    assert float(re.search(r"#define COORD_LIMIT (\S+)", shim).group(1)) == validate.COORD_LIMIT
+    rows = {"x": 0, "mass": 3, "v": 4, "t": 7, "a": 8, "jerk": 12, "snap": 16, "crackle": 20,
+            "pop": 24, "d5": 28}
+    L = layout.LAYOUT
+    assert rows["a"] // 4 == L["RAW_A"] and rows["jerk"] // 4 == L["RAW_J"]
+    assert rows["snap"] // 4 == L["RAW_S"] and rows["crackle"] // 4 == L["RAW_C"]
+    assert rows["pop"] // 4 == L["RAW_P"] and rows["d5"] // 4 == L["RAW_D5"]
+    assert rows["x"] // 4 == L["RAW_XM"] and rows["v"] // 4 == L["RAW_VT"]
+    for name, offset in rows.items():
+        if name in ("mass", "t"):
+            continue
+        assert re.search(rf"put3\(r( \+ {offset})?, {name}", shim), name
+    assert "r[3] = mass;" in shim and "r[7] = t;" in shim
+
+
+def test_records_path_matches_the_columns_path() -> None:
+    """set_j (columns, the Python side of tests) and set_j_records (the C buffer's raw
+    records) store the same particles: the same forces, bitwise."""
+    rng = np.random.default_rng(3)
+    n = 40
+    x, v, a, j = (rng.normal(size=(n, 3)) for _ in range(4))
+    m = rng.random(n) / n
+    ids = np.arange(n, dtype=np.int32)
+    out = []
+    for packed in (False, True):
+        bridge = Bridge()
+        bridge.open(order=4, precision="double")
+        try:
+            if packed:
+                rec = np.zeros((n, 8, 4))
+                rec[:, 0, :3], rec[:, 0, 3], rec[:, 1, :3] = x, m, v
+                rec[:, 2, :3], rec[:, 3, :3] = a, j
+                bridge.set_j_records(ids, ids, rec, 3)
+            else:
+                bridge.set_j(ids, ids, np.zeros(n), m, x, v, a, j, None, None)
+            bridge.set_time(0.01)
+            bridge.start(n, ids[:5], x[:5], v[:5], None, 1e-4, None)
+            out.append(bridge.finish(5))
+        finally:
+            bridge.close()
+    np.testing.assert_array_equal(out[0].acc, out[1].acc)
+    np.testing.assert_array_equal(out[0].jerk, out[1].jerk)

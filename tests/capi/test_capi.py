@@ -311,6 +311,7 @@ def test_bad_calls_report_and_continue(capi: CApi, tmp_path: Path) -> None:
         "settime": (0, ""),
         "address_negative": (-1, "address = -1"),
         "nan_j": (-1, "NaN"),
+        "huge_j": (-1, "squared distances would overflow double"),
         "ni_above_npipes": (-1, "g6_npipes() = 8"),
         "good_after_errors": (0, ""),
         "ni_zero": (-1, "ni = 0"),
