@@ -181,8 +181,9 @@ def test_c_buffer_matches_the_layout() -> None:
     import re
     from pathlib import Path
 
-    from sapporo import layout, validate
     from sapporo.capi import bridge
+
+    from sapporo import layout, validate
 
     shim = (Path(bridge.__file__).with_name("shim.c")).read_text()
     assert int(re.search(r"#define JB_RECORDS (\d+)", shim).group(1)) == bridge.JB_RECORDS
