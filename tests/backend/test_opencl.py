@@ -394,3 +394,22 @@ def test_cache_keys_name_the_cpu(monkeypatch, tmp_path):
     monkeypatch.setattr(opencl, "_CPU_ID", "x86_64|another processor")
     assert opencl._binary_cache_file(info, device, "src", ["-DX=1"]) != here
     assert "|" in opencl._host_cpu_id()
+
+
+def test_affinity_request_respects_the_environment(monkeypatch):
+    """POCL_AFFINITY=1 is asked for unless the user set POCL_AFFINITY or several ranks of
+    an MPI job share the node."""
+    from sapporo.backend import opencl
+
+    for name in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("POCL_AFFINITY", "0")
+    opencl._request_pocl_affinity()
+    assert opencl.os.environ["POCL_AFFINITY"] == "0"  # the user's choice stays
+    monkeypatch.delenv("POCL_AFFINITY")
+    monkeypatch.setenv("PMI_SIZE", "4")
+    opencl._request_pocl_affinity()
+    assert "POCL_AFFINITY" not in opencl.os.environ  # ranks would pin to the same cores
+    monkeypatch.delenv("PMI_SIZE")
+    opencl._request_pocl_affinity()
+    assert opencl.os.environ["POCL_AFFINITY"] == "1"
