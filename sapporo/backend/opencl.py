@@ -102,9 +102,10 @@ def _system_pocl_cpu_only() -> bool:
 
 def _request_pocl_affinity() -> None:
     """Ask PoCL to pin its worker threads to cores (``POCL_AFFINITY=1``), unless the user
-    set ``POCL_AFFINITY`` or several ranks of an MPI job share the node (they would pin
-    their workers to the same cores). Unpinned, force calls of 16-64 active particles at
-    N = 16k took about twice their kernel time in most processes (2 Zen 5 cores, PoCL 3.1:
+    set ``POCL_AFFINITY``, several ranks of an MPI job share the node (they would pin
+    their workers to the same cores), or the process may not run on every core. Unpinned,
+    force calls of 16-64 active particles at N = 16k took about twice their kernel time in
+    most processes (2 Zen 5 cores, PoCL 3.1:
     16 / 32 / 64 active 245 / 465 / 820 us, pinned 170 / 250 / 440 us); N x N and calls on
     the companion device are unchanged. PoCL reads it once, when it starts."""
     if "POCL_AFFINITY" in os.environ:
@@ -112,6 +113,12 @@ def _request_pocl_affinity() -> None:
     from ..parallel import launcher_size
 
     if launcher_size() > 1:
+        return
+    try:  # a process held to some of the cores (taskset, a batch system): PoCL pins
+        # its workers to the first cores, which may not be this process's
+        if len(os.sched_getaffinity(0)) != os.cpu_count():
+            return
+    except (AttributeError, OSError):
         return
     os.environ["POCL_AFFINITY"] = "1"
     log.debug("POCL_AFFINITY set to 1 (PoCL's worker threads pinned to cores)")

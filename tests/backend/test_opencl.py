@@ -411,5 +411,10 @@ def test_affinity_request_respects_the_environment(monkeypatch):
     opencl._request_pocl_affinity()
     assert "POCL_AFFINITY" not in opencl.os.environ  # ranks would pin to the same cores
     monkeypatch.delenv("PMI_SIZE")
+    monkeypatch.setattr(opencl.os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(opencl.os, "cpu_count", lambda: 4)
+    opencl._request_pocl_affinity()
+    assert "POCL_AFFINITY" not in opencl.os.environ  # held to some of the cores
+    monkeypatch.setattr(opencl.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     opencl._request_pocl_affinity()
     assert opencl.os.environ["POCL_AFFINITY"] == "1"
