@@ -339,65 +339,69 @@ class CLKernel(Kernel):
         self._owner: Any = None  # the CLLaunch whose arguments the kernel holds
 
     def __call__(self, global_size, local_size, *args, wait=False) -> Event:
-        # Declaring the scalar argument types once lets PyOpenCL pack them directly
-        # (about 1 us for a dozen arguments instead of about 50 us of type discovery).
+        self._load_args(_scalar_types(args), [_raw_arg(a) for a in args])
         self._owner = None
-        types = tuple(t if issubclass(t, np.generic) else None for t in map(type, args))
-        if types != self._arg_types:
-            self._kernel.set_scalar_arg_dtypes(list(types))
-            self._arg_types = types
-        self._kernel.set_args(*[a.buf if isinstance(a, CLBuffer) else a for a in args])
-        ev = self._ctx._enqueue(self._small, cl.enqueue_nd_range_kernel, self._kernel,
-                                tuple(map(int, global_size)),
-                                None if local_size is None else tuple(map(int, local_size)))
+        ev = self._enqueue(tuple(map(int, global_size)),
+                           None if local_size is None else tuple(map(int, local_size)))
         if wait:
             ev.wait()
         return CLEvent(ev, self._ctx.profiling)
 
+    def _load_args(self, types: tuple, raw: list[Any]) -> None:
+        """Set every argument. Declaring the scalar types once lets PyOpenCL pack them
+        directly: about 0.5 us for a dozen arguments, where type discovery costs about 50
+        (and one ``set_arg`` of a scalar about 6)."""
+        if types != self._arg_types:
+            self._kernel.set_scalar_arg_dtypes(list(types))
+            self._arg_types = types
+        self._kernel.set_args(*raw)
+
+    def _enqueue(self, global_size: tuple[int, ...],
+                 local_size: tuple[int, ...] | None) -> Any:
+        return self._ctx._enqueue(self._small, cl.enqueue_nd_range_kernel, self._kernel,
+                                  global_size, local_size)
 
     def prepare(self, global_size: tuple[int, ...], local_size: tuple[int, ...] | None,
                 *args: Any) -> Launch:
         return CLLaunch(self, global_size, local_size, args)
 
 
+def _scalar_types(args: Any) -> tuple:
+    """The numpy scalar type of each argument, None for buffers."""
+    return tuple(type(a) if isinstance(a, np.generic) else None for a in args)
+
+
+def _raw_arg(a: Any) -> Any:
+    """What PyOpenCL takes for an argument: the cl.Buffer of a CLBuffer, else the value."""
+    return a.buf if isinstance(a, CLBuffer) else a
+
+
 class CLLaunch(Launch):
-    """A prepared launch: sizes converted and argument types declared once; the kernel's
-    arguments are set in full only when another launch of the same kernel ran in between,
-    otherwise just those :meth:`set` changed (a block step changes the time or eps2)."""
+    """A prepared launch: sizes converted and argument types found once; the kernel's
+    arguments are set only when another launch of the same kernel ran in between or
+    :meth:`set` changed one (a block step changes the time or eps2)."""
 
     def __init__(self, kernel: CLKernel, global_size: tuple[int, ...],
                  local_size: tuple[int, ...] | None, args: tuple[Any, ...]):
         super().__init__(kernel, global_size, local_size, args)
         self._gs = tuple(map(int, global_size))
         self._ls = None if local_size is None else tuple(map(int, local_size))
-        self._types = [type(a) if isinstance(a, np.generic) else None for a in args]
-        self._raw = [a.buf if isinstance(a, CLBuffer) else a for a in args]
-        self._dirty: set[int] = set()
+        self._types = _scalar_types(args)
+        self._raw = [_raw_arg(a) for a in args]
+        self._changed = False
 
     def set(self, position: int, value: Any) -> None:
         super().set(position, value)
-        self._raw[position] = value.buf if isinstance(value, CLBuffer) else value
-        self._dirty.add(position)
+        self._raw[position] = _raw_arg(value)
+        self._changed = True
 
     def __call__(self) -> Event:
         k: CLKernel = self.kernel  # type: ignore[assignment]
-        cl_kernel = k._kernel
-        if k._owner is not self:
-            types = tuple(self._types)
-            if types != k._arg_types:
-                cl_kernel.set_scalar_arg_dtypes(self._types)
-                k._arg_types = types
-            cl_kernel.set_args(*self._raw)
+        if k._owner is not self or self._changed:
+            k._load_args(self._types, self._raw)
             k._owner = self
-            self._dirty.clear()
-        elif self._dirty:
-            # all of them: with the scalar types declared, set_args packs a dozen arguments
-            # in ~0.5 us, where one set_arg of a scalar discovers its type (~6 us)
-            cl_kernel.set_args(*self._raw)
-            self._dirty.clear()
-        ev = k._ctx._enqueue(k._small, cl.enqueue_nd_range_kernel, cl_kernel, self._gs,
-                             self._ls)
-        return CLEvent(ev, k._ctx.profiling)
+            self._changed = False
+        return CLEvent(k._enqueue(self._gs, self._ls), k._ctx.profiling)
 
 
 class CLProgram(Program):
