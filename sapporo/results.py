@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import InputError, SapporoError
+from .errors import InputError
 from .validate import int_arg
 
 __all__ = ["DEFAULT_NB_CAPACITY", "ForceResult", "PendingForce"]
@@ -96,16 +96,8 @@ class PendingForce:
         self._error: BaseException | None = None
 
     def done(self) -> bool:
-        """True once :meth:`result` has been collected (or can no longer be)."""
+        """True once :meth:`result` has been collected."""
         return self._result is not None or self._error is not None
-
-    def cancel(self, reason: str) -> None:
-        """Make :meth:`result` raise ``SapporoError(reason)`` from now on (the devices that
-        hold the results are going away); no effect once collected."""
-        with self._lock:
-            if self._result is None and self._error is None:
-                self._error = SapporoError(reason)
-                self._finish = None
 
     def result(self) -> ForceResult:
         """Wait for the devices and return the forces.
@@ -113,9 +105,8 @@ class PendingForce:
         Raises
         ------
         NonFiniteError
-            When a result is not finite; the message names the i-particle.
-        SapporoError
-            When the library was closed before the result was collected.
+            When a result is not finite; the message names the i-particle. (A library
+            closed in between has collected the result already: it is still returned.)
         """
         with self._lock:
             if self._error is not None:

@@ -42,16 +42,3 @@ def test_result_collected_after_close_is_complete(backend) -> None:
     for k in range(5):
         assert b.neighbours(k).tolist() == sorted(r.neighbours[k])
 
-
-def test_pending_cancel() -> None:
-    import threading
-
-    from sapporo.results import PendingForce
-
-    calls = []
-    p = PendingForce(threading.RLock(), lambda: calls.append(1), None)
-    p.cancel("gone")
-    assert p.done()
-    with pytest.raises(sapporo.SapporoError, match="gone"):
-        p.result()
-    assert calls == []
