@@ -26,8 +26,7 @@ from sapporo.errors import (
     SapporoError,
 )
 from sapporo.layout import raw_n
-from sapporo.library import MAX_ID
-from sapporo.validate import COORD_LIMIT, int_arg, scalar, vec3
+from sapporo.validate import COORD_LIMIT, vec3
 
 #: raw records per j-particle in the C half's buffer (the most any order uses)
 JB_RECORDS = 8
@@ -308,28 +307,12 @@ class Bridge:
                 h2 = np.maximum(h2, 0.0)
         a = a if lib.order >= 6 else None
         jerk = jerk if lib.order >= 8 else None
-        if not hasattr(lib, "_start_checked"):  # a stand-in library (tests)
-            extra = {} if jerk is None else {"jerk": jerk}
-            self._pending = lib.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj, **extra)
-            self._pending_ni = len(index)
-            return
-        with lib._lock:
-            # what C has not checked (C checked ni, nj >= 0, the pointers and h2 above)
-            lib._check_open()
-            xi = vec3("x", x, None, limit=COORD_LIMIT)
-            vi = vec3("v", v, xi.shape[0])
-            ai = None if a is None else vec3("a", a, xi.shape[0])
-            if lib.order >= 8 and (ai is None or jerk is None):
-                raise InputError(f"{'a' if ai is None else 'jerk'}: order 8 needs the "
-                                 "i-particles' predicted accelerations and jerks "
-                                 "(sapporo_calc_firsthalf8)")
-            ji = None if jerk is None else vec3("jerk", jerk, xi.shape[0])
-            eps2 = scalar("eps2", eps2, nonneg=True)
-            nj = int_arg("nj", nj, 0, lib.n_stored, " (addresses stored)")
-            ids = index.astype(np.int64)
-            if ids.size and int(ids.max()) > MAX_ID:  # pragma: no cover - int32 in C
-                raise InputError(f"index: value {int(ids.max())} above {MAX_ID}")
-            self._pending = lib._start_checked(xi, vi, ids, eps2, h2, ai, nj, ji)
+        if lib.order >= 8 and (a is None or jerk is None):
+            raise InputError(f"{'a' if a is None else 'jerk'}: order 8 needs the "
+                             "i-particles' predicted accelerations and jerks "
+                             "(sapporo_calc_firsthalf8)")
+        extra = {} if jerk is None else {"jerk": jerk}
+        self._pending = lib.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj, **extra)
         self._pending_ni = len(index)
 
     def finish(self, ni: int) -> Any:

@@ -549,8 +549,7 @@ class Library:
                        nj: int, ji: np.ndarray | None = None) -> PendingForce:
         """:meth:`start_compute` after its checks: (ni, 3) float64 arrays, ids int64 in
         range, eps2 >= 0, h2v (ni,) >= 0 or None, ai (orders 6, 8) or None, ji (order 8)
-        or None, 0 <= nj <= stored
-        (the C API checks these in C). The caller holds the lock and has checked that the
+        or None, 0 <= nj <= stored. The caller holds the lock and has checked that the
         library is open."""
         ph = self._phases
         if self._pending is not None:

@@ -35,7 +35,6 @@ __all__ = [
 #: arrays up to this size are checked in Python floats (a numpy reduction costs ~1.5 us)
 SMALL = 48
 _F64 = np.dtype(np.float64)
-_I64 = np.dtype(np.int64)
 #: coordinates at or beyond this magnitude are refused where r^2 is formed in double:
 #: (2 * 1e150)^2 * 3 is still finite, 1e155^2 is not
 COORD_LIMIT = 1e150
@@ -133,11 +132,11 @@ def ints(name: str, value: Any, n: int | None, lo: int, hi: int) -> np.ndarray:
     """A 1-D int64 array of values in [lo, hi] (a scalar becomes one value). Integral
     floats are accepted; the range is checked before any conversion, so a value that does
     not fit int64 is reported as given."""
-    if (type(value) is np.ndarray and value.dtype == _I64 and value.ndim == 1
+    if (type(value) is np.ndarray and value.dtype.kind == "i" and value.ndim == 1
             and value.size <= SMALL and (n is None or value.shape[0] == n) and value.size):
-        vals = value.tolist()  # the frequent case: a few int64 values in range
+        vals = value.tolist()  # the frequent case: a few signed integers in range
         if lo <= min(vals) and max(vals) <= hi:
-            return value
+            return value.astype(np.int64, copy=False)
     arr = _asarray(name, value, "integers")
     if arr.ndim == 0:
         arr = arr.reshape(1)
