@@ -18,6 +18,12 @@ variable                   meaning
                            and sapporo leaves POCL_DEVICES alone)
 ``SAPPORO_PROFILE_DIR``    where tuning profiles are read and written
 ``SAPPORO_NO_PROFILE``     set to 1 to ignore tuning profiles (built-in defaults)
+``SAPPORO_KERNEL_CACHE``   folder of the OpenCL kernel binaries kept across processes
+                           (default: the user cache folder; ``0``/``off``: none)
+``SAPPORO_DECOMPOSITION``  ``j``, ``2d`` or ``auto``: the decomposition of
+                           ``mpiexec ... sapporo run`` (default ``auto``)
+``SAPPORO_RANK_OUTPUT``    1: under ``mpiexec``, ranks other than 0 keep their output
+                           in ``<out>.rank<r>`` (to compare the ranks' runs)
 ``SAPPORO_SITE``           os.pathsep-separated site directories that replace the
                            ones recorded by ``sapporo capi build`` (read by the C
                            library's start-up code before sapporo is importable)
@@ -168,6 +174,9 @@ class Settings:
     site: str | None
     spin_us: int | None = None
     small_pairs: int | None = None
+    kernel_cache: str | None = None
+    decomposition: str | None = None
+    rank_output: bool = False
 
 
 def from_environment() -> Settings:
@@ -185,4 +194,7 @@ def from_environment() -> Settings:
         site=_get("SAPPORO_SITE"),
         spin_us=_parse_int(_get("SAPPORO_SPIN_US"), "SAPPORO_SPIN_US", 0),
         small_pairs=_parse_int(_get("SAPPORO_SMALL_PAIRS"), "SAPPORO_SMALL_PAIRS", 0),
+        kernel_cache=_get("SAPPORO_KERNEL_CACHE"),
+        decomposition=_get("SAPPORO_DECOMPOSITION"),
+        rank_output=(_get("SAPPORO_RANK_OUTPUT") or "0").lower() not in ("0", "no", "false"),
     )

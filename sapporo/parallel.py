@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from . import errors
+from . import config, errors
 from .errors import ConfigError, InputError, NonFiniteError, SapporoError
 
 log = logging.getLogger(__name__)
@@ -812,8 +812,8 @@ class CommandRun:
         self.world = MPI.COMM_WORLD
         self.rank = self.world.Get_rank()
         self.name = name
-        self.decomposition = (decomposition or os.environ.get("SAPPORO_DECOMPOSITION", "")
-                              .strip() or "auto")
+        self.decomposition = (decomposition or config.from_environment().decomposition
+                              or "auto")
         self.met = False  # this rank took part in the meeting before the library opens
 
     def _meet(self, failed: bool) -> list[bool]:
@@ -858,7 +858,7 @@ def run_cli(args: Any, body: Any, name: str) -> int:
     err = sys.stderr
     tmp = None
     if not root:
-        if os.environ.get("SAPPORO_RANK_OUTPUT", "0").strip() not in ("", "0", "no", "false"):
+        if config.from_environment().rank_output:
             args.out = f"{args.out}.rank{run.rank}"  # kept, to compare the ranks' runs
         else:
             tmp = tempfile.TemporaryDirectory(prefix=f"sapporo-rank{run.rank}-")

@@ -578,7 +578,7 @@ def _binary_cache_dir() -> Path | None:
     or ``0``/``off`` for none), else the user cache folder. Rebuilding a program from its
     binary takes 1-5 ms where a build from source takes 15-20 ms even when PoCL's own cache
     hits (and seconds when it does not), so a warm ``Library()`` opens in tens of ms."""
-    env = os.environ.get("SAPPORO_KERNEL_CACHE", "").strip()
+    env = config.from_environment().kernel_cache or ""
     if env.lower() in ("0", "off", "no", "false"):
         return None
     if env:
