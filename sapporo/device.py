@@ -69,14 +69,14 @@ class Variant:
     nb_capacity: int
     profiling: bool = False
 
+    @property
+    def ds(self) -> bool:
+        """True for double-single."""
+        return self.precision == "double-single"
+
     def defines(self) -> dict[str, int]:
         """The compile-time definitions common to every kernel of this variant."""
-        return {"ORDER": self.order, "PRECISION": 1 if variant_ds(self) else 2}
-
-
-def variant_ds(variant: Variant) -> bool:
-    """True for double-single."""
-    return variant.precision == "double-single"
+        return {"ORDER": self.order, "PRECISION": 1 if self.ds else 2}
 
 
 @dataclass
@@ -110,7 +110,7 @@ class Device:
         self.raw_n = layout.raw_n(variant.order)  # raw records per j-address
         self.info: DeviceInfo = ctx.info
         self.ext = capabilities(self.info.backend).kernel_ext
-        ds = variant_ds(variant)
+        ds = variant.ds
         # the arguments set per call, by name in the kernels' parameter tables
         self._t_arg = layout.arg_index(layout.PREDICT_ARGS, "t", variant.order, ds)
         self._eps2_arg = layout.arg_index(layout.FORCE_ARGS, "eps2_d", variant.order, ds)
@@ -164,7 +164,7 @@ class Device:
         self.ctx.finish()  # queued work may still use the old buffers
         self._free_j()
         self._gen += 1
-        rs = 4 if variant_ds(self.variant) else 8
+        rs = 4 if self.variant.ds else 8
         # J_SLACK records past the end: the j-vector kernels (jv) read whole vectors of
         # records; there they find id -1 (no interaction) and finite zeros
         slots = cap + J_SLACK
@@ -184,7 +184,7 @@ class Device:
             self.j["id"].fill(-1)
         self.j["pos"] = self.ctx.alloc(slots * 4 * rs)
         self.j["vel"] = self.ctx.alloc(slots * 4 * rs)
-        if variant_ds(self.variant):
+        if self.variant.ds:
             self.j["pos_lo"] = self.ctx.alloc(slots * 16)
         if self.variant.order >= 6:
             self.j["acc"] = self.ctx.alloc(slots * 4 * rs)
@@ -230,7 +230,7 @@ class Device:
         scatter(*_linear(n), *layout.kernel_args(layout.SCATTER_ARGS, {
             "n": np.int32(n), "addr": addr.buffer, "packed": packed.buffer,
             "packed_id": pid.buffer, "raw": self.j["raw"], "jid": self.j["id"]},
-            self.variant.order, variant_ds(self.variant)))
+            self.variant.order, self.variant.ds))
 
     def small_launch(self, ni: int, nj_local: int) -> bool:
         """Whether a force launch on ``ni`` i-particles goes to the companion device."""
@@ -254,7 +254,7 @@ class Device:
                 "n": np.int32(n_local), "t": np.float64(t), "raw": j["raw"], "pos": j["pos"],
                 "pos_lo": j.get("pos_lo"), "vel": j["vel"], "acc": j.get("acc"),
                 "jerk": j.get("jerk")},
-                self.variant.order, variant_ds(self.variant))
+                self.variant.order, self.variant.ds)
             if len(self._predicts) > 64:
                 self._predicts.clear()
             launch = self._predicts[key] = (self._gen, kernel.prepare(*_linear(n_local), *args))
@@ -317,7 +317,7 @@ class Device:
             "jjerk": j.get("jerk"), "jid": j["id"], "idata": h_in.buffer, "out": partial,
             "nb_count": None if h_cnt is None else h_cnt.buffer,
             "nb_list": None if h_lst is None else h_lst.buffer,
-        }, var.order, variant_ds(var), ngb)
+        }, var.order, var.ds, ngb)
         force = kernel.prepare((ni_pad // cfg.i_per_item, nparts * cfg.lj), (cfg.li, cfg.lj),
                                *args)
         reduce = None
@@ -327,7 +327,7 @@ class Device:
                 *layout.kernel_args(layout.REDUCE_ARGS, {
                     "ni": np.int32(ni), "ni_pad": np.int32(ni_pad),
                     "nparts": np.int32(nparts), "partial": partial, "out": h_out.buffer},
-                    var.order, variant_ds(var)))
+                    var.order, var.ds))
         plan = Plan(
             gen=self._gen, table=self.table, cfg=cfg, ni_pad=ni_pad, nparts=nparts,
             h_in=h_in, idata=h_in.view(np.float64, (nci, ni_pad)), h_out=h_out,
