@@ -92,9 +92,9 @@ def open_settings(
                 ) from None
     if devices_ is None:
         # one rank of an MPI job (mpiexec, srun): the device of its rank on the node
-        from sapporo.parallel import launcher_device
+        from sapporo import launcher
 
-        local = launcher_device(backend_)
+        local = launcher.launcher_device(backend_)
         if local is not None:
             devices_ = [local]
     if isinstance(devices_, int):

@@ -26,15 +26,14 @@ the same arguments (a CRC of them); otherwise every rank raises the same excepti
 message naming the failing rank. No rank is left waiting in a collective.
 
 mpi4py is imported only when a :class:`ParallelLibrary` is made (``pip install
-'sapporo-nbody[mpi]'``). The functions :func:`launcher_size` and :func:`launcher_local_rank`
-read the launcher's environment and import nothing.
+'sapporo-nbody[mpi]'``). What the launcher set in the environment (:func:`launcher_size`,
+:func:`launcher_local_rank`, :func:`launcher_device`) is read by :mod:`sapporo.launcher`.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 import zlib
 from typing import Any
@@ -43,15 +42,16 @@ import numpy as np
 
 from . import config, errors
 from .errors import ConfigError, InputError, NonFiniteError, SapporoError
+from .launcher import (  # noqa: F401 (re-exported: part of this module's interface)
+    LOCAL_RANK_VARIABLES,
+    SIZE_VARIABLES,
+    launcher_device,
+    launcher_local_rank,
+    launcher_size,
+)
 
 log = logging.getLogger(__name__)
 
-#: environment variables that hold the number of ranks of the job, set by the launchers of
-#: MPICH (Hydra, also Intel MPI and Slurm's PMI), Open MPI and MVAPICH
-SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
-#: ... and the rank's index on its node
-LOCAL_RANK_VARIABLES = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK",
-                        "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
 DECOMPOSITIONS = ("j", "2d", "auto")
 #: "auto" uses the j-decomposition up to this many ranks and the 2-D grid beyond: the model
 #: of tune/mpi_bench.py, calibrated on loopback runs, puts the 2-D grid ahead from 8 ranks on
@@ -65,41 +65,6 @@ AUTO_J_MAX_RANKS = 4
 SCATTER_MIN_BYTES = 1 << 17
 MAX_ADDRESS = 2**31 - 2
 _NO_ID = np.iinfo(np.int64).max  # padding of neighbour lists while merging
-
-
-def _env_int(names: tuple[str, ...]) -> int | None:
-    for name in names:
-        value = os.environ.get(name, "").strip()
-        if value:
-            try:
-                return int(value)
-            except ValueError:
-                continue
-    return None
-
-
-def launcher_size() -> int:
-    """Number of ranks the MPI launcher started (1 outside ``mpiexec``); imports nothing."""
-    size = _env_int(SIZE_VARIABLES)
-    return size if size is not None and size > 0 else 1
-
-
-def launcher_local_rank() -> int | None:
-    """This process's index among the ranks on its node, from the launcher's environment
-    (None when unknown); imports nothing."""
-    return _env_int(LOCAL_RANK_VARIABLES)
-
-
-def launcher_device(backend: str | None = None) -> int | None:
-    """The device a rank of a multi-rank launch takes by default: its rank on the node
-    modulo the backend's device count (None outside a launcher, or with one rank). The
-    C API's open uses it when neither SAPPORO_DEVICES nor a sapporo2.config names devices."""
-    local = launcher_local_rank()
-    if local is None or launcher_size() <= 1:
-        return None
-    from .backend import get_backend
-
-    return local % max(1, len(get_backend(backend).devices()))
 
 
 def auto_rows(size: int) -> int:

@@ -160,17 +160,17 @@ def test_non_finite_h2_is_refused() -> None:
 def test_open_takes_the_device_of_the_local_rank(monkeypatch, tmp_path):
     """Under an MPI launcher, each rank's g6_open takes the device of its rank on the node,
     unless SAPPORO_DEVICES or a sapporo2.config names devices."""
-    import sapporo.parallel
+    import sapporo.launcher
 
     monkeypatch.chdir(tmp_path)  # no ./sapporo2.config
     monkeypatch.delenv("SAPPORO_DEVICES", raising=False)
     monkeypatch.delenv("SAPPORO_CONFIG", raising=False)
-    monkeypatch.setattr(sapporo.parallel, "launcher_device", lambda backend=None: 3)
+    monkeypatch.setattr(sapporo.launcher, "launcher_device", lambda backend=None: 3)
     assert open_settings()["devices"] == [3]
     monkeypatch.setenv("SAPPORO_DEVICES", "1")
     assert open_settings()["devices"] == [1]
     monkeypatch.delenv("SAPPORO_DEVICES")
-    monkeypatch.setattr(sapporo.parallel, "launcher_device", lambda backend=None: None)
+    monkeypatch.setattr(sapporo.launcher, "launcher_device", lambda backend=None: None)
     assert open_settings()["devices"] is None
 
 
