@@ -9,6 +9,8 @@ import hashlib
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -110,7 +112,7 @@ def _request_pocl_affinity() -> None:
     the companion device are unchanged. PoCL reads it once, when it starts."""
     if "POCL_AFFINITY" in os.environ:
         return
-    from ..parallel import launcher_size
+    from ..launcher import launcher_size
 
     if launcher_size() > 1:
         return
@@ -504,13 +506,34 @@ class CLContext(Context):
         device = self._companion if small else self._device
         cache_file = _binary_cache_file(self.info, device, source, options)
         program = _load_binary(self.cl_context, device, cache_file, options)
+        if program is not None and not _kernel_names(program):
+            log.warning("cached kernel binary %s holds no kernels; building from source",
+                        cache_file)
+            program = None
         if program is not None:
             prog = CLProgram(self, program, small)
             self._programs[key] = self._programs[fast_key] = prog
             return prog
+        program = self._build_source(source_name, source, options, device)
+        if not _kernel_names(program):
+            # seen with PoCL's wheel (LLVM 14) on AMD Zen 4: no error, and no kernel
+            path = save_failed_source(source, ".cl")
+            raise BuildError(
+                f"OpenCL build of {source_name} on {self.info.name} gave a program with no "
+                f"kernel in it (options: {' '.join(options)}; source saved to {path}): the "
+                "runtime cannot compile for this device. With PoCL's wheel on a CPU newer "
+                "than its LLVM, use another PoCL (Debian/Ubuntu: apt install "
+                "pocl-opencl-icd) or another device (SAPPORO_DEVICES; `sapporo info` lists "
+                "them)", options, "", path)
+        _save_binary(program, cache_file)
+        prog = CLProgram(self, program, small)
+        self._programs[key] = self._programs[fast_key] = prog
+        return prog
+
+    def _build_source(self, source_name: str, source: str, options: list[str],
+                      device: Any) -> Any:
         try:
-            program = cl.Program(self.cl_context, source).build(
-                options=options, devices=[device])
+            return cl.Program(self.cl_context, source).build(options=options, devices=[device])
         except cl.Error as exc:
             build_log = str(exc)
             path = save_failed_source(source, ".cl")
@@ -521,10 +544,6 @@ class CLContext(Context):
                 build_log,
                 path,
             ) from None
-        _save_binary(program, cache_file)
-        prog = CLProgram(self, program, small)
-        self._programs[key] = self._programs[fast_key] = prog
-        return prog
 
     def _enqueue(self, small: bool, enqueue: Any, *args: Any, **kwargs: Any) -> Any:
         """Queue one command, ``enqueue(queue, *args, **kwargs)``, on the main or the small
@@ -632,6 +651,15 @@ def _binary_cache_file(info: DeviceInfo, device: Any, source: str,
     return folder / (hashlib.sha256(ident.encode()).hexdigest() + ".bin")
 
 
+def _kernel_names(program: Any) -> list[str]:
+    """The kernels a built program holds (none when the query fails)."""
+    try:
+        names = program.get_info(cl.program_info.KERNEL_NAMES)
+    except cl.Error:
+        return []
+    return [n for n in names.split(";") if n]
+
+
 def _load_binary(ctx: Any, device: Any, path: Path | None, options: list[str]) -> Any:
     """The program rebuilt from a cached binary, or None (no file, or a binary the driver
     refuses: then it is built from source and the file replaced)."""
@@ -671,28 +699,74 @@ def _save_binary(program: Any, path: Path | None) -> None:
 
 _POCL_HINT = (
     "PoCL's wheel (pocl-binary-distribution 3.0, LLVM 14) does not know CPUs newer than "
-    "its LLVM (e.g. AMD Zen 5): install a newer PoCL, such as your distribution's "
+    "its LLVM (e.g. AMD Zen 4 and Zen 5): install a newer PoCL, such as your distribution's "
     "(Debian/Ubuntu: apt install pocl-opencl-icd), and sapporo uses it"
 )
-_PROBE_SOURCE = "__kernel void sapporo_probe(__global float *a) { a[get_global_id(0)] += 1.0f; }"
+#: what the probe runs (part of its cache key: a new probe re-checks every platform)
+_PROBE_KIND = "library-order4-ds-v2"
+#: the probe's child process may take this long (a cold build of the force kernel: seconds)
+_PROBE_TIMEOUT_S = 300
+_IN_PROBE = False  # set in the probe's child process: the device under test is not probed
+
+
+def _python_for_probe() -> str | None:
+    """A Python interpreter to run the probe in (the embedding program of the C API is
+    not one: there ``sys.executable`` may be the client itself)."""
+    candidates = [sys.executable, os.path.join(sys.prefix, "bin", "python3"),
+                  os.path.join(sys.prefix, "bin", "python")]
+    for exe in candidates:
+        if (exe and os.path.basename(exe).startswith("python") and os.path.isfile(exe)
+                and os.access(exe, os.X_OK)):
+            return exe
+    return None
+
+
+def _run_probe(platform: Any, device: Any) -> str:
+    """Run :mod:`sapporo.backend.pocl_probe` on ``device`` in a child process; "" when the
+    library computes right there, else why not."""
+    exe = _python_for_probe()
+    if exe is None:
+        log.debug("no Python interpreter to probe %s with; assumed to work", device.name)
+        return ""
+    cmd = [exe, "-m", "sapporo.backend.pocl_probe", platform.version, device.name,
+           device.driver_version]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"error: the check did not finish in {_PROBE_TIMEOUT_S} s"
+    except OSError as exc:
+        log.debug("could not run the probe (%s); %s assumed to work", exc, device.name)
+        return ""
+    lines = [ln.strip() for ln in proc.stdout.splitlines() if ln.strip()]
+    last = lines[-1] if lines else ""
+    if last == "ok":
+        return ""
+    if last.startswith("error: "):
+        return last[len("error: "):]
+    tail = " ".join(proc.stderr.strip().splitlines()[-1:])
+    return f"the check process ended with status {proc.returncode} ({tail[:300]})"
 
 
 def _pocl_cannot_build(platform: Any, devices: list[Any]) -> str:
-    """For a PoCL platform with CPU devices: the first line of the build log when a
-    trivial kernel does not build (an LLVM too old for this CPU), else "". PoCL's kernel
-    cache makes the check cheap after the first time. Other platforms are not checked."""
-    if "portable computing language" not in platform.name.lower():
+    """For a PoCL platform with CPU devices: why sapporo's library cannot compute right on
+    the first of them (an LLVM too old for this CPU: no build, a program without kernels,
+    wrong forces, a crash), else "". The check runs once per machine and PoCL, in a child
+    process (:mod:`sapporo.backend.pocl_probe`); its answer is cached with the kernel
+    binaries. Other platforms are not checked."""
+    if _IN_PROBE or "portable computing language" not in platform.name.lower():
         return ""
     cpus = [d for d in devices if d.type & cl.device_type.CPU]
     if not cpus:
         return ""
-    # the answer is kept with the kernel binaries (a build costs ~10 ms even when cached)
+    # the threaded device first: the single-threaded one serves it, and is not listed alone
+    cpus.sort(key=lambda d: quirks.is_pocl_single_threaded_cpu(d.name.strip()))
     folder = _binary_cache_dir()
     note = None
     if folder is not None:
         try:
             ident = "\0".join([platform.version, cpus[0].name, cpus[0].driver_version,
-                               str(cl.VERSION), _PROBE_SOURCE, _host_cpu_id()])
+                               str(cl.VERSION), _PROBE_KIND, _host_cpu_id()])
         except cl.Error:
             ident = ""
         if ident:
@@ -701,17 +775,9 @@ def _pocl_cannot_build(platform: Any, devices: list[Any]) -> str:
                 text = note.read_text()
                 if text.startswith("ok") or text.startswith("error:"):
                     return "" if text.startswith("ok") else text[len("error:"):]
-    try:
-        ctx = cl.Context(cpus[:1])
-        try:
-            cl.Program(ctx, _PROBE_SOURCE).build(options=["-w"])
-        finally:
-            del ctx
-        answer = ""
-    except cl.Error as exc:
-        lines = [ln.strip() for ln in str(exc).splitlines()
-                 if "error" in ln.lower() and "clBuildProgram" not in ln]
-        answer = lines[0] if lines else str(exc).strip().splitlines()[0]
+    log.info("checking %s (%s) once on this machine ...", cpus[0].name.strip(),
+             platform.version.strip())
+    answer = _run_probe(platform, cpus[0])
     if note is not None:
         with contextlib.suppress(OSError):
             note.parent.mkdir(parents=True, exist_ok=True)

@@ -227,8 +227,9 @@ def test_system_pocl_drivers_decide_the_companion(monkeypatch, tmp_path):
 
 
 def test_a_pocl_that_cannot_build_is_skipped():
-    """On a CPU newer than a PoCL's LLVM, that platform cannot build (unknown target CPU);
-    its devices are skipped and the reason names the fix. Other platforms are untouched."""
+    """On a CPU newer than a PoCL's LLVM, that platform cannot build (unknown target CPU),
+    or builds the force kernel into a program without kernels; its devices are skipped and
+    the reason names the fix. Other platforms are untouched."""
     from sapporo.backend import opencl
 
     if opencl.cl is None:
@@ -240,7 +241,7 @@ def test_a_pocl_that_cannot_build_is_skipped():
         if "portable computing language" not in platform.name.lower():
             assert broken == ""
         elif broken:
-            assert "error" in broken.lower()
+            assert isinstance(broken, str) and broken.strip()
     backend = opencl.OpenCLBackend()
     names = {info.platform for info in backend.devices()}
     for platform in platforms:
