@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from sapporo import config
+from sapporo import config, layout
 from sapporo.errors import (
     BackendError,
     ConfigError,
@@ -25,6 +25,7 @@ from sapporo.errors import (
     NonFiniteError,
     SapporoError,
 )
+from sapporo.launch import NI_CHUNK
 from sapporo.layout import raw_n
 from sapporo.validate import COORD_LIMIT, vec3
 
@@ -168,6 +169,9 @@ class Bridge:
         self._pending_ni = 0
         self._result: Any = None
         self._nb_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        # launches handed to C (the direct path): their kernels' arguments may have been
+        # set by C, and the device's predicted records are C's
+        self._direct_launches: list[Any] = []
 
     # ------------------------------------------------------------------------ lifecycle
     def npipes(self) -> int:
@@ -187,6 +191,7 @@ class Bridge:
 
     def close(self) -> None:
         """Close the library and drop every result (idempotent)."""
+        self._direct_launches.clear()
         lib, self.lib = self.lib, None
         self._pending = self._result = self._nb_arrays = None
         if lib is not None:
@@ -195,7 +200,84 @@ class Bridge:
     def _open_lib(self) -> Any:
         if self.lib is None:
             raise SapporoError("the library is not open (call g6_open first)")
+        if self._direct_launches:
+            self.after_direct()
         return self.lib
+
+    # ------------------------------------------------------------------------ direct path
+    def direct_plan(self, nj: int, ni: int) -> int | dict[str, Any]:
+        """A force call of ``ni`` i-particles on j-addresses [0, nj) as the C half can run
+        it without Python (capi/direct.c), or why not: 0 (not for this shape) or -1 (not
+        for this library: ``SAPPORO_CAPI_DIRECT=0``, several devices, a device that does not
+        compute on host memory, order 8, a backend without native launches).
+
+        The library is brought up to date with the device first (records uploaded,
+        predicted, the queues finished), so the C half starts from a consistent state.
+        """
+        from sapporo.library import MAX_ID, SMALL_PREDICT_MAX
+
+        lib = self.lib
+        if lib is None:
+            raise SapporoError("the library is not open (call g6_open first)")
+        if not config.from_environment().capi_direct or not hasattr(lib, "_devs"):
+            return -1
+        if (lib.ndev != 1 or lib.order not in (2, 4, 6) or lib._phases is not None
+                or lib._devs[0].variant.profiling):
+            return -1
+        dev = lib._devs[0]
+        entry = dev.ctx.native_entry_points()
+        if entry is None:
+            return -1
+        if not 1 <= nj <= lib._n_stored or ni > NI_CHUNK:
+            return 0
+        with lib._lock:
+            lib._check_open()
+            if lib._pending is not None:  # collect what nobody waited for
+                try:
+                    lib._pending.result()
+                except SapporoError:
+                    pass
+            small = dev.small_launch(ni, nj) and lib._n_stored <= SMALL_PREDICT_MAX
+            lib._sync_j([small])
+            if dev.h_raw is None or dev.h_id is None:
+                return -1  # the device keeps its own copy of the records
+            plan = dev._plan(0, ni, nj, False)
+            predict = dev.predict_launch(lib._n_stored, lib._pred_terms, small)
+            dev.finish()
+            if plan.reduce is not None:
+                return 0  # the parts are combined by a kernel
+            launches = (predict.native(), plan.force.native())
+            if launches[0] is None or launches[1] is None:
+                return -1
+            for launch in (predict, plan.force):  # every launch C may run until it
+                if all(launch is not x for x in self._direct_launches):  # works from Python
+                    self._direct_launches.append(launch)
+            rows = 0
+            for r in lib._rows:
+                rows |= 1 << int(r)
+            return {
+                "order": lib.order, "nci": layout.nci(lib.order), "nco": layout.nco(lib.order),
+                "ni_pad": plan.ni_pad, "nparts": plan.nparts, "raw_n": dev.raw_n,
+                "pred_terms": lib._pred_terms, "n_stored": lib._n_stored,
+                "ds": int(lib.precision == "double-single"), "check_rows": rows,
+                "spin_ns": int(getattr(dev.ctx, "spin_seconds", 0.0) * 1e9),
+                "time_bits": int(np.float64(lib._time).view(np.int64)), "max_id": MAX_ID,
+                "idata": plan.idata.ctypes.data, "out": plan.out.ctypes.data,
+                "mirror_raw": lib._raw.ctypes.data, "mirror_ids": lib._ids.ctypes.data,
+                "dev_raw": dev.h_raw.ctypes.data, "dev_ids": dev.h_id.ctypes.data,
+                "entry": entry, "launches": launches,
+                "call_args": (dev.t_arg, dev.eps2_arg),
+            }
+
+    def after_direct(self) -> None:
+        """Before the library works from Python again after C ran steps: the kernels'
+        arguments and the predicted records are no longer what Python last set."""
+        for launch in self._direct_launches:
+            launch.forget_args()
+        self._direct_launches.clear()
+        lib = self.lib
+        if lib is not None and hasattr(lib, "_predicted_time"):
+            lib._predicted_time = None
 
     # ------------------------------------------------------------------------ j-particles
     def set_j(
@@ -479,6 +561,39 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
         put(pot, res.pot)
         put(nnb, res.nn_index, np.int32)
         put(nn_r2, res.nn_r2)
+        return 0
+
+    @extern
+    def shim_py_direct_plan(nj, ni, words, nwords) -> int:
+        w = np.frombuffer(ffi.buffer(words, 8 * nwords), dtype=np.int64)
+        w[:] = 0
+        plan = state.direct_plan(nj, ni)
+        if not isinstance(plan, dict):
+            w[lib.DP_STATUS] = plan
+            return 0
+        for key in ("order", "nci", "nco", "ni_pad", "nparts", "raw_n", "pred_terms",
+                    "n_stored", "ds", "check_rows", "spin_ns", "time_bits", "max_id", "idata",
+                    "out", "mirror_raw", "mirror_ids", "dev_raw", "dev_ids"):
+            w[getattr(lib, "DP_" + key.upper())] = plan[key]
+        for key, value in plan["entry"].items():
+            w[getattr(lib, "DP_FN_" + key.upper())] = value
+        for k, (launch, call_arg) in enumerate(zip(plan["launches"], plan["call_args"],
+                                                   strict=True)):
+            if len(launch.args) > lib.DP_MAX_ARGS or len(launch.global_size) > 2:
+                w[lib.DP_STATUS] = -1
+                return 0
+            o = lib.DP_LAUNCHES + k * lib.DP_LAUNCH_WORDS
+            gs = (*launch.global_size, 1, 1)
+            ls = (*(launch.local_size or (0, 0)), 0, 0)
+            w[o + lib.DL_QUEUE], w[o + lib.DL_KERNEL] = launch.queue, launch.kernel
+            w[o + lib.DL_CALL_ARG], w[o + lib.DL_DIMS] = call_arg, len(launch.global_size)
+            w[o + lib.DL_G0], w[o + lib.DL_G1] = gs[0], gs[1]
+            w[o + lib.DL_L0], w[o + lib.DL_L1] = ls[0], ls[1]
+            w[o + lib.DL_NARGS] = len(launch.args)
+            for a, (size, bits) in enumerate(launch.args):
+                w[o + lib.DL_ARGS + 2 * a] = size
+                w[o + lib.DL_ARGS + 2 * a + 1] = np.uint64(bits).view(np.int64)
+        w[lib.DP_STATUS] = 1
         return 0
 
     @extern

@@ -61,7 +61,8 @@ PKGCONFIG = {
     "g6lib": ("g6", "sapporo-nbody's GRAPE-6 library under the name libg6"),
 }
 STAMP = "sapporo-capi.json"
-_SOURCES = ("shim.c", "bridge.h", "bridge.py", "grape6.h", "sapporo.h", "build.py")
+_SOURCES = ("shim.c", "direct.c", "bridge.h", "bridge.py", "grape6.h", "sapporo.h",
+            "build.py")
 
 #: Exported ABI: ``g6*``, ``sapporo_*`` and sapporo_light's ``get_device_count``; every other
 #: symbol (cffi's PyInit_, the bridge functions) becomes local.
@@ -120,6 +121,13 @@ def _c_string(text: str) -> str:
 def source_dir() -> Path:
     """The folder holding ``shim.c`` and the headers (this package)."""
     return Path(__file__).resolve().parent
+
+
+def _layout_header() -> Path:
+    """sapporo/layout.h: the rows of the library's records, read by direct.c too."""
+    from sapporo.layout import LAYOUT_HEADER
+
+    return LAYOUT_HEADER
 
 
 def _read(name: str) -> str:
@@ -203,6 +211,7 @@ def _fingerprint(sites: list[str]) -> str:
     h = hashlib.sha256()
     for name in _SOURCES:
         h.update((source_dir() / name).read_bytes())
+    h.update(_layout_header().read_bytes())
     h.update(repr((sapporo.__version__, cffi.__version__, sys.executable, sites)).encode())
     return h.hexdigest()[:16]
 
@@ -305,7 +314,8 @@ def build(
     cmd = [
         *shlex.split(os.environ.get("CC", "cc")),
         "-shared", "-fPIC", "-O2", "-pthread", "-fvisibility=hidden",
-        f"-I{source_dir()}", *(f"-I{d}" for d in link.include_dirs),
+        f"-I{source_dir()}", f"-I{_layout_header().parent}",
+        *(f"-I{d}" for d in link.include_dirs),
         str(c_file), "-o", str(tmp_lib),
         f"-Wl,-soname,{LIBRARY}", f"-Wl,--version-script={map_file}", "-Wl,-Bsymbolic",
         "-Wl,-z,defs", f"-L{link.library_dir}", f"-l{link.library}",

@@ -80,6 +80,12 @@ const char *sapporo_last_error(void);
 /* The version of the sapporo Python package behind the library ("" if Python failed). */
 const char *sapporo_version(void);
 
+/* How many force calls since the library was opened ran on the direct path: block steps run
+ * in C from a plan made once per block size, without Python (one OpenCL device that
+ * computes on host memory, orders 2 to 6, no neighbour lists; SAPPORO_CAPI_DIRECT=0 turns
+ * it off). A diagnostic: 0 means every call went through Python. */
+long sapporo_direct_calls(void);
+
 /* sapporo_light's device query (the symbol AMUSE's configure looks for): how many devices
  * the backend g6_open would use has (SAPPORO_BACKEND, else the automatic choice).  Needs no
  * open; 0 when there is none (the reason is printed).  No Fortran name. */
@@ -111,6 +117,7 @@ int sapporo_calc_lasthalf8_(int *ni, double acc[][3], double jerk[][3], double s
 int sapporo_flush_(void);
 void sapporo_last_error_(char *message, size_t message_len);
 void sapporo_version_(char *text, size_t text_len);
+long sapporo_direct_calls_(void);
 
 #ifdef __cplusplus
 }

@@ -37,14 +37,13 @@ static int is_open;
 static int max_address;                      /* the largest j-address the library can hold */
 static int npipes;                           /* 0: not asked yet */
 static int pending;                          /* firsthalf ran; lasthalf not yet */
-/* g6_set_ti's time, handed to Python with the next force call: a block step then crosses
- * into Python twice (the j-batch, the force call) instead of three times. Nothing reads the
- * time before a force call. */
-static int ti_pending;
-static double ti_value;
+/* g6_set_ti's time (have_time, cur_time in direct.c) goes with the next force call, to
+ * Python or to the direct path: a block step then crosses into Python at most twice (the
+ * j-batch, the force call) instead of three times. Nothing reads it before a force call. */
 static int pending_rc;                       /* firsthalf's error code, returned by lasthalf */
 static int have_result;                      /* the last force call returned its forces */
 static int pending_lists;                    /* firsthalf asked for neighbour lists */
+static int pending_direct;                   /* firsthalf ran on the direct path */
 static int max_j_index = -1;                 /* the largest j-particle index stored */
 static int abort_code;                       /* SAPPORO_ON_ERROR=abort: the error to stop on */
 static int *iindex_buf;                      /* i-indices with the negative ones replaced */
@@ -392,11 +391,15 @@ static int jb_put(int address, int index, double t, double mass, const double *x
                    NULL);
 }
 
+#include "direct.c"
+
 static int jb_flush(void)
 {
     int rc;
     if (jb.n == 0)
         return SAPPORO_OK;
+    if ((rc = direct_before_python()) < 0)
+        return rc;
     /* the highest record that may hold data: the library then reads no more */
     rc = shim_py_set_j(jb.n, jb.address, jb.index, jb.rec,
                        jb.any_pop ? 7 : jb.any_crackle ? 5 : jb.any_snap ? 4 : 3);
@@ -436,11 +439,13 @@ static int do_open(int order, const char *precision, const char *backend, int nd
 static int do_close(void)
 {
     int rc = SAPPORO_OK;
+    direct_wait();
+    direct_reset();
     jb_clear();
     max_j_index = -1;
     open_error[0] = '\0';
     pending = 0;
-    ti_pending = 0;
+    pending_direct = 0;
     pending_lists = 0;
     have_result = 0;
     nb.valid = 0;
@@ -458,8 +463,8 @@ static int do_set_ti(double ti)
         return rc;
     if (!isfinite(ti))
         return fail(SAPPORO_ERR_INPUT, "ti = %g is not finite", ti);
-    ti_value = ti;
-    ti_pending = 1;
+    cur_time = ti;
+    have_time = 1;
     return SAPPORO_OK;
 }
 
@@ -525,12 +530,22 @@ static void do_firsthalf8(int nj, int ni, const int *index, const double *xi,
     }
     if ((rc = field_point_indices(ni, &index)) < 0)
         goto done;
+    pending_direct = 0;
+    if (ji == NULL && (rc = direct_start(nj, ni, index, xi, vi, ai, eps2, h2)) != 0) {
+        pending_direct = rc > 0;
+        direct.redo_nj = nj;
+        direct.redo_eps2 = eps2;
+        rc = rc > 0 ? SAPPORO_OK : rc;
+        goto done;
+    }
     if ((rc = jb_flush()) < 0)
         goto done;
     for (int i = 0; h2 != NULL && i < ni && !pending_lists; i++)
         pending_lists = h2[i] > 0.0;
-    rc = shim_py_start(nj, ni, index, xi, vi, ai, ji, eps2, h2, ti_pending, ti_value);
-    ti_pending = 0;
+    if ((rc = direct_before_python()) < 0)
+        goto done;
+    /* the time of the last g6_set_ti (the direct path may have taken it since) */
+    rc = shim_py_start(nj, ni, index, xi, vi, ai, ji, eps2, h2, have_time, cur_time);
 done:
     pending_rc = rc;
 }
@@ -551,6 +566,22 @@ static int do_lasthalf8(int ni, double *acc, double *jerk, double *snap, double 
     pending = 0;
     if (pending_rc < 0)
         return pending_rc;
+    if (pending_direct) {
+        pending_direct = 0;
+        if (ni != direct.inflight_ni) {
+            direct_wait();
+            return fail(SAPPORO_ERR_INPUT, "ni = %d differs from the firsthalf call's ni = %d",
+                        ni, direct.inflight_ni);
+        }
+        rc = direct_finish(ni, acc, jerk, snap, crackle, pot, nnb, nn_r2);
+        if (rc != 0) {
+            have_result = rc > 0;
+            return rc > 0 ? SAPPORO_OK : rc;
+        }
+        /* a non-finite result: the call again, Python's way, for its diagnosis */
+        if ((rc = direct_redo_start(ni)) < 0)
+            return rc;
+    }
     rc = shim_py_finish(ni, acc, jerk, snap, crackle, pot, nnb, nn_r2);
     have_result = rc >= 0;
     return rc;
@@ -572,6 +603,8 @@ static int do_read_neighbours(void)
         return fail(SAPPORO_ERR_STATE, "no neighbour lists: %s",
                     pending ? "the force call has not finished (call g6calc_lasthalf first)"
                             : "the last force call failed, or there was none");
+    if (direct.last_ni > 0)
+        return direct_empty_lists();
     rc = shim_py_read_neighbours(&nb.ni, &nb.offsets, &nb.counts, &nb.ids);
     if (rc < 0)
         return rc;
@@ -1071,6 +1104,15 @@ EXPORT const char *sapporo_version(void)
     return version;
 }
 
+EXPORT long sapporo_direct_calls(void)
+{
+    long n;
+    enter("sapporo_direct_calls");
+    n = direct.calls;
+    leave(0);
+    return n;
+}
+
 /* ---------------------------------------------------------------- their Fortran names */
 
 /* A Fortran CHARACTER argument: blank-padded, its length passed after the other arguments
@@ -1178,6 +1220,11 @@ EXPORT int sapporo_flush_(void)
 EXPORT void sapporo_last_error_(char *message, size_t message_len)
 {
     to_fortran_string(last_error, message, message_len);
+}
+
+EXPORT long sapporo_direct_calls_(void)
+{
+    return sapporo_direct_calls();
 }
 
 EXPORT void sapporo_version_(char *text, size_t text_len)

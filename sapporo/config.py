@@ -24,6 +24,8 @@ variable                   meaning
                            ``mpiexec ... sapporo run`` (default ``auto``)
 ``SAPPORO_RANK_OUTPUT``    1: under ``mpiexec``, ranks other than 0 keep their output
                            in ``<out>.rank<r>`` (to compare the ranks' runs)
+``SAPPORO_CAPI_DIRECT``    0: every block step of the C API goes through Python
+                           (default 1: C runs the steps Python has planned)
 ``SAPPORO_SITE``           os.pathsep-separated site directories that replace the
                            ones recorded by ``sapporo capi build`` (read by the C
                            library's start-up code before sapporo is importable)
@@ -177,6 +179,7 @@ class Settings:
     kernel_cache: str | None = None
     decomposition: str | None = None
     rank_output: bool = False
+    capi_direct: bool = True
 
 
 def from_environment() -> Settings:
@@ -197,4 +200,6 @@ def from_environment() -> Settings:
         kernel_cache=_get("SAPPORO_KERNEL_CACHE"),
         decomposition=_get("SAPPORO_DECOMPOSITION"),
         rank_output=(_get("SAPPORO_RANK_OUTPUT") or "0").lower() not in ("0", "no", "false"),
+        capi_direct=(_get("SAPPORO_CAPI_DIRECT") or "1").lower() not in ("0", "no", "false",
+                                                                      "off"),
     )

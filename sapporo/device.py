@@ -245,21 +245,37 @@ class Device:
         hand-off between the two)."""
         if n_local == 0:
             return
+        launch = self.predict_launch(n_local, terms, small)
+        launch.set(self._t_arg, np.float64(t))
+        self._record(launch())
+
+    def predict_launch(self, n_local: int, terms: int, small: bool = False) -> Launch:
+        """The prepared prediction of the first ``n_local`` addresses (argument ``t`` set
+        per call, at position :attr:`t_arg`); cached while no buffer is reallocated."""
         key = (n_local, small, terms)
         launch = self._predicts.get(key)
         if launch is None or launch[0] != self._gen:
             kernel = self._predict_prog(small, terms).kernel("predict")
             j = self.j
             args = layout.kernel_args(layout.PREDICT_ARGS, {
-                "n": np.int32(n_local), "t": np.float64(t), "raw": j["raw"], "pos": j["pos"],
-                "pos_lo": j.get("pos_lo"), "vel": j["vel"], "acc": j.get("acc"),
-                "jerk": j.get("jerk")},
+                "n": np.int32(n_local), "t": np.float64(0.0), "raw": j["raw"],
+                "pos": j["pos"], "pos_lo": j.get("pos_lo"), "vel": j["vel"],
+                "acc": j.get("acc"), "jerk": j.get("jerk")},
                 self.variant.order, self.variant.ds)
             if len(self._predicts) > 64:
                 self._predicts.clear()
             launch = self._predicts[key] = (self._gen, kernel.prepare(*_linear(n_local), *args))
-        launch[1].set(self._t_arg, np.float64(t))
-        self._record(launch[1]())
+        return launch[1]
+
+    @property
+    def t_arg(self) -> int:
+        """Position of the time among the prediction's arguments."""
+        return self._t_arg
+
+    @property
+    def eps2_arg(self) -> int:
+        """Position of eps2 among the force kernel's arguments."""
+        return self._eps2_arg
 
     def _predict_prog(self, small: bool, terms: int) -> Program:
         """The predict program for the device or its companion, reading ``terms``

@@ -22,6 +22,7 @@ from .base import (
     HostBuffer,
     Kernel,
     Launch,
+    NativeLaunch,
     Program,
 )
 
@@ -36,6 +37,7 @@ __all__ = [
     "HostBuffer",
     "Kernel",
     "Launch",
+    "NativeLaunch",
     "Program",
     "capabilities",
     "get_backend",

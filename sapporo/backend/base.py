@@ -113,6 +113,18 @@ class Kernel(ABC):
         return Launch(self, global_size, local_size, args)
 
 
+@dataclass(frozen=True)
+class NativeLaunch:
+    """A prepared launch as C code can queue it itself (the C API's direct path): the
+    runtime's handles and every argument as (size in bytes, value bits, little-endian)."""
+
+    queue: int
+    kernel: int
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...]
+    args: tuple[tuple[int, int], ...]
+
+
 class Launch:
     """A prepared kernel launch: :meth:`__call__` enqueues it, :meth:`set` replaces one
     argument by a value of the same kind (a scalar that changes from call to call)."""
@@ -130,6 +142,15 @@ class Launch:
     def __call__(self) -> Event:
         """Enqueue the launch; returns its completion."""
         return self.kernel(self.global_size, self.local_size, *self.args)
+
+    def native(self) -> NativeLaunch | None:
+        """This launch for C callers, or None where the backend has no such form. A C
+        caller sets the kernel's arguments itself: call :meth:`forget_args` before the
+        next launch from Python."""
+        return None
+
+    def forget_args(self) -> None:
+        """Someone else (C) may have set the kernel's arguments: set them all next time."""
 
 
 class Program(ABC):
@@ -215,6 +236,12 @@ class Context(ABC):
     @abstractmethod
     def finish(self) -> None:
         """Wait for all queued work."""
+
+    def native_entry_points(self) -> dict[str, int] | None:
+        """Addresses of the runtime functions a C caller needs to queue
+        :meth:`Launch.native` launches itself (``set_arg``, ``enqueue``, ``flush``,
+        ``finish``, ``event_info``, ``release``), or None where the backend has none."""
+        return None
 
     @abstractmethod
     def close(self) -> None:

@@ -31,6 +31,7 @@ from .base import (
     HostBuffer,
     Kernel,
     Launch,
+    NativeLaunch,
     Program,
     format_defines,
     load_source,
@@ -405,6 +406,27 @@ class CLLaunch(Launch):
             self._changed = False
         return CLEvent(k._enqueue(self._gs, self._ls), k._ctx.profiling)
 
+    def native(self) -> NativeLaunch | None:
+        k: CLKernel = self.kernel  # type: ignore[assignment]
+        queue = k._ctx.small_queue if k._small else k._ctx.queue
+        args = []
+        for a in self._raw:
+            if a is None:
+                args.append((8, 0))  # a NULL buffer
+            elif isinstance(a, cl.MemoryObjectHolder):
+                args.append((8, int(a.int_ptr)))
+            elif isinstance(a, np.generic) and a.nbytes <= 8:
+                args.append((a.nbytes, int.from_bytes(a.tobytes().ljust(8, b"\0"), "little")))
+            else:
+                return None
+        k._owner = None  # the C caller sets the arguments
+        return NativeLaunch(int(queue.int_ptr), int(k._kernel.int_ptr), self._gs,
+                            self._ls if self._ls is not None else (), tuple(args))
+
+    def forget_args(self) -> None:
+        k: CLKernel = self.kernel  # type: ignore[assignment]
+        k._owner = None
+
 
 class CLProgram(Program):
     def __init__(self, ctx: CLContext, program: Any, small: bool = False):
@@ -584,12 +606,43 @@ class CLContext(Context):
                     _yield()  # leave the core to the device's worker threads (CPU devices)
             queue.finish()
 
+    def native_entry_points(self) -> dict[str, int] | None:
+        return _native_entry_points()
+
     def close(self) -> None:
         if getattr(self, "queue", None) is not None:
             self.finish()
             self.queue = None
             self.small_queue = None
             self._programs.clear()
+
+
+_ENTRY_POINTS: dict[str, int] | None = None
+_ENTRY_NAMES = {"set_arg": "clSetKernelArg", "enqueue": "clEnqueueNDRangeKernel",
+                "flush": "clFlush", "finish": "clFinish", "event_info": "clGetEventInfo",
+                "release": "clReleaseEvent"}
+
+
+def _native_entry_points() -> dict[str, int] | None:
+    """The OpenCL functions of the ICD loader PyOpenCL uses (found in this process's memory
+    map), by the names of :meth:`Context.native_entry_points`; None when not found."""
+    global _ENTRY_POINTS
+    if _ENTRY_POINTS is None:
+        import ctypes
+
+        found: dict[str, int] = {}
+        try:
+            with open("/proc/self/maps") as fh:
+                paths = [ln.split()[-1] for ln in fh if "libOpenCL" in ln and "/" in ln]
+            lib = ctypes.CDLL(paths[0]) if paths else None
+            if lib is not None:
+                for key, name in _ENTRY_NAMES.items():
+                    found[key] = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0
+        except (OSError, AttributeError, IndexError) as exc:
+            log.debug("OpenCL entry points not found: %s", exc)
+            found = {}
+        _ENTRY_POINTS = found if len(found) == len(_ENTRY_NAMES) and all(found.values()) else {}
+    return dict(_ENTRY_POINTS) or None
 
 
 def _binary_cache_dir() -> Path | None:

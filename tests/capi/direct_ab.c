@@ -1,0 +1,141 @@
+/*
+ * direct_ab.c -- a block-step sequence whose every result is printed bit for bit (%a), run
+ * with SAPPORO_CAPI_DIRECT=1 (block steps in C) and =0 (every step through Python): the two
+ * outputs must be equal.  The sequence also walks through what the direct path leaves to
+ * Python: a new address, neighbour lists, a field point, part of the j-range, a derivative
+ * the predictor did not read yet, refused input and a non-finite force.
+ *
+ * usage: direct_ab ORDER PRECISION
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "grape6.h"
+#include "sapporo.h"
+
+#define N 700
+#define NMAX 128
+
+static unsigned long long seed = 88172645463325252ull;
+
+static double rnd(void)  /* in [-1, 1) */
+{
+    seed ^= seed << 13;
+    seed ^= seed >> 7;
+    seed ^= seed << 17;
+    return (double)(seed >> 11) / 4503599627370496.0 - 1.0;
+}
+
+static double x[N + 1][3], v[N + 1][3], a[N + 1][3], jk[N + 1][3], sn[N + 1][3];
+
+static void store(int k, double t, int with_snap)
+{
+    const double zero[3] = {0.0, 0.0, 0.0};
+    int rc = sapporo_set_j_particle(k, k, t, 1.0 / N, x[k], v[k], a[k], jk[k],
+                                    with_snap ? sn[k] : zero, NULL);
+    if (rc != 0)
+        printf("set_j %d rc %d\n", k, rc);
+}
+
+static void print3(const char *name, double (*p)[3], int n)
+{
+    for (int i = 0; i < n; i++)
+        printf("%s %d %a %a %a\n", name, i, p[i][0], p[i][1], p[i][2]);
+}
+
+int main(int argc, char **argv)
+{
+    static const int sizes[] = {1, 2, 3, 7, 16, 33, 64, 100, 128};
+    static double xi[NMAX][3], vi[NMAX][3], ai[NMAX][3], acc[NMAX][3], jerk[NMAX][3],
+        snap[NMAX][3], pot[NMAX], h2[NMAX], nn_r2[NMAX];
+    static int idx[NMAX], nnb[NMAX], list[64];
+    int order = argc > 1 ? atoi(argv[1]) : 4, n = N;
+    double t = 0.0;
+    if (sapporo_open(order, argc > 2 ? argv[2] : "double-single", NULL, 0, NULL) != 0) {
+        printf("open failed: %s\n", sapporo_last_error());
+        return 1;
+    }
+    for (int k = 0; k <= N; k++)
+        for (int c = 0; c < 3; c++) {
+            x[k][c] = rnd();
+            v[k][c] = 0.3 * rnd();
+            a[k][c] = 0.1 * rnd();
+            jk[k][c] = 0.01 * rnd();
+            sn[k][c] = 0.001 * rnd();
+        }
+    for (int k = 0; k < N; k++)
+        store(k, 0.0, 0);
+    for (int step = 0; step < 80; step++) {
+        int ni = sizes[step % 9], nj = n, rc, lists = step == 20;
+        double eps2 = step >= 30 && step != 75 ? 0.0 : 1e-4;
+        for (int m = 0; m < ni; m++) {
+            int k = (step * 37 + m * 13) % n;
+            idx[m] = k;
+            for (int c = 0; c < 3; c++) {
+                xi[m][c] = x[k][c];
+                vi[m][c] = v[k][c];
+                ai[m][c] = a[k][c];
+            }
+            h2[m] = lists ? 0.04 : 0.0;
+        }
+        if (step == 10) {  /* a new address: the library grows, Python's way */
+            store(N, t, 0);
+            n = N + 1;
+        }
+        if (step == 40)
+            idx[0] = -1;   /* a field point */
+        if (step == 50)
+            nj = n / 2;
+        if (step == 60)
+            store(5, t, 1);  /* snap appears: the predictor reads one record more */
+        if (step == 70)
+            xi[0][1] = NAN;  /* refused */
+        if (step == 75) {  /* on top of j-particle 3, another index, no softening */
+            for (int c = 0; c < 3; c++)
+                xi[0][c] = x[3][c];
+            idx[0] = 100000;
+            eps2 = 0.0;
+        }
+        t += 1.0 / 1024;
+        g6_set_ti(0, t);
+        sapporo_calc_firsthalf(nj, ni, idx, xi, vi, ai, eps2, lists ? h2 : NULL);
+        rc = sapporo_calc_lasthalf(ni, acc, jerk, snap, pot, nnb, nn_r2);
+        printf("step %d ni %d nj %d rc %d\n", step, ni, nj, rc);
+        if (rc < 0) {
+            printf("error %s\n", sapporo_last_error());
+            continue;
+        }
+        print3("acc", acc, ni);
+        print3("jerk", jerk, ni);
+        print3("snap", snap, ni);
+        for (int i = 0; i < ni; i++)
+            printf("pot %d %a nn %d %a\n", i, pot[i], nnb[i], nn_r2[i]);
+        if (step == 20 || step == 21) {  /* lists, then none after a step without them */
+            int nblen = -1;
+            printf("read_neighbour_list %d\n", g6_read_neighbour_list(0));
+            for (int i = 0; i < ni; i++) {
+                rc = g6_get_neighbour_list(0, i, 64, &nblen, list);
+                printf("list %d rc %d len %d", i, rc, nblen);
+                for (int q = 0; q < nblen && q < 64; q++)
+                    printf(" %d", list[q]);
+                printf("\n");
+            }
+        }
+        /* the block's particles move on and are stored again */
+        for (int m = 0; m < ni; m++) {
+            int k = idx[m] < 0 || idx[m] >= n ? 0 : idx[m];
+            for (int c = 0; c < 3; c++)
+                x[k][c] += 1e-3 * v[k][c];
+            store(k, t, step >= 60 && k == 5);
+        }
+        if (step == 74) {  /* j-particle 3 stops: predicted, it stays where it is */
+            for (int c = 0; c < 3; c++)
+                v[3][c] = a[3][c] = jk[3][c] = sn[3][c] = 0.0;
+            store(3, t, 0);
+        }
+    }
+    fprintf(stderr, "direct_calls %ld\n", sapporo_direct_calls());
+    printf("close %d\n", g6_close(0));
+    return 0;
+}

@@ -1,0 +1,85 @@
+"""The C API's direct path (capi/direct.c): block steps run in C from plans made by Python.
+
+The same block-step sequence (tests/capi/direct_ab.c) runs with the direct path on and off;
+every result must have the same bits, the steps that the direct path leaves to Python
+included (a new address, neighbour lists, a field point, part of the j-range, a derivative
+the predictor did not read yet, refused input, a non-finite force).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+from sapporo.capi.bridge import Bridge
+
+if TYPE_CHECKING:
+    from conftest import CApi
+
+
+def _run(capi: CApi, tmp_path: Path, order: int, precision: str, direct: str):
+    exe = capi.program("direct_ab.c")
+    proc = capi.run(exe, order, precision, cwd=tmp_path,
+                    env=capi.env(SAPPORO_CAPI_DIRECT=direct))
+    calls = re.search(r"direct_calls (\d+)", proc.stderr)
+    assert calls, proc.stderr
+    return proc.stdout, int(calls.group(1))
+
+
+@pytest.mark.parametrize("order, precision", [(4, "double-single"), (4, "double"),
+                                              (6, "double-single"), (2, "double")])
+def test_direct_and_python_steps_give_the_same_bits(capi: CApi, tmp_path: Path, order: int,
+                                                    precision: str) -> None:
+    out_py, calls_py = _run(capi, tmp_path, order, precision, "0")
+    out_c, calls_c = _run(capi, tmp_path, order, precision, "1")
+    assert calls_py == 0
+    assert calls_c >= 60, f"only {calls_c} of 80 force calls ran on the direct path"
+    assert out_c == out_py
+    # what the sequence is made to meet
+    assert "step 70 ni 100 nj 701 rc -1" in out_c and "x: non-finite value" in out_c
+    assert "step 75 ni 7 nj 701 rc -5" in out_c and "non-finite force on i-particle 0" in out_c
+    lists = re.findall(r"^list \d+ rc 0 len (\d+)", out_c, re.M)
+    assert any(int(n) > 0 for n in lists[:3]), "step 20 asked for lists"
+    assert all(int(n) == 0 for n in lists[3:]), "step 21 did not"
+    assert out_c.count("\nacc 0 ") == 78
+
+
+def test_direct_plan_from_python(monkeypatch) -> None:
+    """The Python half: a plan for a library on a CPU device, none when switched off or
+    beyond the stored addresses; C's changes are forgotten before Python works again."""
+    from sapporo.backend import get_backend
+    from sapporo.errors import BackendError
+
+    try:
+        devices = get_backend("opencl").devices()
+    except BackendError as exc:
+        pytest.skip(f"OpenCL unusable here: {exc}")
+    if not devices or devices[0].device_type != "cpu":
+        pytest.skip("the direct path is for devices that compute on host memory (CPUs)")
+    bridge = Bridge()
+    bridge.open(order=4, precision="double-single", backend="opencl", devices=[0])
+    try:
+        lib = bridge.lib
+        n = 64
+        rng = np.random.default_rng(3)
+        lib.set_j_particles(np.arange(n), np.arange(n), 0.0, np.full(n, 1 / n),
+                            rng.normal(size=(n, 3)), rng.normal(size=(n, 3)))
+        plan = bridge.direct_plan(n, 5)
+        assert isinstance(plan, dict)
+        assert plan["n_stored"] == n and plan["ni_pad"] >= 5 and plan["nparts"] >= 1
+        assert set(plan["entry"]) == {"set_arg", "enqueue", "flush", "finish", "event_info",
+                                      "release"}
+        predict, force = plan["launches"]
+        assert len(force.args) == len(lib._devs[0]._plan(0, 5, n, False).force.args)
+        assert plan["call_args"] == (lib._devs[0].t_arg, lib._devs[0].eps2_arg)
+        assert bridge.direct_plan(n + 1, 5) == 0  # more j-addresses than stored
+        assert bridge._direct_launches
+        bridge.set_time(0.5)  # Python again: the predicted records are no longer trusted
+        assert not bridge._direct_launches and lib._predicted_time is None
+        monkeypatch.setenv("SAPPORO_CAPI_DIRECT", "0")
+        assert bridge.direct_plan(n, 5) == -1
+    finally:
+        bridge.close()
