@@ -11,6 +11,7 @@ already multiplied the GRAPE-scaled ``a/2``, ``jerk/6``, ``snap/18`` back).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from typing import Any
@@ -186,7 +187,13 @@ class Bridge:
             return
         read_npipes()  # a bad SAPPORO_NPIPES is refused here, not at the first force call
         settings = open_settings(**kwargs)
-        self.lib = Library(**settings)
+        was_enabled = gc.isenabled()
+        gc.disable()  # the backend's start-up makes many objects and no garbage
+        try:
+            self.lib = Library(**settings)
+        finally:
+            if was_enabled:
+                gc.enable()
         logger.info("C API opened %s", settings)
 
     def close(self) -> None:

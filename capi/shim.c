@@ -33,6 +33,7 @@ static char last_error[1024];
 static char open_error[512];                 /* why the last open failed ("" if it did not) */
 static char version[64];
 static int python_ready;                     /* set by the embedded init code when done */
+static int own_python;                       /* started here; its gc is off until sapporo is in */
 static int is_open;
 static int max_address;                      /* the largest j-address the library can hold */
 static int npipes;                           /* 0: not asked yet */
@@ -157,6 +158,7 @@ static int start_python(void)
 {
     PyGILState_STATE gil = PyGILState_UNLOCKED;
     int fresh = !Py_IsInitialized();
+    own_python = fresh;
     if (fresh) {
         PyConfig config;
         PyStatus status;
@@ -175,6 +177,10 @@ static int start_python(void)
     else {
         gil = PyGILState_Ensure();
     }
+    /* an interpreter of our own collects no garbage until sapporo is imported (python_up):
+     * the imports make tens of thousands of objects and no cycles to free */
+    if (fresh)
+        PyRun_SimpleString("import gc\ngc.disable()\n");
     if (PyRun_SimpleString(shim_site_code) != 0)
         fprintf(stderr, "sapporo: could not add the recorded site directories\n");
     if (fresh)
@@ -192,6 +198,15 @@ static int python_up(void)
         return 0;
     if (started == 0)
         started = start_python() == 0 ? 1 : -1;
+    if (started > 0 && own_python) {
+        int rc = cffi_start_python();
+        PyGILState_STATE gil = PyGILState_Ensure();
+        PyRun_SimpleString("import gc\ngc.enable()\n");
+        PyGILState_Release(gil);
+        own_python = 0;
+        if (rc != 0)
+            started = -1;
+    }
     if (started < 0 || cffi_start_python() != 0 || !python_ready)
         return fail(SAPPORO_ERR_INTERNAL,
                     "the embedded Python could not load sapporo (see the messages above; "
