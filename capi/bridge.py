@@ -272,7 +272,7 @@ class Bridge:
                 "idata": plan.idata.ctypes.data, "out": plan.out.ctypes.data,
                 "mirror_raw": lib._raw.ctypes.data, "mirror_ids": lib._ids.ctypes.data,
                 "dev_raw": dev.h_raw.ctypes.data, "dev_ids": dev.h_id.ctypes.data,
-                "entry": entry, "launches": launches,
+                "gen": dev._gen, "entry": entry, "launches": launches,
                 "call_args": (dev.t_arg, dev.eps2_arg),
             }
 
@@ -580,7 +580,7 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
             return 0
         for key in ("order", "nci", "nco", "ni_pad", "nparts", "raw_n", "pred_terms",
                     "n_stored", "ds", "check_rows", "spin_ns", "time_bits", "max_id", "idata",
-                    "out", "mirror_raw", "mirror_ids", "dev_raw", "dev_ids"):
+                    "out", "mirror_raw", "mirror_ids", "dev_raw", "dev_ids", "gen"):
             w[getattr(lib, "DP_" + key.upper())] = plan[key]
         for key, value in plan["entry"].items():
             w[getattr(lib, "DP_FN_" + key.upper())] = value

@@ -75,6 +75,7 @@ static struct {
     long epoch;           /* bumped by every crossing into Python that may change its state */
     struct dplan *plans;  /* by ni (1 .. npipes) */
     int nplans;
+    long gen;             /* the device's buffer generation of the cached plans */
     int pred_valid;       /* the device's predicted records are those of pred_time */
     double pred_time;
     void *inflight_queue; /* a force launch not yet waited for */
@@ -199,6 +200,11 @@ static struct dplan *direct_plan(int nj, int ni)
     /* making the plan synchronised the library (a crossing); earlier plans stay valid:
      * it stored nothing and predicted to the library's own time */
     direct.pred_valid = 0;
+    if (w[DP_STATUS] > 0 && w[DP_GEN] != direct.gen) {
+        /* Python reallocated buffers for this plan: the other plans point at freed ones */
+        direct.epoch++;
+        direct.gen = (long)w[DP_GEN];
+    }
     memset(p, 0, sizeof *p);
     p->epoch = direct.epoch;
     p->nj = nj;

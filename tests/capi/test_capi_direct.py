@@ -75,6 +75,10 @@ def test_direct_plan_from_python(monkeypatch) -> None:
         predict, force = plan["launches"]
         assert len(force.args) == len(lib._devs[0]._plan(0, 5, n, False).force.args)
         assert plan["call_args"] == (lib._devs[0].t_arg, lib._devs[0].eps2_arg)
+        # a larger block reallocates the i- and result buffers: the generation tells C
+        # that its other plans point at freed memory
+        big = bridge.direct_plan(n, 128)
+        assert isinstance(big, dict) and big["gen"] > plan["gen"]
         assert bridge.direct_plan(n + 1, 5) == 0  # more j-addresses than stored
         assert bridge._direct_launches
         bridge.set_time(0.5)  # Python again: the predicted records are no longer trusted
