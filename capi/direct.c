@@ -169,7 +169,6 @@ static int direct_before_python(void)
     int rc = direct_wait();
     direct.epoch++;
     direct.pred_valid = 0;
-    direct.last_ni = 0;
     return rc;
 }
 

@@ -599,6 +599,7 @@ static int do_lasthalf8(int ni, double *acc, double *jerk, double *snap, double 
     }
     rc = shim_py_finish(ni, acc, jerk, snap, crackle, pot, nnb, nn_r2);
     have_result = rc >= 0;
+    direct.last_ni = 0;  /* the neighbour lists are Python's */
     return rc;
 }
 

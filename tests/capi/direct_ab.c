@@ -111,7 +111,11 @@ int main(int argc, char **argv)
         print3("snap", snap, ni);
         for (int i = 0; i < ni; i++)
             printf("pot %d %a nn %d %a\n", i, pot[i], nnb[i], nn_r2[i]);
-        if (step == 20 || step == 21) {  /* lists, then none after a step without them */
+        if (step == 23) {  /* a crossing into Python between the step and its lists */
+            store(7, t, 0);
+            printf("flush %d\n", g6_flush_jp_buffer(0));
+        }
+        if (step == 20 || step == 21 || step == 23) {  /* lists, then none without them */
             int nblen = -1;
             printf("read_neighbour_list %d\n", g6_read_neighbour_list(0));
             for (int i = 0; i < ni; i++) {
