@@ -58,3 +58,32 @@ def find_mpicc() -> str | None:
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
     return shutil.which("mpicc")
+
+
+def find_mpifort() -> str | None:
+    """The MPI Fortran compiler: ``$MPIFC``, else ``mpifort`` or ``mpif90`` beside this
+    Python, else on PATH. The mpich wheel has none; Debian's ``libmpich-dev`` has both."""
+    if os.environ.get("MPIFC"):
+        return shutil.which(os.environ["MPIFC"].split()[0])
+    for name in ("mpifort", "mpif90"):
+        beside = Path(sys.executable).parent / name
+        if beside.is_file() and os.access(beside, os.X_OK):
+            return str(beside)
+    for name in ("mpifort", "mpif90"):
+        if path := shutil.which(name):
+            return path
+    return None
+
+
+def mpiexec_for(compiler: str) -> str | None:
+    """The launcher of the MPI that ``compiler`` belongs to, found beside the compiler's
+    real file: ``mpiexec.<suffix>`` where Debian's alternatives name it ``mpifort.<suffix>``
+    (``mpifort.mpich`` -> ``mpiexec.mpich``, whatever ``/usr/bin/mpiexec`` points to), else
+    ``mpiexec``; None when there is none."""
+    real = Path(os.path.realpath(compiler))
+    suffix = real.name.partition(".")[2]
+    for name in ([f"mpiexec.{suffix}"] if suffix else []) + ["mpiexec"]:
+        path = real.parent / name
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    return None
