@@ -173,6 +173,7 @@ class Bridge:
         # launches handed to C (the direct path): their kernels' arguments may have been
         # set by C, and the device's predicted records are C's
         self._direct_launches: list[Any] = []
+        self._direct_allowed = True  # SAPPORO_CAPI_DIRECT, read by open()
 
     # ------------------------------------------------------------------------ lifecycle
     def npipes(self) -> int:
@@ -187,6 +188,7 @@ class Bridge:
             return
         read_npipes()  # a bad SAPPORO_NPIPES is refused here, not at the first force call
         settings = open_settings(**kwargs)
+        self._direct_allowed = config.from_environment().capi_direct
         was_enabled = gc.isenabled()
         gc.disable()  # the backend's start-up makes many objects and no garbage
         try:
@@ -226,7 +228,7 @@ class Bridge:
         lib = self.lib
         if lib is None:
             raise SapporoError("the library is not open (call g6_open first)")
-        if not config.from_environment().capi_direct or not hasattr(lib, "_devs"):
+        if not self._direct_allowed or not hasattr(lib, "_devs"):
             return -1
         if (lib.ndev != 1 or lib.order not in (2, 4, 6) or lib._phases is not None
                 or lib._devs[0].variant.profiling):
@@ -262,6 +264,17 @@ class Bridge:
             rows = 0
             for r in lib._rows:
                 rows |= 1 << int(r)
+            # the block sizes this launch serves as it is, but for its argument ni: the same
+            # configuration, padded size and device (so the same parts and buffers)
+            cfg, step = plan.cfg, plan.cfg.i_per_group
+            lo = hi = ni
+            while (lo > 1 and dev.table.for_ni(lo - 1) == cfg
+                   and -(-(lo - 1) // step) * step == plan.ni_pad
+                   and dev.small_launch(lo - 1, nj) == dev.small_launch(ni, nj)):
+                lo -= 1
+            while (hi < min(plan.ni_pad, NI_CHUNK) and dev.table.for_ni(hi + 1) == cfg
+                   and dev.small_launch(hi + 1, nj) == dev.small_launch(ni, nj)):
+                hi += 1
             return {
                 "order": lib.order, "nci": layout.nci(lib.order), "nco": layout.nco(lib.order),
                 "ni_pad": plan.ni_pad, "nparts": plan.nparts, "raw_n": dev.raw_n,
@@ -272,8 +285,9 @@ class Bridge:
                 "idata": plan.idata.ctypes.data, "out": plan.out.ctypes.data,
                 "mirror_raw": lib._raw.ctypes.data, "mirror_ids": lib._ids.ctypes.data,
                 "dev_raw": dev.h_raw.ctypes.data, "dev_ids": dev.h_id.ctypes.data,
-                "gen": dev._gen, "entry": entry, "launches": launches,
-                "call_args": (dev.t_arg, dev.eps2_arg),
+                "gen": dev._gen, "ni_lo": lo, "ni_hi": hi, "entry": entry,
+                "launches": launches, "call_args": (dev.t_arg, dev.eps2_arg),
+                "ni_args": (-1, dev.ni_arg),
             }
 
     def after_direct(self) -> None:
@@ -580,12 +594,13 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
             return 0
         for key in ("order", "nci", "nco", "ni_pad", "nparts", "raw_n", "pred_terms",
                     "n_stored", "ds", "check_rows", "spin_ns", "time_bits", "max_id", "idata",
-                    "out", "mirror_raw", "mirror_ids", "dev_raw", "dev_ids", "gen"):
+                    "out", "mirror_raw", "mirror_ids", "dev_raw", "dev_ids", "gen", "ni_lo",
+                    "ni_hi"):
             w[getattr(lib, "DP_" + key.upper())] = plan[key]
         for key, value in plan["entry"].items():
             w[getattr(lib, "DP_FN_" + key.upper())] = value
-        for k, (launch, call_arg) in enumerate(zip(plan["launches"], plan["call_args"],
-                                                   strict=True)):
+        for k, (launch, call_arg, ni_arg) in enumerate(zip(
+                plan["launches"], plan["call_args"], plan["ni_args"], strict=True)):
             if len(launch.args) > lib.DP_MAX_ARGS or len(launch.global_size) > 2:
                 w[lib.DP_STATUS] = -1
                 return 0
@@ -594,6 +609,7 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
             ls = (*(launch.local_size or (0, 0)), 0, 0)
             w[o + lib.DL_QUEUE], w[o + lib.DL_KERNEL] = launch.queue, launch.kernel
             w[o + lib.DL_CALL_ARG], w[o + lib.DL_DIMS] = call_arg, len(launch.global_size)
+            w[o + lib.DL_NI_ARG] = ni_arg
             w[o + lib.DL_G0], w[o + lib.DL_G1] = gs[0], gs[1]
             w[o + lib.DL_L0], w[o + lib.DL_L1] = ls[0], ls[1]
             w[o + lib.DL_NARGS] = len(launch.args)

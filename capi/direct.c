@@ -45,7 +45,7 @@ _Static_assert(DP_WORDS == DP_LAUNCHES + 2 * DP_LAUNCH_WORDS, "bridge.h: DP_WORD
 
 struct dlaunch {
     void *queue, *kernel;
-    int call_arg, dims, nargs;
+    int call_arg, ni_arg, dims, nargs;
     size_t global[2], local[2];
     size_t arg_size[DP_MAX_ARGS];
     uint64_t arg_value[DP_MAX_ARGS];
@@ -71,7 +71,7 @@ struct dplan {
 
 static struct {
     int off;              /* -1: never (SAPPORO_CAPI_DIRECT=0, or not this library) */
-    long calls;           /* force calls run here since the library was opened */
+    long calls;           /* force calls run here in this process */
     long epoch;           /* bumped by every crossing into Python that may change its state */
     struct dplan *plans;  /* by ni (1 .. npipes) */
     int nplans;
@@ -96,9 +96,11 @@ static double cur_time;
 
 static void direct_reset(void)
 {
+    long calls = direct.calls;  /* counted over the whole process */
     free(direct.plans);
     free(direct.zeros);
     memset(&direct, 0, sizeof direct);
+    direct.calls = calls;
     have_time = 0;
 }
 
@@ -107,6 +109,7 @@ static void unpack_launch(struct dlaunch *l, const int64_t *w)
     l->queue = (void *)(intptr_t)w[DL_QUEUE];
     l->kernel = (void *)(intptr_t)w[DL_KERNEL];
     l->call_arg = (int)w[DL_CALL_ARG];
+    l->ni_arg = (int)w[DL_NI_ARG];
     l->dims = (int)w[DL_DIMS];
     l->global[0] = (size_t)w[DL_G0];
     l->global[1] = (size_t)w[DL_G1];
@@ -245,18 +248,41 @@ static struct dplan *direct_plan(int nj, int ni)
     unpack_launch(&p->predict, w + DP_LAUNCHES);
     unpack_launch(&p->force, w + DP_LAUNCHES + DP_LAUNCH_WORDS);
     if (p->predict.nargs > DP_MAX_ARGS || p->force.nargs > DP_MAX_ARGS || p->nparts < 1
-        || p->ni_pad < ni || p->nco > NCO_ORDER8 || p->nci > NCI_ORDER8) {
+        || p->ni_pad < ni || p->nco > NCO_ORDER8 || p->nci > NCI_ORDER8
+        || !(w[DP_NI_LO] <= ni && ni <= w[DP_NI_HI] && w[DP_NI_HI] <= p->ni_pad)) {
         direct.off = -1;  /* a table this code does not understand: Python's way only */
         return NULL;
     }
+    /* the same plan serves the other block sizes of its launch shape */
+    if (w[DP_NI_HI] >= direct.nplans) {
+        int n = (int)w[DP_NI_HI] + 1;
+        struct dplan *q = realloc(direct.plans, sizeof *q * (size_t)n);
+        if (q == NULL)
+            return p;  /* only this one, then */
+        memset(q + direct.nplans, 0, sizeof *q * (size_t)(n - direct.nplans));
+        direct.plans = q;
+        direct.nplans = n;
+        p = &direct.plans[ni];
+    }
+    for (int k = (int)w[DP_NI_LO]; k <= (int)w[DP_NI_HI]; k++)
+        if (k != ni) {
+            direct.plans[k] = *p;
+            direct.plans[k].ni = k;
+        }
     return p;
 }
 
-static int launch(struct dplan *p, struct dlaunch *l, uint64_t call_value, void **event)
+static int launch(struct dplan *p, struct dlaunch *l, uint64_t call_value, int ni,
+                  void **event)
 {
     dcl_int rc = 0;
     for (int k = 0; k < l->nargs && rc == 0; k++) {
         uint64_t v = k == l->call_arg ? call_value : l->arg_value[k];
+        if (k == l->ni_arg) {
+            int32_t n32 = ni;
+            v = 0;
+            memcpy(&v, &n32, sizeof n32);
+        }
         rc = p->set_arg(l->kernel, (uint32_t)k, l->arg_size[k], &v);
     }
     if (rc == 0)
@@ -344,7 +370,7 @@ static int direct_start(int nj, int ni, const int *index, const double *xi, cons
         uint64_t tb;
         memcpy(&tb, &t, sizeof tb);
         direct.pred_valid = 0;
-        if ((rc = launch(p, &p->predict, tb, NULL)) < 0)
+        if ((rc = launch(p, &p->predict, tb, ni, NULL)) < 0)
             return rc;
         if (p->predict.queue != p->force.queue && p->finish(p->predict.queue) != 0) {
             direct.off = -1;
@@ -376,7 +402,7 @@ static int direct_start(int nj, int ni, const int *index, const double *xi, cons
     {
         uint64_t eb;
         memcpy(&eb, &eps2, sizeof eb);
-        if ((rc = launch(p, &p->force, eb, &ev)) < 0)
+        if ((rc = launch(p, &p->force, eb, ni, &ev)) < 0)
             return rc;
     }
     direct.inflight_plan = direct.inflight_plan_done = p;

@@ -114,6 +114,7 @@ class Device:
         # the arguments set per call, by name in the kernels' parameter tables
         self._t_arg = layout.arg_index(layout.PREDICT_ARGS, "t", variant.order, ds)
         self._eps2_arg = layout.arg_index(layout.FORCE_ARGS, "eps2_d", variant.order, ds)
+        self._ni_arg = layout.arg_index(layout.FORCE_ARGS, "ni", variant.order, ds)
         # predict.cl/.cu programs (scatter_j and predict) by (companion device, derivative
         # records the predictor reads: PRED_TERMS), built when first needed
         self._predict_progs: dict[tuple[bool, int], Program] = {}
@@ -271,6 +272,11 @@ class Device:
     def t_arg(self) -> int:
         """Position of the time among the prediction's arguments."""
         return self._t_arg
+
+    @property
+    def ni_arg(self) -> int:
+        """Position of ni among the force kernel's arguments."""
+        return self._ni_arg
 
     @property
     def eps2_arg(self) -> int:

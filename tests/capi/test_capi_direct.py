@@ -84,7 +84,20 @@ def test_direct_plan_from_python(monkeypatch) -> None:
         assert bridge._direct_launches
         bridge.set_time(0.5)  # Python again: the predicted records are no longer trusted
         assert not bridge._direct_launches and lib._predicted_time is None
-        monkeypatch.setenv("SAPPORO_CAPI_DIRECT", "0")
-        assert bridge.direct_plan(n, 5) == -1
+        # one plan serves the block sizes of the same launch shape (C sets ni)
+        cfg = lib._devs[0].table.for_ni(5)
+        assert plan["ni_lo"] <= 5 <= plan["ni_hi"] <= plan["ni_pad"]
+        assert all(lib._devs[0].table.for_ni(k) == cfg
+                   for k in range(plan["ni_lo"], plan["ni_hi"] + 1))
+        assert plan["ni_args"][1] == lib._devs[0].ni_arg
+    finally:
+        bridge.close()
+    monkeypatch.setenv("SAPPORO_CAPI_DIRECT", "0")  # read by open
+    bridge = Bridge()
+    bridge.open(order=4, precision="double-single", backend="opencl", devices=[0])
+    try:
+        bridge.lib.set_j_particles([0, 1], [0, 1], 0.0, [0.5, 0.5], np.eye(3)[:2],
+                                   np.zeros((2, 3)))
+        assert bridge.direct_plan(2, 1) == -1
     finally:
         bridge.close()
