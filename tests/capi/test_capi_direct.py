@@ -20,10 +20,10 @@ if TYPE_CHECKING:
     from conftest import CApi
 
 
-def _run(capi: CApi, tmp_path: Path, order: int, precision: str, direct: str):
+def _run(capi: CApi, tmp_path: Path, order: int, precision: str, direct: str, **env: str):
     exe = capi.program("direct_ab.c")
     proc = capi.run(exe, order, precision, cwd=tmp_path,
-                    env=capi.env(SAPPORO_CAPI_DIRECT=direct))
+                    env=capi.env(SAPPORO_CAPI_DIRECT=direct, **env))
     calls = re.search(r"direct_calls (\d+)", proc.stderr)
     assert calls, proc.stderr
     return proc.stdout, int(calls.group(1))
@@ -46,6 +46,40 @@ def test_direct_and_python_steps_give_the_same_bits(capi: CApi, tmp_path: Path, 
     assert len(lists) == 3 + 7 + 33  # ni of steps 20, 21, 23
     assert all(int(n) == 0 for n in lists[3:]), "steps 21 and 23 did not"
     assert out_c.count("\nacc 0 ") == 78
+
+
+def test_many_parts_combine_alike(capi: CApi, tmp_path: Path, monkeypatch) -> None:
+    """More j-parts than the reduce kernel's 32 lanes (a tuning profile that asks for many
+    small parts, as a CPU with many cores gets): the direct path combines them in the same
+    order as Python does."""
+    import json
+    from dataclasses import asdict
+
+    from sapporo.backend import get_backend
+    from sapporo.errors import BackendError
+    from sapporo.launch import NI_CHUNK, default_table, load_table, profile_name, split_j
+
+    try:
+        info = get_backend("opencl").devices()[0]
+    except (BackendError, IndexError) as exc:
+        pytest.skip(f"no OpenCL device: {exc}")
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    for precision in ("double-single", "double"):
+        table = default_table(info, 4, precision)
+        entries = []
+        for ni_max, cfg in table.entries:
+            many = asdict(cfg) | {"groups_per_cu": 64, "min_jchunk": 8}
+            entries.append({"ni_max": ni_max if ni_max < NI_CHUNK else NI_CHUNK, **many})
+        (profiles / profile_name(info, 4, precision)).write_text(
+            json.dumps({"entries": entries}))
+    out_py, _ = _run(capi, tmp_path, 4, "double", "0", SAPPORO_PROFILE_DIR=str(profiles))
+    out_c, calls = _run(capi, tmp_path, 4, "double", "1", SAPPORO_PROFILE_DIR=str(profiles))
+    assert calls >= 60 and out_c == out_py
+    # the profile is the one used, and it cuts a block of 7 into more parts than lanes
+    monkeypatch.setenv("SAPPORO_PROFILE_DIR", str(profiles))
+    cfg = load_table(info, 4, "double").for_ni(7)
+    assert split_j(cfg, info, 8, 700)[0] > 32
 
 
 def test_direct_plan_from_python(monkeypatch) -> None:
