@@ -286,8 +286,8 @@ static int launch(struct dplan *p, struct dlaunch *l, uint64_t call_value, int n
         rc = p->set_arg(l->kernel, (uint32_t)k, l->arg_size[k], &v);
     }
     if (rc == 0)
-        rc = p->enqueue(l->queue, l->kernel, (uint32_t)l->dims, NULL, l->global, l->local, 0,
-                        NULL, event);
+        rc = p->enqueue(l->queue, l->kernel, (uint32_t)l->dims, NULL, l->global,
+                        l->local[0] > 0 ? l->local : NULL, 0, NULL, event);
     if (rc != 0) {
         direct.off = -1;
         return fail(SAPPORO_ERR_BACKEND, "OpenCL error %d queueing a kernel; the C API's "

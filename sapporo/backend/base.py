@@ -116,7 +116,9 @@ class Kernel(ABC):
 @dataclass(frozen=True)
 class NativeLaunch:
     """A prepared launch as C code can queue it itself (the C API's direct path): the
-    runtime's handles and every argument as (size in bytes, value bits, little-endian)."""
+    runtime's handles and every argument as (size in bytes, value): the value is the 64-bit
+    word whose first ``size`` bytes in memory are the argument (a buffer handle, a scalar);
+    an empty ``local_size`` lets the runtime choose."""
 
     queue: int
     kernel: int

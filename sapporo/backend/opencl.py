@@ -416,7 +416,9 @@ class CLLaunch(Launch):
             elif isinstance(a, cl.MemoryObjectHolder):
                 args.append((8, int(a.int_ptr)))
             elif isinstance(a, np.generic) and a.nbytes <= 8:
-                args.append((a.nbytes, int.from_bytes(a.tobytes().ljust(8, b"\0"), "little")))
+                # the value's bytes first, as the host stores them in a 64-bit word
+                args.append((a.nbytes, int.from_bytes(a.tobytes().ljust(8, b"\0"),
+                                                      sys.byteorder)))
             else:
                 return None
         k._owner = None  # the C caller sets the arguments
