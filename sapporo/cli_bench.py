@@ -33,6 +33,9 @@ def run(args: argparse.Namespace) -> int:
     progress = _Progress(sys.stderr)
 
     kw: dict = {}
+    if args.capi and not args.block_step:
+        raise InputError("--capi times the block steps of --block-step through the C API: "
+                         "give both")
     if args.orders:
         kw["orders"] = order_list(args.orders, "--orders")
     if args.precisions:
@@ -96,6 +99,9 @@ def _block_step(args: argparse.Namespace, kw: dict, progress: _Progress) -> int:
                 rows += latency.run_sweep(n_list, na_list, order=order, precision=precision,
                                           backend=kw["backend"], devices=kw.get("devices"),
                                           steps=steps, progress=progress)
+        if args.capi:
+            latency.capi_steps(rows, steps=steps, backend=kw["backend"],
+                               devices=kw.get("devices"), progress=progress)
     finally:
         progress.done()
     paths = latency.write_sweep(rows, args.out, plots=not args.no_plots)
@@ -163,5 +169,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the latency budget of block steps instead: N (default 1k,4k,16k) x "
                         "N_active (default 1,4,16,64,128,256), time by phase, device time, "
                         "runtime commands (writes block-step.csv, .md, .png)")
+    p.add_argument("--capi", action="store_true",
+                   help="with --block-step: also time the same steps through the C API, on "
+                        "its direct path and through Python (builds the C library and a "
+                        "small C driver; needs a C compiler)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.set_defaults(func=run)

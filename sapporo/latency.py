@@ -36,7 +36,8 @@ from .errors import InputError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PHASES", "block_step_budget", "budget_table", "run_sweep", "write_sweep"]
+__all__ = ["PHASES", "block_step_budget", "budget_table", "capi_steps", "run_sweep",
+           "write_sweep"]
 
 #: the phases timed inside the library, in call order
 PHASES = ("checks", "store", "sync", "launch", "wait", "combine")
@@ -146,16 +147,23 @@ def block_step_budget(
 
 
 def budget_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The budget as a Markdown table (microseconds per block step)."""
+    """The budget as a Markdown table (microseconds per block step); with the columns of
+    the C API (:func:`capi_steps`) when the rows have them."""
+    capi = bool(rows) and all("capi_us" in r for r in rows)
     head = ("| N | N_active | wall | device | host | checks | store | sync | launch | wait "
             "| combine | commands | interactions/s |")
-    lines = [head, "|" + "---|" * 13]
+    if capi:
+        head += " C API | C API through Python |"
+    lines = [head, "|" + "---|" * (15 if capi else 13)]
     for r in rows:
-        lines.append(
+        line = (
             f"| {r['n']} | {r['n_active']} | {r['wall_us']:.0f} | {r['device_us']:.0f} | "
             f"{r['host_us']:.0f} | " + " | ".join(f"{r[p + '_us']:.1f}" for p in PHASES)
             + f" | {r['commands']:.1f} | {r['interactions_per_s']:.3g} |"
         )
+        if capi:
+            line += f" {r['capi_us']:.0f} | {r['capi_python_us']:.0f} |"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -164,7 +172,7 @@ SWEEP_N = (1024, 4096, 16384)
 SWEEP_N_ACTIVE = (1, 4, 16, 64, 128, 256)
 COLUMNS = ("n", "n_active", "order", "precision", "device", "steps", "wall_us",
            "wall_min_us", "device_us", "host_us", *(f"{p}_us" for p in PHASES), "commands",
-           "interactions_per_s", "gflops")
+           "interactions_per_s", "gflops", "capi_us", "capi_python_us")
 
 
 def run_sweep(n_list: Sequence[int] = SWEEP_N, n_active: Sequence[int] = SWEEP_N_ACTIVE,
@@ -181,6 +189,85 @@ def run_sweep(n_list: Sequence[int] = SWEEP_N, n_active: Sequence[int] = SWEEP_N
         rows.append(block_step_budget(n, na, order=order, precision=precision,
                                       backend=backend, devices=devices, steps=steps))
     return rows
+
+
+#: the C driver of :func:`capi_steps` (shipped with the package data of sapporo.tune)
+CAPI_DRIVER = "capi_block_step.c"
+
+
+def capi_steps(rows: Sequence[dict[str, Any]], steps: int = 300, backend: str | None = None,
+               devices: Any = None, progress: Any = None) -> None:
+    """Time the same block steps through the C API, in place: each row of :func:`run_sweep`
+    gets ``capi_us`` (the median step of ``tune/capi_block_step.c``: ``g6_set_j_particle``
+    for the block, ``g6_set_ti``, firsthalf, lasthalf) on the C API's direct path, and
+    ``capi_python_us`` with every call through Python (``SAPPORO_CAPI_DIRECT=0``).
+
+    Builds the C library first when needed (``sapporo capi build``, default prefix) and the
+    driver with the C compiler (``$CC``, else ``cc``).
+
+    Raises
+    ------
+    SapporoError
+        When the library or the driver cannot be built, or the driver fails.
+    """
+    import os
+    import shlex
+    import shutil
+    import subprocess
+    import tempfile
+    from importlib import resources
+    from pathlib import Path
+
+    from .capi import build as capi_build
+    from .errors import SapporoError
+
+    if not rows:
+        return
+    inst = capi_build.installation()
+    if not inst.is_current():
+        if progress is not None:
+            progress("building the C library (sapporo capi build) ...")
+        capi_build.build()
+    source = Path(str(resources.files("sapporo.tune"))) / CAPI_DRIVER
+    cc = shlex.split(os.environ.get("CC", "cc"))
+    work = Path(tempfile.mkdtemp(prefix="sapporo-capi-bench-"))
+    try:
+        exe = work / "capi_block_step"
+        cmd = [*cc, "-O2", str(source), "-o", str(exe), f"-I{inst.include_dir}",
+               f"-L{inst.lib_dir}", f"-Wl,-rpath,{inst.lib_dir}", "-lsapporo", "-lm"]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as exc:
+            raise SapporoError(f"cannot run the C compiler {cc[0]!r}: {exc} (set CC)") from None
+        if proc.returncode != 0:
+            raise SapporoError(f"compiling {source.name} failed:\n{shlex.join(cmd)}\n"
+                               f"{proc.stderr.strip()}")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SAPPORO_")}
+        if backend is not None:
+            env["SAPPORO_BACKEND"] = backend
+        if devices is not None:
+            env["SAPPORO_DEVICES"] = (devices if isinstance(devices, str)
+                                      else ",".join(map(str, devices)))
+        for k, r in enumerate(rows, start=1):
+            if progress is not None:
+                progress(f"C API block step {k}/{len(rows)}: N = {r['n']}, "
+                         f"N_active = {r['n_active']}")
+            for key, direct in (("capi_us", "1"), ("capi_python_us", "0")):
+                run_env = {**env, "SAPPORO_ORDER": str(r["order"]),
+                           "SAPPORO_PRECISION": str(r["precision"]),
+                           "SAPPORO_NPIPES": str(max(int(r["n_active"]), 128)),
+                           "SAPPORO_CAPI_DIRECT": direct}
+                proc = subprocess.run([str(exe), str(r["n"]), str(r["n_active"]), str(steps)],
+                                      capture_output=True, text=True, env=run_env,
+                                      timeout=600)
+                fields = proc.stdout.split()
+                if proc.returncode != 0 or "step_us" not in fields:
+                    raise SapporoError(f"{CAPI_DRIVER} {r['n']} {r['n_active']} failed "
+                                       f"(status {proc.returncode}): "
+                                       f"{(proc.stderr or proc.stdout).strip()[-500:]}")
+                r[key] = float(fields[fields.index("step_us") + 1])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def write_sweep(rows: Sequence[dict[str, Any]], out: Any, plots: bool = True) -> list[Any]:

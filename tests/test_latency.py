@@ -59,6 +59,33 @@ def test_cli_block_step_writes_table_csv(tmp_path) -> None:
     assert (out / "block-step.md").read_text().count("| 256 |") == 2
 
 
+def test_cli_block_step_through_the_c_api(tmp_path) -> None:
+    """--capi adds the same steps timed through the C API, on its direct path and through
+    Python (the library is built under a temporary data folder)."""
+    import os
+    import shutil
+
+    if shutil.which(os.environ.get("CC", "cc").split()[0]) is None:
+        pytest.skip("no C compiler: the C API cannot be built")
+    out = tmp_path / "bs"
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "sapporo.cli", "bench", "--block-step", "--tiny", "--no-plots",
+         "--precisions", "double", "--capi", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "| C API | C API through Python |" in proc.stdout
+    rows = list(csv.DictReader(open(out / "block-step.csv")))
+    assert len(rows) == 2
+    assert all(float(r["capi_us"]) > 0 and float(r["capi_python_us"]) > 0 for r in rows)
+
+
+def test_capi_needs_block_step() -> None:
+    proc = subprocess.run([sys.executable, "-m", "sapporo.cli", "bench", "--capi"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--block-step" in proc.stderr
+
+
 def test_write_sweep_with_figure(tmp_path) -> None:
     pytest.importorskip("matplotlib")
     rows = []
