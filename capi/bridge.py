@@ -214,11 +214,12 @@ class Bridge:
         return self.lib
 
     # ------------------------------------------------------------------------ direct path
-    def direct_plan(self, nj: int, ni: int) -> int | dict[str, Any]:
-        """A force call of ``ni`` i-particles on j-addresses [0, nj) as the C half can run
-        it without Python (capi/direct.c), or why not: 0 (not for this shape) or -1 (not
-        for this library: ``SAPPORO_CAPI_DIRECT=0``, several devices, a device that does not
-        compute on host memory, order 8, a backend without native launches).
+    def direct_plan(self, nj: int, ni: int, lists: bool = False) -> int | dict[str, Any]:
+        """A force call of ``ni`` i-particles on j-addresses [0, nj), with neighbour lists or
+        not, as the C half can run it without Python (capi/direct.c), or why not: 0 (not
+        for this shape) or -1 (not for this library: ``SAPPORO_CAPI_DIRECT=0``, several
+        devices, a device that does not compute on host memory, order 8, a backend without
+        native launches).
 
         The library is brought up to date with the device first (records uploaded,
         predicted, the queues finished), so the C half starts from a consistent state.
@@ -250,7 +251,7 @@ class Bridge:
             lib._sync_j([small])
             if dev.h_raw is None or dev.h_id is None:
                 return -1  # the device keeps its own copy of the records
-            plan = dev._plan(0, ni, nj, False)
+            plan = dev._plan(0, ni, nj, bool(lists))
             predict = dev.predict_launch(lib._n_stored, lib._pred_terms, small)
             dev.finish()
             if plan.reduce is not None:
@@ -286,6 +287,9 @@ class Bridge:
                 "mirror_raw": lib._raw.ctypes.data, "mirror_ids": lib._ids.ctypes.data,
                 "dev_raw": dev.h_raw.ctypes.data, "dev_ids": dev.h_id.ctypes.data,
                 "gen": dev._gen, "ni_lo": lo, "ni_hi": hi, "entry": entry,
+                "nb_counts": 0 if plan.counts is None else plan.counts.ctypes.data,
+                "nb_lists": 0 if plan.lists is None else plan.lists.ctypes.data,
+                "nb_cap": lib.nb_capacity if lists else 0,
                 "launches": launches, "call_args": (dev.t_arg, dev.eps2_arg),
                 "ni_args": (-1, dev.ni_arg),
             }
@@ -585,17 +589,17 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
         return 0
 
     @extern
-    def shim_py_direct_plan(nj, ni, words, nwords) -> int:
+    def shim_py_direct_plan(nj, ni, lists, words, nwords) -> int:
         w = np.frombuffer(ffi.buffer(words, 8 * nwords), dtype=np.int64)
         w[:] = 0
-        plan = state.direct_plan(nj, ni)
+        plan = state.direct_plan(nj, ni, bool(lists))
         if not isinstance(plan, dict):
             w[lib.DP_STATUS] = plan
             return 0
         for key in ("order", "nci", "nco", "ni_pad", "nparts", "raw_n", "pred_terms",
                     "n_stored", "ds", "check_rows", "spin_ns", "time_bits", "max_id", "idata",
                     "out", "mirror_raw", "mirror_ids", "dev_raw", "dev_ids", "gen", "ni_lo",
-                    "ni_hi"):
+                    "ni_hi", "nb_counts", "nb_lists", "nb_cap"):
             w[getattr(lib, "DP_" + key.upper())] = plan[key]
         for key, value in plan["entry"].items():
             w[getattr(lib, "DP_FN_" + key.upper())] = value

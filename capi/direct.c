@@ -12,7 +12,7 @@
  * to the client's arrays.
  *
  * Only what Python planned runs here: one OpenCL device that computes on host memory (a
- * CPU), orders 2, 4 and 6, no neighbour lists, parts combined on the host.  Everything else
+ * CPU), orders 2, 4 and 6, parts combined on the host; neighbour lists too.  Everything else
  * -- new addresses, a derivative the predictor does not read yet, a value the library would
  * refuse, a non-finite force -- goes the Python way, which gives the usual errors; every
  * crossing into Python makes the plans stale (epoch), and Python forgets what it assumed
@@ -53,7 +53,9 @@ struct dlaunch {
 
 struct dplan {
     long epoch;       /* valid while equal to direct.epoch */
-    int status, nj, ni;
+    int status, nj, ni, lists;
+    int32_t *nb_counts, *nb_lists;  /* with lists: (ni_pad) counts, (ni_pad, nb_cap) ids */
+    int nb_cap;
     int order, nci, nco, ni_pad, nparts, raw_n, pred_terms, n_stored, ds, check_rows;
     long spin_ns;
     double time0;     /* the library's time when the plan was made */
@@ -73,8 +75,8 @@ static struct {
     int off;              /* -1: never (SAPPORO_CAPI_DIRECT=0, or not this library) */
     long calls;           /* force calls run here in this process */
     long epoch;           /* bumped by every crossing into Python that may change its state */
-    struct dplan *plans;  /* by ni (1 .. npipes) */
-    int nplans;
+    struct dplan *plans[2];  /* by [lists][ni] (ni 1 .. npipes) */
+    int nplans[2];
     long gen;             /* the device's buffer generation of the cached plans */
     int pred_valid;       /* the device's predicted records are those of pred_time */
     double pred_time;
@@ -84,6 +86,9 @@ static struct {
     struct dplan *inflight_plan_done;  /* the plan of the last direct force call */
     int inflight_ni;
     int last_ni;          /* the last result came from here, for ni i-particles (0: not) */
+    int last_lists;       /* ... and had neighbour lists (in nb_*) */
+    int *nb_offsets, *nb_counts, *nb_ids;  /* the lists of the last result, as CSR */
+    size_t nb_offsets_cap, nb_ids_cap;
     int redo_nj;          /* the direct force call's nj and eps2, to redo it Python's way */
     double redo_eps2;
     int *zeros;           /* empty neighbour lists of a direct result */
@@ -97,8 +102,12 @@ static double cur_time;
 static void direct_reset(void)
 {
     long calls = direct.calls;  /* counted over the whole process */
-    free(direct.plans);
+    free(direct.plans[0]);
+    free(direct.plans[1]);
     free(direct.zeros);
+    free(direct.nb_offsets);
+    free(direct.nb_counts);
+    free(direct.nb_ids);
     memset(&direct, 0, sizeof direct);
     direct.calls = calls;
     have_time = 0;
@@ -176,26 +185,32 @@ static int direct_before_python(void)
 }
 
 /* The plan for ni i-particles and nj j-addresses: from the cache, else asked of Python. */
-static struct dplan *direct_plan(int nj, int ni)
+/* Room for plans[lists][0 .. n - 1]; 0, or -1 when out of memory. */
+static int direct_room(int lists, int n)
+{
+    struct dplan *q;
+    if (n <= direct.nplans[lists])
+        return 0;
+    if ((q = realloc(direct.plans[lists], sizeof *q * (size_t)n)) == NULL)
+        return -1;
+    memset(q + direct.nplans[lists], 0, sizeof *q * (size_t)(n - direct.nplans[lists]));
+    direct.plans[lists] = q;
+    direct.nplans[lists] = n;
+    return 0;
+}
+
+static struct dplan *direct_plan(int nj, int ni, int lists)
 {
     struct dplan *p;
     int64_t w[DP_WORDS];
-    if (direct.off)
+    if (direct.off || direct_room(lists, ni + 1) < 0)
         return NULL;
-    if (ni >= direct.nplans) {
-        struct dplan *q = realloc(direct.plans, sizeof *q * (size_t)(ni + 1));
-        if (q == NULL)
-            return NULL;
-        memset(q + direct.nplans, 0, sizeof *q * (size_t)(ni + 1 - direct.nplans));
-        direct.plans = q;
-        direct.nplans = ni + 1;
-    }
-    p = &direct.plans[ni];
+    p = &direct.plans[lists][ni];
     if (p->epoch == direct.epoch && p->nj == nj && p->ni == ni && p->status != 0)
         return p->status > 0 ? p : NULL;
     memset(w, 0, sizeof w);
     /* the plan is made on the library's state: anything in flight first */
-    if (direct_wait() < 0 || shim_py_direct_plan(nj, ni, w, DP_WORDS) < 0) {
+    if (direct_wait() < 0 || shim_py_direct_plan(nj, ni, lists, w, DP_WORDS) < 0) {
         direct.off = -1;  /* Python printed why */
         return NULL;
     }
@@ -211,6 +226,7 @@ static struct dplan *direct_plan(int nj, int ni)
     p->epoch = direct.epoch;
     p->nj = nj;
     p->ni = ni;
+    p->lists = lists;
     p->status = (int)w[DP_STATUS];
     if (p->status < 0) {
         direct.off = -1;
@@ -239,6 +255,9 @@ static struct dplan *direct_plan(int nj, int ni)
     p->mirror_ids = (int64_t *)(intptr_t)w[DP_MIRROR_IDS];
     p->dev_raw = (double *)(intptr_t)w[DP_DEV_RAW];
     p->dev_ids = (int32_t *)(intptr_t)w[DP_DEV_IDS];
+    p->nb_counts = (int32_t *)(intptr_t)w[DP_NB_COUNTS];
+    p->nb_lists = (int32_t *)(intptr_t)w[DP_NB_LISTS];
+    p->nb_cap = (int)w[DP_NB_CAP];
     p->set_arg = (dcl_set_arg_fn)(intptr_t)w[DP_FN_SET_ARG];
     p->enqueue = (dcl_enqueue_fn)(intptr_t)w[DP_FN_ENQUEUE];
     p->flush = (dcl_queue_fn)(intptr_t)w[DP_FN_FLUSH];
@@ -249,25 +268,19 @@ static struct dplan *direct_plan(int nj, int ni)
     unpack_launch(&p->force, w + DP_LAUNCHES + DP_LAUNCH_WORDS);
     if (p->predict.nargs > DP_MAX_ARGS || p->force.nargs > DP_MAX_ARGS || p->nparts < 1
         || p->ni_pad < ni || p->nco > NCO_ORDER8 || p->nci > NCI_ORDER8
-        || !(w[DP_NI_LO] <= ni && ni <= w[DP_NI_HI] && w[DP_NI_HI] <= p->ni_pad)) {
+        || !(w[DP_NI_LO] <= ni && ni <= w[DP_NI_HI] && w[DP_NI_HI] <= p->ni_pad)
+        || (lists && (p->nb_counts == NULL || p->nb_lists == NULL || p->nb_cap < 1))) {
         direct.off = -1;  /* a table this code does not understand: Python's way only */
         return NULL;
     }
     /* the same plan serves the other block sizes of its launch shape */
-    if (w[DP_NI_HI] >= direct.nplans) {
-        int n = (int)w[DP_NI_HI] + 1;
-        struct dplan *q = realloc(direct.plans, sizeof *q * (size_t)n);
-        if (q == NULL)
-            return p;  /* only this one, then */
-        memset(q + direct.nplans, 0, sizeof *q * (size_t)(n - direct.nplans));
-        direct.plans = q;
-        direct.nplans = n;
-        p = &direct.plans[ni];
-    }
+    if (direct_room(lists, (int)w[DP_NI_HI] + 1) < 0)
+        return p;  /* only this one, then */
+    p = &direct.plans[lists][ni];
     for (int k = (int)w[DP_NI_LO]; k <= (int)w[DP_NI_HI]; k++)
         if (k != ni) {
-            direct.plans[k] = *p;
-            direct.plans[k].ni = k;
+            direct.plans[lists][k] = *p;
+            direct.plans[lists][k].ni = k;
         }
     return p;
 }
@@ -331,8 +344,8 @@ static int direct_i_ok(const struct dplan *p, int ni, const int *index, const do
             || !finite3(vi + 3 * i) || (p->order >= 6 && !finite3(ai + 3 * i))
             || index[i] < 0 || index[i] > p->max_id)
             return 0;
-        if (h2 != NULL && !(isfinite(h2[i]) && h2[i] <= 0.0))
-            return 0;  /* neighbour lists, or a value Python refuses */
+        if (h2 != NULL && !isfinite(h2[i]))
+            return 0;  /* Python refuses it */
     }
     return 1;
 }
@@ -343,14 +356,16 @@ static int direct_start(int nj, int ni, const int *index, const double *xi, cons
 {
     struct dplan *p;
     double t;
-    int rc;
+    int rc, lists = 0;
     void *ev = NULL;
     if (direct.off || nj < 1)
         return 0;
+    for (int i = 0; h2 != NULL && i < ni && !lists; i++)
+        lists = h2[i] > 0.0;
     /* nothing in flight from here on (the plans may move in memory) */
     if ((rc = direct_wait()) < 0)
         return rc;
-    if ((p = direct_plan(nj, ni)) == NULL)
+    if ((p = direct_plan(nj, ni, lists)) == NULL)
         return 0;
     if (nj > p->n_stored || !direct_j_ok(p)
         || !direct_i_ok(p, ni, index, xi, vi, ai, eps2, h2))
@@ -388,7 +403,8 @@ static int direct_start(int nj, int ni, const int *index, const double *xi, cons
         d[IC_X * st] = xi[3 * s];
         d[IC_Y * st] = xi[3 * s + 1];
         d[IC_Z * st] = xi[3 * s + 2];
-        d[IC_H2 * st] = 0.0;
+        /* a negative radius among positive ones: an empty list (as through Python) */
+        d[IC_H2 * st] = lists && h2[s] > 0.0 ? h2[s] : 0.0;
         d[IC_VX * st] = vi[3 * s];
         d[IC_VY * st] = vi[3 * s + 1];
         d[IC_VZ * st] = vi[3 * s + 2];
@@ -399,6 +415,8 @@ static int direct_start(int nj, int ni, const int *index, const double *xi, cons
             d[IC_AZ * st] = ai[3 * s + 2];
         }
     }
+    if (lists)
+        memset(p->nb_counts, 0, sizeof(int32_t) * (size_t)p->ni_pad);
     {
         uint64_t eb;
         memcpy(&eb, &eps2, sizeof eb);
@@ -433,6 +451,52 @@ static double combine_sum(const struct dplan *p, int r, int i)
         for (int l = 0; l < s && l + s < lanes; l++)
             lane[l] += lane[l + s];
     return lane[0];
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* The neighbour lists the kernel wrote, as Python gives them (ForceResult.neighbours, the
+ * bridge's CSR arrays): per i-particle the stored ids ascending, at most the capacity, and
+ * the full count. */
+static int direct_collect_lists(const struct dplan *p, int ni)
+{
+    size_t total = 0;
+    for (int i = 0; i < ni; i++) {
+        int c = p->nb_counts[i];
+        total += (size_t)(c < p->nb_cap ? (c > 0 ? c : 0) : p->nb_cap);
+    }
+    if ((size_t)ni + 1 > direct.nb_offsets_cap) {
+        int *o = realloc(direct.nb_offsets, sizeof(int) * ((size_t)ni + 1));
+        int *c = realloc(direct.nb_counts, sizeof(int) * ((size_t)ni + 1));
+        if (o != NULL)
+            direct.nb_offsets = o;
+        if (c != NULL)
+            direct.nb_counts = c;
+        if (o == NULL || c == NULL)
+            return fail(SAPPORO_ERR_INTERNAL, "out of memory for %d neighbour lists", ni);
+        direct.nb_offsets_cap = (size_t)ni + 1;
+    }
+    if (total > direct.nb_ids_cap || direct.nb_ids == NULL) {
+        int *q = realloc(direct.nb_ids, sizeof(int) * (total > 0 ? total : 1));
+        if (q == NULL)
+            return fail(SAPPORO_ERR_INTERNAL, "out of memory for %zu neighbours", total);
+        direct.nb_ids = q;
+        direct.nb_ids_cap = total > 0 ? total : 1;
+    }
+    direct.nb_offsets[0] = 0;
+    for (int i = 0; i < ni; i++) {
+        int c = p->nb_counts[i], stored = c < p->nb_cap ? (c > 0 ? c : 0) : p->nb_cap;
+        int *dst = direct.nb_ids + direct.nb_offsets[i];
+        memcpy(dst, p->nb_lists + (size_t)i * (size_t)p->nb_cap, sizeof(int) * (size_t)stored);
+        qsort(dst, (size_t)stored, sizeof(int), cmp_int);
+        direct.nb_counts[i] = c;
+        direct.nb_offsets[i + 1] = direct.nb_offsets[i] + stored;
+    }
+    return 0;
 }
 
 /* lasthalf on the direct path (a direct firsthalf ran): the results into the client's
@@ -499,14 +563,28 @@ static int direct_finish(int ni, double *acc, double *jerk, double *snap, double
             nn_r2[i] = v[OC_NNR2];
     }
     direct.last_ni = ni;
+    direct.last_lists = p->lists;
+    if (p->lists && (rc = direct_collect_lists(p, ni)) < 0)
+        return rc;
     direct.calls++;
     return 1;
 }
 
-/* g6_read_neighbour_list after a direct step: empty lists (none were asked for). */
-static int direct_empty_lists(void)
+/* g6_read_neighbour_list after a direct step: its lists, or empty ones where none were
+ * asked for; 1 when a list overflowed the capacity (as through Python). */
+static int direct_read_lists(void)
 {
-    int n = direct.last_ni + 1;
+    int n = direct.last_ni + 1, overflow = 0;
+    if (direct.last_lists) {
+        nb.ni = direct.last_ni;
+        nb.offsets = direct.nb_offsets;
+        nb.counts = direct.nb_counts;
+        nb.ids = direct.nb_ids;
+        nb.valid = 1;
+        for (int i = 0; i < direct.last_ni; i++)
+            overflow |= direct.nb_counts[i] > direct.nb_offsets[i + 1] - direct.nb_offsets[i];
+        return overflow;
+    }
     if (n > direct.zeros_n) {
         int *z = calloc((size_t)n, sizeof(int));
         if (z == NULL)

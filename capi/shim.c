@@ -545,6 +545,8 @@ static void do_firsthalf8(int nj, int ni, const int *index, const double *xi,
     }
     if ((rc = field_point_indices(ni, &index)) < 0)
         goto done;
+    for (int i = 0; h2 != NULL && i < ni && !pending_lists; i++)
+        pending_lists = h2[i] > 0.0;
     pending_direct = 0;
     if (ji == NULL && (rc = direct_start(nj, ni, index, xi, vi, ai, eps2, h2)) != 0) {
         pending_direct = rc > 0;
@@ -555,8 +557,6 @@ static void do_firsthalf8(int nj, int ni, const int *index, const double *xi,
     }
     if ((rc = jb_flush()) < 0)
         goto done;
-    for (int i = 0; h2 != NULL && i < ni && !pending_lists; i++)
-        pending_lists = h2[i] > 0.0;
     if ((rc = direct_before_python()) < 0)
         goto done;
     /* the time of the last g6_set_ti (the direct path may have taken it since) */
@@ -620,7 +620,7 @@ static int do_read_neighbours(void)
                     pending ? "the force call has not finished (call g6calc_lasthalf first)"
                             : "the last force call failed, or there was none");
     if (direct.last_ni > 0)
-        return direct_empty_lists();
+        return direct_read_lists();
     rc = shim_py_read_neighbours(&nb.ni, &nb.offsets, &nb.counts, &nb.ids);
     if (rc < 0)
         return rc;

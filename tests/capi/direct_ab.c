@@ -67,7 +67,10 @@ int main(int argc, char **argv)
     for (int k = 0; k < N; k++)
         store(k, 0.0, 0);
     for (int step = 0; step < 80; step++) {
-        int ni = sizes[step % 9], nj = n, rc, lists = step == 20;
+        /* neighbour lists at steps 20, 27, 28 (one negative radius), 29 (no positive one:
+         * none) and 44 (part of the j-range) */
+        int ni = sizes[step % 9], nj = n, rc,
+            lists = step == 20 || step == 27 || step == 28 || step == 29 || step == 44;
         double eps2 = step >= 30 && step != 75 ? 0.0 : 1e-4;
         for (int m = 0; m < ni; m++) {
             int k = (step * 37 + m * 13) % n;
@@ -77,7 +80,7 @@ int main(int argc, char **argv)
                 vi[m][c] = v[k][c];
                 ai[m][c] = a[k][c];
             }
-            h2[m] = lists ? 0.04 : 0.0;
+            h2[m] = !lists ? 0.0 : step == 29 ? -1.0 : step == 28 && m == 1 ? -1.0 : 0.09;
         }
         if (step == 10) {  /* a new address: the library grows, Python's way */
             store(N, t, 0);
@@ -85,7 +88,7 @@ int main(int argc, char **argv)
         }
         if (step == 40)
             idx[0] = -1;   /* a field point */
-        if (step == 50)
+        if (step == 50 || step == 44)
             nj = n / 2;
         if (step == 60)
             store(5, t, 1);  /* snap appears: the predictor reads one record more */
@@ -115,7 +118,7 @@ int main(int argc, char **argv)
             store(7, t, 0);
             printf("flush %d\n", g6_flush_jp_buffer(0));
         }
-        if (step == 20 || step == 21 || step == 23) {  /* lists, then none without them */
+        if (lists || step == 21 || step == 23) {  /* lists, then none without them */
             int nblen = -1;
             printf("read_neighbour_list %d\n", g6_read_neighbour_list(0));
             for (int i = 0; i < ni; i++) {

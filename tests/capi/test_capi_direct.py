@@ -35,16 +35,31 @@ def test_direct_and_python_steps_give_the_same_bits(capi: CApi, tmp_path: Path, 
                                                     precision: str) -> None:
     out_py, calls_py = _run(capi, tmp_path, order, precision, "0")
     out_c, calls_c = _run(capi, tmp_path, order, precision, "1")
+    _check_sequence(out_py, out_c, calls_py, calls_c)
+
+
+def test_overflowing_lists_alike(capi: CApi, tmp_path: Path) -> None:
+    """Lists beyond a capacity of 4: the same stored ids, counts and overflow flag."""
+    out_py, calls_py = _run(capi, tmp_path, 4, "double", "0", SAPPORO_NB_CAPACITY="4")
+    out_c, calls_c = _run(capi, tmp_path, 4, "double", "1", SAPPORO_NB_CAPACITY="4")
+    assert "read_neighbour_list 1" in out_c  # an overflow
+    assert out_c == out_py and calls_py == 0 and calls_c >= 60
+
+
+def _check_sequence(out_py: str, out_c: str, calls_py: int, calls_c: int) -> None:
     assert calls_py == 0
     assert calls_c >= 60, f"only {calls_c} of 80 force calls ran on the direct path"
     assert out_c == out_py
     # what the sequence is made to meet
     assert "step 70 ni 100 nj 701 rc -1" in out_c and "x: non-finite value" in out_c
     assert "step 75 ni 7 nj 701 rc -5" in out_c and "non-finite force on i-particle 0" in out_c
-    lists = re.findall(r"^list \d+ rc 0 len (\d+)", out_c, re.M)
-    assert any(int(n) > 0 for n in lists[:3]), "step 20 asked for lists"
-    assert len(lists) == 3 + 7 + 33  # ni of steps 20, 21, 23
-    assert all(int(n) == 0 for n in lists[3:]), "steps 21 and 23 did not"
+    blocks = dict(re.findall(r"^step (\d+) .*?\n((?:(?!step ).*\n)*)", out_c, re.M))
+    lengths = {k: [int(n) for n in re.findall(r"^list \d+ rc \d len (\d+)", b, re.M)]
+               for k, b in blocks.items()}
+    assert any(lengths["20"]) and any(lengths["27"]) and any(lengths["44"]), "asked for lists"
+    assert lengths["28"][1] == 0 and any(lengths["28"]), "a negative radius: an empty list"
+    assert lengths["21"] == [0] * 7 and lengths["23"] == [0] * 33, "no lists asked for"
+    assert lengths["29"] == [0] * 3, "no positive radius: no lists"
     assert out_c.count("\nacc 0 ") == 78
 
 
