@@ -218,8 +218,8 @@ class Bridge:
         """A force call of ``ni`` i-particles on j-addresses [0, nj), with neighbour lists or
         not, as the C half can run it without Python (capi/direct.c), or why not: 0 (not
         for this shape) or -1 (not for this library: ``SAPPORO_CAPI_DIRECT=0``, several
-        devices, a device that does not compute on host memory, order 8, a backend without
-        native launches).
+        devices, a device that does not compute on host memory, a backend without native
+        launches).
 
         The library is brought up to date with the device first (records uploaded,
         predicted, the queues finished), so the C half starts from a consistent state.
@@ -231,7 +231,7 @@ class Bridge:
             raise SapporoError("the library is not open (call g6_open first)")
         if not self._direct_allowed or not hasattr(lib, "_devs"):
             return -1
-        if (lib.ndev != 1 or lib.order not in (2, 4, 6) or lib._phases is not None
+        if (lib.ndev != 1 or lib._phases is not None
                 or lib._devs[0].variant.profiling):
             return -1
         dev = lib._devs[0]

@@ -12,7 +12,7 @@
  * to the client's arrays.
  *
  * Only what Python planned runs here: one OpenCL device that computes on host memory (a
- * CPU), orders 2, 4 and 6, parts combined on the host; neighbour lists too.  Everything else
+ * CPU), any order, parts combined on the host; neighbour lists too.  Everything else
  * -- new addresses, a derivative the predictor does not read yet, a value the library would
  * refuse, a non-finite force -- goes the Python way, which gives the usual errors; every
  * crossing into Python makes the plans stale (epoch), and Python forgets what it assumed
@@ -332,16 +332,18 @@ static int direct_j_ok(const struct dplan *p)
 
 /* Whether the library would take these i-particles as they are. */
 static int direct_i_ok(const struct dplan *p, int ni, const int *index, const double *xi,
-                       const double *vi, const double *ai, double eps2, const double *h2)
+                       const double *vi, const double *ai, const double *ji, double eps2,
+                       const double *h2)
 {
     if (!(isfinite(eps2) && eps2 >= 0.0))
         return 0;
-    if (p->order >= 6 && ai == NULL)
+    if ((p->order >= 6 && ai == NULL) || (p->order >= 8 && ji == NULL))
         return 0;
     for (int i = 0; i < ni; i++) {
         const double *x = xi + 3 * i;
         if (!(fabs(x[0]) < COORD_LIMIT && fabs(x[1]) < COORD_LIMIT && fabs(x[2]) < COORD_LIMIT)
             || !finite3(vi + 3 * i) || (p->order >= 6 && !finite3(ai + 3 * i))
+            || (p->order >= 8 && !finite3(ji + 3 * i))
             || index[i] < 0 || index[i] > p->max_id)
             return 0;
         if (h2 != NULL && !isfinite(h2[i]))
@@ -352,7 +354,7 @@ static int direct_i_ok(const struct dplan *p, int ni, const int *index, const do
 
 /* firsthalf on the direct path: 1 when started here, 0 to go Python's way, < 0 an error. */
 static int direct_start(int nj, int ni, const int *index, const double *xi, const double *vi,
-                        const double *ai, double eps2, const double *h2)
+                        const double *ai, const double *ji, double eps2, const double *h2)
 {
     struct dplan *p;
     double t;
@@ -368,7 +370,7 @@ static int direct_start(int nj, int ni, const int *index, const double *xi, cons
     if ((p = direct_plan(nj, ni, lists)) == NULL)
         return 0;
     if (nj > p->n_stored || !direct_j_ok(p)
-        || !direct_i_ok(p, ni, index, xi, vi, ai, eps2, h2))
+        || !direct_i_ok(p, ni, index, xi, vi, ai, ji, eps2, h2))
         return 0;
     /* the j-particles: host mirror and device records (the device computes on host
      * memory: nothing to copy) */
@@ -413,6 +415,11 @@ static int direct_start(int nj, int ni, const int *index, const double *xi, cons
             d[IC_AX * st] = ai[3 * s];
             d[IC_AY * st] = ai[3 * s + 1];
             d[IC_AZ * st] = ai[3 * s + 2];
+        }
+        if (p->order >= 8) {
+            d[IC_JX * st] = ji[3 * s];
+            d[IC_JY * st] = ji[3 * s + 1];
+            d[IC_JZ * st] = ji[3 * s + 2];
         }
     }
     if (lists)
@@ -555,8 +562,12 @@ static int direct_finish(int ni, double *acc, double *jerk, double *snap, double
             snap[3 * i + 1] = on ? v[OC_SY] : 0.0;
             snap[3 * i + 2] = on ? v[OC_SZ] : 0.0;
         }
-        if (crackle != NULL)
-            crackle[3 * i] = crackle[3 * i + 1] = crackle[3 * i + 2] = 0.0;
+        if (crackle != NULL) {
+            int on = p->order >= 8;
+            crackle[3 * i] = on ? v[OC_CX] : 0.0;
+            crackle[3 * i + 1] = on ? v[OC_CY] : 0.0;
+            crackle[3 * i + 2] = on ? v[OC_CZ] : 0.0;
+        }
         if (nnb != NULL)
             nnb[i] = (int)v[OC_NNID];
         if (nn_r2 != NULL)
@@ -606,7 +617,8 @@ static int direct_redo_start(int ni)
 {
     struct dplan *p = direct.inflight_plan_done;
     int rc, *index = malloc(sizeof(int) * (size_t)ni);
-    double *x = malloc(sizeof(double) * 9 * (size_t)ni), *v = x + 3 * ni, *a = x + 6 * ni;
+    double *x = malloc(sizeof(double) * 12 * (size_t)ni), *v = x + 3 * ni, *a = x + 6 * ni,
+           *j = x + 9 * ni;
     if (index == NULL || x == NULL) {
         free(index);
         free(x);
@@ -619,13 +631,15 @@ static int direct_redo_start(int ni)
             x[3 * i + c] = d[(IC_X + c) * st];
             v[3 * i + c] = d[(IC_VX + c) * st];
             a[3 * i + c] = p->order >= 6 ? d[(IC_AX + c) * st] : 0.0;
+            j[3 * i + c] = p->order >= 8 ? d[(IC_JX + c) * st] : 0.0;
         }
         index[i] = (int)d[IC_ID * st];
     }
     rc = direct_before_python();
     if (rc >= 0)
-        rc = shim_py_start(direct.redo_nj, ni, index, x, v, p->order >= 6 ? a : NULL, NULL,
-                           direct.redo_eps2, NULL, have_time, cur_time);
+        rc = shim_py_start(direct.redo_nj, ni, index, x, v, p->order >= 6 ? a : NULL,
+                           p->order >= 8 ? j : NULL, direct.redo_eps2, NULL, have_time,
+                           cur_time);
     free(index);
     free(x);
     return rc;

@@ -548,7 +548,7 @@ static void do_firsthalf8(int nj, int ni, const int *index, const double *xi,
     for (int i = 0; h2 != NULL && i < ni && !pending_lists; i++)
         pending_lists = h2[i] > 0.0;
     pending_direct = 0;
-    if (ji == NULL && (rc = direct_start(nj, ni, index, xi, vi, ai, eps2, h2)) != 0) {
+    if ((rc = direct_start(nj, ni, index, xi, vi, ai, ji, eps2, h2)) != 0) {
         pending_direct = rc > 0;
         direct.redo_nj = nj;
         direct.redo_eps2 = eps2;

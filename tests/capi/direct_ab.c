@@ -27,13 +27,19 @@ static double rnd(void)  /* in [-1, 1) */
     return (double)(seed >> 11) / 4503599627370496.0 - 1.0;
 }
 
-static double x[N + 1][3], v[N + 1][3], a[N + 1][3], jk[N + 1][3], sn[N + 1][3];
+static double x[N + 1][3], v[N + 1][3], a[N + 1][3], jk[N + 1][3], sn[N + 1][3],
+    pp[N + 1][3];
+static int order8;
 
+/* with_snap: snap (and at order 8 pop) given, which the predictor did not read so far */
 static void store(int k, double t, int with_snap)
 {
     const double zero[3] = {0.0, 0.0, 0.0};
-    int rc = sapporo_set_j_particle(k, k, t, 1.0 / N, x[k], v[k], a[k], jk[k],
-                                    with_snap ? sn[k] : zero, NULL);
+    int rc = order8 ? sapporo_set_j_particle8(k, k, t, 1.0 / N, x[k], v[k], a[k], jk[k],
+                                              with_snap ? sn[k] : zero, NULL,
+                                              with_snap ? pp[k] : NULL, NULL)
+                    : sapporo_set_j_particle(k, k, t, 1.0 / N, x[k], v[k], a[k], jk[k],
+                                             with_snap ? sn[k] : zero, NULL);
     if (rc != 0)
         printf("set_j %d rc %d\n", k, rc);
 }
@@ -47,10 +53,11 @@ static void print3(const char *name, double (*p)[3], int n)
 int main(int argc, char **argv)
 {
     static const int sizes[] = {1, 2, 3, 7, 16, 33, 64, 100, 128};
-    static double xi[NMAX][3], vi[NMAX][3], ai[NMAX][3], acc[NMAX][3], jerk[NMAX][3],
-        snap[NMAX][3], pot[NMAX], h2[NMAX], nn_r2[NMAX];
+    static double xi[NMAX][3], vi[NMAX][3], ai[NMAX][3], ji[NMAX][3], acc[NMAX][3],
+        jerk[NMAX][3], snap[NMAX][3], crackle[NMAX][3], pot[NMAX], h2[NMAX], nn_r2[NMAX];
     static int idx[NMAX], nnb[NMAX], list[64];
     int order = argc > 1 ? atoi(argv[1]) : 4, n = N;
+    order8 = order == 8;
     double t = 0.0;
     if (sapporo_open(order, argc > 2 ? argv[2] : "double-single", NULL, 0, NULL) != 0) {
         printf("open failed: %s\n", sapporo_last_error());
@@ -63,6 +70,7 @@ int main(int argc, char **argv)
             a[k][c] = 0.1 * rnd();
             jk[k][c] = 0.01 * rnd();
             sn[k][c] = 0.001 * rnd();
+            pp[k][c] = 0.0001 * rnd();
         }
     for (int k = 0; k < N; k++)
         store(k, 0.0, 0);
@@ -79,6 +87,7 @@ int main(int argc, char **argv)
                 xi[m][c] = x[k][c];
                 vi[m][c] = v[k][c];
                 ai[m][c] = a[k][c];
+                ji[m][c] = jk[k][c];
             }
             h2[m] = !lists ? 0.0 : step == 29 ? -1.0 : step == 28 && m == 1 ? -1.0 : 0.09;
         }
@@ -102,8 +111,14 @@ int main(int argc, char **argv)
         }
         t += 1.0 / 1024;
         g6_set_ti(0, t);
-        sapporo_calc_firsthalf(nj, ni, idx, xi, vi, ai, eps2, lists ? h2 : NULL);
-        rc = sapporo_calc_lasthalf(ni, acc, jerk, snap, pot, nnb, nn_r2);
+        if (order8) {
+            sapporo_calc_firsthalf8(nj, ni, idx, xi, vi, ai, ji, eps2, lists ? h2 : NULL);
+            rc = sapporo_calc_lasthalf8(ni, acc, jerk, snap, crackle, pot, nnb, nn_r2);
+        }
+        else {
+            sapporo_calc_firsthalf(nj, ni, idx, xi, vi, ai, eps2, lists ? h2 : NULL);
+            rc = sapporo_calc_lasthalf(ni, acc, jerk, snap, pot, nnb, nn_r2);
+        }
         printf("step %d ni %d nj %d rc %d\n", step, ni, nj, rc);
         if (rc < 0) {
             printf("error %s\n", sapporo_last_error());
@@ -112,6 +127,8 @@ int main(int argc, char **argv)
         print3("acc", acc, ni);
         print3("jerk", jerk, ni);
         print3("snap", snap, ni);
+        if (order8)
+            print3("crackle", crackle, ni);
         for (int i = 0; i < ni; i++)
             printf("pot %d %a nn %d %a\n", i, pot[i], nnb[i], nn_r2[i]);
         if (step == 23) {  /* a crossing into Python between the step and its lists */
@@ -138,7 +155,7 @@ int main(int argc, char **argv)
         }
         if (step == 74) {  /* j-particle 3 stops: predicted, it stays where it is */
             for (int c = 0; c < 3; c++)
-                v[3][c] = a[3][c] = jk[3][c] = sn[3][c] = 0.0;
+                v[3][c] = a[3][c] = jk[3][c] = sn[3][c] = pp[3][c] = 0.0;
             store(3, t, 0);
         }
     }

@@ -1,6 +1,7 @@
 """The C API's direct path (capi/direct.c): block steps run in C from plans made by Python.
 
-The same block-step sequence (tests/capi/direct_ab.c) runs with the direct path on and off;
+The same block-step sequence (tests/capi/direct_ab.c; at order 8 through the calls with
+jerks and crackle) runs with the direct path on and off;
 every result must have the same bits, the steps that the direct path leaves to Python
 included (a new address, neighbour lists, a field point, part of the j-range, a derivative
 the predictor did not read yet, refused input, a non-finite force).
@@ -30,7 +31,8 @@ def _run(capi: CApi, tmp_path: Path, order: int, precision: str, direct: str, **
 
 
 @pytest.mark.parametrize("order, precision", [(4, "double-single"), (4, "double"),
-                                              (6, "double-single"), (2, "double")])
+                                              (6, "double-single"), (2, "double"),
+                                              (8, "double")])
 def test_direct_and_python_steps_give_the_same_bits(capi: CApi, tmp_path: Path, order: int,
                                                     precision: str) -> None:
     out_py, calls_py = _run(capi, tmp_path, order, precision, "0")
