@@ -401,9 +401,9 @@ stage_latency() {
     for limit in 0 65536; do
         step "N_active sweep, GPU_HOST_REDUCE_MAX=$limit" "$PY" -c '
 import sys
-import sapporo.library
+import sapporo.device
 from sapporo.cli import main
-sapporo.library.GPU_HOST_REDUCE_MAX = int(sys.argv[1])
+sapporo.device.GPU_HOST_REDUCE_MAX = int(sys.argv[1])
 sys.exit(main(sys.argv[2:]))' "$limit" "${sweep[@]}" --out "$ST/host-reduce-$limit"
     done
 }
