@@ -776,31 +776,42 @@ def _python_for_probe() -> str | None:
     return None
 
 
-def _run_probe(platform: Any, device: Any) -> str:
-    """Run :mod:`sapporo.backend.pocl_probe` on ``device`` in a child process; "" when the
-    library computes right there, else why not."""
+def _run_probe(platform: Any, device: Any) -> tuple[str, bool]:
+    """Run :mod:`sapporo.backend.pocl_probe` on ``device`` in a child process. Returns ("",
+    True) when the library computes right there, (why not, True) when it does not, and
+    ("", False) when the check itself could not run (no interpreter, sapporo not importable
+    in the child): the device is then assumed to work, and the answer is not kept."""
     exe = _python_for_probe()
     if exe is None:
         log.debug("no Python interpreter to probe %s with; assumed to work", device.name)
-        return ""
+        return "", False
     cmd = [exe, "-m", "sapporo.backend.pocl_probe", platform.version, device.name,
            device.driver_version]
+    # the child imports this very sapporo, wherever it was found
+    here = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH"))
+                                         if p)}
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, env=env)
     except subprocess.TimeoutExpired:
-        return f"error: the check did not finish in {_PROBE_TIMEOUT_S} s"
+        return f"the check did not finish in {_PROBE_TIMEOUT_S} s", True
     except OSError as exc:
         log.debug("could not run the probe (%s); %s assumed to work", exc, device.name)
-        return ""
+        return "", False
     lines = [ln.strip() for ln in proc.stdout.splitlines() if ln.strip()]
     last = lines[-1] if lines else ""
     if last == "ok":
-        return ""
+        return "", True
     if last.startswith("error: "):
-        return last[len("error: "):]
+        return last[len("error: "):], True
     tail = " ".join(proc.stderr.strip().splitlines()[-1:])
-    return f"the check process ended with status {proc.returncode} ({tail[:300]})"
+    if "checking" not in lines:  # it never got to the device
+        log.warning("could not check %s in a child process (status %d: %s); assumed to "
+                    "work", device.name.strip(), proc.returncode, tail[:300])
+        return "", False
+    return f"the check process ended with status {proc.returncode} ({tail[:300]})", True
 
 
 def _pocl_cannot_build(platform: Any, devices: list[Any]) -> str:
@@ -832,8 +843,8 @@ def _pocl_cannot_build(platform: Any, devices: list[Any]) -> str:
                     return "" if text.startswith("ok") else text[len("error:"):]
     log.info("checking %s (%s) once on this machine ...", cpus[0].name.strip(),
              platform.version.strip())
-    answer = _run_probe(platform, cpus[0])
-    if note is not None:
+    answer, keep = _run_probe(platform, cpus[0])
+    if note is not None and keep:
         with contextlib.suppress(OSError):
             note.parent.mkdir(parents=True, exist_ok=True)
             tmp = note.with_name(f"{note.name}.{os.getpid()}.tmp")

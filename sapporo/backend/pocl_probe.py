@@ -9,7 +9,7 @@ whole library on its first CPU device against the float64 reference::
 
     python -m sapporo.backend.pocl_probe PLATFORM_VERSION DEVICE_NAME DRIVER_VERSION
 
-The last line of the output is ``ok`` or ``error: <why>``.
+The first line of the output is ``checking``, the last ``ok`` or ``error: <why>``.
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("usage: python -m sapporo.backend.pocl_probe PLATFORM_VERSION "
                          "DEVICE_NAME DRIVER_VERSION\n")
         return 2
+    sys.stdout.write("checking\n")  # got this far: sapporo imports here
+    sys.stdout.flush()
     try:
         why = check(*args)
     except Exception as exc:  # any failure is the answer, not a crash

@@ -52,7 +52,8 @@ def test_probe_command_line(capsys):
     assert "usage" in capsys.readouterr().err
     # an error inside the check is the answer (last line), not a crash
     assert pocl_probe.main(["x", "y", "z"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("error: ")
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0] == "checking" and out[-1].startswith("error: ")
 
 
 class _Named:
@@ -60,15 +61,17 @@ class _Named:
         self.__dict__.update(kw)
 
 
-@pytest.mark.parametrize("stdout, returncode, expected", [
-    ("noise\nok\n", 0, ""),
-    ("error: the forces of 1 particle(s) are wrong\n", 0,
-     "the forces of 1 particle(s) are wrong"),
-    ("", -6, "the check process ended with status -6 (Aborted)"),
+@pytest.mark.parametrize("stdout, returncode, expected, keep", [
+    ("checking\nnoise\nok\n", 0, "", True),
+    ("checking\nerror: the forces of 1 particle(s) are wrong\n", 0,
+     "the forces of 1 particle(s) are wrong", True),
+    ("checking\n", -6, "the check process ended with status -6 (Aborted)", True),
+    ("", 1, "", False),  # the child could not import sapporo: no verdict
 ])
-def test_the_parent_reads_the_childs_answer(monkeypatch, stdout, returncode, expected):
-    """ok: usable; "error: why": skipped for that reason; a crash (PoCL's wheel aborts at
-    exit after a broken build): skipped, naming the status."""
+def test_the_parent_reads_the_childs_answer(monkeypatch, stdout, returncode, expected, keep):
+    """ok: usable; "error: why": skipped for that reason; a crash during the check (PoCL's
+    wheel aborts at exit after a broken build): skipped, naming the status; a child that
+    never got to the device: assumed usable, and not remembered."""
     from sapporo.backend import opencl
 
     seen = {}
@@ -80,7 +83,7 @@ def test_the_parent_reads_the_childs_answer(monkeypatch, stdout, returncode, exp
     monkeypatch.setattr(opencl.subprocess, "run", fake_run)
     platform = _Named(version="OpenCL 3.0 PoCL 9")
     device = _Named(name="pthread-test", driver_version="9")
-    assert opencl._run_probe(platform, device) == expected
+    assert opencl._run_probe(platform, device) == (expected, keep)
     assert seen["cmd"][1:3] == ["-m", "sapporo.backend.pocl_probe"]
     assert seen["cmd"][3:] == ["OpenCL 3.0 PoCL 9", "pthread-test", "9"]
 
@@ -92,8 +95,8 @@ def test_a_probe_that_hangs_is_an_answer(monkeypatch):
         raise subprocess.TimeoutExpired(cmd, kw["timeout"])
 
     monkeypatch.setattr(opencl.subprocess, "run", fake_run)
-    why = opencl._run_probe(_Named(version="v"), _Named(name="d", driver_version="1"))
-    assert "did not finish" in why
+    why, keep = opencl._run_probe(_Named(version="v"), _Named(name="d", driver_version="1"))
+    assert "did not finish" in why and keep
 
 
 def test_the_probe_never_runs_the_embedding_program(monkeypatch):
@@ -106,7 +109,8 @@ def test_the_probe_never_runs_the_embedding_program(monkeypatch):
     assert opencl._python_for_probe() is None
     called = []
     monkeypatch.setattr(opencl.subprocess, "run", lambda *a, **k: called.append(a))
-    assert opencl._run_probe(_Named(version="v"), _Named(name="d", driver_version="1")) == ""
+    assert opencl._run_probe(_Named(version="v"),
+                             _Named(name="d", driver_version="1")) == ("", False)
     assert not called
 
 
