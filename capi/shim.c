@@ -194,20 +194,19 @@ static int start_python(void)
 static int python_up(void)
 {
     static int started;  /* 1: started, -1: could not start */
+    int rc;
     if (python_ready)
         return 0;
     if (started == 0)
         started = start_python() == 0 ? 1 : -1;
+    rc = started > 0 ? cffi_start_python() : -1;  /* imports sapporo (once) */
     if (started > 0 && own_python) {
-        int rc = cffi_start_python();
         PyGILState_STATE gil = PyGILState_Ensure();
         PyRun_SimpleString("import gc\ngc.enable()\n");
         PyGILState_Release(gil);
         own_python = 0;
-        if (rc != 0)
-            started = -1;
     }
-    if (started < 0 || cffi_start_python() != 0 || !python_ready)
+    if (rc != 0 || !python_ready)
         return fail(SAPPORO_ERR_INTERNAL,
                     "the embedded Python could not load sapporo (see the messages above; "
                     "SAPPORO_SITE may name the site directories to use)");

@@ -233,8 +233,8 @@ def capi_steps(rows: Sequence[dict[str, Any]], steps: int = 300, backend: str | 
     work = Path(tempfile.mkdtemp(prefix="sapporo-capi-bench-"))
     try:
         exe = work / "capi_block_step"
-        cmd = [*cc, "-O2", str(source), "-o", str(exe), f"-I{inst.include_dir}",
-               f"-L{inst.lib_dir}", f"-Wl,-rpath,{inst.lib_dir}", "-lsapporo", "-lm"]
+        cmd = [*cc, "-O2", str(source), "-o", str(exe),
+               *shlex.split(capi_build.flags(inst)), "-lm"]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True)
         except OSError as exc:
