@@ -98,34 +98,44 @@ __device__ __forceinline__ double to_mesh(real x, double lo, double inv_h)
     return ((double)x - lo) * inv_h - 0.5;
 }
 
+/* Runs the statements given for every cell of the assignment window of the particle at
+ * xp[0..2] that lies on the mesh, with `cell` (the cell's index) and `wa`, `wb`, `wc` (its
+ * weights along x, y and z) defined: the one loop of assignment and interpolation. */
+#define FOR_WINDOW_CELLS(xp, lo, inv_h, ...)                                                  \
+    do {                                                                                      \
+        double wx_[NP], wy_[NP], wz_[NP];                                                     \
+        const int ix_ = window1(to_mesh((xp)[0], lo, inv_h), wx_);                            \
+        const int iy_ = window1(to_mesh((xp)[1], lo, inv_h), wy_);                            \
+        const int iz_ = window1(to_mesh((xp)[2], lo, inv_h), wz_);                            \
+        for (int a_ = 0; a_ < NP; a_++) {                                                     \
+            const int i_ = wrap(ix_ + a_);                                                    \
+            if (i_ < 0) continue;                                                             \
+            for (int b_ = 0; b_ < NP; b_++) {                                                 \
+                const int j_ = wrap(iy_ + b_);                                                \
+                if (j_ < 0) continue;                                                         \
+                for (int c_ = 0; c_ < NP; c_++) {                                             \
+                    const int k_ = wrap(iz_ + c_);                                            \
+                    if (k_ < 0) continue;                                                     \
+                    const long long cell = ((long long)i_ * NG + j_) * NG + k_;               \
+                    const double wa = wx_[a_], wb = wy_[b_], wc = wz_[c_];                    \
+                    __VA_ARGS__                                                               \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+    } while (0)
+
 /* Mass assignment: q[cell] += round(m * w * scale), 64-bit integer atomics. */
 extern "C" __global__ void assign(const int n, const double lo, const double inv_h,
                                   const double scale, const real *x, const real *m, long long *q)
 {
     const int p = blockIdx.x * blockDim.x + threadIdx.x;
     if (p >= n) return;
-    double wx[NP], wy[NP], wz[NP];
-    const int ix = window1(to_mesh(x[3 * p], lo, inv_h), wx);
-    const int iy = window1(to_mesh(x[3 * p + 1], lo, inv_h), wy);
-    const int iz = window1(to_mesh(x[3 * p + 2], lo, inv_h), wz);
     const double ms = (double)m[p] * scale;
-    for (int a = 0; a < NP; a++) {
-        const int i = wrap(ix + a);
-        if (i < 0) continue;
-        for (int b = 0; b < NP; b++) {
-            const int j = wrap(iy + b);
-            if (j < 0) continue;
-            const double mab = ms * wx[a] * wy[b];
-            for (int c = 0; c < NP; c++) {
-                const int k = wrap(iz + c);
-                if (k < 0) continue;
-                const long long v = (long long)rint(mab * wz[c]);
-                if (v != 0)
-                    atomicAdd((unsigned long long *)(q + ((long long)i * NG + j) * NG + k),
-                              (unsigned long long)v);
-            }
-        }
-    }
+    FOR_WINDOW_CELLS(x + 3 * p, lo, inv_h, {
+        const long long v = (long long)rint(ms * wa * wb * wc);
+        if (v != 0)
+            atomicAdd((unsigned long long *)(q + cell), (unsigned long long)v);
+    });
 }
 
 /* Floating-point atomics, for comparison only (ParticleMesh(..., assignment="float")):
@@ -137,25 +147,8 @@ extern "C" __global__ void assign_float(const int n, const double lo, const doub
 {
     const int p = blockIdx.x * blockDim.x + threadIdx.x;
     if (p >= n) return;
-    double wx[NP], wy[NP], wz[NP];
-    const int ix = window1(to_mesh(x[3 * p], lo, inv_h), wx);
-    const int iy = window1(to_mesh(x[3 * p + 1], lo, inv_h), wy);
-    const int iz = window1(to_mesh(x[3 * p + 2], lo, inv_h), wz);
     const double ms = (double)m[p] * factor;
-    for (int a = 0; a < NP; a++) {
-        const int i = wrap(ix + a);
-        if (i < 0) continue;
-        for (int b = 0; b < NP; b++) {
-            const int j = wrap(iy + b);
-            if (j < 0) continue;
-            const double mab = ms * wx[a] * wy[b];
-            for (int c = 0; c < NP; c++) {
-                const int k = wrap(iz + c);
-                if (k < 0) continue;
-                atomicAdd(rho + ((long long)i * NG + j) * NG + k, (real)(mab * wz[c]));
-            }
-        }
-    }
+    FOR_WINDOW_CELLS(x + 3 * p, lo, inv_h, atomicAdd(rho + cell, (real)(ms * wa * wb * wc)););
 }
 
 /* Fixed-point sums to density: rho = q * factor (factor = 1 / (scale h^3)). */
@@ -213,29 +206,14 @@ extern "C" __global__ void interpolate(const int n, const double lo, const doubl
 {
     const int p = blockIdx.x * blockDim.x + threadIdx.x;
     if (p >= n) return;
-    double wx[NP], wy[NP], wz[NP];
-    const int ix = window1(to_mesh(x[3 * p], lo, inv_h), wx);
-    const int iy = window1(to_mesh(x[3 * p + 1], lo, inv_h), wy);
-    const int iz = window1(to_mesh(x[3 * p + 2], lo, inv_h), wz);
     double sp = 0.0, sx = 0.0, sy = 0.0, sz = 0.0;
-    for (int a = 0; a < NP; a++) {
-        const int i = wrap(ix + a);
-        if (i < 0) continue;
-        for (int b = 0; b < NP; b++) {
-            const int j = wrap(iy + b);
-            if (j < 0) continue;
-            for (int c = 0; c < NP; c++) {
-                const int k = wrap(iz + c);
-                if (k < 0) continue;
-                const long long cell = ((long long)i * NG + j) * NG + k;
-                const double w = wx[a] * wy[b] * wz[c];
-                sp += w * (double)phi[cell];
-                sx += w * (double)g[cell];
-                sy += w * (double)g[NG3 + cell];
-                sz += w * (double)g[2 * NG3 + cell];
-            }
-        }
-    }
+    FOR_WINDOW_CELLS(x + 3 * p, lo, inv_h, {
+        const double w = wa * wb * wc;
+        sp += w * (double)phi[cell];
+        sx += w * (double)g[cell];
+        sy += w * (double)g[NG3 + cell];
+        sz += w * (double)g[2 * NG3 + cell];
+    });
     pot[p] = (real)sp;
     acc[3 * p] = (real)sx;
     acc[3 * p + 1] = (real)sy;
