@@ -224,7 +224,7 @@ class Bridge:
         The library is brought up to date with the device first (records uploaded,
         predicted, the queues finished), so the C half starts from a consistent state.
         """
-        from sapporo.library import MAX_ID, SMALL_PREDICT_MAX
+        from sapporo.library import MAX_ID
 
         lib = self.lib
         if lib is None:
@@ -247,12 +247,12 @@ class Bridge:
                     lib._pending.result()
                 except SapporoError:
                     pass
-            small = dev.small_launch(ni, nj) and lib._n_stored <= SMALL_PREDICT_MAX
-            lib._sync_j([small])
+            small = lib._predict_on_companion(ni, nj)
+            lib._sync_j(small)
             if dev.h_raw is None or dev.h_id is None:
                 return -1  # the device keeps its own copy of the records
             plan = dev._plan(0, ni, nj, bool(lists))
-            predict = dev.predict_launch(lib._n_stored, lib._pred_terms, small)
+            predict = dev.predict_launch(lib._n_stored, lib._pred_terms, small[0])
             dev.finish()
             if plan.reduce is not None:
                 return 0  # the parts are combined by a kernel
@@ -267,10 +267,10 @@ class Bridge:
                 rows |= 1 << int(r)
             # the block sizes this launch serves as it is, but for its argument ni: the same
             # configuration, padded size and device (so the same parts and buffers)
-            cfg, step = plan.cfg, plan.cfg.i_per_group
+            cfg = plan.cfg
             lo = hi = ni
             while (lo > 1 and dev.table.for_ni(lo - 1) == cfg
-                   and -(-(lo - 1) // step) * step == plan.ni_pad
+                   and dev.ni_pad(lo - 1) == plan.ni_pad
                    and dev.small_launch(lo - 1, nj) == dev.small_launch(ni, nj)):
                 lo -= 1
             while (hi < min(plan.ni_pad, NI_CHUNK) and dev.table.for_ni(hi + 1) == cfg

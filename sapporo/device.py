@@ -233,12 +233,15 @@ class Device:
             "packed_id": pid.buffer, "raw": self.j["raw"], "jid": self.j["id"]},
             self.variant.order, self.variant.ds))
 
+    def ni_pad(self, ni: int) -> int:
+        """``ni`` i-particles padded to whole work-groups of their launch configuration."""
+        return _round_up(ni, self.table.for_ni(ni).i_per_group)
+
     def small_launch(self, ni: int, nj_local: int) -> bool:
         """Whether a force launch on ``ni`` i-particles goes to the companion device."""
         if self.ctx.small_pairs <= 0 or ni > NI_CHUNK:
             return False
-        ni_pad = _round_up(ni, self.table.for_ni(ni).i_per_group)
-        return ni_pad * max(nj_local, 1) <= self.ctx.small_pairs
+        return self.ni_pad(ni) * max(nj_local, 1) <= self.ctx.small_pairs
 
     def predict(self, n_local: int, t: float, terms: int, small: bool = False) -> None:
         """Predict the first ``n_local`` addresses to ``t`` reading ``terms`` derivative
@@ -306,7 +309,7 @@ class Device:
             return plan
         var = self.variant
         cfg = self.table.for_ni(ni)
-        ni_pad = _round_up(ni, cfg.i_per_group)
+        ni_pad = self.ni_pad(ni)
         nci = layout.nci(var.order)
         nco = layout.nco(var.order)
         h_in = self._host(f"idata{slot}", nci * ni_pad * 8)

@@ -446,6 +446,14 @@ class Library:
         """Local addresses of device d among global addresses [0, n)."""
         return max(0, -(-(n - d) // self.ndev))
 
+    def _predict_on_companion(self, ni: int, nj: int) -> list[bool]:
+        """Per device, whether the prediction before a force call of ``ni`` i-particles on
+        addresses [0, nj) goes to the companion device: with a small force launch, unless
+        the prediction is itself large (it is O(N); one core against all of them)."""
+        return [dev.small_launch(ni, self._n_local(nj, d))
+                and self._n_local(self._n_stored, d) <= SMALL_PREDICT_MAX
+                for d, dev in enumerate(self._devs)]
+
     def _sync_j(self, small: list[bool] | None = None) -> None:
         """Send changed addresses and predict, where needed (``small[d]``: on device d's
         companion, because the force launch that follows goes there)."""
@@ -562,11 +570,7 @@ class Library:
         ni = xi.shape[0]
         ngb = h2v is not None
         with self._hold():
-            # the prediction goes with a small launch to the companion unless it is itself
-            # large (it is O(N); one core against all of them)
-            self._sync_j([dev.small_launch(ni, self._n_local(nj, d))
-                          and self._n_local(self._n_stored, d) <= SMALL_PREDICT_MAX
-                          for d, dev in enumerate(self._devs)])
+            self._sync_j(self._predict_on_companion(ni, nj))
             t1 = _now() if ph is not None else 0.0
             chunks = []
             for k, c0 in enumerate(range(0, ni, NI_CHUNK)):
