@@ -18,6 +18,9 @@ int shim_py_finish(int ni, double *acc, double *jerk, double *snap, double *crac
 int shim_py_read_neighbours(int *ni, const int **offsets, const int **counts,
                             const int **ids);
 int shim_py_device_count(void);
+/* warm.c: write the recipe of an open without Python for the next run with this
+ * fingerprint (n shapes: nj, ni, lists each), to path. */
+int shim_py_warm_record(const char *path, const char *fingerprint, int n, const int *shapes);
 /* The direct path (capi/direct.c): a force call's plan as int64 words at the offsets below
  * (DP_*, then two launches of DL_* words each: the prediction, then the force); it serves
  * every ni from DP_NI_LO to DP_NI_HI (the same launch but for its argument ni); with

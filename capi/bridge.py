@@ -30,6 +30,8 @@ from sapporo.launch import NI_CHUNK
 from sapporo.layout import raw_n
 from sapporo.validate import COORD_LIMIT, vec3
 
+from .warm import plan_words
+
 #: raw records per j-particle in the C half's buffer (the most any order uses)
 JB_RECORDS = 8
 
@@ -214,7 +216,8 @@ class Bridge:
         return self.lib
 
     # ------------------------------------------------------------------------ direct path
-    def direct_plan(self, nj: int, ni: int, lists: bool = False) -> int | dict[str, Any]:
+    def direct_plan(self, nj: int, ni: int, lists: bool = False,
+                    terms: int | None = None) -> int | dict[str, Any]:
         """A force call of ``ni`` i-particles on j-addresses [0, nj), with neighbour lists or
         not, as the C half can run it without Python (capi/direct.c), or why not: 0 (not
         for this shape) or -1 (not for this library: ``SAPPORO_CAPI_DIRECT=0``, several
@@ -223,6 +226,8 @@ class Bridge:
 
         The library is brought up to date with the device first (records uploaded,
         predicted, the queues finished), so the C half starts from a consistent state.
+        ``terms``: the derivative records the prediction reads (default: the library's
+        current number; a recipe for a later open has plans for the fewer ones too).
         """
         from sapporo.library import MAX_ID
 
@@ -252,7 +257,8 @@ class Bridge:
             if dev.h_raw is None or dev.h_id is None:
                 return -1  # the device keeps its own copy of the records
             plan = dev._plan(0, ni, nj, bool(lists))
-            predict = dev.predict_launch(lib._n_stored, lib._pred_terms, small[0])
+            terms = lib._pred_terms if terms is None else terms
+            predict = dev.predict_launch(lib._n_stored, terms, small[0])
             dev.finish()
             if plan.reduce is not None:
                 return 0  # the parts are combined by a kernel
@@ -279,7 +285,7 @@ class Bridge:
             return {
                 "order": lib.order, "nci": layout.nci(lib.order), "nco": layout.nco(lib.order),
                 "ni_pad": plan.ni_pad, "nparts": plan.nparts, "raw_n": dev.raw_n,
-                "pred_terms": lib._pred_terms, "n_stored": lib._n_stored,
+                "pred_terms": terms, "n_stored": lib._n_stored,
                 "ds": int(lib.precision == "double-single"), "check_rows": rows,
                 "spin_ns": int(getattr(dev.ctx, "spin_seconds", 0.0) * 1e9),
                 "time_bits": int(np.float64(lib._time).view(np.int64)), "max_id": MAX_ID,
@@ -290,9 +296,23 @@ class Bridge:
                 "nb_counts": 0 if plan.counts is None else plan.counts.ctypes.data,
                 "nb_lists": 0 if plan.lists is None else plan.lists.ctypes.data,
                 "nb_cap": lib.nb_capacity if lists else 0,
-                "launches": launches, "call_args": (dev.t_arg, dev.eps2_arg),
+                "launches": launches, "launch_objects": (predict, plan.force),
+                "call_args": (dev.t_arg, dev.eps2_arg),
                 "ni_args": (-1, dev.ni_arg),
             }
+
+    def warm_record(self, path: str, fingerprint: str,
+                    shapes: list[tuple[int, int, int]]) -> None:
+        """At g6_close: write the recipe with which the next run's open needs no Python
+        (:func:`sapporo.capi.warm.write_recipe`); never an error of the close."""
+        from .warm import write_recipe
+
+        if self.lib is None or not config.from_environment().capi_warm:
+            return
+        try:
+            write_recipe(self, path, fingerprint, shapes)
+        except Exception as exc:  # noqa: BLE001 - a cache, never the client's problem
+            logger.debug("no recipe written to %s: %s", path, exc, exc_info=True)
 
     def after_direct(self) -> None:
         """Before the library works from Python again after C ran steps: the kernels'
@@ -591,36 +611,15 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
     @extern
     def shim_py_direct_plan(nj, ni, lists, words, nwords) -> int:
         w = np.frombuffer(ffi.buffer(words, 8 * nwords), dtype=np.int64)
-        w[:] = 0
-        plan = state.direct_plan(nj, ni, bool(lists))
-        if not isinstance(plan, dict):
-            w[lib.DP_STATUS] = plan
-            return 0
-        for key in ("order", "nci", "nco", "ni_pad", "nparts", "raw_n", "pred_terms",
-                    "n_stored", "ds", "check_rows", "spin_ns", "time_bits", "max_id", "idata",
-                    "out", "mirror_raw", "mirror_ids", "dev_raw", "dev_ids", "gen", "ni_lo",
-                    "ni_hi", "nb_counts", "nb_lists", "nb_cap"):
-            w[getattr(lib, "DP_" + key.upper())] = plan[key]
-        for key, value in plan["entry"].items():
-            w[getattr(lib, "DP_FN_" + key.upper())] = value
-        for k, (launch, call_arg, ni_arg) in enumerate(zip(
-                plan["launches"], plan["call_args"], plan["ni_args"], strict=True)):
-            if len(launch.args) > lib.DP_MAX_ARGS or len(launch.global_size) > 2:
-                w[lib.DP_STATUS] = -1
-                return 0
-            o = lib.DP_LAUNCHES + k * lib.DP_LAUNCH_WORDS
-            gs = (*launch.global_size, 1, 1)
-            ls = (*(launch.local_size or (0, 0)), 0, 0)
-            w[o + lib.DL_QUEUE], w[o + lib.DL_KERNEL] = launch.queue, launch.kernel
-            w[o + lib.DL_CALL_ARG], w[o + lib.DL_DIMS] = call_arg, len(launch.global_size)
-            w[o + lib.DL_NI_ARG] = ni_arg
-            w[o + lib.DL_G0], w[o + lib.DL_G1] = gs[0], gs[1]
-            w[o + lib.DL_L0], w[o + lib.DL_L1] = ls[0], ls[1]
-            w[o + lib.DL_NARGS] = len(launch.args)
-            for a, (size, bits) in enumerate(launch.args):
-                w[o + lib.DL_ARGS + 2 * a] = size
-                w[o + lib.DL_ARGS + 2 * a + 1] = np.uint64(bits).view(np.int64)
-        w[lib.DP_STATUS] = 1
+        w[:] = plan_words(state.direct_plan(nj, ni, bool(lists)))
+        return 0
+
+    @extern
+    def shim_py_warm_record(path, fingerprint, n, shapes) -> int:
+        triples = scalars(shapes, 3 * n, np.int32).reshape(n, 3).tolist()
+        state.warm_record(ffi.string(path).decode("utf-8", "surrogateescape"),
+                          ffi.string(fingerprint).decode("utf-8", "surrogateescape"),
+                          [tuple(t) for t in triples])
         return 0
 
     @extern

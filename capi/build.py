@@ -61,7 +61,7 @@ PKGCONFIG = {
     "g6lib": ("g6", "sapporo-nbody's GRAPE-6 library under the name libg6"),
 }
 STAMP = "sapporo-capi.json"
-_SOURCES = ("shim.c", "direct.c", "bridge.h", "bridge.py", "grape6.h", "sapporo.h",
+_SOURCES = ("shim.c", "direct.c", "warm.c", "bridge.h", "bridge.py", "grape6.h", "sapporo.h",
             "build.py")
 
 #: Exported ABI: ``g6*``, ``sapporo_*`` and sapporo_light's ``get_device_count``; every other
@@ -319,7 +319,7 @@ def build(
         str(c_file), "-o", str(tmp_lib),
         f"-Wl,-soname,{LIBRARY}", f"-Wl,--version-script={map_file}", "-Wl,-Bsymbolic",
         "-Wl,-z,defs", f"-L{link.library_dir}", f"-l{link.library}",
-        f"-Wl,-rpath,{link.library_dir}", "-lm",
+        f"-Wl,-rpath,{link.library_dir}", "-lm", "-ldl",
     ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True)

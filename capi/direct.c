@@ -95,6 +95,12 @@ static struct {
     int zeros_n;
 } direct;
 
+/* warm.c: an open served without Python (defined there, after this file) */
+static int warm_is_active(void);
+static int warm_store(void);
+static struct dplan *warm_plan(int nj, int ni, int lists);
+static int warm_handover(const char *why);
+
 /* the time of the steps: g6_set_ti's, kept also for the Python way */
 static int have_time;
 static double cur_time;
@@ -199,43 +205,16 @@ static int direct_room(int lists, int n)
     return 0;
 }
 
-static struct dplan *direct_plan(int nj, int ni, int lists)
+/* A plan's words (bridge.h) into *p, for ni i-particles on nj j-addresses; 0, or -1 for a
+ * table this code does not understand. */
+static int plan_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int lists)
 {
-    struct dplan *p;
-    int64_t w[DP_WORDS];
-    if (direct.off || direct_room(lists, ni + 1) < 0)
-        return NULL;
-    p = &direct.plans[lists][ni];
-    if (p->epoch == direct.epoch && p->nj == nj && p->ni == ni && p->status != 0)
-        return p->status > 0 ? p : NULL;
-    memset(w, 0, sizeof w);
-    /* the plan is made on the library's state: anything in flight first */
-    if (direct_wait() < 0 || shim_py_direct_plan(nj, ni, lists, w, DP_WORDS) < 0) {
-        direct.off = -1;  /* Python printed why */
-        return NULL;
-    }
-    /* making the plan synchronised the library (a crossing); earlier plans stay valid:
-     * it stored nothing and predicted to the library's own time */
-    direct.pred_valid = 0;
-    if (w[DP_STATUS] > 0 && w[DP_GEN] != direct.gen) {
-        /* Python reallocated buffers for this plan: the other plans point at freed ones */
-        direct.epoch++;
-        direct.gen = (long)w[DP_GEN];
-    }
     memset(p, 0, sizeof *p);
     p->epoch = direct.epoch;
     p->nj = nj;
     p->ni = ni;
     p->lists = lists;
     p->status = (int)w[DP_STATUS];
-    if (p->status < 0) {
-        direct.off = -1;
-        return NULL;
-    }
-    if (p->status == 0) {
-        p->status = -1;  /* not for this shape until the plans go stale */
-        return NULL;
-    }
     p->order = (int)w[DP_ORDER];
     p->nci = (int)w[DP_NCI];
     p->nco = (int)w[DP_NCO];
@@ -264,12 +243,62 @@ static struct dplan *direct_plan(int nj, int ni, int lists)
     p->finish = (dcl_queue_fn)(intptr_t)w[DP_FN_FINISH];
     p->event_info = (dcl_event_info_fn)(intptr_t)w[DP_FN_EVENT_INFO];
     p->release = (dcl_event_fn)(intptr_t)w[DP_FN_RELEASE];
+    if (w[DL_NARGS + DP_LAUNCHES] > DP_MAX_ARGS
+        || w[DL_NARGS + DP_LAUNCHES + DP_LAUNCH_WORDS] > DP_MAX_ARGS)
+        return -1;
     unpack_launch(&p->predict, w + DP_LAUNCHES);
     unpack_launch(&p->force, w + DP_LAUNCHES + DP_LAUNCH_WORDS);
-    if (p->predict.nargs > DP_MAX_ARGS || p->force.nargs > DP_MAX_ARGS || p->nparts < 1
+    if (p->predict.nargs < 0 || p->force.nargs < 0 || p->nparts < 1
         || p->ni_pad < ni || p->nco > NCO_ORDER8 || p->nci > NCI_ORDER8
+        || p->raw_n < 2 || p->raw_n > JB_RECORDS
         || !(w[DP_NI_LO] <= ni && ni <= w[DP_NI_HI] && w[DP_NI_HI] <= p->ni_pad)
-        || (lists && (p->nb_counts == NULL || p->nb_lists == NULL || p->nb_cap < 1))) {
+        || (lists && (p->nb_counts == NULL || p->nb_lists == NULL || p->nb_cap < 1)))
+        return -1;
+    return 0;
+}
+
+/* The plan for ni i-particles and nj j-addresses: from the cache, else asked of Python
+ * (an open served by warm.c has only the plans of its recipe). */
+static struct dplan *direct_plan(int nj, int ni, int lists)
+{
+    struct dplan *p;
+    int64_t w[DP_WORDS];
+    if (direct.off || direct_room(lists, ni + 1) < 0)
+        return NULL;
+    p = &direct.plans[lists][ni];
+    if (warm_is_active())
+        return warm_plan(nj, ni, lists);
+    if (p->epoch == direct.epoch && p->nj == nj && p->ni == ni && p->status != 0)
+        return p->status > 0 ? p : NULL;
+    memset(w, 0, sizeof w);
+    /* the plan is made on the library's state: anything in flight first */
+    if (direct_wait() < 0 || shim_py_direct_plan(nj, ni, lists, w, DP_WORDS) < 0) {
+        direct.off = -1;  /* Python printed why */
+        return NULL;
+    }
+    /* making the plan synchronised the library (a crossing); earlier plans stay valid:
+     * it stored nothing and predicted to the library's own time */
+    direct.pred_valid = 0;
+    if (w[DP_STATUS] > 0 && w[DP_GEN] != direct.gen) {
+        /* Python reallocated buffers for this plan: the other plans point at freed ones */
+        direct.epoch++;
+        direct.gen = (long)w[DP_GEN];
+    }
+    if (w[DP_STATUS] < 0) {
+        direct.off = -1;
+        return NULL;
+    }
+    if (w[DP_STATUS] == 0) {
+        memset(p, 0, sizeof *p);
+        p->epoch = direct.epoch;
+        p->nj = nj;
+        p->ni = ni;
+        p->lists = lists;
+        p->status = -1;  /* not for this shape until the plans go stale */
+        return NULL;
+    }
+    if (plan_unpack(p, w, nj, ni, lists) < 0) {
+        p->status = 0;
         direct.off = -1;  /* a table this code does not understand: Python's way only */
         return NULL;
     }
@@ -309,25 +338,44 @@ static int launch(struct dplan *p, struct dlaunch *l, uint64_t call_value, int n
     return 0;
 }
 
-/* Whether the buffered j-particles can be stored here: existing addresses only, no
- * derivative the predictor does not read, masses double-single can hold. */
-static int direct_j_ok(const struct dplan *p)
+/* Whether the buffered j-particles can be stored on the C side: addresses below limit, no
+ * derivative record beyond read_terms + 1 (derivative record q, a = 2, jerk = 3, ..., is
+ * read when q - 1 <= read_terms) nor beyond the library's raw_n records, masses
+ * double-single (ds) can hold. */
+static int j_records_ok(int limit, int raw_n, int read_terms, int ds)
 {
     for (int k = 0; k < jb.n; k++) {
         const double *r = jb.rec + (size_t)JB_DOUBLES * k;
-        if (jb.address[k] >= p->n_stored)
+        if (jb.address[k] >= limit)
             return 0;
-        /* derivative record q (a = 2, jerk = 3, ...) is read when q - 1 <= pred_terms */
-        for (int q = p->raw_n - 1; q > p->pred_terms + 1; q--)
-            if (r[4 * q] != 0.0 || r[4 * q + 1] != 0.0 || r[4 * q + 2] != 0.0)
+        for (int q = JB_RECORDS - 1; q > read_terms + 1 || q >= raw_n; q--)
+            if (q >= 2 && (r[4 * q] != 0.0 || r[4 * q + 1] != 0.0 || r[4 * q + 2] != 0.0))
                 return 0;
-        for (int q = p->raw_n; q < JB_RECORDS; q++)
-            if (r[4 * q] != 0.0 || r[4 * q + 1] != 0.0 || r[4 * q + 2] != 0.0)
-                return 0;
-        if (p->ds && r[3] != 0.0 && fabs(r[3]) < 1.17549435e-38)
+        if (ds && r[3] != 0.0 && fabs(r[3]) < 1.17549435e-38)
             return 0;
     }
     return 1;
+}
+
+static int direct_j_ok(const struct dplan *p)
+{
+    return j_records_ok(p->n_stored, p->raw_n, p->pred_terms, p->ds);
+}
+
+/* The buffered j-particles into the host mirror and the device's records (the device
+ * computes on host memory: nothing to copy). */
+static void j_write(double *mirror_raw, int64_t *mirror_ids, double *dev_raw, int32_t *dev_ids,
+                    int raw_n)
+{
+    const size_t rec = 4 * (size_t)raw_n;
+    for (int k = 0; k < jb.n; k++) {
+        size_t a = (size_t)jb.address[k];
+        const double *r = jb.rec + (size_t)JB_DOUBLES * k;
+        memcpy(mirror_raw + a * rec, r, sizeof(double) * rec);
+        memcpy(dev_raw + a * rec, r, sizeof(double) * rec);
+        mirror_ids[a] = jb.index[k];
+        dev_ids[a] = jb.index[k];
+    }
 }
 
 /* Whether the library would take these i-particles as they are. */
@@ -367,21 +415,14 @@ static int direct_start(int nj, int ni, const int *index, const double *xi, cons
     /* nothing in flight from here on (the plans may move in memory) */
     if ((rc = direct_wait()) < 0)
         return rc;
+    if (warm_is_active() && !warm_store())
+        return 0;
     if ((p = direct_plan(nj, ni, lists)) == NULL)
         return 0;
     if (nj > p->n_stored || !direct_j_ok(p)
         || !direct_i_ok(p, ni, index, xi, vi, ai, ji, eps2, h2))
         return 0;
-    /* the j-particles: host mirror and device records (the device computes on host
-     * memory: nothing to copy) */
-    for (int k = 0; k < jb.n; k++) {
-        size_t a = (size_t)jb.address[k];
-        const double *r = jb.rec + (size_t)JB_DOUBLES * k;
-        memcpy(p->mirror_raw + a * 4 * (size_t)p->raw_n, r, sizeof(double) * 4 * (size_t)p->raw_n);
-        memcpy(p->dev_raw + a * 4 * (size_t)p->raw_n, r, sizeof(double) * 4 * (size_t)p->raw_n);
-        p->mirror_ids[a] = jb.index[k];
-        p->dev_ids[a] = jb.index[k];
-    }
+    j_write(p->mirror_raw, p->mirror_ids, p->dev_raw, p->dev_ids, p->raw_n);
     t = have_time ? cur_time : p->time0;
     if (jb.n > 0 || !direct.pred_valid || direct.pred_time != t) {
         uint64_t tb;
@@ -636,6 +677,8 @@ static int direct_redo_start(int ni)
         index[i] = (int)d[IC_ID * st];
     }
     rc = direct_before_python();
+    if (rc >= 0)
+        rc = warm_handover("a non-finite force to diagnose");
     if (rc >= 0)
         rc = shim_py_start(direct.redo_nj, ni, index, x, v, p->order >= 6 ? a : NULL,
                            p->order >= 8 ? j : NULL, direct.redo_eps2, NULL, have_time,

@@ -406,12 +406,18 @@ static int jb_put(int address, int index, double t, double mass, const double *x
 }
 
 #include "direct.c"
+#include "warm.c"
 
 static int jb_flush(void)
 {
     int rc;
     if (jb.n == 0)
         return SAPPORO_OK;
+    /* an open served without Python keeps them, or starts Python for them */
+    if (warm.active && warm_store())
+        return SAPPORO_OK;
+    if ((rc = warm_handover("j-particles beyond the recorded ones")) < 0)
+        return rc;
     if ((rc = direct_before_python()) < 0)
         return rc;
     /* the highest record that may hold data: the library then reads no more */
@@ -429,10 +435,14 @@ static int try_open(int order, const char *precision, const char *backend, int n
     int rc;
     if (is_open)
         return SAPPORO_OK;
-    if ((rc = python_up()) < 0)
-        return rc;
     if (ndev > 0 && devices == NULL)
         return fail(SAPPORO_ERR_INPUT, "ndev = %d but devices is NULL", ndev);
+    if (warm_open(order, precision, backend, ndev, devices)) {
+        is_open = 1;  /* without Python, from an earlier run's recipe (warm.c) */
+        return SAPPORO_OK;
+    }
+    if ((rc = python_up()) < 0)
+        return rc;
     rc = shim_py_open(order, precision, backend, ndev, devices, &max_address);
     if (rc == SAPPORO_OK)
         is_open = 1;
@@ -454,6 +464,9 @@ static int do_close(void)
 {
     int rc = SAPPORO_OK;
     direct_wait();
+    if (is_open && !warm.active)
+        warm_record();  /* for the next run's open, while the plans are known */
+    warm.record = 0;
     direct_reset();
     jb_clear();
     max_j_index = -1;
@@ -463,6 +476,10 @@ static int do_close(void)
     pending_lists = 0;
     have_result = 0;
     nb.valid = 0;
+    if (is_open && warm.active) {
+        warm_release();
+        is_open = 0;
+    }
     if (is_open) {
         is_open = 0;
         rc = shim_py_close();
@@ -554,6 +571,8 @@ static void do_firsthalf8(int nj, int ni, const int *index, const double *xi,
         rc = rc > 0 ? SAPPORO_OK : rc;
         goto done;
     }
+    if ((rc = warm_handover("a force call the recipe does not cover (block size, new j-address)")) < 0)
+        goto done;
     if ((rc = jb_flush()) < 0)
         goto done;
     if ((rc = direct_before_python()) < 0)
@@ -676,6 +695,8 @@ static int do_nj_max(void)
 static int do_device_count(void)
 {
     int rc;
+    if (warm.active)
+        return warm.device_count;
     if ((rc = python_up()) < 0)
         return 0;
     rc = shim_py_device_count();
@@ -1113,6 +1134,8 @@ EXPORT const char *sapporo_last_error(void)
 EXPORT const char *sapporo_version(void)
 {
     enter("sapporo_version");
+    if (version[0] == '\0' && warm.active)
+        snprintf(version, sizeof version, "%s", warm.version);
     if (version[0] == '\0' && python_up() == 0)
         shim_py_version(version, (int)sizeof version);
     leave(0);
@@ -1124,6 +1147,24 @@ EXPORT long sapporo_direct_calls(void)
     long n;
     enter("sapporo_direct_calls");
     n = direct.calls;
+    leave(0);
+    return n;
+}
+
+EXPORT long sapporo_warm_starts(void)
+{
+    long n;
+    enter("sapporo_warm_starts");
+    n = warm.starts;
+    leave(0);
+    return n;
+}
+
+EXPORT int sapporo_python_started(void)
+{
+    int n;
+    enter("sapporo_python_started");
+    n = python_ready;
     leave(0);
     return n;
 }
@@ -1240,6 +1281,16 @@ EXPORT void sapporo_last_error_(char *message, size_t message_len)
 EXPORT long sapporo_direct_calls_(void)
 {
     return sapporo_direct_calls();
+}
+
+EXPORT long sapporo_warm_starts_(void)
+{
+    return sapporo_warm_starts();
+}
+
+EXPORT int sapporo_python_started_(void)
+{
+    return sapporo_python_started();
 }
 
 EXPORT void sapporo_version_(char *text, size_t text_len)

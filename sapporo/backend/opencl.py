@@ -32,6 +32,7 @@ from .base import (
     Kernel,
     Launch,
     NativeLaunch,
+    NativeObjects,
     Program,
     format_defines,
     load_source,
@@ -410,7 +411,9 @@ class CLLaunch(Launch):
         k: CLKernel = self.kernel  # type: ignore[assignment]
         queue = k._ctx.small_queue if k._small else k._ctx.queue
         args = []
+        buffers = []
         for a in self._raw:
+            buffers.append(a is None or isinstance(a, cl.MemoryObjectHolder))
             if a is None:
                 args.append((8, 0))  # a NULL buffer
             elif isinstance(a, cl.MemoryObjectHolder):
@@ -423,7 +426,8 @@ class CLLaunch(Launch):
                 return None
         k._owner = None  # the C caller sets the arguments
         return NativeLaunch(int(queue.int_ptr), int(k._kernel.int_ptr), self._gs,
-                            self._ls if self._ls is not None else (), tuple(args))
+                            self._ls if self._ls is not None else (), tuple(args),
+                            tuple(buffers))
 
     def forget_args(self) -> None:
         k: CLKernel = self.kernel  # type: ignore[assignment]
@@ -431,10 +435,12 @@ class CLLaunch(Launch):
 
 
 class CLProgram(Program):
-    def __init__(self, ctx: CLContext, program: Any, small: bool = False):
+    def __init__(self, ctx: CLContext, program: Any, small: bool = False,
+                 options: str = ""):
         self._ctx = ctx
         self._program = program
         self._small = small
+        self.options = options  # as built (C code may build its binary again)
         self._kernels: dict[str, CLKernel] = {}
 
     def kernel(self, name: str) -> Kernel:
@@ -535,7 +541,7 @@ class CLContext(Context):
                         cache_file)
             program = None
         if program is not None:
-            prog = CLProgram(self, program, small)
+            prog = CLProgram(self, program, small, " ".join(options))
             self._programs[key] = self._programs[fast_key] = prog
             return prog
         program = self._build_source(source_name, source, options, device)
@@ -550,7 +556,7 @@ class CLContext(Context):
                 "pocl-opencl-icd) or another device (SAPPORO_DEVICES; `sapporo info` lists "
                 "them)", options, "", path)
         _save_binary(program, cache_file)
-        prog = CLProgram(self, program, small)
+        prog = CLProgram(self, program, small, " ".join(options))
         self._programs[key] = self._programs[fast_key] = prog
         return prog
 
@@ -611,6 +617,43 @@ class CLContext(Context):
     def native_entry_points(self) -> dict[str, int] | None:
         return _native_entry_points()
 
+    def native_objects(self, launches: list[Launch]) -> NativeObjects | None:
+        loader = _icd_loader_path()
+        if loader is None or self.queue is None:
+            return None
+        devices = [self._device] + ([self._companion] if self._companion is not None else [])
+        queues = {int(self.queue.int_ptr): 0}
+        if self.small_queue is not None:
+            queues[int(self.small_queue.int_ptr)] = 1
+        by_handle = {int(p._program.int_ptr): p for p in self._programs.values()}
+        programs: list[tuple[int, bytes, str]] = []
+        index: dict[int, int] = {}
+        kernels: dict[int, tuple[int, str]] = {}
+        buffers: dict[int, tuple[int | None, int, int]] = {}
+        for launch in launches:
+            k: CLKernel = launch.kernel  # type: ignore[assignment]
+            handle = int(k._kernel.get_info(cl.kernel_info.PROGRAM).int_ptr)
+            prog = by_handle.get(handle)
+            if prog is None:
+                return None
+            if handle not in index:
+                binaries = prog._program.get_info(cl.program_info.BINARIES)
+                if len(binaries) != 1 or not binaries[0]:
+                    return None
+                index[handle] = len(programs)
+                programs.append((1 if prog._small else 0, bytes(binaries[0]), prog.options))
+            kernels[int(k._kernel.int_ptr)] = (index[handle], k._kernel.function_name)
+            for a in launch._raw:  # type: ignore[attr-defined]
+                if isinstance(a, cl.MemoryObjectHolder) and int(a.int_ptr) not in buffers:
+                    flags = int(a.get_info(cl.mem_info.FLAGS))
+                    host = None
+                    if flags & cl.mem_flags.USE_HOST_PTR:
+                        host = int(a.get_host_array((1,), np.uint8).ctypes.data)
+                    buffers[int(a.int_ptr)] = (host, int(a.size), flags)
+        plat = self._device.platform
+        return NativeObjects(loader, (plat.name, plat.version), tuple(d.name for d in devices),
+                             queues, tuple(programs), kernels, buffers)
+
     def close(self) -> None:
         if getattr(self, "queue", None) is not None:
             self.finish()
@@ -625,6 +668,16 @@ _ENTRY_NAMES = {"set_arg": "clSetKernelArg", "enqueue": "clEnqueueNDRangeKernel"
                 "release": "clReleaseEvent"}
 
 
+def _icd_loader_path() -> str | None:
+    """The OpenCL ICD loader PyOpenCL uses, as this process's memory map names it."""
+    try:
+        with open("/proc/self/maps") as fh:
+            paths = [ln.split()[-1] for ln in fh if "libOpenCL" in ln and "/" in ln]
+    except OSError:
+        return None
+    return paths[0] if paths else None
+
+
 def _native_entry_points() -> dict[str, int] | None:
     """The OpenCL functions of the ICD loader PyOpenCL uses (found in this process's memory
     map), by the names of :meth:`Context.native_entry_points`; None when not found."""
@@ -634,9 +687,8 @@ def _native_entry_points() -> dict[str, int] | None:
 
         found: dict[str, int] = {}
         try:
-            with open("/proc/self/maps") as fh:
-                paths = [ln.split()[-1] for ln in fh if "libOpenCL" in ln and "/" in ln]
-            lib = ctypes.CDLL(paths[0]) if paths else None
+            path = _icd_loader_path()
+            lib = ctypes.CDLL(path) if path else None
             if lib is not None:
                 for key, name in _ENTRY_NAMES.items():
                     found[key] = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0
