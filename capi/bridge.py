@@ -195,6 +195,9 @@ class Bridge:
         gc.disable()  # the backend's start-up makes many objects and no garbage
         try:
             self.lib = Library(**settings)
+            # the variables as the open left them (PoCL's, set by the backend), for a
+            # recipe of an open without Python (capi/warm.py)
+            self.env_after_open = dict(os.environ)
         finally:
             if was_enabled:
                 gc.enable()
@@ -310,7 +313,7 @@ class Bridge:
         if self.lib is None or not config.from_environment().capi_warm:
             return
         try:
-            write_recipe(self, path, fingerprint, shapes)
+            write_recipe(self, path, fingerprint, shapes, getattr(self, "env_after_open", None))
         except Exception as exc:  # noqa: BLE001 - a cache, never the client's problem
             logger.debug("no recipe written to %s: %s", path, exc, exc_info=True)
 

@@ -107,6 +107,20 @@ static struct {
     const char *why;        /* what made the last open served here start Python */
 } warm;
 
+/* SAPPORO_CAPI_WARM_TRACE=1: why an open started Python, on stderr */
+static void warm_trace(const char *fmt, ...)
+{
+    va_list ap;
+    const char *v = getenv("SAPPORO_CAPI_WARM_TRACE");
+    if (v == NULL || *v == '\0' || !strcmp(v, "0"))
+        return;
+    fprintf(stderr, "sapporo: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+}
+
 /* ------------------------------------------------------------------- the fingerprint */
 
 static int warm_env_name(const char *entry)
@@ -198,6 +212,21 @@ static int warm_cpu(struct wtext *t)
     return 0;
 }
 
+/* The cores this process may run on, and how many the machine has: sapporo pins PoCL's
+ * workers only when they are all of them. */
+static int warm_affinity(struct wtext *t)
+{
+    cpu_set_t set;
+    if (wt_printf(t, "cores %ld affinity", sysconf(_SC_NPROCESSORS_ONLN)) < 0)
+        return -1;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &set) && wt_printf(t, " %d", c) < 0)
+                return -1;
+    }
+    return wt_add(t, "\n", 1);
+}
+
 /* Where recipes live; 0, or -1 when none are kept. */
 static int warm_dir(char *out, size_t size)
 {
@@ -230,7 +259,7 @@ static int warm_slot(int order, const char *precision, const char *backend, int 
     struct stat st;
     const char **env = NULL;
     size_t nenv = 0, cap = 0;
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = 14695981039346656037ull;
     free(warm.fingerprint);
     warm.fingerprint = NULL;
     warm.path[0] = '\0';
@@ -249,7 +278,7 @@ static int warm_slot(int order, const char *precision, const char *backend, int 
     for (int k = 0; k < ndev; k++)
         if (wt_printf(&t, " %d", devices[k]) < 0)
             goto fail;
-    if (wt_add(&t, "\n", 1) < 0 || warm_cpu(&t) < 0)
+    if (wt_add(&t, "\n", 1) < 0 || warm_cpu(&t) < 0 || warm_affinity(&t) < 0)
         goto fail;
     for (char **e = environ; e != NULL && *e != NULL; e++) {
         if (!warm_env_name(*e))
@@ -445,6 +474,33 @@ static int warm_word(const char *tok, int64_t *out)
     }
 }
 
+/* Whether a plan word's token is of the kind its place holds: host addresses are
+ * memory references ('m'; the neighbour-list ones may be 0), entry points 'f' (the right
+ * one), queues 'q', kernels 'k', a launch's argument value a number or a buffer 'b';
+ * every other word a number.  0, or -1. */
+static int warm_word_kind(int k, const char *tok)
+{
+    int num = tok[0] == '-' || (tok[0] >= '0' && tok[0] <= '9');
+    if (k == DP_IDATA || k == DP_OUT || k == DP_MIRROR_RAW || k == DP_MIRROR_IDS
+        || k == DP_DEV_RAW || k == DP_DEV_IDS)
+        return tok[0] == 'm' ? 0 : -1;
+    if (k == DP_NB_COUNTS || k == DP_NB_LISTS)
+        return tok[0] == 'm' || !strcmp(tok, "0") ? 0 : -1;
+    for (int f = 0; f < WARM_FN_NAMES; f++)
+        if (k == warm_fn_words[f])
+            return tok[0] == 'f' && atoi(tok + 1) == f ? 0 : -1;
+    if (k >= DP_LAUNCHES) {
+        int o = (k - DP_LAUNCHES) % DP_LAUNCH_WORDS;
+        if (o == DL_QUEUE)
+            return tok[0] == 'q' ? 0 : -1;
+        if (o == DL_KERNEL)
+            return tok[0] == 'k' ? 0 : -1;
+        if (o >= DL_ARGS && (o - DL_ARGS) % 2 == 1)
+            return num || tok[0] == 'b' ? 0 : -1;
+    }
+    return num ? 0 : -1;
+}
+
 /* Whether [p, p + bytes) lies in one memory block made here. */
 static int warm_in_mem(const void *p, size_t bytes)
 {
@@ -467,7 +523,8 @@ static int warm_plan_line(char *rest)
         || lo < 1 || hi < lo || hi > NI_LIMIT_WARM || nj < 1)
         return -1;
     for (tok = strtok_r(rest, " ", &save); tok != NULL; tok = strtok_r(NULL, " ", &save)) {
-        if (n >= 4 + DP_WORDS || (n >= 4 && warm_word(tok, &w[n - 4]) < 0))
+        if (n >= 4 + DP_WORDS
+            || (n >= 4 && (warm_word_kind(n - 4, tok) < 0 || warm_word(tok, &w[n - 4]) < 0)))
             return -1;
         n++;
     }
@@ -685,6 +742,28 @@ static int warm_line(const char *tag, char *rest)
     return -1;
 }
 
+/* Whether the recipe ends with the checksum of everything before its last line (64-bit
+ * FNV-1a, as capi/warm.py's checksum): a damaged or half-written recipe is never used. */
+static int warm_intact(const char *text, size_t len)
+{
+    const char *end;
+    unsigned long long want;
+    uint64_t h = 14695981039346656037ull;
+    char *stop;
+    if (len < 2 || text[len - 1] != '\n')
+        return 0;
+    for (end = text + len - 2; end > text && end[-1] != '\n'; end--)
+        ;
+    if (strncmp(end, "end ", 4) != 0)
+        return 0;
+    want = strtoull(end + 4, &stop, 16);
+    if (*stop != '\n')
+        return 0;
+    for (const char *c = text; c < end; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    return h == want;
+}
+
 /* The checks that need no OpenCL: format, fingerprint, files; then the variables Python
  * set (PoCL's), as it would set them.  0 when the recipe applies. */
 static int warm_check(char *text)
@@ -702,13 +781,21 @@ static int warm_check(char *text)
             continue;
         }
         if (sscanf(line, "file %4095s %lld %lld", a, &size, &mtime) == 3) {
-            if (!warm_file_same(a, size, mtime))
+            if (!warm_file_same(a, size, mtime)) {
+                char *path = unhex(a);
+                warm_trace("opening with Python: %s changed since the recipe %s was written",
+                           path ? path : "a file", warm.path);
+                free(path);
                 goto done;
+            }
             files++;
         }
     }
-    if (format != WARM_FORMAT || fp == NULL || strcmp(fp, warm.fingerprint) != 0 || files == 0)
+    if (format != WARM_FORMAT || fp == NULL || strcmp(fp, warm.fingerprint) != 0 || files == 0) {
+        warm_trace("opening with Python: the recipe %s is of another format or settings",
+                   warm.path);
         goto done;
+    }
     rc = 0;
 done:
     free(fp);
@@ -753,8 +840,15 @@ static int warm_open(int order, const char *precision, const char *backend, int 
     for (int k = 0; k < ndev; k++)
         warm.devices[k] = devices[k];
     warm.record = 1;  /* unless served here: Python writes the recipe at g6_close */
-    if ((text = read_all(warm.path, &len)) == NULL)
+    if ((text = read_all(warm.path, &len)) == NULL) {
+        warm_trace("opening with Python: no recipe %s (yet)", warm.path);
         return 0;
+    }
+    if (strlen(text) != len || !warm_intact(text, len)) {
+        warm_trace("opening with Python: the recipe %s is damaged", warm.path);
+        free(text);
+        return 0;
+    }
     if ((copy = malloc(len + 1)) == NULL) {
         free(text);
         return 0;
@@ -777,9 +871,11 @@ static int warm_open(int order, const char *precision, const char *backend, int 
         if (sscanf(line, "%31s %n", tag, &n) < 1)
             continue;
         if (!strcmp(tag, "format") || !strcmp(tag, "fingerprint") || !strcmp(tag, "file")
-            || !strcmp(tag, "setenv"))
+            || !strcmp(tag, "setenv") || !strcmp(tag, "end"))
             continue;
         ok = warm_line(tag, line + n) == 0;
+        if (!ok)
+            warm_trace("opening with Python: the recipe's '%s' line cannot be made", tag);
     }
     free(text);
     if (!ok || warm.nkern == 0 || warm.mirror_raw == NULL || warm.limit < 1
@@ -905,8 +1001,7 @@ static int warm_handover(const char *why)
     if (!warm.active)
         return SAPPORO_OK;
     warm.why = why;
-    if (getenv("SAPPORO_CAPI_WARM_TRACE"))
-        fprintf(stderr, "sapporo: starting Python: %s\n", why);
+    warm_trace("starting Python: %s", why);
     direct_wait();
     if ((rc = python_up()) >= 0)
         rc = shim_py_open(warm.order, warm.has_precision ? warm.precision : NULL,

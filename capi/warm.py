@@ -105,6 +105,15 @@ def plan_words(plan: dict[str, Any] | int) -> np.ndarray:
     return w
 
 
+def checksum(data: bytes) -> int:
+    """64-bit FNV-1a of ``data``: the recipe's last line, checked by warm.c before it
+    reads anything else (a damaged recipe is never used)."""
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
 def _hex(text: str | bytes) -> str:
     """A string as one token: its bytes in hex, ``-`` when empty."""
     data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
@@ -162,7 +171,9 @@ def dependencies(loader: str) -> list[str]:
         with open("/proc/self/maps") as fh:
             for line in fh:
                 name = line.split()[-1] if "/" in line else ""
-                if ("pocl" in name.lower() or "opencl" in name.lower()) and name not in paths:
+                base = os.path.basename(name).lower()  # libraries, not PoCL's kernel cache
+                if (base.startswith("lib") and ("pocl" in base or "opencl" in base)
+                        and name not in paths):
                     paths.append(name)
                     folder = os.path.dirname(name)
                     for f in sorted(os.listdir(folder)) if folder.endswith(".libs") else ():
@@ -173,16 +184,18 @@ def dependencies(loader: str) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
-def _changed_environment(fingerprint: str) -> list[tuple[str, str]]:
-    """Variables the fingerprint covers that Python set or changed since C took it (PoCL's
-    device list and affinity): C sets them the same way before it loads OpenCL."""
+def _changed_environment(fingerprint: str,
+                         after: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """Variables the fingerprint covers that Python set or changed between C taking it and
+    the library's open (``after``; default now): PoCL's device list and affinity. C sets
+    them the same way before it loads OpenCL."""
     before: dict[str, str] = {}
     for line in fingerprint.splitlines():
         if line.startswith("env "):
             name, _, value = line[4:].partition("=")
             before[name] = value
     out = []
-    for name, value in sorted(os.environ.items()):
+    for name, value in sorted((os.environ if after is None else after).items()):
         if (name.startswith(ENV_PREFIXES) and not name.startswith("SAPPORO_CAPI_WARM")
                 and before.get(name) != value and "\n" not in value):
             out.append((name, value))
@@ -217,9 +230,11 @@ def _ref_memory(blocks: list[list[int]], address: int) -> str:
 
 
 def write_recipe(bridge: Any, path: str, fingerprint: str,
-                 shapes: Sequence[tuple[int, int, int]]) -> bool:
+                 shapes: Sequence[tuple[int, int, int]],
+                 env_after_open: dict[str, str] | None = None) -> bool:
     """Write the recipe of this open to ``path`` (and its kernel binaries beside it) for
-    the block shapes ``(nj, ni, lists)``; False (logged) when this open cannot be made
+    the block shapes ``(nj, ni, lists)``; ``env_after_open``: the environment as the
+    library's open left it (default: now). False (logged) when this open cannot be made
     without Python."""
     import sapporo
 
@@ -263,7 +278,9 @@ def write_recipe(bridge: Any, path: str, fingerprint: str,
             os.replace(tmp, name)
         binaries.append((device, str(name), options))
     lines += [_stat_line(p) for p in dependencies(objects.loader)]
-    lines += [f"setenv {_hex(n)} {_hex(v)}" for n, v in _changed_environment(fingerprint)]
+    lines += [_stat_line(name) for _, name, _ in binaries]
+    lines += [f"setenv {_hex(n)} {_hex(v)}"
+              for n, v in _changed_environment(fingerprint, env_after_open)]
     lines.append(f"opencl {_hex(objects.loader)}")
     lines.append("devices " + " ".join(_hex(x) for x in (*objects.platform, *objects.devices)))
     queue_ref: dict[int, str] = {}
@@ -311,8 +328,10 @@ def write_recipe(bridge: Any, path: str, fingerprint: str,
                     words[o + e["DL_ARGS"] + 2 * a + 1] = buffer_ref[bits] if bits else "0"
         nj, lists = plan["shape"]
         lines.append(f"plan {nj} {plan['ni_lo']} {plan['ni_hi']} {lists} " + " ".join(words))
+    text = "\n".join(lines) + "\n"
+    text += f"end {checksum(text.encode('utf-8', 'surrogateescape')):016x}\n"
     tmp = Path(path).with_name(f".{Path(path).name}.{os.getpid()}.tmp")
-    tmp.write_text("\n".join(lines) + "\n")
+    tmp.write_text(text, encoding="utf-8", errors="surrogateescape")
     os.replace(tmp, path)
     logger.debug("recipe for opening without Python written to %s (%d plans)", path,
                  len(plans))

@@ -101,7 +101,16 @@ def test_changed_settings_or_files_open_with_python(capi: CApi, tmp_path: Path) 
     assert s["warm"] == 0
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage", "binary gone", "wrong handle"])
+def _resealed(text: str) -> str:
+    """A recipe's text with its checksum line made right again (after an edit)."""
+    from sapporo.capi.warm import checksum
+
+    body = text[: text.rindex("end ")]
+    return body + f"end {checksum(body.encode()):016x}\n"
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "binary gone", "one digit",
+                                    "wrong handle", "number for a pointer"])
 def test_damaged_recipe_opens_with_python(capi: CApi, tmp_path: Path, damage: str) -> None:
     cache = tmp_path / "cache"
     ref, _ = _run(capi, tmp_path, cache, 4, "double-single")
@@ -115,10 +124,16 @@ def test_damaged_recipe_opens_with_python(capi: CApi, tmp_path: Path, damage: st
     elif damage == "binary gone":
         for b in (cache / "warm").glob("warm-*.bin"):
             b.unlink()
-    else:  # a plan naming a kernel the recipe does not make
-        bad = re.sub(r"(?m)^(plan .*?) k0 ", r"\1 k999 ", text)
+    elif damage == "one digit":  # caught by the checksum
+        k = text.index("\nlibrary ") + 9
+        rec.write_text(text[:k] + ("2" if text[k] == "1" else "1") + text[k + 1:])
+    else:  # sealed again: caught by the checks of the plan's words
+        if damage == "wrong handle":  # a kernel the recipe does not make
+            bad = re.sub(r"(?m)^(plan .*?) k0 ", r"\1 k999 ", text, count=1)
+        else:  # a raw address where a reference to the recipe's memory belongs
+            bad = re.sub(r"(?m)^(plan .*?) m\d+\+\d+ ", r"\1 4096 ", text, count=1)
         assert bad != text
-        rec.write_text(bad)
+        rec.write_text(_resealed(bad))
     out, s = _run(capi, tmp_path, cache, 4, "double-single")
     assert s == {"python": 1, "warm": 0, "direct": 29}
     assert out == ref
