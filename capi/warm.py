@@ -335,4 +335,28 @@ def write_recipe(bridge: Any, path: str, fingerprint: str,
     os.replace(tmp, path)
     logger.debug("recipe for opening without Python written to %s (%d plans)", path,
                  len(plans))
+    _prune(folder)
     return True
+
+
+#: kernel binaries no recipe names are removed once they are this old (seconds): a writer
+#: in another process may be between its binaries and its recipe
+PRUNE_AGE = 86400.0
+
+
+def _prune(folder: Path) -> None:
+    """Remove the kernel binaries of recipes that were replaced (best effort)."""
+    import time
+
+    try:
+        named: set[str] = set()
+        for rec in folder.glob("warm-*.rec"):
+            named.update(re.findall(r"warm-[0-9a-f]{24}\.bin", bytes.fromhex(
+                "".join(re.findall(r"(?m)^program \d+ \d+ ([0-9a-f]+) ", rec.read_text())))
+                .decode("utf-8", "replace")))
+        now = time.time()
+        for b in folder.glob("warm-*.bin"):
+            if b.name not in named and now - b.stat().st_mtime > PRUNE_AGE:
+                b.unlink()
+    except (OSError, ValueError) as exc:
+        logger.debug("recipe folder %s not pruned: %s", folder, exc)

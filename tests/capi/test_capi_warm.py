@@ -161,3 +161,23 @@ def test_plan_words_match_bridge_h() -> None:
     assert w.shape == (e["DP_WORDS"],) and w[e["DP_STATUS"]] == 0 and not w.any()
     assert plan_words(-1)[e["DP_STATUS"]] == -1
     assert _hex("") == "-" and bytes.fromhex(_hex("a b\u00e9")).decode() == "a b\u00e9"
+
+
+def test_replaced_binaries_are_pruned(capi: CApi, tmp_path: Path) -> None:
+    """Kernel binaries no recipe names go when a recipe is written, once a day old (a
+    writer in another process may be between its binaries and its recipe)."""
+    import os
+    import time
+
+    folder = tmp_path / "cache" / "warm"
+    folder.mkdir(parents=True)
+    old, young = folder / f"warm-{'a' * 24}.bin", folder / f"warm-{'b' * 24}.bin"
+    old.write_bytes(b"stale")
+    young.write_bytes(b"being written")
+    day_ago = time.time() - 2 * 86400
+    os.utime(old, (day_ago, day_ago))
+    _run(capi, tmp_path, tmp_path / "cache", 4, "double-single")
+    assert not old.exists() and young.exists()
+    (rec,) = folder.glob("warm-*.rec")
+    named = [b for b in folder.glob("warm-*.bin") if b != young]
+    assert named and all(bytes(b.name, "ascii").hex() in rec.read_text() for b in named)
