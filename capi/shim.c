@@ -253,11 +253,37 @@ static int need_open(void)
     return 0;
 }
 
+/* SAPPORO_NPIPES when it is blank or plain digits in range: the answer of capi/bridge.py's
+ * read_npipes, without starting Python (clients ask g6_npipes() before g6_open to size
+ * their arrays, and an open may then need no Python at all: warm.c); 0 for anything else,
+ * which Python reads and reports. */
+static int npipes_from_environment(void)
+{
+    const char *v = getenv("SAPPORO_NPIPES");
+    long n = 0;
+    size_t k = 0, digits = 0;
+    if (v == NULL)
+        return SAPPORO_DEFAULT_NPIPES;
+    while (v[k] == ' ' || v[k] == '\t')
+        k++;
+    for (; v[k] >= '0' && v[k] <= '9' && digits < 9; k++, digits++)
+        n = 10 * n + (v[k] - '0');
+    while (v[k] == ' ' || v[k] == '\t')
+        k++;
+    if (v[k] != '\0')
+        return 0;
+    if (digits == 0)
+        return SAPPORO_DEFAULT_NPIPES;
+    return n >= 1 && n <= SAPPORO_MAX_NPIPES ? (int)n : 0;
+}
+
 static int get_npipes(void)
 {
     int rc;
     if (npipes > 0)
         return npipes;
+    if ((rc = npipes_from_environment()) > 0)
+        return npipes = rc;
     if ((rc = python_up()) < 0)
         return rc;
     rc = shim_py_npipes();
@@ -571,8 +597,15 @@ static void do_firsthalf8(int nj, int ni, const int *index, const double *xi,
         rc = rc > 0 ? SAPPORO_OK : rc;
         goto done;
     }
-    if ((rc = warm_handover("a force call the recipe does not cover (block size, new j-address)")) < 0)
-        goto done;
+    if (warm.active) {  /* an open served without Python starts it now */
+        char why[256];
+        snprintf(why, sizeof why, "a force call the recipe does not cover (nj = %d, ni = %d, "
+                 "%s lists, %d j-addresses stored, prediction reading %d derivatives, or an "
+                 "input to refuse)", nj, ni, pending_lists ? "with" : "without",
+                 warm.n_stored, warm.pred_terms);
+        if ((rc = warm_handover(why)) < 0)
+            goto done;
+    }
     if ((rc = jb_flush()) < 0)
         goto done;
     if ((rc = direct_before_python()) < 0)

@@ -104,7 +104,6 @@ static struct {
     double *dev_raw;
     int32_t *dev_ids;
     char version[64];
-    const char *why;        /* what made the last open served here start Python */
 } warm;
 
 /* SAPPORO_CAPI_WARM_TRACE=1: why an open started Python, on stderr */
@@ -1000,7 +999,6 @@ static int warm_handover(const char *why)
     double ct = cur_time;
     if (!warm.active)
         return SAPPORO_OK;
-    warm.why = why;
     warm_trace("starting Python: %s", why);
     direct_wait();
     if ((rc = python_up()) >= 0)
@@ -1035,7 +1033,9 @@ static void warm_record(void)
     for (int lists = 0; lists < 2; lists++)
         for (int ni = 1; ni < direct.nplans[lists]; ni++) {
             const struct dplan *p = &direct.plans[lists][ni];
-            if (p->status > 0 && p->ni == ni) {
+            /* planned, or asked for before the j-particles reached the library (the
+             * first call): Python plans them again now */
+            if (p->status != 0 && p->ni == ni && p->nj > 0) {
                 shapes[3 * n] = p->nj;
                 shapes[3 * n + 1] = ni;
                 shapes[3 * n + 2] = lists;

@@ -181,3 +181,24 @@ def test_replaced_binaries_are_pruned(capi: CApi, tmp_path: Path) -> None:
     (rec,) = folder.glob("warm-*.rec")
     named = [b for b in folder.glob("warm-*.bin") if b != young]
     assert named and all(bytes(b.name, "ascii").hex() in rec.read_text() for b in named)
+
+
+def test_fortran_client_opens_without_python(capi: CApi, tmp_path: Path) -> None:
+    """An unchanged Fortran GRAPE-6 client (g6_open_, ... linked with -lg6): the second
+    run with the same settings never starts Python and writes the same files."""
+    from test_capi import H2, write_ic
+
+    exe = capi.program("hermite.f90", lib="g6")
+    write_ic(tmp_path / "ic.txt")
+    env = capi.env(SAPPORO_CAPI_WARM="1", SAPPORO_CAPI_WARM_TRACE="1",
+                   SAPPORO_KERNEL_CACHE=str(tmp_path / "cache"))
+    runs = []
+    for k in range(2):
+        proc = capi.run(exe, "ic.txt", f"out{k}", 0.0, 0.125, 0.02, H2, cwd=tmp_path, env=env)
+        files = {p.name[len(f"out{k}"):]: p.read_bytes()
+                 for p in sorted(tmp_path.glob(f"out{k}*"))}
+        runs.append((proc, files))
+    (cold, cold_files), (warm, warm_files) = runs
+    assert "opening with Python: no recipe" in cold.stderr
+    assert "sapporo:" not in warm.stderr  # neither opened with Python nor started it later
+    assert warm.stdout == cold.stdout and warm_files == cold_files and cold_files

@@ -106,6 +106,8 @@ int main(int argc, char **argv)
     double t = 0.0;
     int extra = argc > 3 ? atoi(argv[3]) : 0;
     order = argc > 1 ? atoi(argv[1]) : 4;
+    /* clients size their arrays first: no reason to start Python */
+    printf("npipes before open %d\n", g6_npipes());
     if (sapporo_open(order, argc > 2 ? argv[2] : "double-single", NULL, 0, NULL) != 0) {
         printf("open failed: %s\n", sapporo_last_error());
         return 1;
