@@ -64,6 +64,9 @@ AUTO_J_MAX_RANKS = 4
 #: bits)
 SCATTER_MIN_BYTES = 1 << 17
 MAX_ADDRESS = 2**31 - 2
+#: seconds a failing rank waits between its message and MPI_Abort, so that the launcher
+#: forwards the message before the job is killed
+ABORT_GRACE = 0.2
 _NO_ID = np.iinfo(np.int64).max  # padding of neighbour lists while merging
 
 
@@ -844,12 +847,15 @@ def run_cli(args: Any, body: Any, name: str) -> int:
             if root:
                 err.write(f"{name}: error: {text}\n")
             return code
+        # the verdict first, in one write: an abort may cut off what the launcher has not
+        # forwarded yet (seen with MPICH's Hydra on a loaded machine)
         err.write(f"{name}: error on rank {run.rank} of {run.world.Get_size()}: "
-                  f"{text}\n")
+                  f"{text}\n{name}: aborting every rank\n")
+        err.flush()
         if not isinstance(exc, (SapporoError, OSError)):
             traceback.print_exc(file=err)
-        err.write(f"{name}: aborting every rank\n")
-        err.flush()
+            err.flush()
+        time.sleep(ABORT_GRACE)
         run.world.Abort(code)
         return code  # pragma: no cover - Abort does not return
     finally:
