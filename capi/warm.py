@@ -344,15 +344,37 @@ def write_recipe(bridge: Any, path: str, fingerprint: str,
 PRUNE_AGE = 86400.0
 
 
+def _library_gone(text: str) -> bool:
+    """Whether the C library a recipe was written for is gone or rebuilt (the ``lib`` line
+    of its fingerprint): no open can use that recipe again."""
+    found = re.search(r"(?m)^fingerprint ([0-9a-f]+)$", text)
+    if found is None:
+        return True
+    line = re.search(r"(?m)^lib (.*) (\d+) (\d+)$",
+                     bytes.fromhex(found[1]).decode("utf-8", "surrogateescape"))
+    if line is None:
+        return True
+    try:
+        st = os.stat(line[1])
+    except OSError:
+        return True
+    return (st.st_size, st.st_mtime_ns) != (int(line[2]), int(line[3]))
+
+
 def _prune(folder: Path) -> None:
-    """Remove the kernel binaries of recipes that were replaced (best effort)."""
+    """Remove the recipes of C libraries that are gone or were rebuilt, and the kernel
+    binaries no recipe names any more (best effort)."""
     import time
 
     try:
         named: set[str] = set()
         for rec in folder.glob("warm-*.rec"):
+            text = rec.read_text(errors="replace")
+            if _library_gone(text):
+                rec.unlink()
+                continue
             named.update(re.findall(r"warm-[0-9a-f]{24}\.bin", bytes.fromhex(
-                "".join(re.findall(r"(?m)^program \d+ \d+ ([0-9a-f]+) ", rec.read_text())))
+                "".join(re.findall(r"(?m)^program \d+ \d+ ([0-9a-f]+) ", text)))
                 .decode("utf-8", "replace")))
         now = time.time()
         for b in folder.glob("warm-*.bin"):

@@ -165,19 +165,25 @@ def test_plan_words_match_bridge_h() -> None:
 
 def test_replaced_binaries_are_pruned(capi: CApi, tmp_path: Path) -> None:
     """Kernel binaries no recipe names go when a recipe is written, once a day old (a
-    writer in another process may be between its binaries and its recipe)."""
+    writer in another process may be between its binaries and its recipe), and so do the
+    recipes of a C library that is gone."""
     import os
     import time
 
+    from sapporo.capi.warm import _hex
+
     folder = tmp_path / "cache" / "warm"
     folder.mkdir(parents=True)
+    orphan = folder / "warm-0123456789abcdef.rec"
+    gone = _hex("format 1\nlib /nonexistent/libg6.so 1 2\n")
+    orphan.write_text(f"format 1\nfingerprint {gone}\n")
     old, young = folder / f"warm-{'a' * 24}.bin", folder / f"warm-{'b' * 24}.bin"
     old.write_bytes(b"stale")
     young.write_bytes(b"being written")
     day_ago = time.time() - 2 * 86400
     os.utime(old, (day_ago, day_ago))
     _run(capi, tmp_path, tmp_path / "cache", 4, "double-single")
-    assert not old.exists() and young.exists()
+    assert not old.exists() and young.exists() and not orphan.exists()
     (rec,) = folder.glob("warm-*.rec")
     named = [b for b in folder.glob("warm-*.bin") if b != young]
     assert named and all(bytes(b.name, "ascii").hex() in rec.read_text() for b in named)
