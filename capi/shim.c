@@ -442,7 +442,7 @@ static int jb_flush(void)
     /* an open served without Python keeps them, or starts Python for them */
     if (warm.active && warm_store())
         return SAPPORO_OK;
-    if ((rc = warm_handover("j-particles beyond the recorded ones")) < 0)
+    if ((rc = warm_handover("j-particles the recipe does not cover (a new address, a derivative record it does not hold, a mass double-single cannot hold)")) < 0)
         return rc;
     if ((rc = direct_before_python()) < 0)
         return rc;

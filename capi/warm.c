@@ -343,6 +343,28 @@ static char *unhex(const char *s)
     return out;
 }
 
+/* Split a line into its space-separated tokens, in place: how many (max + 1 when more). */
+static int split(char *line, char **tok, int max)
+{
+    char *save = NULL, *t;
+    int n = 0;
+    for (t = strtok_r(line, " ", &save); t != NULL; t = strtok_r(NULL, " ", &save)) {
+        if (n == max)
+            return max + 1;
+        tok[n++] = t;
+    }
+    return n;
+}
+
+/* A whole token as a decimal integer; 0, or -1. */
+static int num(const char *t, long long *out)
+{
+    char *end;
+    errno = 0;
+    *out = strtoll(t, &end, 10);
+    return end != t && *end == '\0' && errno == 0 ? 0 : -1;
+}
+
 static char *read_all(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
@@ -557,12 +579,12 @@ static int warm_plan_line(char *rest)
 static int warm_line(const char *tag, char *rest)
 {
     dcl_int err = 0;
-    char a[4096], b[4096];
-    long long x, y, z;
+    char a[4096], b[4096], *tok[6];
+    long long x, y, z, v[5];
     int k, m;
     if (!strcmp(tag, "opencl")) {
         char *path;
-        if (sscanf(rest, "%4095s", a) != 1 || (path = unhex(a)) == NULL)
+        if (split(rest, tok, 1) != 1 || (path = unhex(tok[0])) == NULL)
             return -1;
         warm.dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
         free(path);
@@ -685,15 +707,17 @@ static int warm_line(const char *tag, char *rest)
         void **q;
         dcl_int status = 0;
         int rc = -1;
-        if (create == NULL || build == NULL || warm.ctx == NULL
-            || sscanf(rest, "%d %d %4095s %4095s", &k, &m, a, b) != 4 || k != warm.nprog
-            || m < 0 || m >= warm.ndevice
-            || (q = realloc(warm.prog, sizeof *q * (size_t)(k + 1))) == NULL)
+        if (create == NULL || build == NULL || warm.ctx == NULL || split(rest, tok, 4) != 4
+            || num(tok[0], &v[0]) < 0 || num(tok[1], &v[1]) < 0 || v[0] != warm.nprog
+            || v[1] < 0 || v[1] >= warm.ndevice
+            || (q = realloc(warm.prog, sizeof *q * (size_t)(warm.nprog + 1))) == NULL)
             return -1;
+        k = (int)v[0];
+        m = (int)v[1];
         warm.prog = q;
         warm.prog[k] = NULL;
         warm.nprog++;
-        if ((file = unhex(a)) != NULL && (options = unhex(b)) != NULL
+        if ((file = unhex(tok[2])) != NULL && (options = unhex(tok[3])) != NULL
             && (bin = read_all(file, &len)) != NULL && len > 0) {
             const unsigned char *bp = (const unsigned char *)bin;
             warm.prog[k] = create(warm.ctx, 1, &warm.dev[m], &len, &bp, &status, &err);
@@ -710,30 +734,34 @@ static int warm_line(const char *tag, char *rest)
         wcl_create_kernel_fn create = (wcl_create_kernel_fn)warm_sym("clCreateKernel");
         char *name;
         void **q;
-        if (create == NULL || sscanf(rest, "%d %d %4095s", &k, &m, a) != 3 || k != warm.nkern
-            || m < 0 || m >= warm.nprog
-            || (q = realloc(warm.kern, sizeof *q * (size_t)(k + 1))) == NULL)
+        if (create == NULL || split(rest, tok, 3) != 3 || num(tok[0], &v[0]) < 0
+            || num(tok[1], &v[1]) < 0 || v[0] != warm.nkern || v[1] < 0 || v[1] >= warm.nprog
+            || (q = realloc(warm.kern, sizeof *q * (size_t)(warm.nkern + 1))) == NULL)
             return -1;
+        k = (int)v[0];
+        m = (int)v[1];
         warm.kern = q;
         warm.kern[k] = NULL;
         warm.nkern++;
-        if ((name = unhex(a)) == NULL)
+        if ((name = unhex(tok[2])) == NULL)
             return -1;
         warm.kern[k] = create(warm.prog[m], name, &err);
         free(name);
         return warm.kern[k] != NULL && err == 0 ? 0 : -1;
     }
     if (!strcmp(tag, "library")) {  /* npipes, max_address, device count, limit, version */
-        char *v;
-        if (sscanf(rest, "%lld %lld %lld %d %4095s", &x, &y, &z, &warm.limit, a) != 5
+        char *ver;
+        if (split(rest, tok, 5) != 5 || num(tok[0], &x) < 0 || num(tok[1], &y) < 0
+            || num(tok[2], &z) < 0 || num(tok[3], &v[3]) < 0
             || x < 1 || x > NI_LIMIT_WARM || y < 0 || y > 2147483646 || z < 1
-            || warm.limit < 1 || (v = unhex(a)) == NULL)
+            || v[3] < 1 || v[3] > 2147483647 || (ver = unhex(tok[4])) == NULL)
             return -1;
+        warm.limit = (int)v[3];
         warm.npipes = (int)x;
         warm.max_address = (int)y;
         warm.device_count = (int)z;
-        snprintf(warm.version, sizeof warm.version, "%s", v);
-        free(v);
+        snprintf(warm.version, sizeof warm.version, "%s", ver);
+        free(ver);
         return 0;
     }
     if (!strcmp(tag, "plan"))
@@ -770,8 +798,9 @@ static int warm_check(char *text)
     char *save = NULL, *line, *fp = NULL;
     int format = 0, files = 0, rc = -1;
     for (line = strtok_r(text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
-        char a[4096];
+        char *tok[4];
         long long size, mtime;
+        int n;
         if (sscanf(line, "format %d", &format) == 1)
             continue;
         if (!strncmp(line, "fingerprint ", 12)) {
@@ -779,9 +808,14 @@ static int warm_check(char *text)
             fp = unhex(line + 12);
             continue;
         }
-        if (sscanf(line, "file %4095s %lld %lld", a, &size, &mtime) == 3) {
-            if (!warm_file_same(a, size, mtime)) {
-                char *path = unhex(a);
+        if (strncmp(line, "file ", 5) != 0)
+            continue;
+        n = split(line + 5, tok, 3);
+        if (n != 3 || num(tok[1], &size) < 0 || num(tok[2], &mtime) < 0)
+            goto done;  /* a file line this code cannot read: not this recipe */
+        {
+            if (!warm_file_same(tok[0], size, mtime)) {
+                char *path = unhex(tok[0]);
                 warm_trace("opening with Python: %s changed since the recipe %s was written",
                            path ? path : "a file", warm.path);
                 free(path);
@@ -805,9 +839,9 @@ static void warm_setenv(char *text)
 {
     char *save = NULL, *line;
     for (line = strtok_r(text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
-        char a[4096], b[4096];
-        if (sscanf(line, "setenv %4095s %4095s", a, b) == 2) {
-            char *name = unhex(a), *value = unhex(b);
+        char *tok[3];
+        if (!strncmp(line, "setenv ", 7) && split(line + 7, tok, 2) == 2) {
+            char *name = unhex(tok[0]), *value = unhex(tok[1]);
             if (name != NULL && value != NULL && getenv(name) == NULL)
                 setenv(name, value, 0);
             free(name);
