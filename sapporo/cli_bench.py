@@ -93,6 +93,7 @@ def _block_step(args: argparse.Namespace, kw: dict, progress: _Progress) -> int:
     if args.tiny:
         n_list, na_list = kw.get("n_list", [256]), kw.get("n_active", [1, 16])
     rows = []
+    notes = []
     try:
         for order in orders:
             for precision in precisions:
@@ -100,12 +101,16 @@ def _block_step(args: argparse.Namespace, kw: dict, progress: _Progress) -> int:
                                           backend=kw["backend"], devices=kw.get("devices"),
                                           steps=steps, progress=progress)
         if args.capi:
-            latency.capi_steps(rows, steps=steps, backend=kw["backend"],
-                               devices=kw.get("devices"), progress=progress)
+            times = latency.capi_steps(rows, steps=steps, backend=kw["backend"],
+                                       devices=kw.get("devices"), progress=progress)
+            if times:
+                notes.append(latency.startup_note(times))
     finally:
         progress.done()
-    paths = latency.write_sweep(rows, args.out, plots=not args.no_plots)
+    paths = latency.write_sweep(rows, args.out, plots=not args.no_plots, notes=notes)
     sys.stdout.write("\n" + latency.budget_table(rows) + "\n")
+    for note in notes:
+        sys.stdout.write("\n" + note + "\n")
     sys.stdout.write("\nwrote: " + ", ".join(str(p) for p in paths) + "\n")
     return 0
 

@@ -196,11 +196,16 @@ CAPI_DRIVER = "capi_block_step.c"
 
 
 def capi_steps(rows: Sequence[dict[str, Any]], steps: int = 300, backend: str | None = None,
-               devices: Any = None, progress: Any = None) -> None:
+               devices: Any = None, progress: Any = None) -> dict[str, float]:
     """Time the same block steps through the C API, in place: each row of :func:`run_sweep`
     gets ``capi_us`` (the median step of ``tune/capi_block_step.c``: ``g6_set_j_particle``
     for the block, ``g6_set_ti``, firsthalf, lasthalf) on the C API's direct path, and
     ``capi_python_us`` with every call through Python (``SAPPORO_CAPI_DIRECT=0``).
+
+    Returns the start-up: ``open_python_ms``, the median ``g6_open`` that starts Python
+    (``SAPPORO_CAPI_WARM=0``), and ``open_warm_ms``, the median one from the recipe an
+    earlier run left (N = 1024, 3 runs each; the recipes of these runs are kept apart from
+    the user's, in the kernel cache folder).
 
     Builds the C library first when needed (``sapporo capi build``, default prefix) and the
     driver with the C compiler (``$CC``, else ``cc``).
@@ -222,7 +227,7 @@ def capi_steps(rows: Sequence[dict[str, Any]], steps: int = 300, backend: str | 
     from .errors import SapporoError
 
     if not rows:
-        return
+        return {}
     inst = capi_build.installation()
     if not inst.is_current():
         if progress is not None:
@@ -266,13 +271,53 @@ def capi_steps(rows: Sequence[dict[str, Any]], steps: int = 300, backend: str | 
                                        f"(status {proc.returncode}): "
                                        f"{(proc.stderr or proc.stdout).strip()[-500:]}")
                 r[key] = float(fields[fields.index("step_us") + 1])
+        if progress is not None:
+            progress("C API start-up: g6_open with and without Python ...")
+        return _open_times(exe, {**env, "SAPPORO_ORDER": str(rows[0]["order"]),
+                                 "SAPPORO_PRECISION": str(rows[0]["precision"])})
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def write_sweep(rows: Sequence[dict[str, Any]], out: Any, plots: bool = True) -> list[Any]:
-    """Write ``block-step.csv``, ``block-step.md`` (the table) and ``block-step.png`` (when
-    matplotlib is there) into the folder ``out``; returns the paths written."""
+def _open_times(exe: Any, env: dict[str, str], runs: int = 3) -> dict[str, float]:
+    """Median ``g6_open`` of ``tune/capi_block_step.c`` starting Python, and from a recipe
+    (after one run that leaves it)."""
+    import subprocess
+
+    from .backend.opencl import _binary_cache_dir
+    from .errors import SapporoError
+
+    cache = _binary_cache_dir()
+    if cache is not None:  # the recipes of these runs apart from the user's own
+        env = {**env, "SAPPORO_KERNEL_CACHE": str(cache)}
+
+    def open_ms(extra: dict[str, str]) -> float:
+        proc = subprocess.run([str(exe), "1024", "1", "20"], capture_output=True, text=True,
+                              env={**env, **extra}, timeout=600)
+        fields = proc.stdout.split()
+        if proc.returncode != 0 or "open_ms" not in fields:
+            raise SapporoError(f"{CAPI_DRIVER} 1024 1 failed (status {proc.returncode}): "
+                               f"{(proc.stderr or proc.stdout).strip()[-500:]}")
+        return float(fields[fields.index("open_ms") + 1])
+
+    cold = [open_ms({"SAPPORO_CAPI_WARM": "0"}) for _ in range(runs)]
+    open_ms({"SAPPORO_CAPI_WARM": "1"})  # leaves the recipe, if none is there yet
+    warm = [open_ms({"SAPPORO_CAPI_WARM": "1"}) for _ in range(runs)]
+    return {"open_python_ms": statistics.median(cold), "open_warm_ms": statistics.median(warm)}
+
+
+def startup_note(times: dict[str, float]) -> str:
+    """One line on the C API's start-up, from :func:`capi_steps`'s answer."""
+    return (f"C API start-up (g6_open, N = 1024): {times['open_python_ms']:.0f} ms starting "
+            f"Python; {times['open_warm_ms']:.0f} ms from the recipe of an earlier run with "
+            "the same settings (no Python)")
+
+
+def write_sweep(rows: Sequence[dict[str, Any]], out: Any, plots: bool = True,
+                notes: Sequence[str] = ()) -> list[Any]:
+    """Write ``block-step.csv``, ``block-step.md`` (the table, then ``notes``) and
+    ``block-step.png`` (when matplotlib is there) into the folder ``out``; returns the
+    paths written."""
     import csv
     from pathlib import Path
 
@@ -292,7 +337,7 @@ def write_sweep(rows: Sequence[dict[str, Any]], out: Any, plots: bool = True) ->
     device = rows[0]["device"] if rows else ""
     md.write_text(f"Block step, order {rows[0]['order'] if rows else ''}, "
                   f"{rows[0]['precision'] if rows else ''}, {device} (microseconds per step)"
-                  f"\n\n{budget_table(rows)}\n")
+                  f"\n\n{budget_table(rows)}\n" + "".join(f"\n{n}\n" for n in notes))
     paths.append(md)
     if plots and rows and plots_module.available():
         paths.append(plots_module.plot_block_step(rows, folder / "block-step.png"))
