@@ -160,6 +160,8 @@ def dependencies(loader: str) -> list[str]:
         paths.append(str(root))  # its absence too: a profile folder made later counts
         paths.extend(_tree(root))
     paths.append("sapporo2.config")  # relative: the working folder's, when C opens
+    if os.environ.get("SAPPORO_CONFIG", "").strip():  # its path is a setting, its text too
+        paths.append(os.path.abspath(os.environ["SAPPORO_CONFIG"].strip()))
     vendors = [os.environ.get("OCL_ICD_VENDORS", ""), "/etc/OpenCL/vendors"]
     for v in vendors:
         if v:

@@ -85,6 +85,15 @@ def test_changed_settings_or_files_open_with_python(capi: CApi, tmp_path: Path) 
     out, s = _run(capi, tmp_path, cache, 4, "double-single")
     assert s["warm"] == 0 and out == ref
     (tmp_path / "sapporo2.config").unlink()
+    # the device file SAPPORO_CONFIG names is edited
+    named = tmp_path / "devices.config"
+    named.write_text("1\n0\n")
+    _run(capi, tmp_path, cache, 4, "double-single", SAPPORO_CONFIG=str(named))
+    _, s = _run(capi, tmp_path, cache, 4, "double-single", SAPPORO_CONFIG=str(named))
+    assert s["warm"] == 1
+    named.write_text("1\n0\n\n")
+    _, s = _run(capi, tmp_path, cache, 4, "double-single", SAPPORO_CONFIG=str(named))
+    assert s["warm"] == 0
     # the tuning profile folder appears, then changes (SAPPORO_PROFILE_DIR is a setting
     # too: the same folder each time)
     prof = tmp_path / "profiles"
