@@ -13,6 +13,7 @@
 
 #include "grape6.h"
 #include "sapporo.h"
+#include "print_lists.h"
 
 #define N 700
 #define NMAX 128
@@ -55,7 +56,7 @@ int main(int argc, char **argv)
     static const int sizes[] = {1, 2, 3, 7, 16, 33, 64, 100, 128};
     static double xi[NMAX][3], vi[NMAX][3], ai[NMAX][3], ji[NMAX][3], acc[NMAX][3],
         jerk[NMAX][3], snap[NMAX][3], crackle[NMAX][3], pot[NMAX], h2[NMAX], nn_r2[NMAX];
-    static int idx[NMAX], nnb[NMAX], list[64];
+    static int idx[NMAX], nnb[NMAX];
     int order = argc > 1 ? atoi(argv[1]) : 4, n = N;
     order8 = order == 8;
     double t = 0.0;
@@ -135,17 +136,8 @@ int main(int argc, char **argv)
             store(7, t, 0);
             printf("flush %d\n", g6_flush_jp_buffer(0));
         }
-        if (lists || step == 21 || step == 23) {  /* lists, then none without them */
-            int nblen = -1;
-            printf("read_neighbour_list %d\n", g6_read_neighbour_list(0));
-            for (int i = 0; i < ni; i++) {
-                rc = g6_get_neighbour_list(0, i, 64, &nblen, list);
-                printf("list %d rc %d len %d", i, rc, nblen);
-                for (int q = 0; q < nblen && q < 64; q++)
-                    printf(" %d", list[q]);
-                printf("\n");
-            }
-        }
+        if (lists || step == 21 || step == 23)  /* lists, then none without them */
+            print_lists(ni);
         /* the block's particles move on and are stored again */
         for (int m = 0; m < ni; m++) {
             int k = idx[m] < 0 || idx[m] >= n ? 0 : idx[m];

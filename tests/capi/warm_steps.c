@@ -15,6 +15,7 @@
 
 #include "grape6.h"
 #include "sapporo.h"
+#include "print_lists.h"
 
 #define N 600
 #define NMAX 64
@@ -46,7 +47,7 @@ static int step(int s, int n, double t)
 {
     static double xi[NMAX][3], vi[NMAX][3], ai[NMAX][3], ji[NMAX][3], acc[NMAX][3],
         jerk[NMAX][3], snap[NMAX][3], crackle[NMAX][3], pot[NMAX], h2[NMAX], nn_r2[NMAX];
-    static int idx[NMAX], nnb[NMAX], list[64];
+    static int idx[NMAX], nnb[NMAX];
     static const int sizes[] = {1, 2, 5, 16, 33, 64};
     int ni = sizes[s % 6], rc, lists = s % 7 == 3;
     for (int m = 0; m < ni; m++) {
@@ -81,17 +82,8 @@ static int step(int s, int n, double t)
             printf(" %a %a %a", crackle[i][0], crackle[i][1], crackle[i][2]);
         printf("\n");
     }
-    if (lists) {
-        int nblen = -1;
-        printf("read_neighbour_list %d\n", g6_read_neighbour_list(0));
-        for (int i = 0; i < ni; i++) {
-            rc = g6_get_neighbour_list(0, i, 64, &nblen, list);
-            printf("list %d rc %d len %d", i, rc, nblen);
-            for (int q = 0; q < nblen && q < 64; q++)
-                printf(" %d", list[q]);
-            printf("\n");
-        }
-    }
+    if (lists)
+        print_lists(ni);
     /* the block moves on and is stored again */
     for (int m = 0; m < ni; m++) {
         for (int c = 0; c < 3; c++)
