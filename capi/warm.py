@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FORMAT", "bridge_enums", "plan_words", "write_recipe"]
+__all__ = ["FORMAT", "bridge_enums", "plan_words", "recipe_folder", "usable_recipes",
+           "write_recipe"]
 
 logger = logging.getLogger(__name__)
 
@@ -344,6 +345,36 @@ def write_recipe(bridge: Any, path: str, fingerprint: str,
 #: kernel binaries no recipe names are removed once they are this old (seconds): a writer
 #: in another process may be between its binaries and its recipe
 PRUNE_AGE = 86400.0
+
+
+def recipe_folder() -> Path | None:
+    """Where ``warm.c`` keeps recipes (its ``warm_dir``): ``SAPPORO_KERNEL_CACHE/warm``,
+    else ``$XDG_CACHE_HOME/sapporo/capi-warm``, else ``~/.cache/sapporo/capi-warm``; None
+    when ``SAPPORO_KERNEL_CACHE`` switches caching off or no home folder is known."""
+    cache = os.environ.get("SAPPORO_KERNEL_CACHE", "")
+    if cache:
+        return None if cache.lower() in ("0", "off", "no", "false") else Path(cache) / "warm"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if xdg.startswith("/"):
+        return Path(xdg) / "sapporo" / "capi-warm"
+    home = os.environ.get("HOME", "")
+    return Path(home) / ".cache" / "sapporo" / "capi-warm" if home else None
+
+
+def usable_recipes(folder: Path | None = None) -> list[Path]:
+    """The recipes in ``folder`` (default :func:`recipe_folder`) whose C library is still
+    the one they were written for."""
+    folder = recipe_folder() if folder is None else folder
+    if folder is None or not folder.is_dir():
+        return []
+    out = []
+    for rec in sorted(folder.glob("warm-*.rec")):
+        try:
+            if not _library_gone(rec.read_text(errors="replace")):
+                out.append(rec)
+        except OSError:
+            continue
+    return out
 
 
 def _library_gone(text: str) -> bool:
