@@ -18,8 +18,11 @@
  *
  * SAPPORO_CAPI_WARM=0 turns this off (nothing read, nothing written).  Recipes live in
  * SAPPORO_KERNEL_CACHE/warm, else $XDG_CACHE_HOME (or ~/.cache)/sapporo/capi-warm, one per
- * fingerprint: warm-<hash>.rec and its kernel binaries.
+ * fingerprint and number of j-addresses: warm-<hash>-<n>.rec, and their kernel binaries.
+ * An open makes the objects of the most recent recipe of its fingerprint; the first force
+ * call changes to the recipe of its number of j-addresses when that is another.
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <strings.h>
@@ -81,7 +84,7 @@ static struct {
     long calls0;            /* direct.calls when the library opened */
     long starts;            /* opens served here, over the process */
     char *fingerprint;      /* what a recipe must have been made under (NULL: no recipes) */
-    char path[4096];        /* this fingerprint's recipe */
+    char path[4096];        /* this fingerprint's recipes: <path>-<n>.rec for n j-addresses */
     /* the open's arguments, for a hand-over */
     int order, ndev, devices[64];
     char precision[64], backend[64];
@@ -301,8 +304,9 @@ static int warm_slot(int order, const char *precision, const char *backend, int 
     free(env);
     for (size_t k = 0; k < t.n; k++)
         h = (h ^ (unsigned char)t.s[k]) * 1099511628211ull;
-    if (snprintf(warm.path, sizeof warm.path, "%s/warm-%016llx.rec", dir,
-                 (unsigned long long)h) >= (int)sizeof warm.path) {
+    /* one recipe per number of j-addresses: <stem>-<n>.rec */
+    if (snprintf(warm.path, sizeof warm.path, "%s/warm-%016llx", dir,
+                 (unsigned long long)h) >= (int)sizeof warm.path - 16) {
         warm.path[0] = '\0';
         free(t.s);
         return -1;
@@ -793,7 +797,7 @@ static int warm_intact(const char *text, size_t len)
 
 /* The checks that need no OpenCL: format, fingerprint, files; then the variables Python
  * set (PoCL's), as it would set them.  0 when the recipe applies. */
-static int warm_check(char *text)
+static int warm_check(char *text, const char *file)
 {
     char *save = NULL, *line, *fp = NULL;
     int format = 0, files = 0, rc = -1;
@@ -817,7 +821,7 @@ static int warm_check(char *text)
             if (!warm_file_same(tok[0], size, mtime)) {
                 char *path = unhex(tok[0]);
                 warm_trace("opening with Python: %s changed since the recipe %s was written",
-                           path ? path : "a file", warm.path);
+                           path ? path : "a file", file);
                 free(path);
                 goto done;
             }
@@ -826,7 +830,7 @@ static int warm_check(char *text)
     }
     if (format != WARM_FORMAT || fp == NULL || strcmp(fp, warm.fingerprint) != 0 || files == 0) {
         warm_trace("opening with Python: the recipe %s is of another format or settings",
-                   warm.path);
+                   file);
         goto done;
     }
     rc = 0;
@@ -851,12 +855,50 @@ static void warm_setenv(char *text)
 }
 
 /* g6_open served here: 1 when the library is open without Python, 0 to start it. */
+static int warm_load(const char *file);
+
+/* The most recently written recipe of this fingerprint (the last run's j-addresses) into
+ * file; 0, or -1 when there is none. */
+static int warm_latest(char *file, size_t size)
+{
+    const char *slash = strrchr(warm.path, '/');
+    char dir[4096];
+    DIR *d;
+    struct dirent *e;
+    struct stat st;
+    long long best = -1;
+    size_t stem;
+    if (slash == NULL || (size_t)(slash - warm.path) >= sizeof dir)
+        return -1;
+    memcpy(dir, warm.path, (size_t)(slash - warm.path));
+    dir[slash - warm.path] = '\0';
+    stem = strlen(slash + 1);
+    if ((d = opendir(dir)) == NULL)
+        return -1;
+    while ((e = readdir(d)) != NULL) {
+        char path[4352];
+        size_t n = strlen(e->d_name);
+        long long t;
+        if (n < stem + 6 || strncmp(e->d_name, slash + 1, stem) != 0 || e->d_name[stem] != '-'
+            || strcmp(e->d_name + n - 4, ".rec") != 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (stat(path, &st) != 0)
+            continue;
+        t = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+        if (t > best && strlen(path) < size) {
+            best = t;
+            memcpy(file, path, strlen(path) + 1);
+        }
+    }
+    closedir(d);
+    return best < 0 ? -1 : 0;
+}
+
 static int warm_open(int order, const char *precision, const char *backend, int ndev,
                      const int *devices)
 {
-    char *text, *copy, *save = NULL, *line;
-    size_t len = 0;
-    int ok = 1;
+    char file[4352];
     warm.record = 0;
     warm.calls0 = direct.calls;
     warm.order = order;
@@ -873,12 +915,35 @@ static int warm_open(int order, const char *precision, const char *backend, int 
     for (int k = 0; k < ndev; k++)
         warm.devices[k] = devices[k];
     warm.record = 1;  /* unless served here: Python writes the recipe at g6_close */
-    if ((text = read_all(warm.path, &len)) == NULL) {
-        warm_trace("opening with Python: no recipe %s (yet)", warm.path);
+    if (warm_latest(file, sizeof file) < 0) {
+        warm_trace("opening with Python: no recipe %s-*.rec (yet)", warm.path);
+        return 0;
+    }
+    if (!warm_load(file))
+        return 0;
+    warm.n_stored = 0;
+    warm.pred_terms = 0;
+    warm.active = 1;
+    warm.record = 0;
+    warm.starts++;
+    max_address = warm.max_address;
+    npipes = warm.npipes;
+    return 1;
+}
+
+/* The objects of one recipe file made here (warm.c's state: objects, plans, limit); 1, or
+ * 0 with nothing made. */
+static int warm_load(const char *file)
+{
+    char *text, *copy, *save = NULL, *line;
+    size_t len = 0;
+    int ok = 1;
+    if ((text = read_all(file, &len)) == NULL) {
+        warm_trace("opening with Python: cannot read the recipe %s", file);
         return 0;
     }
     if (strlen(text) != len || !warm_intact(text, len)) {
-        warm_trace("opening with Python: the recipe %s is damaged", warm.path);
+        warm_trace("opening with Python: the recipe %s is damaged", file);
         free(text);
         return 0;
     }
@@ -887,7 +952,7 @@ static int warm_open(int order, const char *precision, const char *backend, int 
         return 0;
     }
     memcpy(copy, text, len + 1);
-    if (warm_check(copy) < 0) {
+    if (warm_check(copy, file) < 0) {
         free(copy);
         free(text);
         return 0;
@@ -920,14 +985,34 @@ static int warm_open(int order, const char *precision, const char *backend, int 
         warm_release();
         return 0;
     }
-    warm.n_stored = 0;
-    warm.pred_terms = 0;
-    warm.active = 1;
-    warm.record = 0;
-    warm.starts++;
-    max_address = warm.max_address;
-    npipes = warm.npipes;
     return 1;
+}
+
+/* Before anything is stored here: the recipe for the j-addresses the buffered particles
+ * need, when the one made is for another number (a run with another N, an MPI rank with
+ * another slice); 1 when that recipe's objects are made now, 0 to go on as before. */
+static int warm_switch(void)
+{
+    char file[4352];
+    int need = 0, active = warm.active, hv = have_time, ok;
+    double ct = cur_time;  /* g6_set_ti's time, which direct_reset forgets */
+    struct stat st;
+    for (int k = 0; k < jb.n; k++)
+        if (jb.address[k] + 1 > need)
+            need = jb.address[k] + 1;
+    if (!warm.active || warm.n_stored != 0 || need == warm.limit
+        || snprintf(file, sizeof file, "%s-%d.rec", warm.path, need) >= (int)sizeof file
+        || stat(file, &st) != 0 || direct_wait() < 0)
+        return 0;
+    direct_reset();
+    warm_release();  /* (clears warm.active) */
+    ok = warm_load(file);
+    have_time = hv;
+    cur_time = ct;
+    warm.active = active;
+    if (!ok)  /* nothing is made (nothing was stored either): Python takes over */
+        warm.limit = 0;
+    return ok;
 }
 
 /* ------------------------------------------------------------------ serving the run */
@@ -942,6 +1027,7 @@ static int warm_store(void)
 {
     if (jb.n == 0)
         return 1;
+    warm_switch();
     if ((jb.any_pop && warm.order != 8)
         || !j_records_ok(warm.limit, warm.raw_n, warm.raw_n - 2, warm.ds))
         return 0;

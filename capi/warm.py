@@ -235,10 +235,10 @@ def _ref_memory(blocks: list[list[int]], address: int) -> str:
 def write_recipe(bridge: Any, path: str, fingerprint: str,
                  shapes: Sequence[tuple[int, int, int]],
                  env_after_open: dict[str, str] | None = None) -> bool:
-    """Write the recipe of this open to ``path`` (and its kernel binaries beside it) for
-    the block shapes ``(nj, ni, lists)``; ``env_after_open``: the environment as the
-    library's open left it (default: now). False (logged) when this open cannot be made
-    without Python."""
+    """Write the recipe of this open to ``<path>-<n>.rec`` for the library's ``n``
+    j-addresses (and its kernel binaries beside it), for the block shapes ``(nj, ni,
+    lists)``; ``env_after_open``: the environment as the library's open left it (default:
+    now). False (logged) when this open cannot be made without Python."""
     import sapporo
 
     from .bridge import device_count
@@ -333,6 +333,7 @@ def write_recipe(bridge: Any, path: str, fingerprint: str,
         lines.append(f"plan {nj} {plan['ni_lo']} {plan['ni_hi']} {lists} " + " ".join(words))
     text = "\n".join(lines) + "\n"
     text += f"end {checksum(text.encode('utf-8', 'surrogateescape')):016x}\n"
+    path = f"{path}-{lib._n_stored}.rec"  # one per number of j-addresses (warm.c)
     tmp = Path(path).with_name(f".{Path(path).name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8", errors="surrogateescape")
     os.replace(tmp, path)

@@ -58,6 +58,35 @@ def test_python_starts_where_the_recipe_ends(capi: CApi, tmp_path: Path) -> None
     assert out == reference
 
 
+def test_one_recipe_per_number_of_particles(capi: CApi, tmp_path: Path) -> None:
+    """Runs alternating between N = 600 and N = 500 with the same settings: each N leaves
+    its own recipe; an open starts from the latest one, and the first force call changes to
+    the recipe of its N (up or down), so that once both are there no run starts Python."""
+    import os
+    import time
+
+    cache = tmp_path / "cache"
+    ref = {n: _run(capi, tmp_path, cache, 4, "double-single", 0, n, warm="0")[0]
+           for n in (600, 500)}
+
+    def run(n: int, latest: int | None = None) -> tuple[int, int]:
+        if latest is not None:  # that recipe the most recent: the open starts from it
+            (rec,) = (cache / "warm").glob(f"warm-*-{latest}.rec")
+            now = time.time() + 10
+            os.utime(rec, (now, now))
+        out, s = _run(capi, tmp_path, cache, 4, "double-single", 0, n)
+        assert out == ref[n]
+        return s["python"], s["warm"]
+
+    assert run(600) == (1, 0)  # no recipe yet
+    assert run(500) == (1, 1)  # opened from 600's, Python for its own
+    assert run(600, latest=500) == (0, 1)  # from 500's to 600's at the first force call
+    assert run(500, latest=600) == (0, 1)  # and down
+    assert run(500) == (0, 1)
+    assert len(list((cache / "warm").glob("warm-*-600.rec"))) == 1
+    assert len(list((cache / "warm").glob("warm-*-500.rec"))) == 1
+
+
 def test_direct_sequence_alike_after_a_warm_open(capi: CApi, tmp_path: Path) -> None:
     """tests/capi/direct_ab.c (new addresses, lists, a field point, refused input, a
     non-finite force) opened from a recipe: the bits of the runs through Python."""

@@ -5,10 +5,10 @@
  * "python P warm W direct D" (Python started or not, opens served without it, force calls
  * on the direct path).
  *
- * usage: warm_steps ORDER PRECISION [extra]
+ * usage: warm_steps ORDER PRECISION [extra [N]]
  *   extra = 1: after the steps, one j-particle at a new address and one more step (the
  *   recipe has no plan for it: Python starts, takes the j-particles stored so far and
- *   serves the step).
+ *   serves the step).  N: the j-particles (default and at most 600).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +17,10 @@
 #include "sapporo.h"
 #include "print_lists.h"
 
-#define N 600
+#define NJ_MAX 600
 #define NMAX 64
+
+static int N = NJ_MAX;
 
 static unsigned long long seed = 88172645463325252ull;
 
@@ -30,7 +32,8 @@ static double rnd(void)  /* in [-1, 1) */
     return (double)(seed >> 11) / 4503599627370496.0 - 1.0;
 }
 
-static double x[N + 1][3], v[N + 1][3], a[N + 1][3], jk[N + 1][3], sn[N + 1][3];
+static double x[NJ_MAX + 1][3], v[NJ_MAX + 1][3], a[NJ_MAX + 1][3], jk[NJ_MAX + 1][3],
+    sn[NJ_MAX + 1][3];
 static int order;
 
 static void store(int k, double t)
@@ -97,6 +100,12 @@ int main(int argc, char **argv)
 {
     double t = 0.0;
     int extra = argc > 3 ? atoi(argv[3]) : 0;
+    if (argc > 4)
+        N = atoi(argv[4]);
+    if (N < 100 || N > NJ_MAX) {
+        printf("N = %d: expected 100 to %d\n", N, NJ_MAX);
+        return 1;
+    }
     order = argc > 1 ? atoi(argv[1]) : 4;
     /* clients size their arrays first: no reason to start Python */
     printf("npipes before open %d\n", g6_npipes());
