@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 #: the recipe format warm.c reads (WARM_FORMAT there)
 FORMAT = 1
+#: a recipe's file name: the fingerprint's hash and the number of j-addresses (warm.c)
+RECIPE_NAME = re.compile(r"warm-[0-9a-f]{16}-\d+\.rec")
 
 #: environment variables that the fingerprint holds (as warm.c's warm_env_name chooses them)
 ENV_PREFIXES = ("SAPPORO_", "POCL_", "OCL_", "PYOPENCL_", "CUDA_")
@@ -371,7 +373,8 @@ def usable_recipes(folder: Path | None = None) -> list[Path]:
     out = []
     for rec in sorted(folder.glob("warm-*.rec")):
         try:
-            if not _library_gone(rec.read_text(errors="replace")):
+            if RECIPE_NAME.fullmatch(rec.name) and not _library_gone(
+                    rec.read_text(errors="replace")):
                 out.append(rec)
         except OSError:
             continue
@@ -404,8 +407,8 @@ def _prune(folder: Path) -> None:
         named: set[str] = set()
         for rec in folder.glob("warm-*.rec"):
             text = rec.read_text(errors="replace")
-            if _library_gone(text):
-                rec.unlink()
+            if not RECIPE_NAME.fullmatch(rec.name) or _library_gone(text):
+                rec.unlink()  # an earlier naming, or its library is gone
                 continue
             named.update(re.findall(r"warm-[0-9a-f]{24}\.bin", bytes.fromhex(
                 "".join(re.findall(r"(?m)^program \d+ \d+ ([0-9a-f]+) ", text)))

@@ -21,7 +21,7 @@ def test_info_reports_the_c_api(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("SAPPORO_KERNEL_CACHE", str(tmp_path))
     (tmp_path / "warm").mkdir()  # a recipe of a library that is gone does not count
     gone = _hex("format 1\nlib /nonexistent/libg6.so 1 2\n")
-    (tmp_path / "warm" / "warm-0123456789abcdef.rec").write_text(f"fingerprint {gone}\n")
+    (tmp_path / "warm" / "warm-0123456789abcdef-600.rec").write_text(f"fingerprint {gone}\n")
     assert main(["info", "--backend", "opencl"]) == 0
     line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("C API: ")]
     assert line and f"0 recipe(s) for opening without Python in {tmp_path / 'warm'}" in line[0]

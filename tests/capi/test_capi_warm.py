@@ -212,7 +212,7 @@ def test_replaced_binaries_are_pruned(capi: CApi, tmp_path: Path) -> None:
 
     folder = tmp_path / "cache" / "warm"
     folder.mkdir(parents=True)
-    orphan = folder / "warm-0123456789abcdef.rec"
+    orphan = folder / "warm-0123456789abcdef-600.rec"
     gone = _hex("format 1\nlib /nonexistent/libg6.so 1 2\n")
     orphan.write_text(f"format 1\nfingerprint {gone}\n")
     old, young = folder / f"warm-{'a' * 24}.bin", folder / f"warm-{'b' * 24}.bin"
