@@ -176,6 +176,9 @@ class Bridge:
         # set by C, and the device's predicted records are C's
         self._direct_launches: list[Any] = []
         self._direct_allowed = True  # SAPPORO_CAPI_DIRECT, read by open()
+        # the environment as the library's open left it (PoCL's variables, set by the
+        # backend), for a recipe of an open without Python (capi/warm.py)
+        self.env_after_open: dict[str, str] | None = None
 
     # ------------------------------------------------------------------------ lifecycle
     def npipes(self) -> int:
@@ -195,8 +198,6 @@ class Bridge:
         gc.disable()  # the backend's start-up makes many objects and no garbage
         try:
             self.lib = Library(**settings)
-            # the variables as the open left them (PoCL's, set by the backend), for a
-            # recipe of an open without Python (capi/warm.py)
             self.env_after_open = dict(os.environ)
         finally:
             if was_enabled:
@@ -313,7 +314,7 @@ class Bridge:
         if self.lib is None or not config.from_environment().capi_warm:
             return
         try:
-            write_recipe(self, path, fingerprint, shapes, getattr(self, "env_after_open", None))
+            write_recipe(self, path, fingerprint, shapes, self.env_after_open)
         except Exception as exc:  # noqa: BLE001 - a cache, never the client's problem
             logger.debug("no recipe written to %s: %s", path, exc, exc_info=True)
 

@@ -123,6 +123,16 @@ static void warm_trace(const char *fmt, ...)
     fprintf(stderr, "\n");
 }
 
+/* 64-bit FNV-1a of n bytes: a fingerprint's file name, a recipe's checksum (capi/warm.py's
+ * checksum computes the same). */
+static uint64_t fnv1a(const char *s, size_t n)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (size_t k = 0; k < n; k++)
+        h = (h ^ (unsigned char)s[k]) * 1099511628211ull;
+    return h;
+}
+
 /* ------------------------------------------------------------------- the fingerprint */
 
 static int warm_env_name(const char *entry)
@@ -261,7 +271,7 @@ static int warm_slot(int order, const char *precision, const char *backend, int 
     struct stat st;
     const char **env = NULL;
     size_t nenv = 0, cap = 0;
-    uint64_t h = 14695981039346656037ull;
+    uint64_t h;
     free(warm.fingerprint);
     warm.fingerprint = NULL;
     warm.path[0] = '\0';
@@ -287,12 +297,9 @@ static int warm_slot(int order, const char *precision, const char *backend, int 
             continue;
         if (strchr(*e, '\n') != NULL)
             goto fail;  /* a value the recipe's lines cannot hold */
-        if (nenv == cap) {
-            const char **q = realloc(env, sizeof *env * (cap = cap ? 2 * cap : 64));
-            if (q == NULL)
-                goto fail;
-            env = q;
-        }
+        if (nenv == cap && grow_array((void **)&env, sizeof *env,
+                                      (int)(cap = cap ? 2 * cap : 64)) < 0)
+            goto fail;
         env[nenv++] = *e;
     }
     if (nenv > 0)
@@ -302,8 +309,7 @@ static int warm_slot(int order, const char *precision, const char *backend, int 
             || wt_add(&t, "\n", 1) < 0)
             goto fail;
     free(env);
-    for (size_t k = 0; k < t.n; k++)
-        h = (h ^ (unsigned char)t.s[k]) * 1099511628211ull;
+    h = fnv1a(t.s, t.n);
     /* one recipe per number of j-addresses: <stem>-<n>.rec */
     if (snprintf(warm.path, sizeof warm.path, "%s/warm-%016llx", dir,
                  (unsigned long long)h) >= (int)sizeof warm.path - 16) {
@@ -542,7 +548,6 @@ static int warm_plan_line(char *rest)
     int64_t w[DP_WORDS];
     int nj, lo, hi, lists, n = 0;
     char *save = NULL, *tok;
-    struct wplan *q;
     struct dplan *p;
     if (sscanf(rest, "%d %d %d %d", &nj, &lo, &hi, &lists) != 4 || lists < 0 || lists > 1
         || lo < 1 || hi < lo || hi > NI_LIMIT_WARM || nj < 1)
@@ -554,9 +559,8 @@ static int warm_plan_line(char *rest)
         n++;
     }
     if (n != 4 + DP_WORDS || w[DP_STATUS] != 1
-        || (q = realloc(warm.plans, sizeof *q * (size_t)(warm.nplans + 1))) == NULL)
+        || grow_array((void **)&warm.plans, sizeof *warm.plans, warm.nplans + 1) < 0)
         return -1;
-    warm.plans = q;
     p = &warm.plans[warm.nplans].p;
     warm.plans[warm.nplans].lo = lo;
     warm.plans[warm.nplans].hi = hi;
@@ -661,12 +665,10 @@ static int warm_line(const char *tag, char *rest)
         return warm.queue[k] != NULL && err == 0 ? 0 : -1;
     }
     if (!strcmp(tag, "mem")) {  /* index, bytes, fill (0 zeros, 4: int32 -1, 8: int64 -1) */
-        struct wmem *q;
         void *p = NULL;
         if (sscanf(rest, "%d %lld %lld", &k, &x, &y) != 3 || k != warm.nmem || x < 0
-            || (q = realloc(warm.mem, sizeof *q * (size_t)(k + 1))) == NULL)
+            || grow_array((void **)&warm.mem, sizeof *warm.mem, k + 1) < 0)
             return -1;
-        warm.mem = q;
         if (posix_memalign(&p, 4096, (size_t)(x > 0 ? x : 1)) != 0)
             return -1;
         memset(p, y == 0 ? 0 : 0xff, (size_t)x);  /* -1 in any integer width */
@@ -678,13 +680,12 @@ static int warm_line(const char *tag, char *rest)
     if (!strcmp(tag, "buffer")) {  /* index, memory block (-1: none) and offset, bytes, flags */
         wcl_create_buffer_fn create = (wcl_create_buffer_fn)warm_sym("clCreateBuffer");
         long long flags;
-        void **q, *host = NULL, *zeros = NULL;
+        void *host = NULL, *zeros = NULL;
         if (create == NULL || warm.ctx == NULL
             || sscanf(rest, "%d %d %lld %lld %lld", &k, &m, &x, &y, &flags) != 5
             || k != warm.nbuf || m >= warm.nmem || y < 0 || x < 0
-            || (q = realloc(warm.buf, sizeof *q * (size_t)(k + 1))) == NULL)
+            || grow_array((void **)&warm.buf, sizeof *warm.buf, k + 1) < 0)
             return -1;
-        warm.buf = q;
         warm.buf[k] = NULL;
         warm.nbuf++;
         if (m >= 0) {
@@ -708,17 +709,15 @@ static int warm_line(const char *tag, char *rest)
         wcl_build_fn build = (wcl_build_fn)warm_sym("clBuildProgram");
         char *file = NULL, *options = NULL, *bin = NULL;
         size_t len = 0;
-        void **q;
         dcl_int status = 0;
         int rc = -1;
         if (create == NULL || build == NULL || warm.ctx == NULL || split(rest, tok, 4) != 4
             || num(tok[0], &v[0]) < 0 || num(tok[1], &v[1]) < 0 || v[0] != warm.nprog
             || v[1] < 0 || v[1] >= warm.ndevice
-            || (q = realloc(warm.prog, sizeof *q * (size_t)(warm.nprog + 1))) == NULL)
+            || grow_array((void **)&warm.prog, sizeof *warm.prog, warm.nprog + 1) < 0)
             return -1;
         k = (int)v[0];
         m = (int)v[1];
-        warm.prog = q;
         warm.prog[k] = NULL;
         warm.nprog++;
         if ((file = unhex(tok[2])) != NULL && (options = unhex(tok[3])) != NULL
@@ -737,14 +736,12 @@ static int warm_line(const char *tag, char *rest)
     if (!strcmp(tag, "kernel")) {  /* index, program, name */
         wcl_create_kernel_fn create = (wcl_create_kernel_fn)warm_sym("clCreateKernel");
         char *name;
-        void **q;
         if (create == NULL || split(rest, tok, 3) != 3 || num(tok[0], &v[0]) < 0
             || num(tok[1], &v[1]) < 0 || v[0] != warm.nkern || v[1] < 0 || v[1] >= warm.nprog
-            || (q = realloc(warm.kern, sizeof *q * (size_t)(warm.nkern + 1))) == NULL)
+            || grow_array((void **)&warm.kern, sizeof *warm.kern, warm.nkern + 1) < 0)
             return -1;
         k = (int)v[0];
         m = (int)v[1];
-        warm.kern = q;
         warm.kern[k] = NULL;
         warm.nkern++;
         if ((name = unhex(tok[2])) == NULL)
@@ -779,7 +776,6 @@ static int warm_intact(const char *text, size_t len)
 {
     const char *end;
     unsigned long long want;
-    uint64_t h = 14695981039346656037ull;
     char *stop;
     if (len < 2 || text[len - 1] != '\n')
         return 0;
@@ -790,9 +786,7 @@ static int warm_intact(const char *text, size_t len)
     want = strtoull(end + 4, &stop, 16);
     if (*stop != '\n')
         return 0;
-    for (const char *c = text; c < end; c++)
-        h = (h ^ (unsigned char)*c) * 1099511628211ull;
-    return h == want;
+    return fnv1a(text, (size_t)(end - text)) == want;
 }
 
 /* The checks that need no OpenCL: format, fingerprint, files; then the variables Python

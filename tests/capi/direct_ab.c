@@ -13,20 +13,10 @@
 
 #include "grape6.h"
 #include "sapporo.h"
-#include "print_lists.h"
+#include "ab_common.h"
 
 #define N 700
 #define NMAX 128
-
-static unsigned long long seed = 88172645463325252ull;
-
-static double rnd(void)  /* in [-1, 1) */
-{
-    seed ^= seed << 13;
-    seed ^= seed >> 7;
-    seed ^= seed << 17;
-    return (double)(seed >> 11) / 4503599627370496.0 - 1.0;
-}
 
 static double x[N + 1][3], v[N + 1][3], a[N + 1][3], jk[N + 1][3], sn[N + 1][3],
     pp[N + 1][3];

@@ -15,22 +15,12 @@
 
 #include "grape6.h"
 #include "sapporo.h"
-#include "print_lists.h"
+#include "ab_common.h"
 
 #define NJ_MAX 600
 #define NMAX 64
 
 static int N = NJ_MAX;
-
-static unsigned long long seed = 88172645463325252ull;
-
-static double rnd(void)  /* in [-1, 1) */
-{
-    seed ^= seed << 13;
-    seed ^= seed >> 7;
-    seed ^= seed << 17;
-    return (double)(seed >> 11) / 4503599627370496.0 - 1.0;
-}
 
 static double x[NJ_MAX + 1][3], v[NJ_MAX + 1][3], a[NJ_MAX + 1][3], jk[NJ_MAX + 1][3],
     sn[NJ_MAX + 1][3];
