@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from sapporo import config, layout
+from sapporo import config
 from sapporo.errors import (
     BackendError,
     ConfigError,
@@ -26,7 +26,6 @@ from sapporo.errors import (
     NonFiniteError,
     SapporoError,
 )
-from sapporo.launch import NI_CHUNK
 from sapporo.layout import raw_n
 from sapporo.validate import COORD_LIMIT, vec3
 
@@ -224,86 +223,25 @@ class Bridge:
                     terms: int | None = None) -> int | dict[str, Any]:
         """A force call of ``ni`` i-particles on j-addresses [0, nj), with neighbour lists or
         not, as the C half can run it without Python (capi/direct.c), or why not: 0 (not
-        for this shape) or -1 (not for this library: ``SAPPORO_CAPI_DIRECT=0``, several
-        devices, a device that does not compute on host memory, a backend without native
-        launches).
+        for this shape) or -1 (not for this library: ``SAPPORO_CAPI_DIRECT=0``, timing by
+        phase, and the reasons of :meth:`Library._direct_plan
+        <sapporo.library.Library._direct_plan>`, which makes it).
 
-        The library is brought up to date with the device first (records uploaded,
-        predicted, the queues finished), so the C half starts from a consistent state.
         ``terms``: the derivative records the prediction reads (default: the library's
         current number; a recipe for a later open has plans for the fewer ones too).
         """
-        from sapporo.library import MAX_ID
-
         lib = self.lib
         if lib is None:
             raise SapporoError("the library is not open (call g6_open first)")
-        if not self._direct_allowed or not hasattr(lib, "_devs"):
+        if not self._direct_allowed or not hasattr(lib, "_direct_plan") \
+                or lib._phases is not None:
             return -1
-        if (lib.ndev != 1 or lib._phases is not None
-                or lib._devs[0].variant.profiling):
-            return -1
-        dev = lib._devs[0]
-        entry = dev.ctx.native_entry_points()
-        if entry is None:
-            return -1
-        if not 1 <= nj <= lib._n_stored or ni > NI_CHUNK:
-            return 0
-        with lib._lock:
-            lib._check_open()
-            if lib._pending is not None:  # collect what nobody waited for
-                try:
-                    lib._pending.result()
-                except SapporoError:
-                    pass
-            small = lib._predict_on_companion(ni, nj)
-            lib._sync_j(small)
-            if dev.h_raw is None or dev.h_id is None:
-                return -1  # the device keeps its own copy of the records
-            plan = dev._plan(0, ni, nj, bool(lists))
-            terms = lib._pred_terms if terms is None else terms
-            predict = dev.predict_launch(lib._n_stored, terms, small[0])
-            dev.finish()
-            if plan.reduce is not None:
-                return 0  # the parts are combined by a kernel
-            launches = (predict.native(), plan.force.native())
-            if launches[0] is None or launches[1] is None:
-                return -1
-            for launch in (predict, plan.force):  # every launch C may run until it
+        plan = lib._direct_plan(nj, ni, lists, terms)
+        if isinstance(plan, dict):
+            for launch in plan["launch_objects"]:  # every launch C may run until it
                 if all(launch is not x for x in self._direct_launches):  # works from Python
                     self._direct_launches.append(launch)
-            rows = 0
-            for r in lib._rows:
-                rows |= 1 << int(r)
-            # the block sizes this launch serves as it is, but for its argument ni: the same
-            # configuration, padded size and device (so the same parts and buffers)
-            cfg = plan.cfg
-            lo = hi = ni
-            while (lo > 1 and dev.table.for_ni(lo - 1) == cfg
-                   and dev.ni_pad(lo - 1) == plan.ni_pad
-                   and dev.small_launch(lo - 1, nj) == dev.small_launch(ni, nj)):
-                lo -= 1
-            while (hi < min(plan.ni_pad, NI_CHUNK) and dev.table.for_ni(hi + 1) == cfg
-                   and dev.small_launch(hi + 1, nj) == dev.small_launch(ni, nj)):
-                hi += 1
-            return {
-                "order": lib.order, "nci": layout.nci(lib.order), "nco": layout.nco(lib.order),
-                "ni_pad": plan.ni_pad, "nparts": plan.nparts, "raw_n": dev.raw_n,
-                "pred_terms": terms, "n_stored": lib._n_stored,
-                "ds": int(lib.precision == "double-single"), "check_rows": rows,
-                "spin_ns": int(getattr(dev.ctx, "spin_seconds", 0.0) * 1e9),
-                "time_bits": int(np.float64(lib._time).view(np.int64)), "max_id": MAX_ID,
-                "idata": plan.idata.ctypes.data, "out": plan.out.ctypes.data,
-                "mirror_raw": lib._raw.ctypes.data, "mirror_ids": lib._ids.ctypes.data,
-                "dev_raw": dev.h_raw.ctypes.data, "dev_ids": dev.h_id.ctypes.data,
-                "gen": dev._gen, "ni_lo": lo, "ni_hi": hi, "entry": entry,
-                "nb_counts": 0 if plan.counts is None else plan.counts.ctypes.data,
-                "nb_lists": 0 if plan.lists is None else plan.lists.ctypes.data,
-                "nb_cap": lib.nb_capacity if lists else 0,
-                "launches": launches, "launch_objects": (predict, plan.force),
-                "call_args": (dev.t_arg, dev.eps2_arg),
-                "ni_args": (-1, dev.ni_arg),
-            }
+        return plan
 
     def warm_record(self, path: str, fingerprint: str,
                     shapes: list[tuple[int, int, int]]) -> None:

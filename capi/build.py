@@ -61,8 +61,8 @@ PKGCONFIG = {
     "g6lib": ("g6", "sapporo-nbody's GRAPE-6 library under the name libg6"),
 }
 STAMP = "sapporo-capi.json"
-_SOURCES = ("shim.c", "direct.c", "warm.c", "bridge.h", "bridge.py", "grape6.h", "sapporo.h",
-            "build.py")
+_SOURCES = ("shim.c", "direct.c", "engine.h", "warm.c", "bridge.h", "bridge.py", "grape6.h",
+            "sapporo.h", "build.py")
 
 #: Exported ABI: ``g6*``, ``sapporo_*`` and sapporo_light's ``get_device_count``; every other
 #: symbol (cffi's PyInit_, the bridge functions) becomes local.

@@ -18,58 +18,7 @@
  * crossing into Python makes the plans stale (epoch), and Python forgets what it assumed
  * about the device (Bridge.after_direct).  SAPPORO_CAPI_DIRECT=0 turns this path off.
  */
-#include <sched.h>
-#include <stdint.h>
-#include <time.h>
-
-#include "layout.h"
-
-/* The OpenCL 1.2 entry points used here (no OpenCL headers needed: handles are pointers). */
-typedef int32_t dcl_int;
-typedef dcl_int (*dcl_set_arg_fn)(void *kernel, uint32_t index, size_t size, const void *value);
-typedef dcl_int (*dcl_enqueue_fn)(void *queue, void *kernel, uint32_t dims, const size_t *offset,
-                                 const size_t *global, const size_t *local, uint32_t nwait,
-                                 const void *wait, void **event);
-typedef dcl_int (*dcl_queue_fn)(void *queue);
-typedef dcl_int (*dcl_event_info_fn)(void *event, uint32_t param, size_t size, void *value,
-                                    size_t *size_ret);
-typedef dcl_int (*dcl_event_fn)(void *event);
-#define DCL_EVENT_COMMAND_EXECUTION_STATUS 0x11D3
-
-/* The plan table written by Bridge.direct_plan: int64 words at the offsets DP_* and, for
- * each of the two launches (prediction, force), DL_*: queue, kernel, the argument set per
- * call and its position, dims, global[2], local[2], nargs, then nargs pairs (size, value
- * bits). The enums are in bridge.h, which Python reads too. */
-_Static_assert(DP_LAUNCH_WORDS == DL_ARGS + 2 * DP_MAX_ARGS, "bridge.h: DP_LAUNCH_WORDS");
-_Static_assert(DP_WORDS == DP_LAUNCHES + 2 * DP_LAUNCH_WORDS, "bridge.h: DP_WORDS");
-
-struct dlaunch {
-    void *queue, *kernel;
-    int call_arg, ni_arg, dims, nargs;
-    size_t global[2], local[2];
-    size_t arg_size[DP_MAX_ARGS];
-    uint64_t arg_value[DP_MAX_ARGS];
-};
-
-struct dplan {
-    long epoch;       /* valid while equal to direct.epoch */
-    int status, nj, ni, lists;
-    int32_t *nb_counts, *nb_lists;  /* with lists: (ni_pad) counts, (ni_pad, nb_cap) ids */
-    int nb_cap;
-    int order, nci, nco, ni_pad, nparts, raw_n, pred_terms, n_stored, ds, check_rows;
-    long spin_ns;
-    double time0;     /* the library's time when the plan was made */
-    long max_id;
-    double *idata, *out, *mirror_raw, *dev_raw;
-    int64_t *mirror_ids;
-    int32_t *dev_ids;
-    dcl_set_arg_fn set_arg;
-    dcl_enqueue_fn enqueue;
-    dcl_queue_fn flush, finish;
-    dcl_event_info_fn event_info;
-    dcl_event_fn release;
-    struct dlaunch predict, force;
-};
+#include "engine.h"
 
 static struct {
     int off;              /* -1: never (SAPPORO_CAPI_DIRECT=0, or not this library) */
@@ -119,64 +68,20 @@ static void direct_reset(void)
     have_time = 0;
 }
 
-static void unpack_launch(struct dlaunch *l, const int64_t *w)
-{
-    l->queue = (void *)(intptr_t)w[DL_QUEUE];
-    l->kernel = (void *)(intptr_t)w[DL_KERNEL];
-    l->call_arg = (int)w[DL_CALL_ARG];
-    l->ni_arg = (int)w[DL_NI_ARG];
-    l->dims = (int)w[DL_DIMS];
-    l->global[0] = (size_t)w[DL_G0];
-    l->global[1] = (size_t)w[DL_G1];
-    l->local[0] = (size_t)w[DL_L0];
-    l->local[1] = (size_t)w[DL_L1];
-    l->nargs = (int)w[DL_NARGS];
-    for (int k = 0; k < l->nargs && k < DP_MAX_ARGS; k++) {
-        l->arg_size[k] = (size_t)w[DL_ARGS + 2 * k];
-        l->arg_value[k] = (uint64_t)w[DL_ARGS + 2 * k + 1];
-    }
-}
-
-static double bits_to_double(int64_t w)
-{
-    double d;
-    memcpy(&d, &w, sizeof d);
-    return d;
-}
-
 /* Wait for the force launch in flight, if any (before anything touches its memory). */
 static int direct_wait(void)
 {
     struct dplan *p = direct.inflight_plan;
-    void *ev = direct.inflight_event;
-    dcl_int rc = 0, status = 1;
+    dcl_int rc, status;
     if (p == NULL)
         return 0;
     direct.inflight_plan = NULL;
+    rc = plan_wait(p, direct.inflight_queue, direct.inflight_event, &status);
     direct.inflight_event = NULL;
-    p->flush(direct.inflight_queue);
-    if (p->spin_ns > 0 && ev != NULL) {
-        /* poll before sleeping: a sleeping wait costs a thread wake-up (tens of us) */
-        struct timespec t0, t;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        for (;;) {
-            if (p->event_info(ev, DCL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status,
-                              NULL) != 0 || status <= 0)
-                break;
-            clock_gettime(CLOCK_MONOTONIC, &t);
-            if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > p->spin_ns)
-                break;
-            sched_yield();
-        }
-    }
-    rc = p->finish(direct.inflight_queue);
-    if (ev != NULL)
-        p->release(ev);
-    if (rc != 0 || status < 0) {
+    if (rc != 0) {
         direct.off = -1;
         return fail(SAPPORO_ERR_BACKEND, "OpenCL error %d waiting for the force kernel "
-                    "(status %d); the C API's direct path is off from now on",
-                    rc != 0 ? rc : status, status);
+                    "(status %d); the C API's direct path is off from now on", rc, status);
     }
     return 0;
 }
@@ -205,56 +110,13 @@ static int direct_room(int lists, int n)
     return 0;
 }
 
-/* A plan's words (bridge.h) into *p, for ni i-particles on nj j-addresses; 0, or -1 for a
- * table this code does not understand. */
-static int plan_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int lists)
+/* A plan's words (bridge.h) into *p, valid for the current epoch; 0, or -1 for a table
+ * this code does not understand. */
+static int direct_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int lists)
 {
-    memset(p, 0, sizeof *p);
+    int rc = plan_unpack(p, w, nj, ni, lists);
     p->epoch = direct.epoch;
-    p->nj = nj;
-    p->ni = ni;
-    p->lists = lists;
-    p->status = (int)w[DP_STATUS];
-    p->order = (int)w[DP_ORDER];
-    p->nci = (int)w[DP_NCI];
-    p->nco = (int)w[DP_NCO];
-    p->ni_pad = (int)w[DP_NI_PAD];
-    p->nparts = (int)w[DP_NPARTS];
-    p->raw_n = (int)w[DP_RAW_N];
-    p->pred_terms = (int)w[DP_PRED_TERMS];
-    p->n_stored = (int)w[DP_N_STORED];
-    p->ds = (int)w[DP_DS];
-    p->check_rows = (int)w[DP_CHECK_ROWS];
-    p->spin_ns = (long)w[DP_SPIN_NS];
-    p->time0 = bits_to_double(w[DP_TIME_BITS]);
-    p->max_id = (long)w[DP_MAX_ID];
-    p->idata = (double *)(intptr_t)w[DP_IDATA];
-    p->out = (double *)(intptr_t)w[DP_OUT];
-    p->mirror_raw = (double *)(intptr_t)w[DP_MIRROR_RAW];
-    p->mirror_ids = (int64_t *)(intptr_t)w[DP_MIRROR_IDS];
-    p->dev_raw = (double *)(intptr_t)w[DP_DEV_RAW];
-    p->dev_ids = (int32_t *)(intptr_t)w[DP_DEV_IDS];
-    p->nb_counts = (int32_t *)(intptr_t)w[DP_NB_COUNTS];
-    p->nb_lists = (int32_t *)(intptr_t)w[DP_NB_LISTS];
-    p->nb_cap = (int)w[DP_NB_CAP];
-    p->set_arg = (dcl_set_arg_fn)(intptr_t)w[DP_FN_SET_ARG];
-    p->enqueue = (dcl_enqueue_fn)(intptr_t)w[DP_FN_ENQUEUE];
-    p->flush = (dcl_queue_fn)(intptr_t)w[DP_FN_FLUSH];
-    p->finish = (dcl_queue_fn)(intptr_t)w[DP_FN_FINISH];
-    p->event_info = (dcl_event_info_fn)(intptr_t)w[DP_FN_EVENT_INFO];
-    p->release = (dcl_event_fn)(intptr_t)w[DP_FN_RELEASE];
-    if (w[DL_NARGS + DP_LAUNCHES] > DP_MAX_ARGS
-        || w[DL_NARGS + DP_LAUNCHES + DP_LAUNCH_WORDS] > DP_MAX_ARGS)
-        return -1;
-    unpack_launch(&p->predict, w + DP_LAUNCHES);
-    unpack_launch(&p->force, w + DP_LAUNCHES + DP_LAUNCH_WORDS);
-    if (p->predict.nargs < 0 || p->force.nargs < 0 || p->nparts < 1
-        || p->ni_pad < ni || p->nco > NCO_ORDER8 || p->nci > NCI_ORDER8
-        || p->raw_n < 2 || p->raw_n > JB_RECORDS
-        || !(w[DP_NI_LO] <= ni && ni <= w[DP_NI_HI] && w[DP_NI_HI] <= p->ni_pad)
-        || (lists && (p->nb_counts == NULL || p->nb_lists == NULL || p->nb_cap < 1)))
-        return -1;
-    return 0;
+    return rc;
 }
 
 /* The plan for ni i-particles and nj j-addresses: from the cache, else asked of Python
@@ -297,7 +159,7 @@ static struct dplan *direct_plan(int nj, int ni, int lists)
         p->status = -1;  /* not for this shape until the plans go stale */
         return NULL;
     }
-    if (plan_unpack(p, w, nj, ni, lists) < 0) {
+    if (direct_unpack(p, w, nj, ni, lists) < 0) {
         p->status = 0;
         direct.off = -1;  /* a table this code does not understand: Python's way only */
         return NULL;
@@ -317,19 +179,7 @@ static struct dplan *direct_plan(int nj, int ni, int lists)
 static int launch(struct dplan *p, struct dlaunch *l, uint64_t call_value, int ni,
                   void **event)
 {
-    dcl_int rc = 0;
-    for (int k = 0; k < l->nargs && rc == 0; k++) {
-        uint64_t v = k == l->call_arg ? call_value : l->arg_value[k];
-        if (k == l->ni_arg) {
-            int32_t n32 = ni;
-            v = 0;
-            memcpy(&v, &n32, sizeof n32);
-        }
-        rc = p->set_arg(l->kernel, (uint32_t)k, l->arg_size[k], &v);
-    }
-    if (rc == 0)
-        rc = p->enqueue(l->queue, l->kernel, (uint32_t)l->dims, NULL, l->global,
-                        l->local[0] > 0 ? l->local : NULL, 0, NULL, event);
+    dcl_int rc = plan_launch(p, l, call_value, ni, event);
     if (rc != 0) {
         direct.off = -1;
         return fail(SAPPORO_ERR_BACKEND, "OpenCL error %d queueing a kernel; the C API's "
@@ -338,23 +188,10 @@ static int launch(struct dplan *p, struct dlaunch *l, uint64_t call_value, int n
     return 0;
 }
 
-/* Whether the buffered j-particles can be stored on the C side: addresses below limit, no
- * derivative record beyond read_terms + 1 (derivative record q, a = 2, jerk = 3, ..., is
- * read when q - 1 <= read_terms) nor beyond the library's raw_n records, masses
- * double-single (ds) can hold. */
+/* Whether the buffered j-particles can be stored on the C side (engine.h: records_ok). */
 static int j_records_ok(int limit, int raw_n, int read_terms, int ds)
 {
-    for (int k = 0; k < jb.n; k++) {
-        const double *r = jb.rec + (size_t)JB_DOUBLES * k;
-        if (jb.address[k] >= limit)
-            return 0;
-        for (int q = JB_RECORDS - 1; q > read_terms + 1 || q >= raw_n; q--)
-            if (q >= 2 && (r[4 * q] != 0.0 || r[4 * q + 1] != 0.0 || r[4 * q + 2] != 0.0))
-                return 0;
-        if (ds && r[3] != 0.0 && fabs(r[3]) < 1.17549435e-38)
-            return 0;
-    }
-    return 1;
+    return records_ok(jb.n, jb.address, jb.rec, limit, raw_n, read_terms, ds);
 }
 
 static int direct_j_ok(const struct dplan *p)
@@ -367,37 +204,8 @@ static int direct_j_ok(const struct dplan *p)
 static void j_write(double *mirror_raw, int64_t *mirror_ids, double *dev_raw, int32_t *dev_ids,
                     int raw_n)
 {
-    const size_t rec = 4 * (size_t)raw_n;
-    for (int k = 0; k < jb.n; k++) {
-        size_t a = (size_t)jb.address[k];
-        const double *r = jb.rec + (size_t)JB_DOUBLES * k;
-        memcpy(mirror_raw + a * rec, r, sizeof(double) * rec);
-        memcpy(dev_raw + a * rec, r, sizeof(double) * rec);
-        mirror_ids[a] = jb.index[k];
-        dev_ids[a] = jb.index[k];
-    }
-}
-
-/* Whether the library would take these i-particles as they are. */
-static int direct_i_ok(const struct dplan *p, int ni, const int *index, const double *xi,
-                       const double *vi, const double *ai, const double *ji, double eps2,
-                       const double *h2)
-{
-    if (!(isfinite(eps2) && eps2 >= 0.0))
-        return 0;
-    if ((p->order >= 6 && ai == NULL) || (p->order >= 8 && ji == NULL))
-        return 0;
-    for (int i = 0; i < ni; i++) {
-        const double *x = xi + 3 * i;
-        if (!(fabs(x[0]) < COORD_LIMIT && fabs(x[1]) < COORD_LIMIT && fabs(x[2]) < COORD_LIMIT)
-            || !finite3(vi + 3 * i) || (p->order >= 6 && !finite3(ai + 3 * i))
-            || (p->order >= 8 && !finite3(ji + 3 * i))
-            || index[i] < 0 || index[i] > p->max_id)
-            return 0;
-        if (h2 != NULL && !isfinite(h2[i]))
-            return 0;  /* Python refuses it */
-    }
-    return 1;
+    records_write(jb.n, jb.address, jb.index, jb.rec, mirror_raw, mirror_ids, dev_raw, dev_ids,
+                  raw_n);
 }
 
 /* firsthalf on the direct path: 1 when started here, 0 to go Python's way, < 0 an error. */
@@ -420,7 +228,7 @@ static int direct_start(int nj, int ni, const int *index, const double *xi, cons
     if ((p = direct_plan(nj, ni, lists)) == NULL)
         return 0;
     if (nj > p->n_stored || !direct_j_ok(p)
-        || !direct_i_ok(p, ni, index, xi, vi, ai, ji, eps2, h2))
+        || !i_ok(p, ni, index, 0, xi, vi, ai, ji, eps2, h2))
         return 0;
     j_write(p->mirror_raw, p->mirror_ids, p->dev_raw, p->dev_ids, p->raw_n);
     t = have_time ? cur_time : p->time0;
@@ -438,31 +246,7 @@ static int direct_start(int nj, int ni, const int *index, const double *xi, cons
         direct.pred_time = t;
     }
     jb_clear();
-    /* the i-particles, in the rows of layout.h; the padding repeats the last one */
-    for (int i = 0; i < p->ni_pad; i++) {
-        int s = i < ni ? i : ni - 1;
-        double *d = p->idata + i;
-        size_t st = (size_t)p->ni_pad;
-        d[IC_X * st] = xi[3 * s];
-        d[IC_Y * st] = xi[3 * s + 1];
-        d[IC_Z * st] = xi[3 * s + 2];
-        /* a negative radius among positive ones: an empty list (as through Python) */
-        d[IC_H2 * st] = lists && h2[s] > 0.0 ? h2[s] : 0.0;
-        d[IC_VX * st] = vi[3 * s];
-        d[IC_VY * st] = vi[3 * s + 1];
-        d[IC_VZ * st] = vi[3 * s + 2];
-        d[IC_ID * st] = (double)index[s];
-        if (p->order >= 6) {
-            d[IC_AX * st] = ai[3 * s];
-            d[IC_AY * st] = ai[3 * s + 1];
-            d[IC_AZ * st] = ai[3 * s + 2];
-        }
-        if (p->order >= 8) {
-            d[IC_JX * st] = ji[3 * s];
-            d[IC_JY * st] = ji[3 * s + 1];
-            d[IC_JZ * st] = ji[3 * s + 2];
-        }
-    }
+    i_pack(p, ni, index, 0, xi, vi, ai, ji, h2, lists);
     if (lists)
         memset(p->nb_counts, 0, sizeof(int32_t) * (size_t)p->ni_pad);
     {
@@ -476,29 +260,6 @@ static int direct_start(int nj, int ni, const int *index, const double *xi, cons
     direct.inflight_event = ev;
     direct.inflight_ni = ni;
     return 1;
-}
-
-/* The parts of row r, i-particle i, combined as sapporo.device.combine_parts does: lane l
- * adds parts l, l + L, l + 2L, ... in order, then lane l + s is added into lane l for
- * s = L/2, ..., 1 (where that lane holds parts). */
-static double combine_sum(const struct dplan *p, int r, int i)
-{
-    double lane[REDUCE_LANES];
-    const size_t part = (size_t)p->nco * (size_t)p->ni_pad;
-    const double *o = p->out + (size_t)r * (size_t)p->ni_pad + (size_t)i;
-    int n = p->nparts, lanes = n < REDUCE_LANES ? n : REDUCE_LANES;
-    if (n == 1)
-        return o[0];
-    for (int l = 0; l < lanes; l++) {
-        double x = o[part * (size_t)l];
-        for (int k = l + REDUCE_LANES; k < n; k += REDUCE_LANES)
-            x += o[part * (size_t)k];
-        lane[l] = x;
-    }
-    for (int s = REDUCE_LANES / 2; s >= 1; s /= 2)
-        for (int l = 0; l < s && l + s < lanes; l++)
-            lane[l] += lane[l + s];
-    return lane[0];
 }
 
 static int cmp_int(const void *a, const void *b)
@@ -554,36 +315,12 @@ static int direct_finish(int ni, double *acc, double *jerk, double *snap, double
 {
     struct dplan *p = direct.inflight_plan;
     int rc;
-    const size_t part = (size_t)p->nco * (size_t)p->ni_pad;
     if ((rc = direct_wait()) < 0)
         return rc;
     for (int i = 0; i < ni; i++) {
         double v[NCO_ORDER8];
-        /* nearest neighbour: the smallest r^2 among the parts that found one, ties to the
-         * lower id; none found: part 0's r^2 and id -1 */
-        const double *o = p->out + (size_t)i;
-        double best = INFINITY, id = INFINITY;
-        for (int k = 0; k < p->nparts; k++) {
-            double pid = o[part * k + (size_t)OC_NNID * p->ni_pad];
-            double r2 = o[part * k + (size_t)OC_NNR2 * p->ni_pad];
-            if (pid >= 0.0 && (r2 < best || (r2 == best && pid < id))) {
-                best = r2;
-                id = pid;
-            }
-        }
-        for (int r = 0; r < p->nco; r++)
-            v[r] = combine_sum(p, r, i);
-        for (int r = 0; r < p->nco; r++)
-            if ((p->check_rows >> r) & 1 && !isfinite(v[r]))
-                return 0;
-        if (id < INFINITY) {
-            v[OC_NNID] = id;
-            v[OC_NNR2] = best;
-        }
-        else {
-            v[OC_NNID] = -1.0;
-            v[OC_NNR2] = INFINITY;
-        }
+        if (!result_row(p, i, v))
+            return 0;
         if (acc != NULL) {
             acc[3 * i] = v[OC_AX];
             acc[3 * i + 1] = v[OC_AY];

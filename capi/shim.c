@@ -20,6 +20,7 @@
 
 #include "sapporo.h"
 #include "bridge.h"
+#include "engine.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -61,14 +62,8 @@ static struct {
 } kinds[MAX_KINDS];
 static int nkinds;
 
-/* j-particles waiting to be sent, as the library's raw records (sapporo/layout.h: RAW_XM
- * x|mass, RAW_VT v|t, then a, jerk, snap, crackle, pop, d5 with a zero .w): JB_RECORDS
- * double4 per particle, derivatives unscaled. Python takes them as they are. */
-#define JB_RECORDS 8
-#define JB_DOUBLES (4 * JB_RECORDS)
-/* positions at or beyond this magnitude are refused: squared distances would overflow
- * double (sapporo.validate.COORD_LIMIT) */
-#define COORD_LIMIT 1e150
+/* j-particles waiting to be sent, as the library's raw records (engine.h: JB_RECORDS
+ * double4 per particle), derivatives unscaled. Python takes them as they are. */
 static struct {
     int n, cap;
     int *address, *index;
@@ -344,11 +339,6 @@ static void jb_clear(void)
         jb.slot[jb.address[k]] = 0;
     jb.n = 0;
     jb.any_snap = jb.any_crackle = jb.any_pop = 0;
-}
-
-static int finite3(const double *p)
-{
-    return p == NULL || (isfinite(p[0]) && isfinite(p[1]) && isfinite(p[2]));
 }
 
 /* Copy scale * p (or zeros) into dst; return whether any component is non-zero. */

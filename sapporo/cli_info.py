@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
             w(f"  skipped: {why}\n")
     w("\n")
     w(_capi_line(env))
+    w(_step_line())
     if error is None:
         w(f"selected: {chosen_name} device 0: {chosen_dev.name}\n")
         return 0
@@ -87,6 +88,14 @@ def _capi_line(env: config.Settings) -> str:
         opens = (f"{n} recipe(s) for opening without Python in {folder}" if folder is not None
                  else "no recipes (SAPPORO_KERNEL_CACHE off)")
     return f"C API: {built}; {opens}\n"
+
+
+def _step_line() -> str:
+    """Whether the Python API's small block steps run in C (sapporo.stepper), and why not;
+    building the module when it is not built yet (a second)."""
+    from . import stepper
+
+    return f"Python API block steps: {stepper.status()}\n"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -31,6 +31,9 @@ variable                   meaning
                            the direct path and closed, starts without it; read by
                            capi/warm.c too, as is ``SAPPORO_CAPI_WARM_TRACE=1``, which
                            prints why such an open started Python after all)
+``SAPPORO_STEP_ENGINE``    0: the Python API's small block steps run in Python (default
+                           1: in C, on plans the library made, when a C compiler built
+                           the step module; see :mod:`sapporo.stepper`)
 ``SAPPORO_SITE``           os.pathsep-separated site directories that replace the
                            ones recorded by ``sapporo capi build`` (read by the C
                            library's start-up code before sapporo is importable)
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from .errors import ConfigError
 
@@ -186,6 +190,7 @@ class Settings:
     rank_output: bool = False
     capi_direct: bool = True
     capi_warm: bool = True
+    step_engine: bool = True
 
 
 def from_environment() -> Settings:
@@ -210,4 +215,20 @@ def from_environment() -> Settings:
                                                                       "off"),
         capi_warm=(_get("SAPPORO_CAPI_WARM") or "1").lower() not in ("0", "no", "false",
                                                                   "off"),
+        step_engine=(_get("SAPPORO_STEP_ENGINE") or "1").lower() not in ("0", "no", "false",
+                                                                      "off"),
     )
+
+
+def kernel_cache_dir() -> Path | None:
+    """Where built kernels (and the compiled step module) are kept across processes:
+    ``SAPPORO_KERNEL_CACHE`` (a folder, or ``0``/``off`` for none), else the user cache
+    folder's ``opencl``."""
+    env = from_environment().kernel_cache or ""
+    if env.lower() in ("0", "off", "no", "false"):
+        return None
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("sapporo")) / "opencl"

@@ -12,13 +12,16 @@ force launch, copies), waiting for the device, combining the partial results.
 - ``device_us``: kernel time on the device, from a second, profiled library doing the same
   steps (profiling events would disturb the wall times);
 - ``host_us``: wall minus device, the fixed cost a user cannot avoid by a faster device;
-- the phases of the call as timed inside the library (medians over the steps): ``checks`` (argument
-  checks), ``store`` (j-particles into the host mirror), ``sync`` (uploads and prediction
-  queued), ``launch`` (i-particles packed, force launch queued), ``wait`` (until the
-  device is done), ``combine`` (partial results merged into a :class:`ForceResult`);
-  on PoCL's single-threaded companion device a kernel runs inside its enqueue, so there
-  ``sync`` and ``launch`` hold device time too;
-- ``commands``: runtime commands queued per step.
+- the phases of the call as timed inside the library (medians over the steps): ``checks``
+  (argument checks), ``store`` (j-particles into the host mirror; with the compiled step,
+  checked and stored in C), ``step`` (the whole force call in C, with the compiled step:
+  :mod:`sapporo.stepper`), ``sync`` (uploads and prediction queued), ``launch``
+  (i-particles packed, force launch queued), ``wait`` (until the device is done),
+  ``combine`` (partial results merged into a :class:`ForceResult`); on PoCL's
+  single-threaded companion device a kernel runs inside its enqueue, so there ``sync``,
+  ``launch`` and ``step`` hold device time too;
+- ``commands``: runtime commands queued per step;
+- ``compiled_step``: whether the steps ran in C (:mod:`sapporo.stepper`).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ __all__ = ["PHASES", "block_step_budget", "budget_table", "capi_steps", "run_swe
            "write_sweep"]
 
 #: the phases timed inside the library, in call order
-PHASES = ("checks", "store", "sync", "launch", "wait", "combine")
+PHASES = ("checks", "store", "step", "sync", "launch", "wait", "combine")
 #: flops per interaction by order (the usual counts: 38, 60, 97, 144)
 FLOPS = {2: 38, 4: 60, 6: 97, 8: 144}
 
@@ -56,18 +59,22 @@ def _steps(lib: Any, x: np.ndarray, v: np.ndarray, m: np.ndarray, ids: np.ndarra
     last = dict.fromkeys(PHASES, 0.0)
     n = x.shape[0]
     rng = np.random.default_rng(seed)
-    blocks = [np.sort(rng.choice(n, n_active, replace=False)) for _ in range(min(steps, 64))]
     order = lib.order
+    # the blocks' arrays are made before the clock runs: an integrator has them at hand
+    blocks = []
+    for _ in range(min(steps, 64)):
+        sel = np.sort(rng.choice(n, n_active, replace=False))
+        blocks.append((sel, ids[sel], m[sel], x[sel], v[sel], a[sel], jerk[sel],
+                       a[sel] if order >= 6 else None,
+                       {"jerk": jerk[sel]} if order >= 8 else {}))
     dt = 2.0**-20
     clock = time.perf_counter
     for k in range(steps):
-        sel = blocks[k % len(blocks)]
+        sel, ids_b, m_b, x_b, v_b, a_b, jerk_b, ai, extra = blocks[k % len(blocks)]
         t0 = clock()
-        lib.set_j_particles(sel, ids[sel], k * dt, m[sel], x[sel], v[sel], a=a[sel],
-                            jerk=jerk[sel])
+        lib.set_j_particles(sel, ids_b, k * dt, m_b, x_b, v_b, a=a_b, jerk=jerk_b)
         lib.set_time((k + 1) * dt)
-        lib.compute(x[sel], v[sel], ids[sel], eps2, a=a[sel] if order >= 6 else None,
-                    **({"jerk": jerk[sel]} if order >= 8 else {}))
+        lib.compute(x_b, v_b, ids_b, eps2, a=ai, **extra)
         if times is not None:
             times.append(clock() - t0)
         if acc is not None and per_phase is not None:
@@ -121,6 +128,7 @@ def block_step_budget(
         _steps(lib, x, v, m, ids, a, jerk, n_active, steps, seed, eps2, times, per_phase)
         commands = sum(c.commands for c in ctxs) - commands0
         lib._phases = None
+        out["compiled_step"] = lib._engine is not None
     with Library(order=order, precision=precision, backend=backend, devices=devices,
                  profiling=True) as prof:
         prof.set_j_particles(ids, ids, 0.0, m, x, v, a=a, jerk=jerk)
@@ -150,11 +158,11 @@ def budget_table(rows: Sequence[dict[str, Any]]) -> str:
     """The budget as a Markdown table (microseconds per block step); with the columns of
     the C API (:func:`capi_steps`) when the rows have them."""
     capi = bool(rows) and all("capi_us" in r for r in rows)
-    head = ("| N | N_active | wall | device | host | checks | store | sync | launch | wait "
-            "| combine | commands | interactions/s |")
+    head = ("| N | N_active | wall | device | host | " + " | ".join(PHASES)
+            + " | commands | interactions/s |")
     if capi:
         head += " C API | C API through Python |"
-    lines = [head, "|" + "---|" * (15 if capi else 13)]
+    lines = [head, "|" + "---|" * (7 + len(PHASES) + (2 if capi else 0))]
     for r in rows:
         line = (
             f"| {r['n']} | {r['n_active']} | {r['wall_us']:.0f} | {r['device_us']:.0f} | "
@@ -172,7 +180,7 @@ SWEEP_N = (1024, 4096, 16384)
 SWEEP_N_ACTIVE = (1, 4, 16, 64, 128, 256)
 COLUMNS = ("n", "n_active", "order", "precision", "device", "steps", "wall_us",
            "wall_min_us", "device_us", "host_us", *(f"{p}_us" for p in PHASES), "commands",
-           "interactions_per_s", "gflops", "capi_us", "capi_python_us")
+           "interactions_per_s", "gflops", "compiled_step", "capi_us", "capi_python_us")
 
 
 def run_sweep(n_list: Sequence[int] = SWEEP_N, n_active: Sequence[int] = SWEEP_N_ACTIVE,

@@ -174,6 +174,14 @@ class Library:
         self._phases: dict[str, float] | None = None
         self._pending: PendingForce | None = None
         self._closed = False
+        # small block steps in C (sapporo.stepper): the engine, once tried, its plans'
+        # buffer generation, the launches whose arguments C sets, and its result rows
+        self._engine: Any = None
+        self._engine_tried = False
+        self._engine_gen = -1
+        self._engine_launches: list[Any] = []
+        self._engine_ran = False
+        self._engine_out: np.ndarray | None = None
         # result rows this order fills: acc, pot (+ jerk) (+ snap); the others stay zero
         self._rows = layout.result_rows(self.order)
         log.info(
@@ -224,6 +232,8 @@ class Library:
             check_table(table, d.info, self.order, self.precision)
         for d in self._devs:
             d.table = table
+        if self._engine is not None:
+            self._engine.clear()  # its plans have the old launches
 
     def _check_open(self) -> None:
         if self._closed:
@@ -242,6 +252,8 @@ class Library:
                 self._pending.result()
         self._closed = True
         self._pending = None
+        self._engine = None
+        self._engine_launches = []
         for d in self._devs:
             try:
                 d.close()
@@ -311,7 +323,18 @@ class Library:
         self._check_open()
         ph = self._phases
         t0 = _now() if ph is not None else 0.0
+        eng = self._engine
+        if (eng is not None and not self._dirty and self._pending is None
+                and self._devs[0]._gen == self._engine_gen
+                and eng.put_j(address, index, t, mass, x, v, a, jerk, snap, crackle, pop, d5)):
+            # checked and stored in C, into the mirror and the device's records
+            self._predicted_time = None
+            if ph is not None:
+                ph["store"] += _now() - t0
+            return
         addr = ints("address", address, None, 0, MAX_ADDRESS)
+        if addr is address:
+            addr = addr.copy()  # kept until the upload: the caller may reuse the array
         n = addr.size
         if n == 0:
             return
@@ -369,6 +392,8 @@ class Library:
             self._raw[addr] = rec
             self._ids[addr] = ids
         self._dirty.append(addr)
+        if self._engine is not None and (terms != self._pred_terms or top > self._n_stored):
+            self._engine.clear()  # its plans are for the old number of addresses or terms
         self._pred_terms = terms
         if top > self._n_stored:
             self._n_stored = top
@@ -383,6 +408,8 @@ class Library:
         self._ids[: self._n_stored] = -1
         self._dirty.append(np.arange(self._n_stored))
         self._n_stored = 0
+        if self._engine is not None:
+            self._engine.clear()
 
     def _j_capacity(self) -> int:
         """How many j-addresses the devices hold: 80% of the smallest one's memory."""
@@ -454,9 +481,170 @@ class Library:
                 and self._n_local(self._n_stored, d) <= SMALL_PREDICT_MAX
                 for d, dev in enumerate(self._devs)]
 
+    # -- small block steps in C (sapporo.stepper)
+    def _direct_plan(self, nj: int, ni: int, lists: bool = False,
+                     terms: int | None = None) -> int | dict[str, Any]:
+        """A force call of ``ni`` i-particles on j-addresses [0, nj), with neighbour lists or
+        not, as C can run it (``capi/engine.h``: the C API's direct path and the compiled
+        step), or why not: 0 (not for this shape) or -1 (not for this library: several
+        devices, profiling, a device that does not compute on host memory, a backend
+        without native launches).
+
+        The library is brought up to date with the device first (records uploaded,
+        predicted, the queues finished), so that C starts from a consistent state.
+        ``terms``: the derivative records the prediction reads (default: the current
+        number). The answer's ``launch_objects`` are the launches whose arguments C sets:
+        call their ``forget_args`` before Python launches them again.
+        """
+        if self.ndev != 1 or self._devs[0].variant.profiling:
+            return -1
+        dev = self._devs[0]
+        entry = dev.ctx.native_entry_points()
+        if entry is None:
+            return -1
+        if not 1 <= nj <= self._n_stored or ni > NI_CHUNK:
+            return 0
+        with self._lock:
+            self._check_open()
+            if self._pending is not None:  # collect what nobody waited for
+                try:
+                    self._pending.result()
+                except SapporoError:
+                    pass
+            small = self._predict_on_companion(ni, nj)
+            self._sync_j(small)
+            if dev.h_raw is None or dev.h_id is None:
+                return -1  # the device keeps its own copy of the records
+            plan = dev._plan(0, ni, nj, bool(lists))
+            terms = self._pred_terms if terms is None else terms
+            predict = dev.predict_launch(self._n_stored, terms, small[0])
+            dev.finish()
+            if plan.reduce is not None:
+                return 0  # the parts are combined by a kernel
+            launches = (predict.native(), plan.force.native())
+            if launches[0] is None or launches[1] is None:
+                return -1
+            rows = 0
+            for r in self._rows:
+                rows |= 1 << int(r)
+            # the block sizes this launch serves as it is, but for its argument ni: the same
+            # configuration, padded size and device (so the same parts and buffers)
+            cfg = plan.cfg
+            lo = hi = ni
+            while (lo > 1 and dev.table.for_ni(lo - 1) == cfg
+                   and dev.ni_pad(lo - 1) == plan.ni_pad
+                   and dev.small_launch(lo - 1, nj) == dev.small_launch(ni, nj)):
+                lo -= 1
+            while (hi < min(plan.ni_pad, NI_CHUNK) and dev.table.for_ni(hi + 1) == cfg
+                   and dev.small_launch(hi + 1, nj) == dev.small_launch(ni, nj)):
+                hi += 1
+            return {
+                "order": self.order, "nci": layout.nci(self.order),
+                "nco": layout.nco(self.order), "ni_pad": plan.ni_pad, "nparts": plan.nparts,
+                "raw_n": dev.raw_n, "pred_terms": terms, "n_stored": self._n_stored,
+                "ds": int(self.precision == "double-single"), "check_rows": rows,
+                "spin_ns": int(getattr(dev.ctx, "spin_seconds", 0.0) * 1e9),
+                "time_bits": int(np.float64(self._time).view(np.int64)), "max_id": MAX_ID,
+                "idata": plan.idata.ctypes.data, "out": plan.out.ctypes.data,
+                "mirror_raw": self._raw.ctypes.data, "mirror_ids": self._ids.ctypes.data,
+                "dev_raw": dev.h_raw.ctypes.data, "dev_ids": dev.h_id.ctypes.data,
+                "gen": dev._gen, "ni_lo": lo, "ni_hi": hi, "entry": entry,
+                "nb_counts": 0 if plan.counts is None else plan.counts.ctypes.data,
+                "nb_lists": 0 if plan.lists is None else plan.lists.ctypes.data,
+                "nb_cap": self.nb_capacity if lists else 0,
+                "launches": launches, "launch_objects": (predict, plan.force),
+                "call_args": (dev.t_arg, dev.eps2_arg),
+                "ni_args": (-1, dev.ni_arg),
+            }
+
+    def _engine_start(self) -> None:
+        """Make the compiled step's engine for this library, where it can run: one device
+        with native launches, no profiling (decided once)."""
+        self._engine_tried = True
+        if (self.ndev != 1 or self.profiling
+                or self._devs[0].ctx.native_entry_points() is None):
+            return
+        from . import stepper
+
+        module = stepper.load()
+        if module is None:
+            return
+        self._engine_out = np.zeros(module.NCO_MAX * module.NI_MAX)
+        self._engine = module.Engine(self._engine_out)
+
+    def _engine_plan(self, ni: int) -> None:
+        """Give the engine the plan for ``ni`` i-particles on every stored address (or tell
+        it that ``ni`` goes the Python way)."""
+        from .capi.warm import plan_words
+
+        plan = self._direct_plan(self._n_stored, ni)
+        if isinstance(plan, dict):
+            for launch in plan["launch_objects"]:
+                if all(launch is not x for x in self._engine_launches):
+                    self._engine_launches.append(launch)
+            self._engine.set_plan(ni, plan_words(plan))
+            self._engine_gen = plan["gen"]
+        elif plan == 0:
+            self._engine.set_plan(ni, None)
+        else:
+            log.debug("block steps of this library take the Python way (no plan)")
+            self._engine = None
+
+    def _engine_compute(self, x: Any, v: Any, index: Any, eps2: Any, a: Any,
+                        jerk: Any) -> ForceResult | None:
+        """:meth:`compute` in C, or None: the Python way must do it (the engine did not take
+        the arguments as they are, or the result is not finite and gets its diagnosis)."""
+        eng = self._engine
+        dev = self._devs[0]
+        ph = self._phases
+        t0 = _now() if ph is not None else 0.0
+        if self._dirty:  # j-particles stored the Python way: uploaded first
+            if not (type(x) is np.ndarray and x.ndim == 2):
+                return None
+            with self._hold():
+                self._sync_j(self._predict_on_companion(x.shape[0], self._n_stored))
+        if dev._gen != self._engine_gen:
+            eng.clear()  # buffers were reallocated since the plans were made
+            self._engine_gen = dev._gen
+        t = self._time
+        predict = self._predicted_time != t
+        try:
+            r = eng.compute(x, v, index, eps2, a, jerk, t, predict)
+            if r == -2:
+                self._engine_plan(len(x))
+                if self._engine is None:
+                    return None
+                predict = self._predicted_time != t  # making the plan predicted
+                r = eng.compute(x, v, index, eps2, a, jerk, t, predict)
+        except RuntimeError as exc:
+            self._engine = None
+            raise BackendError(f"{dev.info.name}: {exc}") from None
+        if r == 0 or r == -2:
+            return None
+        self._engine_ran = True
+        dev.ctx.commands += 2 if predict else 1
+        if predict:
+            self._predicted_time = t
+            self._predicted_n[0] = self._n_stored
+        if r < 0:
+            return None
+        if r == 1:
+            res = self._engine_one()
+        else:
+            nco = layout.nco(self.order)
+            res = self._result(self._engine_out[: nco * r].reshape(nco, r), index)  # type: ignore[index]
+        if ph is not None:
+            ph["step"] += _now() - t0
+            ph["calls"] += 1
+        return res
+
     def _sync_j(self, small: list[bool] | None = None) -> None:
         """Send changed addresses and predict, where needed (``small[d]``: on device d's
         companion, because the force launch that follows goes there)."""
+        if self._engine_ran:  # C set these kernels' arguments since Python last did
+            for launch in self._engine_launches:
+                launch.forget_args()
+            self._engine_ran = False
         nd = self.ndev
         changed = False
         if self._dirty:
@@ -496,6 +684,12 @@ class Library:
                 nj: int | None = None, jerk: Any = None) -> ForceResult:
         """Forces on i-particles from j-addresses [0, nj); blocking. See :meth:`start_compute`."""
         self._check_open()
+        if not self._engine_tried:
+            self._engine_start()
+        if self._engine is not None and h2 is None and nj is None and self._pending is None:
+            res = self._engine_compute(x, v, index, eps2, a, jerk)
+            if res is not None:
+                return res
         with self._hold():  # one context switch for the whole call (CUDA)
             return self.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj, jerk=jerk).result()
 
@@ -628,6 +822,13 @@ class Library:
                 dev_lists = np.concatenate([pd[d][2][: c1 - c0] for c0, c1, pd in chunks])
                 counts += dev_counts
                 lists.append((dev_counts, dev_lists))
+        return self._result(out, ids, counts, lists)
+
+    def _result(self, out: np.ndarray, ids: Any,
+                counts: np.ndarray | None = None,
+                lists: list[tuple[np.ndarray, np.ndarray]] | None = None) -> ForceResult:
+        """The :class:`ForceResult` of the combined rows ``out`` (nco, ni), with the
+        neighbour counts and each device's lists when they were asked for."""
         # (The nearest-neighbour rows are not checked: r^2 is inf when there is no
         # neighbour.)
         if not all_finite(out[self._rows]):
@@ -640,11 +841,27 @@ class Library:
         nn_id = out[OC_NNID].astype(np.int64)
         nn_r2 = out[OC_NNR2].copy()
         nn_r2[nn_id < 0] = np.inf
+        ngb = counts is not None
         overflow = bool(ngb and (counts > self.nb_capacity).any())
         return ForceResult(
             acc=acc, jerk=jerk, snap=snap, crackle=crackle, pot=pot, nn_index=nn_id,
             nn_r2=nn_r2, neighbour_counts=counts, overflow=overflow, capacity=self.nb_capacity,
-            _lists=lists,
+            _lists=lists or [],
+        )
+
+    def _engine_one(self) -> ForceResult:
+        """:meth:`_assemble_one` of the compiled step's result for one i-particle (C checked
+        that it is finite, and wrote an r^2 of inf where there is no neighbour)."""
+        col = self._engine_out[: layout.nco(self.order)].copy()  # type: ignore[index]
+        order = self.order
+        return ForceResult(
+            acc=col[0:3].reshape(1, 3), pot=col[3:4],
+            jerk=col[4:7].reshape(1, 3) if order >= 4 else None,
+            snap=col[8:11].reshape(1, 3) if order >= 6 else None,
+            crackle=col[12:15].reshape(1, 3) if order >= 8 else None,
+            nn_index=np.array([int(col[OC_NNID])], dtype=np.int64),
+            nn_r2=col[OC_NNR2 : OC_NNR2 + 1], neighbour_counts=None, overflow=False,
+            capacity=self.nb_capacity,
         )
 
     def _assemble_one(self, out: np.ndarray, ids: np.ndarray) -> ForceResult:

@@ -30,6 +30,22 @@ def test_info_reports_the_c_api(capsys, monkeypatch, tmp_path):
     assert "every g6_open starts Python" in capsys.readouterr().out
 
 
+def test_info_reports_the_compiled_step(capsys, monkeypatch):
+    from sapporo import stepper
+
+    monkeypatch.setattr(stepper, "_STATE", {})
+    monkeypatch.setenv("SAPPORO_STEP_ENGINE", "0")
+    assert main(["info", "--backend", "opencl"]) == 0
+    out = capsys.readouterr().out
+    assert "Python API block steps: not available: SAPPORO_STEP_ENGINE=0" in out
+    monkeypatch.setattr(stepper, "_STATE", {})
+    monkeypatch.delenv("SAPPORO_STEP_ENGINE")
+    assert main(["info", "--backend", "opencl"]) == 0
+    line = [ln for ln in capsys.readouterr().out.splitlines()
+            if ln.startswith("Python API block steps: ")]
+    assert line and line[0].endswith(stepper.status())
+
+
 def test_info_json(capsys):
     assert main(["info", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

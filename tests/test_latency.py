@@ -13,16 +13,29 @@ from sapporo import latency
 from sapporo.errors import InputError
 
 
-def test_budget_fields_are_consistent(backend) -> None:
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled-step", "python-step"])
+def test_budget_fields_are_consistent(backend, compiled, monkeypatch) -> None:
+    from sapporo import stepper
+
+    monkeypatch.setattr(stepper, "_STATE", {})
+    monkeypatch.setenv("SAPPORO_STEP_ENGINE", "1" if compiled else "0")
+    if compiled and (backend != "opencl" or stepper.load() is None):
+        pytest.skip(f"no compiled step on {backend}: {stepper.status()}")
     row = latency.block_step_budget(300, 4, order=4, precision="double", backend=backend,
                                     steps=20, warmup=3)
+    assert row["compiled_step"] is compiled
     assert row["n"] == 300 and row["n_active"] == 4 and row["steps"] == 20
     assert row["wall_us"] > 0 and row["wall_min_us"] <= row["wall_us"]
     # (kernels of a few microseconds may read 0 on a CPU runtime's profiling clock)
     assert row["device_us"] >= 0 and row["host_us"] >= 0
     phases = sum(row[f"{p}_us"] for p in latency.PHASES)
     assert 0 < phases <= 3 * row["wall_us"]  # medians of parts: near the whole, not above
-    assert row["checks_us"] > 0 and row["launch_us"] > 0 and row["combine_us"] > 0
+    if compiled:  # stored and computed in C: the Python phases stay empty
+        assert row["store_us"] > 0 and row["step_us"] > 0
+        assert row["checks_us"] == row["launch_us"] == row["combine_us"] == 0
+    else:
+        assert row["checks_us"] > 0 and row["launch_us"] > 0 and row["combine_us"] > 0
+        assert row["step_us"] == 0
     # a block step queues at least a prediction and a force launch
     assert row["commands"] >= 2
     assert row["interactions_per_s"] == pytest.approx(4 * 300 / (row["wall_us"] * 1e-6))

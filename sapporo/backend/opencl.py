@@ -700,18 +700,11 @@ def _native_entry_points() -> dict[str, int] | None:
 
 
 def _binary_cache_dir() -> Path | None:
-    """Where built kernels are kept across processes: ``SAPPORO_KERNEL_CACHE`` (a folder,
-    or ``0``/``off`` for none), else the user cache folder. Rebuilding a program from its
-    binary takes 1-5 ms where a build from source takes 15-20 ms even when PoCL's own cache
-    hits (and seconds when it does not), so a warm ``Library()`` opens in tens of ms."""
-    env = config.from_environment().kernel_cache or ""
-    if env.lower() in ("0", "off", "no", "false"):
-        return None
-    if env:
-        return Path(env)
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("sapporo")) / "opencl"
+    """Where built kernels are kept across processes (:func:`sapporo.config.kernel_cache_dir`).
+    Rebuilding a program from its binary takes 1-5 ms where a build from source takes
+    15-20 ms even when PoCL's own cache hits (and seconds when it does not), so a warm
+    ``Library()`` opens in tens of ms."""
+    return config.kernel_cache_dir()
 
 
 _CPU_ID: str | None = None

@@ -1,0 +1,135 @@
+"""The Python API's small block steps in C: building and loading the step module.
+
+:class:`~sapporo.Library` runs a block step of a few particles (``set_j_particles``,
+``set_time``, ``compute``) in Python in 50-100 us on a CPU, around 5-25 us of kernels. The
+module built from ``_step.c`` runs the same steps in C on plans the library made (the
+launches of :mod:`sapporo.device`, as the C API's direct path runs them; ``capi/engine.h``),
+with the library's checks and the same bits. What it does not take as it is goes the
+library's own way, with the usual results and errors.
+
+The module is compiled once per environment with the C compiler (``$CC``, else ``cc``) and
+Python's headers, into the kernel cache (:func:`sapporo.config.kernel_cache_dir`, its
+``step`` folder; a temporary folder when the cache is off), and loaded from there. Without a
+compiler, or with ``SAPPORO_STEP_ENGINE=0``, every step takes the Python way.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+
+from . import config
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MODULE_NAME", "load", "source_files", "status"]
+
+#: the compiled module's name (its init function is PyInit__sapporo_step)
+MODULE_NAME = "_sapporo_step"
+
+_STATE: dict[str, object] = {}  # "module", or "why" it is not there (once per process)
+
+
+def source_files() -> list[Path]:
+    """The files the module is built from: ``_step.c``, and the headers it includes."""
+    from .capi import build as capi_build
+    from .layout import LAYOUT_HEADER
+
+    capi = capi_build.source_dir()
+    return [Path(__file__).with_name("_step.c"), capi / "engine.h", capi / "bridge.h",
+            LAYOUT_HEADER]
+
+
+def _compiler() -> list[str]:
+    return shlex.split(os.environ.get("CC", "cc"))
+
+
+def _key() -> str:
+    h = hashlib.sha256()
+    for f in source_files():
+        h.update(f.read_bytes())
+    h.update(repr((sys.version, sys.implementation.cache_tag, sys.executable,
+                   importlib.machinery.EXTENSION_SUFFIXES[0], _compiler())).encode())
+    return h.hexdigest()[:16]
+
+
+def _folder() -> Path:
+    root = config.kernel_cache_dir()
+    if root is not None:
+        return root / "step"
+    if "tmp" not in _STATE:
+        tmp = tempfile.mkdtemp(prefix="sapporo-step-")
+        atexit.register(shutil.rmtree, tmp, True)
+        _STATE["tmp"] = tmp
+    return Path(str(_STATE["tmp"]))
+
+
+def _build(path: Path) -> None:
+    """Compile the module into ``path`` (written beside it, then renamed: processes that
+    build at the same time each leave a whole file)."""
+    files = source_files()
+    paths = sysconfig.get_paths()
+    includes = dict.fromkeys([paths["include"], paths["platinclude"], str(files[1].parent),
+                              str(files[3].parent)])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    cmd = [*_compiler(), "-shared", "-fPIC", "-O2", "-std=gnu11",
+           *(f"-I{d}" for d in includes), str(files[0]), "-o", str(tmp), "-lm"]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"cannot run the C compiler {cmd[0]!r}: {exc}") from None
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-6:]
+        raise RuntimeError(f"{' '.join(cmd)} failed: " + " | ".join(tail))
+    os.replace(tmp, path)
+    log.info("built the compiled block step %s in %.1f s", path, time.perf_counter() - t0)
+
+
+def load() -> ModuleType | None:
+    """The step module (built first when needed), or None: ``SAPPORO_STEP_ENGINE=0``, no C
+    compiler, no Python headers. Decided once per process; why not: :func:`status`."""
+    if "module" in _STATE:
+        return _STATE["module"]  # type: ignore[return-value]
+    module: ModuleType | None = None
+    try:
+        if not config.from_environment().step_engine:
+            raise RuntimeError("SAPPORO_STEP_ENGINE=0")
+        suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+        path = _folder() / f"{MODULE_NAME}-{_key()}{suffix}"
+        if not path.is_file():
+            _build(path)
+        loader = importlib.machinery.ExtensionFileLoader(MODULE_NAME, str(path))
+        spec = importlib.util.spec_from_file_location(MODULE_NAME, path, loader=loader)
+        if spec is None:
+            raise RuntimeError(f"cannot load {path}")
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+        _STATE["why"] = f"compiled ({path})"
+    except Exception as exc:  # noqa: BLE001 - the Python way always works
+        module = None
+        _STATE["why"] = f"not available: {exc}"
+        log.info("block steps take the Python way: the compiled step is %s", _STATE["why"])
+    _STATE["module"] = module
+    return module
+
+
+def status() -> str:
+    """Whether this process runs small block steps in C, and why not (after :func:`load`)."""
+    load()
+    return str(_STATE["why"])
