@@ -986,3 +986,27 @@ def test_device_reduce_matches_host_merge(backend, monkeypatch, many):
     r = ref.forces(x[:20], v[:20], ids[:20], x, v, m, ids, 0.0, order=4)
     assert ref.relative_vector_error(a.acc, r.acc, r.acc_abs).max() < 1e-13
     assert ref.relative_vector_error(a.jerk, r.jerk, r.jerk_abs).max() < 1e-13
+
+
+def test_address_array_reused_by_the_caller(make_lib):
+    """The library keeps the addresses to upload: an array the caller changes afterwards
+    must not change what is uploaded (it did, when an int64 array was kept as given)."""
+    lib = make_lib(4, "double", fresh=True)
+    lib._engine_tried = True  # the Python way keeps the addresses (the compiled step stores)
+    try:
+        n = 64
+        x, v, m, ids, _, _ = system(n, seed=61)
+        load(lib, x, v, m, ids)
+        lib.compute(x[:1], v[:1], ids[:1], EPS2)
+        addr = np.array([40, 41, 42])
+        moved = x[40:43] + 0.25
+        lib.set_j_particles(addr, ids[40:43], 0.0, m[40:43], moved, v[40:43])
+        addr[:] = [0, 1, 2]  # the caller reuses its array
+        lib.set_j_particles(addr, ids[:3], 0.0, m[:3], x[:3], v[:3])
+        res = lib.compute(x[10:12], v[10:12], ids[10:12], EPS2)
+        xj = x.copy()
+        xj[40:43] = moved
+        r = ref.forces(x[10:12], v[10:12], ids[10:12], xj, v, m, ids, EPS2, order=4)
+        check(res, r, 4, "double", "after the caller reused its address array")
+    finally:
+        lib.close()

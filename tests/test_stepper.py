@@ -270,33 +270,6 @@ def test_state_changes_hand_back_to_python(backend):
         slow.close()
 
 
-def test_address_array_reused_by_the_caller(make_lib_any):
-    """The library keeps the addresses to upload: an array the caller changes afterwards
-    must not change what is uploaded (it did, when an int64 array was kept as given)."""
-    lib = make_lib_any
-    n = 64
-    x, v, m, ids, a, jerk = _system(n)
-    lib.set_j_particles(np.arange(n), ids, 0.0, m, x, v)
-    lib.compute(x[:1], v[:1], ids[:1], EPS2)
-    addr = np.array([40, 41, 42])  # more than one: the Python way stores them
-    moved = x[40:43] + 0.25
-    lib.set_j_particles(addr, ids[40:43], 0.0, m[40:43], moved, v[40:43])
-    addr[:] = [0, 1, 2]  # the caller reuses its array
-    lib.set_j_particles(addr, ids[:3], 0.0, m[:3], x[:3], v[:3])
-    got = lib.compute(x[10:11], v[10:11], ids[10:11], EPS2)
-    xj = x.copy()
-    xj[40:43] = moved
-    want = ref.forces(x[10:11], v[10:11], ids[10:11], xj, v, m, ids, EPS2, order=4)
-    np.testing.assert_allclose(got.acc, want.acc, rtol=1e-5, atol=1e-5 * np.abs(want.acc).max())
-
-
-@pytest.fixture
-def make_lib_any(backend):
-    lib = sapporo.Library(order=4, precision="double-single", backend=backend)
-    yield lib
-    lib.close()
-
-
 def test_switched_off(monkeypatch):
     monkeypatch.setenv("SAPPORO_STEP_ENGINE", "0")
     monkeypatch.setattr(stepper, "_STATE", {})
