@@ -30,7 +30,7 @@
 #include "engine.h"
 
 #define STEP_NI_MAX 256  /* i-particles per compute here */
-#define STEP_NJ_MAX 64   /* j-particles per put_j here */
+#define STEP_NJ_MAX 256  /* j-particles per put_j here */
 #define STEP_MAX_ID 2147483647LL       /* sapporo.library.MAX_ID */
 #define STEP_MAX_ADDRESS 2147483646LL  /* sapporo.library.MAX_ADDRESS */
 
@@ -46,6 +46,8 @@ typedef struct {
     int raw_n, pred_terms, n_stored, ds, order, nco;
     Py_buffer out;        /* the result rows */
     int have_out;
+    double *rec;          /* put_j's records: STEP_NJ_MAX * JB_DOUBLES */
+    int address[STEP_NJ_MAX], index[STEP_NJ_MAX];
 } Engine;
 
 /* Whether a buffer format is one float64 (native, little-endian here) or one integer. */
@@ -146,8 +148,10 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds)
     static char *names[] = {"out", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", names, &out))
         return -1;
-    if (self->plans == NULL
-        && (self->plans = PyMem_Calloc(STEP_NI_MAX + 1, sizeof *self->plans)) == NULL) {
+    if ((self->plans == NULL
+         && (self->plans = PyMem_Calloc(STEP_NI_MAX + 1, sizeof *self->plans)) == NULL)
+        || (self->rec == NULL
+            && (self->rec = PyMem_Calloc(STEP_NJ_MAX * JB_DOUBLES, sizeof(double))) == NULL)) {
         PyErr_NoMemory();
         return -1;
     }
@@ -174,6 +178,7 @@ static void Engine_dealloc(Engine *self)
     if (self->have_out)
         PyBuffer_Release(&self->out);
     PyMem_Free(self->plans);
+    PyMem_Free(self->rec);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -260,8 +265,8 @@ static PyObject *Engine_clear(Engine *self, PyObject *unused)
 static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t nargs)
 {
     struct views s = {.n = 0};
-    double rec[STEP_NJ_MAX * JB_DOUBLES];
-    int address[STEP_NJ_MAX], index[STEP_NJ_MAX];
+    double *rec = self->rec;
+    int *address = self->address, *index = self->index;
     const double *tv = NULL, *mv = NULL, *xv, *vv, *dv[6];
     double t0 = 0.0, m0 = 0.0;
     long long one;

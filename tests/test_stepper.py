@@ -57,7 +57,7 @@ def _engine_used(lib) -> bool:
 @pytest.mark.parametrize("precision", ["double-single", "double"])
 @pytest.mark.parametrize("order", [2, 4, 6, 8])
 def test_block_steps_have_the_bits_of_the_python_way(backend, order, precision):
-    """Blocks of 1 to 40 particles, stored, moved on and computed: every result equal to
+    """Blocks of 1 to 130 particles, stored, moved on and computed: every result equal to
     the last bit to the Python way's, and within the reference's tolerance."""
     if backend != "opencl":
         pytest.skip("the compiled step runs OpenCL launches")
@@ -71,7 +71,7 @@ def test_block_steps_have_the_bits_of_the_python_way(backend, order, precision):
         for lib in (fast, slow):
             lib.set_j_particles(np.arange(n), ids, 0.0, m, x, v, a=a, jerk=jerk)
         for k in range(24):
-            ni = [1, 2, 1, 5, 16, 1, 40, 3][k % 8]
+            ni = [1, 2, 1, 5, 16, 1, 130, 3][k % 8]
             sel = np.sort(rng.choice(n, ni, replace=False))
             t = 1e-3 * (k + 1)
             tj[sel] = t - 1e-3
