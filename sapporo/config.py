@@ -223,7 +223,9 @@ def from_environment() -> Settings:
 def kernel_cache_dir() -> Path | None:
     """Where built kernels (and the compiled step module) are kept across processes:
     ``SAPPORO_KERNEL_CACHE`` (a folder, or ``0``/``off`` for none), else the user cache
-    folder's ``opencl``."""
+    folder's ``opencl``. Rebuilding a program from its binary takes 1-5 ms where a build
+    from source takes 15-20 ms even when PoCL's own cache hits (and seconds when it does
+    not), so a warm ``Library()`` opens in tens of ms."""
     env = from_environment().kernel_cache or ""
     if env.lower() in ("0", "off", "no", "false"):
         return None

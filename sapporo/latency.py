@@ -292,10 +292,10 @@ def _open_times(exe: Any, env: dict[str, str], runs: int = 3) -> dict[str, float
     (after one run that leaves it)."""
     import subprocess
 
-    from .backend.opencl import _binary_cache_dir
+    from .config import kernel_cache_dir
     from .errors import SapporoError
 
-    cache = _binary_cache_dir()
+    cache = kernel_cache_dir()
     if cache is not None:  # the recipes of these runs apart from the user's own
         env = {**env, "SAPPORO_KERNEL_CACHE": str(cache)}
 

@@ -699,14 +699,6 @@ def _native_entry_points() -> dict[str, int] | None:
     return dict(_ENTRY_POINTS) or None
 
 
-def _binary_cache_dir() -> Path | None:
-    """Where built kernels are kept across processes (:func:`sapporo.config.kernel_cache_dir`).
-    Rebuilding a program from its binary takes 1-5 ms where a build from source takes
-    15-20 ms even when PoCL's own cache hits (and seconds when it does not), so a warm
-    ``Library()`` opens in tens of ms."""
-    return config.kernel_cache_dir()
-
-
 _CPU_ID: str | None = None
 
 
@@ -739,7 +731,7 @@ def _binary_cache_file(info: DeviceInfo, device: Any, source: str,
                        options: list[str]) -> Path | None:
     """The cache file of one program: keyed by everything the binary depends on (source
     with its headers inlined, options, device, driver, platform and PyOpenCL versions)."""
-    folder = _binary_cache_dir()
+    folder = config.kernel_cache_dir()
     if folder is None:
         return None
     try:
@@ -872,7 +864,7 @@ def _pocl_cannot_build(platform: Any, devices: list[Any]) -> str:
         return ""
     # the threaded device first: the single-threaded one serves it, and is not listed alone
     cpus.sort(key=lambda d: quirks.is_pocl_single_threaded_cpu(d.name.strip()))
-    folder = _binary_cache_dir()
+    folder = config.kernel_cache_dir()
     note = None
     if folder is not None:
         try:
