@@ -117,6 +117,27 @@ static int small_int(PyObject *obj, long long lo, long long hi, long long *out)
     return 1;
 }
 
+/* A Python float (numpy's float64 too) or int (not a bool, within int64) as a double: 1
+ * with *out set, 0 otherwise (the library takes both as numbers). */
+static int number(PyObject *obj, double *out)
+{
+    if (PyFloat_Check(obj)) {
+        *out = PyFloat_AS_DOUBLE(obj);
+        return 1;
+    }
+    if (PyLong_CheckExact(obj)) {  /* in int64's range, as numpy converts it */
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(obj, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 0;
+        }
+        *out = (double)x;
+        return 1;
+    }
+    return 0;
+}
+
 /* The buffers a call holds, released together. */
 struct views {
     Py_buffer v[12];
@@ -312,14 +333,14 @@ static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t na
     else
         goto done;
     /* t and mass: a float for all, or n of them */
-    if (PyFloat_Check(args[2]))
-        t0 = PyFloat_AS_DOUBLE(args[2]);
+    if (number(args[2], &t0))
+        ;
     else if (f64_view(args[2], n, 0, views_next(&s)))
         tv = s.v[s.n++].buf;
     else
         goto done;
-    if (PyFloat_Check(args[3]))
-        m0 = PyFloat_AS_DOUBLE(args[3]);
+    if (number(args[3], &m0))
+        ;
     else if (f64_view(args[3], n, 0, views_next(&s)))
         mv = s.v[s.n++].buf;
     else
@@ -393,9 +414,8 @@ static PyObject *Engine_compute(Engine *self, PyObject *const *args, Py_ssize_t 
     predict = PyObject_IsTrue(args[7]);
     if ((t == -1.0 || predict < 0) && PyErr_Occurred())
         return NULL;
-    if (!PyFloat_Check(args[3]))
+    if (!number(args[3], &eps2))
         goto done;
-    eps2 = PyFloat_AS_DOUBLE(args[3]);
     if (!f64_view(args[0], -1, 3, views_next(&s)))
         goto done;
     ni = s.v[s.n].shape[0];

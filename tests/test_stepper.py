@@ -134,6 +134,32 @@ def test_inputs_it_does_not_take_get_the_python_way(backend):
         slow.close()
 
 
+def test_python_ints_where_numbers_go_run_in_c(backend):
+    """t, mass and eps2 given as Python ints (eps2=0 is common) still run in C, with the
+    Python way's bits; an int beyond int64 goes the Python way and gets its error."""
+    if backend != "opencl":
+        pytest.skip("the compiled step runs OpenCL launches")
+    n = 100
+    x, v, m, ids, a, jerk = _system(n)
+    fast, slow = _pair(4, "double", backend)
+    try:
+        for lib in (fast, slow):
+            lib.set_j_particles(np.arange(n), ids, 0, m, x, v)
+            lib.compute(x[:1], v[:1], ids[:1], 0)
+        res = []
+        for lib in (fast, slow):
+            lib.set_j_particles(np.array([3]), ids[3:4], 0, 1, x[3:4], v[3:4])
+            lib.set_time(1)
+            res.append(lib.compute(x[5:6], v[5:6], ids[5:6], 0))
+        assert not fast._dirty and fast._engine_ran
+        _same(*res)
+        with pytest.raises(InputError):
+            fast.set_j_particles(np.array([3]), ids[3:4], 10**400, 1, x[3:4], v[3:4])
+    finally:
+        fast.close()
+        slow.close()
+
+
 def _ready(order: int = 4, precision: str = "double-single", backend: str = "opencl"):
     """A library whose steps run in C, and its system."""
     n = 200
