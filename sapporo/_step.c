@@ -156,6 +156,15 @@ static void views_release(struct views *s)
     s->n = 0;
 }
 
+/* 1 when __init__ has run (an Engine made by __new__ alone has no memory to work on). */
+static int ready(Engine *self)
+{
+    if (self->plans != NULL && self->rec != NULL && self->have_out)
+        return 1;
+    PyErr_SetString(PyExc_RuntimeError, "Engine() was not initialised");
+    return 0;
+}
+
 static void Engine_clear_plans(Engine *self)
 {
     for (int k = 0; k <= STEP_NI_MAX; k++)
@@ -186,6 +195,8 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds)
     self->have_out = 1;
     if (self->out.itemsize != 8 || strcmp(fmt_core(self->out.format), "d") != 0
         || self->out.len < (Py_ssize_t)sizeof(double) * NCO_ORDER8 * STEP_NI_MAX) {
+        PyBuffer_Release(&self->out);
+        self->have_out = 0;
         PyErr_Format(PyExc_ValueError, "out: a writable float64 buffer of at least %d values",
                      NCO_ORDER8 * STEP_NI_MAX);
         return -1;
@@ -217,6 +228,8 @@ static PyObject *Engine_set_plan(Engine *self, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_TypeError, "set_plan(ni, words)");
         return NULL;
     }
+    if (!ready(self))
+        return NULL;
     ni = PyLong_AsLong(args[0]);
     if (ni == -1 && PyErr_Occurred())
         return NULL;
@@ -278,6 +291,8 @@ static PyObject *Engine_set_plan(Engine *self, PyObject *const *args, Py_ssize_t
 static PyObject *Engine_clear(Engine *self, PyObject *unused)
 {
     (void)unused;
+    if (!ready(self))
+        return NULL;
     Engine_clear_plans(self);
     Py_RETURN_NONE;
 }
@@ -297,6 +312,8 @@ static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_TypeError, "put_j takes 12 arguments");
         return NULL;
     }
+    if (!ready(self))
+        return NULL;
     if (!self->have_j)
         Py_RETURN_FALSE;
     /* address: an int, or n of them */
@@ -410,6 +427,8 @@ static PyObject *Engine_compute(Engine *self, PyObject *const *args, Py_ssize_t 
         PyErr_SetString(PyExc_TypeError, "compute takes 8 arguments");
         return NULL;
     }
+    if (!ready(self))
+        return NULL;
     t = PyFloat_AsDouble(args[6]);
     predict = PyObject_IsTrue(args[7]);
     if ((t == -1.0 || predict < 0) && PyErr_Occurred())

@@ -322,3 +322,36 @@ def test_built_once_into_the_kernel_cache(monkeypatch, tmp_path):
     monkeypatch.setattr(stepper, "_STATE", {})
     assert stepper.load() is not None
     assert built[0].stat().st_mtime_ns == stamp  # loaded, not built again
+
+
+def test_module_refuses_misuse():
+    """The module's own guards: an Engine without memory, a short result buffer, a plan
+    table of the wrong size, block sizes out of range; errors, never a crash."""
+    mod = stepper.load()
+    bare = mod.Engine.__new__(mod.Engine)
+    for call in (lambda: bare.compute(np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None,
+                                      0.0, False),
+                 lambda: bare.put_j(0, 0, 0.0, 1.0, np.zeros((1, 3)), np.zeros((1, 3)),
+                                    None, None, None, None, None, None),
+                 lambda: bare.set_plan(1, None), bare.clear):
+        with pytest.raises(RuntimeError, match="not initialised"):
+            call()
+    with pytest.raises(ValueError, match="writable float64"):
+        mod.Engine(np.zeros(10))
+    with pytest.raises((ValueError, TypeError)):
+        mod.Engine(np.zeros(mod.NCO_MAX * mod.NI_MAX, dtype=np.float32))
+    eng = mod.Engine(np.zeros(mod.NCO_MAX * mod.NI_MAX))
+    with pytest.raises(ValueError, match="int64 values"):
+        eng.set_plan(1, np.zeros(3, dtype=np.int64))
+    with pytest.raises(ValueError, match="outside"):
+        eng.set_plan(0, None)
+    with pytest.raises(TypeError):
+        eng.compute(1, 2)
+    # without a plan: nothing stored, nothing computed
+    assert eng.put_j(0, 0, 0.0, 1.0, np.zeros((1, 3)), np.zeros((1, 3)), None, None, None,
+                     None, None, None) is False
+    assert eng.compute(np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None, 0.0,
+                       False) == -2
+    eng.set_plan(1, None)
+    assert eng.compute(np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None, 0.0,
+                       False) == 0
