@@ -686,7 +686,8 @@ class Library:
         self._check_open()
         if not self._engine_tried:
             self._engine_start()
-        if self._engine is not None and h2 is None and nj is None and self._pending is None:
+        if (self._engine is not None and h2 is None and self._pending is None
+                and (nj is None or (type(nj) is int and nj == self._n_stored))):
             res = self._engine_compute(x, v, index, eps2, a, jerk)
             if res is not None:
                 return res

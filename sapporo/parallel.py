@@ -193,6 +193,25 @@ def _local_lists(res: Any, ni: int, capacity: int) -> tuple[np.ndarray, np.ndarr
     return _merge_lists(pairs, ni, capacity)
 
 
+#: local blocks of at most this many i-particles are computed at once with
+#: :meth:`Library.compute <sapporo.Library.compute>`, which runs them in C on a CPU (the
+#: compiled step, :mod:`sapporo.stepper`); larger ones are started and collected later
+SYNC_LOCAL_MAX = 256
+
+
+class _Done:
+    """A local force call already made (its result, or the error its result raises)."""
+
+    def __init__(self, result: Any = None, error: BaseException | None = None):
+        self._result = result
+        self._error = error
+
+    def result(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
 class _Pending:
     """A force computation started by :meth:`ParallelLibrary.start_compute`."""
 
@@ -576,8 +595,15 @@ class ParallelLibrary:
                 nj_loc = min(max(0, -(-(njg - self.col) // self.cols)), self._lib.n_stored)
                 t0 = time.perf_counter()
                 extra = {} if ji is None else {"jerk": ji}  # order 8
-                state["local"] = self._lib.start_compute(xi, vi, ii, eps2, h2=hi2, a=ai,
-                                                         nj=nj_loc, **extra)
+                if hi2 is None and hi - lo <= SYNC_LOCAL_MAX:
+                    try:  # a non-finite force is reported by result(), as when started
+                        state["local"] = _Done(self._lib.compute(xi, vi, ii, eps2, a=ai,
+                                                                 nj=nj_loc, **extra))
+                    except NonFiniteError as exc:
+                        state["local"] = _Done(error=exc)
+                else:
+                    state["local"] = self._lib.start_compute(xi, vi, ii, eps2, h2=hi2, a=ai,
+                                                             nj=nj_loc, **extra)
                 self.compute_seconds += time.perf_counter() - t0
 
         self._checked(start, _digest(x, v, index, eps2, h2, a, nj, jerk, self._time,

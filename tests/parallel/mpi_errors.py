@@ -40,6 +40,9 @@ class _LostDevice:
 
         return Pending()
 
+    def compute(self, *args, **kwargs):  # small blocks are computed at once
+        raise BackendError("device lost (simulated)")
+
 
 def say(line: str) -> None:
     with open(f"{sys.argv[2]}/rank{RANK}.txt", "a") as fh:
