@@ -165,6 +165,50 @@ static int ready(Engine *self)
     return 0;
 }
 
+/* obj as n integers in [0, hi] into out (n: as given when n < 0, at most STEP_NJ_MAX): a
+ * Python int for one, or a 1-D int32/int64 array (its buffer held in s). The count, or 0
+ * when obj is not such a value. */
+static Py_ssize_t int_values(PyObject *obj, Py_ssize_t n, long long hi, int *out,
+                             struct views *s)
+{
+    long long one;
+    int wide;
+    const Py_buffer *b;
+    if ((n < 0 || n == 1) && small_int(obj, 0, hi, &one)) {
+        out[0] = (int)one;
+        return 1;
+    }
+    if (!int_view(obj, n, views_next(s), &wide))
+        return 0;
+    b = &s->v[s->n++];
+    n = b->shape[0];
+    if (n < 1 || n > STEP_NJ_MAX)
+        return 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        long long a = wide ? ((const int64_t *)b->buf)[k] : ((const int32_t *)b->buf)[k];
+        if (a < 0 || a > hi)
+            return 0;
+        out[k] = (int)a;
+    }
+    return n;
+}
+
+/* obj as None (*out NULL) or n finite rows of 3 float64 (its buffer held in s): 1, or 0 when
+ * it is neither. */
+static int finite_rows(PyObject *obj, Py_ssize_t n, struct views *s, const double **out)
+{
+    *out = NULL;
+    if (obj == Py_None)
+        return 1;
+    if (!f64_view(obj, n, 3, views_next(s)))
+        return 0;
+    *out = s->v[s->n++].buf;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!finite3(*out + 3 * i))
+            return 0;
+    return 1;
+}
+
 static void Engine_clear_plans(Engine *self)
 {
     for (int k = 0; k <= STEP_NI_MAX; k++)
@@ -305,9 +349,8 @@ static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t na
     int *address = self->address, *index = self->index;
     const double *tv = NULL, *mv = NULL, *xv, *vv, *dv[6];
     double t0 = 0.0, m0 = 0.0;
-    long long one;
     Py_ssize_t n;
-    int wide, ok = 0;
+    int ok = 0;
     if (nargs != 12) {
         PyErr_SetString(PyExc_TypeError, "put_j takes 12 arguments");
         return NULL;
@@ -316,38 +359,9 @@ static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t na
         return NULL;
     if (!self->have_j)
         Py_RETURN_FALSE;
-    /* address: an int, or n of them */
-    if (small_int(args[0], 0, STEP_MAX_ADDRESS, &one)) {
-        n = 1;
-        address[0] = (int)one;
-    }
-    else if (int_view(args[0], -1, views_next(&s), &wide)) {
-        Py_buffer *b = &s.v[s.n++];
-        n = b->shape[0];
-        if (n < 1 || n > STEP_NJ_MAX)
-            goto done;
-        for (Py_ssize_t k = 0; k < n; k++) {
-            long long a = wide ? ((const int64_t *)b->buf)[k] : ((const int32_t *)b->buf)[k];
-            if (a < 0 || a > STEP_MAX_ADDRESS)
-                goto done;
-            address[k] = (int)a;
-        }
-    }
-    else
-        goto done;
-    /* index: an int for one particle, or n of them */
-    if (n == 1 && small_int(args[1], 0, STEP_MAX_ID, &one))
-        index[0] = (int)one;
-    else if (int_view(args[1], n, views_next(&s), &wide)) {
-        Py_buffer *b = &s.v[s.n++];
-        for (Py_ssize_t k = 0; k < n; k++) {
-            long long a = wide ? ((const int64_t *)b->buf)[k] : ((const int32_t *)b->buf)[k];
-            if (a < 0 || a > STEP_MAX_ID)
-                goto done;
-            index[k] = (int)a;
-        }
-    }
-    else
+    /* address: an int, or n of them; index: the same number of ids */
+    if ((n = int_values(args[0], -1, STEP_MAX_ADDRESS, address, &s)) < 1
+        || int_values(args[1], n, STEP_MAX_ID, index, &s) != n)
         goto done;
     /* t and mass: a float for all, or n of them */
     if (number(args[2], &t0))
@@ -451,22 +465,8 @@ static PyObject *Engine_compute(Engine *self, PyObject *const *args, Py_ssize_t 
     else
         goto done;
     /* a and jerk: checked when given, as the library does, used by orders 6 and 8 */
-    if (args[4] != Py_None) {
-        if (!f64_view(args[4], ni, 3, views_next(&s)))
-            goto done;
-        av = s.v[s.n++].buf;
-        for (Py_ssize_t i = 0; i < ni; i++)
-            if (!finite3(av + 3 * i))
-                goto done;
-    }
-    if (args[5] != Py_None) {
-        if (!f64_view(args[5], ni, 3, views_next(&s)))
-            goto done;
-        jv = s.v[s.n++].buf;
-        for (Py_ssize_t i = 0; i < ni; i++)
-            if (!finite3(jv + 3 * i))
-                goto done;
-    }
+    if (!finite_rows(args[4], ni, &s, &av) || !finite_rows(args[5], ni, &s, &jv))
+        goto done;
     p = &self->plans[ni];
     if (p->status == 0) {
         result = -2;
