@@ -338,7 +338,8 @@ _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
 
 def shared_include_dir() -> Path:
     """Folder of the headers both kernel trees include (``layout.h``: the host/kernel data
-    layout, which :mod:`sapporo.layout` reads too)."""
+    layout, which :mod:`sapporo.layout` reads too; ``pm_window.h``: the particle-mesh
+    kernels' variants and assignment window)."""
     return Path(__file__).resolve().parents[1]
 
 

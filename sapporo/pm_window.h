@@ -1,0 +1,116 @@
+/* The particle-mesh kernels' variants and assignment window, written once: both kernel
+ * trees include this file (kernels_opencl/pm.cl, kernels_cuda/pm.cu), so that assignment
+ * and interpolation weigh the same cells with the same arithmetic in both languages.
+ *
+ * The includer defines PM_INLINE (how a small device function is declared: `inline` in
+ * OpenCL C, `__device__ __forceinline__` in CUDA) and PM_LONG (a 64-bit signed integer:
+ * `long` in OpenCL C, `long long` in CUDA). The variants are described in pm.cl. */
+#ifndef SAPPORO_PM_WINDOW_H
+#define SAPPORO_PM_WINDOW_H
+
+#ifndef PRECISION
+#define PRECISION 2
+#endif
+#ifndef WINDOW
+#define WINDOW 1
+#endif
+#ifndef PERIODIC
+#define PERIODIC 0
+#endif
+#ifndef STENCIL
+#define STENCIL 2
+#endif
+#ifndef NG
+#define NG 16
+#endif
+
+#if PRECISION == 1
+typedef float real;
+#elif PRECISION == 2
+typedef double real;
+#else
+#error "PRECISION must be 1 (single) or 2 (double)"
+#endif
+#if WINDOW < 0 || WINDOW > 2
+#error "WINDOW must be 0 (NGP), 1 (CIC) or 2 (TSC)"
+#endif
+#if PERIODIC != 0 && PERIODIC != 1
+#error "PERIODIC must be 0 or 1"
+#endif
+#if STENCIL != 2 && STENCIL != 4
+#error "STENCIL must be 2 or 4"
+#endif
+#if NG < 2
+#error "NG must be at least 2"
+#endif
+
+#define NP (WINDOW + 1) /* window points per dimension */
+
+/* The window's first point and weights along one axis, for u in mesh units (point i at
+ * u = i). */
+PM_INLINE int window1(double u, double *w)
+{
+#if WINDOW == 0
+    const int i0 = (int)floor(u + 0.5);
+    w[0] = 1.0;
+    return i0;
+#elif WINDOW == 1
+    const int i0 = (int)floor(u);
+    const double d = u - i0;
+    w[0] = 1.0 - d;
+    w[1] = d;
+    return i0;
+#else
+    const int ic = (int)floor(u + 0.5);
+    const double d = u - ic;
+    w[0] = 0.5 * (0.5 - d) * (0.5 - d);
+    w[1] = 0.75 - d * d;
+    w[2] = 0.5 * (0.5 + d) * (0.5 + d);
+    return ic - 1;
+#endif
+}
+
+/* A mesh index along one axis, or -1 when it falls off an isolated mesh. */
+PM_INLINE int wrap(int i)
+{
+#if PERIODIC
+    i %= NG;
+    return i < 0 ? i + NG : i;
+#else
+    return (i < 0 || i >= NG) ? -1 : i;
+#endif
+}
+
+/* Particle coordinate to mesh units. */
+PM_INLINE double to_mesh(real x, double lo, double inv_h)
+{
+    return ((double)x - lo) * inv_h - 0.5;
+}
+
+/* Runs the statements given for every cell of the assignment window of the particle at
+ * xp[0..2] that lies on the mesh, with `cell` (the cell's index) and `wa`, `wb`, `wc` (its
+ * weights along x, y and z) defined: the one loop of assignment and interpolation. */
+#define FOR_WINDOW_CELLS(xp, lo, inv_h, ...)                                                  \
+    do {                                                                                      \
+        double wx_[NP], wy_[NP], wz_[NP];                                                     \
+        const int ix_ = window1(to_mesh((xp)[0], lo, inv_h), wx_);                            \
+        const int iy_ = window1(to_mesh((xp)[1], lo, inv_h), wy_);                            \
+        const int iz_ = window1(to_mesh((xp)[2], lo, inv_h), wz_);                            \
+        for (int a_ = 0; a_ < NP; a_++) {                                                     \
+            const int i_ = wrap(ix_ + a_);                                                    \
+            if (i_ < 0) continue;                                                             \
+            for (int b_ = 0; b_ < NP; b_++) {                                                 \
+                const int j_ = wrap(iy_ + b_);                                                \
+                if (j_ < 0) continue;                                                         \
+                for (int c_ = 0; c_ < NP; c_++) {                                             \
+                    const int k_ = wrap(iz_ + c_);                                            \
+                    if (k_ < 0) continue;                                                     \
+                    const PM_LONG cell = ((PM_LONG)i_ * NG + j_) * NG + k_;                   \
+                    const double wa = wx_[a_], wb = wy_[b_], wc = wz_[c_];                    \
+                    __VA_ARGS__                                                               \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+    } while (0)
+
+#endif
