@@ -28,73 +28,16 @@
 #pragma OPENCL FP_CONTRACT OFF
 #endif
 
-#ifndef ORDER
-#define ORDER 4
-#endif
-#ifndef PRECISION
-#define PRECISION 1
-#endif
-#ifndef NGB
-#define NGB 0
-#endif
-#ifndef LI
-#define LI 16
-#endif
-#ifndef LJ
-#define LJ 1
-#endif
-#ifndef W
-#define W 1
-#endif
-#ifndef USE_LOCAL
-#define USE_LOCAL 1
-#endif
-#ifndef JT
-#define JT (LI * LJ)
-#endif
-#ifndef NB_CAP
-#define NB_CAP 256
-#endif
-/* Derivative records the predictor reads: acceleration, jerk, snap, crackle (0-4), and at
- * order 8 also pop and the 5th derivative (0-6). The host passes how many of them hold data;
- * those past it are zero in every stored record. */
-#ifndef PRED_TERMS
-#if ORDER >= 8
-#define PRED_TERMS 6
-#else
-#define PRED_TERMS 4
-#endif
-#endif
-#if PRED_TERMS < 0 || PRED_TERMS > 6 || (PRED_TERMS > 4 && ORDER < 8)
-#error "PRED_TERMS must be 0 to 4 (0 to 6 at order 8)"
-#endif
+#include "variants.h"
 #ifndef JV
 #define JV 0
 #endif
 
-#if ORDER != 2 && ORDER != 4 && ORDER != 6 && ORDER != 8
-#error "ORDER must be 2, 4, 6 or 8"
-#endif
-#if PRECISION != 1 && PRECISION != 2
-#error "PRECISION must be 1 (double-single) or 2 (double)"
-#endif
-#if NGB != 0 && NGB != 1
-#error "NGB must be 0 or 1"
-#endif
-#if LI < 1 || LJ < 1
-#error "LI and LJ must be positive"
-#endif
 #if W != 1 && W != 2 && W != 4 && W != 8 && W != 16
 #error "W must be 1, 2, 4, 8 or 16"
 #endif
-#if USE_LOCAL != 0 && USE_LOCAL != 1
-#error "USE_LOCAL must be 0 or 1"
-#endif
 #if LJ > 1 && W != 1
 #error "LJ > 1 (j-lanes) needs W == 1"
-#endif
-#if USE_LOCAL && (JT % (LI * LJ) != 0)
-#error "JT must be a multiple of LI * LJ"
 #endif
 #if JV && (W != 4 && W != 8)
 #error "JV needs W == 4 or 8"

@@ -286,18 +286,24 @@ def _macros(path: Path) -> dict[str, str]:
     return out
 
 
-def test_macros_match_opencl_and_layout_is_shared() -> None:
-    """The variant macros have the same defaults in both trees; the data layout is not
-    written in either tree but included from the one shared header."""
-    cuda, opencl = _macros(CUDA_DIR / "common.cuh"), _macros(OPENCL_DIR / "common.h")
+def test_variants_and_layout_are_shared() -> None:
+    """The variant macros' defaults and the data layout are not written in either tree
+    but included from the shared headers (sapporo/variants.h, sapporo/layout.h)."""
     names = ["ORDER", "PRECISION", "NGB", "LI", "LJ", "W", "USE_LOCAL", "JT", "NB_CAP",
              "PRED_TERMS"]
-    assert {n: cuda.get(n) for n in names} == {n: opencl[n] for n in names}
+    shared = _macros(ROOT / "sapporo" / "variants.h")
+    assert all(shared.get(n) for n in names), shared
     for path in (CUDA_DIR / "common.cuh", OPENCL_DIR / "common.h"):
         text = path.read_text()
-        assert re.search(r'^#include "layout.h"$', text, re.MULTILINE), path
-        own = [n for n in _macros(path) if re.match(r"(RAW|IC|OC|REDUCE)_|NC[IO]$", n)]
-        assert own == [], f"{path.name} defines layout macros itself: {own}"
+        for header in ("layout.h", "variants.h"):
+            assert re.search(rf'^#include "{header}"$', text, re.MULTILINE), (path, header)
+        own = [n for n in _macros(path)
+               if n in names or re.match(r"(RAW|IC|OC|REDUCE)_|NC[IO]$", n)]
+        assert own == [], f"{path.name} defines shared macros itself: {own}"
+    for path in (CUDA_DIR / "pm.cu", OPENCL_DIR / "pm.cl"):
+        text = path.read_text()
+        assert re.search(r'^#include "pm_window.h"$', text, re.MULTILINE), path
+        assert "FOR_WINDOW_CELLS(xp" not in text, f"{path.name} defines the window itself"
 
 
 @needs_cpp
