@@ -616,8 +616,10 @@ class Library:
                     return None
                 predict = self._predicted_time != t  # making the plan predicted
                 r = eng.compute(x, v, index, eps2, a, jerk, t, predict)
-        except RuntimeError as exc:
+        except RuntimeError as exc:  # a launch failed: C may have set kernel arguments
             self._engine = None
+            self._engine_ran = True
+            self._predicted_time = None
             raise BackendError(f"{dev.info.name}: {exc}") from None
         if r == 0 or r == -2:
             return None

@@ -355,3 +355,42 @@ def test_module_refuses_misuse():
     eng.set_plan(1, None)
     assert eng.compute(np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None, 0.0,
                        False) == 0
+
+
+def test_launch_failure_is_a_backend_error_and_the_python_way_goes_on(backend):
+    """An OpenCL error inside the compiled step raises BackendError; the library then
+    takes the Python way, with its kernels' arguments set again and the j-particles
+    predicted again (the failed step may have done either halfway)."""
+    from sapporo.errors import BackendError
+
+    if backend != "opencl":
+        pytest.skip("the compiled step runs OpenCL launches")
+    lib, (x, v, m, ids, a, jerk) = _ready(backend=backend)
+    slow = sapporo.Library(order=4, precision="double-single", backend=backend)
+    slow._engine_tried = True
+    real = lib._engine
+
+    class Failing:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def compute(self, *args):
+            real.compute(*args)  # it ran (arguments set, maybe predicted) and then failed
+            raise RuntimeError("OpenCL error -5 in a block step (status 0)")
+
+    try:
+        n = x.shape[0]
+        slow.set_j_particles(np.arange(n), ids, 0.0, m, x, v)
+        s = np.array([3])
+        slow.set_j_particles(s, ids[s], 0.0, m[s], x[s], v[s])
+        lib._engine = Failing()
+        for lib_ in (lib, slow):
+            lib_.set_time(0.5)
+        with pytest.raises(BackendError, match="OpenCL error -5"):
+            lib.compute(x[9:10], v[9:10], ids[9:10], EPS2)
+        assert lib._engine is None
+        _same(lib.compute(x[9:11], v[9:11], ids[9:11], EPS2),
+              slow.compute(x[9:11], v[9:11], ids[9:11], EPS2))
+    finally:
+        lib.close()
+        slow.close()
