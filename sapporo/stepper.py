@@ -9,7 +9,8 @@ library's own way, with the usual results and errors.
 
 The module is compiled once per environment with the C compiler (``$CC``, else ``cc``) and
 Python's headers, into the kernel cache (:func:`sapporo.config.kernel_cache_dir`, its
-``step`` folder; a temporary folder when the cache is off), and loaded from there. Without a
+``step`` folder; a temporary folder when the cache is off or cannot be written), and
+loaded from there. Without a
 compiler, or with ``SAPPORO_STEP_ENGINE=0``, every step takes the Python way.
 """
 
@@ -66,9 +67,10 @@ def _key() -> str:
     return h.hexdigest()[:16]
 
 
-def _folder() -> Path:
+def _folder(temporary: bool = False) -> Path:
+    """The kernel cache's ``step`` folder, or this process's temporary folder."""
     root = config.kernel_cache_dir()
-    if root is not None:
+    if root is not None and not temporary:
         return root / "step"
     if "tmp" not in _STATE:
         tmp = tempfile.mkdtemp(prefix="sapporo-step-")
@@ -110,10 +112,16 @@ def load() -> ModuleType | None:
     try:
         if not config.from_environment().step_engine:
             raise RuntimeError("SAPPORO_STEP_ENGINE=0")
-        suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-        path = _folder() / f"{MODULE_NAME}-{_key()}{suffix}"
+        name = f"{MODULE_NAME}-{_key()}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+        path = _folder() / name
         if not path.is_file():
-            _build(path)
+            try:
+                _build(path)
+            except OSError as exc:  # a cache folder we cannot write: this process only
+                log.debug("cannot build into %s (%s): a temporary folder instead",
+                          path.parent, exc)
+                path = _folder(temporary=True) / name
+                _build(path)
         loader = importlib.machinery.ExtensionFileLoader(MODULE_NAME, str(path))
         spec = importlib.util.spec_from_file_location(MODULE_NAME, path, loader=loader)
         if spec is None:

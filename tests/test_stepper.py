@@ -394,3 +394,20 @@ def test_launch_failure_is_a_backend_error_and_the_python_way_goes_on(backend):
     finally:
         lib.close()
         slow.close()
+
+
+def test_read_only_cache_builds_in_a_temporary_folder(monkeypatch, tmp_path):
+    import os
+
+    if os.geteuid() == 0:
+        # root writes anyway: a cache path below a file cannot be made by anyone
+        cache = tmp_path / "a-file"
+        cache.write_text("")
+    else:
+        cache = tmp_path / "ro"
+        cache.mkdir()
+        cache.chmod(0o500)
+    monkeypatch.setenv("SAPPORO_KERNEL_CACHE", str(cache))
+    monkeypatch.setattr(stepper, "_STATE", {})
+    assert stepper.load() is not None
+    assert "compiled (" in stepper.status() and str(cache) not in stepper.status()
