@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
             ],
             "selected": None if chosen_dev is None else chosen_dev.as_dict(),
             "error": error,
+            "compiled_step": _step_status(),
         }
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
         return 0 if error is None else 1
@@ -90,12 +91,16 @@ def _capi_line(env: config.Settings) -> str:
     return f"C API: {built}; {opens}\n"
 
 
-def _step_line() -> str:
+def _step_status() -> str:
     """Whether the Python API's small block steps run in C (sapporo.stepper), and why not;
     building the module when it is not built yet (a second)."""
     from . import stepper
 
-    return f"Python API block steps: {stepper.status()}\n"
+    return stepper.status()
+
+
+def _step_line() -> str:
+    return f"Python API block steps: {_step_status()}\n"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

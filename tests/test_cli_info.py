@@ -52,6 +52,7 @@ def test_info_json(capsys):
     names = {b["name"] for b in data["backends"]}
     assert {"opencl", "cuda"} <= names
     assert data["selected"]["name"]
+    assert data["compiled_step"].startswith(("compiled (", "not available: "))
 
 
 def test_info_unusable_backend_says_why(capsys, monkeypatch):
