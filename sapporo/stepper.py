@@ -10,8 +10,8 @@ library's own way, with the usual results and errors.
 The module is compiled once per environment with the C compiler (``$CC``, else ``cc``) and
 Python's headers, into the kernel cache (:func:`sapporo.config.kernel_cache_dir`, its
 ``step`` folder; a temporary folder when the cache is off or cannot be written), and
-loaded from there. Without a
-compiler, or with ``SAPPORO_STEP_ENGINE=0``, every step takes the Python way.
+loaded from there. Without a compiler, or with ``SAPPORO_STEP_ENGINE=0``, every step takes
+the Python way.
 """
 
 from __future__ import annotations
