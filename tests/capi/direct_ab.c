@@ -71,17 +71,9 @@ int main(int argc, char **argv)
         int ni = sizes[step % 9], nj = n, rc,
             lists = step == 20 || step == 27 || step == 28 || step == 29 || step == 44;
         double eps2 = step >= 30 && step != 75 ? 0.0 : 1e-4;
-        for (int m = 0; m < ni; m++) {
-            int k = (step * 37 + m * 13) % n;
-            idx[m] = k;
-            for (int c = 0; c < 3; c++) {
-                xi[m][c] = x[k][c];
-                vi[m][c] = v[k][c];
-                ai[m][c] = a[k][c];
-                ji[m][c] = jk[k][c];
-            }
+        pick_block(step, ni, n, x, v, a, jk, idx, xi, vi, ai, ji);
+        for (int m = 0; m < ni; m++)
             h2[m] = !lists ? 0.0 : step == 29 ? -1.0 : step == 28 && m == 1 ? -1.0 : 0.09;
-        }
         if (step == 10) {  /* a new address: the library grows, Python's way */
             store(N, t, 0);
             n = N + 1;

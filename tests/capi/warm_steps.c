@@ -43,17 +43,9 @@ static int step(int s, int n, double t)
     static int idx[NMAX], nnb[NMAX];
     static const int sizes[] = {1, 2, 5, 16, 33, 64};
     int ni = sizes[s % 6], rc, lists = s % 7 == 3;
-    for (int m = 0; m < ni; m++) {
-        int k = (s * 37 + m * 13) % n;
-        idx[m] = k;
-        for (int c = 0; c < 3; c++) {
-            xi[m][c] = x[k][c];
-            vi[m][c] = v[k][c];
-            ai[m][c] = a[k][c];
-            ji[m][c] = jk[k][c];
-        }
+    pick_block(s, ni, n, x, v, a, jk, idx, xi, vi, ai, ji);
+    for (int m = 0; m < ni; m++)
         h2[m] = lists ? 0.09 : 0.0;
-    }
     g6_set_ti(0, t);
     if (order == 8) {
         sapporo_calc_firsthalf8(n, ni, idx, xi, vi, ai, ji, 1e-4, lists ? h2 : NULL);
