@@ -64,9 +64,9 @@ def _steps(lib: Any, x: np.ndarray, v: np.ndarray, m: np.ndarray, ids: np.ndarra
     blocks = []
     for _ in range(min(steps, 64)):
         sel = np.sort(rng.choice(n, n_active, replace=False))
-        blocks.append((sel, ids[sel], m[sel], x[sel], v[sel], a[sel], jerk[sel],
-                       a[sel] if order >= 6 else None,
-                       {"jerk": jerk[sel]} if order >= 8 else {}))
+        a_b, jerk_b = a[sel], jerk[sel]
+        blocks.append((sel, ids[sel], m[sel], x[sel], v[sel], a_b, jerk_b,
+                       a_b if order >= 6 else None, {"jerk": jerk_b} if order >= 8 else {}))
     dt = 2.0**-20
     clock = time.perf_counter
     for k in range(steps):

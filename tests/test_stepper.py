@@ -23,6 +23,14 @@ pytestmark = pytest.mark.skipif(stepper.load() is None,
 EPS2 = 1e-4
 
 
+@pytest.fixture
+def cl_backend(backend):
+    """The backend, for tests of the compiled step (which runs OpenCL launches)."""
+    if backend != "opencl":
+        pytest.skip("the compiled step runs OpenCL launches")
+    return backend
+
+
 def _system(n: int, seed: int = 3):
     x, v, m = ref.plummer(n, seed=seed)
     rng = np.random.default_rng(seed)
@@ -56,14 +64,12 @@ def _engine_used(lib) -> bool:
 
 @pytest.mark.parametrize("precision", ["double-single", "double"])
 @pytest.mark.parametrize("order", [2, 4, 6, 8])
-def test_block_steps_have_the_bits_of_the_python_way(backend, order, precision):
+def test_block_steps_have_the_bits_of_the_python_way(cl_backend, order, precision):
     """Blocks of 1 to 130 particles, stored, moved on and computed: every result equal to
     the last bit to the Python way's, and within the reference's tolerance."""
-    if backend != "opencl":
-        pytest.skip("the compiled step runs OpenCL launches")
     n = 700
     x, v, m, ids, a, jerk = _system(n)
-    fast, slow = _pair(order, precision, backend)
+    fast, slow = _pair(order, precision, cl_backend)
     rng = np.random.default_rng(7)
     ran = 0
     tj = np.zeros(n)
@@ -101,13 +107,11 @@ def test_block_steps_have_the_bits_of_the_python_way(backend, order, precision):
         slow.close()
 
 
-def test_inputs_it_does_not_take_get_the_python_way(backend):
+def test_inputs_it_does_not_take_get_the_python_way(cl_backend):
     """Scalars, lists, int32 ids, float32 arrays, transposed views: the same results."""
-    if backend != "opencl":
-        pytest.skip("the compiled step runs OpenCL launches")
     n = 300
     x, v, m, ids, a, jerk = _system(n)
-    fast, slow = _pair(4, "double-single", backend)
+    fast, slow = _pair(4, "double-single", cl_backend)
     forms = [
         lambda s: (int(s[0]), int(ids[s][0]), 0.0, float(m[s][0]), x[s], v[s]),
         lambda s: (s.astype(np.int32), ids[s].astype(np.int32), np.zeros(len(s)), m[s],
@@ -134,14 +138,12 @@ def test_inputs_it_does_not_take_get_the_python_way(backend):
         slow.close()
 
 
-def test_python_ints_where_numbers_go_run_in_c(backend):
+def test_python_ints_where_numbers_go_run_in_c(cl_backend):
     """t, mass and eps2 given as Python ints (eps2=0 is common) still run in C, with the
     Python way's bits; an int beyond int64 goes the Python way and gets its error."""
-    if backend != "opencl":
-        pytest.skip("the compiled step runs OpenCL launches")
     n = 100
     x, v, m, ids, a, jerk = _system(n)
-    fast, slow = _pair(4, "double", backend)
+    fast, slow = _pair(4, "double", cl_backend)
     try:
         for lib in (fast, slow):
             lib.set_j_particles(np.arange(n), ids, 0, m, x, v)
@@ -178,10 +180,8 @@ def _ready(order: int = 4, precision: str = "double-single", backend: str = "ope
 @pytest.mark.parametrize("case", [
     "x_nan", "x_huge", "v_inf", "eps2_negative", "id_negative", "id_huge", "a_nan_order4",
 ])
-def test_bad_i_input_gets_the_python_error(backend, case):
-    if backend != "opencl":
-        pytest.skip("the compiled step runs OpenCL launches")
-    lib, (x, v, m, ids, a, jerk) = _ready(backend=backend)
+def test_bad_i_input_gets_the_python_error(cl_backend, case):
+    lib, (x, v, m, ids, a, jerk) = _ready(backend=cl_backend)
     s = np.array([4])
     xi, vi, idi, eps2, ai = x[s].copy(), v[s].copy(), ids[s].copy(), EPS2, None
     if case == "x_nan":
@@ -210,10 +210,8 @@ def test_bad_i_input_gets_the_python_error(backend, case):
 
 @pytest.mark.parametrize("case", ["x_nan", "t_inf", "mass_tiny", "pop_at_order4", "id_huge",
                                   "address_negative"])
-def test_bad_j_input_gets_the_python_error(backend, case):
-    if backend != "opencl":
-        pytest.skip("the compiled step runs OpenCL launches")
-    lib, (x, v, m, ids, a, jerk) = _ready(backend=backend)
+def test_bad_j_input_gets_the_python_error(cl_backend, case):
+    lib, (x, v, m, ids, a, jerk) = _ready(backend=cl_backend)
     s = np.array([5])
     args = dict(address=s, index=ids[s], t=0.0, mass=m[s].copy(), x=x[s].copy(), v=v[s])
     if case == "x_nan":
@@ -236,11 +234,9 @@ def test_bad_j_input_gets_the_python_error(backend, case):
         lib.close()
 
 
-def test_non_finite_force_is_diagnosed(backend):
+def test_non_finite_force_is_diagnosed(cl_backend):
     """Two particles at the same place with eps2 = 0: the Python way names the particle."""
-    if backend != "opencl":
-        pytest.skip("the compiled step runs OpenCL launches")
-    lib, (x, v, m, ids, a, jerk) = _ready(backend=backend)
+    lib, (x, v, m, ids, a, jerk) = _ready(backend=cl_backend)
     try:
         s = np.array([7])
         lib.set_j_particles(s, ids[s], 0.0, m[s], x[8:9], v[s])  # on top of particle 8
@@ -250,14 +246,12 @@ def test_non_finite_force_is_diagnosed(backend):
         lib.close()
 
 
-def test_state_changes_hand_back_to_python(backend):
+def test_state_changes_hand_back_to_python(cl_backend):
     """More addresses, higher derivatives, a reset, a pending result, a launch table, lists
     and subsets between steps: the same bits as the Python way throughout."""
-    if backend != "opencl":
-        pytest.skip("the compiled step runs OpenCL launches")
     n = 400
     x, v, m, ids, a, jerk = _system(n)
-    fast, slow = _pair(4, "double", backend)
+    fast, slow = _pair(4, "double", cl_backend)
     try:
         def both(fn):
             return [fn(lib) for lib in (fast, slow)]
@@ -357,16 +351,14 @@ def test_module_refuses_misuse():
                        False) == 0
 
 
-def test_launch_failure_is_a_backend_error_and_the_python_way_goes_on(backend):
+def test_launch_failure_is_a_backend_error_and_the_python_way_goes_on(cl_backend):
     """An OpenCL error inside the compiled step raises BackendError; the library then
     takes the Python way, with its kernels' arguments set again and the j-particles
     predicted again (the failed step may have done either halfway)."""
     from sapporo.errors import BackendError
 
-    if backend != "opencl":
-        pytest.skip("the compiled step runs OpenCL launches")
-    lib, (x, v, m, ids, a, jerk) = _ready(backend=backend)
-    slow = sapporo.Library(order=4, precision="double-single", backend=backend)
+    lib, (x, v, m, ids, a, jerk) = _ready(backend=cl_backend)
+    slow = sapporo.Library(order=4, precision="double-single", backend=cl_backend)
     slow._engine_tried = True
     real = lib._engine
 
