@@ -60,43 +60,63 @@ static const char *fmt_core(const char *f)
     return f;
 }
 
-/* obj as a C-contiguous float64 buffer of rows x cols (cols 0: 1-D; rows < 0: any number):
- * 1 with *v held, 0 when it is not one (no exception set). */
-static int f64_view(PyObject *obj, Py_ssize_t rows, int cols, Py_buffer *v)
+/* The buffers a call holds, released together (at most 12: put_j's arguments). */
+struct views {
+    Py_buffer v[12];
+    int n;
+};
+
+/* obj's C-contiguous buffer, in the next slot of s but not yet kept (view_keep), or NULL:
+ * not such a buffer (numbers, text and None never are; no exception set). */
+static Py_buffer *view_try(PyObject *obj, struct views *s)
 {
+    Py_buffer *v = &s->v[s->n];
     if (obj == Py_None || PyFloat_Check(obj) || PyLong_Check(obj) || PyUnicode_Check(obj))
-        return 0;
+        return NULL;
     if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyErr_Clear();
-        return 0;
+        return NULL;
     }
-    if (v->itemsize != 8 || strcmp(fmt_core(v->format), "d") != 0 || v->ndim != (cols ? 2 : 1)
-        || (rows >= 0 && v->shape[0] != rows) || (cols && v->shape[1] != cols)) {
-        PyBuffer_Release(v);
-        return 0;
-    }
-    return 1;
+    return v;
 }
 
-/* obj as a 1-D C-contiguous buffer of n signed integers (int32 or int64): 1 with *v held
- * and *wide set, 0 when it is not one. */
-static int int_view(PyObject *obj, Py_ssize_t n, Py_buffer *v, int *wide)
+/* v kept in s when ok (returned), else released (NULL). */
+static const Py_buffer *view_keep(struct views *s, Py_buffer *v, int ok)
+{
+    if (!ok) {
+        PyBuffer_Release(v);
+        return NULL;
+    }
+    s->n++;
+    return v;
+}
+
+/* obj as a C-contiguous float64 buffer of rows x cols (cols 0: 1-D; rows < 0: any number),
+ * kept in s; NULL when it is not one. */
+static const Py_buffer *f64_view(PyObject *obj, Py_ssize_t rows, int cols, struct views *s)
+{
+    Py_buffer *v = view_try(obj, s);
+    if (v == NULL)
+        return NULL;
+    return view_keep(s, v, v->itemsize == 8 && strcmp(fmt_core(v->format), "d") == 0
+                               && v->ndim == (cols ? 2 : 1)
+                               && (rows < 0 || v->shape[0] == rows)
+                               && (!cols || v->shape[1] == cols));
+}
+
+/* obj as a 1-D C-contiguous buffer of n signed integers (int32 or int64; n < 0: any
+ * number), kept in s with *wide set; NULL when it is not one. */
+static const Py_buffer *int_view(PyObject *obj, Py_ssize_t n, struct views *s, int *wide)
 {
     const char *f;
-    if (obj == Py_None || PyFloat_Check(obj) || PyLong_Check(obj) || PyUnicode_Check(obj))
-        return 0;
-    if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        return 0;
-    }
+    Py_buffer *v = view_try(obj, s);
+    if (v == NULL)
+        return NULL;
     f = fmt_core(v->format);
     *wide = v->itemsize == 8 && (strcmp(f, "l") == 0 || strcmp(f, "q") == 0);
-    if (!(*wide || (v->itemsize == 4 && (strcmp(f, "i") == 0 || strcmp(f, "l") == 0)))
-        || v->ndim != 1 || (n >= 0 && v->shape[0] != n)) {
-        PyBuffer_Release(v);
-        return 0;
-    }
-    return 1;
+    return view_keep(s, v, (*wide || (v->itemsize == 4 && (strcmp(f, "i") == 0
+                                                          || strcmp(f, "l") == 0)))
+                               && v->ndim == 1 && (n < 0 || v->shape[0] == n));
 }
 
 /* A Python int (not a bool) in [lo, hi]: 1 with *out set, 0 otherwise. */
@@ -138,22 +158,26 @@ static int number(PyObject *obj, double *out)
     return 0;
 }
 
-/* The buffers a call holds, released together. */
-struct views {
-    Py_buffer v[12];
-    int n;
-};
-
-static Py_buffer *views_next(struct views *s)
-{
-    return &s->v[s->n];
-}
-
 static void views_release(struct views *s)
 {
     for (int k = 0; k < s->n; k++)
         PyBuffer_Release(&s->v[k]);
     s->n = 0;
+}
+
+/* obj as one number for all n values (*all set, *each NULL), or n float64 values (*each,
+ * kept in s): 1, or 0 when it is neither. */
+static int numbers(PyObject *obj, Py_ssize_t n, struct views *s, double *all,
+                   const double **each)
+{
+    const Py_buffer *b;
+    *each = NULL;
+    if (number(obj, all))
+        return 1;
+    if ((b = f64_view(obj, n, 0, s)) == NULL)
+        return 0;
+    *each = b->buf;
+    return 1;
 }
 
 /* 1 when __init__ has run (an Engine made by __new__ alone has no memory to work on). */
@@ -178,9 +202,8 @@ static Py_ssize_t int_values(PyObject *obj, Py_ssize_t n, long long hi, int *out
         out[0] = (int)one;
         return 1;
     }
-    if (!int_view(obj, n, views_next(s), &wide))
+    if ((b = int_view(obj, n, s, &wide)) == NULL)
         return 0;
-    b = &s->v[s->n++];
     n = b->shape[0];
     if (n < 1 || n > STEP_NJ_MAX)
         return 0;
@@ -200,9 +223,10 @@ static int finite_rows(PyObject *obj, Py_ssize_t n, struct views *s, const doubl
     *out = NULL;
     if (obj == Py_None)
         return 1;
-    if (!f64_view(obj, n, 3, views_next(s)))
+    const Py_buffer *b = f64_view(obj, n, 3, s);
+    if (b == NULL)
         return 0;
-    *out = s->v[s->n++].buf;
+    *out = b->buf;
     for (Py_ssize_t i = 0; i < n; i++)
         if (!finite3(*out + 3 * i))
             return 0;
@@ -347,7 +371,8 @@ static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t na
     struct views s = {.n = 0};
     double *rec = self->rec;
     int *address = self->address, *index = self->index;
-    const double *tv = NULL, *mv = NULL, *xv, *vv, *dv[6];
+    const double *tv, *mv, *xv, *vv, *dv[6];
+    const Py_buffer *b;
     double t0 = 0.0, m0 = 0.0;
     Py_ssize_t n;
     int ok = 0;
@@ -363,33 +388,21 @@ static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t na
     if ((n = int_values(args[0], -1, STEP_MAX_ADDRESS, address, &s)) < 1
         || int_values(args[1], n, STEP_MAX_ID, index, &s) != n)
         goto done;
-    /* t and mass: a float for all, or n of them */
-    if (number(args[2], &t0))
-        ;
-    else if (f64_view(args[2], n, 0, views_next(&s)))
-        tv = s.v[s.n++].buf;
-    else
+    /* t and mass: a number for all, or n of them */
+    if (!numbers(args[2], n, &s, &t0, &tv) || !numbers(args[3], n, &s, &m0, &mv))
         goto done;
-    if (number(args[3], &m0))
-        ;
-    else if (f64_view(args[3], n, 0, views_next(&s)))
-        mv = s.v[s.n++].buf;
-    else
+    if ((b = f64_view(args[4], n, 3, &s)) == NULL)
         goto done;
-    if (!f64_view(args[4], n, 3, views_next(&s)))
+    xv = b->buf;
+    if ((b = f64_view(args[5], n, 3, &s)) == NULL)
         goto done;
-    xv = s.v[s.n++].buf;
-    if (!f64_view(args[5], n, 3, views_next(&s)))
-        goto done;
-    vv = s.v[s.n++].buf;
+    vv = b->buf;
     for (int q = 0; q < 6; q++) {
-        dv[q] = NULL;
-        if (args[6 + q] == Py_None)
-            continue;
         /* a record the library does not have (pop, d5 below order 8): its error */
-        if (q + 2 >= self->raw_n || !f64_view(args[6 + q], n, 3, views_next(&s)))
+        if (args[6 + q] != Py_None && q + 2 >= self->raw_n)
             goto done;
-        dv[q] = s.v[s.n++].buf;
+        if (!finite_rows(args[6 + q], n, &s, &dv[q]))
+            goto done;
     }
     for (Py_ssize_t k = 0; k < n; k++) {
         double *r = rec + (size_t)JB_DOUBLES * k;
@@ -404,11 +417,8 @@ static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t na
         memcpy(r + 4, v, sizeof(double) * 3);
         r[7] = t;
         for (int q = 0; q < 6; q++)
-            if (dv[q] != NULL) {
-                if (!finite3(dv[q] + 3 * k))
-                    goto done;
+            if (dv[q] != NULL)
                 memcpy(r + 4 * (q + 2), dv[q] + 3 * k, sizeof(double) * 3);
-            }
     }
     if (!records_ok((int)n, address, rec, self->n_stored, self->raw_n, self->pred_terms,
                     self->ds))
@@ -425,6 +435,7 @@ done:
 static PyObject *Engine_compute(Engine *self, PyObject *const *args, Py_ssize_t nargs)
 {
     struct views s = {.n = 0};
+    const Py_buffer *b;
     const double *xv, *vv, *av = NULL, *jv = NULL;
     const void *ids;
     int64_t id1;
@@ -449,19 +460,19 @@ static PyObject *Engine_compute(Engine *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     if (!number(args[3], &eps2))
         goto done;
-    if (!f64_view(args[0], -1, 3, views_next(&s)))
+    if ((b = f64_view(args[0], -1, 3, &s)) == NULL)
         goto done;
-    ni = s.v[s.n].shape[0];
-    xv = s.v[s.n++].buf;
-    if (ni < 1 || ni > STEP_NI_MAX || !f64_view(args[1], ni, 3, views_next(&s)))
+    ni = b->shape[0];
+    xv = b->buf;
+    if (ni < 1 || ni > STEP_NI_MAX || (b = f64_view(args[1], ni, 3, &s)) == NULL)
         goto done;
-    vv = s.v[s.n++].buf;
+    vv = b->buf;
     if (ni == 1 && small_int(args[2], 0, STEP_MAX_ID, &one)) {
         id1 = one;
         ids = &id1;
     }
-    else if (int_view(args[2], ni, views_next(&s), &wide))
-        ids = s.v[s.n++].buf;
+    else if ((b = int_view(args[2], ni, &s, &wide)) != NULL)
+        ids = b->buf;
     else
         goto done;
     /* a and jerk: checked when given, as the library does, used by orders 6 and 8 */
