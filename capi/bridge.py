@@ -171,9 +171,9 @@ class Bridge:
         self._pending_ni = 0
         self._result: Any = None
         self._nb_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        # launches handed to C (the direct path): their kernels' arguments may have been
-        # set by C, and the device's predicted records are C's
-        self._direct_launches: list[Any] = []
+        # plans handed to C (the direct path) since Python last worked: C may have set
+        # their kernels' arguments and predicted the device's records
+        self._direct_planned = False
         self._direct_allowed = True  # SAPPORO_CAPI_DIRECT, read by open()
         # the environment as the library's open left it (PoCL's variables, set by the
         # backend), for a recipe of an open without Python (capi/warm.py)
@@ -205,7 +205,7 @@ class Bridge:
 
     def close(self) -> None:
         """Close the library and drop every result (idempotent)."""
-        self._direct_launches.clear()
+        self._direct_planned = False
         lib, self.lib = self.lib, None
         self._pending = self._result = self._nb_arrays = None
         if lib is not None:
@@ -214,7 +214,7 @@ class Bridge:
     def _open_lib(self) -> Any:
         if self.lib is None:
             raise SapporoError("the library is not open (call g6_open first)")
-        if self._direct_launches:
+        if self._direct_planned:
             self.after_direct()
         return self.lib
 
@@ -238,9 +238,7 @@ class Bridge:
             return -1
         plan = lib._direct_plan(nj, ni, lists, terms)
         if isinstance(plan, dict):
-            for launch in plan["launch_objects"]:  # every launch C may run until it
-                if all(launch is not x for x in self._direct_launches):  # works from Python
-                    self._direct_launches.append(launch)
+            self._direct_planned = True
         return plan
 
     def warm_record(self, path: str, fingerprint: str,
@@ -258,12 +256,12 @@ class Bridge:
 
     def after_direct(self) -> None:
         """Before the library works from Python again after C ran steps: the kernels'
-        arguments and the predicted records are no longer what Python last set."""
-        for launch in self._direct_launches:
-            launch.forget_args()
-        self._direct_launches.clear()
+        arguments and the predicted records are no longer what Python last set (the
+        library sets the arguments of its plans' launches again, Library._sync_j)."""
+        self._direct_planned = False
         lib = self.lib
         if lib is not None and hasattr(lib, "_predicted_time"):
+            lib._native_ran = True
             lib._predicted_time = None
 
     # ------------------------------------------------------------------------ j-particles

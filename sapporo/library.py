@@ -175,13 +175,15 @@ class Library:
         self._pending: PendingForce | None = None
         self._closed = False
         # small block steps in C (sapporo.stepper): the engine, once tried, its plans'
-        # buffer generation, the launches whose arguments C sets, and its result rows
+        # buffer generation and its result rows
         self._engine: Any = None
         self._engine_tried = False
         self._engine_gen = -1
-        self._engine_launches: list[Any] = []
-        self._engine_ran = False
         self._engine_out: np.ndarray | None = None
+        # the launches of every plan handed to C (the compiled step, the C API's direct
+        # path), and whether C may have set their kernels' arguments since Python did
+        self._native_launches: list[Any] = []
+        self._native_ran = False
         # result rows this order fills: acc, pot (+ jerk) (+ snap); the others stay zero
         self._rows = layout.result_rows(self.order)
         log.info(
@@ -253,7 +255,7 @@ class Library:
         self._closed = True
         self._pending = None
         self._engine = None
-        self._engine_launches = []
+        self._native_launches = []
         for d in self._devs:
             try:
                 d.close()
@@ -493,8 +495,9 @@ class Library:
         The library is brought up to date with the device first (records uploaded,
         predicted, the queues finished), so that C starts from a consistent state.
         ``terms``: the derivative records the prediction reads (default: the current
-        number). The answer's ``launch_objects`` are the launches whose arguments C sets:
-        call their ``forget_args`` before Python launches them again.
+        number). The answer's ``launch_objects`` are the launches whose arguments C sets;
+        whoever runs the plan sets ``_native_ran``, and :meth:`_sync_j` has them set their
+        arguments again before Python launches them.
         """
         if self.ndev != 1 or self._devs[0].variant.profiling:
             return -1
@@ -524,6 +527,9 @@ class Library:
             launches = (predict.native(), plan.force.native())
             if launches[0] is None or launches[1] is None:
                 return -1
+            for launch in (predict, plan.force):
+                if all(launch is not x for x in self._native_launches):
+                    self._native_launches.append(launch)
             rows = 0
             for r in self._rows:
                 rows |= 1 << int(r)
@@ -579,9 +585,6 @@ class Library:
 
         plan = self._direct_plan(self._n_stored, ni)
         if isinstance(plan, dict):
-            for launch in plan["launch_objects"]:
-                if all(launch is not x for x in self._engine_launches):
-                    self._engine_launches.append(launch)
             self._engine.set_plan(ni, plan_words(plan))
             self._engine_gen = plan["gen"]
         elif plan == 0:
@@ -618,12 +621,12 @@ class Library:
                 r = eng.compute(x, v, index, eps2, a, jerk, t, predict)
         except RuntimeError as exc:  # a launch failed: C may have set kernel arguments
             self._engine = None
-            self._engine_ran = True
+            self._native_ran = True
             self._predicted_time = None
             raise BackendError(f"{dev.info.name}: {exc}") from None
         if r == 0 or r == -2:
             return None
-        self._engine_ran = True
+        self._native_ran = True
         dev.ctx.commands += 2 if predict else 1
         if predict:
             self._predicted_time = t
@@ -643,10 +646,10 @@ class Library:
     def _sync_j(self, small: list[bool] | None = None) -> None:
         """Send changed addresses and predict, where needed (``small[d]``: on device d's
         companion, because the force launch that follows goes there)."""
-        if self._engine_ran:  # C set these kernels' arguments since Python last did
-            for launch in self._engine_launches:
+        if self._native_ran:  # C set these kernels' arguments since Python last did
+            for launch in self._native_launches:
                 launch.forget_args()
-            self._engine_ran = False
+            self._native_ran = False
         nd = self.ndev
         changed = False
         if self._dirty:

@@ -59,7 +59,7 @@ def _same(r1, r2) -> None:
 
 
 def _engine_used(lib) -> bool:
-    return lib._engine is not None and lib._engine_ran
+    return lib._engine is not None and lib._native_ran
 
 
 @pytest.mark.parametrize("precision", ["double-single", "double"])
@@ -153,7 +153,7 @@ def test_python_ints_where_numbers_go_run_in_c(cl_backend):
             lib.set_j_particles(np.array([3]), ids[3:4], 0, 1, x[3:4], v[3:4])
             lib.set_time(1)
             res.append(lib.compute(x[5:6], v[5:6], ids[5:6], 0))
-        assert not fast._dirty and fast._engine_ran
+        assert not fast._dirty and fast._native_ran
         _same(*res)
         with pytest.raises(InputError):
             fast.set_j_particles(np.array([3]), ids[3:4], 10**400, 1, x[3:4], v[3:4])
@@ -173,7 +173,7 @@ def _ready(order: int = 4, precision: str = "double-single", backend: str = "ope
     lib.set_j_particles(s, ids[s], 0.0, m[s], x[s], v[s])
     assert not lib._dirty, "the j-particle was not stored in C"
     lib.compute(x[s], v[s], ids[s], EPS2)
-    assert lib._engine_ran
+    assert lib._native_ran
     return lib, (x, v, m, ids, a, jerk)
 
 

@@ -132,9 +132,10 @@ def test_direct_plan_from_python(monkeypatch) -> None:
         big = bridge.direct_plan(n, 128)
         assert isinstance(big, dict) and big["gen"] > plan["gen"]
         assert bridge.direct_plan(n + 1, 5) == 0  # more j-addresses than stored
-        assert bridge._direct_launches
+        assert bridge._direct_planned
         bridge.set_time(0.5)  # Python again: the predicted records are no longer trusted
-        assert not bridge._direct_launches and lib._predicted_time is None
+        assert not bridge._direct_planned and lib._predicted_time is None
+        assert lib._native_ran  # the kernels' arguments are set again at the next launch
         # one plan serves the block sizes of the same launch shape (C sets ni)
         cfg = lib._devs[0].table.for_ni(5)
         assert plan["ni_lo"] <= 5 <= plan["ni_hi"] <= plan["ni_pad"]
