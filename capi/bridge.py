@@ -27,9 +27,8 @@ from sapporo.errors import (
     SapporoError,
 )
 from sapporo.layout import raw_n
+from sapporo.stepper import plan_words
 from sapporo.validate import COORD_LIMIT, vec3
-
-from .warm import plan_words
 
 #: raw records per j-particle in the C half's buffer (the most any order uses)
 JB_RECORDS = 8
@@ -175,9 +174,6 @@ class Bridge:
         # their kernels' arguments and predicted the device's records
         self._direct_planned = False
         self._direct_allowed = True  # SAPPORO_CAPI_DIRECT, read by open()
-        # the environment as the library's open left it (PoCL's variables, set by the
-        # backend), for a recipe of an open without Python (capi/warm.py)
-        self.env_after_open: dict[str, str] | None = None
 
     # ------------------------------------------------------------------------ lifecycle
     def npipes(self) -> int:
@@ -197,7 +193,6 @@ class Bridge:
         gc.disable()  # the backend's start-up makes many objects and no garbage
         try:
             self.lib = Library(**settings)
-            self.env_after_open = dict(os.environ)
         finally:
             if was_enabled:
                 gc.enable()
@@ -219,40 +214,22 @@ class Bridge:
         return self.lib
 
     # ------------------------------------------------------------------------ direct path
-    def direct_plan(self, nj: int, ni: int, lists: bool = False,
-                    terms: int | None = None) -> int | dict[str, Any]:
+    def direct_plan(self, nj: int, ni: int, lists: bool = False) -> int | dict[str, Any]:
         """A force call of ``ni`` i-particles on j-addresses [0, nj), with neighbour lists or
         not, as the C half can run it without Python (capi/direct.c), or why not: 0 (not
         for this shape) or -1 (not for this library: ``SAPPORO_CAPI_DIRECT=0``, timing by
         phase, and the reasons of :meth:`Library._direct_plan
-        <sapporo.library.Library._direct_plan>`, which makes it).
-
-        ``terms``: the derivative records the prediction reads (default: the library's
-        current number; a recipe for a later open has plans for the fewer ones too).
-        """
+        <sapporo.library.Library._direct_plan>`, which makes it)."""
         lib = self.lib
         if lib is None:
             raise SapporoError("the library is not open (call g6_open first)")
         if not self._direct_allowed or not hasattr(lib, "_direct_plan") \
                 or lib._phases is not None:
             return -1
-        plan = lib._direct_plan(nj, ni, lists, terms)
+        plan = lib._direct_plan(nj, ni, lists)
         if isinstance(plan, dict):
             self._direct_planned = True
         return plan
-
-    def warm_record(self, path: str, fingerprint: str,
-                    shapes: list[tuple[int, int, int]]) -> None:
-        """At g6_close: write the recipe with which the next run's open needs no Python
-        (:func:`sapporo.capi.warm.write_recipe`); never an error of the close."""
-        from .warm import write_recipe
-
-        if self.lib is None or not config.from_environment().capi_warm:
-            return
-        try:
-            write_recipe(self, path, fingerprint, shapes, self.env_after_open)
-        except Exception as exc:  # noqa: BLE001 - a cache, never the client's problem
-            logger.debug("no recipe written to %s: %s", path, exc, exc_info=True)
 
     def after_direct(self) -> None:
         """Before the library works from Python again after C ran steps: the kernels'
@@ -552,14 +529,6 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
     def shim_py_direct_plan(nj, ni, lists, words, nwords) -> int:
         w = np.frombuffer(ffi.buffer(words, 8 * nwords), dtype=np.int64)
         w[:] = plan_words(state.direct_plan(nj, ni, bool(lists)))
-        return 0
-
-    @extern
-    def shim_py_warm_record(path, fingerprint, n, shapes) -> int:
-        triples = scalars(shapes, 3 * n, np.int32).reshape(n, 3).tolist()
-        state.warm_record(ffi.string(path).decode("utf-8", "surrogateescape"),
-                          ffi.string(fingerprint).decode("utf-8", "surrogateescape"),
-                          [tuple(t) for t in triples])
         return 0
 
     @extern

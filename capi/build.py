@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import io
 import json
+import logging
 import os
 import re
 import shlex
@@ -48,6 +49,8 @@ __all__ = [
     "make_ffi",
 ]
 
+logger = logging.getLogger(__name__)
+
 #: cffi module name of the embedded extension (never importable from outside).
 MODULE_NAME = "_sapporo_capi"
 LIBRARY = "libsapporo.so"
@@ -61,7 +64,7 @@ PKGCONFIG = {
     "g6lib": ("g6", "sapporo-nbody's GRAPE-6 library under the name libg6"),
 }
 STAMP = "sapporo-capi.json"
-_SOURCES = ("shim.c", "direct.c", "engine.h", "warm.c", "bridge.h", "bridge.py", "grape6.h",
+_SOURCES = ("shim.c", "direct.c", "engine.h", "bridge.h", "bridge.py", "grape6.h",
             "sapporo.h", "build.py")
 
 #: Exported ABI: ``g6*``, ``sapporo_*`` and sapporo_light's ``get_device_count``; every other
@@ -124,7 +127,8 @@ def source_dir() -> Path:
 
 
 def _layout_header() -> Path:
-    """sapporo/layout.h: the rows of the library's records, read by direct.c too."""
+    """sapporo/layout.h: the rows of the library's records, read by direct.c too (plan.h,
+    the plan table, lies beside it)."""
     from sapporo.layout import LAYOUT_HEADER
 
     return LAYOUT_HEADER
@@ -212,6 +216,7 @@ def _fingerprint(sites: list[str]) -> str:
     for name in _SOURCES:
         h.update((source_dir() / name).read_bytes())
     h.update(_layout_header().read_bytes())
+    h.update(_layout_header().with_name("plan.h").read_bytes())
     h.update(repr((sapporo.__version__, cffi.__version__, sys.executable, sites)).encode())
     return h.hexdigest()[:16]
 
@@ -350,7 +355,24 @@ def build(
     (inst.lib_dir / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
     if not keep_dir:
         shutil.rmtree(work, ignore_errors=True)
+    _remove_old_recipes()
     return inst
+
+
+def _remove_old_recipes() -> None:
+    """Delete the start-up recipes that versions before 0.2 left in the cache folders
+    (``<kernel cache>/warm``, ``~/.cache/sapporo/capi-warm``): nothing reads them now."""
+    from sapporo import config
+
+    cache = config.kernel_cache_dir()
+    folders = [cache / "warm"] if cache is not None else []
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if xdg.startswith("/") else Path.home() / ".cache"
+    folders.append(base / "sapporo" / "capi-warm")
+    for folder in folders:
+        if folder.is_dir():
+            shutil.rmtree(folder, ignore_errors=True)
+            logger.info("removed %s (start-up recipes of an earlier version)", folder)
 
 
 def _pkgconfig_possible(prefix: Path) -> bool:

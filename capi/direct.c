@@ -44,12 +44,6 @@ static struct {
     int zeros_n;
 } direct;
 
-/* warm.c: an open served without Python (defined there, after this file) */
-static int warm_is_active(void);
-static int warm_store(void);
-static struct dplan *warm_plan(int nj, int ni, int lists);
-static int warm_handover(const char *why);
-
 /* the time of the steps: g6_set_ti's, kept also for the Python way */
 static int have_time;
 static double cur_time;
@@ -120,7 +114,7 @@ static int direct_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int 
 }
 
 /* The plan for ni i-particles and nj j-addresses: from the cache, else asked of Python
- * (an open served by warm.c has only the plans of its recipe). */
+ */
 static struct dplan *direct_plan(int nj, int ni, int lists)
 {
     struct dplan *p;
@@ -128,8 +122,6 @@ static struct dplan *direct_plan(int nj, int ni, int lists)
     if (direct.off || direct_room(lists, ni + 1) < 0)
         return NULL;
     p = &direct.plans[lists][ni];
-    if (warm_is_active())
-        return warm_plan(nj, ni, lists);
     if (p->epoch == direct.epoch && p->nj == nj && p->ni == ni && p->status != 0)
         return p->status > 0 ? p : NULL;
     memset(w, 0, sizeof w);
@@ -223,8 +215,6 @@ static int direct_start(int nj, int ni, const int *index, const double *xi, cons
     /* nothing in flight from here on (the plans may move in memory) */
     if ((rc = direct_wait()) < 0)
         return rc;
-    if (warm_is_active() && !warm_store())
-        return 0;
     if ((p = direct_plan(nj, ni, lists)) == NULL)
         return 0;
     if (nj > p->n_stored || !direct_j_ok(p)
@@ -414,8 +404,6 @@ static int direct_redo_start(int ni)
         index[i] = (int)d[IC_ID * st];
     }
     rc = direct_before_python();
-    if (rc >= 0)
-        rc = warm_handover("a non-finite force to diagnose");
     if (rc >= 0)
         rc = shim_py_start(direct.redo_nj, ni, index, x, v, p->order >= 6 ? a : NULL,
                            p->order >= 8 ? j : NULL, direct.redo_eps2, NULL, have_time,

@@ -5,8 +5,8 @@
  *
  * A plan (struct dplan) is a force call of a given shape, as sapporo.device prepared it: the
  * buffers, the kernels with their arguments, the queues.  Python hands it over as int64 words
- * at the offsets DP_* and DL_* of bridge.h (Library._direct_plan, capi/warm.py:plan_words);
- * the includer includes bridge.h first.  From it, C checks j- and i-particles the way the
+ * at the offsets DP_* and DL_* of sapporo/plan.h (Library._direct_plan,
+ * sapporo.stepper.plan_words).  From it, C checks j- and i-particles the way the
  * library does, writes j-records into the host mirror and the device's records (the device
  * computes on host memory), queues the prediction and the force kernels through the OpenCL
  * entry points PyOpenCL uses, waits, and combines the parts in the order of
@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "layout.h"
+#include "plan.h"
 
 /* j-particles as the library's raw records (sapporo/layout.h: RAW_XM x|mass, RAW_VT v|t, then
  * a, jerk, snap, crackle, pop, d5 with a zero .w): JB_RECORDS double4 per particle. */
@@ -49,10 +50,10 @@ typedef dcl_int (*dcl_event_fn)(void *event);
 
 /* The plan table: DP_* words and, for each of the two launches (prediction, force), DL_*:
  * queue, kernel, the argument set per call and its position, dims, global[2], local[2],
- * nargs, then nargs pairs (size, value bits). The enums are in bridge.h, which Python reads
+ * nargs, then nargs pairs (size, value bits). The enums are in plan.h, which Python reads
  * too. */
-_Static_assert(DP_LAUNCH_WORDS == DL_ARGS + 2 * DP_MAX_ARGS, "bridge.h: DP_LAUNCH_WORDS");
-_Static_assert(DP_WORDS == DP_LAUNCHES + 2 * DP_LAUNCH_WORDS, "bridge.h: DP_WORDS");
+_Static_assert(DP_LAUNCH_WORDS == DL_ARGS + 2 * DP_MAX_ARGS, "plan.h: DP_LAUNCH_WORDS");
+_Static_assert(DP_WORDS == DP_LAUNCHES + 2 * DP_LAUNCH_WORDS, "plan.h: DP_WORDS");
 
 struct dlaunch {
     void *queue, *kernel;

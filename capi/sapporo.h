@@ -86,10 +86,8 @@ const char *sapporo_version(void);
  * it off). A diagnostic: 0 means every call went through Python. */
 long sapporo_direct_calls(void);
 
-/* How many opens of this process were served without starting Python, from the recipe an
- * earlier run's g6_close left (same settings; SAPPORO_CAPI_WARM=0 turns this off), and
- * whether Python has started in this process (1) or not (0). Diagnostics. */
-long sapporo_warm_starts(void);
+/* Whether the embedded Python has started in this process (1) or not (0): g6_open starts
+ * it; g6_npipes and the error queries do not. A diagnostic. */
 int sapporo_python_started(void);
 
 /* sapporo_light's device query (the symbol AMUSE's configure looks for): how many devices
@@ -124,7 +122,6 @@ int sapporo_flush_(void);
 void sapporo_last_error_(char *message, size_t message_len);
 void sapporo_version_(char *text, size_t text_len);
 long sapporo_direct_calls_(void);
-long sapporo_warm_starts_(void);
 int sapporo_python_started_(void);
 
 #ifdef __cplusplus

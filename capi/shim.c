@@ -250,7 +250,7 @@ static int need_open(void)
 
 /* SAPPORO_NPIPES when it is blank or plain digits in range: the answer of capi/bridge.py's
  * read_npipes, without starting Python (clients ask g6_npipes() before g6_open to size
- * their arrays, and an open may then need no Python at all: warm.c); 0 for anything else,
+ * their arrays); 0 for anything else,
  * which Python reads and reports. */
 static int npipes_from_environment(void)
 {
@@ -422,18 +422,12 @@ static int jb_put(int address, int index, double t, double mass, const double *x
 }
 
 #include "direct.c"
-#include "warm.c"
 
 static int jb_flush(void)
 {
     int rc;
     if (jb.n == 0)
         return SAPPORO_OK;
-    /* an open served without Python keeps them, or starts Python for them */
-    if (warm.active && warm_store())
-        return SAPPORO_OK;
-    if ((rc = warm_handover("j-particles the recipe does not cover (a new address, a derivative record it does not hold, a mass double-single cannot hold)")) < 0)
-        return rc;
     if ((rc = direct_before_python()) < 0)
         return rc;
     /* the highest record that may hold data: the library then reads no more */
@@ -453,10 +447,6 @@ static int try_open(int order, const char *precision, const char *backend, int n
         return SAPPORO_OK;
     if (ndev > 0 && devices == NULL)
         return fail(SAPPORO_ERR_INPUT, "ndev = %d but devices is NULL", ndev);
-    if (warm_open(order, precision, backend, ndev, devices)) {
-        is_open = 1;  /* without Python, from an earlier run's recipe (warm.c) */
-        return SAPPORO_OK;
-    }
     if ((rc = python_up()) < 0)
         return rc;
     rc = shim_py_open(order, precision, backend, ndev, devices, &max_address);
@@ -480,9 +470,6 @@ static int do_close(void)
 {
     int rc = SAPPORO_OK;
     direct_wait();
-    if (is_open && !warm.active)
-        warm_record();  /* for the next run's open, while the plans are known */
-    warm.record = 0;
     direct_reset();
     jb_clear();
     max_j_index = -1;
@@ -492,10 +479,6 @@ static int do_close(void)
     pending_lists = 0;
     have_result = 0;
     nb.valid = 0;
-    if (is_open && warm.active) {
-        warm_release();
-        is_open = 0;
-    }
     if (is_open) {
         is_open = 0;
         rc = shim_py_close();
@@ -586,15 +569,6 @@ static void do_firsthalf8(int nj, int ni, const int *index, const double *xi,
         direct.redo_eps2 = eps2;
         rc = rc > 0 ? SAPPORO_OK : rc;
         goto done;
-    }
-    if (warm.active) {  /* an open served without Python starts it now */
-        char why[256];
-        snprintf(why, sizeof why, "a force call the recipe does not cover (nj = %d, ni = %d, "
-                 "%s lists, %d j-addresses stored, prediction reading %d derivatives, or an "
-                 "input to refuse)", nj, ni, pending_lists ? "with" : "without",
-                 warm.n_stored, warm.pred_terms);
-        if ((rc = warm_handover(why)) < 0)
-            goto done;
     }
     if ((rc = jb_flush()) < 0)
         goto done;
@@ -718,8 +692,6 @@ static int do_nj_max(void)
 static int do_device_count(void)
 {
     int rc;
-    if (warm.active)
-        return warm.device_count;
     if ((rc = python_up()) < 0)
         return 0;
     rc = shim_py_device_count();
@@ -1157,8 +1129,6 @@ EXPORT const char *sapporo_last_error(void)
 EXPORT const char *sapporo_version(void)
 {
     enter("sapporo_version");
-    if (version[0] == '\0' && warm.active)
-        snprintf(version, sizeof version, "%s", warm.version);
     if (version[0] == '\0' && python_up() == 0)
         shim_py_version(version, (int)sizeof version);
     leave(0);
@@ -1170,15 +1140,6 @@ EXPORT long sapporo_direct_calls(void)
     long n;
     enter("sapporo_direct_calls");
     n = direct.calls;
-    leave(0);
-    return n;
-}
-
-EXPORT long sapporo_warm_starts(void)
-{
-    long n;
-    enter("sapporo_warm_starts");
-    n = warm.starts;
     leave(0);
     return n;
 }
@@ -1304,11 +1265,6 @@ EXPORT void sapporo_last_error_(char *message, size_t message_len)
 EXPORT long sapporo_direct_calls_(void)
 {
     return sapporo_direct_calls();
-}
-
-EXPORT long sapporo_warm_starts_(void)
-{
-    return sapporo_warm_starts();
 }
 
 EXPORT int sapporo_python_started_(void)

@@ -26,7 +26,6 @@
 #include <Python.h>
 #include <stdint.h>
 
-#include "bridge.h"
 #include "engine.h"
 
 #define STEP_NI_MAX 256  /* i-particles per compute here */
@@ -282,7 +281,7 @@ static void Engine_dealloc(Engine *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* set_plan(ni, words): the plan for ni i-particles (words: bridge.h's table, for the
+/* set_plan(ni, words): the plan for ni i-particles (words: plan.h's table, for the
  * block sizes DP_NI_LO .. DP_NI_HI), or None: ni goes the library's way. Returns the
  * highest block size the plan serves here. */
 static PyObject *Engine_set_plan(Engine *self, PyObject *const *args, Py_ssize_t nargs)

@@ -72,23 +72,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _capi_line(env: config.Settings) -> str:
-    """The C API's state: built or not, and the recipes its g6_open can start from
-    without Python."""
-    try:
-        from .capi import build, warm
-    except ImportError:  # pragma: no cover - the C API is part of the package
-        return ""
+    """The C API's state: built for this version or not."""
+    from .capi import build
+
     inst = build.installation()
     built = (f"built in {inst.prefix}" if inst.is_current()
              else "not built for this version (sapporo capi build)")
-    if not env.capi_warm:
-        opens = "every g6_open starts Python (SAPPORO_CAPI_WARM=0)"
-    else:
-        folder = warm.recipe_folder()
-        n = len(warm.usable_recipes(folder))
-        opens = (f"{n} recipe(s) for opening without Python in {folder}" if folder is not None
-                 else "no recipes (SAPPORO_KERNEL_CACHE off)")
-    return f"C API: {built}; {opens}\n"
+    return f"C API: {built}\n"
 
 
 def _step_status() -> str:

@@ -26,11 +26,6 @@ variable                   meaning
                            in ``<out>.rank<r>`` (to compare the ranks' runs)
 ``SAPPORO_CAPI_DIRECT``    0: every block step of the C API goes through Python
                            (default 1: C runs the steps Python has planned)
-``SAPPORO_CAPI_WARM``      0: the C API's open always starts Python (default 1: an
-                           open whose settings match an earlier run's, which ran on
-                           the direct path and closed, starts without it; read by
-                           capi/warm.c too, as is ``SAPPORO_CAPI_WARM_TRACE=1``, which
-                           prints why such an open started Python after all)
 ``SAPPORO_STEP_ENGINE``    0: the Python API's small block steps run in Python (default
                            1: in C, on plans the library made, when a C compiler built
                            the step module; see :mod:`sapporo.stepper`)
@@ -189,7 +184,6 @@ class Settings:
     decomposition: str | None = None
     rank_output: bool = False
     capi_direct: bool = True
-    capi_warm: bool = True
     step_engine: bool = True
 
 
@@ -213,8 +207,6 @@ def from_environment() -> Settings:
         rank_output=(_get("SAPPORO_RANK_OUTPUT") or "0").lower() not in ("0", "no", "false"),
         capi_direct=(_get("SAPPORO_CAPI_DIRECT") or "1").lower() not in ("0", "no", "false",
                                                                       "off"),
-        capi_warm=(_get("SAPPORO_CAPI_WARM") or "1").lower() not in ("0", "no", "false",
-                                                                  "off"),
         step_engine=(_get("SAPPORO_STEP_ENGINE") or "1").lower() not in ("0", "no", "false",
                                                                       "off"),
     )

@@ -210,10 +210,8 @@ def capi_steps(rows: Sequence[dict[str, Any]], steps: int = 300, backend: str | 
     for the block, ``g6_set_ti``, firsthalf, lasthalf) on the C API's direct path, and
     ``capi_python_us`` with every call through Python (``SAPPORO_CAPI_DIRECT=0``).
 
-    Returns the start-up: ``open_python_ms``, the median ``g6_open`` that starts Python
-    (``SAPPORO_CAPI_WARM=0``), and ``open_warm_ms``, the median one from the recipe an
-    earlier run left (N = 1024, 3 runs each; the recipes of these runs are kept apart from
-    the user's, in the kernel cache folder).
+    Returns the start-up: ``open_ms``, the median ``g6_open`` (N = 1024, 3 runs), which
+    starts the embedded Python.
 
     Builds the C library first when needed (``sapporo capi build``, default prefix) and the
     driver with the C compiler (``$CC``, else ``cc``).
@@ -280,7 +278,7 @@ def capi_steps(rows: Sequence[dict[str, Any]], steps: int = 300, backend: str | 
                                        f"{(proc.stderr or proc.stdout).strip()[-500:]}")
                 r[key] = float(fields[fields.index("step_us") + 1])
         if progress is not None:
-            progress("C API start-up: g6_open with and without Python ...")
+            progress("C API start-up: g6_open ...")
         return _open_times(exe, {**env, "SAPPORO_ORDER": str(rows[0]["order"]),
                                  "SAPPORO_PRECISION": str(rows[0]["precision"])})
     finally:
@@ -288,37 +286,28 @@ def capi_steps(rows: Sequence[dict[str, Any]], steps: int = 300, backend: str | 
 
 
 def _open_times(exe: Any, env: dict[str, str], runs: int = 3) -> dict[str, float]:
-    """Median ``g6_open`` of ``tune/capi_block_step.c`` starting Python, and from a recipe
-    (after one run that leaves it)."""
+    """Median ``g6_open`` of ``tune/capi_block_step.c``, which starts the embedded Python
+    and opens the library (``runs`` processes, N = 1024)."""
     import subprocess
 
-    from .config import kernel_cache_dir
     from .errors import SapporoError
 
-    cache = kernel_cache_dir()
-    if cache is not None:  # the recipes of these runs apart from the user's own
-        env = {**env, "SAPPORO_KERNEL_CACHE": str(cache)}
-
-    def open_ms(extra: dict[str, str]) -> float:
+    def open_ms() -> float:
         proc = subprocess.run([str(exe), "1024", "1", "20"], capture_output=True, text=True,
-                              env={**env, **extra}, timeout=600)
+                              env=env, timeout=600)
         fields = proc.stdout.split()
         if proc.returncode != 0 or "open_ms" not in fields:
             raise SapporoError(f"{CAPI_DRIVER} 1024 1 failed (status {proc.returncode}): "
                                f"{(proc.stderr or proc.stdout).strip()[-500:]}")
         return float(fields[fields.index("open_ms") + 1])
 
-    cold = [open_ms({"SAPPORO_CAPI_WARM": "0"}) for _ in range(runs)]
-    open_ms({"SAPPORO_CAPI_WARM": "1"})  # leaves the recipe, if none is there yet
-    warm = [open_ms({"SAPPORO_CAPI_WARM": "1"}) for _ in range(runs)]
-    return {"open_python_ms": statistics.median(cold), "open_warm_ms": statistics.median(warm)}
+    return {"open_ms": statistics.median(open_ms() for _ in range(runs))}
 
 
 def startup_note(times: dict[str, float]) -> str:
     """One line on the C API's start-up, from :func:`capi_steps`'s answer."""
-    return (f"C API start-up (g6_open, N = 1024): {times['open_python_ms']:.0f} ms starting "
-            f"Python; {times['open_warm_ms']:.0f} ms from the recipe of an earlier run with "
-            "the same settings (no Python)")
+    return (f"C API start-up (g6_open, N = 1024): {times['open_ms']:.0f} ms, starting the "
+            "embedded Python and opening the library")
 
 
 def write_sweep(rows: Sequence[dict[str, Any]], out: Any, plots: bool = True,

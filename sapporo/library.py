@@ -484,8 +484,7 @@ class Library:
                 for d, dev in enumerate(self._devs)]
 
     # -- small block steps in C (sapporo.stepper)
-    def _direct_plan(self, nj: int, ni: int, lists: bool = False,
-                     terms: int | None = None) -> int | dict[str, Any]:
+    def _direct_plan(self, nj: int, ni: int, lists: bool = False) -> int | dict[str, Any]:
         """A force call of ``ni`` i-particles on j-addresses [0, nj), with neighbour lists or
         not, as C can run it (``capi/engine.h``: the C API's direct path and the compiled
         step), or why not: 0 (not for this shape) or -1 (not for this library: several
@@ -494,8 +493,7 @@ class Library:
 
         The library is brought up to date with the device first (records uploaded,
         predicted, the queues finished), so that C starts from a consistent state.
-        ``terms``: the derivative records the prediction reads (default: the current
-        number). The answer's ``launch_objects`` are the launches whose arguments C sets;
+        The answer's ``launch_objects`` are the launches whose arguments C sets;
         whoever runs the plan sets ``_native_ran``, and :meth:`_sync_j` has them set their
         arguments again before Python launches them.
         """
@@ -519,7 +517,7 @@ class Library:
             if dev.h_raw is None or dev.h_id is None:
                 return -1  # the device keeps its own copy of the records
             plan = dev._plan(0, ni, nj, bool(lists))
-            terms = self._pred_terms if terms is None else terms
+            terms = self._pred_terms
             predict = dev.predict_launch(self._n_stored, terms, small[0])
             dev.finish()
             if plan.reduce is not None:
@@ -581,7 +579,7 @@ class Library:
     def _engine_plan(self, ni: int) -> None:
         """Give the engine the plan for ``ni`` i-particles on every stored address (or tell
         it that ``ni`` goes the Python way)."""
-        from .capi.warm import plan_words
+        from .stepper import plan_words
 
         plan = self._direct_plan(self._n_stored, ni)
         if isinstance(plan, dict):

@@ -22,6 +22,7 @@ import importlib.machinery
 import importlib.util
 import logging
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -31,15 +32,20 @@ import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+import numpy as np
 
 from . import config
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MODULE_NAME", "load", "source_files", "status"]
+__all__ = ["MODULE_NAME", "load", "plan_enums", "plan_words", "source_files", "status"]
 
 #: the compiled module's name (its init function is PyInit__sapporo_step)
 MODULE_NAME = "_sapporo_step"
+#: the plan table (plan.h)
+PLAN_HEADER = Path(__file__).with_name("plan.h")
 
 _STATE: dict[str, object] = {}  # "module", or "why" it is not there (once per process)
 
@@ -49,8 +55,8 @@ def source_files() -> list[Path]:
     from .capi import build as capi_build
     from .layout import LAYOUT_HEADER
 
-    capi = capi_build.source_dir()
-    return [Path(__file__).with_name("_step.c"), capi / "engine.h", capi / "bridge.h",
+    capi = capi_build.source_dir()  # engine.h, shared with the C API
+    return [Path(__file__).with_name("_step.c"), capi / "engine.h", PLAN_HEADER,
             LAYOUT_HEADER]
 
 
@@ -135,6 +141,59 @@ def load() -> ModuleType | None:
         log.info("block steps take the Python way: the compiled step is %s", _STATE["why"])
     _STATE["module"] = module
     return module
+
+
+def plan_enums() -> dict[str, int]:
+    """The ``DP_*`` and ``DL_*`` word offsets of ``plan.h`` (read from its text)."""
+    if "enums" not in _STATE:
+        found: dict[str, int] = {}
+        for body in re.findall(r"enum\s*\{([^}]*)\}", PLAN_HEADER.read_text()):
+            value = 0
+            for item in filter(None, (i.strip() for i in body.split(","))):
+                name, _, expr = item.partition("=")
+                value = int(expr) if expr.strip() else value
+                found[name.strip()] = value
+                value += 1
+        _STATE["enums"] = found
+    return dict(_STATE["enums"])  # type: ignore[call-overload]
+
+
+def plan_words(plan: dict[str, Any] | int) -> np.ndarray:
+    """The words of a plan (``plan.h``'s layout) from :meth:`Library._direct_plan
+    <sapporo.library.Library._direct_plan>`'s answer: its status alone (0: the Python way,
+    -1: never) when it is a number, or when a launch does not fit the table."""
+    e = plan_enums()
+    w = np.zeros(e["DP_WORDS"], dtype=np.int64)
+    if not isinstance(plan, dict):
+        w[e["DP_STATUS"]] = plan
+        return w
+    for key in ("order", "nci", "nco", "ni_pad", "nparts", "raw_n", "pred_terms", "n_stored",
+                "ds", "check_rows", "spin_ns", "time_bits", "max_id", "idata", "out",
+                "mirror_raw", "mirror_ids", "dev_raw", "dev_ids", "gen", "ni_lo", "ni_hi",
+                "nb_counts", "nb_lists", "nb_cap"):
+        w[e["DP_" + key.upper()]] = plan[key]
+    for key, value in plan["entry"].items():
+        w[e["DP_FN_" + key.upper()]] = value
+    for k, (launch, call_arg, ni_arg) in enumerate(zip(
+            plan["launches"], plan["call_args"], plan["ni_args"], strict=True)):
+        if len(launch.args) > e["DP_MAX_ARGS"] or len(launch.global_size) > 2:
+            w[:] = 0
+            w[e["DP_STATUS"]] = -1
+            return w
+        o = e["DP_LAUNCHES"] + k * e["DP_LAUNCH_WORDS"]
+        gs = (*launch.global_size, 1, 1)
+        ls = (*(launch.local_size or (0, 0)), 0, 0)
+        w[o + e["DL_QUEUE"]], w[o + e["DL_KERNEL"]] = launch.queue, launch.kernel
+        w[o + e["DL_CALL_ARG"]], w[o + e["DL_DIMS"]] = call_arg, len(launch.global_size)
+        w[o + e["DL_NI_ARG"]] = ni_arg
+        w[o + e["DL_G0"]], w[o + e["DL_G1"]] = gs[0], gs[1]
+        w[o + e["DL_L0"]], w[o + e["DL_L1"]] = ls[0], ls[1]
+        w[o + e["DL_NARGS"]] = len(launch.args)
+        for a, (size, bits) in enumerate(launch.args):
+            w[o + e["DL_ARGS"] + 2 * a] = size
+            w[o + e["DL_ARGS"] + 2 * a + 1] = np.uint64(bits).view(np.int64)
+    w[e["DP_STATUS"]] = 1
+    return w
 
 
 def status() -> str:

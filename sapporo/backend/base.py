@@ -129,28 +129,6 @@ class NativeLaunch:
     buffer_args: tuple[bool, ...] = ()
 
 
-@dataclass(frozen=True)
-class NativeObjects:
-    """The runtime objects behind some :class:`NativeLaunch` launches, described so that C
-    code can make them again in another process (the C API's open without Python):
-
-    - ``loader``: the runtime library to load (the OpenCL ICD loader's path);
-    - ``platform``: (name, version); ``devices``: the context's device names, in order;
-    - ``queues``: handle -> index of its device;
-    - ``programs``: (device index, binary, build options) each;
-    - ``kernels``: handle -> (index in ``programs``, kernel name);
-    - ``buffers``: handle -> (host address or None, bytes, creation flags).
-    """
-
-    loader: str
-    platform: tuple[str, str]
-    devices: tuple[str, ...]
-    queues: dict[int, int]
-    programs: tuple[tuple[int, bytes, str], ...]
-    kernels: dict[int, tuple[int, str]]
-    buffers: dict[int, tuple[int | None, int, int]]
-
-
 class Launch:
     """A prepared kernel launch: :meth:`__call__` enqueues it, :meth:`set` replaces one
     argument by a value of the same kind (a scalar that changes from call to call)."""
@@ -267,11 +245,6 @@ class Context(ABC):
         """Addresses of the runtime functions a C caller needs to queue
         :meth:`Launch.native` launches itself (``set_arg``, ``enqueue``, ``flush``,
         ``finish``, ``event_info``, ``release``), or None where the backend has none."""
-        return None
-
-    def native_objects(self, launches: list[Launch]) -> NativeObjects | None:
-        """The objects behind these launches' :meth:`Launch.native` handles, as C code can
-        make them again (see :class:`NativeObjects`), or None where the backend cannot."""
         return None
 
     @abstractmethod

@@ -32,7 +32,6 @@ from .base import (
     Kernel,
     Launch,
     NativeLaunch,
-    NativeObjects,
     Program,
     format_defines,
     load_source,
@@ -616,43 +615,6 @@ class CLContext(Context):
 
     def native_entry_points(self) -> dict[str, int] | None:
         return _native_entry_points()
-
-    def native_objects(self, launches: list[Launch]) -> NativeObjects | None:
-        loader = _icd_loader_path()
-        if loader is None or self.queue is None:
-            return None
-        devices = [self._device] + ([self._companion] if self._companion is not None else [])
-        queues = {int(self.queue.int_ptr): 0}
-        if self.small_queue is not None:
-            queues[int(self.small_queue.int_ptr)] = 1
-        by_handle = {int(p._program.int_ptr): p for p in self._programs.values()}
-        programs: list[tuple[int, bytes, str]] = []
-        index: dict[int, int] = {}
-        kernels: dict[int, tuple[int, str]] = {}
-        buffers: dict[int, tuple[int | None, int, int]] = {}
-        for launch in launches:
-            k: CLKernel = launch.kernel  # type: ignore[assignment]
-            handle = int(k._kernel.get_info(cl.kernel_info.PROGRAM).int_ptr)
-            prog = by_handle.get(handle)
-            if prog is None:
-                return None
-            if handle not in index:
-                binaries = prog._program.get_info(cl.program_info.BINARIES)
-                if len(binaries) != 1 or not binaries[0]:
-                    return None
-                index[handle] = len(programs)
-                programs.append((1 if prog._small else 0, bytes(binaries[0]), prog.options))
-            kernels[int(k._kernel.int_ptr)] = (index[handle], k._kernel.function_name)
-            for a in launch._raw:  # type: ignore[attr-defined]
-                if isinstance(a, cl.MemoryObjectHolder) and int(a.int_ptr) not in buffers:
-                    flags = int(a.get_info(cl.mem_info.FLAGS))
-                    host = None
-                    if flags & cl.mem_flags.USE_HOST_PTR:
-                        host = int(a.get_host_array((1,), np.uint8).ctypes.data)
-                    buffers[int(a.int_ptr)] = (host, int(a.size), flags)
-        plat = self._device.platform
-        return NativeObjects(loader, (plat.name, plat.version), tuple(d.name for d in devices),
-                             queues, tuple(programs), kernels, buffers)
 
     def close(self) -> None:
         if getattr(self, "queue", None) is not None:

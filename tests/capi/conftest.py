@@ -98,14 +98,11 @@ class CApi:
 
     @staticmethod
     def env(**extra: str) -> dict[str, str]:
-        """The environment for a test program: no help to find Python or sapporo, and no
-        open without Python from a recipe another test left (unless ``extra`` says so:
-        tests/capi/test_capi_warm.py)."""
+        """The environment for a test program: no help to find Python or sapporo."""
         env = {
             k: v for k, v in os.environ.items()
             if not k.startswith("SAPPORO_") and k not in ("PYTHONPATH", "LD_LIBRARY_PATH")
         }
-        env["SAPPORO_CAPI_WARM"] = "0"
         env.update(extra)
         return env
 

@@ -373,6 +373,21 @@ def test_bad_calls_report_and_continue(capi: CApi, tmp_path: Path) -> None:
     np.testing.assert_allclose([float(a) for a in acc[0]], [1, 1, 1], rtol=1e-6)
 
 
+def test_second_process_reports_what_the_first_did(capi: CApi, tmp_path: Path) -> None:
+    """Two runs of the same client, one after the other, with the same caches: the second
+    opens as the first did, and coincident particles with eps2 = 0 get -5 and the message
+    both times (nothing of the first run decides how the second computes)."""
+    env = capi.env(SAPPORO_NPIPES="8", SAPPORO_NB_CAPACITY="2",
+                   SAPPORO_KERNEL_CACHE=str(tmp_path / "cache"))
+    exe = capi.program("badcalls.c")
+    for run in range(2):
+        proc = capi.run(exe, cwd=tmp_path, env=env)
+        line = [ln for ln in proc.stdout.splitlines() if ln.startswith("CHECK coincident ")]
+        assert line and line[0].startswith("CHECK coincident -5 | "), (run, proc.stdout)
+        assert "non-finite" in line[0] and "(code -5)" in line[0], (run, line[0])
+        assert "non-finite" in proc.stderr, (run, proc.stderr)
+
+
 def test_client_wrappers_over_fortran_names_do_not_recurse(capi: CApi, tmp_path: Path) -> None:
     """A client's own g6_open() etc. over g6_open_() & co.; g6_open_(NULL) tolerated."""
     proc = capi.run(capi.program("wrappers.c", extra=("-rdynamic",)), cwd=tmp_path)

@@ -161,27 +161,3 @@ def test_mpi_fortran_client_fails_loudly(fortran_client: tuple[Path, str],
     assert proc.returncode != 0, proc.stdout + proc.stderr
     found = PASS_LINE.search(proc.stdout)
     assert found and found[1] == "FAIL", proc.stdout + proc.stderr
-
-
-def test_mpi_fortran_client_opens_without_python(fortran_client: tuple[Path, str],
-                                                  tmp_path: Path) -> None:
-    """Launched again with the same settings, each rank opens from the recipe its first
-    run left (one per rank: the local rank is among the settings), without Python, and
-    writes the same forces."""
-    exe, launcher = fortran_client
-    x, v, m = plummer(200, seed=12)
-    write_ic(tmp_path / "ic.txt", x, v, m)
-    env = fortran_env()
-    env.update(SAPPORO_CAPI_WARM="1", SAPPORO_CAPI_WARM_TRACE="1",
-               SAPPORO_KERNEL_CACHE=str(tmp_path / "cache"))
-    runs = []
-    for k in range(2):
-        proc = launch(launcher, 2, [str(exe), str(tmp_path / "ic.txt"),
-                                    str(tmp_path / f"forces{k}.txt"), "1e-4", "0.0625",
-                                    "1e-12"], cwd=tmp_path, env=env)
-        assert proc.returncode == 0 and PASS_LINE.search(proc.stdout), proc.stdout + proc.stderr
-        runs.append(proc)
-    assert runs[0].stderr.count("opening with Python: no recipe") == 2  # one per rank
-    assert "sapporo:" not in runs[1].stderr
-    assert len(list((tmp_path / "cache" / "warm").glob("warm-*.rec"))) == 2
-    assert (tmp_path / "forces0.txt").read_bytes() == (tmp_path / "forces1.txt").read_bytes()
