@@ -980,7 +980,8 @@ def _pocl_cannot_build(platform: Any, devices: list[Any]) -> str:
 
 
 class OpenCLBackend(Backend):
-    """Every OpenCL device of every platform, numbered in platform order."""
+    """Every OpenCL device of every platform, numbered in platform order; this machine's
+    CPU through one platform only (:func:`_skipped_platforms`)."""
 
     name = "opencl"
     #: force.cl: vectors of 1 to 16 i-particles per work-item, and the j-vector variant
