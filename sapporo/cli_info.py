@@ -30,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
             "version": __version__,
             "backends": [
                 {"name": s.name, "usable": bool(s.devices), "reason": s.reason,
-                 "devices": [d.as_dict() for d in s.devices]}
+                 "devices": [d.as_dict() for d in s.devices],
+                 "skipped": list(getattr(s.backend, "skipped", []))}
                 for s in statuses
             ],
             "selected": None if chosen_dev is None else chosen_dev.as_dict(),

@@ -661,7 +661,30 @@ def _native_entry_points() -> dict[str, int] | None:
     return dict(_ENTRY_POINTS) or None
 
 
+#: what the cache keys and the host CPU's identification read of /proc/cpuinfo
+_CPUINFO_KEYS = ("vendor_id", "cpu family", "model", "model name", "flags")
+_CPUINFO: dict[str, str] | None = None
 _CPU_ID: str | None = None
+
+
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's entries of ``/proc/cpuinfo`` (empty where there is none)."""
+    global _CPUINFO
+    if _CPUINFO is None:
+        found: dict[str, str] = {}
+        try:
+            with open("/proc/cpuinfo") as fh:
+                for line in fh:
+                    key, _, value = line.partition(":")
+                    key = key.strip()
+                    if key in _CPUINFO_KEYS and key not in found:
+                        found[key] = value.strip()
+                    if not line.strip() and found:
+                        break
+        except OSError:
+            pass
+        _CPUINFO = found
+    return _CPUINFO
 
 
 def _host_cpu_id() -> str:
@@ -670,23 +693,89 @@ def _host_cpu_id() -> str:
     binaries, or the probe answers, of another (their OpenCL device names can be equal)."""
     global _CPU_ID
     if _CPU_ID is None:
-        keys = ("vendor_id", "cpu family", "model", "model name", "flags")
-        found: dict[str, str] = {}
-        try:
-            with open("/proc/cpuinfo") as fh:
-                for line in fh:
-                    key, _, value = line.partition(":")
-                    key = key.strip()
-                    if key in keys and key not in found:
-                        found[key] = value.strip()
-                    if not line.strip() and found:
-                        break
-        except OSError:
-            pass
         import platform
 
-        _CPU_ID = "|".join([platform.machine(), *(found.get(k, "") for k in keys)])
+        found = _cpuinfo()
+        _CPU_ID = "|".join([platform.machine(), *(found.get(k, "") for k in _CPUINFO_KEYS)])
     return _CPU_ID
+
+
+def _is_host_cpu(device: Any) -> bool:
+    """True for an OpenCL CPU device that is this machine's processor: its name holds the
+    model name of ``/proc/cpuinfo`` (PoCL: ``pthread-skylake-avx512-<model name>``; Intel's
+    and AMD's runtimes: the model name), or that name is unknown (then every CPU device)."""
+    if not device.type & cl.device_type.CPU:
+        return False
+    model = " ".join(_cpuinfo().get("model name", "").split()).lower()
+    return not model or model in " ".join(device.name.split()).lower()
+
+
+def _platform_library(platform: Any) -> str:
+    """The file of the OpenCL driver behind ``platform`` ("" when unknown). An ICD
+    platform handle points to its driver's dispatch table (cl_khr_icd), which lies in the
+    driver's library: this process's memory map names the file."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as fh:
+            maps = fh.readlines()
+        table = ctypes.c_void_p.from_address(int(platform.int_ptr)).value
+    except (OSError, AttributeError, TypeError, ValueError):
+        return ""
+    if not table:
+        return ""
+    for line in maps:
+        parts = line.split()
+        low, _, high = parts[0].partition("-") if parts else ("", "", "")
+        with contextlib.suppress(ValueError):
+            if int(low, 16) <= table < int(high, 16):
+                return parts[5] if len(parts) > 5 and parts[5].startswith("/") else ""
+    return ""
+
+
+def _cpu_preference(platform: Any) -> int:
+    """Which platform serves this machine's CPU when several do (lowest first): a PoCL of
+    the system (e.g. Debian's ``pocl-opencl-icd``, newer than the wheel's LLVM), then the
+    PoCL bundled with PyOpenCL (``pocl-binary-distribution``), then any other runtime."""
+    if "portable computing language" not in platform.name.lower():
+        return 2
+    library = _platform_library(platform)
+    bundled = bool(library) and Path(library).resolve().is_relative_to(
+        Path(cl.__file__).resolve().parent)
+    return 1 if bundled else 0
+
+
+def _platform_label(platform: Any) -> str:
+    """A platform as messages name it: its name and version, up to the first comma (two
+    PoCLs share the name: "Portable Computing Language (OpenCL 3.0 PoCL 3.1+debian Linux)")."""
+    return f"{platform.name.strip()} ({' '.join(platform.version.split(',')[0].split())})"
+
+
+def _skipped_platforms(listed: list[tuple[Any, list[Any]]]) -> dict[int, tuple[str, bool]]:
+    """Which platforms of ``listed`` ((platform, devices) in platform order) are left out,
+    and why: {index: (why, whole platform)}. A PoCL that cannot compute right here
+    (:func:`_pocl_cannot_build`) is left out whole. This machine's CPU is served by one
+    platform (by :func:`_cpu_preference`, the first that passes the check): the others
+    that expose it lose their CPU devices, and are not checked. GPUs are never left out
+    for that. In the check's child process every platform is listed."""
+    host = [not _IN_PROBE and any(_is_host_cpu(d) for d in devs) for _, devs in listed]
+    order = sorted(range(len(listed)),
+                   key=lambda k: (_cpu_preference(listed[k][0]) if host[k] else 3, k))
+    used = None
+    out: dict[int, tuple[str, bool]] = {}
+    for k in order:
+        platform, devices = listed[k]
+        if host[k] and used is not None:
+            out[k] = (f"OpenCL platform {_platform_label(platform)}: same CPU as platform "
+                      f"{_platform_label(listed[used][0])}, which is used", False)
+            continue
+        broken = _pocl_cannot_build(platform, devices)
+        if broken:
+            out[k] = (f"OpenCL platform {_platform_label(platform)} cannot build kernels "
+                      f"here: {broken}", True)
+        elif host[k]:
+            used = k
+    return out
 
 
 def _binary_cache_file(info: DeviceInfo, device: Any, source: str,
@@ -853,7 +942,8 @@ def _pocl_cannot_build(platform: Any, devices: list[Any]) -> str:
 
 
 class OpenCLBackend(Backend):
-    """Every OpenCL device of every platform, numbered in platform order."""
+    """Every OpenCL device of every platform, numbered in platform order; this machine's
+    CPU through one platform only (:func:`_skipped_platforms`)."""
 
     name = "opencl"
     #: force.cl: vectors of 1 to 16 i-particles per work-item, and the j-vector variant
@@ -885,21 +975,25 @@ class OpenCLBackend(Backend):
         except cl.Error as exc:
             self.reason = f"no OpenCL platform ({exc})"
             platforms = []
+        listed = []
         for platform in platforms:
             try:
-                devices = platform.get_devices()
+                listed.append((platform, platform.get_devices()))
             except cl.Error as exc:
                 log.debug("platform %s: %s", platform.name, exc)
-                continue
-            names = [dev.name.strip() for dev in devices]
-            broken = _pocl_cannot_build(platform, devices)
-            if broken:
-                why = (f"OpenCL platform {platform.name.strip()} ({platform.version.strip()}) "
-                       f"cannot build kernels here: {broken}")
+        skipped = _skipped_platforms(listed)
+        for k, (platform, devices) in enumerate(listed):
+            why, whole = skipped.get(k, ("", False))
+            if whole:
                 log.info("%s; its devices are skipped. %s", why, _POCL_HINT)
                 self.reason = f"{why}. {_POCL_HINT}"
                 self.skipped.append(why)
                 continue
+            if why:
+                log.debug("%s; its CPU devices are skipped", why)
+                self.skipped.append(why)
+                devices = [d for d in devices if not _is_host_cpu(d)]
+            names = [dev.name.strip() for dev in devices]
             companion = None
             if any(quirks.is_pocl_threaded_cpu(n) for n in names):
                 companion = next((d for d, n in zip(devices, names, strict=True)
