@@ -19,6 +19,9 @@ from typing import Any
 import numpy as np
 
 from sapporo import config
+from sapporo.core.engine import plan_words
+from sapporo.core.layout import raw_n
+from sapporo.core.validate import COORD_LIMIT, vec3
 from sapporo.errors import (
     BackendError,
     ConfigError,
@@ -26,9 +29,6 @@ from sapporo.errors import (
     NonFiniteError,
     SapporoError,
 )
-from sapporo.layout import raw_n
-from sapporo.stepper import plan_words
-from sapporo.validate import COORD_LIMIT, vec3
 
 #: raw records per j-particle in the C half's buffer (the most any order uses)
 JB_RECORDS = 8
@@ -94,7 +94,7 @@ def open_settings(
                 ) from None
     if devices_ is None:
         # one rank of an MPI job (mpiexec, srun): the device of its rank on the node
-        from sapporo import launcher
+        from sapporo.parallel import launcher
 
         local = launcher.launcher_device(backend_)
         if local is not None:
@@ -182,7 +182,7 @@ class Bridge:
 
     def open(self, **kwargs: Any) -> None:
         """Open the library with :func:`open_settings` applied to ``kwargs``."""
-        from sapporo.library import Library
+        from sapporo.core.library import Library
 
         if self.lib is not None:
             return
@@ -219,7 +219,7 @@ class Bridge:
         not, as the C half can run it without Python (capi/direct.c), or why not: 0 (not
         for this shape) or -1 (not for this library: ``SAPPORO_CAPI_DIRECT=0``, timing by
         phase, and the reasons of :meth:`Library._direct_plan
-        <sapporo.library.Library._direct_plan>`, which makes it)."""
+        <sapporo.core.library.Library._direct_plan>`, which makes it)."""
         lib = self.lib
         if lib is None:
             raise SapporoError("the library is not open (call g6_open first)")

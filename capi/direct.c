@@ -4,11 +4,11 @@
  * A block step of a GRAPE-6 client (a few j-particles stored, g6_set_ti, firsthalf and
  * lasthalf on a few i-particles) costs 50-100 us of Python around 10-50 us of kernels on a
  * CPU.  Here the library's Python side (capi/bridge.py: Bridge.direct_plan) prepares a
- * force call once per shape -- the launch plan of sapporo.device, with its buffers, kernel
+ * force call once per shape -- the launch plan of sapporo.core.device, with its buffers, kernel
  * arguments and queues -- and hands it over as a table of numbers; C then runs such steps
  * itself: j-particles written into the host mirror and the device's records, the prediction
  * and force kernels queued through the OpenCL entry points that PyOpenCL uses, the parts
- * combined in the order of sapporo.device.combine_parts (same bits), the results written
+ * combined in the order of sapporo.core.device.combine_parts (same bits), the results written
  * to the client's arrays.
  *
  * Only what Python planned runs here: one OpenCL device that computes on host memory (a

@@ -9,9 +9,12 @@ Importing the package touches no device; backends load when a :class:`Library` o
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
+import sys
 from typing import TYPE_CHECKING, Any
 
-from .errors import (
+from sapporo.errors import (
     BackendError,
     BuildError,
     ConfigError,
@@ -36,13 +39,18 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .library import ForceResult, Library, PendingForce
+    from sapporo.core.library import ForceResult, Library, PendingForce
 
-_LAZY = {"Library": "library", "ForceResult": "library", "PendingForce": "library"}
+_LAZY = {"Library": "core.library", "ForceResult": "core.library",
+         "PendingForce": "core.library"}
 
-
-#: Public modules, imported on first use (``sapporo.reference.forces``, ...).
-_MODULES = ("backend", "config", "errors", "hermite", "ic", "plots", "reference", "snapshot")
+#: Public modules, imported on first use (``sapporo.reference.forces``, ...): name -> where
+#: it lives. ``import sapporo.hermite`` and ``from sapporo.hermite import ...`` work too.
+_MODULES = {
+    "backend": "backend", "config": "config", "errors": "errors", "reference": "reference",
+    "hermite": "nbody.hermite", "ic": "nbody.ic", "snapshot": "nbody.snapshot",
+    "parallel": "parallel", "pm": "pm", "plots": "perf.plots",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -51,10 +59,31 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(import_module(f".{_LAZY[name]}", __name__), name)
     if name in _MODULES:
-        return import_module(f".{name}", __name__)
+        return import_module(f".{_MODULES[name]}", __name__)
     raise AttributeError(f"module 'sapporo' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
     """The public names: those of ``__all__`` and the public modules."""
     return sorted({*__all__, *_MODULES})
+
+
+class _PublicAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``sapporo.hermite`` and the other public modules that live in a subpackage, under
+    their public names: the import returns the module itself (one object, two names)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        prefix, _, name = fullname.partition(".")
+        if prefix != __name__ or _MODULES.get(name, name) == name:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: Any) -> Any:
+        return importlib.import_module(f"{__name__}.{_MODULES[spec.name.split('.')[1]]}")
+
+    def exec_module(self, module: Any) -> None:
+        """Nothing to run: the module was imported under its own name."""
+
+
+if not any(isinstance(f, _PublicAlias) for f in sys.meta_path):
+    sys.meta_path.append(_PublicAlias())

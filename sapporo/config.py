@@ -28,7 +28,7 @@ variable                   meaning
                            (default 1: C runs the steps Python has planned)
 ``SAPPORO_STEP_ENGINE``    0: the Python API's small block steps run in Python (default
                            1: in C, on plans the library made, when a C compiler built
-                           the step module; see :mod:`sapporo.stepper`)
+                           the step module; see :mod:`sapporo.core.engine`)
 ``SAPPORO_SITE``           os.pathsep-separated site directories that replace the
                            ones recorded by ``sapporo capi build`` (read by the C
                            library's start-up code before sapporo is importable)
@@ -41,7 +41,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError
+from sapporo.errors import ConfigError
 
 BACKENDS = ("opencl", "cuda")
 PRECISIONS = ("double", "double-single")

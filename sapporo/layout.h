@@ -1,7 +1,7 @@
 /* The host/kernel data layout of sapporo, written once.
  *
  * Both kernel trees include this file (kernels_opencl/common.h, kernels_cuda/common.cuh) and
- * the host reads it (sapporo/layout.py parses the #define lines below), so the record rows,
+ * the host reads it (sapporo/core/layout.py parses the #define lines below), so the record rows,
  * the result rows and the reduce lanes cannot drift apart. Plain preprocessor macros only:
  * the file must stay valid OpenCL C and CUDA C++. Each value is an integer literal, and the
  * three conditionals (RAW_N, NCI, NCO) depend on ORDER alone: orders 2 to 6 keep their

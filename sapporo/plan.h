@@ -1,7 +1,7 @@
 /*
  * plan.h -- the one definition of a block-step plan's words: a force call of a given shape,
- * as the library's Python side prepared it (sapporo.stepper.plan_words writes them, reading
- * the enums below from this text; capi/engine.h reads them into struct dplan).
+ * as the library's Python side prepared it (sapporo.core.engine.plan_words writes them, reading
+ * the enums below from this text; sapporo/engine.h reads them into struct dplan).
  *
  * DP_* words, then two launches of DL_* words each: the prediction, then the force.  A plan
  * serves every ni from DP_NI_LO to DP_NI_HI (the same launch but for its argument ni); with

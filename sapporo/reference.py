@@ -21,7 +21,7 @@ Conventions
   ``r(t) = r + v t + a t^2/2 + j t^3/6`` (``j = jerk_j - jerk_i``): the coefficients of
   ``s(t) = |r(t)|^2 + eps2``, of ``s(t)^(-3/2)`` by the power-series recurrence
   ``q_k = sum_{i=1..k} (i (p + 1) - k) s_i q_{k-i} / (k s_0)`` with ``p = -3/2``, and of
-  ``m q(t) r(t)``; crackle is ``3!`` times its ``t^3`` coefficient.  (tests/test_order8.py
+  ``m q(t) r(t)``; crackle is ``3!`` times its ``t^3`` coefficient.  (tests/core/test_order8.py
   checks it against finite differences in 40-digit decimal arithmetic.)
 
 * A j-particle whose id equals the i-particle's id contributes nothing and is never a
@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import validate
-from .errors import InputError
+from sapporo.core import validate
+from sapporo.errors import InputError
 
 __all__ = [
     "ReferenceForces",
@@ -58,7 +58,7 @@ _NO_ID = np.iinfo(np.int64).max
 # --------------------------------------------------------------------------- validation
 
 
-# The checks are those of the library (sapporo.validate): the same messages, and the same
+# The checks are those of the library (sapporo.core.validate): the same messages, and the same
 # refusals (non-finite values, complex numbers, text, booleans, ragged lists).
 
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sapporo import reference, snapshot
+from sapporo import reference
+from sapporo.nbody import snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sapporo import snapshot
+from sapporo.nbody import snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "python"

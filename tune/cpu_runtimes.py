@@ -28,7 +28,7 @@ CHILD = r"""
 import json, time, numpy as np
 import pyopencl as cl
 import sapporo
-from sapporo.latency import block_step_budget
+from sapporo.perf.latency import block_step_budget
 from sapporo.reference import plummer
 
 out = {}

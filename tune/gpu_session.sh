@@ -401,9 +401,9 @@ stage_latency() {
     for limit in 0 65536; do
         step "N_active sweep, GPU_HOST_REDUCE_MAX=$limit" "$PY" -c '
 import sys
-import sapporo.device
+import sapporo.core.device
 from sapporo.cli import main
-sapporo.device.GPU_HOST_REDUCE_MAX = int(sys.argv[1])
+sapporo.core.device.GPU_HOST_REDUCE_MAX = int(sys.argv[1])
 sys.exit(main(sys.argv[2:]))' "$limit" "${sweep[@]}" --out "$ST/host-reduce-$limit"
     done
 }
@@ -440,7 +440,7 @@ import sys
 import numpy as np
 
 import sapporo
-from sapporo.launch import LaunchConfig, LaunchTable
+from sapporo.core.launch import LaunchConfig, LaunchTable
 from sapporo.reference import forces, plummer
 
 n, eps2, h2 = 300, 1e-4, 0.05

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sapporo.hermite import HermiteIntegrator
+from sapporo.nbody.hermite import HermiteIntegrator
 from sapporo.reference import plummer
 
 KEPLER_E = 0.9

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from sapporo import snapshot
-from sapporo.hermite import HermiteIntegrator
-from sapporo.ic import lagrangian_radii, star_cluster
+from sapporo.nbody import snapshot
+from sapporo.nbody.hermite import HermiteIntegrator
+from sapporo.nbody.ic import lagrangian_radii, star_cluster
 
 
 def main() -> None:

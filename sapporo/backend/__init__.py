@@ -10,9 +10,8 @@ import importlib
 import logging
 from dataclasses import dataclass
 
-from .. import config
-from ..errors import BackendError
-from .base import (
+from sapporo import config
+from sapporo.backend.base import (
     Backend,
     Buffer,
     Capabilities,
@@ -25,6 +24,7 @@ from .base import (
     NativeLaunch,
     Program,
 )
+from sapporo.errors import BackendError
 
 __all__ = [
     "Backend",

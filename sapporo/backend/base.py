@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BackendError
+from sapporo.errors import BackendError
 
 
 @dataclass(frozen=True)
@@ -311,7 +311,7 @@ _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
 
 def shared_include_dir() -> Path:
     """Folder of the headers both kernel trees include (``layout.h``: the host/kernel data
-    layout, which :mod:`sapporo.layout` reads too; ``pm_window.h``: the particle-mesh
+    layout, which :mod:`sapporo.core.layout` reads too; ``pm_window.h``: the particle-mesh
     kernels' variants and assignment window)."""
     return Path(__file__).resolve().parents[1]
 

@@ -41,9 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BackendError, BuildError
-from . import quirks
-from .base import (
+from sapporo.backend import quirks
+from sapporo.backend.base import (
     Backend,
     Buffer,
     Capabilities,
@@ -60,6 +59,7 @@ from .base import (
     save_failed_source,
     shared_include_dir,
 )
+from sapporo.errors import BackendError, BuildError
 
 log = logging.getLogger(__name__)
 

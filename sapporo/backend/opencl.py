@@ -18,10 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import config
-from ..errors import BackendError, BuildError
-from . import quirks
-from .base import (
+from sapporo import config
+from sapporo.backend import quirks
+from sapporo.backend.base import (
     Backend,
     Buffer,
     Capabilities,
@@ -37,6 +36,7 @@ from .base import (
     load_source,
     save_failed_source,
 )
+from sapporo.errors import BackendError, BuildError
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def _request_pocl_affinity() -> None:
     the companion device are unchanged. PoCL reads it once, when it starts."""
     if "POCL_AFFINITY" in os.environ:
         return
-    from ..launcher import launcher_size
+    from sapporo.parallel.launcher import launcher_size
 
     if launcher_size() > 1:
         return

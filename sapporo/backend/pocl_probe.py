@@ -38,7 +38,7 @@ def _check(backend: Any, platform_version: str, device_name: str, driver_version
     import numpy as np
 
     from sapporo import reference
-    from sapporo.library import Library
+    from sapporo.core.library import Library
 
     index = None
     for k, (_, dev) in enumerate(backend._scan()):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import platform
 
-from .base import DeviceInfo
+from sapporo.backend.base import DeviceInfo
 
 
 def is_pocl(info: DeviceInfo) -> bool:

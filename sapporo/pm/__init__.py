@@ -7,8 +7,8 @@
 docs/pm.md for the design and the accuracy figures.
 """
 
-from .integrator import Leapfrog
-from .mesh import ParticleMesh, PMResult
-from .p3m import P3M
+from sapporo.pm.integrator import Leapfrog
+from sapporo.pm.mesh import ParticleMesh, PMResult
+from sapporo.pm.p3m import P3M
 
 __all__ = ["Leapfrog", "P3M", "PMResult", "ParticleMesh"]

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from .fft import HostFFTSolver
-from .integrator import STEP_STAGES, Leapfrog
-from .mesh import ParticleMesh
+from sapporo.pm.fft import HostFFTSolver
+from sapporo.pm.integrator import STEP_STAGES, Leapfrog
+from sapporo.pm.mesh import ParticleMesh
 
 
 class NumpyPM:

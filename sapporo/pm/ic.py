@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import reference
-from ..errors import InputError
+from sapporo import reference
+from sapporo.errors import InputError
 
 MODELS = ("plummer", "disk", "uniform")
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
-from .mesh import STAGES, ParticleMesh, _gsize
-from .p3m import P3M
+from sapporo.errors import InputError
+from sapporo.pm.mesh import STAGES, ParticleMesh, _gsize
+from sapporo.pm.p3m import P3M
 
 #: timed parts of a step: the four force stages and the kick/drift update
 STEP_STAGES = (*STAGES, "update")

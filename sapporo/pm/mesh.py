@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Context, get_backend
-from ..errors import BackendError, ConfigError, InputError, NonFiniteError
-from .fft import HostFFTSolver
-from .multigrid import MultigridSolver, level_sizes, multipole_faces
+from sapporo.backend import Context, get_backend
+from sapporo.errors import BackendError, ConfigError, InputError, NonFiniteError
+from sapporo.pm.fft import HostFFTSolver
+from sapporo.pm.multigrid import MultigridSolver, level_sizes, multipole_faces
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import logging
 
 import numpy as np
 
-from ..errors import ConfigError
+from sapporo.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, NonFiniteError
-from .mesh import ParticleMesh, PMResult, _gsize
+from sapporo.errors import ConfigError, NonFiniteError
+from sapporo.pm.mesh import ParticleMesh, PMResult, _gsize
 
 
 class P3M:

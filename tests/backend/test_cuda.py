@@ -30,9 +30,10 @@ import pytest
 from cudaemu.fake_pycuda import emulated_cuda, make_fake_pycuda
 
 import sapporo.backend as backend_mod
-from sapporo import layout, reference
+from sapporo import reference
+from sapporo.core import layout
+from sapporo.core.layout import LAYOUT
 from sapporo.errors import BackendError, BuildError
-from sapporo.layout import LAYOUT
 
 
 @pytest.fixture

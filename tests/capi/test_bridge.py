@@ -160,33 +160,33 @@ def test_non_finite_h2_is_refused() -> None:
 def test_open_takes_the_device_of_the_local_rank(monkeypatch, tmp_path):
     """Under an MPI launcher, each rank's g6_open takes the device of its rank on the node,
     unless SAPPORO_DEVICES or a sapporo2.config names devices."""
-    import sapporo.launcher
+    import sapporo.parallel.launcher
 
     monkeypatch.chdir(tmp_path)  # no ./sapporo2.config
     monkeypatch.delenv("SAPPORO_DEVICES", raising=False)
     monkeypatch.delenv("SAPPORO_CONFIG", raising=False)
-    monkeypatch.setattr(sapporo.launcher, "launcher_device", lambda backend=None: 3)
+    monkeypatch.setattr(sapporo.parallel.launcher, "launcher_device", lambda backend=None: 3)
     assert open_settings()["devices"] == [3]
     monkeypatch.setenv("SAPPORO_DEVICES", "1")
     assert open_settings()["devices"] == [1]
     monkeypatch.delenv("SAPPORO_DEVICES")
-    monkeypatch.setattr(sapporo.launcher, "launcher_device", lambda backend=None: None)
+    monkeypatch.setattr(sapporo.parallel.launcher, "launcher_device", lambda backend=None: None)
     assert open_settings()["devices"] is None
 
 
 def test_c_buffer_matches_the_layout() -> None:
     """The C half buffers j-particles as the library's raw records: as many as order 8
     uses, in the rows of sapporo/layout.h, and refuses positions at the same limit as
-    sapporo.validate."""
+    sapporo.core.validate."""
     import re
     from pathlib import Path
 
     from sapporo.capi import bridge
 
-    from sapporo import layout, library, validate
+    from sapporo.core import layout, library, validate
 
     shim = (Path(bridge.__file__).with_name("shim.c")).read_text()
-    engine = (Path(bridge.__file__).with_name("engine.h")).read_text()
+    engine = layout.LAYOUT_HEADER.with_name("engine.h").read_text()
     assert int(re.search(r"#define JB_RECORDS (\d+)", engine).group(1)) == bridge.JB_RECORDS
     assert bridge.JB_RECORDS == layout.raw_n(8)
     assert float(re.search(r"#define COORD_LIMIT (\S+)", engine).group(1)) == validate.COORD_LIMIT

@@ -473,12 +473,12 @@ def test_host_overhead(capi: CApi, tmp_path: Path) -> None:
 
 
 STUB = '''\
-"""Replaces sapporo.library.Library by an instant stub (C API tests only)."""
+"""Replaces sapporo.core.library.Library by an instant stub (C API tests only)."""
 import json
 import sys
 
 import numpy as np
-import sapporo.library as L
+import sapporo.core.library as L
 
 
 class _Pending:

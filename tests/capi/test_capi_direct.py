@@ -73,8 +73,8 @@ def test_many_parts_combine_alike(capi: CApi, tmp_path: Path, monkeypatch) -> No
     from dataclasses import asdict
 
     from sapporo.backend import get_backend
+    from sapporo.core.launch import NI_CHUNK, default_table, load_table, profile_name, split_j
     from sapporo.errors import BackendError
-    from sapporo.launch import NI_CHUNK, default_table, load_table, profile_name, split_j
 
     try:
         info = get_backend("opencl").devices()[0]

@@ -62,9 +62,9 @@ HEAVY = [_defs(ORDER=6, PRECISION=2, NGB=1), _defs(ORDER=4, PRECISION=1, NGB=1),
 
 
 def gpu_default_shapes() -> list[tuple[tuple[str, int], ...]]:
-    """The launch shapes of ``sapporo.launch.default_table`` for GPUs (as defines)."""
+    """The launch shapes of ``sapporo.core.launch.default_table`` for GPUs (as defines)."""
     from sapporo.backend.base import DeviceInfo
-    from sapporo.launch import default_table
+    from sapporo.core.launch import default_table
 
     info = DeviceInfo("cuda", 0, "any GPU", "NVIDIA Corporation", "CUDA", "gpu", 100, 1024,
                       49152, 1 << 34, True, "")
@@ -309,10 +309,10 @@ def test_variants_and_layout_are_shared() -> None:
 @needs_cpp
 @pytest.mark.parametrize("defines", FORCE, ids=_label)
 def test_argument_tables_match_both_trees(defines) -> None:
-    """The library builds every kernel's argument list by name from sapporo.layout's tables:
+    """The library builds every kernel's argument list by name from sapporo.core.layout's tables:
     in each variant, the names and their order are those of the kernel signatures, in the
     CUDA tree and in the OpenCL tree."""
-    from sapporo import layout
+    from sapporo.core import layout
 
     d = dict(defines)
     order, ds, ngb = d["ORDER"], d["PRECISION"] == 1, bool(d["NGB"])

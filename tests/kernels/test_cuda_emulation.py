@@ -1,7 +1,7 @@
 """The CPU emulation of CUDA (tests/cudaemu) finds what it is there to find.
 
 The CUDA kernels are tested without a GPU on this emulation (tests/backend/test_cuda.py,
-the ``cuda-emulated`` backend of tests/test_library.py). These tests show, on small
+the ``cuda-emulated`` backend of tests/core/test_library.py). These tests show, on small
 kernels written here, that it gives CUDA's results for warp shuffles and votes, and that it turns
 the mistakes a GPU lets pass silently (a missing barrier, a wrong shuffle mask, a barrier
 not reached by every thread, a write past an allocation, arguments packed with the wrong

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from sapporo import parallel
+from sapporo.parallel import library as parallel
 
 
 def body(args: argparse.Namespace) -> int:

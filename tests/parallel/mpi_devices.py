@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from sapporo.parallel import ParallelLibrary, launcher_device
+from sapporo.parallel.library import ParallelLibrary, launcher_device
 
 with ParallelLibrary(order=4) as pl:
     # one write per line: the launcher interleaves the ranks' writes

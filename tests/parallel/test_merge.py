@@ -1,11 +1,11 @@
-"""Neighbour-list merging of sapporo.parallel (no MPI needed): the smallest ``capacity`` ids
+"""Neighbour-list merging of sapporo.parallel.library (no MPI needed): the smallest ``capacity`` ids
 of the union of several partial lists, ascending, with exact lengths."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from sapporo.parallel import _merge_lists
+from sapporo.parallel.library import _merge_lists
 
 
 def test_merge_lists_against_sets() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from mpi_launch import HERE, launch
 
-#: against the float64 reference, relative to its error scale (as tests/test_library.py)
+#: against the float64 reference, relative to its error scale (as tests/core/test_library.py)
 TOL_REF = {"double": 1e-12, "double-single": 1e-5}
 #: against one process, double precision (the issue's bound)
 TOL_ONE_DOUBLE = 1e-14
@@ -141,11 +141,11 @@ def test_uncaught_error_ends_every_rank(mpiexec: str, tmp_path: Path) -> None:
 
 
 def test_no_mpi_needed_to_import() -> None:
-    """sapporo.parallel imports without mpi4py and reads the launcher's variables."""
+    """sapporo.parallel.library imports without mpi4py and reads the launcher's variables."""
     import os
     import subprocess
 
-    code = ("import sys, sapporo.parallel as p; assert 'mpi4py' not in sys.modules; "
+    code = ("import sys, sapporo.parallel.library as p; assert 'mpi4py' not in sys.modules; "
             "print(p.launcher_size(), p.launcher_local_rank(), p.under_mpi())")
     env = {k: v for k, v in os.environ.items() if k not in ("PMI_SIZE", "MPI_LOCALRANKID")}
     env.update(OMPI_COMM_WORLD_SIZE="6", OMPI_COMM_WORLD_LOCAL_RANK="2")

@@ -1,0 +1,102 @@
+"""``sapporo info``: backends, devices, their capabilities, and which one would be used."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from sapporo import __version__, config
+from sapporo.backend import get_backend, probe_backends
+from sapporo.errors import BackendError
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the report; exit code 1 when no device is usable."""
+    statuses = probe_backends()
+    try:
+        chosen = get_backend(args.backend)
+        chosen_name = chosen.name
+        chosen_dev = chosen.devices()[0]
+        error = None
+    except BackendError as exc:
+        chosen_name, chosen_dev, error = None, None, str(exc)
+    if args.json:
+        out = {
+            "version": __version__,
+            "backends": [
+                {"name": s.name, "usable": bool(s.devices), "reason": s.reason,
+                 "devices": [d.as_dict() for d in s.devices],
+                 "skipped": list(getattr(s.backend, "skipped", []))}
+                for s in statuses
+            ],
+            "selected": None if chosen_dev is None else chosen_dev.as_dict(),
+            "error": error,
+            "compiled_step": _step_status(),
+        }
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        return 0 if error is None else 1
+    w = sys.stdout.write
+    w(f"sapporo {__version__}\n")
+    env = config.from_environment()
+    w(f"SAPPORO_BACKEND={env.backend or 'auto'}  SAPPORO_DEVICES={env.devices or 'default'}\n\n")
+    for s in statuses:
+        if not s.devices:
+            w(f"[{s.name}] unusable: {s.reason}\n")
+            continue
+        w(f"[{s.name}] {len(s.devices)} device(s)\n")
+        for d in s.devices:
+            w(f"  {d.index}: {d.name} ({d.device_type}, {d.vendor}; platform {d.platform})\n")
+            w(
+                f"     compute units {d.compute_units}, max work-group {d.max_work_group_size}, "
+                f"local memory {d.local_mem_size // 1024} KiB, global memory "
+                f"{_gib(d.global_mem_size)}, fp64 {'yes' if d.double_support else 'NO'}, "
+                f"driver {d.driver_version}\n"
+            )
+            if d.companion:
+                w(f"     small launches (SAPPORO_SMALL_PAIRS) on {d.companion}, the "
+                  "single-threaded device on the same memory\n")
+        for why in getattr(s.backend, "skipped", []):
+            w(f"  skipped: {why}\n")
+    w("\n")
+    w(_capi_line(env))
+    w(_step_line())
+    if error is None:
+        w(f"selected: {chosen_name} device 0: {chosen_dev.name}\n")
+        return 0
+    w(f"selected: none\n{error}\n")
+    return 1
+
+
+def _capi_line(env: config.Settings) -> str:
+    """The C API's state: built for this version or not."""
+    from sapporo.capi import build
+
+    inst = build.installation()
+    built = (f"built in {inst.prefix}" if inst.is_current()
+             else "not built for this version (sapporo capi build)")
+    return f"C API: {built}\n"
+
+
+def _step_status() -> str:
+    """Whether the Python API's small block steps run in C (sapporo.core.engine), and why not;
+    building the module when it is not built yet (a second)."""
+    from sapporo.core import engine as stepper
+
+    return stepper.status()
+
+
+def _step_line() -> str:
+    return f"Python API block steps: {_step_status()}\n"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``sapporo info``."""
+    p = sub.add_parser("info", help="list backends and devices, and which one would be used")
+    p.add_argument("--backend", default=None, help="opencl, cuda or auto (default: auto)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)

@@ -1,0 +1,511 @@
+"""Per-device work of the force library: buffers, programs, launch plans, combining parts.
+
+A :class:`Device` owns one open backend context: the device copy of the j-particles (local
+addresses), the predicted records, the kernels built for the library's :class:`Variant`,
+and cached launch plans. The library (:mod:`sapporo.core.library`) spreads addresses over its
+devices and combines their partial results with :func:`combine_parts`, in the same order
+as the ``reduce`` kernel, so that host and device give the same bits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sapporo.backend import (
+    Buffer,
+    Context,
+    DeviceInfo,
+    Event,
+    HostBuffer,
+    Kernel,
+    Launch,
+    Program,
+    capabilities,
+)
+from sapporo.core import layout
+from sapporo.core.launch import NI_CHUNK, LaunchConfig, LaunchTable, load_table, split_j
+from sapporo.core.layout import OC_NNID, OC_NNR2, RAW_N, REDUCE_LANES, REDUCE_ROWS
+
+__all__ = ["Device", "Plan", "Variant", "combine_parts", "j_bytes"]
+
+J_BYTES = RAW_N * 32 + 8  # bytes per j-address (orders 2 to 6): raw records, id (int64)
+#: work-group size of the one-particle-per-work-item kernels (scatter, predict, reduce);
+#: left to itself PoCL picks groups that make the prediction twice as slow
+LINEAR_LOCAL = 64
+#: partial results up to this many doubles are combined on the host, not by the reduce
+#: kernel: on CPUs, where the host combination saves a launch (tens of us on PoCL) ...
+HOST_REDUCE_MAX = 1 << 16
+#: ... and on GPUs, where a launch costs a few us and the download of every part with the
+#: merge in numpy costs more (512 parts of 8 i-particles: 393 kB over PCIe, ~30 us of numpy)
+GPU_HOST_REDUCE_MAX = 0
+J_SLACK = 16  # j-records past the capacity, read (masked) by the j-vector kernels
+
+
+def j_bytes(order: int) -> int:
+    """Bytes per j-address at ``order``: its raw records and the id (int64)."""
+    return layout.raw_n(order) * 32 + 8
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What every kernel of a library is built for; fixed for the library's lifetime.
+
+    Parameters
+    ----------
+    order : {2, 4, 6, 8}
+    precision : {"double-single", "double"}
+    nb_capacity : int
+        Neighbour-list capacity per i-particle.
+    profiling : bool
+        Record kernel events and sum their device time.
+    """
+
+    order: int
+    precision: str
+    nb_capacity: int
+    profiling: bool = False
+
+    @property
+    def ds(self) -> bool:
+        """True for double-single."""
+        return self.precision == "double-single"
+
+    def defines(self) -> dict[str, int]:
+        """The compile-time definitions common to every kernel of this variant."""
+        return {"ORDER": self.order, "PRECISION": 1 if self.ds else 2}
+
+
+@dataclass
+class Plan:
+    """Everything about one force launch except the particle data (see Device._plan)."""
+
+    gen: int
+    table: LaunchTable
+    cfg: LaunchConfig
+    ni_pad: int
+    nparts: int
+    h_in: HostBuffer
+    idata: np.ndarray
+    h_out: HostBuffer
+    out: np.ndarray
+    partial: Buffer
+    force: Launch  # argument eps2_d is set per call
+    reduce: Launch | None  # None: the host combines the parts
+    h_cnt: HostBuffer | None
+    h_lst: HostBuffer | None
+    counts: np.ndarray | None
+    lists: np.ndarray | None
+
+
+class Device:
+    """Buffers and programs of one device; j-addresses are local to it."""
+
+    def __init__(self, variant: Variant, ctx: Context):
+        self.variant = variant
+        self.ctx = ctx
+        self.raw_n = layout.raw_n(variant.order)  # raw records per j-address
+        self.info: DeviceInfo = ctx.info
+        self.ext = capabilities(self.info.backend).kernel_ext
+        ds = variant.ds
+        # the arguments set per call, by name in the kernels' parameter tables
+        self._t_arg = layout.arg_index(layout.PREDICT_ARGS, "t", variant.order, ds)
+        self._eps2_arg = layout.arg_index(layout.FORCE_ARGS, "eps2_d", variant.order, ds)
+        self._ni_arg = layout.arg_index(layout.FORCE_ARGS, "ni", variant.order, ds)
+        # predict.cl/.cu programs (scatter_j and predict) by (companion device, derivative
+        # records the predictor reads: PRED_TERMS), built when first needed
+        self._predict_progs: dict[tuple[bool, int], Program] = {}
+        self.table: LaunchTable = load_table(self.info, variant.order, variant.precision)
+        self.cap = 0  # j capacity (local addresses)
+        self.j: dict[str, Buffer] = {}
+        # On devices that compute on host memory the raw records and ids live in host
+        # arrays that the kernels read directly: storing j-particles queues no command.
+        self.j_hosts: dict[str, HostBuffer] = {}
+        self.h_raw: np.ndarray | None = None
+        self.h_id: np.ndarray | None = None
+        self.bufs: dict[str, Buffer] = {}
+        self.kernel_seconds = 0.0
+        self.events: list[Event] = []
+        self._kernels: dict[tuple[LaunchConfig, bool, bool], tuple[Kernel, Kernel]] = {}
+        self.hosts: dict[str, HostBuffer] = {}
+        # launch plans by (slot, ni, nj, neighbour lists): everything about a force launch
+        # but the particle data, valid while no buffer was reallocated (generation)
+        self._plans: dict[tuple, Plan] = {}
+        self._predicts: dict[tuple[int, bool, int], tuple[int, Launch]] = {}  # (gen, launch)
+        self._gen = 0
+
+    # -- memory
+    def _reuse(self, store: dict[str, Any], name: str, nbytes: int, alloc: Any) -> Any:
+        """The buffer ``name`` of ``store``, reallocated with ``alloc`` when too small."""
+        buf = store.get(name)
+        if buf is None or buf.nbytes < nbytes:
+            if buf is not None:
+                self.ctx.finish()  # queued work may still use it
+                buf.free()
+            buf = alloc(max(nbytes, 64))
+            store[name] = buf
+            self._gen += 1
+        return buf
+
+    def _buf(self, name: str, nbytes: int) -> Buffer:
+        return self._reuse(self.bufs, name, nbytes, self.ctx.alloc)
+
+    def _host(self, name: str, nbytes: int) -> HostBuffer:
+        return self._reuse(self.hosts, name, nbytes, self.ctx.alloc_host)
+
+    def ensure_j_capacity(self, n: int) -> bool:
+        """Grow the j-buffers to hold ``n`` local addresses (allocate them on first use, even
+        for none); True when they were (re)allocated."""
+        if n <= self.cap and self.j:
+            return False
+        cap = max(n, 2 * self.cap, 1024)
+        self.ctx.finish()  # queued work may still use the old buffers
+        self._free_j()
+        self._gen += 1
+        rs = 4 if self.variant.ds else 8
+        # J_SLACK records past the end: the j-vector kernels (jv) read whole vectors of
+        # records; there they find id -1 (no interaction) and finite zeros
+        slots = cap + J_SLACK
+        h_raw = self.ctx.alloc_host(cap * self.raw_n * 32)
+        if h_raw.zero_copy:
+            h_id = self.ctx.alloc_host(slots * 4)
+            self.j_hosts = {"raw": h_raw, "id": h_id}
+            self.h_raw = h_raw.view(np.float64, (cap, self.raw_n, 4))
+            self.h_raw[:] = 0.0
+            self.h_id = h_id.view(np.int32, (slots,))
+            self.h_id[:] = -1
+            self.j = {"raw": h_raw.buffer, "id": h_id.buffer}
+        else:
+            h_raw.free()
+            self.j = {"raw": self.ctx.alloc(cap * self.raw_n * 32),
+                      "id": self.ctx.alloc(slots * 4)}
+            self.j["id"].fill(-1)
+        self.j["pos"] = self.ctx.alloc(slots * 4 * rs)
+        self.j["vel"] = self.ctx.alloc(slots * 4 * rs)
+        if self.variant.ds:
+            self.j["pos_lo"] = self.ctx.alloc(slots * 16)
+        if self.variant.order >= 6:
+            self.j["acc"] = self.ctx.alloc(slots * 4 * rs)
+        if self.variant.order >= 8:
+            self.j["jerk"] = self.ctx.alloc(slots * 4 * rs)
+        for name, buf in self.j.items():
+            if name not in ("raw", "id"):
+                buf.fill(0)
+        self.cap = cap
+        return True
+
+    def upload_j(self, local_addr: np.ndarray, raw: np.ndarray, ids: np.ndarray,
+                 terms: int) -> None:
+        """Send records for the given local addresses (contiguous block or scatter);
+        ``terms``: the derivative records the predictor reads (PRED_TERMS)."""
+        n = local_addr.size
+        if n == 0:
+            return
+        if self.h_raw is not None:  # the kernels read these host arrays themselves
+            self.h_raw[local_addr] = raw
+            self.h_id[local_addr] = ids
+            return
+        lo, hi = int(local_addr[0]), int(local_addr[-1])
+        if hi - lo + 1 == n:  # one contiguous block: plain copies
+            # not waited for: the sources are fresh arrays (raw comes from fancy indexing)
+            # that nothing else writes, and the backends keep them alive until copied
+            self.j["raw"].upload(np.ascontiguousarray(raw), offset=lo * self.raw_n * 32,
+                                wait=False)
+            self.j["id"].upload(np.ascontiguousarray(ids, dtype=np.int32), offset=lo * 4,
+                                wait=False)
+            return
+        # host buffers: asynchronous copies (page-locked on CUDA), written only here, after
+        # the previous call's work has been waited for
+        addr = self._host("scatter_addr", n * 4)
+        packed = self._host("scatter_raw", n * self.raw_n * 32)
+        pid = self._host("scatter_id", n * 4)
+        addr.view(np.int32, (n,))[:] = local_addr
+        packed.view(np.float64, raw.shape)[:] = raw
+        pid.view(np.int32, (n,))[:] = ids
+        for host, nbytes in ((addr, n * 4), (packed, raw.nbytes), (pid, n * 4)):
+            host.to_device(nbytes)
+        scatter = self._predict_prog(False, terms).kernel("scatter_j")
+        scatter(*_linear(n), *layout.kernel_args(layout.SCATTER_ARGS, {
+            "n": np.int32(n), "addr": addr.buffer, "packed": packed.buffer,
+            "packed_id": pid.buffer, "raw": self.j["raw"], "jid": self.j["id"]},
+            self.variant.order, self.variant.ds))
+
+    def ni_pad(self, ni: int) -> int:
+        """``ni`` i-particles padded to whole work-groups of their launch configuration."""
+        return _round_up(ni, self.table.for_ni(ni).i_per_group)
+
+    def small_launch(self, ni: int, nj_local: int) -> bool:
+        """Whether a force launch on ``ni`` i-particles goes to the companion device."""
+        if self.ctx.small_pairs <= 0 or ni > NI_CHUNK:
+            return False
+        return self.ni_pad(ni) * max(nj_local, 1) <= self.ctx.small_pairs
+
+    def predict(self, n_local: int, t: float, terms: int, small: bool = False) -> None:
+        """Predict the first ``n_local`` addresses to ``t`` reading ``terms`` derivative
+        records (on the companion device when the force launch that follows goes there: no
+        hand-off between the two)."""
+        if n_local == 0:
+            return
+        launch = self.predict_launch(n_local, terms, small)
+        launch.set(self._t_arg, np.float64(t))
+        self._record(launch())
+
+    def predict_launch(self, n_local: int, terms: int, small: bool = False) -> Launch:
+        """The prepared prediction of the first ``n_local`` addresses (argument ``t`` set
+        per call, at position :attr:`t_arg`); cached while no buffer is reallocated."""
+        key = (n_local, small, terms)
+        launch = self._predicts.get(key)
+        if launch is None or launch[0] != self._gen:
+            kernel = self._predict_prog(small, terms).kernel("predict")
+            j = self.j
+            args = layout.kernel_args(layout.PREDICT_ARGS, {
+                "n": np.int32(n_local), "t": np.float64(0.0), "raw": j["raw"],
+                "pos": j["pos"], "pos_lo": j.get("pos_lo"), "vel": j["vel"],
+                "acc": j.get("acc"), "jerk": j.get("jerk")},
+                self.variant.order, self.variant.ds)
+            if len(self._predicts) > 64:
+                self._predicts.clear()
+            launch = self._predicts[key] = (self._gen, kernel.prepare(*_linear(n_local), *args))
+        return launch[1]
+
+    @property
+    def t_arg(self) -> int:
+        """Position of the time among the prediction's arguments."""
+        return self._t_arg
+
+    @property
+    def ni_arg(self) -> int:
+        """Position of ni among the force kernel's arguments."""
+        return self._ni_arg
+
+    @property
+    def eps2_arg(self) -> int:
+        """Position of eps2 among the force kernel's arguments."""
+        return self._eps2_arg
+
+    def _predict_prog(self, small: bool, terms: int) -> Program:
+        """The predict program for the device or its companion, reading ``terms``
+        derivative records (built once)."""
+        prog = self._predict_progs.get((small, terms))
+        if prog is None:
+            defs = {**self.variant.defines(), "PRED_TERMS": terms}
+            prog = self.ctx.build(f"predict.{self.ext}", defs, small=small)
+            self._predict_progs[(small, terms)] = prog
+        return prog
+
+    def _record(self, ev: Event) -> None:
+        if self.variant.profiling:
+            self.events.append(ev)
+
+    # -- forces
+    def _plan(self, slot: int, ni: int, nj_local: int, ngb: bool) -> Plan:
+        """Launch shape, buffers, views and arguments of a force launch (cached)."""
+        key = (slot, ni, nj_local, ngb)
+        plan = self._plans.get(key)
+        if plan is not None and plan.gen == self._gen and plan.table is self.table:
+            return plan
+        var = self.variant
+        cfg = self.table.for_ni(ni)
+        ni_pad = self.ni_pad(ni)
+        nci = layout.nci(var.order)
+        nco = layout.nco(var.order)
+        h_in = self._host(f"idata{slot}", nci * ni_pad * 8)
+        # small launches run on the companion device where there is one (PoCL's
+        # single-threaded device: no hand-off to worker threads); it runs the work-groups
+        # one after the other, so there the j-range stays in one part (parts would only
+        # add partial results to merge: N = 4k, one active particle, 10 -> 3 us)
+        small = self.small_launch(ni, nj_local)
+        if small:
+            nparts, jchunk = 1, _round_up(max(nj_local, 1), cfg.j_align)
+        else:
+            nparts, jchunk = split_j(cfg, self.info, ni_pad, nj_local)
+        kernel, reduce_k = self.kernels(cfg, ngb, small)
+        # few results: the host combines the parts (one kernel launch less)
+        limit = HOST_REDUCE_MAX if self.info.device_type == "cpu" else GPU_HOST_REDUCE_MAX
+        host_reduce = nparts == 1 or nparts * nco * ni_pad <= limit  # one part: nothing to do
+        out_shape = (nparts if host_reduce else 1, nco, ni_pad)
+        h_out = self._host(f"out{slot}", math.prod(out_shape) * 8)
+        partial = h_out.buffer if host_reduce else self._buf("partial", nparts * nco * ni_pad * 8)
+        h_cnt = h_lst = None
+        if ngb:
+            h_cnt = self._host(f"nbcount{slot}", ni_pad * 4)
+            h_lst = self._host(f"nblist{slot}", ni_pad * var.nb_capacity * 4)
+        j = self.j
+        args = layout.kernel_args(layout.FORCE_ARGS, {
+            "nj": np.int32(nj_local), "ni": np.int32(ni), "ni_pad": np.int32(ni_pad),
+            "jchunk": np.int32(jchunk), "eps2_d": np.float64(0.0),  # set per call
+            "jpos": j["pos"], "jpos_lo": j.get("pos_lo"), "jvel": j["vel"],
+            "jacc": j.get("acc"),
+            "jjerk": j.get("jerk"), "jid": j["id"], "idata": h_in.buffer, "out": partial,
+            "nb_count": None if h_cnt is None else h_cnt.buffer,
+            "nb_list": None if h_lst is None else h_lst.buffer,
+        }, var.order, var.ds, ngb)
+        force = kernel.prepare((ni_pad // cfg.i_per_item, nparts * cfg.lj), (cfg.li, cfg.lj),
+                               *args)
+        reduce = None
+        if not host_reduce:
+            reduce = reduce_k.prepare(
+                (REDUCE_LANES, _round_up(ni, REDUCE_ROWS)), (REDUCE_LANES, REDUCE_ROWS),
+                *layout.kernel_args(layout.REDUCE_ARGS, {
+                    "ni": np.int32(ni), "ni_pad": np.int32(ni_pad),
+                    "nparts": np.int32(nparts), "partial": partial, "out": h_out.buffer},
+                    var.order, var.ds))
+        plan = Plan(
+            gen=self._gen, table=self.table, cfg=cfg, ni_pad=ni_pad, nparts=nparts,
+            h_in=h_in, idata=h_in.view(np.float64, (nci, ni_pad)), h_out=h_out,
+            out=h_out.view(np.float64, out_shape), partial=partial, force=force,
+            reduce=reduce, h_cnt=h_cnt, h_lst=h_lst,
+            counts=None if h_cnt is None else h_cnt.view(np.int32, (ni_pad,)),
+            lists=None if h_lst is None else h_lst.view(np.int32, (ni_pad, var.nb_capacity)),
+        )
+        if len(self._plans) > 512:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
+
+    def launch_force(self, slot: int, xi: np.ndarray, vi: np.ndarray, ids: np.ndarray,
+                     h2: np.ndarray | None, ai: np.ndarray | None, nj_local: int,
+                     eps2: float, ji: np.ndarray | None = None,
+                     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """Enqueue the forces on one chunk of i-particles (``ai``: predicted accelerations,
+        orders 6 and 8; ``ji``: predicted jerks, order 8).
+
+        Returns host arrays (results by part, neighbour counts, neighbour lists) that hold
+        the results once the queue has finished, until the next call with the same
+        ``slot``. On CPU devices they are the memory the kernels work on (no copies).
+        """
+        ni = xi.shape[0]
+        ngb = h2 is not None
+        plan = self._plan(slot, ni, nj_local, ngb)
+        idata = plan.idata
+        if ni == 1:  # one active particle (frequent): one assignment from Python floats
+            col = [*xi[0].tolist(), float(h2[0]) if ngb else 0.0, *vi[0].tolist(), float(ids[0])]
+            if ai is not None:
+                col += ai[0].tolist()
+            if ji is not None:
+                col += ji[0].tolist()
+            idata[:, 0] = col
+        else:
+            idata[0:3, :ni] = xi.T
+            idata[3, :ni] = h2 if ngb else 0.0
+            idata[4:7, :ni] = vi.T
+            idata[7, :ni] = ids
+            if ai is not None:
+                idata[8:11, :ni] = ai.T
+            if ji is not None:
+                idata[11:14, :ni] = ji.T
+        if ni < plan.ni_pad:
+            idata[:, ni:] = idata[:, ni - 1 : ni]  # padding repeats the last particle
+        plan.h_in.to_device(idata.nbytes)
+        if plan.force.args[self._eps2_arg] != eps2:
+            plan.force.set(self._eps2_arg, np.float64(eps2))
+        if ngb:
+            plan.counts[:] = 0
+            plan.h_cnt.to_device(plan.counts.nbytes)
+        self._record(plan.force())
+        if plan.reduce is not None:
+            self._record(plan.reduce())
+        plan.h_out.from_device(plan.out.nbytes)
+        if ngb:
+            plan.h_cnt.from_device(plan.counts.nbytes)
+            plan.h_lst.from_device(plan.lists.nbytes)
+        return plan.out, plan.counts, plan.lists
+
+    def kernels(self, cfg: LaunchConfig, ngb: bool,
+                small: bool = False) -> tuple[Kernel, Kernel]:
+        """The force and reduce kernels for a launch shape (built once), for the device or
+        for its companion of small launches."""
+        key = (cfg, ngb, small)
+        if key not in self._kernels:
+            defs = {**self.variant.defines(), **cfg.defines(), "NGB": int(ngb),
+                    "NB_CAP": self.variant.nb_capacity}
+            prog = self.ctx.build(f"force.{self.ext}", defs, small=small)
+            self._kernels[key] = (prog.kernel("force"), prog.kernel("reduce"))
+        return self._kernels[key]
+
+    def finish(self) -> None:
+        self.ctx.finish()
+        if self.events:
+            self.kernel_seconds += sum(ev.elapsed or 0.0 for ev in self.events)
+            self.events.clear()
+
+    def _free_j(self) -> None:
+        for name, buf in self.j.items():
+            if name not in self.j_hosts:
+                buf.free()
+        for host in self.j_hosts.values():
+            host.free()
+        self.j, self.j_hosts = {}, {}
+        self.h_raw = self.h_id = None
+
+    def close(self) -> None:
+        self._free_j()
+        for buf in list(self.bufs.values()) + list(self.hosts.values()):
+            buf.free()
+        self.bufs.clear()
+        self.hosts.clear()
+        # drop kernel references before the context goes (PyCUDA frees modules with it)
+        self._kernels.clear()
+        self._predict_progs.clear()
+        self._predicts.clear()
+        self.ctx.close()
+
+
+def combine_parts(parts: np.ndarray) -> np.ndarray:
+    """Combine (nparts, nco, n) partial results as the ``reduce`` kernel does. Also combines
+    the results of several devices (as if they were parts).
+
+    Sums: lane l (of REDUCE_LANES) sums parts l, l + REDUCE_LANES, ... in order, then a
+    halving tree adds lane l + s into lane l (s = 16, 8, 4, 2, 1) where that lane holds
+    parts: the kernel's order, so the host and the device give the same bits. Nearest
+    neighbour: minimum r^2, ties to the lower id (order-independent)."""
+    nparts, n = parts.shape[0], parts.shape[2]
+    if nparts == 1:
+        return parts[0]
+    lanes = min(nparts, REDUCE_LANES)
+    full = nparts // REDUCE_LANES * REDUCE_LANES
+    if full:  # whole rows of lanes: one reduction over the outer axis adds them in order
+        x = np.add.reduce(parts[:full].reshape(-1, REDUCE_LANES, parts.shape[1], n), axis=0)
+        rest = nparts - full
+        if rest:
+            x[:rest] += parts[full:]
+    else:
+        x = parts.copy()
+    s = REDUCE_LANES // 2
+    while s >= 1:
+        m = min(s, lanes - s)  # lanes l < s whose partner l + s holds parts
+        if m > 0:
+            x[:m] += x[s : s + m]
+        s //= 2
+    out = x[0]
+    if n == 1 and nparts <= 16:  # one i-particle over a few parts: plain Python
+        best_r2, best_id = float(parts[0, OC_NNR2, 0]), -1.0
+        for r2, pid in zip(parts[:, OC_NNR2, 0].tolist(), parts[:, OC_NNID, 0].tolist(),
+                           strict=True):
+            if pid >= 0 and (best_id < 0 or r2 < best_r2 or (r2 == best_r2 and pid < best_id)):
+                best_r2, best_id = r2, pid
+        out[OC_NNR2, 0], out[OC_NNID, 0] = best_r2, best_id
+        return out
+    r2, pid = parts[:, OC_NNR2], parts[:, OC_NNID]
+    valid = pid >= 0
+    r2v = np.where(valid, r2, np.inf)
+    best = r2v.min(axis=0)
+    nid = np.where(valid & (r2v == best), pid, np.inf).min(axis=0)
+    found = nid < np.inf
+    out[OC_NNR2] = np.where(found, best, parts[0, OC_NNR2])
+    out[OC_NNID] = np.where(found, nid, -1.0)
+    return out
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def _linear(n: int) -> tuple[tuple[int], tuple[int]]:
+    """Global and local size of a one-work-item-per-element launch over ``n`` elements."""
+    return (_round_up(n, LINEAR_LOCAL),), (LINEAR_LOCAL,)
+
+

@@ -1,0 +1,905 @@
+"""The force library: j-particle memory, on-device prediction, forces on blocks of i-particles.
+
+Conventions: G = 1; ``acc = sum_j m_j r_ij / R^3``, ``pot = -sum_j m_j / R`` with
+``r_ij = x_j - x_i`` and ``R^2 = |r_ij|^2 + eps2``; jerk and snap are the unscaled time
+derivatives of the acceleration. A j-particle whose id equals the i-particle's id is excluded
+(no force, not a neighbour), so eps2 = 0 is allowed.
+
+Memory model (as on a GRAPE board): j-particles live in numbered memory slots
+("addresses"); the host keeps a mirror and sends only changed addresses, batched, before the
+next force call. Before each force call the j-particles are predicted on the device to the
+time given by :meth:`Library.set_time`. With several devices, addresses are spread round-robin
+(address ``a`` lives on device ``a % ndev``), each device computes partial forces
+(:mod:`sapporo.core.device`), and the host combines them in a fixed order (that of the parts, see
+:func:`sapporo.core.device.combine_parts`). Arguments are checked by :mod:`sapporo.core.validate`;
+results are :class:`~sapporo.core.results.ForceResult`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+
+from sapporo import config
+from sapporo.backend import DeviceInfo, get_backend
+from sapporo.core import layout
+from sapporo.core.device import Device, Variant, combine_parts, j_bytes
+from sapporo.core.launch import NI_CHUNK, LaunchTable, check_table
+from sapporo.core.layout import OC_NNID, OC_NNR2
+from sapporo.core.results import DEFAULT_NB_CAPACITY, ForceResult, PendingForce
+from sapporo.core.validate import COORD_LIMIT, all_finite, int_arg, ints, scalar, scalars, vec3
+from sapporo.errors import BackendError, InputError, NonFiniteError, SapporoError
+
+__all__ = ["DEFAULT_NB_CAPACITY", "ForceResult", "Library", "PendingForce"]
+
+log = logging.getLogger(__name__)
+
+MAX_ID = 2**31 - 1
+MAX_ADDRESS = 2**31 - 2
+#: the lists of a chunk of NI_CHUNK i-particles take NI_CHUNK * capacity * 4 bytes (2 GiB)
+MAX_NB_CAPACITY = 65536
+#: predictions of at most this many j-particles run on the companion device with a small
+#: force launch: there the force launch need not wait for the threaded device's hand-off.
+#: Block step of one particle, PoCL 3.1 on 2 Zen 5 cores: N = 16k 132-136 us against
+#: 169-201 us with the prediction on the threaded device, N = 32k 208-215 against 241-245;
+#: at N = 64k and 4 active particles the threaded device wins (501-845 against 965 us)
+SMALL_PREDICT_MAX = 32768
+#: the smallest normal float: double-single computes pair terms in float, where a smaller
+#: non-zero mass is a denormal (or zero) and its force is silently lost
+FLT_MIN = 1.1754943508222875e-38
+
+
+# ---------------------------------------------------------------------------------------------
+# the library
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_now = time.perf_counter
+
+
+def _serialised(method: _F) -> _F:
+    """Run ``method`` under the library's lock: one call at a time, whatever the thread."""
+
+    @functools.wraps(method)
+    def locked(self: Library, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked  # type: ignore[return-value]
+
+
+class Library:
+    """Direct-summation gravity on one or several devices (GRAPE-6 semantics).
+
+    Parameters
+    ----------
+    order : {2, 4, 6, 8}
+        2: acceleration and potential; 4: + jerk; 6: + snap; 8: + crackle.
+    precision : {"double-single", "double"}
+        ``"double-single"``: j - i position differences in hi/lo float pairs, the rest in
+        float, partial sums in double (relative error ~1e-6). ``"double"``: all in double.
+    backend : {None, "opencl", "cuda"}
+        None: ``SAPPORO_BACKEND``, else CUDA when usable, else OpenCL.
+    devices : None, list of int, or "all"
+        None: ``SAPPORO_DEVICES``, else the backend's first device.
+    nb_capacity : int
+        Neighbour-list capacity per i-particle (``SAPPORO_NB_CAPACITY``, default 256).
+    profiling : bool
+        Time kernels on the device (see :attr:`kernel_seconds`).
+    """
+
+    def __init__(
+        self,
+        order: int = 4,
+        precision: str = "double-single",
+        backend: str | None = None,
+        devices: Any = None,
+        nb_capacity: int | None = None,
+        profiling: bool = False,
+    ):
+        self._lock = threading.RLock()  # calls from several threads are serialised
+        if not isinstance(order, str):
+            order = int_arg("order", order, 0, 2**31, " (expected 2, 4, 6 or 8)")
+        if not isinstance(precision, str):
+            raise InputError(f"precision: expected 'double' or 'double-single', got {precision!r}")
+        try:
+            self.order = config.parse_order(order, "order")
+            self.precision = config.parse_precision(precision, "precision")
+        except SapporoError as exc:
+            raise InputError(str(exc)) from None
+        env = config.from_environment()
+        if nb_capacity is None:
+            nb_capacity = env.nb_capacity or DEFAULT_NB_CAPACITY
+        self.nb_capacity = int_arg("nb_capacity", nb_capacity, 1, MAX_NB_CAPACITY)
+        self.profiling = bool(profiling)
+        self._variant = Variant(self.order, self.precision, self.nb_capacity, self.profiling)
+        be = get_backend(backend)
+        self.backend_name = be.name
+        available = be.devices()
+        if devices is None:
+            devices = env.devices if env.devices is not None else [0]
+        if isinstance(devices, str):
+            if devices.strip().lower() != "all":
+                devices = config.parse_devices(devices, "devices")
+            else:
+                devices = list(range(len(available)))
+        if isinstance(devices, (int, np.integer)):
+            devices = [int(devices)]
+        devices = list(devices)
+        if not devices:
+            raise InputError("devices: empty device list")
+        for d in devices:
+            if not isinstance(d, (int, np.integer)) or not 0 <= d < len(available):
+                raise InputError(
+                    f"devices: {d!r} is not a device index of backend {be.name} "
+                    f"(0..{len(available) - 1}; see 'sapporo info')"
+                )
+        if len(set(devices)) != len(devices):
+            raise InputError(f"devices: repeated index in {devices}")
+        self._devs: list[Device] = []
+        try:
+            for d in devices:
+                ctx = be.open(int(d), profiling=self.profiling)
+                if not ctx.info.double_support:
+                    ctx.close()
+                    raise BackendError(
+                        f"device {ctx.info.name} has no double-precision support, which "
+                        "both precisions need (double-single sums partial results in double)"
+                    )
+                self._devs.append(Device(self._variant, ctx))
+        except BaseException:
+            for dev in self._devs:
+                dev.close()
+            raise
+        self._raw_n = layout.raw_n(self.order)  # raw records per j-address
+        self._raw = np.zeros((0, self._raw_n, 4), dtype=np.float64)
+        self._ids = np.full(0, -1, dtype=np.int64)
+        # addresses changed since the last upload; an empty entry at first, so that the
+        # first call allocates the j-buffers even when no j-particle was ever stored
+        self._dirty: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+        # derivative records (a, jerk, snap, crackle) the predictor reads: those past it are
+        # zero in every record stored so far (grows, never shrinks)
+        self._pred_terms = 0
+        self._n_stored = 0
+        self._time = 0.0
+        self._predicted_time: float | None = None
+        self._predicted_n = [0] * len(self._devs)
+        # time spent per phase of a call, when measured (see sapporo.perf.latency)
+        self._phases: dict[str, float] | None = None
+        self._pending: PendingForce | None = None
+        self._closed = False
+        # small block steps in C (sapporo.core.engine): the engine, once tried, its plans'
+        # buffer generation and its result rows
+        self._engine: Any = None
+        self._engine_tried = False
+        self._engine_gen = -1
+        self._engine_out: np.ndarray | None = None
+        # the launches of every plan handed to C (the compiled step, the C API's direct
+        # path), and whether C may have set their kernels' arguments since Python did
+        self._native_launches: list[Any] = []
+        self._native_ran = False
+        # result rows this order fills: acc, pot (+ jerk) (+ snap); the others stay zero
+        self._rows = layout.result_rows(self.order)
+        log.info(
+            "sapporo: order %d, %s, %s on %s", self.order, self.precision, self.backend_name,
+            ", ".join(d.info.name for d in self._devs),
+        )
+
+    # -- properties
+    @property
+    def device_infos(self) -> list[DeviceInfo]:
+        """The devices in use."""
+        return [d.info for d in self._devs]
+
+    @property
+    def device_name(self) -> str:
+        """Name(s) of the devices in use."""
+        names = [d.info.name for d in self._devs]
+        return names[0] if len(set(names)) == 1 and len(names) == 1 else " + ".join(names)
+
+    @property
+    def n_stored(self) -> int:
+        """Number of j-addresses in use (highest address set + 1)."""
+        return self._n_stored
+
+    @property
+    def ndev(self) -> int:
+        """Number of devices."""
+        return len(self._devs)
+
+    @property
+    def kernel_seconds(self) -> float:
+        """Device time spent in kernels so far (only with ``profiling=True``)."""
+        return sum(d.kernel_seconds for d in self._devs)
+
+    def launch_tables(self) -> list[LaunchTable]:
+        """The launch-parameter table of each device (from a profile or defaults)."""
+        return [d.table for d in self._devs]
+
+    @_serialised
+    def set_launch_table(self, table: LaunchTable) -> None:
+        """Use ``table`` for every device from now on (tuning sweeps and experiments).
+
+        Raises :class:`~sapporo.errors.ConfigError` when a configuration does not fit a
+        device (local memory, group size, a shape the backend's kernels do not have).
+        """
+        self._check_open()
+        for d in self._devs:
+            check_table(table, d.info, self.order, self.precision)
+        for d in self._devs:
+            d.table = table
+        if self._engine is not None:
+            self._engine.clear()  # its plans have the old launches
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SapporoError("the library has been closed")
+
+    # -- lifecycle
+    @_serialised
+    def close(self) -> None:
+        """Release the devices (idempotent)."""
+        if self._closed:
+            return
+        if self._pending is not None:
+            # collect a result nobody waited for while the devices still hold it, so that
+            # .result() still answers after close (an error stays stored for it)
+            with contextlib.suppress(Exception):
+                self._pending.result()
+        self._closed = True
+        self._pending = None
+        self._engine = None
+        self._native_launches = []
+        for d in self._devs:
+            try:
+                d.close()
+            except Exception as exc:  # pragma: no cover - driver trouble at shutdown
+                log.warning("closing %s: %s", d.info.name, exc)
+        self._devs = []
+        # the host mirror of the j-particles goes too (a closed library may stay referenced)
+        self._raw = np.zeros((0, self._raw_n, 4))
+        self._ids = np.zeros(0, dtype=np.int64)
+        self._dirty = []
+        self._n_stored = 0
+
+    def _collected(self, pending: PendingForce) -> None:
+        """A pending result was collected: it no longer holds the buffers."""
+        if self._pending is pending:
+            self._pending = None
+
+    def __enter__(self) -> Library:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            if not self._closed:
+                self.close()
+        except Exception:
+            pass
+
+    # -- j-particles
+    @_serialised
+    def set_j_particles(
+        self,
+        address: Any,
+        index: Any,
+        t: Any,
+        mass: Any,
+        x: Any,
+        v: Any,
+        a: Any = None,
+        jerk: Any = None,
+        snap: Any = None,
+        crackle: Any = None,
+        pop: Any = None,
+        d5: Any = None,
+    ) -> None:
+        """Store j-particles in memory slots ``address`` (any order, any number of times).
+
+        Parameters
+        ----------
+        address : int or (n,) ints >= 0
+            Memory slots; memory grows as addresses grow.
+        index : int or (n,) ints
+            Particle ids (0 <= id < 2**31), used for self-exclusion and neighbour output.
+        t : float or (n,)
+            Time of the particle data (prediction uses ``set_time(t) - t``).
+        mass : float or (n,)
+        x, v : (n, 3)
+            Position and velocity.
+        a, jerk, snap, crackle : (n, 3) or None
+            Unscaled derivatives (None: zero), all used by the predictor.
+        pop, d5 : (n, 3) or None
+            Order 8 only: the 4th and 5th derivatives of the acceleration (None: zero),
+            which the 8th-order predictor adds (positions then err by O(dt^8)).
+        """
+        self._check_open()
+        ph = self._phases
+        t0 = _now() if ph is not None else 0.0
+        eng = self._engine
+        if (eng is not None and not self._dirty and self._pending is None
+                and self._devs[0]._gen == self._engine_gen
+                and eng.put_j(address, index, t, mass, x, v, a, jerk, snap, crackle, pop, d5)):
+            # checked and stored in C, into the mirror and the device's records
+            self._predicted_time = None
+            if ph is not None:
+                ph["store"] += _now() - t0
+            return
+        addr = ints("address", address, None, 0, MAX_ADDRESS)
+        if addr is address:
+            addr = addr.copy()  # kept until the upload: the caller may reuse the array
+        n = addr.size
+        if n == 0:
+            return
+        ids = ints("index", index, n, 0, MAX_ID)
+        tj = scalars("t", t, n)
+        m = scalars("mass", mass, n)
+        if self.precision == "double-single":
+            self._check_float_masses(m)
+        rec = np.zeros((n, self._raw_n, 4), dtype=np.float64)
+        rec[:, 0, :3] = vec3("x", x, n, limit=COORD_LIMIT)
+        rec[:, 0, 3] = m
+        rec[:, 1, :3] = vec3("v", v, n)
+        rec[:, 1, 3] = tj
+        derivs = [("a", a), ("jerk", jerk), ("snap", snap), ("crackle", crackle)]
+        if self.order >= 8:
+            derivs += [("pop", pop), ("d5", d5)]
+        elif pop is not None or d5 is not None:
+            raise InputError(f"{'pop' if pop is not None else 'd5'}: the 4th and 5th "
+                             "derivatives are taken at order 8 only")
+        given = 1  # the highest record given (1: x and v only)
+        for q, (name, val) in enumerate(derivs, start=2):
+            if val is not None:
+                rec[:, q, :3] = vec3(name, val, n)
+                given = q
+        if ph is not None:
+            ph["checks"] += _now() - t0
+        self._store_checked(addr, ids, rec, given)
+
+    def _store_checked(self, addr: np.ndarray, ids: np.ndarray, rec: np.ndarray,
+                       given: int | None = None) -> None:
+        """:meth:`set_j_particles` after its checks: ``addr`` and ``ids`` int64 in range,
+        ``rec`` the (n, raw_n(order), 4) raw records, finite (the C API checks them in C),
+        ``given``: the highest record that may be non-zero (None: any). The caller holds
+        the lock and has checked that the library is open."""
+        ph = self._phases
+        t0 = _now() if ph is not None else 0.0
+        terms = self._pred_terms
+        top_q = self._raw_n - 1 if given is None else min(given, self._raw_n - 1)
+        if terms < top_q - 1:
+            # derivative records the predictor must read from now on: the highest that
+            # holds a non-zero value (the records just stored make the next call predict)
+            for q in range(top_q, 1 + terms, -1):
+                if rec[:, q, :3].any():
+                    terms = q - 1
+                    break
+        n = addr.size
+        top = (int(addr[0]) if n == 1 else int(addr.max())) + 1
+        if top > self._raw.shape[0]:
+            self._grow(top)
+        if n == 1:
+            a0 = int(addr[0])
+            self._raw[a0] = rec[0]
+            self._ids[a0] = ids[0]
+        else:
+            self._raw[addr] = rec
+            self._ids[addr] = ids
+        self._dirty.append(addr)
+        if self._engine is not None and (terms != self._pred_terms or top > self._n_stored):
+            self._engine.clear()  # its plans are for the old number of addresses or terms
+        self._pred_terms = terms
+        if top > self._n_stored:
+            self._n_stored = top
+        if ph is not None:
+            ph["store"] += _now() - t0
+
+    @_serialised
+    def reset(self) -> None:
+        """Forget every j-particle (addresses become unused; memory is kept)."""
+        self._check_open()
+        self._raw[: self._n_stored] = 0.0
+        self._ids[: self._n_stored] = -1
+        self._dirty.append(np.arange(self._n_stored))
+        self._n_stored = 0
+        if self._engine is not None:
+            self._engine.clear()
+
+    def _j_capacity(self) -> int:
+        """How many j-addresses the devices hold: 80% of the smallest one's memory."""
+        mem = min(d.info.global_mem_size for d in self._devs)
+        return int(0.8 * mem * self.ndev) // j_bytes(self.order)
+
+    @property
+    def max_address(self) -> int:
+        """The largest j-address :meth:`set_j_particles` accepts (device memory, MAX_ADDRESS)."""
+        self._check_open()
+        return min(MAX_ADDRESS, self._j_capacity() - 1)
+
+    def _check_float_masses(self, m: np.ndarray) -> None:
+        """Double-single computes pair terms in float: a non-zero mass below float's normal
+        range would be lost silently, so it is refused."""
+        if m.size <= 8 and all(v == 0.0 or abs(v) >= FLT_MIN for v in m.tolist()):
+            return
+        tiny = (m != 0.0) & (np.abs(m) < FLT_MIN)
+        if tiny.any():
+            k = int(np.argmax(tiny))
+            raise InputError(
+                f"mass: {m[k]!r} at position {k} is below single precision's normal range "
+                f"({FLT_MIN:.3g}); double-single would lose its force. Use N-body units "
+                "or precision='double' (see docs/accuracy.md)"
+            )
+
+    def _grow(self, top: int) -> None:
+        limit = self._j_capacity()
+        if top > limit:
+            mem = min(d.info.global_mem_size for d in self._devs)
+            need = top * j_bytes(self.order) / self.ndev
+            raise InputError(
+                f"address: {top - 1} needs {need / 2**30:.1f} GiB of j-memory per device, "
+                f"more than the device has ({mem / 2**30:.1f} GiB; the largest address "
+                f"that fits is {self.max_address})"
+            )
+        # doubling, but never beyond what the devices hold
+        cap = min(max(top, 2 * self._raw.shape[0], 1024), limit)
+        raw = np.zeros((cap, self._raw_n, 4), dtype=np.float64)
+        ids = np.full(cap, -1, dtype=np.int64)
+        k = self._raw.shape[0]
+        raw[:k], ids[:k] = self._raw, self._ids
+        self._raw, self._ids = raw, ids
+
+    @_serialised
+    def set_time(self, t: float) -> None:
+        """Predict j-particles to time ``t`` before the next force call."""
+        self._check_open()
+        self._time = scalar("t", t)
+
+    def _hold(self) -> contextlib.AbstractContextManager[Any]:
+        """Keep every device ready for the operations of one call (see Context.hold)."""
+        if len(self._devs) == 1:
+            return self._devs[0].ctx.hold()
+        stack = contextlib.ExitStack()
+        for dev in self._devs:
+            stack.enter_context(dev.ctx.hold())
+        return stack
+
+    def _n_local(self, n: int, d: int) -> int:
+        """Local addresses of device d among global addresses [0, n)."""
+        return max(0, -(-(n - d) // self.ndev))
+
+    def _predict_on_companion(self, ni: int, nj: int) -> list[bool]:
+        """Per device, whether the prediction before a force call of ``ni`` i-particles on
+        addresses [0, nj) goes to the companion device: with a small force launch, unless
+        the prediction is itself large (it is O(N); one core against all of them)."""
+        return [dev.small_launch(ni, self._n_local(nj, d))
+                and self._n_local(self._n_stored, d) <= SMALL_PREDICT_MAX
+                for d, dev in enumerate(self._devs)]
+
+    # -- small block steps in C (sapporo.core.engine)
+    def _direct_plan(self, nj: int, ni: int, lists: bool = False) -> int | dict[str, Any]:
+        """A force call of ``ni`` i-particles on j-addresses [0, nj), with neighbour lists or
+        not, as C can run it (``sapporo/engine.h``: the C API's direct path and the compiled
+        step), or why not: 0 (not for this shape) or -1 (not for this library: several
+        devices, profiling, a device that does not compute on host memory, a backend
+        without native launches).
+
+        The library is brought up to date with the device first (records uploaded,
+        predicted, the queues finished), so that C starts from a consistent state.
+        The answer's ``launch_objects`` are the launches whose arguments C sets;
+        whoever runs the plan sets ``_native_ran``, and :meth:`_sync_j` has them set their
+        arguments again before Python launches them.
+        """
+        if self.ndev != 1 or self._devs[0].variant.profiling:
+            return -1
+        dev = self._devs[0]
+        entry = dev.ctx.native_entry_points()
+        if entry is None:
+            return -1
+        if not 1 <= nj <= self._n_stored or ni > NI_CHUNK:
+            return 0
+        with self._lock:
+            self._check_open()
+            if self._pending is not None:  # collect what nobody waited for
+                try:
+                    self._pending.result()
+                except SapporoError:
+                    pass
+            small = self._predict_on_companion(ni, nj)
+            self._sync_j(small)
+            if dev.h_raw is None or dev.h_id is None:
+                return -1  # the device keeps its own copy of the records
+            plan = dev._plan(0, ni, nj, bool(lists))
+            terms = self._pred_terms
+            predict = dev.predict_launch(self._n_stored, terms, small[0])
+            dev.finish()
+            if plan.reduce is not None:
+                return 0  # the parts are combined by a kernel
+            launches = (predict.native(), plan.force.native())
+            if launches[0] is None or launches[1] is None:
+                return -1
+            for launch in (predict, plan.force):
+                if all(launch is not x for x in self._native_launches):
+                    self._native_launches.append(launch)
+            rows = 0
+            for r in self._rows:
+                rows |= 1 << int(r)
+            # the block sizes this launch serves as it is, but for its argument ni: the same
+            # configuration, padded size and device (so the same parts and buffers)
+            cfg = plan.cfg
+            lo = hi = ni
+            while (lo > 1 and dev.table.for_ni(lo - 1) == cfg
+                   and dev.ni_pad(lo - 1) == plan.ni_pad
+                   and dev.small_launch(lo - 1, nj) == dev.small_launch(ni, nj)):
+                lo -= 1
+            while (hi < min(plan.ni_pad, NI_CHUNK) and dev.table.for_ni(hi + 1) == cfg
+                   and dev.small_launch(hi + 1, nj) == dev.small_launch(ni, nj)):
+                hi += 1
+            return {
+                "order": self.order, "nci": layout.nci(self.order),
+                "nco": layout.nco(self.order), "ni_pad": plan.ni_pad, "nparts": plan.nparts,
+                "raw_n": dev.raw_n, "pred_terms": terms, "n_stored": self._n_stored,
+                "ds": int(self.precision == "double-single"), "check_rows": rows,
+                "spin_ns": int(getattr(dev.ctx, "spin_seconds", 0.0) * 1e9),
+                "time_bits": int(np.float64(self._time).view(np.int64)), "max_id": MAX_ID,
+                "idata": plan.idata.ctypes.data, "out": plan.out.ctypes.data,
+                "mirror_raw": self._raw.ctypes.data, "mirror_ids": self._ids.ctypes.data,
+                "dev_raw": dev.h_raw.ctypes.data, "dev_ids": dev.h_id.ctypes.data,
+                "gen": dev._gen, "ni_lo": lo, "ni_hi": hi, "entry": entry,
+                "nb_counts": 0 if plan.counts is None else plan.counts.ctypes.data,
+                "nb_lists": 0 if plan.lists is None else plan.lists.ctypes.data,
+                "nb_cap": self.nb_capacity if lists else 0,
+                "launches": launches, "launch_objects": (predict, plan.force),
+                "call_args": (dev.t_arg, dev.eps2_arg),
+                "ni_args": (-1, dev.ni_arg),
+            }
+
+    def _engine_start(self) -> None:
+        """Make the compiled step's engine for this library, where it can run: one device
+        with native launches, no profiling (decided once)."""
+        self._engine_tried = True
+        if (self.ndev != 1 or self.profiling
+                or self._devs[0].ctx.native_entry_points() is None):
+            return
+        from sapporo.core import engine as stepper
+
+        module = stepper.load()
+        if module is None:
+            return
+        self._engine_out = np.zeros(module.NCO_MAX * module.NI_MAX)
+        self._engine = module.Engine(self._engine_out)
+
+    def _engine_plan(self, ni: int) -> None:
+        """Give the engine the plan for ``ni`` i-particles on every stored address (or tell
+        it that ``ni`` goes the Python way)."""
+        from sapporo.core.engine import plan_words
+
+        plan = self._direct_plan(self._n_stored, ni)
+        if isinstance(plan, dict):
+            self._engine.set_plan(ni, plan_words(plan))
+            self._engine_gen = plan["gen"]
+        elif plan == 0:
+            self._engine.set_plan(ni, None)
+        else:
+            log.debug("block steps of this library take the Python way (no plan)")
+            self._engine = None
+
+    def _engine_compute(self, x: Any, v: Any, index: Any, eps2: Any, a: Any,
+                        jerk: Any) -> ForceResult | None:
+        """:meth:`compute` in C, or None: the Python way must do it (the engine did not take
+        the arguments as they are, or the result is not finite and gets its diagnosis)."""
+        eng = self._engine
+        dev = self._devs[0]
+        ph = self._phases
+        t0 = _now() if ph is not None else 0.0
+        if self._dirty:  # j-particles stored the Python way: uploaded first
+            if not (type(x) is np.ndarray and x.ndim == 2):
+                return None
+            with self._hold():
+                self._sync_j(self._predict_on_companion(x.shape[0], self._n_stored))
+        if dev._gen != self._engine_gen:
+            eng.clear()  # buffers were reallocated since the plans were made
+            self._engine_gen = dev._gen
+        t = self._time
+        predict = self._predicted_time != t
+        try:
+            r = eng.compute(x, v, index, eps2, a, jerk, t, predict)
+            if r == -2:
+                self._engine_plan(len(x))
+                if self._engine is None:
+                    return None
+                predict = self._predicted_time != t  # making the plan predicted
+                r = eng.compute(x, v, index, eps2, a, jerk, t, predict)
+        except RuntimeError as exc:  # a launch failed: C may have set kernel arguments
+            self._engine = None
+            self._native_ran = True
+            self._predicted_time = None
+            raise BackendError(f"{dev.info.name}: {exc}") from None
+        if r == 0 or r == -2:
+            return None
+        self._native_ran = True
+        dev.ctx.commands += 2 if predict else 1
+        if predict:
+            self._predicted_time = t
+            self._predicted_n[0] = self._n_stored
+        if r < 0:
+            return None
+        if r == 1:
+            res = self._engine_one()
+        else:
+            nco = layout.nco(self.order)
+            res = self._result(self._engine_out[: nco * r].reshape(nco, r), index)  # type: ignore[index]
+        if ph is not None:
+            ph["step"] += _now() - t0
+            ph["calls"] += 1
+        return res
+
+    def _sync_j(self, small: list[bool] | None = None) -> None:
+        """Send changed addresses and predict, where needed (``small[d]``: on device d's
+        companion, because the force launch that follows goes there)."""
+        if self._native_ran:  # C set these kernels' arguments since Python last did
+            for launch in self._native_launches:
+                launch.forget_args()
+            self._native_ran = False
+        nd = self.ndev
+        changed = False
+        if self._dirty:
+            # each changed address once, in increasing order (the last write is in _raw)
+            dirty = self._dirty[0] if len(self._dirty) == 1 else None
+            if dirty is not None and dirty.size <= 64:
+                # a block step's few addresses: in Python ints, already increasing and
+                # stored (the usual case) or not
+                vals = dirty.tolist()
+                if not (vals and vals[-1] < self._n_stored
+                        and all(p < q for p, q in zip(vals, vals[1:], strict=False))):
+                    dirty = None
+            if dirty is None:
+                dirty = np.unique(np.concatenate(self._dirty))
+                dirty = dirty[: np.searchsorted(dirty, self._n_stored)]
+            for d, dev in enumerate(self._devs):
+                n_loc = self._n_local(self._n_stored, d)
+                if dev.ensure_j_capacity(n_loc):
+                    sel = np.arange(d, self._n_stored, nd)  # everything, after a reallocation
+                else:
+                    sel = dirty if nd == 1 else dirty[dirty % nd == d]
+                if sel.size:
+                    dev.upload_j(sel if nd == 1 else sel // nd, self._raw[sel], self._ids[sel],
+                                 self._pred_terms)
+            self._dirty.clear()
+            changed = True
+        if changed or self._predicted_time != self._time:
+            for d, dev in enumerate(self._devs):
+                n_loc = self._n_local(self._n_stored, d)
+                dev.predict(n_loc, self._time, self._pred_terms, bool(small and small[d]))
+                self._predicted_n[d] = n_loc
+            self._predicted_time = self._time
+
+    # -- forces
+    @_serialised
+    def compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None, a: Any = None,
+                nj: int | None = None, jerk: Any = None) -> ForceResult:
+        """Forces on i-particles from j-addresses [0, nj); blocking. See :meth:`start_compute`."""
+        self._check_open()
+        if not self._engine_tried:
+            self._engine_start()
+        if (self._engine is not None and h2 is None and self._pending is None
+                and (nj is None or (type(nj) is int and nj == self._n_stored))):
+            res = self._engine_compute(x, v, index, eps2, a, jerk)
+            if res is not None:
+                return res
+        with self._hold():  # one context switch for the whole call (CUDA)
+            return self.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj, jerk=jerk).result()
+
+    @_serialised
+    def start_compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None,
+                      a: Any = None, nj: int | None = None, jerk: Any = None) -> PendingForce:
+        """Start the forces on i-particles and return at once (GRAPE's firsthalf).
+
+        Parameters
+        ----------
+        x, v : (ni, 3)
+            Positions and velocities of the i-particles at the current time.
+        index : (ni,) ints
+            Their ids: a j-particle with the same id is excluded.
+        eps2 : float
+            Softening length squared (>= 0; 0 is fine thanks to self-exclusion).
+        h2 : float or (ni,), optional
+            Neighbour radius squared per i-particle; switches neighbour lists on.
+        a : (ni, 3), optional
+            Predicted accelerations of the i-particles (required for orders 6 and 8).
+        nj : int, optional
+            Use j-addresses [0, nj) (default: every stored address).
+        jerk : (ni, 3), optional
+            Predicted jerks of the i-particles (required for order 8).
+        """
+        self._check_open()
+        ph = self._phases
+        t0 = _now() if ph is not None else 0.0
+        xi = vec3("x", x, None, limit=COORD_LIMIT)
+        ni = xi.shape[0]
+        if ni == 0:
+            raise InputError("x: no i-particles (ni = 0)")
+        vi = vec3("v", v, ni)
+        ids = ints("index", index, ni, 0, MAX_ID)
+        eps2 = scalar("eps2", eps2, nonneg=True)
+        if a is None and self.order >= 6:
+            raise InputError(f"a: order {self.order} needs the i-particles' predicted "
+                             "accelerations")
+        ai = None if a is None else vec3("a", a, ni)  # checked always, used by orders 6, 8
+        if self.order < 6:
+            ai = None
+        if jerk is None and self.order >= 8:
+            raise InputError("jerk: order 8 needs the i-particles' predicted jerks "
+                             "(compute(..., a=ai, jerk=ji))")
+        ji = None if jerk is None else vec3("jerk", jerk, ni)  # checked always, used by 8
+        if self.order < 8:
+            ji = None
+        h2v = None if h2 is None else scalars("h2", h2, ni, nonneg=True)
+        if nj is None:
+            nj = self._n_stored
+        else:
+            nj = int_arg("nj", nj, 0, self._n_stored, " (addresses stored)")
+        if ph is not None:
+            ph["checks"] += _now() - t0
+        return self._start_checked(xi, vi, ids, eps2, h2v, ai, nj, ji)
+
+    def _start_checked(self, xi: np.ndarray, vi: np.ndarray, ids: np.ndarray, eps2: float,
+                       h2v: np.ndarray | None, ai: np.ndarray | None,
+                       nj: int, ji: np.ndarray | None = None) -> PendingForce:
+        """:meth:`start_compute` after its checks: (ni, 3) float64 arrays, ids int64 in
+        range, eps2 >= 0, h2v (ni,) >= 0 or None, ai (orders 6, 8) or None, ji (order 8)
+        or None, 0 <= nj <= stored. The caller holds the lock and has checked that the
+        library is open."""
+        ph = self._phases
+        if self._pending is not None:
+            # Collect an earlier computation nobody waited for; its buffers are reused.
+            try:
+                self._pending.result()
+            except SapporoError:
+                pass
+        t0 = _now() if ph is not None else 0.0
+        ni = xi.shape[0]
+        ngb = h2v is not None
+        with self._hold():
+            self._sync_j(self._predict_on_companion(ni, nj))
+            t1 = _now() if ph is not None else 0.0
+            chunks = []
+            for k, c0 in enumerate(range(0, ni, NI_CHUNK)):
+                c1 = min(ni, c0 + NI_CHUNK)
+                per_dev = [
+                    dev.launch_force(k, xi[c0:c1], vi[c0:c1], ids[c0:c1],
+                                     None if h2v is None else h2v[c0:c1],
+                                     None if ai is None else ai[c0:c1], self._n_local(nj, d), eps2,
+                                     None if ji is None else ji[c0:c1])
+                    for d, dev in enumerate(self._devs)
+                ]
+                chunks.append((c0, c1, per_dev))
+        if ph is not None:
+            t2 = _now()
+            ph["sync"] += t1 - t0
+            ph["launch"] += t2 - t1
+
+        def finish() -> ForceResult:
+            if ph is None:
+                for dev in self._devs:
+                    dev.finish()
+                return self._assemble(chunks, ni, ids, ngb)
+            t3 = _now()
+            for dev in self._devs:
+                dev.finish()
+            t4 = _now()
+            res = self._assemble(chunks, ni, ids, ngb)
+            ph["wait"] += t4 - t3
+            ph["combine"] += _now() - t4
+            ph["calls"] += 1
+            return res
+
+        pending = PendingForce(self._lock, finish, self._collected)
+        self._pending = pending
+        return pending
+
+    def _assemble(self, chunks: list, ni: int, ids: np.ndarray, ngb: bool) -> ForceResult:
+        if len(chunks) == 1 and self.ndev == 1:  # the common case, without copies
+            out = combine_parts(chunks[0][2][0][0][:, :, :ni])
+        else:
+            out = np.empty((layout.nco(self.order), ni), dtype=np.float64)
+            for c0, c1, per_dev in chunks:
+                nic = c1 - c0
+                by_dev = [combine_parts(o[:, :, :nic]) for o, _, _ in per_dev]
+                out[:, c0:c1] = (combine_parts(np.stack(by_dev)) if len(by_dev) > 1
+                                 else by_dev[0])
+        if ni == 1 and not ngb:
+            return self._assemble_one(out, ids)
+        counts = None
+        lists: list[tuple[np.ndarray, np.ndarray]] = []
+        if ngb:
+            counts = np.zeros(ni, dtype=np.int64)
+            for d in range(self.ndev):
+                dev_counts = np.concatenate([pd[d][1][: c1 - c0] for c0, c1, pd in chunks])
+                dev_lists = np.concatenate([pd[d][2][: c1 - c0] for c0, c1, pd in chunks])
+                counts += dev_counts
+                lists.append((dev_counts, dev_lists))
+        return self._result(out, ids, counts, lists)
+
+    def _result(self, out: np.ndarray, ids: Any,
+                counts: np.ndarray | None = None,
+                lists: list[tuple[np.ndarray, np.ndarray]] | None = None) -> ForceResult:
+        """The :class:`ForceResult` of the combined rows ``out`` (nco, ni), with the
+        neighbour counts and each device's lists when they were asked for."""
+        # (The nearest-neighbour rows are not checked: r^2 is inf when there is no
+        # neighbour.)
+        if not all_finite(out[self._rows]):
+            self._raise_non_finite(out, ids)
+        acc = out[0:3].T.copy()
+        pot = out[3].copy()
+        jerk = out[4:7].T.copy() if self.order >= 4 else None
+        snap = out[8:11].T.copy() if self.order >= 6 else None
+        crackle = out[12:15].T.copy() if self.order >= 8 else None
+        nn_id = out[OC_NNID].astype(np.int64)
+        nn_r2 = out[OC_NNR2].copy()
+        nn_r2[nn_id < 0] = np.inf
+        ngb = counts is not None
+        overflow = bool(ngb and (counts > self.nb_capacity).any())
+        return ForceResult(
+            acc=acc, jerk=jerk, snap=snap, crackle=crackle, pot=pot, nn_index=nn_id,
+            nn_r2=nn_r2, neighbour_counts=counts, overflow=overflow, capacity=self.nb_capacity,
+            _lists=lists or [],
+        )
+
+    def _engine_one(self) -> ForceResult:
+        """:meth:`_assemble_one` of the compiled step's result for one i-particle (C checked
+        that it is finite, and wrote an r^2 of inf where there is no neighbour)."""
+        col = self._engine_out[: layout.nco(self.order)].copy()  # type: ignore[index]
+        order = self.order
+        return ForceResult(
+            acc=col[0:3].reshape(1, 3), pot=col[3:4],
+            jerk=col[4:7].reshape(1, 3) if order >= 4 else None,
+            snap=col[8:11].reshape(1, 3) if order >= 6 else None,
+            crackle=col[12:15].reshape(1, 3) if order >= 8 else None,
+            nn_index=np.array([int(col[OC_NNID])], dtype=np.int64),
+            nn_r2=col[OC_NNR2 : OC_NNR2 + 1], neighbour_counts=None, overflow=False,
+            capacity=self.nb_capacity,
+        )
+
+    def _assemble_one(self, out: np.ndarray, ids: np.ndarray) -> ForceResult:
+        """:meth:`_assemble` for a single i-particle without neighbour lists (frequent in
+        block steps): one copy of the twelve numbers, and the results as views of it (no
+        two overlap)."""
+        col = out[:, 0].copy()
+        r = col.tolist()
+        if not all(math.isfinite(r[k]) for k in self._rows):
+            self._raise_non_finite(out, ids)
+        nn_id = int(r[OC_NNID])
+        if nn_id < 0:
+            col[OC_NNR2] = math.inf
+        return ForceResult(
+            acc=col[0:3].reshape(1, 3), pot=col[3:4],
+            jerk=col[4:7].reshape(1, 3) if self.order >= 4 else None,
+            snap=col[8:11].reshape(1, 3) if self.order >= 6 else None,
+            crackle=col[12:15].reshape(1, 3) if self.order >= 8 else None,
+            nn_index=np.array([nn_id], dtype=np.int64), nn_r2=col[OC_NNR2 : OC_NNR2 + 1],
+            neighbour_counts=None, overflow=False, capacity=self.nb_capacity,
+        )
+
+    def _raise_non_finite(self, out: np.ndarray, ids: np.ndarray) -> None:
+        finite = np.isfinite(out[self._rows]).all(axis=0)
+        if finite.all():  # the sum overflowed, not a term
+            return
+        bad = np.flatnonzero(~finite)
+        k = int(bad[0])
+        hint = ("coincident particles with eps2 = 0, or overflow?" if self.precision == "double"
+                else "coincident particles with eps2 = 0, or pair terms beyond single "
+                "precision's range (~3e38: double-single computes them in float; use N-body "
+                "units or precision='double', see docs/accuracy.md)")
+        raise NonFiniteError(
+            f"non-finite force on i-particle {k} (id {int(ids[k])}) and {bad.size - 1} "
+            f"other(s): {hint}"
+        )

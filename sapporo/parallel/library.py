@@ -1,0 +1,905 @@
+"""sapporo over MPI: one force library spread over the ranks of a communicator.
+
+:class:`ParallelLibrary` has the contract of :class:`sapporo.Library` (the same methods, the
+same :class:`~sapporo.ForceResult`, the same errors) and is used SPMD: every rank makes the
+same calls with the same arguments and gets the same, bitwise identical results.
+
+The ranks form a grid of ``rows x cols`` (rank ``k`` sits at row ``k // cols``, column
+``k % cols``):
+
+- j-particle address ``a`` belongs to column ``a % cols`` and is stored, as local address
+  ``a // cols``, in the :class:`~sapporo.Library` of every rank of that column;
+- the i-block is cut into ``rows`` contiguous pieces, row ``r`` taking particles
+  ``[r * ni // rows, (r + 1) * ni // rows)``;
+- each rank computes the partial forces of its columns' j-particles on its row's i-particles;
+  the partials of a row are gathered along the row and combined in column order (sums in
+  column order, nearest neighbour by smallest r^2 then lower id, neighbour lists merged and
+  sorted), so every rank of the row holds the same bits; the rows' pieces are then gathered
+  along the columns.
+
+``decomposition="j"`` is the grid ``1 x P`` (every rank takes the whole i-block, as in HiGPUs
+and ph4), ``"2d"`` the most square grid ``r x c`` with ``r <= c`` (Nitadori, Makino & Abe),
+``"auto"`` picks one by :func:`auto_rows` (see docs/parallel.md).
+
+Errors: each public call checks, collectively, that no rank failed and that every rank passed
+the same arguments (a CRC of them); otherwise every rank raises the same exception class, the
+message naming the failing rank. No rank is left waiting in a collective.
+
+mpi4py is imported only when a :class:`ParallelLibrary` is made (``pip install
+'sapporo-nbody[mpi]'``). What the launcher set in the environment (:func:`launcher_size`,
+:func:`launcher_local_rank`, :func:`launcher_device`) is read by :mod:`sapporo.parallel.launcher`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import zlib
+from typing import Any
+
+import numpy as np
+
+from sapporo import config, errors
+from sapporo.errors import ConfigError, InputError, NonFiniteError, SapporoError
+from sapporo.parallel.launcher import (  # noqa: F401 (re-exported: part of this module's interface)
+    LOCAL_RANK_VARIABLES,
+    SIZE_VARIABLES,
+    launcher_device,
+    launcher_local_rank,
+    launcher_size,
+)
+
+log = logging.getLogger(__name__)
+
+DECOMPOSITIONS = ("j", "2d", "auto")
+#: "auto" uses the j-decomposition up to this many ranks and the 2-D grid beyond: the model
+#: of tune/mpi_bench.py, calibrated on loopback runs, puts the 2-D grid ahead from 8 ranks on
+#: in every case it projects; at 4 ranks the two are within the measurements' noise (see
+#: docs/parallel.md)
+AUTO_J_MAX_RANKS = 4
+#: default of ParallelLibrary.scatter_min_bytes. Combining a row by slices saves a rank
+#: about (cols - 2) x its partials' bytes of traffic and costs one more collective: worth it
+#: from ~100 kB on a network of 25 GB/s and a few us per collective (both ways give the same
+#: bits)
+SCATTER_MIN_BYTES = 1 << 17
+MAX_ADDRESS = 2**31 - 2
+#: seconds a failing rank waits between its message and MPI_Abort, so that the launcher
+#: forwards the message before the job is killed
+ABORT_GRACE = 0.2
+_NO_ID = np.iinfo(np.int64).max  # padding of neighbour lists while merging
+
+
+def auto_rows(size: int) -> int:
+    """The rows of the grid that ``decomposition="auto"`` uses on ``size`` ranks: 1 (the
+    j-decomposition) up to :data:`AUTO_J_MAX_RANKS` ranks, else as for ``"2d"``."""
+    return 1 if size <= AUTO_J_MAX_RANKS else square_rows(size)
+
+
+def square_rows(size: int) -> int:
+    """The largest divisor of ``size`` that is at most its square root (rows of ``"2d"``)."""
+    r = math.isqrt(size)
+    while size % r:
+        r -= 1
+    return r
+
+
+def _mpi() -> Any:
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:
+        raise ConfigError(
+            f"sapporo.parallel needs mpi4py ({exc}): pip install mpi4py mpich (the 'mpi' extra: "
+            'pip install -e ".[mpi]" from a source checkout), or mpi4py built against your '
+            "cluster's MPI"
+        ) from None
+    return MPI
+
+
+def _digest(*values: Any) -> int:
+    """A CRC-32 of the arguments (dtype, shape and bytes of each), to check that every rank
+    passed the same ones."""
+    crc = 0
+    for value in values:
+        if value is None:
+            crc = zlib.crc32(b"None", crc)
+            continue
+        try:
+            arr = np.asarray(value)
+        except Exception:  # unconvertible: its repr
+            crc = zlib.crc32(repr(value).encode(), crc)
+            continue
+        crc = zlib.crc32(f"{arr.dtype.str}{arr.shape}".encode(), crc)
+        if arr.dtype.kind in "biufc":
+            crc = zlib.crc32(np.ascontiguousarray(arr).view(np.uint8).ravel(), crc)
+        else:
+            crc = zlib.crc32(repr(arr.tolist()).encode(), crc)
+    return crc
+
+
+def _count(name: str, value: Any, hi: int) -> int:
+    """An integer in [0, hi] (ints, or floats with an integral value)."""
+    ok = not isinstance(value, (bool, np.bool_))
+    try:
+        f = float(value) if ok else math.nan
+    except (TypeError, ValueError):
+        f = math.nan
+    if not (math.isfinite(f) and f == math.floor(f) and 0 <= f <= hi):
+        raise InputError(f"{name}: expected an integer in [0, {hi}] (addresses stored), "
+                         f"got {value!r}")
+    return int(f)
+
+
+def _everywhere(exc: SapporoError) -> SapporoError:
+    """Mark ``exc`` as raised on every rank alike (``exc.all_ranks``)."""
+    exc.all_ranks = True  # type: ignore[attr-defined]
+    return exc
+
+
+def _error_class(name: str) -> type[SapporoError]:
+    cls = getattr(errors, name, None)
+    return cls if isinstance(cls, type) and issubclass(cls, SapporoError) else SapporoError
+
+
+def _rows_of(name: str, value: Any, ni: int, lo: int, hi: int, vector: bool) -> Any:
+    """Rows ``[lo, hi)`` of a per-i-particle argument; scalars (and values the library will
+    refuse anyway) pass unchanged. A length other than ``ni`` is refused here, since a slice
+    could hide it."""
+    if value is None:
+        return None
+    try:
+        arr = np.asarray(value)
+    except Exception:
+        return value
+    if arr.ndim == 0 or arr.dtype.kind not in "biuf":
+        return value
+    if vector and ni == 1 and arr.shape == (3,):
+        return arr
+    if arr.shape[0] != ni:
+        raise InputError(f"{name}: expected {ni} rows (as x), got {arr.shape[0]}")
+    return arr[lo:hi]
+
+
+def _merge_lists(pairs: list[tuple[np.ndarray, np.ndarray]], ni: int,
+                 capacity: int) -> tuple[np.ndarray, np.ndarray]:
+    """Merge neighbour lists: ``pairs`` of (lengths (ni,), ids (ni, width)); the result holds
+    for each i-particle the smallest ``capacity`` ids of the union, ascending. Folded two
+    at a time, so that memory stays at (ni, 2 capacity) whatever the number of pairs."""
+    lens = np.zeros(ni, np.int64)
+    ids = np.zeros((ni, 0), np.int64)
+    for more_lens, more in pairs:
+        w0, w1 = ids.shape[1], more.shape[1]
+        merged = np.full((ni, max(w0 + w1, 1)), _NO_ID, dtype=np.int64)
+        for col, (ln, block) in ((0, (lens, ids)), (w0, (more_lens, more))):
+            w = block.shape[1]
+            if w:
+                valid = np.arange(w)[None, :] < ln[:, None]
+                merged[:, col:col + w] = np.where(valid, block, _NO_ID)
+        merged.sort(axis=1)
+        lens = np.minimum(lens + more_lens, capacity)
+        top = int(lens.max()) if ni else 0
+        ids = merged[:, :top]
+    return lens, ids.copy()
+
+
+def _local_lists(res: Any, ni: int, capacity: int) -> tuple[np.ndarray, np.ndarray]:
+    """The neighbour lists of a local :class:`~sapporo.ForceResult`, merged as
+    :func:`_merge_lists` does (the ids each of its parts kept, at most ``capacity``)."""
+    pairs = []
+    for counts, lists in getattr(res, "_lists", []):
+        lists = np.asarray(lists)
+        lens = np.minimum(np.asarray(counts, dtype=np.int64), lists.shape[1])
+        pairs.append((lens, lists.astype(np.int64)))
+    return _merge_lists(pairs, ni, capacity)
+
+
+#: local blocks of at most this many i-particles are computed at once with
+#: :meth:`Library.compute <sapporo.Library.compute>`, which runs them in C on a CPU (the
+#: compiled step, :mod:`sapporo.core.engine`); larger ones are started and collected later
+SYNC_LOCAL_MAX = 256
+
+
+class _Done:
+    """A local force call already made (its result, or the error its result raises)."""
+
+    def __init__(self, result: Any = None, error: BaseException | None = None):
+        self._result = result
+        self._error = error
+
+    def result(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+class _Pending:
+    """A force computation started by :meth:`ParallelLibrary.start_compute`."""
+
+    def __init__(self, finish: Any):
+        self._finish = finish
+        self._result: Any = None
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        """True once :meth:`result` has been collected."""
+        return self._result is not None or self._error is not None
+
+    def result(self) -> Any:
+        """Wait for the ranks and return the combined :class:`~sapporo.ForceResult`."""
+        if self._error is not None:
+            raise self._error
+        if self._result is None:
+            finish, self._finish = self._finish, None
+            try:
+                self._result = finish()
+            except BaseException as exc:
+                self._error = exc
+                raise
+        return self._result
+
+
+class ParallelLibrary:
+    """:class:`sapporo.Library` spread over the ranks of an MPI communicator (SPMD).
+
+    Parameters
+    ----------
+    comm : mpi4py communicator, optional
+        The ranks to use (default ``MPI.COMM_WORLD``); the library works on a duplicate.
+    decomposition : {"j", "2d", "auto"}
+        ``"j"``: every rank stores a slice of the j-particles and computes partial forces on
+        the whole i-block; ``"2d"``: ranks in a ``rows x cols`` grid, i-block split over rows,
+        j-particles over columns; ``"auto"``: see :func:`auto_rows`.
+    rows : int, optional
+        Rows of the grid (a divisor of the number of ranks); overrides ``decomposition``.
+    **kwargs
+        Arguments of :class:`sapporo.Library`. Without ``devices`` (and without
+        ``SAPPORO_DEVICES``) each rank takes the device whose index is its rank on the node
+        modulo the backend's device count.
+    """
+
+    def __init__(self, comm: Any = None, decomposition: str = "auto", rows: int | None = None,
+                 **kwargs: Any):
+        MPI = _mpi()
+        self._MPI = MPI
+        base = MPI.COMM_WORLD if comm is None else comm
+        if not isinstance(decomposition, str) or decomposition.lower() not in DECOMPOSITIONS:
+            raise InputError(f"decomposition: expected one of {DECOMPOSITIONS}, got "
+                             f"{decomposition!r}")
+        size = base.Get_size()
+        if rows is None:
+            decomposition = decomposition.lower()
+            rows = {"j": 1, "2d": square_rows(size), "auto": auto_rows(size)}[decomposition]
+        elif isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1 \
+                or size % int(rows):
+            raise InputError(f"rows: expected a divisor of the {size} ranks, got {rows!r}")
+        self.rows = int(rows)
+        self.cols = size // self.rows
+        self.decomposition = "j" if self.rows == 1 else "2d"
+        self.comm = base.Dup()
+        self.size = size
+        self.rank = self.comm.Get_rank()
+        self.row, self.col = divmod(self.rank, self.cols)
+        self._row_comm = self.comm.Split(self.row, self.col)  # the ranks of my row
+        self._col_comm = self.comm.Split(self.col, self.row)  # ... and of my column
+        self.comm_seconds = 0.0
+        self.compute_seconds = 0.0
+        #: a row is combined by slices (all-to-all, then allgather) instead of by an
+        #: allgather of everything when (cols - 2) x the bytes of a rank's partials reach
+        #: this
+        self.scatter_min_bytes = SCATTER_MIN_BYTES
+        self.collectives = 0
+        self._closed = False
+        self._n_stored = 0
+        self._time = 0.0
+        self._pending: _Pending | None = None
+        self._lib: Any = None
+        node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+        self.node_rank = node.Get_rank()
+        node.Free()
+
+        def open_local() -> Any:
+            from sapporo import Library, config
+            from sapporo.backend import get_backend
+
+            opts = dict(kwargs)
+            if opts.get("devices") is None and config.from_environment().devices is None:
+                count = len(get_backend(opts.get("backend")).devices())
+                opts["devices"] = [self.node_rank % max(1, count)]
+            return Library(**opts)
+
+        try:
+            # the devices may differ from rank to rank; the other options may not
+            same = sorted((k, val) for k, val in kwargs.items() if k != "devices")
+            self._lib = self._checked(open_local, _digest(decomposition, rows, repr(same)))
+            # the largest global address every rank can hold, and the device names
+            info = self._timed(self.comm.allgather, (self._lib.max_address,
+                                                     self._lib.device_name))
+        except BaseException:
+            if self._lib is not None:
+                self._lib.close()
+            self._free_comms()
+            raise
+        self._max_address = min(MAX_ADDRESS, (min(m for m, _ in info) + 1) * self.cols - 1)
+        names = sorted({n for _, n in info})
+        self._device_name = (f"{size} ranks ({self.rows} x {self.cols}, {self.decomposition}) "
+                             f"on {' + '.join(names)}")
+        self.order: int = self._lib.order
+        self.precision: str = self._lib.precision
+        self.nb_capacity: int = self._lib.nb_capacity
+        self.backend_name: str = self._lib.backend_name
+        self.profiling: bool = self._lib.profiling
+        log.info("sapporo.parallel: rank %d of %d, grid %d x %d", self.rank, size, self.rows,
+                 self.cols)
+
+    # ------------------------------------------------------------------ collectives
+    def _timed(self, fn: Any, *args: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.comm_seconds += time.perf_counter() - t0
+            self.collectives += 1
+
+    def _raise_gathered(self, failures: list[tuple[int, str, str]]) -> None:
+        """Raise, on every rank alike, the error of the first failing rank."""
+        rank, cls, msg = failures[0]
+        if len(failures) == self.size and all(f[1:] == (cls, msg) for f in failures):
+            raise _everywhere(_error_class(cls)(f"on every rank: {msg}"))
+        others = [r for r, _, _ in failures[1:]]
+        more = (f" (rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} "
+                "failed too)") if others else ""
+        raise _everywhere(_error_class(cls)(f"rank {rank} of {self.size}: {msg}{more}"))
+
+    def _check(self, error: BaseException | None, digest: int) -> None:
+        """Collective: raise on every rank when a rank failed or the arguments differ."""
+        flags = np.array([1.0 if error is not None else 0.0, float(digest)])
+        every = np.empty((self.size, 2))
+        self._timed(self.comm.Allgather, flags, every)
+        if every[:, 0].any():
+            self._gather_errors(error)
+        if (every[:, 1] != every[0, 1]).any():
+            bad = int(np.flatnonzero(every[:, 1] != every[0, 1])[0])
+            raise _everywhere(InputError(
+                f"the ranks passed different arguments (rank {bad} differs from rank 0): "
+                "every rank must make the same calls (SPMD)"))
+
+    def _gather_errors(self, error: BaseException | None) -> None:
+        """Collective, once some rank failed: exchange the messages and raise."""
+        mine = None if error is None else (type(error).__name__, str(error))
+        if error is not None and not isinstance(error, SapporoError):
+            mine = ("SapporoError", f"{type(error).__name__}: {error}")
+        got = self._timed(self.comm.allgather, mine)
+        failures = [(r, c, m) for r, item in enumerate(got) if item is not None
+                    for c, m in [item]]
+        try:
+            self._raise_gathered(failures)
+        except SapporoError as exc:
+            if error is not None:
+                raise exc from error
+            raise
+
+    def _checked(self, fn: Any, digest: int) -> Any:
+        """Run ``fn`` here, then check collectively (:meth:`_check`); its value."""
+        error, value = None, None
+        try:
+            value = fn()
+        except Exception as exc:
+            error = exc
+        self._check(error, digest)
+        return value
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SapporoError("the library has been closed")
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def n_stored(self) -> int:
+        """Number of j-addresses in use (highest address set + 1), over all ranks."""
+        return self._n_stored
+
+    @property
+    def max_address(self) -> int:
+        """The largest j-address :meth:`set_j_particles` accepts (on every rank)."""
+        return self._max_address
+
+    @property
+    def device_name(self) -> str:
+        """The grid and the names of the devices of all ranks."""
+        return self._device_name
+
+    @property
+    def local(self) -> Any:
+        """This rank's :class:`sapporo.Library` (its j-slice in local addresses)."""
+        return self._lib
+
+    @property
+    def device_infos(self) -> list[Any]:
+        """This rank's devices."""
+        return self._lib.device_infos
+
+    @property
+    def ndev(self) -> int:
+        """Number of devices of this rank."""
+        return self._lib.ndev
+
+    @property
+    def kernel_seconds(self) -> float:
+        """Kernel time of this rank's devices (with ``profiling=True``)."""
+        return self._lib.kernel_seconds
+
+    def launch_tables(self) -> list[Any]:
+        """The launch tables of this rank's devices."""
+        return self._lib.launch_tables()
+
+    def set_launch_table(self, table: Any) -> None:
+        """Use ``table`` on every rank's devices (collective)."""
+        self._check_open()
+        self._checked(lambda: self._lib.set_launch_table(table), _digest(repr(table)))
+
+    # ------------------------------------------------------------------ lifecycle
+    def _free_comms(self) -> None:
+        for name in ("_row_comm", "_col_comm", "comm"):
+            c = getattr(self, name, None)
+            if c is not None:
+                try:
+                    c.Free()
+                except Exception:  # pragma: no cover - MPI already finalised
+                    pass
+                setattr(self, name, None)
+
+    def close(self) -> None:
+        """Release this rank's devices and the communicators (idempotent; call it on every
+        rank)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pending = None
+        if self._lib is not None:
+            self._lib.close()
+        self._free_comms()
+
+    def __enter__(self) -> ParallelLibrary:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort, no MPI calls
+        lib = getattr(self, "_lib", None)
+        if lib is not None and not getattr(self, "_closed", True):
+            try:
+                lib.close()
+            except Exception:
+                pass
+
+    # ------------------------------------------------------------------ j-particles
+    def set_j_particles(self, address: Any, index: Any, t: Any, mass: Any, x: Any, v: Any,
+                        a: Any = None, jerk: Any = None, snap: Any = None,
+                        crackle: Any = None, pop: Any = None, d5: Any = None) -> None:
+        """Store j-particles (as :meth:`sapporo.Library.set_j_particles`); each rank keeps
+        the addresses of its column. Collective."""
+        self._check_open()
+        top = [0]
+
+        def store() -> None:
+            addr = np.asarray(address)
+            if addr.ndim == 0:
+                addr = addr.reshape(1)
+            if addr.ndim != 1:
+                raise InputError(f"address: expected a 1-D array of integers, got shape "
+                                 f"{addr.shape}")
+            if addr.size and addr.dtype.kind not in "iu":
+                if not (addr.dtype.kind == "f" and np.isfinite(addr).all()
+                        and (addr == np.round(addr)).all()):
+                    raise InputError(f"address: expected integers, got dtype {addr.dtype}")
+            addr = addr.astype(np.int64)
+            n = addr.size
+            if n == 0:
+                return
+            lo, hi = int(addr.min()), int(addr.max())
+            if lo < 0 or hi > self._max_address:
+                bad = lo if lo < 0 else hi
+                raise InputError(f"address: value {bad} outside [0, {self._max_address}]")
+            mine = np.flatnonzero(addr % self.cols == self.col)
+            args = {"index": index, "t": t, "mass": mass, "x": x, "v": v, "a": a,
+                    "jerk": jerk, "snap": snap, "crackle": crackle, "pop": pop, "d5": d5}
+            local = {k: _rows_of(k, val, n, 0, n, k not in ("index", "t", "mass"))
+                     for k, val in args.items()}
+            if pop is None and d5 is None:  # as a library of orders 2-6 is called
+                del local["pop"], local["d5"]
+            for k, val in local.items():  # named by global position, whoever owns it
+                arr = None if val is None else np.asarray(val)
+                if arr is not None and arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                    bad = np.argwhere(~np.isfinite(arr))[0]
+                    where = (f" at position {int(bad[0])} (address {int(addr[bad[0]])})"
+                             if arr.ndim >= 1 and arr.shape[0] == n else "")
+                    raise InputError(f"{k}: non-finite value{where}")
+            if mine.size == 0:
+                top[0] = hi + 1
+                return
+            sel = {}
+            for k, val in local.items():
+                arr = None if val is None else np.asarray(val)
+                sel[k] = val if arr is None or arr.ndim == 0 or (
+                    n == 1 and arr.shape == (3,)) else arr[mine]
+            self._lib.set_j_particles(addr[mine] // self.cols, **sel)
+            top[0] = hi + 1
+
+        self._checked(store, _digest(address, index, t, mass, x, v, a, jerk, snap, crackle,
+                                     pop, d5))
+        self._n_stored = max(self._n_stored, top[0])
+
+    def reset(self) -> None:
+        """Forget every j-particle (memory is kept)."""
+        self._check_open()
+        self._lib.reset()
+        self._n_stored = 0
+
+    def set_time(self, t: float) -> None:
+        """Predict j-particles to time ``t`` before the next force call. Collective."""
+        self._check_open()
+        self._checked(lambda: self._lib.set_time(t), _digest(t))
+        self._time = float(t)
+
+    # ------------------------------------------------------------------ forces
+    def compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None, a: Any = None,
+                nj: int | None = None, jerk: Any = None) -> Any:
+        """Forces on i-particles from j-addresses [0, nj); blocking. Collective."""
+        return self.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj, jerk=jerk).result()
+
+    def start_compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None,
+                      a: Any = None, nj: int | None = None, jerk: Any = None) -> _Pending:
+        """Start the forces (as :meth:`sapporo.Library.start_compute`); collective, and so
+        is the :meth:`result` of what it returns."""
+        self._check_open()
+        if self._pending is not None and not self._pending.done():
+            try:  # an earlier computation nobody waited for (every rank alike)
+                self._pending.result()
+            except SapporoError:
+                pass
+        state: dict[str, Any] = {}
+
+        def start() -> None:
+            xa = np.asarray(x) if not isinstance(x, np.ndarray) else x
+            if xa.ndim == 1 and xa.shape == (3,):
+                ni = 1
+            elif xa.ndim == 2 and xa.shape[1] == 3:
+                ni = xa.shape[0]
+            else:
+                raise InputError(f"x: expected shape (n, 3), got {xa.shape}")
+            if ni == 0:
+                raise InputError("x: no i-particles (ni = 0)")
+            if nj is None:
+                njg = self._n_stored
+            else:
+                njg = _count("nj", nj, self._n_stored)
+            lo, hi = self.row * ni // self.rows, (self.row + 1) * ni // self.rows
+            state.update(ni=ni, lo=lo, hi=hi, ngb=h2 is not None, index=index)
+            if self.rows == 1:
+                xi, vi, ii, hi2, ai, ji = x, v, index, h2, a, jerk
+            else:
+                for name, val in (("x", xa), ("v", v), ("a", a), ("h2", h2), ("jerk", jerk)):
+                    arr = None if val is None else np.asarray(val)
+                    if arr is not None and arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                        row = int(np.argwhere(~np.isfinite(arr))[0][0]) if arr.ndim else 0
+                        raise InputError(f"{name}: non-finite value in row {row}")
+                xi = _rows_of("x", xa, ni, lo, hi, True)
+                vi = _rows_of("v", v, ni, lo, hi, True)
+                ii = _rows_of("index", index, ni, lo, hi, False)
+                hi2 = _rows_of("h2", h2, ni, lo, hi, False)
+                ai = _rows_of("a", a, ni, lo, hi, True)
+                ji = _rows_of("jerk", jerk, ni, lo, hi, True)
+            if hi > lo:
+                # j-addresses [0, njg) of this column, in local addresses
+                nj_loc = min(max(0, -(-(njg - self.col) // self.cols)), self._lib.n_stored)
+                t0 = time.perf_counter()
+                extra = {} if ji is None else {"jerk": ji}  # order 8
+                if hi2 is None and hi - lo <= SYNC_LOCAL_MAX:
+                    try:  # a non-finite force is reported by result(), as when started
+                        state["local"] = _Done(self._lib.compute(xi, vi, ii, eps2, a=ai,
+                                                                 nj=nj_loc, **extra))
+                    except NonFiniteError as exc:
+                        state["local"] = _Done(error=exc)
+                else:
+                    state["local"] = self._lib.start_compute(xi, vi, ii, eps2, h2=hi2, a=ai,
+                                                             nj=nj_loc, **extra)
+                self.compute_seconds += time.perf_counter() - t0
+
+        self._checked(start, _digest(x, v, index, eps2, h2, a, nj, jerk, self._time,
+                                     self._n_stored))
+        pending = _Pending(lambda: self._finish(state))
+        self._pending = pending
+        return pending
+
+    def _ncols(self) -> int:
+        """Doubles per i-particle in the exchanged partial results."""
+        return (6 + (3 if self.order >= 4 else 0) + (3 if self.order >= 6 else 0)
+                + (3 if self.order >= 8 else 0) + 1)
+
+    def _pack(self, res: Any, n: int) -> np.ndarray:
+        """(n, K) partial results: acc, pot, nn_r2, nn_id, [jerk], [snap], [crackle],
+        counts."""
+        k = self._ncols()
+        buf = np.zeros((n, k))
+        if res is None:
+            buf[:, 4] = np.inf
+            buf[:, 5] = -1.0
+            return buf
+        buf[:, 0:3] = res.acc
+        buf[:, 3] = res.pot
+        buf[:, 4] = res.nn_r2
+        buf[:, 5] = res.nn_index
+        c = 6
+        if self.order >= 4:
+            buf[:, c:c + 3] = res.jerk
+            c += 3
+        if self.order >= 6:
+            buf[:, c:c + 3] = res.snap
+            c += 3
+        if self.order >= 8:
+            buf[:, c:c + 3] = res.crackle
+            c += 3
+        if res.neighbour_counts is not None:
+            buf[:, c] = res.neighbour_counts
+        return buf
+
+    def _combine(self, parts: np.ndarray) -> np.ndarray:
+        """Combine (ncols, n, K) partials of a row in column order."""
+        out = parts[0].copy()
+        for p in parts[1:]:
+            out += p  # the nearest-neighbour columns are redone below
+        r2 = np.where(parts[:, :, 5] >= 0, parts[:, :, 4], np.inf)
+        best = r2.min(axis=0)
+        nid = np.where((parts[:, :, 5] >= 0) & (r2 == best), parts[:, :, 5], np.inf).min(axis=0)
+        found = nid < np.inf
+        out[:, 4] = np.where(found, best, np.inf)
+        out[:, 5] = np.where(found, nid, -1.0)
+        return out
+
+    def _reduce_scatter(self, flag: float, part: np.ndarray) -> tuple[bool, np.ndarray]:
+        """Combine the row's partials (n, K) for large blocks: each rank of the row combines
+        one slice of the i-particles (an all-to-all), then the slices are gathered, so each
+        rank receives about twice its partials instead of ``cols`` times. The same
+        arithmetic, in the same order, as :meth:`_combine` on everything."""
+        c, (n, k) = self.cols, part.shape
+        bounds = [q * n // c for q in range(c + 1)]
+        sizes = [(bounds[q + 1] - bounds[q]) * k + 1 for q in range(c)]
+        send = np.empty(sum(sizes))
+        offs = [sum(sizes[:q]) for q in range(c)]
+        for q in range(c):  # [failed] + my partials of slice q, for rank q of the row
+            send[offs[q]] = flag
+            send[offs[q] + 1:offs[q] + sizes[q]] = part[bounds[q]:bounds[q + 1]].ravel()
+        me = self.col
+        recv = np.empty(c * sizes[me])
+        self._timed(self._row_comm.Alltoallv, [send, (sizes, offs), self._MPI.DOUBLE],
+                    [recv, ([sizes[me]] * c, [q * sizes[me] for q in range(c)]),
+                     self._MPI.DOUBLE])
+        got = recv.reshape(c, sizes[me])
+        failed = bool(got[:, 0].any())
+        rows_me = bounds[me + 1] - bounds[me]
+        mine = (np.zeros((rows_me, k)) if failed
+                else self._combine(got[:, 1:].reshape(c, rows_me, k)))
+        out = np.empty(sum(sizes))
+        self._timed(self._row_comm.Allgatherv,
+                    np.concatenate([[1.0 if failed else 0.0], mine.ravel()]),
+                    [out, (sizes, offs), self._MPI.DOUBLE])
+        any_failed = bool(out[offs].any())
+        full = np.concatenate([out[o + 1:o + z] for o, z in zip(offs, sizes, strict=True)])
+        return any_failed, full.reshape(n, k)
+
+    def _finish(self, state: dict[str, Any]) -> Any:
+        """Collect the local partials, combine them along the rows, gather the rows."""
+        from sapporo import ForceResult
+
+        ni, lo, hi, ngb = state["ni"], state["lo"], state["hi"], state["ngb"]
+        n = hi - lo
+        k = self._ncols()
+        error: BaseException | None = None
+        res = None
+        t0 = time.perf_counter()
+        try:
+            if "local" in state:
+                res = state["local"].result()
+        except Exception as exc:
+            error = exc
+        self.compute_seconds += time.perf_counter() - t0
+        # 1. along the row: [failed] + the partials of my i-rows, combined in column order
+        flag = 1.0 if error is not None else 0.0
+        part = self._pack(None if error else res, n)
+        if self.cols > 1 and (self.cols - 2) * n * k * 8 >= self.scatter_min_bytes:
+            row_failed, mine = self._reduce_scatter(flag, part)
+        else:
+            send = np.empty(1 + n * k)
+            send[0] = flag
+            send[1:] = part.ravel()
+            recv = np.empty((self.cols, 1 + n * k))
+            self._timed(self._row_comm.Allgather, send, recv)
+            row_failed = bool(recv[:, 0].any())
+            mine = (np.zeros((n, k)) if row_failed
+                    else self._combine(recv[:, 1:].reshape(self.cols, n, k)))
+        # 2. along the column: [row failed] + the combined rows
+        if self.rows > 1:
+            counts = [((r + 1) * ni // self.rows - r * ni // self.rows) * k + 1
+                      for r in range(self.rows)]
+            displs = [sum(counts[:r]) for r in range(self.rows)]
+            send = np.concatenate([[1.0 if row_failed else 0.0], mine.ravel()])
+            recv = np.empty(sum(counts))
+            self._timed(self._col_comm.Allgatherv, send,
+                        [recv, (counts, displs), self._MPI.DOUBLE])
+            any_failed = bool(recv[displs].any())
+            full = np.concatenate([recv[d + 1:d + c] for d, c in zip(displs, counts,
+                                                                     strict=True)])
+            full = full.reshape(ni, k)
+        else:
+            any_failed, full = row_failed, mine
+        if any_failed:
+            self._gather_errors(error)
+        # 3. neighbour lists: merged along the row, gathered along the column
+        lens = lists = None
+        if ngb:
+            here = (_local_lists(res, n, self.nb_capacity) if res is not None
+                    else (np.zeros(n, np.int64), np.zeros((n, 0), np.int64)))
+            along = self._timed(self._row_comm.allgather, here)
+            row_lists = _merge_lists(along, n, self.nb_capacity)
+            if self.rows > 1:
+                pieces = self._timed(self._col_comm.allgather, row_lists)
+                width = max(p[1].shape[1] for p in pieces)
+                lens = np.concatenate([p[0] for p in pieces])
+                lists = np.concatenate([np.pad(p[1], ((0, 0), (0, width - p[1].shape[1])),
+                                               constant_values=_NO_ID) for p in pieces])
+            else:
+                lens, lists = row_lists
+        return self._result(ForceResult, full, ngb, lens, lists, state["index"])
+
+    def _result(self, ForceResult: Any, full: np.ndarray, ngb: bool, lens: Any,
+                lists: Any, index: Any) -> Any:
+        c = 6
+        jerk = snap = crackle = None
+        if self.order >= 4:
+            jerk = full[:, c:c + 3].copy()
+            c += 3
+        if self.order >= 6:
+            snap = full[:, c:c + 3].copy()
+            c += 3
+        if self.order >= 8:
+            crackle = full[:, c:c + 3].copy()
+            c += 3
+        acc, pot = full[:, 0:3].copy(), full[:, 3].copy()
+        checked = [acc, pot[:, None]] + [q for q in (jerk, snap, crackle) if q is not None]
+        finite = np.isfinite(np.hstack(checked)).all(axis=1)
+        if not finite.all():
+            bad = np.flatnonzero(~finite)
+            ids = np.asarray(index).reshape(-1)
+            which = f" (id {int(ids[bad[0]])})" if ids.size == full.shape[0] else ""
+            raise _everywhere(NonFiniteError(
+                f"non-finite force on i-particle {int(bad[0])}{which} and {bad.size - 1} "
+                "other(s) after summing the ranks' partial forces (overflow?)"))
+        counts = full[:, c].astype(np.int64) if ngb else None
+        return ForceResult(
+            acc=acc, jerk=jerk, snap=snap, crackle=crackle, pot=pot,
+            nn_index=full[:, 5].astype(np.int64),
+            nn_r2=full[:, 4].copy(), neighbour_counts=counts,
+            overflow=bool(ngb and (counts > self.nb_capacity).any()),
+            capacity=self.nb_capacity, _lists=[(lens, lists)] if ngb else [],
+        )
+
+
+# ---------------------------------------------------------------------- the command line
+
+
+def under_mpi() -> bool:
+    """True when this process is one of several ranks started by an MPI launcher."""
+    return launcher_size() > 1
+
+
+def _all_ranks(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised on every rank alike (by a collective check)."""
+    return bool(getattr(exc, "all_ranks", False))
+
+
+class CommandRun:
+    """One run of a command under ``mpiexec`` (see :func:`run_cli`)."""
+
+    def __init__(self, name: str, decomposition: str | None):
+        MPI = _mpi()
+        self.world = MPI.COMM_WORLD
+        self.rank = self.world.Get_rank()
+        self.name = name
+        self.decomposition = (decomposition or config.from_environment().decomposition
+                              or "auto")
+        self.met = False  # this rank took part in the meeting before the library opens
+
+    def _meet(self, failed: bool) -> list[bool]:
+        """Collective on the world: which ranks failed before opening the library."""
+        self.met = True
+        return self.world.allgather(failed)
+
+    def factory(self, **kwargs: Any) -> ParallelLibrary:
+        """Make the run's :class:`ParallelLibrary` once every rank got this far."""
+        failed = self._meet(False)
+        if any(failed):
+            exc = SapporoError(f"rank {failed.index(True)} failed before the library opened")
+            exc.all_ranks = True  # type: ignore[attr-defined]
+            raise exc
+        return ParallelLibrary(decomposition=self.decomposition, **kwargs)
+
+
+def library_options(args: Any) -> dict[str, Any]:
+    """Options a command adds to its library's under ``mpiexec`` (``{}`` otherwise): the
+    :class:`ParallelLibrary` factory of the run :func:`run_cli` started."""
+    run = getattr(args, "_mpi_run", None)
+    return {} if run is None else {"library_factory": run.factory}
+
+
+def run_cli(args: Any, body: Any, name: str) -> int:
+    """Run ``body(args)`` on every rank of ``mpiexec``: rank 0 writes ``args.out`` and
+    talks; the other ranks compute the same and write into a private temporary folder,
+    removed at the end (with ``SAPPORO_RANK_OUTPUT=1``: into ``<out>.rank<r>``, kept).
+
+    Errors: raised on every rank alike, rank 0 reports them; one rank's failure before the
+    library opens ends the run on every rank; any other failure of a single rank aborts the
+    job (``MPI_Abort``) after its message, so no rank waits forever.
+
+    Returns the exit status (2 for bad input, 1 for other errors)."""
+    import sys
+    import tempfile
+    import traceback
+
+    run = CommandRun(name, getattr(args, "decomposition", None))
+    args._mpi_run = run
+    root = run.rank == 0
+    err = sys.stderr
+    tmp = None
+    if not root:
+        if config.from_environment().rank_output:
+            args.out = f"{args.out}.rank{run.rank}"  # kept, to compare the ranks' runs
+        else:
+            tmp = tempfile.TemporaryDirectory(prefix=f"sapporo-rank{run.rank}-")
+            args.out = tmp.name
+        args.quiet, args.no_plots = True, True
+    try:
+        return int(body(args) or 0)
+    except Exception as exc:
+        code = 2 if isinstance(exc, (InputError, ConfigError)) else 1
+        text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, SapporoError) else str(exc)
+        if not run.met:  # failed before the library: tell the others, who wait there
+            failed = run._meet(True)
+            if root or not failed[0]:
+                err.write(f"{name}: error" + (f" on rank {run.rank}" if not root else "")
+                          + f": {text}\n")
+            return code
+        if _all_ranks(exc):
+            if root:
+                err.write(f"{name}: error: {text}\n")
+            return code
+        # the verdict first, in one write: an abort may cut off what the launcher has not
+        # forwarded yet (seen with MPICH's Hydra on a loaded machine)
+        err.write(f"{name}: error on rank {run.rank} of {run.world.Get_size()}: "
+                  f"{text}\n{name}: aborting every rank\n")
+        err.flush()
+        if not isinstance(exc, (SapporoError, OSError)):
+            traceback.print_exc(file=err)
+            err.flush()
+        time.sleep(ABORT_GRACE)
+        run.world.Abort(code)
+        return code  # pragma: no cover - Abort does not return
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def run_report(lib: Any) -> dict[str, Any]:
+    """The parallel part of ``sapporo run``'s summary (``{}`` for a one-process library)."""
+    if not isinstance(lib, ParallelLibrary):
+        return {}
+    return {"mpi_ranks": lib.size, "decomposition": lib.decomposition,
+            "grid": [lib.rows, lib.cols], "communication_seconds": lib.comm_seconds,
+            "collectives": lib.collectives}
+
+
+def progress_note(lib: Any) -> str:
+    """The parallel part of ``sapporo run``'s progress line (``""`` for one process)."""
+    if not isinstance(lib, ParallelLibrary):
+        return ""
+    return f"  P = {lib.size} ({lib.decomposition}), comm {lib.comm_seconds:.1f} s"

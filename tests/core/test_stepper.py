@@ -1,0 +1,405 @@
+"""The compiled block step (sapporo/core/engine.py, sapporo/core/_step.c).
+
+Block steps of a few particles run in C on the library's plans. They must give the bits of
+the Python way in every order and precision, the float64 reference within the library's
+tolerances, and the Python way's errors for every input it refuses; and any state change
+(more addresses, new derivatives, another launch table, a reset, a pending result) must
+hand the step back to the Python way, never leave C computing on stale plans.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sapporo
+from sapporo import reference as ref
+from sapporo.core import engine as stepper
+from sapporo.errors import InputError, NonFiniteError
+
+pytestmark = pytest.mark.skipif(stepper.load() is None,
+                                reason=f"compiled step not built: {stepper.status()}")
+
+EPS2 = 1e-4
+
+
+@pytest.fixture
+def cl_backend(backend):
+    """The backend, for tests of the compiled step (which runs OpenCL launches)."""
+    if backend != "opencl":
+        pytest.skip("the compiled step runs OpenCL launches")
+    return backend
+
+
+def _system(n: int, seed: int = 3):
+    x, v, m = ref.plummer(n, seed=seed)
+    rng = np.random.default_rng(seed)
+    ids = rng.permutation(n) * 2 + 1
+    a = rng.normal(scale=0.5, size=(n, 3))
+    jerk = rng.normal(scale=0.5, size=(n, 3))
+    return x, v, m, ids, a, jerk
+
+
+def _pair(order: int, precision: str, backend: str):
+    """Two libraries: one with the compiled step, one held to the Python way."""
+    fast = sapporo.Library(order=order, precision=precision, backend=backend)
+    slow = sapporo.Library(order=order, precision=precision, backend=backend)
+    slow._engine_tried = True  # never starts an engine
+    return fast, slow
+
+
+def _same(r1, r2) -> None:
+    for name in ("acc", "jerk", "snap", "crackle", "pot", "nn_index", "nn_r2"):
+        a, b = getattr(r1, name), getattr(r2, name)
+        if a is None or b is None:
+            assert a is None and b is None, name
+        else:
+            assert a.dtype == b.dtype and a.shape == b.shape, name
+            np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+def _engine_used(lib) -> bool:
+    return lib._engine is not None and lib._native_ran
+
+
+@pytest.mark.parametrize("precision", ["double-single", "double"])
+@pytest.mark.parametrize("order", [2, 4, 6, 8])
+def test_block_steps_have_the_bits_of_the_python_way(cl_backend, order, precision):
+    """Blocks of 1 to 130 particles, stored, moved on and computed: every result equal to
+    the last bit to the Python way's, and within the reference's tolerance."""
+    n = 700
+    x, v, m, ids, a, jerk = _system(n)
+    fast, slow = _pair(order, precision, cl_backend)
+    rng = np.random.default_rng(7)
+    ran = 0
+    tj = np.zeros(n)
+    try:
+        for lib in (fast, slow):
+            lib.set_j_particles(np.arange(n), ids, 0.0, m, x, v, a=a, jerk=jerk)
+        for k in range(24):
+            ni = [1, 2, 1, 5, 16, 1, 130, 3][k % 8]
+            sel = np.sort(rng.choice(n, ni, replace=False))
+            t = 1e-3 * (k + 1)
+            tj[sel] = t - 1e-3
+            extra = {"jerk": jerk[sel]} if order >= 8 else {}
+            results = []
+            for lib in (fast, slow):
+                lib.set_j_particles(sel, ids[sel], t - 1e-3, m[sel], x[sel], v[sel],
+                                    a=a[sel], jerk=jerk[sel])
+                lib.set_time(t)
+                results.append(lib.compute(x[sel], v[sel], ids[sel], EPS2,
+                                           a=a[sel] if order >= 6 else None, **extra))
+            ran += _engine_used(fast)
+            _same(*results)
+        assert ran >= 20  # the steps did run in C
+        assert slow._engine is None
+        # the last one against the float64 reference (j-particles predicted from their tj)
+        xp, vp, ap = ref.predict(t, tj, x, v, a, jerk)
+        want = ref.forces(x[sel], v[sel], ids[sel], xp, vp, m, ids, EPS2, order=order,
+                          ai=a[sel] if order >= 6 else None, aj=ap if order >= 6 else None,
+                          ji=jerk[sel] if order >= 8 else None,
+                          jj=jerk if order >= 8 else None)
+        tol = 1e-4 if precision == "double-single" else 1e-10
+        for got, exp in ((results[0].acc, want.acc), (results[0].pot, want.pot)):
+            assert np.abs(got - exp).max() <= tol * np.abs(exp).max()
+    finally:
+        fast.close()
+        slow.close()
+
+
+def test_inputs_it_does_not_take_get_the_python_way(cl_backend):
+    """Scalars, lists, int32 ids, float32 arrays, transposed views: the same results."""
+    n = 300
+    x, v, m, ids, a, jerk = _system(n)
+    fast, slow = _pair(4, "double-single", cl_backend)
+    forms = [
+        lambda s: (int(s[0]), int(ids[s][0]), 0.0, float(m[s][0]), x[s], v[s]),
+        lambda s: (s.astype(np.int32), ids[s].astype(np.int32), np.zeros(len(s)), m[s],
+                   x[s], v[s]),
+        lambda s: (list(s), list(ids[s]), 0, m[s].tolist(), x[s].tolist(), v[s].tolist()),
+        lambda s: (s, ids[s], 0.0, m[s], x[s].astype(np.float32).astype(np.float64),
+                   np.asfortranarray(v[s])),
+    ]
+    try:
+        for lib in (fast, slow):
+            lib.set_j_particles(np.arange(n), ids, 0.0, m, x, v)
+        for k, form in enumerate(forms * 2):
+            sel = np.array([10 + k]) if k % 4 == 0 else np.arange(20 + k, 23 + k)
+            args = form(sel)
+            res = []
+            for lib in (fast, slow):
+                lib.set_j_particles(*args)
+                lib.set_time(1e-3 * k)
+                xi = x[sel] if k % 2 else x[sel].T.copy().T  # a Fortran-ordered copy too
+                res.append(lib.compute(xi, v[sel], ids[sel].astype(np.int32), EPS2))
+            _same(*res)
+    finally:
+        fast.close()
+        slow.close()
+
+
+def test_python_ints_where_numbers_go_run_in_c(cl_backend):
+    """t, mass and eps2 given as Python ints (eps2=0 is common) still run in C, with the
+    Python way's bits; an int beyond int64 goes the Python way and gets its error."""
+    n = 100
+    x, v, m, ids, a, jerk = _system(n)
+    fast, slow = _pair(4, "double", cl_backend)
+    try:
+        for lib in (fast, slow):
+            lib.set_j_particles(np.arange(n), ids, 0, m, x, v)
+            lib.compute(x[:1], v[:1], ids[:1], 0)
+        res = []
+        for lib in (fast, slow):
+            lib.set_j_particles(np.array([3]), ids[3:4], 0, 1, x[3:4], v[3:4])
+            lib.set_time(1)
+            res.append(lib.compute(x[5:6], v[5:6], ids[5:6], 0))
+        assert not fast._dirty and fast._native_ran
+        _same(*res)
+        with pytest.raises(InputError):
+            fast.set_j_particles(np.array([3]), ids[3:4], 10**400, 1, x[3:4], v[3:4])
+    finally:
+        fast.close()
+        slow.close()
+
+
+def _ready(order: int = 4, precision: str = "double-single", backend: str = "opencl"):
+    """A library whose steps run in C, and its system."""
+    n = 200
+    x, v, m, ids, a, jerk = _system(n)
+    lib = sapporo.Library(order=order, precision=precision, backend=backend)
+    lib.set_j_particles(np.arange(n), ids, 0.0, m, x, v)
+    s = np.array([3])
+    lib.compute(x[s], v[s], ids[s], EPS2)
+    lib.set_j_particles(s, ids[s], 0.0, m[s], x[s], v[s])
+    assert not lib._dirty, "the j-particle was not stored in C"
+    lib.compute(x[s], v[s], ids[s], EPS2)
+    assert lib._native_ran
+    return lib, (x, v, m, ids, a, jerk)
+
+
+@pytest.mark.parametrize("case", [
+    "x_nan", "x_huge", "v_inf", "eps2_negative", "id_negative", "id_huge", "a_nan_order4",
+])
+def test_bad_i_input_gets_the_python_error(cl_backend, case):
+    lib, (x, v, m, ids, a, jerk) = _ready(backend=cl_backend)
+    s = np.array([4])
+    xi, vi, idi, eps2, ai = x[s].copy(), v[s].copy(), ids[s].copy(), EPS2, None
+    if case == "x_nan":
+        xi[0, 1] = np.nan
+    elif case == "x_huge":
+        xi[0, 0] = 1e200
+    elif case == "v_inf":
+        vi[0, 2] = np.inf
+    elif case == "eps2_negative":
+        eps2 = -1.0
+    elif case == "id_negative":
+        idi[0] = -1
+    elif case == "id_huge":
+        idi[0] = 2**40
+    elif case == "a_nan_order4":
+        ai = np.full((1, 3), np.nan)
+    try:
+        with pytest.raises(InputError):
+            lib.compute(xi, vi, idi, eps2, a=ai)
+        # and the library goes on, in C again
+        r = lib.compute(x[s], v[s], ids[s], EPS2)
+        assert np.isfinite(r.acc).all()
+    finally:
+        lib.close()
+
+
+@pytest.mark.parametrize("case", ["x_nan", "t_inf", "mass_tiny", "pop_at_order4", "id_huge",
+                                  "address_negative"])
+def test_bad_j_input_gets_the_python_error(cl_backend, case):
+    lib, (x, v, m, ids, a, jerk) = _ready(backend=cl_backend)
+    s = np.array([5])
+    args = dict(address=s, index=ids[s], t=0.0, mass=m[s].copy(), x=x[s].copy(), v=v[s])
+    if case == "x_nan":
+        args["x"][0, 0] = np.nan
+    elif case == "t_inf":
+        args["t"] = np.inf
+    elif case == "mass_tiny":
+        args["mass"][0] = 1e-40
+    elif case == "pop_at_order4":
+        args["pop"] = np.zeros((1, 3))
+    elif case == "id_huge":
+        args["index"] = np.array([2**31])
+    elif case == "address_negative":
+        args["address"] = np.array([-2])
+    try:
+        with pytest.raises(InputError):
+            lib.set_j_particles(**args)
+        np.testing.assert_array_equal(lib._raw[5], lib._devs[0].h_raw[5])  # nothing stored
+    finally:
+        lib.close()
+
+
+def test_non_finite_force_is_diagnosed(cl_backend):
+    """Two particles at the same place with eps2 = 0: the Python way names the particle."""
+    lib, (x, v, m, ids, a, jerk) = _ready(backend=cl_backend)
+    try:
+        s = np.array([7])
+        lib.set_j_particles(s, ids[s], 0.0, m[s], x[8:9], v[s])  # on top of particle 8
+        with pytest.raises(NonFiniteError, match="non-finite force"):
+            lib.compute(x[8:9], v[8:9], ids[8:9], 0.0)
+    finally:
+        lib.close()
+
+
+def test_state_changes_hand_back_to_python(cl_backend):
+    """More addresses, higher derivatives, a reset, a pending result, a launch table, lists
+    and subsets between steps: the same bits as the Python way throughout."""
+    n = 400
+    x, v, m, ids, a, jerk = _system(n)
+    fast, slow = _pair(4, "double", cl_backend)
+    try:
+        def both(fn):
+            return [fn(lib) for lib in (fast, slow)]
+
+        def step(sel, t, **kw):
+            both(lambda lib: lib.set_j_particles(sel, ids[sel], t, m[sel], x[sel], v[sel],
+                                                 **kw))
+            both(lambda lib: lib.set_time(t + 1e-3))
+            _same(*both(lambda lib: lib.compute(x[sel], v[sel], ids[sel], EPS2)))
+
+        both(lambda lib: lib.set_j_particles(np.arange(300), ids[:300], 0.0, m[:300],
+                                             x[:300], v[:300]))
+        step(np.array([1]), 0.0)
+        step(np.array([2, 9]), 0.0)
+        step(np.array([350]), 0.01)                 # a new address: n_stored grows
+        step(np.array([3]), 0.02, a=a[3:4])          # the predictor reads a from now on
+        step(np.array([4]), 0.03, a=a[4:5], jerk=jerk[4:5])
+        step(np.array([5]), 0.04)
+        pend = both(lambda lib: lib.start_compute(x[6:7], v[6:7], ids[6:7], EPS2))
+        step(np.array([6]), 0.05)                    # while a result is pending
+        _same(pend[0].result(), pend[1].result())
+        _same(*both(lambda lib: lib.compute(x[:3], v[:3], ids[:3], EPS2, h2=0.05)))
+        _same(*both(lambda lib: lib.compute(x[:3], v[:3], ids[:3], EPS2, nj=100)))
+        step(np.array([7]), 0.06)
+        table = fast.launch_tables()[0]
+        both(lambda lib: lib.set_launch_table(table))
+        step(np.array([8]), 0.07)
+        both(lambda lib: lib.reset())
+        both(lambda lib: lib.set_j_particles(np.arange(50), ids[:50], 0.0, m[:50], x[:50],
+                                             v[:50]))
+        step(np.array([9]), 0.08)
+        step(np.array([10]), 0.09)
+        assert _engine_used(fast)
+    finally:
+        fast.close()
+        slow.close()
+
+
+def test_switched_off(monkeypatch):
+    monkeypatch.setenv("SAPPORO_STEP_ENGINE", "0")
+    monkeypatch.setattr(stepper, "_STATE", {})
+    assert stepper.load() is None
+    assert "SAPPORO_STEP_ENGINE=0" in stepper.status()
+
+
+def test_no_compiler_means_the_python_way(monkeypatch, tmp_path):
+    monkeypatch.setenv("SAPPORO_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setattr(stepper, "_STATE", {})
+    assert stepper.load() is None
+    assert "cannot run the C compiler" in stepper.status()
+    assert not list((tmp_path / "step").glob("*.so"))
+
+
+def test_built_once_into_the_kernel_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("SAPPORO_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(stepper, "_STATE", {})
+    assert stepper.load() is not None
+    built = list((tmp_path / "step").glob(f"{stepper.MODULE_NAME}-*"))
+    assert len(built) == 1
+    stamp = built[0].stat().st_mtime_ns
+    monkeypatch.setattr(stepper, "_STATE", {})
+    assert stepper.load() is not None
+    assert built[0].stat().st_mtime_ns == stamp  # loaded, not built again
+
+
+def test_module_refuses_misuse():
+    """The module's own guards: an Engine without memory, a short result buffer, a plan
+    table of the wrong size, block sizes out of range; errors, never a crash."""
+    mod = stepper.load()
+    bare = mod.Engine.__new__(mod.Engine)
+    for call in (lambda: bare.compute(np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None,
+                                      0.0, False),
+                 lambda: bare.put_j(0, 0, 0.0, 1.0, np.zeros((1, 3)), np.zeros((1, 3)),
+                                    None, None, None, None, None, None),
+                 lambda: bare.set_plan(1, None), bare.clear):
+        with pytest.raises(RuntimeError, match="not initialised"):
+            call()
+    with pytest.raises(ValueError, match="writable float64"):
+        mod.Engine(np.zeros(10))
+    with pytest.raises((ValueError, TypeError)):
+        mod.Engine(np.zeros(mod.NCO_MAX * mod.NI_MAX, dtype=np.float32))
+    eng = mod.Engine(np.zeros(mod.NCO_MAX * mod.NI_MAX))
+    with pytest.raises(ValueError, match="int64 values"):
+        eng.set_plan(1, np.zeros(3, dtype=np.int64))
+    with pytest.raises(ValueError, match="outside"):
+        eng.set_plan(0, None)
+    with pytest.raises(TypeError):
+        eng.compute(1, 2)
+    # without a plan: nothing stored, nothing computed
+    assert eng.put_j(0, 0, 0.0, 1.0, np.zeros((1, 3)), np.zeros((1, 3)), None, None, None,
+                     None, None, None) is False
+    assert eng.compute(np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None, 0.0,
+                       False) == -2
+    eng.set_plan(1, None)
+    assert eng.compute(np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None, 0.0,
+                       False) == 0
+
+
+def test_launch_failure_is_a_backend_error_and_the_python_way_goes_on(cl_backend):
+    """An OpenCL error inside the compiled step raises BackendError; the library then
+    takes the Python way, with its kernels' arguments set again and the j-particles
+    predicted again (the failed step may have done either halfway)."""
+    from sapporo.errors import BackendError
+
+    lib, (x, v, m, ids, a, jerk) = _ready(backend=cl_backend)
+    slow = sapporo.Library(order=4, precision="double-single", backend=cl_backend)
+    slow._engine_tried = True
+    real = lib._engine
+
+    class Failing:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def compute(self, *args):
+            real.compute(*args)  # it ran (arguments set, maybe predicted) and then failed
+            raise RuntimeError("OpenCL error -5 in a block step (status 0)")
+
+    try:
+        n = x.shape[0]
+        slow.set_j_particles(np.arange(n), ids, 0.0, m, x, v)
+        s = np.array([3])
+        slow.set_j_particles(s, ids[s], 0.0, m[s], x[s], v[s])
+        lib._engine = Failing()
+        for lib_ in (lib, slow):
+            lib_.set_time(0.5)
+        with pytest.raises(BackendError, match="OpenCL error -5"):
+            lib.compute(x[9:10], v[9:10], ids[9:10], EPS2)
+        assert lib._engine is None
+        _same(lib.compute(x[9:11], v[9:11], ids[9:11], EPS2),
+              slow.compute(x[9:11], v[9:11], ids[9:11], EPS2))
+    finally:
+        lib.close()
+        slow.close()
+
+
+def test_read_only_cache_builds_in_a_temporary_folder(monkeypatch, tmp_path):
+    import os
+
+    if os.geteuid() == 0:
+        # root writes anyway: a cache path below a file cannot be made by anyone
+        cache = tmp_path / "a-file"
+        cache.write_text("")
+    else:
+        cache = tmp_path / "ro"
+        cache.mkdir()
+        cache.chmod(0o500)
+    monkeypatch.setenv("SAPPORO_KERNEL_CACHE", str(cache))
+    monkeypatch.setattr(stepper, "_STATE", {})
+    assert stepper.load() is not None
+    assert "compiled (" in stepper.status() and str(cache) not in stepper.status()
