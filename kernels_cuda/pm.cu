@@ -205,6 +205,30 @@ extern "C" __global__ void mg_residual(const int nl, const double inv_h2, const 
     res[c] = (real)((double)rhs[c] - inv_h2 * (s - (6.0 + ng) * (double)phi[c]));
 }
 
+/* Right-hand side of the fourth-order (defect-corrected) equation on the finest level:
+ * out = rhs + sum_d delta_d^4 phi / (12 h^2), the 7-point Laplacian's truncation error, so
+ * that a V-cycle on L7 phi = out drives phi towards L4 phi = rhs, L4 the 13-point fourth-
+ * order Laplacian (L4 = L7 - sum_d delta_d^4 / 12 h^2). An axis whose 5 points leave the
+ * level adds nothing (L7 there, two cells from the faces, where the potential is smooth). */
+extern "C" __global__ void mg_defect(const int nl, const double inv_12h2, const real *phi,
+                        const real *rhs, real *out)
+{
+    const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= (long long)nl * nl * nl) return;
+    const int i = (int)(c / ((long long)nl * nl)), j = (int)((c / nl) % nl), k = (int)(c % nl);
+    const int at[3] = {i, j, k};
+    const long long step[3] = {(long long)nl * nl, nl, 1};
+    const double p0 = (double)phi[c];
+    double s = 0.0;
+    for (int d = 0; d < 3; d++) {
+        if (at[d] < 2 || at[d] > nl - 3) continue;
+        const long long q = step[d];
+        s += (double)phi[c - 2 * q] - 4.0 * (double)phi[c - q] + 6.0 * p0
+             - 4.0 * (double)phi[c + q] + (double)phi[c + 2 * q];
+    }
+    out[c] = (real)((double)rhs[c] + inv_12h2 * s);
+}
+
 /* Restriction to the coarse level (nc points per side): mean of the 8 fine cells. */
 extern "C" __global__ void mg_restrict(const int nc, const real *fine, real *coarse)
 {

@@ -220,6 +220,30 @@ __kernel void mg_residual(const int nl, const double inv_h2, const int use_bnd,
     res[c] = (real)((double)rhs[c] - inv_h2 * (s - (6.0 + ng) * (double)phi[c]));
 }
 
+/* Right-hand side of the fourth-order (defect-corrected) equation on the finest level:
+ * out = rhs + sum_d delta_d^4 phi / (12 h^2), the 7-point Laplacian's truncation error, so
+ * that a V-cycle on L7 phi = out drives phi towards L4 phi = rhs, L4 the 13-point fourth-
+ * order Laplacian (L4 = L7 - sum_d delta_d^4 / 12 h^2). An axis whose 5 points leave the
+ * level adds nothing (L7 there, two cells from the faces, where the potential is smooth). */
+__kernel void mg_defect(const int nl, const double inv_12h2, __global const real *phi,
+                        __global const real *rhs, __global real *out)
+{
+    const long c = get_global_id(0);
+    if (c >= (long)nl * nl * nl) return;
+    const int i = (int)(c / ((long)nl * nl)), j = (int)((c / nl) % nl), k = (int)(c % nl);
+    const int at[3] = {i, j, k};
+    const long step[3] = {(long)nl * nl, nl, 1};
+    const double p0 = (double)phi[c];
+    double s = 0.0;
+    for (int d = 0; d < 3; d++) {
+        if (at[d] < 2 || at[d] > nl - 3) continue;
+        const long q = step[d];
+        s += (double)phi[c - 2 * q] - 4.0 * (double)phi[c - q] + 6.0 * p0
+             - 4.0 * (double)phi[c + q] + (double)phi[c + 2 * q];
+    }
+    out[c] = (real)((double)rhs[c] + inv_12h2 * s);
+}
+
 /* Restriction to the coarse level (nc points per side): mean of the 8 fine cells. */
 __kernel void mg_restrict(const int nc, __global const real *fine, __global real *coarse)
 {

@@ -52,10 +52,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "default fft)")
     p.add_argument("--p3m", action="store_true",
                    help="P^3M: split mesh force plus a direct short-range sum (FFT solver)")
-    p.add_argument("--window", choices=("ngp", "cic", "tsc"), default="cic",
-                   help="mass assignment and interpolation: ngp, cic or tsc (default cic)")
-    p.add_argument("--stencil", type=int, choices=(2, 4), default=2,
-                   help="finite-difference points of the gradient (default 2)")
+    p.add_argument("--window", choices=("ngp", "cic", "tsc"), default="tsc",
+                   help="mass assignment and interpolation: ngp, cic or tsc (default tsc)")
+    p.add_argument("--stencil", type=int, choices=(2, 4), default=4,
+                   help="finite-difference points of the gradient (default 4)")
     p.add_argument("--precision", choices=("double", "single"), default="double",
                    help="mesh arithmetic: double or single (default double)")
     p.add_argument("--t-end", type=float, default=1.0, help="end time (default 1)")

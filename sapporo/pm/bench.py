@@ -124,7 +124,7 @@ def bench(grids: Sequence[int] = (32, 64, 128), steps: int = 3, backend: str | N
             perm = np.argsort((u[:, 0] * g + u[:, 1]) * g + u[:, 2], kind="stable")
             x, v = x[perm], v[perm]
         with ParticleMesh(g, 1.0, boundary="periodic", window="cic", backend=backend,
-                          devices=device) as pm:
+                          devices=device, stencil=2) as pm:
             name = pm.device_name
             sim = Leapfrog(pm, x, v, m, dt, sort_every=20 if sort else 0)
             sim.step(1)

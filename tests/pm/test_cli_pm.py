@@ -14,8 +14,12 @@ from sapporo.cli import main
                                          ("uniform", ["--window", "tsc"]),
                                          ("plummer", ["--p3m", "--window", "tsc"])])
 def test_pm_command(backend, tmp_path, capsys, model, extra) -> None:
+    """Three steps at a small size. Grid 48: the default TSC window and 4-point gradient
+    keep 3 cells free on each side of an isolated mesh, and the models reach 0.4 box from
+    the centre, so the grid needs more than 30 points (16 fitted the old CIC, 2-point
+    default's 1.5 cells)."""
     out = tmp_path / "run"
-    code = main(["pm", "--ic", model, "--n", "600", "--grid", "16", "--t-end", "0.06",
+    code = main(["pm", "--ic", model, "--n", "600", "--grid", "48", "--t-end", "0.06",
                  "--dt", "0.02", "--snapshots", "2", "--backend", backend, "--out", str(out),
                  *extra])
     assert code == 0
@@ -69,7 +73,7 @@ def test_pm_without_matplotlib(backend, tmp_path, monkeypatch, caplog) -> None:
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     out = tmp_path / "run"
-    code = main(["pm", "--n", "300", "--grid", "16", "--t-end", "0.02", "--dt", "0.02",
+    code = main(["pm", "--n", "300", "--grid", "48", "--t-end", "0.02", "--dt", "0.02",
                  "--backend", backend, "--out", str(out)])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())

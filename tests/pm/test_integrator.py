@@ -85,7 +85,7 @@ def test_periodic_drift_wraps(backend, meshes) -> None:
 
 
 def test_leaving_the_isolated_mesh_is_an_error(backend, meshes) -> None:
-    pm = meshes(backend, 8, 2.0)
+    pm = meshes(backend, 8, 2.0, window="cic", stencil=2)  # margin 1.5 cells
     x = np.array([[0.3, 0.0, 0.0]])
     sim = Leapfrog(pm, x, np.array([[10.0, 0.0, 0.0]]), np.array([1.0]), 0.1)
     with pytest.raises(InputError, match=r"at t = 0\.1 \(step 1\).*outside"):

@@ -111,7 +111,7 @@ def test_assignment_is_deterministic(backend, meshes) -> None:
     """Fixed-point sums: the mesh density and the forces are the same bits whatever the
     particle order (float atomics would not give that)."""
     rng = np.random.default_rng(3)
-    pm = meshes(backend, 16, 1.0, window="tsc")
+    pm = meshes(backend, 16, 1.0, window="tsc", stencil=2)  # margin 2 cells
     x = rng.normal(0, 0.08, (5000, 3))
     m = rng.uniform(0.1, 1.0, 5000)
     r1 = pm.forces(x, m)
@@ -240,10 +240,10 @@ def test_periodic_deconvolution_and_discrete_green(backend) -> None:
     phi_cont = -4 * np.pi * amp * np.sin(k * x[:, 1]) / k**2
     kd2 = (2 - 2 * math.cos(k * h)) / h**2
     sinc = math.sin(k * h / 2) / (k * h / 2)
-    with ParticleMesh(grid, box, "periodic", backend=backend, green="discrete") as pm:
+    with ParticleMesh(grid, box, "periodic", "cic", backend=backend, green="discrete") as pm:
         r = pm.forces(x, m)
         assert np.abs(r.pot - phi_cont * k**2 / kd2).max() < 1e-10 * np.abs(phi_cont).max()
-    with ParticleMesh(grid, box, "periodic", backend=backend, deconvolve=True) as pm:
+    with ParticleMesh(grid, box, "periodic", "cic", backend=backend, deconvolve=True) as pm:
         r = pm.forces(x, m)
         assert np.abs(r.pot - phi_cont / sinc**4).max() < 1e-10 * np.abs(phi_cont).max()
 
@@ -305,7 +305,7 @@ def test_bad_construction(backend) -> None:
 
 
 def test_bad_particles(backend, meshes) -> None:
-    pm = meshes(backend, 16, 2.0, window="cic")
+    pm = meshes(backend, 16, 2.0, window="cic", stencil=2)
     lo, hi = pm.usable_region()
     assert lo == pytest.approx(-1.0 + 1.5 * 2.0 / 16) and hi == -lo  # CIC + 2-point: 1.5
     x = np.zeros((5, 3))
