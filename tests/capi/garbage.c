@@ -4,7 +4,8 @@
  * example integrator, testCodes/src/test_integrator.cpp, does so).  The forces must not
  * suffer.
  *
- * usage: garbage IC    (IC: "n" then n lines "m x y z vx vy vz", n <= 128)
+ * usage: garbage IC [nanv]   (IC: "n" then n lines "m x y z vx vy vz", n <= 128; nanv: the
+ *                              i-particles' velocities NaN, which order 2 does not read)
  * Prints "npipes <n>", "open <rc>", then per force call CALL (h2 all NaN, h2 mixed, h2 all
  * 1e300, each run twice so that the second can take the direct path):
  *   "F <CALL> <i> ax ay az jx jy jz pot nn"
@@ -21,7 +22,7 @@
 #define NMAX 128
 
 static int n, idx[NMAX], nnb[NMAX], nbl[NMAX];
-static double m[NMAX], x[NMAX][3], v[NMAX][3];
+static double m[NMAX], x[NMAX][3], v[NMAX][3], vi[NMAX][3];
 static double acc[NMAX][3], jerk[NMAX][3], pot[NMAX], h2[NMAX];
 static double aold[NMAX][3], j6old[NMAX][3], phiold[NMAX];
 
@@ -52,6 +53,8 @@ int main(int argc, char **argv)
         aold[i][0] = aold[i][1] = aold[i][2] = NAN;
         j6old[i][0] = j6old[i][1] = j6old[i][2] = NAN;
         phiold[i] = NAN;
+        for (int c = 0; c < 3; c++)
+            vi[i][c] = argc > 2 ? NAN : v[i][c];
     }
     fclose(f);
     printf("npipes %d\n", g6_npipes());
@@ -66,8 +69,8 @@ int main(int argc, char **argv)
         int k = call / 2, rc_read;
         for (int i = 0; i < n; i++)
             h2[i] = h2_of(k, i);
-        g6calc_firsthalf(0, n, n, idx, x, v, aold, j6old, phiold, 0.0, h2);
-        rc = g6calc_lasthalf2(0, n, n, idx, x, v, 0.0, h2, acc, jerk, pot, nnb);
+        g6calc_firsthalf(0, n, n, idx, x, vi, aold, j6old, phiold, 0.0, h2);
+        rc = g6calc_lasthalf2(0, n, n, idx, x, vi, 0.0, h2, acc, jerk, pot, nnb);
         rc_read = g6_read_neighbour_list(0);
         for (int i = 0; i < n; i++) {
             int len = -1, rc_get = g6_get_neighbour_list(0, i, NMAX, &len, nbl);
