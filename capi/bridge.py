@@ -38,14 +38,10 @@ __all__ = ["DEFAULT_NPIPES", "MAX_NPIPES", "Bridge", "bind", "device_count", "op
 
 logger = logging.getLogger(__name__)
 
-#: i-particles per force call when ``SAPPORO_NPIPES`` is not set: clients size static arrays
-#: from g6_npipes(), and some hold no more than 128
-DEFAULT_NPIPES = 128
-#: The largest ``SAPPORO_NPIPES`` g6_open accepts: clients allocate g6_npipes() entries per
-#: array, and one force call's i-particles, results and neighbour lists must fit in memory
-#: (65536 i-particles with the default 256-entry lists: 64 MiB of lists).  The same values
-#: are in sapporo.h (SAPPORO_DEFAULT_NPIPES, SAPPORO_MAX_NPIPES).
-MAX_NPIPES = 65536
+#: g6_npipes() when ``SAPPORO_NPIPES`` is not set, and its largest value (defined in
+#: sapporo.config with the other settings' ranges)
+DEFAULT_NPIPES = config.DEFAULT_NPIPES
+MAX_NPIPES = config.MAX_NPIPES
 #: Order and precision of ``g6_open`` when neither the caller nor the environment says.
 DEFAULT_ORDER = 4
 DEFAULT_PRECISION = "double-single"
@@ -110,28 +106,19 @@ def open_settings(
 
 
 def read_npipes() -> int:
-    """``SAPPORO_NPIPES`` (1 .. :data:`MAX_NPIPES`), else :data:`DEFAULT_NPIPES`.
+    """``SAPPORO_NPIPES``, else :data:`DEFAULT_NPIPES`; a value outside 1 ..
+    :data:`MAX_NPIPES` is clamped, with a warning (:func:`sapporo.config.int_setting`).
 
     Reads that variable only, so a malformed ``SAPPORO_BACKEND`` does not spoil the count.
 
     Raises
     ------
     ConfigError
-        When the variable is not an integer in range.
+        When the variable is not an integer (g6_npipes() answers :data:`DEFAULT_NPIPES`
+        meanwhile, and g6_open refuses it).
     """
-    raw = os.environ.get("SAPPORO_NPIPES", "").strip()
-    if not raw:
-        return DEFAULT_NPIPES
-    try:
-        n = int(raw)
-    except ValueError:
-        n = 0
-    if not 1 <= n <= MAX_NPIPES:
-        raise ConfigError(
-            f"SAPPORO_NPIPES: expected an integer from 1 to {MAX_NPIPES}, got {raw!r} "
-            f"(g6_npipes() answers {DEFAULT_NPIPES} meanwhile, and g6_open refuses it)"
-        )
-    return n
+    n = config.int_setting("SAPPORO_NPIPES")
+    return DEFAULT_NPIPES if n is None else n
 
 
 def device_count(backend: str | None = None) -> int:
@@ -186,7 +173,7 @@ class Bridge:
 
         if self.lib is not None:
             return
-        read_npipes()  # a bad SAPPORO_NPIPES is refused here, not at the first force call
+        read_npipes()  # a malformed SAPPORO_NPIPES is refused here, not at the first force call
         settings = open_settings(**kwargs)
         self._direct_allowed = config.from_environment().capi_direct
         was_enabled = gc.isenabled()
@@ -329,26 +316,22 @@ class Bridge:
         h2: np.ndarray | None,
         jerk: np.ndarray | None = None,
     ) -> None:
-        """Start a force call (firsthalf); ``h2`` that is all <= 0 switches lists off;
-        ``jerk``: the i-particles' predicted jerks (order 8).
+        """Start a force call (firsthalf); ``jerk``: the i-particles' predicted jerks
+        (order 8).
 
-        A negative ``h2[i]`` among positive ones gives particle i an empty list (no r^2 is
-        below it), as on GRAPE-6; NaN is still refused by the library.
+        ``h2[i]`` only shapes particle i's neighbour list: a finite positive value asks for
+        one; zero, a negative value or a non-finite one (clients pass uninitialised arrays)
+        gives particle i no list and never costs the forces (the C half warns about the
+        non-finite ones). All of them without a list: lists off.
         """
         lib = self._open_lib()
         self._pending = self._result = self._nb_arrays = None
         if h2 is not None:
-            bad = np.flatnonzero(~np.isfinite(h2))
-            if bad.size:
-                raise InputError(
-                    f"h2 (neighbour radius squared) is not finite for {bad.size} of "
-                    f"{len(h2)} i-particles (h2[{bad[0]}] = {h2[bad[0]]}): give a finite "
-                    "radius, or h2 <= 0 for no list"
-                )
-            if not (h2 > 0.0).any():
+            wanted = np.isfinite(h2) & (h2 > 0.0)
+            if not wanted.any():
                 h2 = None
-            elif (h2 < 0.0).any():
-                h2 = np.maximum(h2, 0.0)
+            elif not wanted.all():
+                h2 = np.where(wanted, h2, 0.0)
         a = a if lib.order >= 6 else None
         jerk = jerk if lib.order >= 8 else None
         if lib.order >= 8 and (a is None or jerk is None):
@@ -505,9 +488,11 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
         if set_time:  # g6_set_ti's time, kept by C until the force call
             state.set_time(ti)
         order = state.lib.order if state.lib is not None else 0
+        # only what this order reads: order 2 no velocities, below 6 no accelerations
+        v_ = vectors(v, ni) if order >= 4 else np.zeros((ni, 3))
         a_ = vectors(a, ni) if order >= 6 else None
         jerk_ = vectors(jerk, ni) if order >= 8 else None
-        state.start(nj, scalars(index, ni, np.int32), vectors(x, ni), vectors(v, ni), a_,
+        state.start(nj, scalars(index, ni, np.int32), vectors(x, ni), v_, a_,
                     eps2, scalars(h2, ni, np.float64), jerk_)
         return 0
 

@@ -211,7 +211,7 @@ static int direct_start(int nj, int ni, const int *index, const double *xi, cons
     if (direct.off || nj < 1)
         return 0;
     for (int i = 0; h2 != NULL && i < ni && !lists; i++)
-        lists = h2[i] > 0.0;
+        lists = wants_list(h2[i]);
     /* nothing in flight from here on (the plans may move in memory) */
     if ((rc = direct_wait()) < 0)
         return rc;

@@ -25,8 +25,8 @@ extern "C" {
 #define SAPPORO_ERR_NONFINITE -5 /* a force is not finite (coincident particles, eps2 = 0) */
 #define SAPPORO_ERR_INTERNAL  -6 /* embedded Python not available, out of memory, a bug */
 
-/* g6_npipes(): SAPPORO_NPIPES, else the default; g6_open refuses values above the maximum
- * (g6_npipes() then answers the default, never an error code). */
+/* g6_npipes(): SAPPORO_NPIPES, else the default; a value outside 1 .. the maximum is
+ * clamped, with a message (the same values as sapporo.config's DEFAULT_NPIPES, MAX_NPIPES). */
 #define SAPPORO_DEFAULT_NPIPES 128
 #define SAPPORO_MAX_NPIPES     65536
 

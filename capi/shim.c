@@ -128,6 +128,27 @@ static void shim_record_error(int code, const char *message)
         abort_code = code;
 }
 
+/* A warning: printed like an error (the 1st, 10th, 100th, ... time of its kind, after
+ * "warning: "), but no error code, no sapporo_last_error() and no stop. */
+static void warn(const char *fmt, ...)
+{
+    char message[768];
+    unsigned long count, p = 1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    count = count_kind(0, message);
+    while (p < count && p <= ~0ul / 10)
+        p *= 10;
+    if (count == 1)
+        fprintf(stderr, "sapporo: %s: warning: %s\n", current_fn, message);
+    else if (p == count)
+        fprintf(stderr, "sapporo: %s: warning: %s [%lu times so far]\n", current_fn, message,
+                count);
+    fflush(stderr);
+}
+
 static int fail(int code, const char *fmt, ...)
 {
     char message[768];
@@ -250,8 +271,8 @@ static int need_open(void)
 
 /* SAPPORO_NPIPES when it is blank or plain digits in range: the answer of capi/bridge.py's
  * read_npipes, without starting Python (clients ask g6_npipes() before g6_open to size
- * their arrays); 0 for anything else,
- * which Python reads and reports. */
+ * their arrays); 0 for anything else, which Python reads: it clamps a value out of range
+ * (sapporo.config.int_setting, with its warning) and reports a malformed one. */
 static int npipes_from_environment(void)
 {
     const char *v = getenv("SAPPORO_NPIPES");
@@ -529,6 +550,24 @@ static int field_point_indices(int ni, const int **index)
     return SAPPORO_OK;
 }
 
+/* h2 only shapes neighbour lists: a non-finite h2[i] (an uninitialised array, as Sapporo2's
+ * example integrator passes) means no list for i-particle i, its forces are computed and the
+ * call succeeds; a warning names the first such particle. */
+static void warn_h2(int ni, const int *index, const double *h2)
+{
+    int bad = 0, first = -1;
+    for (int i = 0; i < ni; i++)
+        if (!isfinite(h2[i])) {
+            bad++;
+            if (first < 0)
+                first = i;
+        }
+    if (bad > 0)
+        warn("h2 (neighbour radius squared) is not finite for %d of %d i-particles, the "
+             "first h2[%d] = %g (index %d): no neighbour list for them; their forces are "
+             "computed", bad, ni, first, h2[first], index[first]);
+}
+
 /* ji: the i-particles' predicted jerks (order 8; NULL from every other entry point) */
 static void do_firsthalf8(int nj, int ni, const int *index, const double *xi,
                           const double *vi, const double *ai, const double *ji, double eps2,
@@ -558,10 +597,12 @@ static void do_firsthalf8(int nj, int ni, const int *index, const double *xi,
         rc = fail(SAPPORO_ERR_INPUT, "index, xi and vi must not be NULL");
         goto done;
     }
+    if (h2 != NULL)
+        warn_h2(ni, index, h2);
     if ((rc = field_point_indices(ni, &index)) < 0)
         goto done;
     for (int i = 0; h2 != NULL && i < ni && !pending_lists; i++)
-        pending_lists = h2[i] > 0.0;
+        pending_lists = wants_list(h2[i]);
     pending_direct = 0;
     if ((rc = direct_start(nj, ni, index, xi, vi, ai, ji, eps2, h2)) != 0) {
         pending_direct = rc > 0;
@@ -675,7 +716,7 @@ static int do_lasthalf_n(int ni, const double *h2, double *acc, double *jerk, do
     if (rc < 0 || lists || h2 == NULL)
         return rc;
     for (int i = 0; i < ni; i++)
-        if (h2[i] > 0.0)
+        if (wants_list(h2[i]))
             return fail(SAPPORO_ERR_INPUT, "h2[%d] = %g reaches lasthalf but g6calc_firsthalf "
                         "had no positive h2: neighbour lists are set up by firsthalf's h2 "
                         "(pass the same array to both)", i, h2[i]);

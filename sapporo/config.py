@@ -8,11 +8,13 @@ variable                   meaning
 ``SAPPORO_ORDER``          2, 4, 6 or 8 (used by the C API; default 4)
 ``SAPPORO_PRECISION``      ``double`` or ``double-single`` (C API; default
                            ``double-single``)
-``SAPPORO_NPIPES``         i-particles per GRAPE force call (C API; default 128)
+``SAPPORO_NPIPES``         i-particles per GRAPE force call (C API; 1 to 65536, default
+                           128)
 ``SAPPORO_CONFIG``         path of a ``sapporo2.config`` device file (C API)
-``SAPPORO_NB_CAPACITY``    neighbour-list capacity per i-particle (default 256)
+``SAPPORO_NB_CAPACITY``    neighbour-list capacity per i-particle (1 to 65536, default
+                           256)
 ``SAPPORO_SPIN_US``        how long (microseconds) a wait for the device polls before
-                           it sleeps (default 300; 0: sleep at once)
+                           it sleeps (0 to 1000000, default 300; 0: sleep at once)
 ``SAPPORO_SMALL_PAIRS``    force calls with at most this many i x j pairs run on PoCL's
                            single-threaded companion device (default 131072; 0: never,
                            and sapporo leaves POCL_DEVICES alone)
@@ -33,10 +35,16 @@ variable                   meaning
                            ones recorded by ``sapporo capi build`` (read by the C
                            library's start-up code before sapporo is importable)
 =========================  =====================================================
+
+A numeric setting out of its range (:data:`INT_RANGES`; for ``SAPPORO_ORDER`` a value that
+is not 2, 4, 6 or 8) is clamped to the nearest valid value, with a warning logged once per
+process: a setting never keeps a library from opening. A value that is not an integer is a
+:class:`ConfigError`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +54,41 @@ from sapporo.errors import ConfigError
 BACKENDS = ("opencl", "cuda")
 PRECISIONS = ("double", "double-single")
 ORDERS = (2, 4, 6, 8)
+
+logger = logging.getLogger(__name__)
+
+#: i-particles per GRAPE force call when ``SAPPORO_NPIPES`` is not set: clients size static
+#: arrays from g6_npipes(), and some hold no more than 128
+DEFAULT_NPIPES = 128
+#: The largest ``SAPPORO_NPIPES``: clients allocate g6_npipes() entries per array, and one
+#: force call's i-particles, results and neighbour lists must fit in memory (65536
+#: i-particles with the default 256-entry lists: 64 MiB of lists).  The C half has the same
+#: values in capi/sapporo.h (SAPPORO_DEFAULT_NPIPES, SAPPORO_MAX_NPIPES; a test compares).
+MAX_NPIPES = 65536
+#: The largest neighbour-list capacity per i-particle (``SAPPORO_NB_CAPACITY`` and
+#: ``Library(nb_capacity=...)``)
+MAX_NB_CAPACITY = 65536
+#: The longest poll of ``SAPPORO_SPIN_US`` (one second; the wait sleeps after it)
+MAX_SPIN_US = 1_000_000
+
+#: The range of each integer setting, (smallest, largest or None): the one place that
+#: defines them. A value outside is clamped to the nearest end (:func:`int_setting`).
+INT_RANGES: dict[str, tuple[int, int | None]] = {
+    "SAPPORO_NPIPES": (1, MAX_NPIPES),
+    "SAPPORO_NB_CAPACITY": (1, MAX_NB_CAPACITY),
+    "SAPPORO_SPIN_US": (0, MAX_SPIN_US),
+    "SAPPORO_SMALL_PAIRS": (0, None),
+}
+
+_warned: set[str] = set()  # the clamping messages already logged by this process
+
+
+def _warn_once(message: str) -> None:
+    """Log ``message`` as a warning the first time this process meets it (the settings
+    are read again and again: by the C API, by every ``Library``)."""
+    if message not in _warned:
+        _warned.add(message)
+        logger.warning("%s", message)
 
 
 def _get(name: str) -> str | None:
@@ -114,18 +157,48 @@ def parse_precision(value: str | None, source: str = "precision") -> str | None:
     return v
 
 
-def _parse_int(value: str | None, source: str, minimum: int) -> int | None:
-    """An integer >= ``minimum`` from an environment value (None when unset)."""
-    if value is None:
+def int_setting(name: str) -> int | None:
+    """The integer setting ``name`` (a key of :data:`INT_RANGES`) from the environment;
+    None when unset or blank.
+
+    A value outside its range is clamped to the nearest end, and a warning says so (once
+    per process and value).
+
+    Raises
+    ------
+    ConfigError
+        When the value is not an integer.
+    """
+    raw = _get(name)
+    if raw is None:
         return None
-    what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    lo, hi = INT_RANGES[name]
+    what = f"an integer from {lo} to {hi}" if hi is not None else f"an integer >= {lo}"
     try:
-        n = int(value)
+        n = int(raw)
     except ValueError:
-        raise ConfigError(f"{source}: expected {what}, got {value!r}") from None
-    if n < minimum:
-        raise ConfigError(f"{source}: expected {what}, got {value!r}")
-    return n
+        raise ConfigError(f"{name}: expected {what}, got {raw!r}") from None
+    clamped = max(n, lo) if hi is None else min(max(n, lo), hi)
+    if clamped != n:
+        _warn_once(f"{name}={raw} is out of range (expected {what}): using {clamped}")
+    return clamped
+
+
+def _order_setting() -> int | None:
+    """``SAPPORO_ORDER``: 2, 4, 6 or 8; None when unset. Below 2 or above 8: the nearest
+    end; an odd order: the next even one (it computes everything the odd one would need);
+    either with a warning (once). Not an integer: :class:`ConfigError`."""
+    raw = _get("SAPPORO_ORDER")
+    if raw is None:
+        return None
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ConfigError(f"SAPPORO_ORDER: expected 2, 4, 6 or 8, got {raw!r}") from None
+    order = min(max(n + n % 2, ORDERS[0]), ORDERS[-1])
+    if order != n:
+        _warn_once(f"SAPPORO_ORDER={raw} is not one of 2, 4, 6, 8: using {order}")
+    return order
 
 
 def read_sapporo2_config(path: str) -> list[int] | int:
@@ -188,20 +261,21 @@ class Settings:
 
 
 def from_environment() -> Settings:
-    """Read every ``SAPPORO_*`` variable; raise :class:`ConfigError` on malformed values."""
+    """Read every ``SAPPORO_*`` variable: numbers out of range are clamped (with a
+    warning); raise :class:`ConfigError` on malformed values."""
     return Settings(
         backend=parse_backend(_get("SAPPORO_BACKEND"), "SAPPORO_BACKEND"),
         devices=parse_devices(_get("SAPPORO_DEVICES"), "SAPPORO_DEVICES"),
-        order=parse_order(_get("SAPPORO_ORDER"), "SAPPORO_ORDER"),
+        order=_order_setting(),
         precision=parse_precision(_get("SAPPORO_PRECISION"), "SAPPORO_PRECISION"),
-        npipes=_parse_int(_get("SAPPORO_NPIPES"), "SAPPORO_NPIPES", 1),
+        npipes=int_setting("SAPPORO_NPIPES"),
         config_file=_get("SAPPORO_CONFIG"),
-        nb_capacity=_parse_int(_get("SAPPORO_NB_CAPACITY"), "SAPPORO_NB_CAPACITY", 1),
+        nb_capacity=int_setting("SAPPORO_NB_CAPACITY"),
         profile_dir=_get("SAPPORO_PROFILE_DIR"),
         no_profile=(_get("SAPPORO_NO_PROFILE") or "0") not in ("0", "false", "no"),
         site=_get("SAPPORO_SITE"),
-        spin_us=_parse_int(_get("SAPPORO_SPIN_US"), "SAPPORO_SPIN_US", 0),
-        small_pairs=_parse_int(_get("SAPPORO_SMALL_PAIRS"), "SAPPORO_SMALL_PAIRS", 0),
+        spin_us=int_setting("SAPPORO_SPIN_US"),
+        small_pairs=int_setting("SAPPORO_SMALL_PAIRS"),
         kernel_cache=_get("SAPPORO_KERNEL_CACHE"),
         decomposition=_get("SAPPORO_DECOMPOSITION"),
         rank_output=(_get("SAPPORO_RANK_OUTPUT") or "0").lower() not in ("0", "no", "false"),

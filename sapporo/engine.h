@@ -83,6 +83,14 @@ struct dplan {
     struct dlaunch predict, force;
 };
 
+/* Whether a neighbour radius squared asks for a list: finite and positive.  Anything else
+ * (zero, negative, NaN, infinite: clients pass uninitialised arrays) gives that i-particle no
+ * list, and never costs its forces. */
+static int wants_list(double h2)
+{
+    return isfinite(h2) && h2 > 0.0;
+}
+
 static int finite3(const double *p)
 {
     return p == NULL || (isfinite(p[0]) && isfinite(p[1]) && isfinite(p[2]));
@@ -256,11 +264,13 @@ static long id_at(const void *index, int wide, int i)
 }
 
 /* Whether the library would take these i-particles as they are (index: their ids, int64
- * when wide, else int). */
+ * when wide, else int).  Only what the order reads is checked (velocities from order 4,
+ * accelerations from 6, jerks at 8); h2 not at all: any value is taken (wants_list). */
 static int i_ok(const struct dplan *p, int ni, const void *index, int wide, const double *xi,
                 const double *vi, const double *ai, const double *ji, double eps2,
                 const double *h2)
 {
+    (void)h2;
     if (!(isfinite(eps2) && eps2 >= 0.0))
         return 0;
     if ((p->order >= 6 && ai == NULL) || (p->order >= 8 && ji == NULL))
@@ -268,18 +278,17 @@ static int i_ok(const struct dplan *p, int ni, const void *index, int wide, cons
     for (int i = 0; i < ni; i++) {
         const double *x = xi + 3 * i;
         if (!(fabs(x[0]) < COORD_LIMIT && fabs(x[1]) < COORD_LIMIT && fabs(x[2]) < COORD_LIMIT)
-            || !finite3(vi + 3 * i) || (p->order >= 6 && !finite3(ai + 3 * i))
+            || (p->order >= 4 && !finite3(vi + 3 * i)) || (p->order >= 6 && !finite3(ai + 3 * i))
             || (p->order >= 8 && !finite3(ji + 3 * i))
             || id_at(index, wide, i) < 0 || id_at(index, wide, i) > p->max_id)
             return 0;
-        if (h2 != NULL && !isfinite(h2[i]))
-            return 0;  /* Python refuses it */
     }
     return 1;
 }
 
 /* The i-particles into the plan's rows (layout.h); the padding repeats the last one. A
- * negative radius among positive ones gives an empty list (as through Python). */
+ * radius that asks for no list (wants_list) among ones that do gives an empty list (as
+ * through Python). */
 static void i_pack(const struct dplan *p, int ni, const void *index, int wide, const double *xi,
                    const double *vi, const double *ai, const double *ji, const double *h2,
                    int lists)
@@ -291,10 +300,10 @@ static void i_pack(const struct dplan *p, int ni, const void *index, int wide, c
         d[IC_X * st] = xi[3 * s];
         d[IC_Y * st] = xi[3 * s + 1];
         d[IC_Z * st] = xi[3 * s + 2];
-        d[IC_H2 * st] = lists && h2[s] > 0.0 ? h2[s] : 0.0;
-        d[IC_VX * st] = vi[3 * s];
-        d[IC_VY * st] = vi[3 * s + 1];
-        d[IC_VZ * st] = vi[3 * s + 2];
+        d[IC_H2 * st] = lists && wants_list(h2[s]) ? h2[s] : 0.0;
+        d[IC_VX * st] = p->order >= 4 ? vi[3 * s] : 0.0;  /* order 2 reads no velocity */
+        d[IC_VY * st] = p->order >= 4 ? vi[3 * s + 1] : 0.0;
+        d[IC_VZ * st] = p->order >= 4 ? vi[3 * s + 2] : 0.0;
         d[IC_ID * st] = (double)id_at(index, wide, s);
         if (p->order >= 6) {
             d[IC_AX * st] = ai[3 * s];

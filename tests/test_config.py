@@ -31,14 +31,50 @@ def test_values_are_parsed(monkeypatch):
 
 @pytest.mark.parametrize(
     "name,value",
-    [("BACKEND", "metal"), ("DEVICES", "a,b"), ("DEVICES", "-1"), ("ORDER", "5"),
-     ("ORDER", "four"), ("PRECISION", "single"), ("NPIPES", "0"), ("NB_CAPACITY", "x"),
-     ("SPIN_US", "-5"), ("SPIN_US", "fast")],
+    [("BACKEND", "metal"), ("DEVICES", "a,b"), ("DEVICES", "-1"), ("ORDER", "four"),
+     ("ORDER", "4.0"), ("PRECISION", "single"), ("NPIPES", "1e3"), ("NB_CAPACITY", "x"),
+     ("SPIN_US", "fast"), ("SMALL_PAIRS", "many")],
 )
 def test_malformed_values_name_the_variable(monkeypatch, name, value):
     monkeypatch.setenv(f"SAPPORO_{name}", value)
     with pytest.raises(ConfigError, match=f"SAPPORO_{name}"):
         config.from_environment()
+
+
+@pytest.mark.parametrize(
+    "name,value,field,expected",
+    [("NPIPES", "0", "npipes", 1), ("NPIPES", "100000", "npipes", config.MAX_NPIPES),
+     ("NPIPES", "-3", "npipes", 1), ("NB_CAPACITY", "0", "nb_capacity", 1),
+     ("NB_CAPACITY", "99999999999", "nb_capacity", config.MAX_NB_CAPACITY),
+     ("SPIN_US", "-5", "spin_us", 0), ("SPIN_US", "5000000", "spin_us", config.MAX_SPIN_US),
+     ("SMALL_PAIRS", "-1", "small_pairs", 0), ("ORDER", "5", "order", 6),
+     ("ORDER", "3", "order", 4), ("ORDER", "1", "order", 2), ("ORDER", "-4", "order", 2),
+     ("ORDER", "10", "order", 8)],
+)
+def test_out_of_range_values_are_clamped_with_one_warning(monkeypatch, caplog, name, value,
+                                                           field, expected):
+    """A number outside its range becomes the nearest valid one (odd orders the next even
+    one), with one warning naming the variable however often the settings are read."""
+    monkeypatch.setattr(config, "_warned", set())
+    monkeypatch.setenv(f"SAPPORO_{name}", value)
+    with caplog.at_level("WARNING", logger="sapporo.config"):
+        for _ in range(3):
+            assert getattr(config.from_environment(), field) == expected
+    warnings = [r.getMessage() for r in caplog.records if r.name == "sapporo.config"]
+    assert len(warnings) == 1, warnings
+    assert f"SAPPORO_{name}={value}" in warnings[0] and f"using {expected}" in warnings[0]
+
+
+def test_values_in_range_are_kept_without_warning(monkeypatch, caplog):
+    monkeypatch.setattr(config, "_warned", set())
+    for name, (lo, hi) in config.INT_RANGES.items():
+        for value in (lo, hi if hi is not None else 10**12):
+            monkeypatch.setenv(name, f" {value} ")
+            assert config.int_setting(name) == value
+    monkeypatch.setenv("SAPPORO_ORDER", "8")
+    with caplog.at_level("WARNING", logger="sapporo.config"):
+        assert config.from_environment().order == 8
+    assert not caplog.records
 
 
 def test_spin_us(monkeypatch):

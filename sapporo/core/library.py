@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 MAX_ID = 2**31 - 1
 MAX_ADDRESS = 2**31 - 2
 #: the lists of a chunk of NI_CHUNK i-particles take NI_CHUNK * capacity * 4 bytes (2 GiB)
-MAX_NB_CAPACITY = 65536
+MAX_NB_CAPACITY = config.MAX_NB_CAPACITY
 #: predictions of at most this many j-particles run on the companion device with a small
 #: force launch: there the force launch need not wait for the threaded device's hand-off.
 #: Block step of one particle, PoCL 3.1 on 2 Zen 5 cores: N = 16k 132-136 us against

@@ -5,13 +5,15 @@
  *   devices  get_device_count() before any open: "devices <n>", "last <message>"
  *   open     g6_npipes() then g6_open(): "npipes <n>", "open <rc> | <message>",
  *            g6_get_nj_max() before and after: "njmax <before> <after>"
- *   nanh2    a force call whose h2 is all NaN: "nanh2 <rc> | <message>"; then one with
- *            h2 = 10: "goodh2 <rc>"
+ *   nanh2    a force call whose h2 is all NaN (no lists; a warning, not an error):
+ *            "nanh2 <rc> <ax of particle 0> | <message>"; then one with h2 = 10:
+ *            "goodh2 <rc> <ax of particle 0>"
  *   field    i-particles with index -1 (field points: they exclude no j-particle) and one
  *            real particle: "field <i> <ax> <ay> <az> <pot> <nn>"
  *   pg6      Phantom-GRAPE's g6calc_lasthalfn / g6calc_lasthalf2n against lasthalf2:
  *            "pg6 <name> <rc> <i> <ax> <pot> <nn> <nblen> <ids...>"; then h2 given only to
- *            lasthalfn: "pg6_h2_late <rc> | <message>"
+ *            lasthalfn: "pg6_h2_late <rc> | <message>"; then an infinite h2 (no lists) given
+ *            to both: "pg6_inf_both <rc>"
  * Four unit masses at (0,0,0), (1,0,0), (0,1,0), (0,0,1), indices 0..3.
  */
 #include <math.h>
@@ -76,9 +78,11 @@ int main(int argc, char **argv)
         store();
         g6calc_firsthalf(0, N, N, idx, xj, vi, acc, jerk, pot, 0.0, h2);
         int rc = g6calc_lasthalf(0, N, N, idx, xj, vi, 0.0, h2, acc, jerk, pot);
-        printf("nanh2 %d | %s\n", rc, rc < 0 ? sapporo_last_error() : "");
+        printf("nanh2 %d %.12f | %s\n", rc, acc[0][0], rc < 0 ? sapporo_last_error() : "");
+        acc[0][0] = 0.0;
         g6calc_firsthalf(0, N, N, idx, xj, vi, acc, jerk, pot, 0.0, good);
-        printf("goodh2 %d\n", g6calc_lasthalf(0, N, N, idx, xj, vi, 0.0, good, acc, jerk, pot));
+        rc = g6calc_lasthalf(0, N, N, idx, xj, vi, 0.0, good, acc, jerk, pot);
+        printf("goodh2 %d %.12f\n", rc, acc[0][0]);
         g6_close(0);
     }
     else if (strcmp(mode, "field") == 0) {
@@ -120,6 +124,10 @@ int main(int argc, char **argv)
         g6calc_firsthalf(0, N, N, idx, xj, vi, acc, jerk, pot, 0.0, none);
         rc = g6calc_lasthalfn(0, N, N, idx, xj, vi, 0.0, h2, acc, jerk, pot);
         printf("pg6_h2_late %d | %s\n", rc, rc < 0 ? sapporo_last_error() : "");
+        double inf[N] = {INFINITY, INFINITY, INFINITY, INFINITY};
+        g6calc_firsthalf(0, N, N, idx, xj, vi, acc, jerk, pot, 0.0, inf);
+        rc = g6calc_lasthalfn(0, N, N, idx, xj, vi, 0.0, inf, acc, jerk, pot);
+        printf("pg6_inf_both %d\n", rc);
         g6_close(0);
     }
     else {

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sapporo.capi.bridge import DEFAULT_NPIPES, MAX_NPIPES, Bridge, open_settings, read_npipes
 
-from sapporo.errors import ConfigError, InputError, SapporoError
+from sapporo.errors import ConfigError, SapporoError
 
 
 @pytest.fixture(autouse=True)
@@ -67,9 +67,11 @@ def test_any_n_devices(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_malformed_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("SAPPORO_ORDER", "5")
+    monkeypatch.setenv("SAPPORO_ORDER", "five")
     with pytest.raises(ConfigError, match="SAPPORO_ORDER"):
         open_settings()
+    monkeypatch.setenv("SAPPORO_ORDER", "5")  # a number out of range: the nearest order up
+    assert open_settings()["order"] == 6
     monkeypatch.delenv("SAPPORO_ORDER")
     (tmp_path / "sapporo2.config").write_text("2\n0\n")
     with pytest.raises(ConfigError, match="says 2 devices"):
@@ -104,23 +106,26 @@ def test_negative_h2_of_one_particle_gives_an_empty_list() -> None:
         assert counts.tolist() == [2, 0, 2] and not overflow
         assert nb_ids[offsets[0]:offsets[1]].tolist() == [1, 2]
         assert res.pot[1] == pytest.approx(-1.0 - 1.0 / np.sqrt(2.0), rel=1e-14)
-        with pytest.raises(SapporoError, match="h2"):  # NaN is still refused
-            bridge.start(3, ids, x, z, None, 0.0, np.array([4.0, np.nan, 4.0]))
     finally:
         bridge.close()
 
 
 def test_npipes_range(monkeypatch: pytest.MonkeyPatch) -> None:
-    """SAPPORO_NPIPES: 1 .. MAX_NPIPES; the count never depends on the other variables."""
+    """SAPPORO_NPIPES: 1 .. MAX_NPIPES, a number outside clamped; the count never depends
+    on the other variables."""
     monkeypatch.setenv("SAPPORO_BACKEND", "nonsense")
     assert read_npipes() == DEFAULT_NPIPES
     for good in ("1", str(MAX_NPIPES), " 64 "):
         monkeypatch.setenv("SAPPORO_NPIPES", good)
         assert read_npipes() == int(good)
-    for bad in ("0", "-3", str(MAX_NPIPES + 1), "99999999999", "1e3", "lots"):
+    for far, clamped in (("0", 1), ("-3", 1), (str(MAX_NPIPES + 1), MAX_NPIPES),
+                         ("99999999999", MAX_NPIPES)):
+        monkeypatch.setenv("SAPPORO_NPIPES", far)
+        assert read_npipes() == clamped
+    for bad in ("1e3", "lots"):
         monkeypatch.setenv("SAPPORO_NPIPES", bad)
         with pytest.raises(ConfigError, match=f"SAPPORO_NPIPES: expected an integer from 1 "
-                                              f"to {MAX_NPIPES}, got '{bad.strip()}'"):
+                                              f"to {MAX_NPIPES}, got '{bad}'"):
             read_npipes()
     with pytest.raises(ConfigError, match="SAPPORO_NPIPES"):
         Bridge().open()  # refused at open, before any device work
@@ -141,18 +146,26 @@ def test_binary_config_file_names_the_file(monkeypatch: pytest.MonkeyPatch,
         open_settings()
 
 
-def test_non_finite_h2_is_refused() -> None:
+def test_non_finite_h2_means_no_list_and_forces_all_the_same() -> None:
+    """h2 only shapes neighbour lists: NaN or inf gives that particle no list (all of them:
+    lists off), the forces are those of a call without h2; 1e300 lists everyone."""
     bridge = Bridge()
     bridge.open(order=4, precision="double")
     try:
         x = np.array([[0.0, 0, 0], [1.0, 0, 0]])
-        z = np.zeros((2, 2))[:, :1].repeat(3, axis=1)
+        z = np.zeros((2, 3))
         ids = np.arange(2, dtype=np.int32)
         bridge.set_j(ids, ids, np.zeros(2), np.ones(2), x, z, z, z, None, None)
         bridge.set_time(0.0)
-        for h2 in ([np.nan, np.nan], [1.0, np.inf]):
-            with pytest.raises(InputError, match=r"h2 .* is not finite"):
-                bridge.start(2, ids, x, z, None, 0.0, np.array(h2))
+        bridge.start(2, ids, x, z, None, 0.0, None)
+        plain = bridge.finish(2)
+        for h2, counts in (([np.nan, np.nan], [0, 0]), ([np.inf, -np.inf], [0, 0]),
+                           ([1e300, np.nan], [1, 0]), ([np.nan, 2.0], [0, 1])):
+            bridge.start(2, ids, x, z, None, 0.0, np.array(h2))
+            res = bridge.finish(2)
+            np.testing.assert_array_equal(res.acc, plain.acc)
+            np.testing.assert_array_equal(res.pot, plain.pot)
+            assert bridge.read_neighbours()[1].tolist() == counts, h2
     finally:
         bridge.close()
 

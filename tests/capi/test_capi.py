@@ -373,6 +373,104 @@ def test_bad_calls_report_and_continue(capi: CApi, tmp_path: Path) -> None:
     np.testing.assert_allclose([float(a) for a in acc[0]], [1, 1, 1], rtol=1e-6)
 
 
+def _garbage_run(capi: CApi, tmp_path: Path, *args: str, **env: str) -> tuple[str, str, tuple]:
+    """Run garbage.c on 64 Plummer bodies; its stdout, stderr and the bodies (x, v, m)."""
+    bodies = write_ic(tmp_path / "ic.txt", n=64, seed=11)
+    proc = capi.run(capi.program("garbage.c"), "ic.txt", *args, cwd=tmp_path,
+                    env=capi.env(**env))
+    assert "END" in proc.stdout and "Traceback" not in proc.stderr, proc.stderr
+    return proc.stdout, proc.stderr, bodies
+
+
+def _check_garbage_forces(stdout: str, bodies: tuple, capacity: int, order: int = 4) -> None:
+    """Every call of garbage.c: forces of the float64 reference to DS_TOL (jerks from order
+    4), return codes 0, and neighbour lists only where h2 is finite and positive."""
+    x, v, m = bodies
+    n = len(m)
+    idx = np.arange(n)
+    ref = forces(x, v, idx, x, v, m, idx, 0.0, order=4)
+    r2 = ((x[:, None, :] - x[None, :, :]) ** 2).sum(axis=2)
+    mixed = [np.nan, 0.05, -np.inf, np.inf, 1e300]
+    for name in ("nan", "mixed", "huge"):
+        rows = [ln.split()[2:] for ln in stdout.splitlines() if ln.startswith(f"F {name} ")]
+        assert len(rows) == 2 * n, name  # each call twice
+        for half in (rows[:n], rows[n:]):
+            f = np.array(half, dtype=float)
+            assert relative_vector_error(f[:, 1:4], ref.acc, ref.acc_abs).max() < DS_TOL, name
+            if order >= 4:
+                assert relative_vector_error(f[:, 4:7], ref.jerk, ref.jerk_abs).max() < DS_TOL
+            else:
+                assert (f[:, 4:7] == 0).all(), name
+            assert relative_vector_error(f[:, 7], ref.pot, ref.pot_abs).max() < DS_TOL, name
+            nn = f[:, 8].astype(int)
+            differ = np.flatnonzero(nn != ref.nn_index)  # only on near ties
+            assert np.allclose(r2[differ, nn[differ]], ref.nn_r2[differ], rtol=DS_TOL)
+        rcs = [ln.split()[2:] for ln in stdout.splitlines() if ln.startswith(f"RC {name} ")]
+        h2 = np.array([{"nan": np.nan, "huge": 1e300}.get(name, mixed[i % 5])
+                       for i in range(n)])
+        wants = np.isfinite(h2) & (h2 > 0)
+        want_len = np.zeros(n, dtype=int)
+        for i in np.flatnonzero(wants):
+            want_len[i] = int(((r2[i] < h2[i]) & (idx != i)).sum())
+        overflow = want_len > capacity
+        assert [r[:2] for r in rcs] == [["0", str(int(overflow.any()))]] * 2, (name, rcs)
+        nbs = [list(map(int, ln.split()[2:])) for ln in stdout.splitlines()
+               if ln.startswith(f"NB {name} ")]
+        for k, (i, rc_get, nblen) in enumerate(nbs):
+            assert i == k % n and nblen == want_len[i], (name, i, nblen, want_len[i])
+            assert rc_get == int(nblen > capacity), (name, i, rc_get)
+    assert (want_len[wants] == n - 1).all()  # the last kind, 1e300: everyone
+
+
+@pytest.mark.parametrize("direct", ["1", "0"])
+def test_garbage_h2_and_unread_arrays_cost_no_forces(capi: CApi, tmp_path: Path,
+                                                     direct: str) -> None:
+    """Sapporo2's example integrator passes h2 it never set, and aold, j6old, phiold, which
+    4th order does not read: NaN there, and h2 = 1e300 (everyone a neighbour: the lists
+    overflow as usual), leave the forces as the float64 reference has them, every call
+    returns 0, and a throttled warning names the first particle whose h2 is not finite.
+    The same on the direct path and through Python (SAPPORO_CAPI_DIRECT=0)."""
+    out, err, bodies = _garbage_run(capi, tmp_path, SAPPORO_CAPI_DIRECT=direct,
+                                    SAPPORO_NB_CAPACITY="8")
+    assert "open 0" in out
+    _check_garbage_forces(out, bodies, capacity=8)
+    calls = [int(ln.split()[-1]) for ln in out.splitlines() if ln.startswith("RC ")]
+    if direct == "1":  # the second call of each kind runs on the direct path
+        assert all(calls[k] > calls[k - 1] for k in (1, 3, 5)), calls
+    else:
+        assert calls[-1] == 0, calls
+    warnings = [ln for ln in err.splitlines() if "warning" in ln]
+    # 4 calls with a non-finite h2 (2 "nan", 2 "mixed"): one kind per value printed (nan,
+    # inf), each the 1st time only
+    assert warnings and all(w.startswith("sapporo: g6calc_firsthalf: warning: h2 (neighbour "
+                                         "radius squared) is not finite for ") for w in warnings)
+    assert "64 of 64 i-particles, the first h2[0] = nan (index 0)" in warnings[0], warnings
+    assert len(warnings) == len(set(warnings)) <= 3, warnings
+    assert "code -" not in err, err  # no error at all
+
+
+@pytest.mark.parametrize("direct", ["1", "0"])
+def test_order2_reads_no_i_velocities(capi: CApi, tmp_path: Path, direct: str) -> None:
+    """At order 2 (no jerk) the i-particles' velocities are not read: NaN there costs
+    nothing either."""
+    out, err, bodies = _garbage_run(capi, tmp_path, "nanv", SAPPORO_ORDER="2",
+                                    SAPPORO_CAPI_DIRECT=direct, SAPPORO_NB_CAPACITY="8")
+    _check_garbage_forces(out, bodies, capacity=8, order=2)
+    assert "code -" not in err, err
+
+
+def test_npipes_out_of_range_is_clamped(capi: CApi, tmp_path: Path) -> None:
+    """SAPPORO_NPIPES=100000: g6_open opens all the same, with 65536 pipes (the message
+    once on stderr), and the forces are right."""
+    from sapporo.config import MAX_NPIPES
+
+    out, err, bodies = _garbage_run(capi, tmp_path, SAPPORO_NPIPES="100000")
+    assert f"npipes {MAX_NPIPES}" in out and "open 0" in out, out
+    said = [ln for ln in err.splitlines() if "SAPPORO_NPIPES" in ln]
+    assert len(said) == 1 and "100000" in said[0] and f"using {MAX_NPIPES}" in said[0], said
+    _check_garbage_forces(out, bodies, capacity=256)
+
+
 def test_second_process_reports_what_the_first_did(capi: CApi, tmp_path: Path) -> None:
     """Two runs of the same client, one after the other, with the same caches: the second
     opens as the first did, and coincident particles with eps2 = 0 get -5 and the message

@@ -202,12 +202,20 @@ def test_repeated_errors_are_printed_1_10_100_times(capi: CApi, tmp_path: Path) 
 # ----------------------------------------------------------------------------- reliability
 
 
-def test_npipes_huge_is_refused_at_open(capi: CApi, tmp_path: Path) -> None:
+def test_npipes_huge_is_clamped_malformed_refused_at_open(capi: CApi, tmp_path: Path) -> None:
+    """A number out of range is clamped (one message); one that is not a number is refused,
+    and g6_npipes() answers the default meanwhile."""
     exe = capi.program("compat.c")
     proc = capi.run(exe, "open", cwd=tmp_path, env=capi.env(SAPPORO_NPIPES="99999999999"))
+    assert lines(proc.stdout, "npipes") == [[str(MAX_NPIPES)]]
+    assert lines(proc.stdout, "open") == [["0", "|"]]
+    said = [ln for ln in proc.stderr.splitlines() if "SAPPORO_NPIPES" in ln]
+    assert said == [f"SAPPORO_NPIPES=99999999999 is out of range (expected an integer from 1 "
+                    f"to {MAX_NPIPES}): using {MAX_NPIPES}"], proc.stderr
+    proc = capi.run(exe, "open", cwd=tmp_path, env=capi.env(SAPPORO_NPIPES="lots"))
     assert lines(proc.stdout, "npipes") == [[str(DEFAULT_NPIPES)]]
     assert re.search(rf"^open -3 \| g6_open: SAPPORO_NPIPES: expected an integer from 1 to "
-                     rf"{MAX_NPIPES}, got '99999999999'", proc.stdout, re.M), proc.stdout
+                     rf"{MAX_NPIPES}, got 'lots'", proc.stdout, re.M), proc.stdout
     assert lines(proc.stdout, "njmax") == [["0", "0"]]
     proc = capi.run(exe, "open", cwd=tmp_path, env=capi.env(SAPPORO_NPIPES=str(MAX_NPIPES)))
     assert lines(proc.stdout, "npipes") == [[str(MAX_NPIPES)]]
@@ -226,12 +234,17 @@ def test_binary_config_file_is_a_config_error(capi: CApi, tmp_path: Path) -> Non
     assert "UnicodeDecodeError" not in proc.stdout + proc.stderr
 
 
-def test_all_nan_h2_is_reported(capi: CApi, tmp_path: Path) -> None:
+def test_all_nan_h2_is_a_warning_and_costs_no_forces(capi: CApi, tmp_path: Path) -> None:
+    """h2 only shapes neighbour lists: all NaN means no lists, the forces are those of a
+    finite h2, the call returns 0, and a warning (no error code) names the first one."""
     proc = capi.run(capi.program("compat.c"), "nanh2", cwd=tmp_path)
-    assert re.search(r"^nanh2 -1 \| g6calc_firsthalf: h2 \(neighbour radius squared\) is "
-                     r"not finite for 4 of 4 i-particles \(h2\[0\] = nan\)", proc.stdout,
-                     re.M), proc.stdout
-    assert lines(proc.stdout, "goodh2") == [["0"]]
+    (rc, ax, bar), = lines(proc.stdout, "nanh2")
+    assert rc == "0" and bar == "|", proc.stdout
+    assert lines(proc.stdout, "goodh2") == [["0", ax]]  # the same force
+    assert float(ax) == pytest.approx(1.0, rel=1e-6)  # unit masses on the three axes
+    assert ("sapporo: g6calc_firsthalf: warning: h2 (neighbour radius squared) is not finite "
+            "for 4 of 4 i-particles, the first h2[0] = nan (index 0): no neighbour list for "
+            "them; their forces are computed") in proc.stderr.splitlines(), proc.stderr
 
 
 def test_field_points_with_negative_index(capi: CApi, tmp_path: Path) -> None:
@@ -270,6 +283,8 @@ def test_phantom_grape_lasthalfn(capi: CApi, tmp_path: Path) -> None:
             assert [r[4] for r in got] == [r[4] for r in base]  # nearest neighbours
     assert re.search(r"^pg6_h2_late -1 \| g6calc_lasthalfn: h2\[0\] = 1.5 reaches lasthalf "
                      r"but g6calc_firsthalf had no positive h2", proc.stdout, re.M), proc.stdout
+    # an infinite h2 asks for no list, at firsthalf and at lasthalfn alike: no error
+    assert lines(proc.stdout, "pg6_inf_both") == [["0"]], proc.stdout
 
 
 @pytest.mark.parametrize("precision", ["double", "double-single"])
