@@ -9,7 +9,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HELP = (
-    "sapporo-nbody compiles its native block-step engine (sapporo/core/_step.c) when it is "
+    "sapporo-nbody compiles its native block-step engine (sapporo/core/_engine.c) when it is "
     "installed, and that needs a C compiler and Python's development headers: on Debian "
     "or Ubuntu 'apt install gcc python3-dev', on Fedora 'dnf install gcc python3-devel', "
     "on macOS 'xcode-select --install'; with conda, 'conda install c-compiler'. "
@@ -37,7 +37,7 @@ setup(
     ext_modules=[
         Extension(
             "sapporo.core._engine",
-            sources=["sapporo/core/_step.c"],
+            sources=["sapporo/core/_engine.c"],
             include_dirs=["sapporo"],
             depends=["sapporo/engine.h", "sapporo/plan.h", "sapporo/layout.h"],
             extra_compile_args=["-O2", "-std=gnu11"],

@@ -160,7 +160,7 @@ class Bridge:
         # plans handed to C (the direct path) since Python last worked: C may have set
         # their kernels' arguments and predicted the device's records
         self._direct_planned = False
-        self._direct_allowed = True  # SAPPORO_CAPI_DIRECT, read by open()
+        self._direct_allowed = True  # SAPPORO_NATIVE, read by open()
 
     # ------------------------------------------------------------------------ lifecycle
     def npipes(self) -> int:
@@ -175,7 +175,7 @@ class Bridge:
             return
         read_npipes()  # a malformed SAPPORO_NPIPES is refused here, not at the first force call
         settings = open_settings(**kwargs)
-        self._direct_allowed = config.from_environment().capi_direct
+        self._direct_allowed = config.from_environment().native
         was_enabled = gc.isenabled()
         gc.disable()  # the backend's start-up makes many objects and no garbage
         try:
@@ -204,7 +204,7 @@ class Bridge:
     def direct_plan(self, nj: int, ni: int, lists: bool = False) -> int | dict[str, Any]:
         """A force call of ``ni`` i-particles on j-addresses [0, nj), with neighbour lists or
         not, as the C half can run it without Python (capi/direct.c), or why not: 0 (not
-        for this shape) or -1 (not for this library: ``SAPPORO_CAPI_DIRECT=0``, timing by
+        for this shape) or -1 (not for this library: ``SAPPORO_NATIVE=0``, timing by
         phase, and the reasons of :meth:`Library._direct_plan
         <sapporo.core.library.Library._direct_plan>`, which makes it)."""
         lib = self.lib

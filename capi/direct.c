@@ -16,12 +16,12 @@
  * -- new addresses, a derivative the predictor does not read yet, a value the library would
  * refuse, a non-finite force -- goes the Python way, which gives the usual errors; every
  * crossing into Python makes the plans stale (epoch), and Python forgets what it assumed
- * about the device (Bridge.after_direct).  SAPPORO_CAPI_DIRECT=0 turns this path off.
+ * about the device (Bridge.after_direct).  SAPPORO_NATIVE=0 turns this path off.
  */
 #include "engine.h"
 
 static struct {
-    int off;              /* -1: never (SAPPORO_CAPI_DIRECT=0, or not this library) */
+    int off;              /* -1: never (SAPPORO_NATIVE=0, or not this library) */
     long calls;           /* force calls run here in this process */
     long epoch;           /* bumped by every crossing into Python that may change its state */
     struct dplan *plans[2];  /* by [lists][ni] (ni 1 .. npipes) */

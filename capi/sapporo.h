@@ -82,7 +82,7 @@ const char *sapporo_version(void);
 
 /* How many force calls of this process ran on the direct path: block steps run
  * in C from a plan made once per block size, without Python (one OpenCL device that
- * computes on host memory, any order, neighbour lists or not; SAPPORO_CAPI_DIRECT=0 turns
+ * computes on host memory, any order, neighbour lists or not; SAPPORO_NATIVE=0 turns
  * it off). A diagnostic: 0 means every call went through Python. */
 long sapporo_direct_calls(void);
 

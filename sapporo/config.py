@@ -26,11 +26,9 @@ variable                   meaning
                            ``mpiexec ... sapporo run`` (default ``auto``)
 ``SAPPORO_RANK_OUTPUT``    1: under ``mpiexec``, ranks other than 0 keep their output
                            in ``<out>.rank<r>`` (to compare the ranks' runs)
-``SAPPORO_CAPI_DIRECT``    0: every block step of the C API goes through Python
-                           (default 1: C runs the steps Python has planned)
-``SAPPORO_STEP_ENGINE``    0: the Python API's small block steps run in Python (default
-                           1: in C, on plans the library made, when a C compiler built
-                           the step module; see :mod:`sapporo.core.engine`)
+``SAPPORO_NATIVE``         0: every block step, of the Python API and of the C API, takes
+                           the Python way (default 1: the native engine runs the steps
+                           the library has planned; see :mod:`sapporo.core.engine`)
 ``SAPPORO_SITE``           os.pathsep-separated site directories that replace the
                            ones recorded by ``sapporo capi build`` (read by the C
                            library's start-up code before sapporo is importable)
@@ -256,8 +254,7 @@ class Settings:
     kernel_cache: str | None = None
     decomposition: str | None = None
     rank_output: bool = False
-    capi_direct: bool = True
-    step_engine: bool = True
+    native: bool = True
 
 
 def from_environment() -> Settings:
@@ -279,15 +276,12 @@ def from_environment() -> Settings:
         kernel_cache=_get("SAPPORO_KERNEL_CACHE"),
         decomposition=_get("SAPPORO_DECOMPOSITION"),
         rank_output=(_get("SAPPORO_RANK_OUTPUT") or "0").lower() not in ("0", "no", "false"),
-        capi_direct=(_get("SAPPORO_CAPI_DIRECT") or "1").lower() not in ("0", "no", "false",
-                                                                      "off"),
-        step_engine=(_get("SAPPORO_STEP_ENGINE") or "1").lower() not in ("0", "no", "false",
-                                                                      "off"),
+        native=(_get("SAPPORO_NATIVE") or "1").lower() not in ("0", "no", "false", "off"),
     )
 
 
 def kernel_cache_dir() -> Path | None:
-    """Where built kernels (and the compiled step module) are kept across processes:
+    """Where built kernels are kept across processes:
     ``SAPPORO_KERNEL_CACHE`` (a folder, or ``0``/``off`` for none), else the user cache
     folder's ``opencl``. Rebuilding a program from its binary takes 1-5 ms where a build
     from source takes 15-20 ms even when PoCL's own cache hits (and seconds when it does

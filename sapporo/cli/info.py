@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
             ],
             "selected": None if chosen_dev is None else chosen_dev.as_dict(),
             "error": error,
-            "compiled_step": _step_status(),
+            "native": _step_status(),
         }
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
         return 0 if error is None else 1
@@ -83,15 +83,14 @@ def _capi_line(env: config.Settings) -> str:
 
 
 def _step_status() -> str:
-    """Whether the Python API's small block steps run in C (sapporo.core.engine), and why not;
-    building the module when it is not built yet (a second)."""
-    from sapporo.core import engine as stepper
+    """Whether block steps run on the native engine (sapporo.core.engine), and why not."""
+    from sapporo.core import engine
 
-    return stepper.status()
+    return engine.status()
 
 
 def _step_line() -> str:
-    return f"Python API block steps: {_step_status()}\n"
+    return f"block steps: {_step_status()}\n"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -1,35 +1,21 @@
-"""The Python API's small block steps in C: building and loading the step module.
+"""The native block-step engine's Python side: loading it, and the plans it runs.
 
 :class:`~sapporo.Library` runs a block step of a few particles (``set_j_particles``,
 ``set_time``, ``compute``) in Python in 50-100 us on a CPU, around 5-25 us of kernels. The
-module built from ``_step.c`` runs the same steps in C on plans the library made (the
-launches of :mod:`sapporo.core.device`, as the C API's direct path runs them; ``sapporo/engine.h``),
-with the library's checks and the same bits. What it does not take as it is goes the
-library's own way, with the usual results and errors.
+engine (``sapporo.core._engine``, compiled from ``_engine.c`` when the package is installed)
+runs the same steps in C on plans the library made (the launches of
+:mod:`sapporo.core.device`; ``sapporo/engine.h``), with the library's checks and the same
+bits. What it does not take as it is goes the library's own way, with the usual results and
+errors. ``SAPPORO_NATIVE=0`` sends every step the Python way.
 
-The module is compiled once per environment with the C compiler (``$CC``, else ``cc``) and
-Python's headers, into the kernel cache (:func:`sapporo.config.kernel_cache_dir`, its
-``step`` folder; a temporary folder when the cache is off or cannot be written), and
-loaded from there. Without a compiler, or with ``SAPPORO_STEP_ENGINE=0``, every step takes
-the Python way.
+A plan is a table of int64 words whose layout is written once, in ``sapporo/plan.h``:
+:func:`plan_enums` reads it from there and :func:`plan_words` fills it.
 """
 
 from __future__ import annotations
 
-import atexit
-import hashlib
-import importlib.machinery
-import importlib.util
 import logging
-import os
 import re
-import shlex
-import shutil
-import subprocess
-import sys
-import sysconfig
-import tempfile
-import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -40,102 +26,30 @@ from sapporo import config
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MODULE_NAME", "load", "plan_enums", "plan_words", "source_files", "status"]
+__all__ = ["PLAN_HEADER", "load", "plan_enums", "plan_keys", "plan_words", "status"]
 
-#: the compiled module's name (its init function is PyInit__sapporo_step)
-MODULE_NAME = "_sapporo_step"
 #: the plan table (plan.h)
 PLAN_HEADER = Path(__file__).resolve().parents[1] / "plan.h"
 
 _STATE: dict[str, object] = {}  # "module", or "why" it is not there (once per process)
 
 
-def source_files() -> list[Path]:
-    """The files the module is built from: ``_step.c``, and the headers it includes."""
-    shared = PLAN_HEADER.parent  # engine.h, plan.h, layout.h: shared with the C API
-    return [Path(__file__).with_name("_step.c"), shared / "engine.h", PLAN_HEADER,
-            shared / "layout.h"]
-
-
-def _compiler() -> list[str]:
-    return shlex.split(os.environ.get("CC", "cc"))
-
-
-def _key() -> str:
-    h = hashlib.sha256()
-    for f in source_files():
-        h.update(f.read_bytes())
-    h.update(repr((sys.version, sys.implementation.cache_tag, sys.executable,
-                   importlib.machinery.EXTENSION_SUFFIXES[0], _compiler())).encode())
-    return h.hexdigest()[:16]
-
-
-def _folder(temporary: bool = False) -> Path:
-    """The kernel cache's ``step`` folder, or this process's temporary folder."""
-    root = config.kernel_cache_dir()
-    if root is not None and not temporary:
-        return root / "step"
-    if "tmp" not in _STATE:
-        tmp = tempfile.mkdtemp(prefix="sapporo-step-")
-        atexit.register(shutil.rmtree, tmp, True)
-        _STATE["tmp"] = tmp
-    return Path(str(_STATE["tmp"]))
-
-
-def _build(path: Path) -> None:
-    """Compile the module into ``path`` (written beside it, then renamed: processes that
-    build at the same time each leave a whole file)."""
-    files = source_files()
-    paths = sysconfig.get_paths()
-    includes = dict.fromkeys([paths["include"], paths["platinclude"], str(files[1].parent),
-                              str(files[3].parent)])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    cmd = [*_compiler(), "-shared", "-fPIC", "-O2", "-std=gnu11",
-           *(f"-I{d}" for d in includes), str(files[0]), "-o", str(tmp), "-lm"]
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RuntimeError(f"cannot run the C compiler {cmd[0]!r}: {exc}") from None
-    if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-6:]
-        raise RuntimeError(f"{' '.join(cmd)} failed: " + " | ".join(tail))
-    os.replace(tmp, path)
-    log.info("built the compiled block step %s in %.1f s", path, time.perf_counter() - t0)
-
-
 def load() -> ModuleType | None:
-    """The step module (built first when needed), or None: ``SAPPORO_STEP_ENGINE=0``, no C
-    compiler, no Python headers. Decided once per process; why not: :func:`status`."""
+    """The engine module, or None: ``SAPPORO_NATIVE=0``, or the package was installed
+    without it. Decided once per process; why not: :func:`status`."""
     if "module" in _STATE:
         return _STATE["module"]  # type: ignore[return-value]
     module: ModuleType | None = None
     try:
-        if not config.from_environment().step_engine:
-            raise RuntimeError("SAPPORO_STEP_ENGINE=0")
-        name = f"{MODULE_NAME}-{_key()}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
-        path = _folder() / name
-        if not path.is_file():
-            try:
-                _build(path)
-            except OSError as exc:  # a cache folder we cannot write: this process only
-                log.debug("cannot build into %s (%s): a temporary folder instead",
-                          path.parent, exc)
-                path = _folder(temporary=True) / name
-                _build(path)
-        loader = importlib.machinery.ExtensionFileLoader(MODULE_NAME, str(path))
-        spec = importlib.util.spec_from_file_location(MODULE_NAME, path, loader=loader)
-        if spec is None:
-            raise RuntimeError(f"cannot load {path}")
-        module = importlib.util.module_from_spec(spec)
-        loader.exec_module(module)
-        _STATE["why"] = f"compiled ({path})"
-    except Exception as exc:  # noqa: BLE001 - the Python way always works
+        if not config.from_environment().native:
+            raise RuntimeError("SAPPORO_NATIVE=0")
+        from sapporo.core import _engine as module  # type: ignore[attr-defined,no-redef]
+
+        _STATE["why"] = f"native ({Path(module.__file__).name})"
+    except (ImportError, RuntimeError) as exc:
         module = None
-        _STATE["why"] = f"not available: {exc}"
-        log.info("block steps take the Python way: the compiled step is %s", _STATE["why"])
+        _STATE["why"] = f"the Python way: {exc}"
+        log.info("block steps take the Python way: %s", exc)
     _STATE["module"] = module
     return module
 
@@ -155,6 +69,16 @@ def plan_enums() -> dict[str, int]:
     return dict(_STATE["enums"])  # type: ignore[call-overload]
 
 
+def plan_keys() -> list[str]:
+    """The plan's own values, as :meth:`Library._direct_plan
+    <sapporo.core.library.Library._direct_plan>` names them: every ``DP_*`` word of
+    ``plan.h`` but the status, the runtime's entry points (``DP_FN_*``, from the plan's
+    ``entry``), the launches and the sizes."""
+    skip = ("DP_STATUS", "DP_LAUNCHES", "DP_MAX_ARGS", "DP_LAUNCH_WORDS", "DP_WORDS")
+    return [name[3:].lower() for name in plan_enums()
+            if name.startswith("DP_") and name not in skip and not name.startswith("DP_FN_")]
+
+
 def plan_words(plan: dict[str, Any] | int) -> np.ndarray:
     """The words of a plan (``plan.h``'s layout) from :meth:`Library._direct_plan
     <sapporo.core.library.Library._direct_plan>`'s answer: its status alone (0: the Python way,
@@ -164,10 +88,7 @@ def plan_words(plan: dict[str, Any] | int) -> np.ndarray:
     if not isinstance(plan, dict):
         w[e["DP_STATUS"]] = plan
         return w
-    for key in ("order", "nci", "nco", "ni_pad", "nparts", "raw_n", "pred_terms", "n_stored",
-                "ds", "check_rows", "spin_ns", "time_bits", "max_id", "idata", "out",
-                "mirror_raw", "mirror_ids", "dev_raw", "dev_ids", "gen", "ni_lo", "ni_hi",
-                "nb_counts", "nb_lists", "nb_cap"):
+    for key in plan_keys():
         w[e["DP_" + key.upper()]] = plan[key]
     for key, value in plan["entry"].items():
         w[e["DP_FN_" + key.upper()]] = value

@@ -569,9 +569,9 @@ class Library:
         if (self.ndev != 1 or self.profiling
                 or self._devs[0].ctx.native_entry_points() is None):
             return
-        from sapporo.core import engine as stepper
+        from sapporo.core import engine
 
-        module = stepper.load()
+        module = engine.load()
         if module is None:
             return
         self._engine_out = np.zeros(module.NCO_MAX * module.NI_MAX)

@@ -21,7 +21,7 @@ force launch, copies), waiting for the device, combining the partial results.
   single-threaded companion device a kernel runs inside its enqueue, so there ``sync``,
   ``launch`` and ``step`` hold device time too;
 - ``commands``: runtime commands queued per step;
-- ``compiled_step``: whether the steps ran in C (:mod:`sapporo.core.engine`).
+- ``native``: whether the steps ran in C (:mod:`sapporo.core.engine`).
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def block_step_budget(
         _steps(lib, x, v, m, ids, a, jerk, n_active, steps, seed, eps2, times, per_phase)
         commands = sum(c.commands for c in ctxs) - commands0
         lib._phases = None
-        out["compiled_step"] = lib._engine is not None
+        out["native"] = lib._engine is not None
     with Library(order=order, precision=precision, backend=backend, devices=devices,
                  profiling=True) as prof:
         prof.set_j_particles(ids, ids, 0.0, m, x, v, a=a, jerk=jerk)
@@ -179,7 +179,7 @@ SWEEP_N = (1024, 4096, 16384)
 SWEEP_N_ACTIVE = (1, 4, 16, 64, 128, 256)
 COLUMNS = ("n", "n_active", "order", "precision", "device", "steps", "wall_us",
            "wall_min_us", "device_us", "host_us", *(f"{p}_us" for p in PHASES), "commands",
-           "interactions_per_s", "gflops", "compiled_step", "capi_us", "capi_python_us")
+           "interactions_per_s", "gflops", "native", "capi_us", "capi_python_us")
 
 
 def run_sweep(n_list: Sequence[int] = SWEEP_N, n_active: Sequence[int] = SWEEP_N_ACTIVE,
@@ -207,7 +207,7 @@ def capi_steps(rows: Sequence[dict[str, Any]], steps: int = 300, backend: str | 
     """Time the same block steps through the C API, in place: each row of :func:`run_sweep`
     gets ``capi_us`` (the median step of ``tune/capi_block_step.c``: ``g6_set_j_particle``
     for the block, ``g6_set_ti``, firsthalf, lasthalf) on the C API's direct path, and
-    ``capi_python_us`` with every call through Python (``SAPPORO_CAPI_DIRECT=0``).
+    ``capi_python_us`` with every call through Python (``SAPPORO_NATIVE=0``).
 
     Returns the start-up: ``open_ms``, the median ``g6_open`` (N = 1024, 3 runs), which
     starts the embedded Python.
@@ -266,7 +266,7 @@ def capi_steps(rows: Sequence[dict[str, Any]], steps: int = 300, backend: str | 
                 run_env = {**env, "SAPPORO_ORDER": str(r["order"]),
                            "SAPPORO_PRECISION": str(r["precision"]),
                            "SAPPORO_NPIPES": str(max(int(r["n_active"]), 128)),
-                           "SAPPORO_CAPI_DIRECT": direct}
+                           "SAPPORO_NATIVE": direct}
                 proc = subprocess.run([str(exe), str(r["n"]), str(r["n_active"]), str(steps)],
                                       capture_output=True, text=True, env=run_env,
                                       timeout=600)

@@ -1,6 +1,6 @@
 /*
  * direct_ab.c -- a block-step sequence whose every result is printed bit for bit (%a), run
- * with SAPPORO_CAPI_DIRECT=1 (block steps in C) and =0 (every step through Python): the two
+ * with SAPPORO_NATIVE=1 (block steps in C) and =0 (every step through Python): the two
  * outputs must be equal.  The sequence also walks through what the direct path leaves to
  * Python: a new address, neighbour lists, a field point, part of the j-range, a derivative
  * the predictor did not read yet, refused input and a non-finite force.

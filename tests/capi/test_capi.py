@@ -429,8 +429,8 @@ def test_garbage_h2_and_unread_arrays_cost_no_forces(capi: CApi, tmp_path: Path,
     4th order does not read: NaN there, and h2 = 1e300 (everyone a neighbour: the lists
     overflow as usual), leave the forces as the float64 reference has them, every call
     returns 0, and a throttled warning names the first particle whose h2 is not finite.
-    The same on the direct path and through Python (SAPPORO_CAPI_DIRECT=0)."""
-    out, err, bodies = _garbage_run(capi, tmp_path, SAPPORO_CAPI_DIRECT=direct,
+    The same on the direct path and through Python (SAPPORO_NATIVE=0)."""
+    out, err, bodies = _garbage_run(capi, tmp_path, SAPPORO_NATIVE=direct,
                                     SAPPORO_NB_CAPACITY="8")
     assert "open 0" in out
     _check_garbage_forces(out, bodies, capacity=8)
@@ -454,7 +454,7 @@ def test_order2_reads_no_i_velocities(capi: CApi, tmp_path: Path, direct: str) -
     """At order 2 (no jerk) the i-particles' velocities are not read: NaN there costs
     nothing either."""
     out, err, bodies = _garbage_run(capi, tmp_path, "nanv", SAPPORO_ORDER="2",
-                                    SAPPORO_CAPI_DIRECT=direct, SAPPORO_NB_CAPACITY="8")
+                                    SAPPORO_NATIVE=direct, SAPPORO_NB_CAPACITY="8")
     _check_garbage_forces(out, bodies, capacity=8, order=2)
     assert "code -" not in err, err
 

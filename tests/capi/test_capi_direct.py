@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 def _run(capi: CApi, tmp_path: Path, order: int, precision: str, direct: str, **env: str):
     exe = capi.program("direct_ab.c")
     proc = capi.run(exe, order, precision, cwd=tmp_path,
-                    env=capi.env(SAPPORO_CAPI_DIRECT=direct, **env))
+                    env=capi.env(SAPPORO_NATIVE=direct, **env))
     calls = re.search(r"direct_calls (\d+)", proc.stderr)
     assert calls, proc.stderr
     return proc.stdout, int(calls.group(1))
@@ -144,7 +144,7 @@ def test_direct_plan_from_python(monkeypatch) -> None:
         assert plan["ni_args"][1] == lib._devs[0].ni_arg
     finally:
         bridge.close()
-    monkeypatch.setenv("SAPPORO_CAPI_DIRECT", "0")  # read by open
+    monkeypatch.setenv("SAPPORO_NATIVE", "0")  # read by open
     bridge = Bridge()
     bridge.open(order=4, precision="double-single", backend="opencl", devices=[0])
     try:

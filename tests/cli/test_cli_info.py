@@ -22,20 +22,20 @@ def test_info_reports_the_c_api(capsys, monkeypatch, tmp_path):
     assert line == ["C API: not built for this version (sapporo capi build)"]
 
 
-def test_info_reports_the_compiled_step(capsys, monkeypatch):
-    from sapporo.core import engine as stepper
+def test_info_reports_the_native_engine(capsys, monkeypatch):
+    from sapporo.core import engine
 
-    monkeypatch.setattr(stepper, "_STATE", {})
-    monkeypatch.setenv("SAPPORO_STEP_ENGINE", "0")
+    monkeypatch.setattr(engine, "_STATE", {})
+    monkeypatch.setenv("SAPPORO_NATIVE", "0")
     assert main(["info", "--backend", "opencl"]) == 0
     out = capsys.readouterr().out
-    assert "Python API block steps: not available: SAPPORO_STEP_ENGINE=0" in out
-    monkeypatch.setattr(stepper, "_STATE", {})
-    monkeypatch.delenv("SAPPORO_STEP_ENGINE")
+    assert "block steps: the Python way: SAPPORO_NATIVE=0" in out
+    monkeypatch.setattr(engine, "_STATE", {})
+    monkeypatch.delenv("SAPPORO_NATIVE")
     assert main(["info", "--backend", "opencl"]) == 0
     line = [ln for ln in capsys.readouterr().out.splitlines()
-            if ln.startswith("Python API block steps: ")]
-    assert line and line[0].endswith(stepper.status())
+            if ln.startswith("block steps: ")]
+    assert line and line[0].endswith(engine.status())
 
 
 def test_info_json(capsys):
@@ -44,7 +44,7 @@ def test_info_json(capsys):
     names = {b["name"] for b in data["backends"]}
     assert {"opencl", "cuda"} <= names
     assert data["selected"]["name"]
-    assert data["compiled_step"].startswith(("compiled (", "not available: "))
+    assert data["native"].startswith(("native (", "the Python way: "))
 
 
 def test_info_unusable_backend_says_why(capsys, monkeypatch):

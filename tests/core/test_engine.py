@@ -1,4 +1,4 @@
-"""The compiled block step (sapporo/core/engine.py, sapporo/core/_step.c).
+"""The native block-step engine (sapporo/core/engine.py, sapporo/core/_engine.c).
 
 Block steps of a few particles run in C on the library's plans. They must give the bits of
 the Python way in every order and precision, the float64 reference within the library's
@@ -9,16 +9,15 @@ hand the step back to the Python way, never leave C computing on stale plans.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import sapporo
 from sapporo import reference as ref
-from sapporo.core import engine as stepper
+from sapporo.core import engine
 from sapporo.errors import InputError, NonFiniteError
-
-pytestmark = pytest.mark.skipif(stepper.load() is None,
-                                reason=f"compiled step not built: {stepper.status()}")
 
 EPS2 = 1e-4
 
@@ -291,37 +290,45 @@ def test_state_changes_hand_back_to_python(cl_backend):
 
 
 def test_switched_off(monkeypatch):
-    monkeypatch.setenv("SAPPORO_STEP_ENGINE", "0")
-    monkeypatch.setattr(stepper, "_STATE", {})
-    assert stepper.load() is None
-    assert "SAPPORO_STEP_ENGINE=0" in stepper.status()
+    monkeypatch.setenv("SAPPORO_NATIVE", "0")
+    monkeypatch.setattr(engine, "_STATE", {})
+    assert engine.load() is None
+    assert "SAPPORO_NATIVE=0" in engine.status()
 
 
-def test_no_compiler_means_the_python_way(monkeypatch, tmp_path):
-    monkeypatch.setenv("SAPPORO_KERNEL_CACHE", str(tmp_path))
-    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-    monkeypatch.setattr(stepper, "_STATE", {})
-    assert stepper.load() is None
-    assert "cannot run the C compiler" in stepper.status()
-    assert not list((tmp_path / "step").glob("*.so"))
+def test_built_with_the_package():
+    """The engine is compiled when the package is installed, never at run time: it lies in
+    the package's own folder."""
+    mod = engine.load()
+    assert Path(mod.__file__).parent == Path(engine.__file__).parent
+    assert engine.status().startswith("native (")
 
 
-def test_built_once_into_the_kernel_cache(monkeypatch, tmp_path):
-    monkeypatch.setenv("SAPPORO_KERNEL_CACHE", str(tmp_path))
-    monkeypatch.setattr(stepper, "_STATE", {})
-    assert stepper.load() is not None
-    built = list((tmp_path / "step").glob(f"{stepper.MODULE_NAME}-*"))
-    assert len(built) == 1
-    stamp = built[0].stat().st_mtime_ns
-    monkeypatch.setattr(stepper, "_STATE", {})
-    assert stepper.load() is not None
-    assert built[0].stat().st_mtime_ns == stamp  # loaded, not built again
+def test_plan_table_written_once(cl_backend):
+    """plan.h is the one definition of a plan's words: the plan the library makes has a
+    value for every DP_* word of it (no more, no fewer), and its entry points are the
+    DP_FN_* words."""
+    lib = sapporo.Library(order=4, precision="double-single", backend=cl_backend)
+    try:
+        x, v, m, ids, _, _ = _system(64)
+        lib.set_j_particles(np.arange(64), ids, 0.0, m, x, v)
+        plan = lib._direct_plan(64, 1)
+        assert isinstance(plan, dict)
+        keys = set(engine.plan_keys())
+        extra = {"launches", "launch_objects", "call_args", "ni_args", "entry"}
+        assert set(plan) - extra == keys
+        fns = {n[6:].lower() for n in engine.plan_enums() if n.startswith("DP_FN_")}
+        assert set(plan["entry"]) == fns
+        words = engine.plan_words(plan)
+        assert words.size == engine.plan_enums()["DP_WORDS"] and words[0] == 1
+    finally:
+        lib.close()
 
 
 def test_module_refuses_misuse():
     """The module's own guards: an Engine without memory, a short result buffer, a plan
     table of the wrong size, block sizes out of range; errors, never a crash."""
-    mod = stepper.load()
+    mod = engine.load()
     bare = mod.Engine.__new__(mod.Engine)
     for call in (lambda: bare.compute(np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None,
                                       0.0, False),
@@ -388,18 +395,18 @@ def test_launch_failure_is_a_backend_error_and_the_python_way_goes_on(cl_backend
         slow.close()
 
 
-def test_read_only_cache_builds_in_a_temporary_folder(monkeypatch, tmp_path):
+def test_install_without_a_compiler_says_what_to_install(tmp_path):
+    """The package build compiles the engine; without a C compiler it stops with a message
+    that names what to install (setup.py), not a bare compiler error."""
     import os
+    import subprocess
+    import sys
 
-    if os.geteuid() == 0:
-        # root writes anyway: a cache path below a file cannot be made by anyone
-        cache = tmp_path / "a-file"
-        cache.write_text("")
-    else:
-        cache = tmp_path / "ro"
-        cache.mkdir()
-        cache.chmod(0o500)
-    monkeypatch.setenv("SAPPORO_KERNEL_CACHE", str(cache))
-    monkeypatch.setattr(stepper, "_STATE", {})
-    assert stepper.load() is not None
-    assert "compiled (" in stepper.status() and str(cache) not in stepper.status()
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "CC": str(tmp_path / "no-such-cc")}
+    proc = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib",
+                           str(tmp_path / "lib"), "--build-temp", str(tmp_path / "tmp")],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "needs a C compiler and Python's development headers" in proc.stderr
+    assert "apt install gcc python3-dev" in proc.stderr

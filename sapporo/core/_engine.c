@@ -1,6 +1,6 @@
 /*
- * _step.c -- the Python API's block steps in C: module _sapporo_step, built and loaded by
- * sapporo/core/engine.py, used by sapporo.Library.
+ * _engine.c -- the native block-step engine: module sapporo.core._engine, compiled when the
+ * package is installed (setup.py), loaded by sapporo/core/engine.py, used by sapporo.Library.
  *
  * A block step of a Python integrator (a few j-particles stored, a new time, the forces on a
  * few i-particles) spends 50-100 us in Python's checks, bookkeeping and launches around
@@ -536,7 +536,7 @@ static PyMethodDef Engine_methods[] = {
 
 static PyTypeObject EngineType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "_sapporo_step.Engine",
+    .tp_name = "sapporo.core._engine.Engine",
     .tp_doc = "Block steps of one library, run in C on plans the library made.",
     .tp_basicsize = sizeof(Engine),
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -546,18 +546,18 @@ static PyTypeObject EngineType = {
     .tp_methods = Engine_methods,
 };
 
-static struct PyModuleDef step_module = {
-    PyModuleDef_HEAD_INIT, "_sapporo_step",
-    "The Python API's block steps in C (sapporo/core/engine.py builds and loads it).", -1, NULL,
-    NULL, NULL, NULL, NULL,
+static struct PyModuleDef engine_module = {
+    PyModuleDef_HEAD_INIT, "sapporo.core._engine",
+    "The native block-step engine (see sapporo/core/engine.py).", -1, NULL, NULL, NULL, NULL,
+    NULL,
 };
 
-PyMODINIT_FUNC PyInit__sapporo_step(void)
+PyMODINIT_FUNC PyInit__engine(void)
 {
     PyObject *m;
     if (PyType_Ready(&EngineType) < 0)
         return NULL;
-    if ((m = PyModule_Create(&step_module)) == NULL)
+    if ((m = PyModule_Create(&engine_module)) == NULL)
         return NULL;
     Py_INCREF(&EngineType);
     if (PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0
