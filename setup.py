@@ -39,7 +39,7 @@ setup(
             "sapporo.core._engine",
             sources=["sapporo/core/_engine.c"],
             include_dirs=["sapporo"],
-            depends=["sapporo/engine.h", "sapporo/plan.h", "sapporo/layout.h"],
+            depends=["sapporo/engine_api.h", "sapporo/plan.h", "sapporo/layout.h"],
             extra_compile_args=["-O2", "-std=gnu11"],
         )
     ],

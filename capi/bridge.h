@@ -18,6 +18,6 @@ int shim_py_finish(int ni, double *acc, double *jerk, double *snap, double *crac
 int shim_py_read_neighbours(int *ni, const int **offsets, const int **counts,
                             const int **ids);
 int shim_py_device_count(void);
-/* The direct path (capi/direct.c): a force call's plan as DP_WORDS int64 words
- * (sapporo/plan.h). */
-int shim_py_direct_plan(int nj, int ni, int lists, int64_t *words, int nwords);
+/* The open library's native engine: its function table (sapporo/engine_api.h) and the
+ * engine, both NULL when it has none. */
+int shim_py_engine(void **api, void **engine);

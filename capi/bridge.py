@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from sapporo import config
-from sapporo.core.engine import plan_words
 from sapporo.core.layout import raw_n
 from sapporo.core.validate import COORD_LIMIT, vec3
 from sapporo.errors import (
@@ -157,10 +156,7 @@ class Bridge:
         self._pending_ni = 0
         self._result: Any = None
         self._nb_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        # plans handed to C (the direct path) since Python last worked: C may have set
-        # their kernels' arguments and predicted the device's records
-        self._direct_planned = False
-        self._direct_allowed = True  # SAPPORO_NATIVE, read by open()
+        self._engine: Any = None  # the library's native engine, while C holds it
 
     # ------------------------------------------------------------------------ lifecycle
     def npipes(self) -> int:
@@ -175,7 +171,6 @@ class Bridge:
             return
         read_npipes()  # a malformed SAPPORO_NPIPES is refused here, not at the first force call
         settings = open_settings(**kwargs)
-        self._direct_allowed = config.from_environment().native
         was_enabled = gc.isenabled()
         gc.disable()  # the backend's start-up makes many objects and no garbage
         try:
@@ -187,7 +182,7 @@ class Bridge:
 
     def close(self) -> None:
         """Close the library and drop every result (idempotent)."""
-        self._direct_planned = False
+        self._engine = None
         lib, self.lib = self.lib, None
         self._pending = self._result = self._nb_arrays = None
         if lib is not None:
@@ -196,37 +191,33 @@ class Bridge:
     def _open_lib(self) -> Any:
         if self.lib is None:
             raise SapporoError("the library is not open (call g6_open first)")
-        if self._direct_planned:
-            self.after_direct()
+        if hasattr(self.lib, "_engine_wait"):
+            self.lib._engine_wait()  # C may have left a force call in flight
         return self.lib
 
-    # ------------------------------------------------------------------------ direct path
-    def direct_plan(self, nj: int, ni: int, lists: bool = False) -> int | dict[str, Any]:
-        """A force call of ``ni`` i-particles on j-addresses [0, nj), with neighbour lists or
-        not, as the C half can run it without Python (capi/direct.c), or why not: 0 (not
-        for this shape) or -1 (not for this library: ``SAPPORO_NATIVE=0``, timing by
-        phase, and the reasons of :meth:`Library._direct_plan
-        <sapporo.core.library.Library._direct_plan>`, which makes it)."""
+    # ------------------------------------------------------------------------ the engine
+    def engine(self) -> tuple[int, int]:
+        """The addresses of the native engine's C function table (``engine_api.h``) and of
+        the open library's engine, for the C half to run block steps without Python; (0, 0)
+        when the library has none (``SAPPORO_NATIVE=0``, several devices, a device that
+        does not compute on host memory, CUDA). The engine stays alive until close."""
         lib = self.lib
         if lib is None:
             raise SapporoError("the library is not open (call g6_open first)")
-        if not self._direct_allowed or not hasattr(lib, "_direct_plan") \
-                or lib._phases is not None:
-            return -1
-        plan = lib._direct_plan(nj, ni, lists)
-        if isinstance(plan, dict):
-            self._direct_planned = True
-        return plan
+        if not hasattr(lib, "_engine_start"):  # a stand-in library (tests)
+            return 0, 0
+        if not lib._engine_tried:
+            lib._engine_start()
+        if lib._engine is None:
+            return 0, 0
+        import ctypes
 
-    def after_direct(self) -> None:
-        """Before the library works from Python again after C ran steps: the kernels'
-        arguments and the predicted records are no longer what Python last set (the
-        library sets the arguments of its plans' launches again, Library._sync_j)."""
-        self._direct_planned = False
-        lib = self.lib
-        if lib is not None and hasattr(lib, "_predicted_time"):
-            lib._native_ran = True
-            lib._predicted_time = None
+        from sapporo.core import _engine  # type: ignore[attr-defined]
+
+        get = ctypes.pythonapi.PyCapsule_GetPointer
+        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        self._engine = lib._engine
+        return int(get(_engine.C_API, b"sapporo.core._engine.C_API")), id(self._engine)
 
     # ------------------------------------------------------------------------ j-particles
     def set_j(
@@ -511,9 +502,10 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
         return 0
 
     @extern
-    def shim_py_direct_plan(nj, ni, lists, words, nwords) -> int:
-        w = np.frombuffer(ffi.buffer(words, 8 * nwords), dtype=np.int64)
-        w[:] = plan_words(state.direct_plan(nj, ni, bool(lists)))
+    def shim_py_engine(api_out, engine_out) -> int:
+        api, engine = state.engine()
+        api_out[0] = ffi.cast("void *", api)
+        engine_out[0] = ffi.cast("void *", engine)
         return 0
 
     @extern

@@ -64,7 +64,7 @@ PKGCONFIG = {
     "g6lib": ("g6", "sapporo-nbody's GRAPE-6 library under the name libg6"),
 }
 STAMP = "sapporo-capi.json"
-_SOURCES = ("shim.c", "direct.c", "bridge.h", "bridge.py", "grape6.h",
+_SOURCES = ("shim.c", "bridge.h", "bridge.py", "grape6.h",
             "sapporo.h", "build.py")
 
 #: Exported ABI: ``g6*``, ``sapporo_*`` and sapporo_light's ``get_device_count``; every other
@@ -127,8 +127,8 @@ def source_dir() -> Path:
 
 
 def _layout_header() -> Path:
-    """sapporo/layout.h: the rows of the library's records, read by direct.c too (plan.h,
-    the plan table, lies beside it)."""
+    """sapporo/layout.h: the rows of the library's records, read by shim.c too (the native
+    engine's header, engine_api.h, lies beside it)."""
     from sapporo.core.layout import LAYOUT_HEADER
 
     return LAYOUT_HEADER
@@ -216,7 +216,7 @@ def _fingerprint(sites: list[str]) -> str:
     for name in _SOURCES:
         h.update((source_dir() / name).read_bytes())
     h.update(_layout_header().read_bytes())
-    for shared in ("plan.h", "engine.h"):
+    for shared in ("engine_api.h",):
         h.update(_layout_header().with_name(shared).read_bytes())
     h.update(repr((sapporo.__version__, cffi.__version__, sys.executable, sites)).encode())
     return h.hexdigest()[:16]

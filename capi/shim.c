@@ -20,7 +20,8 @@
 
 #include "sapporo.h"
 #include "bridge.h"
-#include "engine.h"
+#include "engine_api.h"
+#include "layout.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -39,13 +40,26 @@ static int is_open;
 static int max_address;                      /* the largest j-address the library can hold */
 static int npipes;                           /* 0: not asked yet */
 static int pending;                          /* firsthalf ran; lasthalf not yet */
-/* g6_set_ti's time (have_time, cur_time in direct.c) goes with the next force call, to
- * Python or to the direct path: a block step then crosses into Python at most twice (the
- * j-batch, the force call) instead of three times. Nothing reads it before a force call. */
+/* g6_set_ti's time goes with the next force call, to Python or to the engine: a block step
+ * then crosses into Python at most twice (the j-batch, the force call) instead of three
+ * times. Nothing reads it before a force call. */
+static int have_time;
+static double cur_time;
 static int pending_rc;                       /* firsthalf's error code, returned by lasthalf */
 static int have_result;                      /* the last force call returned its forces */
 static int pending_lists;                    /* firsthalf asked for neighbour lists */
-static int pending_direct;                   /* firsthalf ran on the direct path */
+static int pending_direct;                   /* firsthalf ran on the engine (direct path) */
+static int direct_ni;                        /* ... for this many i-particles */
+static int direct_result;                    /* the last result came from the engine */
+static long direct_calls;                    /* force calls the engine ran, in this process */
+/* The open library's native engine and its functions (sapporo/engine_api.h; NULL: none):
+ * block steps run there without Python, the "direct path". */
+static const struct sapporo_engine_api *eng_api;
+static void *eng;
+static double *rows_buf;                     /* the engine's result rows */
+static int rows_cap;
+static int *zeros_buf;                       /* empty neighbour lists of an engine result */
+static int zeros_cap;
 static int max_j_index = -1;                 /* the largest j-particle index stored */
 static int abort_code;                       /* SAPPORO_ON_ERROR=abort: the error to stop on */
 static int *iindex_buf;                      /* i-indices with the negative ones replaced */
@@ -62,7 +76,7 @@ static struct {
 } kinds[MAX_KINDS];
 static int nkinds;
 
-/* j-particles waiting to be sent, as the library's raw records (engine.h: JB_RECORDS
+/* j-particles waiting to be sent, as the library's raw records (engine_api.h: JB_RECORDS
  * double4 per particle), derivatives unscaled. Python takes them as they are. */
 static struct {
     int n, cap;
@@ -442,15 +456,11 @@ static int jb_put(int address, int index, double t, double mass, const double *x
                    NULL);
 }
 
-#include "direct.c"
-
 static int jb_flush(void)
 {
     int rc;
     if (jb.n == 0)
         return SAPPORO_OK;
-    if ((rc = direct_before_python()) < 0)
-        return rc;
     /* the highest record that may hold data: the library then reads no more */
     rc = shim_py_set_j(jb.n, jb.address, jb.index, jb.rec,
                        jb.any_pop ? 7 : jb.any_crackle ? 5 : jb.any_snap ? 4 : 3);
@@ -471,9 +481,18 @@ static int try_open(int order, const char *precision, const char *backend, int n
     if ((rc = python_up()) < 0)
         return rc;
     rc = shim_py_open(order, precision, backend, ndev, devices, &max_address);
-    if (rc == SAPPORO_OK)
-        is_open = 1;
-    return rc;
+    if (rc != SAPPORO_OK)
+        return rc;
+    is_open = 1;
+    {
+        void *api = NULL, *engine = NULL;
+        if (shim_py_engine(&api, &engine) == SAPPORO_OK && api != NULL && engine != NULL
+            && ((const struct sapporo_engine_api *)api)->version == SAPPORO_ENGINE_API_VERSION) {
+            eng_api = api;
+            eng = engine;
+        }
+    }
+    return SAPPORO_OK;
 }
 
 static int do_open(int order, const char *precision, const char *backend, int ndev,
@@ -490,8 +509,12 @@ static int do_open(int order, const char *precision, const char *backend, int nd
 static int do_close(void)
 {
     int rc = SAPPORO_OK;
-    direct_wait();
-    direct_reset();
+    if (eng != NULL)
+        eng_api->wait(eng);
+    eng = NULL;  /* the library's, gone with it */
+    eng_api = NULL;
+    have_time = 0;
+    direct_result = 0;
     jb_clear();
     max_j_index = -1;
     open_error[0] = '\0';
@@ -568,6 +591,101 @@ static void warn_h2(int ni, const int *index, const double *h2)
              "computed", bad, ni, first, h2[first], index[first]);
 }
 
+/* The engine's result rows into the client's arrays (zeros past the library's order): 1, or
+ * 0 when a result is not finite (to be redone through Python), or < 0. */
+static int engine_finish(int ni, double *acc, double *jerk, double *snap, double *crackle,
+                         double *pot, int *nnb, double *nn_r2)
+{
+    int rc, order;
+    const double *r;
+    if (NCO_ORDER8 * ni > rows_cap) {
+        double *q = realloc(rows_buf, sizeof(double) * NCO_ORDER8 * (size_t)ni);
+        if (q == NULL) {
+            eng_api->wait(eng);
+            return fail(SAPPORO_ERR_INTERNAL, "out of memory for %d results", ni);
+        }
+        rows_buf = q;
+        rows_cap = NCO_ORDER8 * ni;
+    }
+    if ((rc = eng_api->finish(eng, ni, rows_buf)) < 0)
+        return fail(SAPPORO_ERR_BACKEND, "%s", eng_api->error(eng));
+    if (rc == 0)
+        return 0;
+    order = eng_api->order(eng);
+    r = rows_buf;
+#define ROW(k, i) r[(size_t)(k) * (size_t)ni + (size_t)(i)]
+    for (int i = 0; i < ni; i++) {
+        for (int c = 0; c < 3; c++) {
+            if (acc != NULL)
+                acc[3 * i + c] = ROW(OC_AX + c, i);
+            if (jerk != NULL)
+                jerk[3 * i + c] = order >= 4 ? ROW(OC_JX + c, i) : 0.0;
+            if (snap != NULL)
+                snap[3 * i + c] = order >= 6 ? ROW(OC_SX + c, i) : 0.0;
+            if (crackle != NULL)
+                crackle[3 * i + c] = order >= 8 ? ROW(OC_CX + c, i) : 0.0;
+        }
+        if (pot != NULL)
+            pot[i] = ROW(OC_POT, i);
+        if (nnb != NULL)
+            nnb[i] = (int)ROW(OC_NNID, i);
+        if (nn_r2 != NULL)
+            nn_r2[i] = ROW(OC_NNR2, i);
+    }
+#undef ROW
+    direct_calls++;
+    return 1;
+}
+
+/* An engine call whose result is not finite, started again through Python (with the
+ * i-particles the kernel saw), so that the library diagnoses it as usual. */
+static int engine_redo(int ni)
+{
+    int rc, nj, *index = malloc(sizeof(int) * (size_t)ni);
+    double eps2, *x = malloc(sizeof(double) * 12 * (size_t)ni);
+    if (index == NULL || x == NULL) {
+        free(index);
+        free(x);
+        return fail(SAPPORO_ERR_INTERNAL, "out of memory for %d i-particles", ni);
+    }
+    {
+        double *v = x + 3 * ni, *a = x + 6 * ni, *j = x + 9 * ni;
+        int order = eng_api->order(eng);
+        eng_api->inputs(eng, ni, index, x, v, a, j, &eps2, &nj);
+        rc = shim_py_start(nj, ni, index, x, v, order >= 6 ? a : NULL, order >= 8 ? j : NULL,
+                           eps2, NULL, have_time, cur_time);
+    }
+    free(index);
+    free(x);
+    return rc;
+}
+
+/* g6_read_neighbour_list after an engine call: its lists, or empty ones where none were
+ * asked for; 1 when a list overflowed the capacity (as through Python). */
+static int engine_lists(void)
+{
+    int overflow = 0;
+    if (eng_api->lists(eng, &nb.ni, &nb.offsets, &nb.counts, &nb.ids)) {
+        nb.valid = 1;
+        for (int i = 0; i < nb.ni; i++)
+            overflow |= nb.counts[i] > nb.offsets[i + 1] - nb.offsets[i];
+        return overflow;
+    }
+    if (direct_ni + 1 > zeros_cap) {
+        int *z = calloc((size_t)direct_ni + 1, sizeof(int));
+        if (z == NULL)
+            return fail(SAPPORO_ERR_INTERNAL, "out of memory for %d neighbour lists",
+                        direct_ni);
+        free(zeros_buf);
+        zeros_buf = z;
+        zeros_cap = direct_ni + 1;
+    }
+    nb.ni = direct_ni;
+    nb.offsets = nb.counts = nb.ids = zeros_buf;
+    nb.valid = 1;
+    return 0;
+}
+
 /* ji: the i-particles' predicted jerks (order 8; NULL from every other entry point) */
 static void do_firsthalf8(int nj, int ni, const int *index, const double *xi,
                           const double *vi, const double *ai, const double *ji, double eps2,
@@ -604,18 +722,32 @@ static void do_firsthalf8(int nj, int ni, const int *index, const double *xi,
     for (int i = 0; h2 != NULL && i < ni && !pending_lists; i++)
         pending_lists = wants_list(h2[i]);
     pending_direct = 0;
-    if ((rc = direct_start(nj, ni, index, xi, vi, ai, ji, eps2, h2)) != 0) {
-        pending_direct = rc > 0;
-        direct.redo_nj = nj;
-        direct.redo_eps2 = eps2;
-        rc = rc > 0 ? SAPPORO_OK : rc;
-        goto done;
+    /* the j-particles into the library's memory: by the engine when it takes them, else
+     * through Python */
+    if (eng != NULL && jb.n > 0) {
+        if ((rc = eng_api->put_j(eng, jb.n, jb.address, jb.index, jb.rec)) < 0) {
+            rc = fail(SAPPORO_ERR_BACKEND, "%s", eng_api->error(eng));
+            goto done;
+        }
+        if (rc > 0)
+            jb_clear();
     }
     if ((rc = jb_flush()) < 0)
         goto done;
-    if ((rc = direct_before_python()) < 0)
-        goto done;
-    /* the time of the last g6_set_ti (the direct path may have taken it since) */
+    if (eng != NULL) {
+        rc = eng_api->start(eng, nj, ni, index, xi, vi, ai, ji, eps2, h2, have_time, cur_time);
+        if (rc < 0) {
+            rc = fail(SAPPORO_ERR_BACKEND, "%s", eng_api->error(eng));
+            goto done;
+        }
+        if (rc > 0) {
+            pending_direct = 1;
+            direct_ni = ni;
+            rc = SAPPORO_OK;
+            goto done;
+        }
+    }
+    /* the time of the last g6_set_ti (the engine may have taken it since) */
     rc = shim_py_start(nj, ni, index, xi, vi, ai, ji, eps2, h2, have_time, cur_time);
 done:
     pending_rc = rc;
@@ -637,25 +769,25 @@ static int do_lasthalf8(int ni, double *acc, double *jerk, double *snap, double 
     pending = 0;
     if (pending_rc < 0)
         return pending_rc;
+    direct_result = 0;
     if (pending_direct) {
         pending_direct = 0;
-        if (ni != direct.inflight_ni) {
-            direct_wait();
+        if (ni != direct_ni) {
+            eng_api->wait(eng);
             return fail(SAPPORO_ERR_INPUT, "ni = %d differs from the firsthalf call's ni = %d",
-                        ni, direct.inflight_ni);
+                        ni, direct_ni);
         }
-        rc = direct_finish(ni, acc, jerk, snap, crackle, pot, nnb, nn_r2);
-        if (rc != 0) {
+        if ((rc = engine_finish(ni, acc, jerk, snap, crackle, pot, nnb, nn_r2)) != 0) {
             have_result = rc > 0;
+            direct_result = rc > 0;
             return rc > 0 ? SAPPORO_OK : rc;
         }
         /* a non-finite result: the call again, Python's way, for its diagnosis */
-        if ((rc = direct_redo_start(ni)) < 0)
+        if ((rc = engine_redo(ni)) < 0)
             return rc;
     }
     rc = shim_py_finish(ni, acc, jerk, snap, crackle, pot, nnb, nn_r2);
     have_result = rc >= 0;
-    direct.last_ni = 0;  /* the neighbour lists are Python's */
     return rc;
 }
 
@@ -675,8 +807,8 @@ static int do_read_neighbours(void)
         return fail(SAPPORO_ERR_STATE, "no neighbour lists: %s",
                     pending ? "the force call has not finished (call g6calc_lasthalf first)"
                             : "the last force call failed, or there was none");
-    if (direct.last_ni > 0)
-        return direct_read_lists();
+    if (direct_result)
+        return engine_lists();
     rc = shim_py_read_neighbours(&nb.ni, &nb.offsets, &nb.counts, &nb.ids);
     if (rc < 0)
         return rc;
@@ -1180,7 +1312,7 @@ EXPORT long sapporo_direct_calls(void)
 {
     long n;
     enter("sapporo_direct_calls");
-    n = direct.calls;
+    n = direct_calls;
     leave(0);
     return n;
 }

@@ -1,53 +1,782 @@
 /*
  * _engine.c -- the native block-step engine: module sapporo.core._engine, compiled when the
- * package is installed (setup.py), loaded by sapporo/core/engine.py, used by sapporo.Library.
+ * package is installed (setup.py), loaded by sapporo/core/engine.py.
  *
- * A block step of a Python integrator (a few j-particles stored, a new time, the forces on a
- * few i-particles) spends 50-100 us in Python's checks, bookkeeping and launches around
- * 5-25 us of kernels on a CPU.  Here the same step runs on plans the library made (one per
- * number of i-particles; sapporo/engine.h), the way the C API's direct path runs GRAPE-6 calls:
+ * A block step of an integrator (a few j-particles stored, a new time, the forces on a few
+ * i-particles) spends 50-100 us in Python's checks, bookkeeping and launches around 5-25 us
+ * of kernels on a CPU.  Here the same step runs in C on plans the library made (one per
+ * launch shape, made by sapporo.core.library.Library._direct_plan when the engine asks its
+ * planner): j-particles written into the library's mirror and the device's records, the
+ * prediction and force kernels queued through the OpenCL entry points PyOpenCL uses, the
+ * parts combined in the order of sapporo.core.device.combine_parts (the same bits as the
+ * library's own way), the results into the caller's rows.
  *
- *   Engine.put_j(address, index, t, mass, x, v, a, jerk, snap, crackle, pop, d5)
- *       j-particles into the host mirror and the device's records: True when stored here;
- *       False when the library must store them its own way (nothing changed);
- *   Engine.compute(x, v, index, eps2, a, jerk, t, predict)
- *       the forces on ni i-particles into the result buffer (nco rows of ni values): ni when
- *       done; 0 when the library must compute them its own way (nothing queued); -1 when
- *       the result is not finite (prediction done, to be diagnosed the library's way); -2
- *       when there is no plan yet for this ni (Engine.set_plan).
- *
- * Only what the library would accept as it is runs here: float64 and int32/int64 arrays of
- * the expected shapes (or Python numbers where the library takes numbers), finite values in
+ * One engine per library holds all of this native state: the plans, the generations of
+ * the memory they point at, the prediction, the call in flight, the last neighbour lists.
+ * The Python API uses it through the Engine type below; the C API through the function
+ * table of sapporo/engine_api.h (the capsule C_API).  Only what the library would accept
+ * as it is runs here: float64 and int arrays of the expected shapes, finite values in
  * range, addresses already stored, derivatives the predictor already reads, masses
- * double-single can hold.  Anything else gets False or 0, and the library's own code gives
- * its usual answer or error.  OpenCL errors raise RuntimeError.
+ * double-single can hold.  Anything else returns "the library's way" with nothing changed,
+ * and the library's own code gives its usual answer or error.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
+#include <sched.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
 
-#include "engine.h"
+#include "engine_api.h"
+#include "layout.h"
+#include "plan.h"
 
-#define STEP_NI_MAX 256  /* i-particles per compute here */
-#define STEP_NJ_MAX 256  /* j-particles per put_j here */
-#define STEP_MAX_ID 2147483647LL       /* sapporo.core.library.MAX_ID */
-#define STEP_MAX_ADDRESS 2147483646LL  /* sapporo.core.library.MAX_ADDRESS */
+#define ENG_NI_MAX 8192   /* i-particles per call (sapporo.core.launch.NI_CHUNK) */
+#define ENG_NJ_PUT 256    /* j-particles per put_j from Python */
+#define ENG_MAX_ID 2147483647LL       /* sapporo.core.library.MAX_ID */
+#define ENG_MAX_ADDRESS 2147483646LL  /* sapporo.core.library.MAX_ADDRESS */
+/* the smallest normal float: double-single loses smaller non-zero masses (library.FLT_MIN) */
+#define ENGINE_FLT_MIN 1.1754943508222875e-38
+
+/* ------------------------------------------------------------------------ plans */
+
+/* The OpenCL 1.2 entry points used here (no OpenCL headers needed: handles are pointers). */
+typedef int32_t dcl_int;
+typedef dcl_int (*dcl_set_arg_fn)(void *kernel, uint32_t index, size_t size, const void *value);
+typedef dcl_int (*dcl_enqueue_fn)(void *queue, void *kernel, uint32_t dims, const size_t *offset,
+                                 const size_t *global, const size_t *local, uint32_t nwait,
+                                 const void *wait, void **event);
+typedef dcl_int (*dcl_queue_fn)(void *queue);
+typedef dcl_int (*dcl_event_info_fn)(void *event, uint32_t param, size_t size, void *value,
+                                    size_t *size_ret);
+typedef dcl_int (*dcl_event_fn)(void *event);
+#define DCL_EVENT_COMMAND_EXECUTION_STATUS 0x11D3
+
+/* The plan table: DP_* words and, for each of the two launches (prediction, force), DL_*:
+ * queue, kernel, the argument set per call and its position, dims, global[2], local[2],
+ * nargs, then nargs pairs (size, value bits). The enums are in plan.h, which Python reads
+ * too. */
+_Static_assert(DP_LAUNCH_WORDS == DL_ARGS + 2 * DP_MAX_ARGS, "plan.h: DP_LAUNCH_WORDS");
+_Static_assert(DP_WORDS == DP_LAUNCHES + 2 * DP_LAUNCH_WORDS, "plan.h: DP_WORDS");
+
+struct dlaunch {
+    void *queue, *kernel;
+    int call_arg, ni_arg, dims, nargs;
+    size_t global[2], local[2];
+    size_t arg_size[DP_MAX_ARGS];
+    uint64_t arg_value[DP_MAX_ARGS];
+};
+
+struct dplan {
+    int status, nj, ni, lists;  /* status 1: usable; -1: this shape goes the library's way */
+    int64_t gen, lgen;          /* the generations of the device's and the library's memory */
+    const int64_t *gen_at, *lgen_at;  /* ... and where their current values are */
+    int32_t *nb_counts, *nb_lists;  /* with lists: (ni_pad) counts, (ni_pad, nb_cap) ids */
+    int nb_cap;
+    int order, nci, nco, ni_pad, nparts, raw_n, pred_terms, n_stored, ds, check_rows;
+    long spin_ns;
+    double time0;     /* the library's time when the plan was made */
+    long max_id;
+    double *idata, *out, *mirror_raw, *dev_raw;
+    int64_t *mirror_ids;
+    int32_t *dev_ids;
+    dcl_set_arg_fn set_arg;
+    dcl_enqueue_fn enqueue;
+    dcl_queue_fn flush, finish;
+    dcl_event_info_fn event_info;
+    dcl_event_fn release;
+    struct dlaunch predict, force;
+};
+
+static double bits_to_double(int64_t w)
+{
+    double d;
+    memcpy(&d, &w, sizeof d);
+    return d;
+}
+
+static void unpack_launch(struct dlaunch *l, const int64_t *w)
+{
+    l->queue = (void *)(intptr_t)w[DL_QUEUE];
+    l->kernel = (void *)(intptr_t)w[DL_KERNEL];
+    l->call_arg = (int)w[DL_CALL_ARG];
+    l->ni_arg = (int)w[DL_NI_ARG];
+    l->dims = (int)w[DL_DIMS];
+    l->global[0] = (size_t)w[DL_G0];
+    l->global[1] = (size_t)w[DL_G1];
+    l->local[0] = (size_t)w[DL_L0];
+    l->local[1] = (size_t)w[DL_L1];
+    l->nargs = (int)w[DL_NARGS];
+    for (int k = 0; k < l->nargs && k < DP_MAX_ARGS; k++) {
+        l->arg_size[k] = (size_t)w[DL_ARGS + 2 * k];
+        l->arg_value[k] = (uint64_t)w[DL_ARGS + 2 * k + 1];
+    }
+}
+
+/* A plan's words into *p, for ni i-particles on nj j-addresses; 0, or -1 for a table this
+ * code does not understand. */
+static int plan_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int lists)
+{
+    memset(p, 0, sizeof *p);
+    p->nj = nj;
+    p->ni = ni;
+    p->lists = lists;
+    p->status = (int)w[DP_STATUS];
+    p->order = (int)w[DP_ORDER];
+    p->nci = (int)w[DP_NCI];
+    p->nco = (int)w[DP_NCO];
+    p->ni_pad = (int)w[DP_NI_PAD];
+    p->nparts = (int)w[DP_NPARTS];
+    p->raw_n = (int)w[DP_RAW_N];
+    p->pred_terms = (int)w[DP_PRED_TERMS];
+    p->n_stored = (int)w[DP_N_STORED];
+    p->ds = (int)w[DP_DS];
+    p->check_rows = (int)w[DP_CHECK_ROWS];
+    p->spin_ns = (long)w[DP_SPIN_NS];
+    p->time0 = bits_to_double(w[DP_TIME_BITS]);
+    p->max_id = (long)w[DP_MAX_ID];
+    p->idata = (double *)(intptr_t)w[DP_IDATA];
+    p->out = (double *)(intptr_t)w[DP_OUT];
+    p->mirror_raw = (double *)(intptr_t)w[DP_MIRROR_RAW];
+    p->mirror_ids = (int64_t *)(intptr_t)w[DP_MIRROR_IDS];
+    p->dev_raw = (double *)(intptr_t)w[DP_DEV_RAW];
+    p->dev_ids = (int32_t *)(intptr_t)w[DP_DEV_IDS];
+    p->nb_counts = (int32_t *)(intptr_t)w[DP_NB_COUNTS];
+    p->nb_lists = (int32_t *)(intptr_t)w[DP_NB_LISTS];
+    p->nb_cap = (int)w[DP_NB_CAP];
+    p->set_arg = (dcl_set_arg_fn)(intptr_t)w[DP_FN_SET_ARG];
+    p->enqueue = (dcl_enqueue_fn)(intptr_t)w[DP_FN_ENQUEUE];
+    p->flush = (dcl_queue_fn)(intptr_t)w[DP_FN_FLUSH];
+    p->finish = (dcl_queue_fn)(intptr_t)w[DP_FN_FINISH];
+    p->event_info = (dcl_event_info_fn)(intptr_t)w[DP_FN_EVENT_INFO];
+    p->release = (dcl_event_fn)(intptr_t)w[DP_FN_RELEASE];
+    p->gen = w[DP_GEN];
+    p->gen_at = (const int64_t *)(intptr_t)w[DP_GEN_AT];
+    p->lgen = w[DP_LGEN];
+    p->lgen_at = (const int64_t *)(intptr_t)w[DP_LGEN_AT];
+    if (w[DL_NARGS + DP_LAUNCHES] > DP_MAX_ARGS
+        || w[DL_NARGS + DP_LAUNCHES + DP_LAUNCH_WORDS] > DP_MAX_ARGS)
+        return -1;
+    unpack_launch(&p->predict, w + DP_LAUNCHES);
+    unpack_launch(&p->force, w + DP_LAUNCHES + DP_LAUNCH_WORDS);
+    if (p->predict.nargs < 0 || p->force.nargs < 0 || p->nparts < 1
+        || p->ni_pad < ni || p->nco > NCO_ORDER8 || p->nci > NCI_ORDER8
+        || p->raw_n < 2 || p->raw_n > JB_RECORDS
+        || !(w[DP_NI_LO] <= ni && ni <= w[DP_NI_HI] && w[DP_NI_HI] <= p->ni_pad)
+        || p->gen_at == NULL || p->lgen_at == NULL
+        || (lists && (p->nb_counts == NULL || p->nb_lists == NULL || p->nb_cap < 1)))
+        return -1;
+    return 0;
+}
+
+/* Set a launch's arguments (call_value at its call argument, ni at its ni argument) and
+ * queue it; the OpenCL error code (0: queued). */
+static dcl_int plan_launch(const struct dplan *p, const struct dlaunch *l, uint64_t call_value,
+                           int ni, void **event)
+{
+    dcl_int rc = 0;
+    for (int k = 0; k < l->nargs && rc == 0; k++) {
+        uint64_t v = k == l->call_arg ? call_value : l->arg_value[k];
+        if (k == l->ni_arg) {
+            int32_t n32 = ni;
+            v = 0;
+            memcpy(&v, &n32, sizeof n32);
+        }
+        rc = p->set_arg(l->kernel, (uint32_t)k, l->arg_size[k], &v);
+    }
+    if (rc == 0)
+        rc = p->enqueue(l->queue, l->kernel, (uint32_t)l->dims, NULL, l->global,
+                        l->local[0] > 0 ? l->local : NULL, 0, NULL, event);
+    return rc;
+}
+
+/* Wait for a launch queued on queue (its event ev, or NULL), polling for p->spin_ns before
+ * sleeping (a sleeping wait costs a thread wake-up, tens of us); releases ev. 0 when it
+ * completed; else the OpenCL error, and *status its execution status. */
+static dcl_int plan_wait(const struct dplan *p, void *queue, void *ev, dcl_int *status)
+{
+    dcl_int rc;
+    *status = 1;
+    p->flush(queue);
+    if (p->spin_ns > 0 && ev != NULL) {
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (;;) {
+            if (p->event_info(ev, DCL_EVENT_COMMAND_EXECUTION_STATUS, sizeof *status, status,
+                              NULL) != 0 || *status <= 0)
+                break;
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > p->spin_ns)
+                break;
+            sched_yield();
+        }
+    }
+    rc = p->finish(queue);
+    if (ev != NULL)
+        p->release(ev);
+    return rc != 0 ? rc : (*status < 0 ? *status : 0);
+}
+
+/* Whether n j-records (JB_DOUBLES each, at rec) can be stored as they are: addresses below
+ * limit, no derivative record beyond read_terms + 1 (record q, a = 2, jerk = 3, ..., is read
+ * when q - 1 <= read_terms) nor beyond the library's raw_n records, masses double-single
+ * (ds) can hold. */
+static int records_ok(int n, const int *address, const double *rec, int limit, int raw_n,
+                      int read_terms, int ds)
+{
+    for (int k = 0; k < n; k++) {
+        const double *r = rec + (size_t)JB_DOUBLES * k;
+        if (address[k] >= limit)
+            return 0;
+        for (int q = JB_RECORDS - 1; q > read_terms + 1 || q >= raw_n; q--)
+            if (q >= 2 && (r[4 * q] != 0.0 || r[4 * q + 1] != 0.0 || r[4 * q + 2] != 0.0))
+                return 0;
+        if (ds && r[3] != 0.0 && fabs(r[3]) < ENGINE_FLT_MIN)
+            return 0;
+    }
+    return 1;
+}
+
+/* n j-records into the host mirror and the device's records (in order: a repeated address
+ * keeps its last record, as in the library). */
+static void records_write(int n, const int *address, const int *index, const double *rec,
+                          double *mirror_raw, int64_t *mirror_ids, double *dev_raw,
+                          int32_t *dev_ids, int raw_n)
+{
+    const size_t len = 4 * (size_t)raw_n;
+    for (int k = 0; k < n; k++) {
+        size_t a = (size_t)address[k];
+        const double *r = rec + (size_t)JB_DOUBLES * k;
+        memcpy(mirror_raw + a * len, r, sizeof(double) * len);
+        memcpy(dev_raw + a * len, r, sizeof(double) * len);
+        mirror_ids[a] = index[k];
+        dev_ids[a] = index[k];
+    }
+}
+
+/* i-particle i's id: index holds int64 (wide) or int values. */
+static long id_at(const void *index, int wide, int i)
+{
+    return wide ? (long)((const int64_t *)index)[i] : (long)((const int *)index)[i];
+}
+
+/* Whether the library would take these i-particles as they are (index: their ids, int64
+ * when wide, else int).  Only what the order reads is checked (velocities from order 4,
+ * accelerations from 6, jerks at 8); h2 not at all: any value is taken (wants_list). */
+static int i_ok(const struct dplan *p, int ni, const void *index, int wide, const double *xi,
+                const double *vi, const double *ai, const double *ji, double eps2,
+                const double *h2)
+{
+    (void)h2;
+    if (!(isfinite(eps2) && eps2 >= 0.0))
+        return 0;
+    if ((p->order >= 6 && ai == NULL) || (p->order >= 8 && ji == NULL))
+        return 0;
+    for (int i = 0; i < ni; i++) {
+        const double *x = xi + 3 * i;
+        if (!(fabs(x[0]) < COORD_LIMIT && fabs(x[1]) < COORD_LIMIT && fabs(x[2]) < COORD_LIMIT)
+            || (p->order >= 4 && !finite3(vi + 3 * i)) || (p->order >= 6 && !finite3(ai + 3 * i))
+            || (p->order >= 8 && !finite3(ji + 3 * i))
+            || id_at(index, wide, i) < 0 || id_at(index, wide, i) > p->max_id)
+            return 0;
+    }
+    return 1;
+}
+
+/* The i-particles into the plan's rows (layout.h); the padding repeats the last one. A
+ * radius that asks for no list (wants_list) among ones that do gives an empty list (as
+ * through Python). */
+static void i_pack(const struct dplan *p, int ni, const void *index, int wide, const double *xi,
+                   const double *vi, const double *ai, const double *ji, const double *h2,
+                   int lists)
+{
+    const size_t st = (size_t)p->ni_pad;
+    for (int i = 0; i < p->ni_pad; i++) {
+        int s = i < ni ? i : ni - 1;
+        double *d = p->idata + i;
+        d[IC_X * st] = xi[3 * s];
+        d[IC_Y * st] = xi[3 * s + 1];
+        d[IC_Z * st] = xi[3 * s + 2];
+        d[IC_H2 * st] = lists && wants_list(h2[s]) ? h2[s] : 0.0;
+        d[IC_VX * st] = p->order >= 4 ? vi[3 * s] : 0.0;  /* order 2 reads no velocity */
+        d[IC_VY * st] = p->order >= 4 ? vi[3 * s + 1] : 0.0;
+        d[IC_VZ * st] = p->order >= 4 ? vi[3 * s + 2] : 0.0;
+        d[IC_ID * st] = (double)id_at(index, wide, s);
+        if (p->order >= 6) {
+            d[IC_AX * st] = ai[3 * s];
+            d[IC_AY * st] = ai[3 * s + 1];
+            d[IC_AZ * st] = ai[3 * s + 2];
+        }
+        if (p->order >= 8) {
+            d[IC_JX * st] = ji[3 * s];
+            d[IC_JY * st] = ji[3 * s + 1];
+            d[IC_JZ * st] = ji[3 * s + 2];
+        }
+    }
+}
+
+/* The parts of row r, i-particle i, combined as sapporo.core.device.combine_parts does: lane l
+ * adds parts l, l + L, l + 2L, ... in order, then lane l + s is added into lane l for
+ * s = L/2, ..., 1 (where that lane holds parts). */
+static double combine_sum(const struct dplan *p, int r, int i)
+{
+    double lane[REDUCE_LANES];
+    const size_t part = (size_t)p->nco * (size_t)p->ni_pad;
+    const double *o = p->out + (size_t)r * (size_t)p->ni_pad + (size_t)i;
+    int n = p->nparts, lanes = n < REDUCE_LANES ? n : REDUCE_LANES;
+    if (n == 1)
+        return o[0];
+    for (int l = 0; l < lanes; l++) {
+        double x = o[part * (size_t)l];
+        for (int k = l + REDUCE_LANES; k < n; k += REDUCE_LANES)
+            x += o[part * (size_t)k];
+        lane[l] = x;
+    }
+    for (int s = REDUCE_LANES / 2; s >= 1; s /= 2)
+        for (int l = 0; l < s && l + s < lanes; l++)
+            lane[l] += lane[l + s];
+    return lane[0];
+}
+
+/* i-particle i's result rows v[0 .. nco - 1], combined over the parts; the nearest neighbour
+ * is the smallest r^2 among the parts that found one, ties to the lower id (none found:
+ * id -1, r^2 inf). 0 when a checked row (p->check_rows) is not finite, else 1. */
+static int result_row(const struct dplan *p, int i, double *v)
+{
+    const size_t part = (size_t)p->nco * (size_t)p->ni_pad;
+    const double *o = p->out + (size_t)i;
+    double best = INFINITY, id = INFINITY;
+    for (int k = 0; k < p->nparts; k++) {
+        double pid = o[part * k + (size_t)OC_NNID * p->ni_pad];
+        double r2 = o[part * k + (size_t)OC_NNR2 * p->ni_pad];
+        if (pid >= 0.0 && (r2 < best || (r2 == best && pid < id))) {
+            best = r2;
+            id = pid;
+        }
+    }
+    for (int r = 0; r < p->nco; r++)
+        v[r] = combine_sum(p, r, i);
+    for (int r = 0; r < p->nco; r++)
+        if ((p->check_rows >> r) & 1 && !isfinite(v[r]))
+            return 0;
+    if (id < INFINITY) {
+        v[OC_NNID] = id;
+        v[OC_NNR2] = best;
+    }
+    else {
+        v[OC_NNID] = -1.0;
+        v[OC_NNR2] = INFINITY;
+    }
+    return 1;
+}
+
+/* ---------------------------------------------------------------------------- the engine */
 
 typedef struct {
     PyObject_HEAD
-    struct dplan *plans;  /* by ni (0 .. STEP_NI_MAX): status 1 usable, -1 the library's way,
-                             0 not asked yet */
-    int have_j;           /* the j-side below comes from a plan */
-    int64_t gen;          /* the device's buffer generation of the plans */
+    int ready;               /* __init__ ran */
+    int off;                 /* 1: every call goes the library's way (disable()) */
+    PyObject *planner;       /* planner(nj, ni, lists) -> plan words, 0 or -1 */
+    struct dplan *plans[2];  /* by [lists][ni]; nplans[lists] of them */
+    int nplans[2];
+    /* the j-side of the current plans (put_j writes there) */
+    int have_j;
+    int64_t gen, lgen;
+    const int64_t *gen_at, *lgen_at;
     double *mirror_raw, *dev_raw;
     int64_t *mirror_ids;
     int32_t *dev_ids;
     int raw_n, pred_terms, n_stored, ds, order, nco;
-    Py_buffer out;        /* the result rows */
+    /* the device's predicted records: valid for pred_time (set by the library too) */
+    int pred_valid;
+    double pred_time;
+    int ran;                 /* launched since the library last worked its own way */
+    long launches;           /* kernels queued, over the engine's life */
+    /* the force call in flight, and the last one started */
+    struct dplan *inflight, *last;
+    void *inflight_queue, *inflight_event;
+    int last_ni, last_nj;
+    double last_eps2;
+    /* the neighbour lists of the last finished call, as CSR */
+    int lists_ni, lists_valid;
+    int *nb_offsets, *nb_counts, *nb_ids;
+    size_t nb_rows_cap, nb_ids_cap;
+    char error[320];
+    /* the Python methods' buffers */
+    Py_buffer out;
     int have_out;
-    double *rec;          /* put_j's records: STEP_NJ_MAX * JB_DOUBLES */
-    int address[STEP_NJ_MAX], index[STEP_NJ_MAX];
+    double *rec;
+    int address[ENG_NJ_PUT], index[ENG_NJ_PUT];
 } Engine;
+
+static int eng_fail(Engine *e, const char *what, dcl_int rc, dcl_int status)
+{
+    snprintf(e->error, sizeof e->error, "OpenCL error %d %s (status %d); block steps take "
+             "the library's way from now on", (int)rc, what, (int)status);
+    e->off = 1;
+    return -1;
+}
+
+static void eng_clear_plans(Engine *e)
+{
+    for (int l = 0; l < 2; l++)
+        for (int k = 0; k < e->nplans[l]; k++)
+            e->plans[l][k].status = 0;
+    e->have_j = 0;
+}
+
+/* Whether the memory the current plans point at is still where they were made. */
+static int eng_fresh(const Engine *e)
+{
+    return *e->gen_at == e->gen && *e->lgen_at == e->lgen;
+}
+
+/* Room for plans[lists][0 .. n - 1]; 0, or -1 when out of memory. */
+static int eng_room(Engine *e, int lists, int n)
+{
+    struct dplan *q;
+    if (n <= e->nplans[lists])
+        return 0;
+    if ((q = PyMem_RawRealloc(e->plans[lists], sizeof *q * (size_t)n)) == NULL)
+        return -1;
+    memset(q + e->nplans[lists], 0, sizeof *q * (size_t)(n - e->nplans[lists]));
+    e->plans[lists] = q;
+    e->nplans[lists] = n;
+    return 0;
+}
+
+/* Wait for the force call in flight, if any: 0, or -1 (error set). */
+static int eng_wait(void *engine)
+{
+    Engine *e = engine;
+    struct dplan *p = e->inflight;
+    dcl_int rc, status;
+    if (p == NULL)
+        return 0;
+    e->inflight = NULL;
+    rc = plan_wait(p, e->inflight_queue, e->inflight_event, &status);
+    e->inflight_event = NULL;
+    if (rc != 0)
+        return eng_fail(e, "waiting for the force kernel", rc, status);
+    return 0;
+}
+
+/* Install a plan's words for ni i-particles (and the block sizes it serves), made by the
+ * library for the memory as it is now; the old plans go when the j-side moved. */
+static struct dplan *eng_install(Engine *e, const int64_t *w, int nj, int ni, int lists)
+{
+    struct dplan p;
+    int lo = (int)w[DP_NI_LO], hi = (int)w[DP_NI_HI];
+    if (w[DP_STATUS] != 1 || plan_unpack(&p, w, nj, ni, lists) < 0 || lo < 1 || hi < ni) {
+        snprintf(e->error, sizeof e->error, "a plan this engine does not understand");
+        e->off = 1;
+        return NULL;
+    }
+    if (e->have_j && (p.gen != e->gen || p.lgen != e->lgen || p.mirror_raw != e->mirror_raw
+                      || p.dev_raw != e->dev_raw || p.mirror_ids != e->mirror_ids
+                      || p.dev_ids != e->dev_ids || p.n_stored != e->n_stored
+                      || p.pred_terms != e->pred_terms || p.raw_n != e->raw_n))
+        eng_clear_plans(e);
+    if (eng_room(e, lists, hi + 1) < 0) {
+        hi = lo = ni;
+        if (eng_room(e, lists, ni + 1) < 0)
+            return NULL;
+    }
+    e->have_j = 1;
+    e->gen = p.gen;
+    e->lgen = p.lgen;
+    e->gen_at = p.gen_at;
+    e->lgen_at = p.lgen_at;
+    e->mirror_raw = p.mirror_raw;
+    e->dev_raw = p.dev_raw;
+    e->mirror_ids = p.mirror_ids;
+    e->dev_ids = p.dev_ids;
+    e->raw_n = p.raw_n;
+    e->pred_terms = p.pred_terms;
+    e->n_stored = p.n_stored;
+    e->ds = p.ds;
+    e->order = p.order;
+    e->nco = p.nco;
+    for (int k = lo; k <= hi; k++) {
+        e->plans[lists][k] = p;
+        e->plans[lists][k].ni = k;
+    }
+    return &e->plans[lists][ni];
+}
+
+/* The plan for ni i-particles on nj j-addresses: from those made, else asked of the
+ * library (the planner, with the GIL); NULL: this call goes the library's way. */
+static struct dplan *eng_plan(Engine *e, int nj, int ni, int lists)
+{
+    struct dplan *p = NULL;
+    PyGILState_STATE gil;
+    PyObject *r;
+    if (e->have_j && !eng_fresh(e))
+        eng_clear_plans(e);  /* the library's memory moved: no plan holds */
+    if (ni < e->nplans[lists]) {
+        p = &e->plans[lists][ni];
+        if (p->status != 0 && p->nj == nj)
+            return p->status > 0 ? p : NULL;
+    }
+    if (e->planner == NULL || ni > ENG_NI_MAX)
+        return NULL;
+    gil = PyGILState_Ensure();
+    r = PyObject_CallFunction(e->planner, "iii", nj, ni, lists);
+    p = NULL;
+    if (r == NULL) {
+        PyErr_WriteUnraisable(e->planner);
+        snprintf(e->error, sizeof e->error, "the library could not make a plan");
+        e->off = 1;
+    }
+    else if (PyLong_Check(r)) {
+        long status = PyLong_AsLong(r);
+        if (status < 0)
+            e->off = 1;  /* never for this library */
+        else if (eng_room(e, lists, ni + 1) == 0) {
+            struct dplan *q = &e->plans[lists][ni];
+            memset(q, 0, sizeof *q);
+            q->status = -1;  /* not this shape, until the plans go */
+            q->nj = nj;
+            q->ni = ni;
+        }
+    }
+    else {
+        Py_buffer w;
+        if (PyObject_GetBuffer(r, &w, PyBUF_C_CONTIGUOUS) < 0) {
+            PyErr_Clear();
+            e->off = 1;
+        }
+        else {
+            if (w.len == (Py_ssize_t)sizeof(int64_t) * DP_WORDS)
+                p = eng_install(e, w.buf, nj, ni, lists);
+            else
+                e->off = 1;
+            PyBuffer_Release(&w);
+        }
+    }
+    Py_XDECREF(r);
+    PyGILState_Release(gil);
+    /* making a plan brings the library up to date with the device: it may have predicted
+     * (it says so through the predicted attribute) and set its own kernels' arguments */
+    return e->off ? NULL : p;
+}
+
+static int eng_put_j(void *engine, int n, const int *address, const int *index,
+                     const double *rec)
+{
+    Engine *e = engine;
+    if (e->off || !e->have_j || n < 1)
+        return 0;
+    if (!eng_fresh(e)) {
+        eng_clear_plans(e);
+        return 0;
+    }
+    if (!records_ok(n, address, rec, e->n_stored, e->raw_n, e->pred_terms, e->ds))
+        return 0;
+    if (eng_wait(e) < 0)
+        return -1;
+    records_write(n, address, index, rec, e->mirror_raw, e->mirror_ids, e->dev_raw,
+                  e->dev_ids, e->raw_n);
+    e->pred_valid = 0;
+    return 1;
+}
+
+static int eng_launch(Engine *e, struct dplan *p, struct dlaunch *l, uint64_t call_value,
+                      int ni, void **event, const char *what)
+{
+    dcl_int rc = plan_launch(p, l, call_value, ni, event);
+    e->ran = 1;
+    if (rc != 0)
+        return eng_fail(e, what, rc, 0);
+    e->launches++;
+    return 0;
+}
+
+/* start; index holds int64 ids when wide, else int */
+static int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
+                         const double *x, const double *v, const double *a, const double *jerk,
+                         double eps2, const double *h2, int have_t, double t)
+{
+    struct dplan *p;
+    int lists = 0;
+    void *ev = NULL;
+    uint64_t bits;
+    if (e->off || nj < 1 || ni < 1)
+        return 0;
+    for (int i = 0; h2 != NULL && i < ni && !lists; i++)
+        lists = wants_list(h2[i]);
+    if (eng_wait(e) < 0)  /* nothing in flight from here on (plans may be made) */
+        return -1;
+    if ((p = eng_plan(e, nj, ni, lists)) == NULL)
+        return 0;
+    if (p->order < 6)
+        a = NULL;
+    if (p->order < 8)
+        jerk = NULL;
+    if (nj > p->n_stored || !i_ok(p, ni, index, wide, x, v, a, jerk, eps2, h2))
+        return 0;
+    if (!have_t)
+        t = p->time0;
+    if (!e->pred_valid || e->pred_time != t) {
+        memcpy(&bits, &t, sizeof bits);
+        e->pred_valid = 0;
+        if (eng_launch(e, p, &p->predict, bits, ni, NULL, "queueing the prediction") < 0)
+            return -1;
+        if (p->predict.queue != p->force.queue) {
+            dcl_int rc = p->finish(p->predict.queue);
+            if (rc != 0)
+                return eng_fail(e, "waiting for the prediction", rc, 0);
+        }
+        e->pred_valid = 1;
+        e->pred_time = t;
+    }
+    i_pack(p, ni, index, wide, x, v, a, jerk, h2, lists);
+    if (lists)
+        memset(p->nb_counts, 0, sizeof(int32_t) * (size_t)p->ni_pad);
+    memcpy(&bits, &eps2, sizeof bits);
+    if (eng_launch(e, p, &p->force, bits, ni, &ev, "queueing the force kernel") < 0)
+        return -1;
+    e->inflight = e->last = p;
+    e->inflight_queue = p->force.queue;
+    e->inflight_event = ev;
+    e->last_ni = ni;
+    e->last_nj = nj;
+    e->last_eps2 = eps2;
+    e->lists_valid = 0;
+    return 1;
+}
+
+static int eng_start(void *engine, int nj, int ni, const int *index, const double *x,
+                     const double *v, const double *a, const double *jerk, double eps2,
+                     const double *h2, int have_t, double t)
+{
+    return eng_start_ids(engine, nj, ni, index, 0, x, v, a, jerk, eps2, h2, have_t, t);
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* The neighbour lists the kernel wrote, as the library gives them: per i-particle the
+ * stored ids ascending, at most the capacity, and the full count. */
+static int eng_collect_lists(Engine *e, const struct dplan *p, int ni)
+{
+    size_t total = 0;
+    for (int i = 0; i < ni; i++) {
+        int c = p->nb_counts[i];
+        total += (size_t)(c < p->nb_cap ? (c > 0 ? c : 0) : p->nb_cap);
+    }
+    if ((size_t)ni + 1 > e->nb_rows_cap) {
+        int *o = PyMem_RawRealloc(e->nb_offsets, sizeof(int) * ((size_t)ni + 1));
+        int *c = o == NULL ? NULL : PyMem_RawRealloc(e->nb_counts, sizeof(int) * ((size_t)ni + 1));
+        if (o != NULL)
+            e->nb_offsets = o;
+        if (c == NULL) {
+            snprintf(e->error, sizeof e->error, "out of memory for %d neighbour lists", ni);
+            return -1;
+        }
+        e->nb_counts = c;
+        e->nb_rows_cap = (size_t)ni + 1;
+    }
+    if (total >= e->nb_ids_cap) {
+        int *q = PyMem_RawRealloc(e->nb_ids, sizeof(int) * (total + 1));
+        if (q == NULL) {
+            snprintf(e->error, sizeof e->error, "out of memory for %zu neighbours", total);
+            return -1;
+        }
+        e->nb_ids = q;
+        e->nb_ids_cap = total + 1;
+    }
+    e->nb_offsets[0] = 0;
+    for (int i = 0; i < ni; i++) {
+        int c = p->nb_counts[i], stored = c < p->nb_cap ? (c > 0 ? c : 0) : p->nb_cap;
+        int *dst = e->nb_ids + e->nb_offsets[i];
+        memcpy(dst, p->nb_lists + (size_t)i * (size_t)p->nb_cap, sizeof(int) * (size_t)stored);
+        qsort(dst, (size_t)stored, sizeof(int), cmp_int);
+        e->nb_counts[i] = c;
+        e->nb_offsets[i + 1] = e->nb_offsets[i] + stored;
+    }
+    e->lists_ni = ni;
+    e->lists_valid = 1;
+    return 0;
+}
+
+static int eng_finish(void *engine, int ni, double *rows)
+{
+    Engine *e = engine;
+    struct dplan *p = e->inflight;
+    if (p == NULL || ni != e->last_ni) {
+        snprintf(e->error, sizeof e->error, "no force call of %d i-particles in flight", ni);
+        eng_wait(e);
+        return -1;
+    }
+    if (eng_wait(e) < 0)
+        return -1;
+    for (int i = 0; i < ni; i++) {
+        double v[NCO_ORDER8];
+        if (!result_row(p, i, v))
+            return 0;
+        for (int r = 0; r < p->nco; r++)
+            rows[(size_t)r * (size_t)ni + (size_t)i] = v[r];
+    }
+    if (p->lists && eng_collect_lists(e, p, ni) < 0)
+        return -1;
+    return ni;
+}
+
+static int eng_lists(void *engine, int *ni, const int **offsets, const int **counts,
+                     const int **ids)
+{
+    Engine *e = engine;
+    if (!e->lists_valid)
+        return 0;
+    *ni = e->lists_ni;
+    *offsets = e->nb_offsets;
+    *counts = e->nb_counts;
+    *ids = e->nb_ids;
+    return 1;
+}
+
+static void eng_inputs(void *engine, int ni, int *index, double *x, double *v, double *a,
+                       double *jerk, double *eps2, int *nj)
+{
+    Engine *e = engine;
+    const struct dplan *p = e->last;
+    const size_t st = p == NULL ? 0 : (size_t)p->ni_pad;
+    for (int i = 0; i < ni && p != NULL; i++) {
+        const double *d = p->idata + i;
+        for (int c = 0; c < 3; c++) {
+            x[3 * i + c] = d[(IC_X + c) * st];
+            v[3 * i + c] = d[(IC_VX + c) * st];
+            a[3 * i + c] = p->order >= 6 ? d[(IC_AX + c) * st] : 0.0;
+            jerk[3 * i + c] = p->order >= 8 ? d[(IC_JX + c) * st] : 0.0;
+        }
+        index[i] = (int)d[IC_ID * st];
+    }
+    *eps2 = e->last_eps2;
+    *nj = e->last_nj;
+}
+
+static int eng_order(void *engine)
+{
+    return ((Engine *)engine)->order;
+}
+
+static const char *eng_error(void *engine)
+{
+    return ((Engine *)engine)->error;
+}
+
+static const struct sapporo_engine_api engine_api = {
+    SAPPORO_ENGINE_API_VERSION, eng_put_j, eng_start, eng_finish, eng_lists, eng_inputs,
+    eng_wait, eng_order, eng_error,
+};
+
+/* ------------------------------------------------ arguments from Python, as the library takes them */
 
 /* Whether a buffer format is one float64 (native, little-endian here) or one integer. */
 static const char *fmt_core(const char *f)
@@ -179,16 +908,7 @@ static int numbers(PyObject *obj, Py_ssize_t n, struct views *s, double *all,
     return 1;
 }
 
-/* 1 when __init__ has run (an Engine made by __new__ alone has no memory to work on). */
-static int ready(Engine *self)
-{
-    if (self->plans != NULL && self->rec != NULL && self->have_out)
-        return 1;
-    PyErr_SetString(PyExc_RuntimeError, "Engine() was not initialised");
-    return 0;
-}
-
-/* obj as n integers in [0, hi] into out (n: as given when n < 0, at most STEP_NJ_MAX): a
+/* obj as n integers in [0, hi] into out (n: as given when n < 0, at most ENG_NJ_PUT): a
  * Python int for one, or a 1-D int32/int64 array (its buffer held in s). The count, or 0
  * when obj is not such a value. */
 static Py_ssize_t int_values(PyObject *obj, Py_ssize_t n, long long hi, int *out,
@@ -204,7 +924,7 @@ static Py_ssize_t int_values(PyObject *obj, Py_ssize_t n, long long hi, int *out
     if ((b = int_view(obj, n, s, &wide)) == NULL)
         return 0;
     n = b->shape[0];
-    if (n < 1 || n > STEP_NJ_MAX)
+    if (n < 1 || n > ENG_NJ_PUT)
         return 0;
     for (Py_ssize_t k = 0; k < n; k++) {
         long long a = wide ? ((const int64_t *)b->buf)[k] : ((const int32_t *)b->buf)[k];
@@ -232,23 +952,29 @@ static int finite_rows(PyObject *obj, Py_ssize_t n, struct views *s, const doubl
     return 1;
 }
 
-static void Engine_clear_plans(Engine *self)
+/* ------------------------------------------------------------------- the Python methods */
+
+/* 1 when __init__ has run (an Engine made by __new__ alone has no memory to work on). */
+static int ready(Engine *self)
 {
-    for (int k = 0; k <= STEP_NI_MAX; k++)
-        self->plans[k].status = 0;
-    self->have_j = 0;
+    if (self->ready)
+        return 1;
+    PyErr_SetString(PyExc_RuntimeError, "Engine() was not initialised");
+    return 0;
 }
 
 static int Engine_init(Engine *self, PyObject *args, PyObject *kwds)
 {
-    PyObject *out;
-    static char *names[] = {"out", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", names, &out))
+    PyObject *out, *planner;
+    static char *names[] = {"out", "planner", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO", names, &out, &planner))
         return -1;
-    if ((self->plans == NULL
-         && (self->plans = PyMem_Calloc(STEP_NI_MAX + 1, sizeof *self->plans)) == NULL)
-        || (self->rec == NULL
-            && (self->rec = PyMem_Calloc(STEP_NJ_MAX * JB_DOUBLES, sizeof(double))) == NULL)) {
+    if (!PyCallable_Check(planner)) {
+        PyErr_SetString(PyExc_TypeError, "planner: a callable planner(nj, ni, lists)");
+        return -1;
+    }
+    if (self->rec == NULL
+        && (self->rec = PyMem_RawCalloc(ENG_NJ_PUT * JB_DOUBLES, sizeof(double))) == NULL) {
         PyErr_NoMemory();
         return -1;
     }
@@ -261,106 +987,59 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds)
         return -1;
     self->have_out = 1;
     if (self->out.itemsize != 8 || strcmp(fmt_core(self->out.format), "d") != 0
-        || self->out.len < (Py_ssize_t)sizeof(double) * NCO_ORDER8 * STEP_NI_MAX) {
+        || self->out.len < (Py_ssize_t)sizeof(double) * NCO_ORDER8 * ENG_NI_MAX) {
         PyBuffer_Release(&self->out);
         self->have_out = 0;
         PyErr_Format(PyExc_ValueError, "out: a writable float64 buffer of at least %d values",
-                     NCO_ORDER8 * STEP_NI_MAX);
+                     NCO_ORDER8 * ENG_NI_MAX);
         return -1;
     }
-    Engine_clear_plans(self);
+    Py_INCREF(planner);
+    Py_XSETREF(self->planner, planner);
+    eng_clear_plans(self);
+    self->ready = 1;
     return 0;
 }
 
 static void Engine_dealloc(Engine *self)
 {
+    eng_wait(self);
     if (self->have_out)
         PyBuffer_Release(&self->out);
-    PyMem_Free(self->plans);
-    PyMem_Free(self->rec);
+    Py_CLEAR(self->planner);
+    PyMem_RawFree(self->plans[0]);
+    PyMem_RawFree(self->plans[1]);
+    PyMem_RawFree(self->nb_offsets);
+    PyMem_RawFree(self->nb_counts);
+    PyMem_RawFree(self->nb_ids);
+    PyMem_RawFree(self->rec);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* set_plan(ni, words): the plan for ni i-particles (words: plan.h's table, for the
- * block sizes DP_NI_LO .. DP_NI_HI), or None: ni goes the library's way. Returns the
- * highest block size the plan serves here. */
-static PyObject *Engine_set_plan(Engine *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *raise_error(Engine *self)
 {
-    long ni;
-    Py_buffer w;
-    struct dplan p;
-    int lo, hi, rc;
-    int64_t gen;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "set_plan(ni, words)");
-        return NULL;
-    }
-    if (!ready(self))
-        return NULL;
-    ni = PyLong_AsLong(args[0]);
-    if (ni == -1 && PyErr_Occurred())
-        return NULL;
-    if (ni < 1 || ni > STEP_NI_MAX) {
-        PyErr_Format(PyExc_ValueError, "ni = %ld outside [1, %d]", ni, STEP_NI_MAX);
-        return NULL;
-    }
-    if (args[1] == Py_None) {
-        self->plans[ni].status = -1;
-        return PyLong_FromLong(ni);
-    }
-    if (PyObject_GetBuffer(args[1], &w, PyBUF_C_CONTIGUOUS) < 0)
-        return NULL;
-    if (w.len != (Py_ssize_t)sizeof(int64_t) * DP_WORDS) {
-        PyBuffer_Release(&w);
-        PyErr_Format(PyExc_ValueError, "words: expected %d int64 values", DP_WORDS);
-        return NULL;
-    }
-    {
-        const int64_t *words = w.buf;
-        gen = words[DP_GEN];
-        lo = (int)words[DP_NI_LO];
-        hi = (int)words[DP_NI_HI];
-        rc = words[DP_STATUS] == 1 && lo <= ni && ni <= hi
-             ? plan_unpack(&p, words, (int)words[DP_N_STORED], (int)ni, 0) : -1;
-    }
-    PyBuffer_Release(&w);
-    if (rc < 0 || p.nco > NCO_ORDER8) {
-        PyErr_SetString(PyExc_ValueError, "words: not a plan this module understands");
-        return NULL;
-    }
-    if (self->have_j && (gen != self->gen || p.mirror_raw != self->mirror_raw
-                         || p.dev_raw != self->dev_raw || p.mirror_ids != self->mirror_ids
-                         || p.dev_ids != self->dev_ids
-                         || p.n_stored != self->n_stored || p.pred_terms != self->pred_terms
-                         || p.raw_n != self->raw_n))
-        Engine_clear_plans(self);  /* another state of the library: the old plans are gone */
-    self->have_j = 1;
-    self->gen = gen;
-    self->mirror_raw = p.mirror_raw;
-    self->dev_raw = p.dev_raw;
-    self->mirror_ids = p.mirror_ids;
-    self->dev_ids = p.dev_ids;
-    self->raw_n = p.raw_n;
-    self->pred_terms = p.pred_terms;
-    self->n_stored = p.n_stored;
-    self->ds = p.ds;
-    self->order = p.order;
-    self->nco = p.nco;
-    if (hi > STEP_NI_MAX)
-        hi = STEP_NI_MAX;
-    for (int k = lo < 1 ? 1 : lo; k <= hi; k++) {
-        self->plans[k] = p;
-        self->plans[k].ni = k;
-    }
-    return PyLong_FromLong(hi);
+    PyErr_SetString(PyExc_RuntimeError, self->error);
+    return NULL;
 }
 
-static PyObject *Engine_clear(Engine *self, PyObject *unused)
+static PyObject *Engine_wait(Engine *self, PyObject *unused)
 {
     (void)unused;
     if (!ready(self))
         return NULL;
-    Engine_clear_plans(self);
+    if (eng_wait(self) < 0)
+        return raise_error(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Engine_disable(Engine *self, PyObject *unused)
+{
+    (void)unused;
+    if (!ready(self))
+        return NULL;
+    eng_wait(self);
+    self->off = 1;
+    eng_clear_plans(self);
     Py_RETURN_NONE;
 }
 
@@ -381,11 +1060,11 @@ static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t na
     }
     if (!ready(self))
         return NULL;
-    if (!self->have_j)
+    if (!self->have_j || self->off)
         Py_RETURN_FALSE;
     /* address: an int, or n of them; index: the same number of ids */
-    if ((n = int_values(args[0], -1, STEP_MAX_ADDRESS, address, &s)) < 1
-        || int_values(args[1], n, STEP_MAX_ID, index, &s) != n)
+    if ((n = int_values(args[0], -1, ENG_MAX_ADDRESS, address, &s)) < 1
+        || int_values(args[1], n, ENG_MAX_ID, index, &s) != n)
         goto done;
     /* t and mass: a number for all, or n of them */
     if (!numbers(args[2], n, &s, &t0, &tv) || !numbers(args[3], n, &s, &m0, &mv))
@@ -419,18 +1098,17 @@ static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t na
             if (dv[q] != NULL)
                 memcpy(r + 4 * (q + 2), dv[q] + 3 * k, sizeof(double) * 3);
     }
-    if (!records_ok((int)n, address, rec, self->n_stored, self->raw_n, self->pred_terms,
-                    self->ds))
-        goto done;
-    records_write((int)n, address, index, rec, self->mirror_raw, self->mirror_ids,
-                  self->dev_raw, self->dev_ids, self->raw_n);
-    ok = 1;
+    ok = eng_put_j(self, (int)n, address, index, rec);
 done:
     views_release(&s);
+    if (ok < 0)
+        return raise_error(self);
     return PyBool_FromLong(ok);
 }
 
-/* compute(x, v, index, eps2, a, jerk, t, predict) -> ni, 0, -1 or -2 (see the top) */
+/* compute(x, v, index, eps2, a, jerk, t, nj) -> ni when done (rows in out), 0 when the
+ * library must compute it its own way (nothing queued), -1 when a result is not finite (to
+ * be diagnosed the library's way) */
 static PyObject *Engine_compute(Engine *self, PyObject *const *args, Py_ssize_t nargs)
 {
     struct views s = {.n = 0};
@@ -439,14 +1117,11 @@ static PyObject *Engine_compute(Engine *self, PyObject *const *args, Py_ssize_t 
     const void *ids;
     int64_t id1;
     long long one;
-    double eps2, t, *out = self->out.buf;
-    struct dplan *p;
+    double eps2, t;
+    long nj;
     Py_ssize_t ni;
-    int wide = 1, predict;
+    int wide = 1, rc = 0;
     long result = 0;
-    dcl_int rc = 0, status = 0;
-    void *ev = NULL;
-    uint64_t bits;
     if (nargs != 8) {
         PyErr_SetString(PyExc_TypeError, "compute takes 8 arguments");
         return NULL;
@@ -454,19 +1129,19 @@ static PyObject *Engine_compute(Engine *self, PyObject *const *args, Py_ssize_t 
     if (!ready(self))
         return NULL;
     t = PyFloat_AsDouble(args[6]);
-    predict = PyObject_IsTrue(args[7]);
-    if ((t == -1.0 || predict < 0) && PyErr_Occurred())
+    nj = PyLong_AsLong(args[7]);
+    if ((t == -1.0 || nj == -1) && PyErr_Occurred())
         return NULL;
-    if (!number(args[3], &eps2))
+    if (self->off || nj < 1 || nj > ENG_MAX_ADDRESS || !number(args[3], &eps2))
         goto done;
     if ((b = f64_view(args[0], -1, 3, &s)) == NULL)
         goto done;
     ni = b->shape[0];
     xv = b->buf;
-    if (ni < 1 || ni > STEP_NI_MAX || (b = f64_view(args[1], ni, 3, &s)) == NULL)
+    if (ni < 1 || ni > ENG_NI_MAX || (b = f64_view(args[1], ni, 3, &s)) == NULL)
         goto done;
     vv = b->buf;
-    if (ni == 1 && small_int(args[2], 0, STEP_MAX_ID, &one)) {
+    if (ni == 1 && small_int(args[2], 0, ENG_MAX_ID, &one)) {
         id1 = one;
         ids = &id1;
     }
@@ -477,73 +1152,97 @@ static PyObject *Engine_compute(Engine *self, PyObject *const *args, Py_ssize_t 
     /* a and jerk: checked when given, as the library does, used by orders 6 and 8 */
     if (!finite_rows(args[4], ni, &s, &av) || !finite_rows(args[5], ni, &s, &jv))
         goto done;
-    p = &self->plans[ni];
-    if (p->status == 0) {
-        result = -2;
-        goto done;
-    }
-    if (p->status < 0)
-        goto done;
-    if (p->order < 6)
-        av = NULL;
-    if (p->order < 8)
-        jv = NULL;
-    if (!i_ok(p, (int)ni, ids, wide, xv, vv, av, jv, eps2, NULL))
-        goto done;
-    if (predict) {
-        memcpy(&bits, &t, sizeof bits);
-        if ((rc = plan_launch(p, &p->predict, bits, (int)ni, NULL)) != 0)
-            goto fail;
-        if (p->predict.queue != p->force.queue && (rc = p->finish(p->predict.queue)) != 0)
-            goto fail;
-    }
-    i_pack(p, (int)ni, ids, wide, xv, vv, av, jv, NULL, 0);
-    memcpy(&bits, &eps2, sizeof bits);
-    if ((rc = plan_launch(p, &p->force, bits, (int)ni, &ev)) != 0)
-        goto fail;
-    if ((rc = plan_wait(p, p->force.queue, ev, &status)) != 0)
-        goto fail;
-    result = (long)ni;
-    for (Py_ssize_t i = 0; i < ni; i++) {
-        double v[NCO_ORDER8];
-        if (!result_row(p, (int)i, v)) {
-            result = -1;
-            break;
-        }
-        for (int r = 0; r < p->nco; r++)
-            out[(size_t)r * (size_t)ni + (size_t)i] = v[r];
+    rc = eng_start_ids(self, (int)nj, (int)ni, ids, wide, xv, vv, av, jv, eps2, NULL, 1, t);
+    if (rc > 0) {
+        rc = eng_finish(self, (int)ni, self->out.buf);
+        result = rc > 0 ? (long)ni : (rc == 0 ? -1 : 0);
     }
 done:
     views_release(&s);
+    if (rc < 0)
+        return raise_error(self);
     return PyLong_FromLong(result);
-fail:
-    views_release(&s);
-    PyErr_Format(PyExc_RuntimeError, "OpenCL error %d in a block step (status %d)", (int)rc,
-                 (int)status);
-    return NULL;
 }
 
+static PyObject *Engine_get_predicted(Engine *self, void *closure)
+{
+    (void)closure;
+    if (!self->pred_valid)
+        Py_RETURN_NONE;
+    return PyFloat_FromDouble(self->pred_time);
+}
+
+static int Engine_set_predicted(Engine *self, PyObject *value, void *closure)
+{
+    (void)closure;
+    if (value == NULL || value == Py_None) {
+        self->pred_valid = 0;
+        return 0;
+    }
+    double t = PyFloat_AsDouble(value);
+    if (t == -1.0 && PyErr_Occurred())
+        return -1;
+    self->pred_valid = 1;
+    self->pred_time = t;
+    return 0;
+}
+
+static PyObject *Engine_get_ran(Engine *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->ran);
+}
+
+static int Engine_set_ran(Engine *self, PyObject *value, void *closure)
+{
+    (void)closure;
+    int v = value == NULL ? 0 : PyObject_IsTrue(value);
+    if (v < 0)
+        return -1;
+    self->ran = v;
+    return 0;
+}
+
+static PyMemberDef Engine_members[] = {
+    {"launches", T_LONG, offsetof(Engine, launches), READONLY,
+     "kernels the engine queued, over its life"},
+    {"off", T_INT, offsetof(Engine, off), READONLY,
+     "1 when every call goes the library's way"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef Engine_getset[] = {
+    {"predicted", (getter)Engine_get_predicted, (setter)Engine_set_predicted,
+     "the time the device's records are predicted to, or None", NULL},
+    {"ran", (getter)Engine_get_ran, (setter)Engine_set_ran,
+     "whether the engine queued kernels since the library last cleared this", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMethodDef Engine_methods[] = {
-    {"set_plan", (PyCFunction)(void (*)(void))Engine_set_plan, METH_FASTCALL,
-     "set_plan(ni, words): a plan for ni i-particles (or None: the library's way)"},
-    {"clear", (PyCFunction)Engine_clear, METH_NOARGS, "forget every plan"},
     {"put_j", (PyCFunction)(void (*)(void))Engine_put_j, METH_FASTCALL,
      "put_j(address, index, t, mass, x, v, a, jerk, snap, crackle, pop, d5) -> bool"},
     {"compute", (PyCFunction)(void (*)(void))Engine_compute, METH_FASTCALL,
-     "compute(x, v, index, eps2, a, jerk, t, predict) -> ni, 0, -1 or -2"},
+     "compute(x, v, index, eps2, a, jerk, t, nj) -> ni, 0 or -1"},
+    {"wait", (PyCFunction)Engine_wait, METH_NOARGS, "wait for the force call in flight"},
+    {"disable", (PyCFunction)Engine_disable, METH_NOARGS,
+     "every call the library's way from now on"},
     {NULL, NULL, 0, NULL},
 };
 
 static PyTypeObject EngineType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "sapporo.core._engine.Engine",
-    .tp_doc = "Block steps of one library, run in C on plans the library made.",
+    .tp_doc = "Engine(out, planner): block steps of one library, run in C on the plans its "
+              "planner(nj, ni, lists) makes.",
     .tp_basicsize = sizeof(Engine),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Engine_init,
     .tp_dealloc = (destructor)Engine_dealloc,
     .tp_methods = Engine_methods,
+    .tp_members = Engine_members,
+    .tp_getset = Engine_getset,
 };
 
 static struct PyModuleDef engine_module = {
@@ -554,16 +1253,19 @@ static struct PyModuleDef engine_module = {
 
 PyMODINIT_FUNC PyInit__engine(void)
 {
-    PyObject *m;
+    PyObject *m, *api;
     if (PyType_Ready(&EngineType) < 0)
         return NULL;
     if ((m = PyModule_Create(&engine_module)) == NULL)
         return NULL;
+    api = PyCapsule_New((void *)&engine_api, "sapporo.core._engine.C_API", NULL);
     Py_INCREF(&EngineType);
-    if (PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0
-        || PyModule_AddIntConstant(m, "NI_MAX", STEP_NI_MAX) < 0
-        || PyModule_AddIntConstant(m, "NJ_MAX", STEP_NJ_MAX) < 0
+    if (api == NULL || PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0
+        || PyModule_AddObject(m, "C_API", api) < 0
+        || PyModule_AddIntConstant(m, "NI_MAX", ENG_NI_MAX) < 0
+        || PyModule_AddIntConstant(m, "NJ_PUT_MAX", ENG_NJ_PUT) < 0
         || PyModule_AddIntConstant(m, "NCO_MAX", NCO_ORDER8) < 0) {
+        Py_XDECREF(api);
         Py_DECREF(&EngineType);
         Py_DECREF(m);
         return NULL;

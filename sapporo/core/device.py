@@ -135,7 +135,17 @@ class Device:
         # but the particle data, valid while no buffer was reallocated (generation)
         self._plans: dict[tuple, Plan] = {}
         self._predicts: dict[tuple[int, bool, int], tuple[int, Launch]] = {}  # (gen, launch)
-        self._gen = 0
+        # the generation of this device's memory: bumped whenever a buffer is reallocated
+        # (launch plans hold buffers; the native engine reads it through its address)
+        self.gen_cell = np.zeros(1, dtype=np.int64)
+
+    @property
+    def _gen(self) -> int:
+        return int(self.gen_cell[0])
+
+    @_gen.setter
+    def _gen(self, value: int) -> None:
+        self.gen_cell[0] = value
 
     # -- memory
     def _reuse(self, store: dict[str, Any], name: str, nbytes: int, alloc: Any) -> Any:

@@ -169,28 +169,44 @@ class Library:
         self._pred_terms = 0
         self._n_stored = 0
         self._time = 0.0
-        self._predicted_time: float | None = None
-        self._predicted_n = [0] * len(self._devs)
+        self._predicted: float | None = None  # see _predicted_time
         # time spent per phase of a call, when measured (see sapporo.perf.latency)
         self._phases: dict[str, float] | None = None
         self._pending: PendingForce | None = None
         self._closed = False
-        # small block steps in C (sapporo.core.engine): the engine, once tried, its plans'
-        # buffer generation and its result rows
+        # block steps in C (sapporo.core.engine): the engine, once tried, and its result rows
         self._engine: Any = None
         self._engine_tried = False
-        self._engine_gen = -1
         self._engine_out: np.ndarray | None = None
-        # the launches of every plan handed to C (the compiled step, the C API's direct
-        # path), and whether C may have set their kernels' arguments since Python did
+        # the generation of the library's memory as the engine's plans see it: bumped by
+        # every change that moves it or that the engine must not step over (more
+        # addresses or derivative terms, j-particles stored here, a reset, a launch table)
+        self._lgen = np.zeros(1, dtype=np.int64)
+        # the launches of the plans handed to the engine, whose kernels' arguments it sets
         self._native_launches: list[Any] = []
-        self._native_ran = False
         # result rows this order fills: acc, pot (+ jerk) (+ snap); the others stay zero
         self._rows = layout.result_rows(self.order)
         log.info(
             "sapporo: order %d, %s, %s on %s", self.order, self.precision, self.backend_name,
             ", ".join(d.info.name for d in self._devs),
         )
+
+    # -- the native engine's share of the state
+    @property
+    def _predicted_time(self) -> float | None:
+        """The time the devices' records are predicted to (None: not predicted); the
+        engine's, which predicts too, when there is one."""
+        return self._predicted if self._engine is None else self._engine.predicted
+
+    @_predicted_time.setter
+    def _predicted_time(self, t: float | None) -> None:
+        self._predicted = t
+        if self._engine is not None:
+            self._engine.predicted = t
+
+    def _native_moved(self) -> None:
+        """The engine's plans no longer hold (they are made again when next needed)."""
+        self._lgen[0] += 1
 
     # -- properties
     @property
@@ -235,8 +251,7 @@ class Library:
             check_table(table, d.info, self.order, self.precision)
         for d in self._devs:
             d.table = table
-        if self._engine is not None:
-            self._engine.clear()  # its plans have the old launches
+        self._native_moved()  # the plans have the old launches
 
     def _check_open(self) -> None:
         if self._closed:
@@ -255,7 +270,7 @@ class Library:
                 self._pending.result()
         self._closed = True
         self._pending = None
-        self._engine = None
+        self._drop_engine()
         self._native_launches = []
         for d in self._devs:
             try:
@@ -328,10 +343,8 @@ class Library:
         t0 = _now() if ph is not None else 0.0
         eng = self._engine
         if (eng is not None and not self._dirty and self._pending is None
-                and self._devs[0]._gen == self._engine_gen
                 and eng.put_j(address, index, t, mass, x, v, a, jerk, snap, crackle, pop, d5)):
             # checked and stored in C, into the mirror and the device's records
-            self._predicted_time = None
             if ph is not None:
                 ph["store"] += _now() - t0
             return
@@ -395,8 +408,7 @@ class Library:
             self._raw[addr] = rec
             self._ids[addr] = ids
         self._dirty.append(addr)
-        if self._engine is not None and (terms != self._pred_terms or top > self._n_stored):
-            self._engine.clear()  # its plans are for the old number of addresses or terms
+        self._native_moved()  # stored here, to be uploaded before the engine steps again
         self._pred_terms = terms
         if top > self._n_stored:
             self._n_stored = top
@@ -411,8 +423,7 @@ class Library:
         self._ids[: self._n_stored] = -1
         self._dirty.append(np.arange(self._n_stored))
         self._n_stored = 0
-        if self._engine is not None:
-            self._engine.clear()
+        self._native_moved()
 
     def _j_capacity(self) -> int:
         """How many j-addresses the devices hold: 80% of the smallest one's memory."""
@@ -487,16 +498,18 @@ class Library:
     # -- small block steps in C (sapporo.core.engine)
     def _direct_plan(self, nj: int, ni: int, lists: bool = False) -> int | dict[str, Any]:
         """A force call of ``ni`` i-particles on j-addresses [0, nj), with neighbour lists or
-        not, as C can run it (``sapporo/engine.h``: the C API's direct path and the compiled
-        step), or why not: 0 (not for this shape) or -1 (not for this library: several
-        devices, profiling, a device that does not compute on host memory, a backend
-        without native launches).
+        not, as the native engine runs it (``sapporo/core/_engine.c``, for the Python API
+        and the C API), or why not: 0 (not for this shape) or -1 (not for this library:
+        several devices, profiling, a device that does not compute on host memory, a
+        backend without native launches).
 
         The library is brought up to date with the device first (records uploaded,
-        predicted, the queues finished), so that C starts from a consistent state.
-        The answer's ``launch_objects`` are the launches whose arguments C sets;
-        whoever runs the plan sets ``_native_ran``, and :meth:`_sync_j` has them set their
-        arguments again before Python launches them.
+        predicted, the queues finished), so that C starts from a consistent state. The
+        plan carries the generations of the device's and the library's memory and where
+        their current values are: the engine never uses a plan whose memory moved. The
+        answer's ``launch_objects`` are the launches whose arguments the engine sets;
+        :meth:`_engine_wait` has them set their arguments again before Python launches
+        them.
         """
         if self.ndev != 1 or self._devs[0].variant.profiling:
             return -1
@@ -553,7 +566,9 @@ class Library:
                 "idata": plan.idata.ctypes.data, "out": plan.out.ctypes.data,
                 "mirror_raw": self._raw.ctypes.data, "mirror_ids": self._ids.ctypes.data,
                 "dev_raw": dev.h_raw.ctypes.data, "dev_ids": dev.h_id.ctypes.data,
-                "gen": dev._gen, "ni_lo": lo, "ni_hi": hi, "entry": entry,
+                "gen": dev._gen, "gen_at": dev.gen_cell.ctypes.data,
+                "lgen": int(self._lgen[0]), "lgen_at": self._lgen.ctypes.data,
+                "ni_lo": lo, "ni_hi": hi, "entry": entry,
                 "nb_counts": 0 if plan.counts is None else plan.counts.ctypes.data,
                 "nb_lists": 0 if plan.lists is None else plan.lists.ctypes.data,
                 "nb_cap": self.nb_capacity if lists else 0,
@@ -563,8 +578,8 @@ class Library:
             }
 
     def _engine_start(self) -> None:
-        """Make the compiled step's engine for this library, where it can run: one device
-        with native launches, no profiling (decided once)."""
+        """Make the native engine for this library, where it can run: one device with
+        native launches, no profiling (decided once)."""
         self._engine_tried = True
         if (self.ndev != 1 or self.profiling
                 or self._devs[0].ctx.native_entry_points() is None):
@@ -575,22 +590,45 @@ class Library:
         if module is None:
             return
         self._engine_out = np.zeros(module.NCO_MAX * module.NI_MAX)
-        self._engine = module.Engine(self._engine_out)
+        self._engine = module.Engine(self._engine_out, self._engine_planner)
+        self._engine.predicted = self._predicted
 
-    def _engine_plan(self, ni: int) -> None:
-        """Give the engine the plan for ``ni`` i-particles on every stored address (or tell
-        it that ``ni`` goes the Python way)."""
+    def _drop_engine(self) -> None:
+        """Every step the Python way from now on (the engine's call in flight finished)."""
+        eng = self._engine
+        if eng is None:
+            return
+        self._predicted = None if eng.ran else eng.predicted
+        self._engine = None
+        eng.disable()
+        if eng.ran:
+            for launch in self._native_launches:
+                launch.forget_args()
+
+    def _engine_planner(self, nj: int, ni: int, lists: int) -> Any:
+        """The engine's planner: the words of the plan for ``ni`` i-particles on
+        j-addresses [0, nj) (:func:`sapporo.core.engine.plan_words`), or 0 (not this shape)
+        or -1 (never for this library)."""
         from sapporo.core.engine import plan_words
 
-        plan = self._direct_plan(self._n_stored, ni)
-        if isinstance(plan, dict):
-            self._engine.set_plan(ni, plan_words(plan))
-            self._engine_gen = plan["gen"]
-        elif plan == 0:
-            self._engine.set_plan(ni, None)
-        else:
-            log.debug("block steps of this library take the Python way (no plan)")
-            self._engine = None
+        plan = self._direct_plan(nj, ni, bool(lists))
+        return plan_words(plan) if isinstance(plan, dict) else plan
+
+    def _engine_wait(self) -> None:
+        """Before the library works its own way: the engine's call in flight finished (the
+        C API's firsthalf leaves one), and the kernels' arguments it set forgotten."""
+        eng = self._engine
+        if eng is None:
+            return
+        try:
+            eng.wait()
+        except RuntimeError as exc:
+            self._drop_engine()
+            raise BackendError(f"{self._devs[0].info.name}: {exc}") from None
+        if eng.ran:
+            for launch in self._native_launches:
+                launch.forget_args()
+            eng.ran = False
 
     def _engine_compute(self, x: Any, v: Any, index: Any, eps2: Any, a: Any,
                         jerk: Any) -> ForceResult | None:
@@ -600,37 +638,14 @@ class Library:
         dev = self._devs[0]
         ph = self._phases
         t0 = _now() if ph is not None else 0.0
-        if self._dirty:  # j-particles stored the Python way: uploaded first
-            if not (type(x) is np.ndarray and x.ndim == 2):
-                return None
-            with self._hold():
-                self._sync_j(self._predict_on_companion(x.shape[0], self._n_stored))
-        if dev._gen != self._engine_gen:
-            eng.clear()  # buffers were reallocated since the plans were made
-            self._engine_gen = dev._gen
-        t = self._time
-        predict = self._predicted_time != t
+        launches = eng.launches
         try:
-            r = eng.compute(x, v, index, eps2, a, jerk, t, predict)
-            if r == -2:
-                self._engine_plan(len(x))
-                if self._engine is None:
-                    return None
-                predict = self._predicted_time != t  # making the plan predicted
-                r = eng.compute(x, v, index, eps2, a, jerk, t, predict)
-        except RuntimeError as exc:  # a launch failed: C may have set kernel arguments
-            self._engine = None
-            self._native_ran = True
-            self._predicted_time = None
+            r = eng.compute(x, v, index, eps2, a, jerk, self._time, self._n_stored)
+        except RuntimeError as exc:  # a launch failed: the engine is off from now on
+            self._drop_engine()
             raise BackendError(f"{dev.info.name}: {exc}") from None
-        if r == 0 or r == -2:
-            return None
-        self._native_ran = True
-        dev.ctx.commands += 2 if predict else 1
-        if predict:
-            self._predicted_time = t
-            self._predicted_n[0] = self._n_stored
-        if r < 0:
+        dev.ctx.commands += eng.launches - launches
+        if r <= 0:
             return None
         if r == 1:
             res = self._engine_one()
@@ -645,10 +660,7 @@ class Library:
     def _sync_j(self, small: list[bool] | None = None) -> None:
         """Send changed addresses and predict, where needed (``small[d]``: on device d's
         companion, because the force launch that follows goes there)."""
-        if self._native_ran:  # C set these kernels' arguments since Python last did
-            for launch in self._native_launches:
-                launch.forget_args()
-            self._native_ran = False
+        self._engine_wait()
         nd = self.ndev
         changed = False
         if self._dirty:
@@ -679,7 +691,6 @@ class Library:
             for d, dev in enumerate(self._devs):
                 n_loc = self._n_local(self._n_stored, d)
                 dev.predict(n_loc, self._time, self._pred_terms, bool(small and small[d]))
-                self._predicted_n[d] = n_loc
             self._predicted_time = self._time
 
     # -- forces

@@ -199,11 +199,12 @@ def test_c_buffer_matches_the_layout() -> None:
     from sapporo.core import layout, library, validate
 
     shim = (Path(bridge.__file__).with_name("shim.c")).read_text()
-    engine = layout.LAYOUT_HEADER.with_name("engine.h").read_text()
+    engine = layout.LAYOUT_HEADER.with_name("engine_api.h").read_text()
+    core = (Path(library.__file__).with_name("_engine.c")).read_text()
     assert int(re.search(r"#define JB_RECORDS (\d+)", engine).group(1)) == bridge.JB_RECORDS
     assert bridge.JB_RECORDS == layout.raw_n(8)
     assert float(re.search(r"#define COORD_LIMIT (\S+)", engine).group(1)) == validate.COORD_LIMIT
-    assert float(re.search(r"#define ENGINE_FLT_MIN (\S+)", engine).group(1)) == library.FLT_MIN
+    assert float(re.search(r"#define ENGINE_FLT_MIN (\S+)", core).group(1)) == library.FLT_MIN
     rows = {"x": 0, "mass": 3, "v": 4, "t": 7, "a": 8, "jerk": 12, "snap": 16, "crackle": 20,
             "pop": 24, "d5": 28}
     L = layout.LAYOUT

@@ -99,9 +99,10 @@ def test_many_parts_combine_alike(capi: CApi, tmp_path: Path, monkeypatch) -> No
     assert split_j(cfg, info, 8, 700)[0] > 32
 
 
-def test_direct_plan_from_python(monkeypatch) -> None:
-    """The Python half: a plan for a library on a CPU device, none when switched off or
-    beyond the stored addresses; C's changes are forgotten before Python works again."""
+def test_engine_and_plans_from_python(monkeypatch) -> None:
+    """The Python half: the C half gets the library's engine and its function table; the
+    library's plans for a CPU device, none beyond the stored addresses; none at all when
+    switched off."""
     from sapporo.backend import get_backend
     from sapporo.errors import BackendError
 
@@ -110,16 +111,18 @@ def test_direct_plan_from_python(monkeypatch) -> None:
     except BackendError as exc:
         pytest.skip(f"OpenCL unusable here: {exc}")
     if not devices or devices[0].device_type != "cpu":
-        pytest.skip("the direct path is for devices that compute on host memory (CPUs)")
+        pytest.skip("the engine is for devices that compute on host memory (CPUs)")
     bridge = Bridge()
     bridge.open(order=4, precision="double-single", backend="opencl", devices=[0])
     try:
         lib = bridge.lib
+        api, engine = bridge.engine()
+        assert api != 0 and engine == id(lib._engine)
         n = 64
         rng = np.random.default_rng(3)
         lib.set_j_particles(np.arange(n), np.arange(n), 0.0, np.full(n, 1 / n),
                             rng.normal(size=(n, 3)), rng.normal(size=(n, 3)))
-        plan = bridge.direct_plan(n, 5)
+        plan = lib._direct_plan(n, 5)
         assert isinstance(plan, dict)
         assert plan["n_stored"] == n and plan["ni_pad"] >= 5 and plan["nparts"] >= 1
         assert set(plan["entry"]) == {"set_arg", "enqueue", "flush", "finish", "event_info",
@@ -127,29 +130,34 @@ def test_direct_plan_from_python(monkeypatch) -> None:
         predict, force = plan["launches"]
         assert len(force.args) == len(lib._devs[0]._plan(0, 5, n, False).force.args)
         assert plan["call_args"] == (lib._devs[0].t_arg, lib._devs[0].eps2_arg)
-        # a larger block reallocates the i- and result buffers: the generation tells C
-        # that its other plans point at freed memory
-        big = bridge.direct_plan(n, 128)
+        # a larger block reallocates the i- and result buffers: the device's generation
+        # moves on, and the engine reads it where the plan says before using a plan
+        big = lib._direct_plan(n, 128)
         assert isinstance(big, dict) and big["gen"] > plan["gen"]
-        assert bridge.direct_plan(n + 1, 5) == 0  # more j-addresses than stored
-        assert bridge._direct_planned
-        bridge.set_time(0.5)  # Python again: the predicted records are no longer trusted
-        assert not bridge._direct_planned and lib._predicted_time is None
-        assert lib._native_ran  # the kernels' arguments are set again at the next launch
+        assert lib._devs[0].gen_cell[0] == big["gen"]
+        assert big["gen_at"] == lib._devs[0].gen_cell.ctypes.data
+        assert big["lgen_at"] == lib._lgen.ctypes.data
+        assert lib._direct_plan(n + 1, 5) == 0  # more j-addresses than stored
         # one plan serves the block sizes of the same launch shape (C sets ni)
         cfg = lib._devs[0].table.for_ni(5)
         assert plan["ni_lo"] <= 5 <= plan["ni_hi"] <= plan["ni_pad"]
         assert all(lib._devs[0].table.for_ni(k) == cfg
                    for k in range(plan["ni_lo"], plan["ni_hi"] + 1))
         assert plan["ni_args"][1] == lib._devs[0].ni_arg
+        # j-particles stored the library's way: no plan holds until the next is made
+        lgen = int(lib._lgen[0])
+        bridge.set_j(np.array([1]), np.array([1]), np.zeros(1), np.full(1, 0.5),
+                     np.zeros((1, 3)), np.zeros((1, 3)), None, None, None, None)
+        assert lib._lgen[0] > lgen
     finally:
         bridge.close()
-    monkeypatch.setenv("SAPPORO_NATIVE", "0")  # read by open
+    from sapporo.core import engine
+
+    monkeypatch.setenv("SAPPORO_NATIVE", "0")  # read once per process
+    monkeypatch.setattr(engine, "_STATE", {})
     bridge = Bridge()
     bridge.open(order=4, precision="double-single", backend="opencl", devices=[0])
     try:
-        bridge.lib.set_j_particles([0, 1], [0, 1], 0.0, [0.5, 0.5], np.eye(3)[:2],
-                                   np.zeros((2, 3)))
-        assert bridge.direct_plan(2, 1) == -1
+        assert bridge.engine() == (0, 0)
     finally:
         bridge.close()

@@ -58,7 +58,7 @@ def _same(r1, r2) -> None:
 
 
 def _engine_used(lib) -> bool:
-    return lib._engine is not None and lib._native_ran
+    return lib._engine is not None and lib._engine.ran
 
 
 @pytest.mark.parametrize("precision", ["double-single", "double"])
@@ -152,7 +152,7 @@ def test_python_ints_where_numbers_go_run_in_c(cl_backend):
             lib.set_j_particles(np.array([3]), ids[3:4], 0, 1, x[3:4], v[3:4])
             lib.set_time(1)
             res.append(lib.compute(x[5:6], v[5:6], ids[5:6], 0))
-        assert not fast._dirty and fast._native_ran
+        assert not fast._dirty and fast._engine.ran
         _same(*res)
         with pytest.raises(InputError):
             fast.set_j_particles(np.array([3]), ids[3:4], 10**400, 1, x[3:4], v[3:4])
@@ -172,7 +172,7 @@ def _ready(order: int = 4, precision: str = "double-single", backend: str = "ope
     lib.set_j_particles(s, ids[s], 0.0, m[s], x[s], v[s])
     assert not lib._dirty, "the j-particle was not stored in C"
     lib.compute(x[s], v[s], ids[s], EPS2)
-    assert lib._native_ran
+    assert lib._engine.ran
     return lib, (x, v, m, ids, a, jerk)
 
 
@@ -325,37 +325,42 @@ def test_plan_table_written_once(cl_backend):
         lib.close()
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_module_refuses_misuse():
-    """The module's own guards: an Engine without memory, a short result buffer, a plan
-    table of the wrong size, block sizes out of range; errors, never a crash."""
+    """The module's own guards: an Engine without memory, a short result buffer, a planner
+    that is not callable or that fails, a plan table of the wrong size; errors or the
+    library's way, never a crash."""
     mod = engine.load()
     bare = mod.Engine.__new__(mod.Engine)
     for call in (lambda: bare.compute(np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None,
-                                      0.0, False),
+                                      0.0, 1),
                  lambda: bare.put_j(0, 0, 0.0, 1.0, np.zeros((1, 3)), np.zeros((1, 3)),
                                     None, None, None, None, None, None),
-                 lambda: bare.set_plan(1, None), bare.clear):
+                 bare.wait, bare.disable):
         with pytest.raises(RuntimeError, match="not initialised"):
             call()
+    out = np.zeros(mod.NCO_MAX * mod.NI_MAX)
     with pytest.raises(ValueError, match="writable float64"):
-        mod.Engine(np.zeros(10))
+        mod.Engine(np.zeros(10), lambda *a: 0)
     with pytest.raises((ValueError, TypeError)):
-        mod.Engine(np.zeros(mod.NCO_MAX * mod.NI_MAX, dtype=np.float32))
-    eng = mod.Engine(np.zeros(mod.NCO_MAX * mod.NI_MAX))
-    with pytest.raises(ValueError, match="int64 values"):
-        eng.set_plan(1, np.zeros(3, dtype=np.int64))
-    with pytest.raises(ValueError, match="outside"):
-        eng.set_plan(0, None)
+        mod.Engine(np.zeros(mod.NCO_MAX * mod.NI_MAX, dtype=np.float32), lambda *a: 0)
+    with pytest.raises(TypeError, match="planner"):
+        mod.Engine(out, None)
+    args = (np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None, 0.0)
+    # no plan: nothing stored, nothing computed (the planner says: not this shape)
+    asked = []
+    eng = mod.Engine(out, lambda nj, ni, lists: asked.append((nj, ni, lists)) or 0)
     with pytest.raises(TypeError):
         eng.compute(1, 2)
-    # without a plan: nothing stored, nothing computed
     assert eng.put_j(0, 0, 0.0, 1.0, np.zeros((1, 3)), np.zeros((1, 3)), None, None, None,
                      None, None, None) is False
-    assert eng.compute(np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None, 0.0,
-                       False) == -2
-    eng.set_plan(1, None)
-    assert eng.compute(np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None, 0.0,
-                       False) == 0
+    assert eng.compute(*args, 5) == 0 and asked == [(5, 1, 0)]
+    assert eng.compute(*args, 5) == 0 and len(asked) == 1  # remembered
+    # plans it cannot read, and a planner that raises: the library's way from then on
+    for planner in (lambda *a: np.zeros(3, dtype=np.int64), lambda *a: 1 / 0):
+        eng = mod.Engine(out, planner)
+        assert eng.compute(*args, 5) == 0 and eng.off == 1
+        assert eng.compute(*args, 5) == 0
 
 
 def test_launch_failure_is_a_backend_error_and_the_python_way_goes_on(cl_backend):

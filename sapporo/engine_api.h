@@ -1,0 +1,74 @@
+/*
+ * engine_api.h -- the native block-step engine as C code sees it (sapporo/core/_engine.c).
+ *
+ * One engine per library.  The Python API calls it through its Python methods; the C API
+ * (capi/shim.c) through this table of functions, which the module publishes as the
+ * capsule sapporo.core._engine.C_API.  The C API gets the table and the engine of the
+ * library it opened from its Python half once, at g6_open, and calls these functions
+ * without the GIL; the engine takes the GIL itself when it must ask the library for a plan.
+ *
+ * Every function returns what the library would do: stored/started (> 0), "not here, the
+ * library's own way" (0: nothing changed), or an error (< 0, with a message from
+ * error()).  The engine never computes from memory that may have moved: each plan carries
+ * the generations of the library's and the device's memory, and is checked against them
+ * before every use.
+ */
+#ifndef SAPPORO_ENGINE_API_H
+#define SAPPORO_ENGINE_API_H
+
+#include <math.h>
+
+/* j-particles as the library's raw records (sapporo/layout.h: RAW_XM x|mass, RAW_VT v|t, then
+ * a, jerk, snap, crackle, pop, d5 with a zero .w): JB_RECORDS double4 per particle. */
+#define JB_RECORDS 8
+#define JB_DOUBLES (4 * JB_RECORDS)
+/* positions at or beyond this magnitude are refused: squared distances would overflow
+ * double (sapporo.core.validate.COORD_LIMIT) */
+#define COORD_LIMIT 1e150
+
+#define SAPPORO_ENGINE_API_VERSION 1
+
+struct sapporo_engine_api {
+    int version;
+    /* n records (JB_DOUBLES each) into the library's j-memory: 1 stored, 0 the library's
+     * way (nothing stored) */
+    int (*put_j)(void *engine, int n, const int *address, const int *index, const double *rec);
+    /* start a force call on j-addresses [0, nj): 1 started, 0 the library's way, < 0 error.
+     * index: int ids; a (orders 6, 8) and jerk (order 8) may be NULL below those orders; h2
+     * may be NULL (no lists); t: the time to predict to, or the library's when !have_t. */
+    int (*start)(void *engine, int nj, int ni, const int *index, const double *x,
+                 const double *v, const double *a, const double *jerk, double eps2,
+                 const double *h2, int have_t, double t);
+    /* wait for the started call; its result rows (nco of ni values) into rows: ni when done,
+     * 0 when a result is not finite (the library's way must diagnose it), < 0 error */
+    int (*finish)(void *engine, int ni, double *rows);
+    /* the neighbour lists of the last finished call (ids ascending, at most the capacity,
+     * counts whole), as CSR: 1 when it had lists, else 0 */
+    int (*lists)(void *engine, int *ni, const int **offsets, const int **counts,
+                 const int **ids);
+    /* the last started call's i-particles and eps2 and nj as the kernel saw them (to run it
+     * again the library's way); a and jerk are filled with zeros below orders 6 and 8 */
+    void (*inputs)(void *engine, int ni, int *index, double *x, double *v, double *a,
+                   double *jerk, double *eps2, int *nj);
+    /* wait for anything in flight: 0, or < 0 (error) */
+    int (*wait)(void *engine);
+    /* the library's order, and the message of the last error */
+    int (*order)(void *engine);
+    const char *(*error)(void *engine);
+};
+
+/* Whether a neighbour radius squared asks for a list: finite and positive.  Anything else
+ * (zero, negative, NaN, infinite: clients pass uninitialised arrays) gives that i-particle no
+ * list, and never costs its forces. */
+static inline int wants_list(double h2)
+{
+    return isfinite(h2) && h2 > 0.0;
+}
+
+/* Whether a 3-vector is finite (NULL counts as zeros). */
+static inline int finite3(const double *p)
+{
+    return p == NULL || (isfinite(p[0]) && isfinite(p[1]) && isfinite(p[2]));
+}
+
+#endif
