@@ -29,6 +29,9 @@ variable                   meaning
 ``SAPPORO_NATIVE``         0: every block step, of the Python API and of the C API, takes
                            the Python way (default 1: the native engine runs the steps
                            the library has planned; see :mod:`sapporo.core.engine`)
+``SAPPORO_NATIVE_MEMORY``  ``device``: the library keeps its data in device buffers with
+                           explicit copies even on a device that could compute on host
+                           memory (a CPU); the default ``auto`` uses host memory there
 ``SAPPORO_SITE``           os.pathsep-separated site directories that replace the
                            ones recorded by ``sapporo capi build`` (read by the C
                            library's start-up code before sapporo is importable)
@@ -255,6 +258,7 @@ class Settings:
     decomposition: str | None = None
     rank_output: bool = False
     native: bool = True
+    native_memory: str = "auto"
 
 
 def from_environment() -> Settings:
@@ -277,7 +281,16 @@ def from_environment() -> Settings:
         decomposition=_get("SAPPORO_DECOMPOSITION"),
         rank_output=(_get("SAPPORO_RANK_OUTPUT") or "0").lower() not in ("0", "no", "false"),
         native=(_get("SAPPORO_NATIVE") or "1").lower() not in ("0", "no", "false", "off"),
+        native_memory=parse_memory(_get("SAPPORO_NATIVE_MEMORY")),
     )
+
+
+def parse_memory(value: str | None, source: str = "SAPPORO_NATIVE_MEMORY") -> str:
+    """``auto`` (default) or ``device`` (device buffers even where host memory would do)."""
+    v = (value or "auto").strip().lower()
+    if v not in ("auto", "device"):
+        raise ConfigError(f"{source}: expected 'auto' or 'device', got {value!r}")
+    return v
 
 
 def kernel_cache_dir() -> Path | None:

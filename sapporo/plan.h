@@ -8,8 +8,15 @@
  * neighbour lists, DP_NB_* locate the counts and lists the kernel writes.  DP_GEN and
  * DP_LGEN are the generations of the device's and the library's memory when the plan was
  * made, DP_GEN_AT and DP_LGEN_AT the addresses of their current values: a plan whose
- * generations moved on points at memory that may be gone, and is never used.  Plain C
- * enums only: Python parses them.
+ * generations moved on points at memory that may be gone, and is never used.
+ *
+ * DP_MEMORY 0: the device computes on host memory, and DP_DEV_RAW, DP_DEV_IDS, DP_IDATA,
+ * DP_OUT and DP_NB_* are the host arrays its kernels read and write.  DP_MEMORY 1: the
+ * device has memory of its own; DP_DEV_RAW and DP_DEV_IDS are then the j-records' device
+ * buffers, DP_*_BUF the device buffers behind the host arrays DP_IDATA, DP_OUT and DP_NB_*,
+ * and the engine queues their copies on DP_QUEUE (the j-records) and on the force
+ * launch's queue (the rest) with DP_FN_WRITE and DP_FN_READ.  Plain C enums only: Python
+ * parses them.
  */
 #ifndef SAPPORO_PLAN_H
 #define SAPPORO_PLAN_H
@@ -18,11 +25,13 @@ enum {
     DP_STATUS, DP_ORDER, DP_NCI, DP_NCO, DP_NI_PAD, DP_NPARTS, DP_RAW_N, DP_PRED_TERMS,
     DP_N_STORED, DP_DS, DP_CHECK_ROWS, DP_SPIN_NS, DP_TIME_BITS, DP_MAX_ID, DP_IDATA, DP_OUT,
     DP_MIRROR_RAW, DP_MIRROR_IDS, DP_DEV_RAW, DP_DEV_IDS, DP_FN_SET_ARG, DP_FN_ENQUEUE,
-    DP_FN_FLUSH, DP_FN_FINISH, DP_FN_EVENT_INFO, DP_FN_RELEASE, DP_GEN, DP_GEN_AT, DP_LGEN,
-    DP_LGEN_AT, DP_NI_LO, DP_NI_HI, DP_NB_COUNTS, DP_NB_LISTS, DP_NB_CAP, DP_LAUNCHES
+    DP_FN_FLUSH, DP_FN_FINISH, DP_FN_EVENT_INFO, DP_FN_RELEASE, DP_FN_WRITE, DP_FN_READ,
+    DP_GEN, DP_GEN_AT, DP_LGEN, DP_LGEN_AT, DP_NI_LO, DP_NI_HI, DP_NB_COUNTS, DP_NB_LISTS,
+    DP_NB_CAP, DP_MEMORY, DP_QUEUE, DP_IDATA_BUF, DP_OUT_BUF, DP_OUT_BYTES, DP_NB_COUNTS_BUF,
+    DP_NB_LISTS_BUF, DP_LAUNCHES
 };
 enum { DL_QUEUE, DL_KERNEL, DL_CALL_ARG, DL_NI_ARG, DL_DIMS, DL_G0, DL_G1, DL_L0, DL_L1,
        DL_NARGS, DL_ARGS };
-enum { DP_MAX_ARGS = 32, DP_LAUNCH_WORDS = 74, DP_WORDS = 183 };
+enum { DP_MAX_ARGS = 32, DP_LAUNCH_WORDS = 74, DP_WORDS = 192 };
 
 #endif

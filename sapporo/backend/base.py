@@ -87,6 +87,11 @@ class Buffer(ABC):
     def free(self) -> None:
         """Release the memory (idempotent)."""
 
+    def native(self) -> int | None:
+        """The runtime's handle of the memory, for C code that queues copies itself (see
+        :meth:`Context.native_entry_points`), or None where the backend has none."""
+        return None
+
 
 class Kernel(ABC):
     """A compiled kernel, launched as ``kernel(global_size, local_size, *args)``."""
@@ -243,8 +248,13 @@ class Context(ABC):
 
     def native_entry_points(self) -> dict[str, int] | None:
         """Addresses of the runtime functions a C caller needs to queue
-        :meth:`Launch.native` launches itself (``set_arg``, ``enqueue``, ``flush``,
-        ``finish``, ``event_info``, ``release``), or None where the backend has none."""
+        :meth:`Launch.native` launches and copies itself (``set_arg``, ``enqueue``,
+        ``flush``, ``finish``, ``event_info``, ``release``, ``write``, ``read``), or None
+        where the backend has none."""
+        return None
+
+    def native_queue(self) -> int | None:
+        """The runtime's handle of the main queue (see :meth:`native_entry_points`)."""
         return None
 
     @abstractmethod

@@ -292,6 +292,9 @@ class CLBuffer(Buffer):
                 f"cannot allocate {self.nbytes} bytes on {ctx.info.name}: {exc}"
             ) from exc
 
+    def native(self) -> int | None:
+        return int(self.buf.int_ptr)
+
     def _check(self, host: np.ndarray, offset: int) -> None:
         if not host.flags.c_contiguous:
             raise BackendError("host array must be C-contiguous")
@@ -497,7 +500,9 @@ class CLContext(Context):
         """
         if self._zero_copy is None:
             self._zero_copy = False
-            if quirks.shares_host_memory(self.info):
+            if config.from_environment().native_memory == "device":
+                log.debug("device buffers on %s (SAPPORO_NATIVE_MEMORY=device)", self.info.name)
+            elif quirks.shares_host_memory(self.info):
                 try:
                     x = _aligned_empty(64 * 8).view(np.float64)
                     x[:] = 1.0
@@ -616,6 +621,9 @@ class CLContext(Context):
     def native_entry_points(self) -> dict[str, int] | None:
         return _native_entry_points()
 
+    def native_queue(self) -> int | None:
+        return None if self.queue is None else int(self.queue.int_ptr)
+
     def close(self) -> None:
         if getattr(self, "queue", None) is not None:
             self.finish()
@@ -627,7 +635,8 @@ class CLContext(Context):
 _ENTRY_POINTS: dict[str, int] | None = None
 _ENTRY_NAMES = {"set_arg": "clSetKernelArg", "enqueue": "clEnqueueNDRangeKernel",
                 "flush": "clFlush", "finish": "clFinish", "event_info": "clGetEventInfo",
-                "release": "clReleaseEvent"}
+                "release": "clReleaseEvent", "write": "clEnqueueWriteBuffer",
+                "read": "clEnqueueReadBuffer"}
 
 
 def _icd_loader_path() -> str | None:

@@ -52,6 +52,10 @@ typedef dcl_int (*dcl_queue_fn)(void *queue);
 typedef dcl_int (*dcl_event_info_fn)(void *event, uint32_t param, size_t size, void *value,
                                     size_t *size_ret);
 typedef dcl_int (*dcl_event_fn)(void *event);
+/* clEnqueueWriteBuffer and clEnqueueReadBuffer */
+typedef dcl_int (*dcl_copy_fn)(void *queue, void *mem, uint32_t blocking, size_t offset,
+                               size_t size, void *ptr, uint32_t nev, const void *events,
+                               void **event);
 #define DCL_EVENT_COMMAND_EXECUTION_STATUS 0x11D3
 
 /* The plan table: DP_* words and, for each of the two launches (prediction, force), DL_*:
@@ -87,6 +91,12 @@ struct dplan {
     dcl_queue_fn flush, finish;
     dcl_event_info_fn event_info;
     dcl_event_fn release;
+    dcl_copy_fn write, read;
+    /* device memory (memory 1): the buffers behind idata, out and the lists, and the queue
+     * of the j-records' copies; dev_raw and dev_ids are then device buffers too */
+    int memory;
+    void *queue, *idata_buf, *out_buf, *nb_counts_buf, *nb_lists_buf;
+    size_t out_bytes;
     struct dlaunch predict, force;
 };
 
@@ -152,6 +162,15 @@ static int plan_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int li
     p->finish = (dcl_queue_fn)(intptr_t)w[DP_FN_FINISH];
     p->event_info = (dcl_event_info_fn)(intptr_t)w[DP_FN_EVENT_INFO];
     p->release = (dcl_event_fn)(intptr_t)w[DP_FN_RELEASE];
+    p->write = (dcl_copy_fn)(intptr_t)w[DP_FN_WRITE];
+    p->read = (dcl_copy_fn)(intptr_t)w[DP_FN_READ];
+    p->memory = (int)w[DP_MEMORY];
+    p->queue = (void *)(intptr_t)w[DP_QUEUE];
+    p->idata_buf = (void *)(intptr_t)w[DP_IDATA_BUF];
+    p->out_buf = (void *)(intptr_t)w[DP_OUT_BUF];
+    p->out_bytes = (size_t)w[DP_OUT_BYTES];
+    p->nb_counts_buf = (void *)(intptr_t)w[DP_NB_COUNTS_BUF];
+    p->nb_lists_buf = (void *)(intptr_t)w[DP_NB_LISTS_BUF];
     p->gen = w[DP_GEN];
     p->gen_at = (const int64_t *)(intptr_t)w[DP_GEN_AT];
     p->lgen = w[DP_LGEN];
@@ -165,7 +184,11 @@ static int plan_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int li
         || p->ni_pad < ni || p->nco > NCO_ORDER8 || p->nci > NCI_ORDER8
         || p->raw_n < 2 || p->raw_n > JB_RECORDS
         || !(w[DP_NI_LO] <= ni && ni <= w[DP_NI_HI] && w[DP_NI_HI] <= p->ni_pad)
-        || p->gen_at == NULL || p->lgen_at == NULL
+        || p->gen_at == NULL || p->lgen_at == NULL || p->memory < 0 || p->memory > 1
+        || (p->memory && (p->queue == NULL || p->idata_buf == NULL || p->out_buf == NULL
+                          || p->out_bytes < sizeof(double) * (size_t)p->nco * (size_t)p->ni_pad
+                          || p->write == NULL || p->read == NULL
+                          || (lists && (p->nb_counts_buf == NULL || p->nb_lists_buf == NULL))))
         || (lists && (p->nb_counts == NULL || p->nb_lists == NULL || p->nb_cap < 1)))
         return -1;
     return 0;
@@ -239,8 +262,9 @@ static int records_ok(int n, const int *address, const double *rec, int limit, i
     return 1;
 }
 
-/* n j-records into the host mirror and the device's records (in order: a repeated address
- * keeps its last record, as in the library). */
+/* n j-records into the host mirror and, on a device that computes on host memory (dev_raw
+ * not NULL), the device's records (in order: a repeated address keeps its last record, as
+ * in the library). */
 static void records_write(int n, const int *address, const int *index, const double *rec,
                           double *mirror_raw, int64_t *mirror_ids, double *dev_raw,
                           int32_t *dev_ids, int raw_n)
@@ -250,9 +274,11 @@ static void records_write(int n, const int *address, const int *index, const dou
         size_t a = (size_t)address[k];
         const double *r = rec + (size_t)JB_DOUBLES * k;
         memcpy(mirror_raw + a * len, r, sizeof(double) * len);
-        memcpy(dev_raw + a * len, r, sizeof(double) * len);
         mirror_ids[a] = index[k];
-        dev_ids[a] = index[k];
+        if (dev_raw != NULL) {
+            memcpy(dev_raw + a * len, r, sizeof(double) * len);
+            dev_ids[a] = index[k];
+        }
     }
 }
 
@@ -389,6 +415,16 @@ typedef struct {
     int64_t *mirror_ids;
     int32_t *dev_ids;
     int raw_n, pred_terms, n_stored, ds, order, nco;
+    /* device memory: the j-records' buffers, their queue and copy function, and the host
+     * memory the queued copies read (kept until the queue has finished them) */
+    int memory;
+    void *raw_buf, *ids_buf, *jqueue;
+    dcl_copy_fn write;
+    dcl_queue_fn finish;
+    double *stage;
+    int32_t *stage_ids;
+    int stage_used, stage_cap;
+    void *busy_queue;        /* a queue with copies or kernels of the engine not yet finished */
     /* the device's predicted records: valid for pred_time (set by the library too) */
     int pred_valid;
     double pred_time;
@@ -447,19 +483,82 @@ static int eng_room(Engine *e, int lists, int n)
     return 0;
 }
 
-/* Wait for the force call in flight, if any: 0, or -1 (error set). */
+/* Wait for the force call in flight, if any, and for every other command the engine
+ * queued: 0, or -1 (error set). */
 static int eng_wait(void *engine)
 {
     Engine *e = engine;
     struct dplan *p = e->inflight;
-    dcl_int rc, status;
-    if (p == NULL)
-        return 0;
-    e->inflight = NULL;
-    rc = plan_wait(p, e->inflight_queue, e->inflight_event, &status);
-    e->inflight_event = NULL;
+    dcl_int rc = 0, status = 0;
+    if (p != NULL) {
+        e->inflight = NULL;
+        rc = plan_wait(p, e->inflight_queue, e->inflight_event, &status);
+        e->inflight_event = NULL;
+        if (e->busy_queue == e->inflight_queue)
+            e->busy_queue = NULL;
+    }
+    if (rc == 0 && e->busy_queue != NULL)
+        rc = e->finish(e->busy_queue);
+    e->busy_queue = NULL;
+    e->stage_used = 0;  /* the copies that read it are done */
     if (rc != 0)
-        return eng_fail(e, "waiting for the force kernel", rc, status);
+        return eng_fail(e, "waiting for the device", rc, status);
+    return 0;
+}
+
+/* Before queueing on queue: the engine's commands on another queue finished first (two
+ * queues of one context, such as PoCL's companion device's, share the buffers). */
+static int eng_on(Engine *e, void *queue)
+{
+    dcl_int rc;
+    if (e->busy_queue != NULL && e->busy_queue != queue) {
+        if ((rc = e->finish(e->busy_queue)) != 0)
+            return eng_fail(e, "waiting for the other queue", rc, 0);
+    }
+    e->busy_queue = queue;
+    return 0;
+}
+
+/* Device memory: n j-records (already in the mirror) into the device's buffers, by copies
+ * from the staging memory, queued on the j-records' queue. 0, or -1 (error set). */
+static int eng_copy_j(Engine *e, int n, const int *address, const int *index,
+                      const double *rec)
+{
+    const size_t len = 4 * (size_t)e->raw_n;
+    if (e->stage_used + n > e->stage_cap) {
+        int cap = 2 * e->stage_cap > n ? 2 * e->stage_cap : n;
+        double *st;
+        int32_t *si;
+        if (eng_wait(e) < 0)  /* nothing may read the staging memory any more */
+            return -1;
+        st = PyMem_RawRealloc(e->stage, sizeof(double) * len * (size_t)cap);
+        if (st != NULL)
+            e->stage = st;
+        si = st == NULL ? NULL : PyMem_RawRealloc(e->stage_ids, sizeof(int32_t) * (size_t)cap);
+        if (si == NULL) {
+            snprintf(e->error, sizeof e->error, "out of memory for %d j-records", cap);
+            return -1;
+        }
+        e->stage_ids = si;
+        e->stage_cap = cap;
+    }
+    if (eng_on(e, e->jqueue) < 0)
+        return -1;
+    for (int k = 0; k < n; k++) {
+        double *r = e->stage + len * (size_t)e->stage_used;
+        int32_t *id = e->stage_ids + e->stage_used;
+        dcl_int rc;
+        e->stage_used++;
+        memcpy(r, rec + (size_t)JB_DOUBLES * k, sizeof(double) * len);
+        *id = index[k];
+        rc = e->write(e->jqueue, e->raw_buf, 0, sizeof(double) * len * (size_t)address[k],
+                      sizeof(double) * len, r, 0, NULL, NULL);
+        if (rc == 0)
+            rc = e->write(e->jqueue, e->ids_buf, 0, sizeof(int32_t) * (size_t)address[k],
+                          sizeof(int32_t), id, 0, NULL, NULL);
+        if (rc != 0)
+            return eng_fail(e, "queueing a j-record's copy", rc, 0);
+    }
     return 0;
 }
 
@@ -493,6 +592,12 @@ static struct dplan *eng_install(Engine *e, const int64_t *w, int nj, int ni, in
     e->dev_raw = p.dev_raw;
     e->mirror_ids = p.mirror_ids;
     e->dev_ids = p.dev_ids;
+    e->memory = p.memory;
+    e->raw_buf = p.dev_raw;
+    e->ids_buf = p.dev_ids;
+    e->jqueue = p.queue;
+    e->write = p.write;
+    e->finish = p.finish;
     e->raw_n = p.raw_n;
     e->pred_terms = p.pred_terms;
     e->n_stored = p.n_stored;
@@ -575,11 +680,13 @@ static int eng_put_j(void *engine, int n, const int *address, const int *index,
     }
     if (!records_ok(n, address, rec, e->n_stored, e->raw_n, e->pred_terms, e->ds))
         return 0;
-    if (eng_wait(e) < 0)
+    if (e->inflight != NULL && eng_wait(e) < 0)  /* the force call reads the records */
         return -1;
-    records_write(n, address, index, rec, e->mirror_raw, e->mirror_ids, e->dev_raw,
-                  e->dev_ids, e->raw_n);
+    records_write(n, address, index, rec, e->mirror_raw, e->mirror_ids,
+                  e->memory ? NULL : e->dev_raw, e->memory ? NULL : e->dev_ids, e->raw_n);
     e->pred_valid = 0;
+    if (e->memory && eng_copy_j(e, n, address, index, rec) < 0)
+        return -1;
     return 1;
 }
 
@@ -622,22 +729,46 @@ static int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
     if (!e->pred_valid || e->pred_time != t) {
         memcpy(&bits, &t, sizeof bits);
         e->pred_valid = 0;
-        if (eng_launch(e, p, &p->predict, bits, ni, NULL, "queueing the prediction") < 0)
+        if (eng_on(e, p->predict.queue) < 0
+            || eng_launch(e, p, &p->predict, bits, ni, NULL, "queueing the prediction") < 0)
             return -1;
-        if (p->predict.queue != p->force.queue) {
-            dcl_int rc = p->finish(p->predict.queue);
-            if (rc != 0)
-                return eng_fail(e, "waiting for the prediction", rc, 0);
-        }
         e->pred_valid = 1;
         e->pred_time = t;
     }
+    if (eng_on(e, p->force.queue) < 0)
+        return -1;
     i_pack(p, ni, index, wide, x, v, a, jerk, h2, lists);
     if (lists)
         memset(p->nb_counts, 0, sizeof(int32_t) * (size_t)p->ni_pad);
+    if (p->memory) {  /* the i-particles (and the lists' counts) to the device */
+        dcl_int rc = p->write(p->force.queue, p->idata_buf, 0, 0,
+                              sizeof(double) * (size_t)p->nci * (size_t)p->ni_pad, p->idata,
+                              0, NULL, NULL);
+        if (rc == 0 && lists)
+            rc = p->write(p->force.queue, p->nb_counts_buf, 0, 0,
+                          sizeof(int32_t) * (size_t)p->ni_pad, p->nb_counts, 0, NULL, NULL);
+        if (rc != 0)
+            return eng_fail(e, "queueing the i-particles' copy", rc, 0);
+    }
     memcpy(&bits, &eps2, sizeof bits);
     if (eng_launch(e, p, &p->force, bits, ni, &ev, "queueing the force kernel") < 0)
         return -1;
+    if (p->memory) {  /* the results back, read once the queue has finished */
+        dcl_int rc = p->read(p->force.queue, p->out_buf, 0, 0, p->out_bytes, p->out, 0, NULL,
+                             NULL);
+        if (rc == 0 && lists)
+            rc = p->read(p->force.queue, p->nb_counts_buf, 0, 0,
+                         sizeof(int32_t) * (size_t)p->ni_pad, p->nb_counts, 0, NULL, NULL);
+        if (rc == 0 && lists)
+            rc = p->read(p->force.queue, p->nb_lists_buf, 0, 0,
+                         sizeof(int32_t) * (size_t)p->ni_pad * (size_t)p->nb_cap, p->nb_lists,
+                         0, NULL, NULL);
+        if (rc != 0) {
+            if (ev != NULL)
+                p->release(ev);
+            return eng_fail(e, "queueing the results' copy", rc, 0);
+        }
+    }
     e->inflight = e->last = p;
     e->inflight_queue = p->force.queue;
     e->inflight_event = ev;
@@ -1013,6 +1144,8 @@ static void Engine_dealloc(Engine *self)
     PyMem_RawFree(self->nb_counts);
     PyMem_RawFree(self->nb_ids);
     PyMem_RawFree(self->rec);
+    PyMem_RawFree(self->stage);
+    PyMem_RawFree(self->stage_ids);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

@@ -192,6 +192,10 @@ class Device:
             h_raw.free()
             self.j = {"raw": self.ctx.alloc(cap * self.raw_n * 32),
                       "id": self.ctx.alloc(slots * 4)}
+            # addresses never stored read as zeros, as in host memory: the predictor reads
+            # every record up to the last stored one, and garbage there would predict
+            # non-finite positions that reach the sums (0 * inf)
+            self.j["raw"].fill(0)
             self.j["id"].fill(-1)
         self.j["pos"] = self.ctx.alloc(slots * 4 * rs)
         self.j["vel"] = self.ctx.alloc(slots * 4 * rs)

@@ -528,8 +528,6 @@ class Library:
                     pass
             small = self._predict_on_companion(ni, nj)
             self._sync_j(small)
-            if dev.h_raw is None or dev.h_id is None:
-                return -1  # the device keeps its own copy of the records
             plan = dev._plan(0, ni, nj, bool(lists))
             terms = self._pred_terms
             predict = dev.predict_launch(self._n_stored, terms, small[0])
@@ -539,6 +537,21 @@ class Library:
             launches = (predict.native(), plan.force.native())
             if launches[0] is None or launches[1] is None:
                 return -1
+            if dev.h_raw is not None:  # the device computes on these host arrays
+                memory = {"memory": 0, "dev_raw": dev.h_raw.ctypes.data,
+                          "dev_ids": dev.h_id.ctypes.data, "queue": 0, "idata_buf": 0,
+                          "out_buf": 0, "out_bytes": 0, "nb_counts_buf": 0,
+                          "nb_lists_buf": 0}
+            else:  # its own memory: the engine queues the copies
+                handles = [dev.j["raw"].native(), dev.j["id"].native(), dev.ctx.native_queue(),
+                           plan.h_in.buffer.native(), plan.h_out.buffer.native()]
+                if None in handles:
+                    return -1
+                memory = {"memory": 1, "dev_raw": handles[0], "dev_ids": handles[1],
+                          "queue": handles[2], "idata_buf": handles[3], "out_buf": handles[4],
+                          "out_bytes": plan.out.nbytes,
+                          "nb_counts_buf": 0 if plan.h_cnt is None else plan.h_cnt.buffer.native(),
+                          "nb_lists_buf": 0 if plan.h_lst is None else plan.h_lst.buffer.native()}
             for launch in (predict, plan.force):
                 if all(launch is not x for x in self._native_launches):
                     self._native_launches.append(launch)
@@ -565,7 +578,7 @@ class Library:
                 "time_bits": int(np.float64(self._time).view(np.int64)), "max_id": MAX_ID,
                 "idata": plan.idata.ctypes.data, "out": plan.out.ctypes.data,
                 "mirror_raw": self._raw.ctypes.data, "mirror_ids": self._ids.ctypes.data,
-                "dev_raw": dev.h_raw.ctypes.data, "dev_ids": dev.h_id.ctypes.data,
+                **memory,
                 "gen": dev._gen, "gen_at": dev.gen_cell.ctypes.data,
                 "lgen": int(self._lgen[0]), "lgen_at": self._lgen.ctypes.data,
                 "ni_lo": lo, "ni_hi": hi, "entry": entry,

@@ -187,7 +187,6 @@ def test_info_says_which_platform_is_skipped(scan, monkeypatch, capsys):
     backend, _ = scan([wheel_pocl("pthread"), system_pocl("pthread")])
     monkeypatch.setattr(be, "_cache", {"cuda": "PyCUDA is not importable: x",
                                        "opencl": backend})
-    monkeypatch.setenv("SAPPORO_NATIVE", "0")
     assert main(["info", "--backend", "opencl"]) == 0
     out = capsys.readouterr().out
     assert "[opencl] 1 device(s)" in out

@@ -126,7 +126,13 @@ def test_engine_and_plans_from_python(monkeypatch) -> None:
         assert isinstance(plan, dict)
         assert plan["n_stored"] == n and plan["ni_pad"] >= 5 and plan["nparts"] >= 1
         assert set(plan["entry"]) == {"set_arg", "enqueue", "flush", "finish", "event_info",
-                                      "release"}
+                                      "release", "write", "read"}
+        dev = lib._devs[0]
+        if dev.h_raw is not None:  # host memory: the engine writes the device's records
+            assert plan["memory"] == 0 and plan["dev_raw"] == dev.h_raw.ctypes.data
+        else:  # device memory: it queues copies into the device's buffers
+            assert plan["memory"] == 1 and plan["dev_raw"] == dev.j["raw"].native()
+            assert plan["out_buf"] and plan["idata_buf"] and plan["queue"]
         predict, force = plan["launches"]
         assert len(force.args) == len(lib._devs[0]._plan(0, 5, n, False).force.args)
         assert plan["call_args"] == (lib._devs[0].t_arg, lib._devs[0].eps2_arg)
