@@ -30,7 +30,7 @@ from sapporo.errors import (
 )
 
 #: raw records per j-particle in the C half's buffer (the most any order uses)
-JB_RECORDS = 8
+JB_RECORDS = raw_n(8)
 
 __all__ = ["DEFAULT_NPIPES", "MAX_NPIPES", "Bridge", "bind", "device_count", "open_settings",
            "read_npipes"]

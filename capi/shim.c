@@ -557,9 +557,9 @@ static int field_point_indices(int ni, const int **index)
         any = (*index)[i] < 0;
     if (!any)
         return SAPPORO_OK;
-    if (max_j_index == 2147483647)
+    if (max_j_index == LIMIT_MAX_ID)
         return fail(SAPPORO_ERR_INPUT, "a negative i-index (a field point) needs a free "
-                    "index, but a j-particle has index 2147483647");
+                    "index, but a j-particle has index %d", LIMIT_MAX_ID);
     if (ni > iindex_cap) {
         int *p = realloc(iindex_buf, sizeof(int) * (size_t)ni);
         if (p == NULL)

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,14 +59,33 @@ ORDERS = (2, 4, 6, 8)
 
 logger = logging.getLogger(__name__)
 
+
+
+def _c_api_constants() -> dict[str, int]:
+    """The integer macros of the C API's public header, ``capi/sapporo.h`` (package data
+    of ``sapporo.capi``): the one definition of the values C clients see."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sapporo.capi")
+    folders = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+    folders.append(Path(__file__).resolve().parents[1] / "capi")  # a bare source checkout
+    for folder in folders:
+        if (folder / "sapporo.h").is_file():
+            text = (folder / "sapporo.h").read_text()
+            return {k: int(v) for k, v in
+                    re.findall(r"^#define\s+(SAPPORO_\w+)\s+(-?\d+)\b", text, re.MULTILINE)}
+    raise RuntimeError("capi/sapporo.h not found: the package is incomplete")
+
+
+_C_API = _c_api_constants()
 #: i-particles per GRAPE force call when ``SAPPORO_NPIPES`` is not set: clients size static
-#: arrays from g6_npipes(), and some hold no more than 128
-DEFAULT_NPIPES = 128
+#: arrays from g6_npipes(), and some hold no more than 128 (``SAPPORO_DEFAULT_NPIPES`` of
+#: capi/sapporo.h)
+DEFAULT_NPIPES = _C_API["SAPPORO_DEFAULT_NPIPES"]
 #: The largest ``SAPPORO_NPIPES``: clients allocate g6_npipes() entries per array, and one
 #: force call's i-particles, results and neighbour lists must fit in memory (65536
-#: i-particles with the default 256-entry lists: 64 MiB of lists).  The C half has the same
-#: values in capi/sapporo.h (SAPPORO_DEFAULT_NPIPES, SAPPORO_MAX_NPIPES; a test compares).
-MAX_NPIPES = 65536
+#: i-particles with the default 256-entry lists: 64 MiB of lists; ``SAPPORO_MAX_NPIPES``)
+MAX_NPIPES = _C_API["SAPPORO_MAX_NPIPES"]
 #: The largest neighbour-list capacity per i-particle (``SAPPORO_NB_CAPACITY`` and
 #: ``Library(nb_capacity=...)``)
 MAX_NB_CAPACITY = 65536

@@ -18,13 +18,15 @@
 
 #include <math.h>
 
-/* j-particles as the library's raw records (sapporo/layout.h: RAW_XM x|mass, RAW_VT v|t, then
- * a, jerk, snap, crackle, pop, d5 with a zero .w): JB_RECORDS double4 per particle. */
-#define JB_RECORDS 8
+#include "layout.h"
+
+/* j-particles as the library's raw records (layout.h: RAW_XM x|mass, RAW_VT v|t, then a,
+ * jerk, snap, crackle, pop, d5 with a zero .w): as many double4 per particle as order 8
+ * uses. */
+#define JB_RECORDS RAW_N_ORDER8
 #define JB_DOUBLES (4 * JB_RECORDS)
-/* positions at or beyond this magnitude are refused: squared distances would overflow
- * double (sapporo.core.validate.COORD_LIMIT) */
-#define COORD_LIMIT 1e150
+/* positions at or beyond this magnitude are refused */
+#define COORD_LIMIT LIMIT_COORD
 
 #define SAPPORO_ENGINE_API_VERSION 1
 

@@ -10,6 +10,13 @@
 #ifndef SAPPORO_LAYOUT_H
 #define SAPPORO_LAYOUT_H
 
+/* Limits the host, the native engine and the C API check, written once: the largest
+ * j-address and id (ids ride as int32 on the device), and the magnitude a position must
+ * stay below (squared distances would overflow double beyond it). */
+#define LIMIT_MAX_ADDRESS 2147483646
+#define LIMIT_MAX_ID 2147483647
+#define LIMIT_COORD 1e150
+
 /* Raw j-particle record: RAW_N double4 per address, as the host packs them. The 4th and
  * 5th derivatives of the acceleration exist at order 8 only (its predictor needs them). */
 #define RAW_XM 0 /* x, y, z, mass     */

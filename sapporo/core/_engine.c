@@ -35,8 +35,6 @@
 
 #define ENG_NI_MAX 8192   /* i-particles per call (sapporo.core.launch.NI_CHUNK) */
 #define ENG_NJ_PUT 256    /* j-particles per put_j from Python */
-#define ENG_MAX_ID 2147483647LL       /* sapporo.core.library.MAX_ID */
-#define ENG_MAX_ADDRESS 2147483646LL  /* sapporo.core.library.MAX_ADDRESS */
 /* the smallest normal float: double-single loses smaller non-zero masses (library.FLT_MIN) */
 #define ENGINE_FLT_MIN 1.1754943508222875e-38
 
@@ -1196,8 +1194,8 @@ static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t na
     if (!self->have_j || self->off)
         Py_RETURN_FALSE;
     /* address: an int, or n of them; index: the same number of ids */
-    if ((n = int_values(args[0], -1, ENG_MAX_ADDRESS, address, &s)) < 1
-        || int_values(args[1], n, ENG_MAX_ID, index, &s) != n)
+    if ((n = int_values(args[0], -1, (long long)LIMIT_MAX_ADDRESS, address, &s)) < 1
+        || int_values(args[1], n, (long long)LIMIT_MAX_ID, index, &s) != n)
         goto done;
     /* t and mass: a number for all, or n of them */
     if (!numbers(args[2], n, &s, &t0, &tv) || !numbers(args[3], n, &s, &m0, &mv))
@@ -1265,7 +1263,7 @@ static PyObject *Engine_compute(Engine *self, PyObject *const *args, Py_ssize_t 
     nj = PyLong_AsLong(args[7]);
     if ((t == -1.0 || nj == -1) && PyErr_Occurred())
         return NULL;
-    if (self->off || nj < 1 || nj > ENG_MAX_ADDRESS || !number(args[3], &eps2))
+    if (self->off || nj < 1 || nj > (long long)LIMIT_MAX_ADDRESS || !number(args[3], &eps2))
         goto done;
     if ((b = f64_view(args[0], -1, 3, &s)) == NULL)
         goto done;
@@ -1274,7 +1272,7 @@ static PyObject *Engine_compute(Engine *self, PyObject *const *args, Py_ssize_t 
     if (ni < 1 || ni > ENG_NI_MAX || (b = f64_view(args[1], ni, 3, &s)) == NULL)
         goto done;
     vv = b->buf;
-    if (ni == 1 && small_int(args[2], 0, ENG_MAX_ID, &one)) {
+    if (ni == 1 && small_int(args[2], 0, (long long)LIMIT_MAX_ID, &one)) {
         id1 = one;
         ids = &id1;
     }

@@ -403,14 +403,14 @@ class Device:
                 col += ji[0].tolist()
             idata[:, 0] = col
         else:
-            idata[0:3, :ni] = xi.T
-            idata[3, :ni] = h2 if ngb else 0.0
-            idata[4:7, :ni] = vi.T
-            idata[7, :ni] = ids
+            idata[layout.IPOS_ROWS, :ni] = xi.T
+            idata[layout.LAYOUT["IC_H2"], :ni] = h2 if ngb else 0.0
+            idata[layout.IVEL_ROWS, :ni] = vi.T
+            idata[layout.LAYOUT["IC_ID"], :ni] = ids
             if ai is not None:
-                idata[8:11, :ni] = ai.T
+                idata[layout.IACC_ROWS, :ni] = ai.T
             if ji is not None:
-                idata[11:14, :ni] = ji.T
+                idata[layout.IJERK_ROWS, :ni] = ji.T
         if ni < plan.ni_pad:
             idata[:, ni:] = idata[:, ni - 1 : ni]  # padding repeats the last particle
         plan.h_in.to_device(idata.nbytes)

@@ -22,7 +22,18 @@ from typing import Any
 __all__ = [
     "FORCE_ARGS",
     "KERNELS",
+    "ACC_ROWS",
+    "COORD_LIMIT",
+    "CRACKLE_ROWS",
+    "IACC_ROWS",
+    "IJERK_ROWS",
+    "IPOS_ROWS",
+    "IVEL_ROWS",
+    "JERK_ROWS",
+    "SNAP_ROWS",
     "LAYOUT",
+    "MAX_ADDRESS",
+    "MAX_ID",
     "NCO",
     "OC_NNID",
     "OC_NNR2",
@@ -61,6 +72,12 @@ def read_layout(path: Path = LAYOUT_HEADER) -> dict[str, int]:
 
 LAYOUT: dict[str, int] = read_layout()
 
+#: the largest j-address, the largest id and the coordinate limit (layout.h's LIMIT_*)
+MAX_ADDRESS = LAYOUT["LIMIT_MAX_ADDRESS"]
+MAX_ID = LAYOUT["LIMIT_MAX_ID"]
+COORD_LIMIT = float(re.search(r"^#define\s+LIMIT_COORD\s+(\S+)", LAYOUT_HEADER.read_text(),
+                              re.MULTILINE)[1])
+
 #: double4 records per raw j-particle at orders 2 to 6 (:func:`raw_n` for any order)
 RAW_N = LAYOUT["RAW_N_LOW"]
 #: result rows at orders 2 to 6 (:func:`nco` gives them for any order)
@@ -68,6 +85,16 @@ NCO = LAYOUT["NCO_LOW"]
 OC_NNR2 = LAYOUT["OC_NNR2"]
 OC_NNID = LAYOUT["OC_NNID"]
 OC_POT = LAYOUT["OC_POT"]
+#: the result rows of each vector (slices of the OC_* rows)
+ACC_ROWS = slice(LAYOUT["OC_AX"], LAYOUT["OC_AZ"] + 1)
+JERK_ROWS = slice(LAYOUT["OC_JX"], LAYOUT["OC_JZ"] + 1)
+SNAP_ROWS = slice(LAYOUT["OC_SX"], LAYOUT["OC_SZ"] + 1)
+CRACKLE_ROWS = slice(LAYOUT["OC_CX"], LAYOUT["OC_CZ"] + 1)
+#: the i-particle rows of each vector (slices of the IC_* rows)
+IPOS_ROWS = slice(LAYOUT["IC_X"], LAYOUT["IC_Z"] + 1)
+IVEL_ROWS = slice(LAYOUT["IC_VX"], LAYOUT["IC_VZ"] + 1)
+IACC_ROWS = slice(LAYOUT["IC_AX"], LAYOUT["IC_AZ"] + 1)
+IJERK_ROWS = slice(LAYOUT["IC_JX"], LAYOUT["IC_JZ"] + 1)
 REDUCE_LANES = LAYOUT["REDUCE_LANES"]  #: the reduce kernel's lanes per i-particle
 REDUCE_ROWS = LAYOUT["REDUCE_ROWS"]  #: and its i-particles per group
 

@@ -33,7 +33,7 @@ from sapporo.backend import DeviceInfo, get_backend
 from sapporo.core import layout
 from sapporo.core.device import Device, Variant, combine_parts, j_bytes
 from sapporo.core.launch import NI_CHUNK, LaunchTable, check_table
-from sapporo.core.layout import OC_NNID, OC_NNR2
+from sapporo.core.layout import OC_NNID, OC_NNR2, OC_POT
 from sapporo.core.results import DEFAULT_NB_CAPACITY, ForceResult, PendingForce
 from sapporo.core.validate import COORD_LIMIT, all_finite, int_arg, ints, scalar, scalars, vec3
 from sapporo.errors import BackendError, InputError, NonFiniteError, SapporoError
@@ -42,8 +42,8 @@ __all__ = ["DEFAULT_NB_CAPACITY", "ForceResult", "Library", "PendingForce"]
 
 log = logging.getLogger(__name__)
 
-MAX_ID = 2**31 - 1
-MAX_ADDRESS = 2**31 - 2
+MAX_ID = layout.MAX_ID  #: the largest id (layout.h)
+MAX_ADDRESS = layout.MAX_ADDRESS  #: the largest j-address (layout.h)
 #: the lists of a chunk of NI_CHUNK i-particles take NI_CHUNK * capacity * 4 bytes (2 GiB)
 MAX_NB_CAPACITY = config.MAX_NB_CAPACITY
 #: predictions of at most this many j-particles run on the companion device with a small
@@ -660,11 +660,9 @@ class Library:
         dev.ctx.commands += eng.launches - launches
         if r <= 0:
             return None
-        if r == 1:
-            res = self._engine_one()
-        else:
-            nco = layout.nco(self.order)
-            res = self._result(self._engine_out[: nco * r].reshape(nco, r), index)  # type: ignore[index]
+        nco = layout.nco(self.order)
+        rows = self._engine_out[: nco * r].reshape(nco, r)  # type: ignore[index]
+        res = self._assemble_one(rows, index) if r == 1 else self._result(rows, index)
         if ph is not None:
             ph["step"] += _now() - t0
             ph["calls"] += 1
@@ -862,11 +860,11 @@ class Library:
         # neighbour.)
         if not all_finite(out[self._rows]):
             self._raise_non_finite(out, ids)
-        acc = out[0:3].T.copy()
-        pot = out[3].copy()
-        jerk = out[4:7].T.copy() if self.order >= 4 else None
-        snap = out[8:11].T.copy() if self.order >= 6 else None
-        crackle = out[12:15].T.copy() if self.order >= 8 else None
+        acc = out[layout.ACC_ROWS].T.copy()
+        pot = out[OC_POT].copy()
+        jerk = out[layout.JERK_ROWS].T.copy() if self.order >= 4 else None
+        snap = out[layout.SNAP_ROWS].T.copy() if self.order >= 6 else None
+        crackle = out[layout.CRACKLE_ROWS].T.copy() if self.order >= 8 else None
         nn_id = out[OC_NNID].astype(np.int64)
         nn_r2 = out[OC_NNR2].copy()
         nn_r2[nn_id < 0] = np.inf
@@ -876,21 +874,6 @@ class Library:
             acc=acc, jerk=jerk, snap=snap, crackle=crackle, pot=pot, nn_index=nn_id,
             nn_r2=nn_r2, neighbour_counts=counts, overflow=overflow, capacity=self.nb_capacity,
             _lists=lists or [],
-        )
-
-    def _engine_one(self) -> ForceResult:
-        """:meth:`_assemble_one` of the compiled step's result for one i-particle (C checked
-        that it is finite, and wrote an r^2 of inf where there is no neighbour)."""
-        col = self._engine_out[: layout.nco(self.order)].copy()  # type: ignore[index]
-        order = self.order
-        return ForceResult(
-            acc=col[0:3].reshape(1, 3), pot=col[3:4],
-            jerk=col[4:7].reshape(1, 3) if order >= 4 else None,
-            snap=col[8:11].reshape(1, 3) if order >= 6 else None,
-            crackle=col[12:15].reshape(1, 3) if order >= 8 else None,
-            nn_index=np.array([int(col[OC_NNID])], dtype=np.int64),
-            nn_r2=col[OC_NNR2 : OC_NNR2 + 1], neighbour_counts=None, overflow=False,
-            capacity=self.nb_capacity,
         )
 
     def _assemble_one(self, out: np.ndarray, ids: np.ndarray) -> ForceResult:
@@ -905,10 +888,10 @@ class Library:
         if nn_id < 0:
             col[OC_NNR2] = math.inf
         return ForceResult(
-            acc=col[0:3].reshape(1, 3), pot=col[3:4],
-            jerk=col[4:7].reshape(1, 3) if self.order >= 4 else None,
-            snap=col[8:11].reshape(1, 3) if self.order >= 6 else None,
-            crackle=col[12:15].reshape(1, 3) if self.order >= 8 else None,
+            acc=col[layout.ACC_ROWS].reshape(1, 3), pot=col[OC_POT : OC_POT + 1],
+            jerk=col[layout.JERK_ROWS].reshape(1, 3) if self.order >= 4 else None,
+            snap=col[layout.SNAP_ROWS].reshape(1, 3) if self.order >= 6 else None,
+            crackle=col[layout.CRACKLE_ROWS].reshape(1, 3) if self.order >= 8 else None,
             nn_index=np.array([nn_id], dtype=np.int64), nn_r2=col[OC_NNR2 : OC_NNR2 + 1],
             neighbour_counts=None, overflow=False, capacity=self.nb_capacity,
         )

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from sapporo.core import layout
 from sapporo.errors import InputError
 
 __all__ = [
@@ -37,7 +38,7 @@ SMALL = 48
 _F64 = np.dtype(np.float64)
 #: coordinates at or beyond this magnitude are refused where r^2 is formed in double:
 #: (2 * 1e150)^2 * 3 is still finite, 1e155^2 is not
-COORD_LIMIT = 1e150
+COORD_LIMIT = layout.COORD_LIMIT
 
 
 def all_finite(arr: np.ndarray) -> bool:

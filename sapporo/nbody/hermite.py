@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from sapporo.core import validate
+from sapporo.core import layout, validate
 from sapporo.errors import InputError, SapporoError
 from sapporo.nbody.snapshot import Snapshot
 
@@ -78,7 +78,7 @@ DT_MAX = 2.0**-3
 CRITERIA = ("aarseth", "generalised", "average")
 _ALIASES = {"generalized": "generalised", "avg": "average", "aarseth": "aarseth"}
 
-_MAX_ID = 2**31
+_MAX_ID = layout.MAX_ID + 1
 #: snapshot metadata keys of the 8th-order scheme's 4th and 5th derivatives
 _META_POP, _META_D5 = "hermite8_pop", "hermite8_d5"
 

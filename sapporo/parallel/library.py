@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from sapporo import config, errors
+from sapporo.core import layout
 from sapporo.errors import ConfigError, InputError, NonFiniteError, SapporoError
 from sapporo.parallel.launcher import (  # noqa: F401 (re-exported: part of this module's interface)
     LOCAL_RANK_VARIABLES,
@@ -63,7 +64,7 @@ AUTO_J_MAX_RANKS = 4
 #: from ~100 kB on a network of 25 GB/s and a few us per collective (both ways give the same
 #: bits)
 SCATTER_MIN_BYTES = 1 << 17
-MAX_ADDRESS = 2**31 - 2
+MAX_ADDRESS = layout.MAX_ADDRESS
 #: seconds a failing rank waits between its message and MPI_Abort, so that the launcher
 #: forwards the message before the job is killed
 ABORT_GRACE = 0.2

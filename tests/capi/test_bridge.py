@@ -201,9 +201,11 @@ def test_c_buffer_matches_the_layout() -> None:
     shim = (Path(bridge.__file__).with_name("shim.c")).read_text()
     engine = layout.LAYOUT_HEADER.with_name("engine_api.h").read_text()
     core = (Path(library.__file__).with_name("_engine.c")).read_text()
-    assert int(re.search(r"#define JB_RECORDS (\d+)", engine).group(1)) == bridge.JB_RECORDS
-    assert bridge.JB_RECORDS == layout.raw_n(8)
-    assert float(re.search(r"#define COORD_LIMIT (\S+)", engine).group(1)) == validate.COORD_LIMIT
+    # the limits and the record count come from layout.h, for C and Python alike
+    assert "#define JB_RECORDS RAW_N_ORDER8" in engine and bridge.JB_RECORDS == layout.raw_n(8)
+    assert "#define COORD_LIMIT LIMIT_COORD" in engine and validate.COORD_LIMIT == 1e150
+    assert library.MAX_ID == 2**31 - 1 == layout.LAYOUT["LIMIT_MAX_ID"]
+    assert "LIMIT_MAX_ID" in core and "2147483647" not in core
     assert float(re.search(r"#define ENGINE_FLT_MIN (\S+)", core).group(1)) == library.FLT_MIN
     rows = {"x": 0, "mass": 3, "v": 4, "t": 7, "a": 8, "jerk": 12, "snap": 16, "crackle": 20,
             "pop": 24, "d5": 28}
