@@ -33,7 +33,15 @@ from sapporo.backend import DeviceInfo, get_backend
 from sapporo.core import layout
 from sapporo.core.device import Device, Variant, combine_parts, j_bytes
 from sapporo.core.launch import NI_CHUNK, LaunchTable, check_table
-from sapporo.core.layout import OC_NNID, OC_NNR2, OC_POT
+from sapporo.core.layout import (
+    ACC_ROWS,
+    CRACKLE_ROWS,
+    JERK_ROWS,
+    OC_NNID,
+    OC_NNR2,
+    OC_POT,
+    SNAP_ROWS,
+)
 from sapporo.core.results import DEFAULT_NB_CAPACITY, ForceResult, PendingForce
 from sapporo.core.validate import COORD_LIMIT, all_finite, int_arg, ints, scalar, scalars, vec3
 from sapporo.errors import BackendError, InputError, NonFiniteError, SapporoError
@@ -186,6 +194,7 @@ class Library:
         self._native_launches: list[Any] = []
         # result rows this order fills: acc, pot (+ jerk) (+ snap); the others stay zero
         self._rows = layout.result_rows(self.order)
+        self._nco = layout.nco(self.order)
         log.info(
             "sapporo: order %d, %s, %s on %s", self.order, self.precision, self.backend_name,
             ", ".join(d.info.name for d in self._devs),
@@ -647,22 +656,21 @@ class Library:
                         jerk: Any) -> ForceResult | None:
         """:meth:`compute` in C, or None: the Python way must do it (the engine did not take
         the arguments as they are, or the result is not finite and gets its diagnosis)."""
-        eng = self._engine
-        dev = self._devs[0]
         ph = self._phases
         t0 = _now() if ph is not None else 0.0
-        launches = eng.launches
         try:
-            r = eng.compute(x, v, index, eps2, a, jerk, self._time, self._n_stored)
+            r = self._engine.compute(x, v, index, eps2, a, jerk, self._time, self._n_stored)
         except RuntimeError as exc:  # a launch failed: the engine is off from now on
             self._drop_engine()
-            raise BackendError(f"{dev.info.name}: {exc}") from None
-        dev.ctx.commands += eng.launches - launches
+            raise BackendError(f"{self._devs[0].info.name}: {exc}") from None
         if r <= 0:
             return None
-        nco = layout.nco(self.order)
-        rows = self._engine_out[: nco * r].reshape(nco, r)  # type: ignore[index]
-        res = self._assemble_one(rows, index) if r == 1 else self._result(rows, index)
+        nco = self._nco
+        if r == 1:  # the engine found the rows finite, with r^2 inf where no neighbour
+            col = self._engine_out[:nco].copy()  # type: ignore[index]
+            res = self._one_result(col, int(col[OC_NNID]))
+        else:
+            res = self._result(self._engine_out[: nco * r].reshape(nco, r), index)  # type: ignore[index]
         if ph is not None:
             ph["step"] += _now() - t0
             ph["calls"] += 1
@@ -860,11 +868,11 @@ class Library:
         # neighbour.)
         if not all_finite(out[self._rows]):
             self._raise_non_finite(out, ids)
-        acc = out[layout.ACC_ROWS].T.copy()
+        acc = out[ACC_ROWS].T.copy()
         pot = out[OC_POT].copy()
-        jerk = out[layout.JERK_ROWS].T.copy() if self.order >= 4 else None
-        snap = out[layout.SNAP_ROWS].T.copy() if self.order >= 6 else None
-        crackle = out[layout.CRACKLE_ROWS].T.copy() if self.order >= 8 else None
+        jerk = out[JERK_ROWS].T.copy() if self.order >= 4 else None
+        snap = out[SNAP_ROWS].T.copy() if self.order >= 6 else None
+        crackle = out[CRACKLE_ROWS].T.copy() if self.order >= 8 else None
         nn_id = out[OC_NNID].astype(np.int64)
         nn_r2 = out[OC_NNR2].copy()
         nn_r2[nn_id < 0] = np.inf
@@ -887,11 +895,15 @@ class Library:
         nn_id = int(r[OC_NNID])
         if nn_id < 0:
             col[OC_NNR2] = math.inf
+        return self._one_result(col, nn_id)
+
+    def _one_result(self, col: np.ndarray, nn_id: int) -> ForceResult:
+        """The :class:`ForceResult` of one i-particle's rows ``col`` (a copy of its own)."""
         return ForceResult(
-            acc=col[layout.ACC_ROWS].reshape(1, 3), pot=col[OC_POT : OC_POT + 1],
-            jerk=col[layout.JERK_ROWS].reshape(1, 3) if self.order >= 4 else None,
-            snap=col[layout.SNAP_ROWS].reshape(1, 3) if self.order >= 6 else None,
-            crackle=col[layout.CRACKLE_ROWS].reshape(1, 3) if self.order >= 8 else None,
+            acc=col[ACC_ROWS].reshape(1, 3), pot=col[OC_POT : OC_POT + 1],
+            jerk=col[JERK_ROWS].reshape(1, 3) if self.order >= 4 else None,
+            snap=col[SNAP_ROWS].reshape(1, 3) if self.order >= 6 else None,
+            crackle=col[CRACKLE_ROWS].reshape(1, 3) if self.order >= 8 else None,
             nn_index=np.array([nn_id], dtype=np.int64), nn_r2=col[OC_NNR2 : OC_NNR2 + 1],
             neighbour_counts=None, overflow=False, capacity=self.nb_capacity,
         )

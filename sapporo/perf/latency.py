@@ -121,11 +121,16 @@ def block_step_budget(
         phases: dict[str, float] = defaultdict(float)
         lib._phases = phases
         ctxs = [d.ctx for d in lib._devs]
-        commands0 = sum(c.commands for c in ctxs)
+
+        def queued() -> int:  # the runtime commands of the library and of its engine
+            eng = lib._engine
+            return sum(c.commands for c in ctxs) + (eng.launches if eng is not None else 0)
+
+        commands0 = queued()
         times: list[float] = []
         per_phase: dict[str, list[float]] = defaultdict(list)
         _steps(lib, x, v, m, ids, a, jerk, n_active, steps, seed, eps2, times, per_phase)
-        commands = sum(c.commands for c in ctxs) - commands0
+        commands = queued() - commands0
         lib._phases = None
         out["native"] = lib._engine is not None
     with Library(order=order, precision=precision, backend=backend, devices=devices,
