@@ -65,7 +65,7 @@ def run_build(args: argparse.Namespace) -> int:
     pcs = sorted(p.stem for p in inst.pkgconfig_dir.glob("*.pc"))
     if pcs:
         w(f"pkg-config modules in {inst.pkgconfig_dir}: {', '.join(pcs)}\n"
-          f"  (for AMUSE: export PKG_CONFIG_PATH={inst.pkgconfig_dir}:$PKG_CONFIG_PATH)\n")
+          "  (AMUSE from the package index ignores them: use 'sapporo capi amuse')\n")
     w(f"flags: {b.flags(inst)}\n")
     return 0
 
