@@ -127,7 +127,10 @@ static unsigned long count_kind(int code, const char *message)
     return 1;
 }
 
-static void shim_record_error(int code, const char *message)
+/* Record an error; print it the 1st, 10th, 100th, ... time of its kind, or, with
+ * every_time, each time (a force call on a library whose open failed: a client that never
+ * checks codes would otherwise run on, without forces, after a few lines). */
+static void record_error(int code, const char *message, int every_time)
 {
     unsigned long count = count_kind(code, message), p = 1;
     snprintf(last_error, sizeof last_error, "%s: %s (code %d)", current_fn, message, code);
@@ -135,11 +138,16 @@ static void shim_record_error(int code, const char *message)
         p *= 10;
     if (count == 1)
         fprintf(stderr, "sapporo: %s\n", last_error);
-    else if (p == count)
+    else if (p == count || every_time)
         fprintf(stderr, "sapporo: %s [%lu times so far]\n", last_error, count);
     fflush(stderr);
     if (on_error_mode() == 1 && abort_code == 0)
         abort_code = code;
+}
+
+static void shim_record_error(int code, const char *message)
+{
+    record_error(code, message, 0);
 }
 
 /* A warning: printed like an error (the 1st, 10th, 100th, ... time of its kind, after
@@ -281,6 +289,18 @@ static int need_open(void)
     if (!is_open)
         return fail(SAPPORO_ERR_STATE, "the library is not open (call g6_open first)");
     return 0;
+}
+
+/* need_open() for a force call: when the open failed, say so on every call. */
+static int need_open_for_forces(void)
+{
+    char message[768];
+    if (is_open || open_error[0] == '\0')
+        return need_open();
+    snprintf(message, sizeof message, "no forces computed, the library could not be opened: "
+             "%s", open_error);
+    record_error(SAPPORO_ERR_STATE, message, 1);
+    return SAPPORO_ERR_STATE;
 }
 
 /* SAPPORO_NPIPES when it is blank or plain digits in range: the answer of capi/bridge.py's
@@ -696,7 +716,7 @@ static void do_firsthalf8(int nj, int ni, const int *index, const double *xi,
     pending_lists = 0;
     have_result = 0;
     nb.valid = 0;
-    if ((rc = need_open()) < 0)
+    if ((rc = need_open_for_forces()) < 0)
         goto done;
     if ((np = get_npipes()) < 0) {
         rc = np;

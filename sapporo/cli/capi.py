@@ -5,6 +5,9 @@ installs it with ``grape6.h`` and ``sapporo.h`` into ``DIR/lib`` and ``DIR/inclu
 pkg-config modules (``sapporo_light``, ``sapporo``, ``g6lib``) into ``DIR/lib/pkgconfig``;
 ``sapporo capi flags [--prefix DIR]`` prints what a Makefile needs, building first when the
 library is missing or stale, so ``cc prog.c $(sapporo capi flags)`` just works.
+``sapporo capi amuse [--prefix DIR] [--python PY] [--install]`` prints (or runs) the pip
+command that builds AMUSE's ph4 and phiGRAPE GPU workers from the package index against
+this library, and checks that they were built and link it.
 """
 
 from __future__ import annotations
@@ -12,9 +15,19 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
+import re
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+
+from sapporo.errors import InputError, SapporoError
+
+#: AMUSE codes whose GPU worker links a GRAPE-6 library (sapporo_light), by package.
+AMUSE_WORKERS = {"amuse-ph4": ("ph4", "ph4_worker_gpu"),
+                 "amuse-phigrape": ("phigrape", "phigrape_worker_gpu")}
 
 
 def capi_module(name: str = "build") -> ModuleType:
@@ -52,7 +65,7 @@ def run_build(args: argparse.Namespace) -> int:
     pcs = sorted(p.stem for p in inst.pkgconfig_dir.glob("*.pc"))
     if pcs:
         w(f"pkg-config modules in {inst.pkgconfig_dir}: {', '.join(pcs)}\n"
-          f"  (for AMUSE: export PKG_CONFIG_PATH={inst.pkgconfig_dir}:$PKG_CONFIG_PATH)\n")
+          "  (AMUSE from the package index ignores them: use 'sapporo capi amuse')\n")
     w(f"flags: {b.flags(inst)}\n")
     return 0
 
@@ -66,6 +79,126 @@ def run_flags(args: argparse.Namespace) -> int:
         b.build(inst.prefix)
     which = "all" if args.cflags == args.libs else "cflags" if args.cflags else "libs"
     sys.stdout.write(b.flags(inst, which) + "\n")
+    return 0
+
+
+def amuse_makeflags(lib_dir: Path) -> str:
+    """The ``MAKEFLAGS`` that make AMUSE's worker builds link ``lib_dir/libsapporo.so``.
+
+    AMUSE (2024.6.0) reads ``SAPPORO_LIBS`` and ``CUDA_LIBS`` from the ``config.mk`` that
+    ``amuse-framework`` wrote when it was installed; environment variables lose to that
+    file, assignments on make's command line (which ``MAKEFLAGS`` carries) win.
+    ``CUDA_LIBS`` and ph4's ``BOOSTLIBS`` are emptied: the workers need neither.
+
+    Raises
+    ------
+    InputError
+        When the path contains white space (make cannot carry it in ``MAKEFLAGS``).
+    """
+    if re.search(r"\s", str(lib_dir)):
+        raise InputError(f"--prefix: {lib_dir} contains white space, which MAKEFLAGS cannot "
+                         "carry; choose a prefix without blanks")
+    return (f"SAPPORO_LIBS=-L{lib_dir}\\ -Wl,-rpath,{lib_dir}\\ -lsapporo "
+            "CUDA_LIBS= BOOSTLIBS=")
+
+
+def amuse_version(python: str) -> str | None:
+    """The ``amuse-framework`` version installed for ``python`` (None: not installed)."""
+    code = "import importlib.metadata as m; print(m.version('amuse-framework'))"
+    try:
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True,
+                              timeout=120)
+    except OSError as exc:
+        raise InputError(f"--python: cannot run {python}: {exc}") from None
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+def amuse_pip_command(python: str, version: str) -> list[str]:
+    """pip's command line: the GPU codes of ``version``, built here, never from a cache.
+
+    ``--no-cache-dir``: pip would reuse a wheel built earlier without the GPU worker (the
+    wheels are tagged ``py3-none-any``); ``--force-reinstall --no-deps``: replace an
+    installed CPU-only build, leave ``amuse-framework`` alone; ``--no-build-isolation``:
+    the build needs the installed ``amuse-framework`` (its ``config.mk`` and ``amusifier``).
+    """
+    return [python, "-m", "pip", "install", "--no-cache-dir", "--no-build-isolation",
+            "--force-reinstall", "--no-deps",
+            *(f"{package}=={version}" for package in AMUSE_WORKERS)]
+
+
+def amuse_workers(python: str, library: Path) -> list[tuple[str, str]]:
+    """Each GPU worker of :data:`AMUSE_WORKERS` and what it links as ``libsapporo.so``.
+
+    Returns ``(worker, verdict)`` pairs; the verdict starts with ``ok`` when the worker
+    exists and ``ldd`` resolves its ``libsapporo.so`` to ``library``.
+    """
+    out = []
+    for code, worker in AMUSE_WORKERS.values():
+        # AMUSE prints a list of references at exit: the path is the line marked WORKER
+        find = (f"import os, amuse.community.{code} as m; "
+                f"print('WORKER', os.path.join(os.path.dirname(m.__file__), {worker!r}))")
+        proc = subprocess.run([python, "-c", find], capture_output=True, text=True,
+                              timeout=120)
+        found = re.search(r"^WORKER (.+)$", proc.stdout, re.M)
+        path = Path(found[1]) if proc.returncode == 0 and found else None
+        if path is None:
+            out.append((worker, f"missing: {code} is not installed"))
+            continue
+        if not path.is_file():
+            out.append((worker, f"missing: not built ({path})"))
+            continue
+        try:
+            ldd = subprocess.run(["ldd", str(path)], capture_output=True, text=True,
+                                 timeout=60).stdout
+        except OSError as exc:
+            out.append((worker, f"unknown: cannot run ldd: {exc} ({path})"))
+            continue
+        linked = re.search(r"libsapporo\.so\S*\s+=>\s+(\S+)", ldd)
+        if linked and Path(linked[1]).resolve() == library.resolve():
+            out.append((worker, f"ok: {path} links {linked[1]}"))
+        else:
+            what = linked[1] if linked else "no libsapporo.so"
+            out.append((worker, f"wrong library: {path} links {what}, not {library}"))
+    return out
+
+
+def run_amuse(args: argparse.Namespace) -> int:
+    """Print (``--install``: run) the build of AMUSE's GPU workers; check what was built."""
+    b = capi_module()
+    w = sys.stdout.write
+    python = args.python or sys.executable
+    inst = b.installation(args.prefix)
+    makeflags = amuse_makeflags(inst.lib_dir)
+    if not inst.is_current():
+        sys.stderr.write(f"sapporo capi: building {inst.library} ...\n")
+        b.build(inst.prefix)
+    version = amuse_version(python)
+    if version is None:
+        raise SapporoError(
+            f"amuse-framework is not installed for {python}; install it first: "
+            f"{shlex.quote(python)} -m pip install amuse-framework mpi4py")
+    cmd = amuse_pip_command(python, version)
+    bin_dir = str(Path(python).parent)
+    path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    w(f"AMUSE {version} for {python}; library {inst.library}\n")
+    if args.install:
+        w(f"running: MAKEFLAGS={shlex.quote(makeflags)} {shlex.join(cmd)}\n")
+        sys.stdout.flush()
+        # amusifier, which the worker builds call, is in the environment's bin folder
+        env = {**os.environ, "MAKEFLAGS": makeflags, "PATH": path}
+        if subprocess.run(cmd, env=env).returncode != 0:
+            raise SapporoError("pip could not install the AMUSE codes (see its output above)")
+    else:
+        w("build the GPU workers with (PATH: amusifier must be found):\n"
+          f"  PATH={shlex.quote(bin_dir)}:$PATH MAKEFLAGS={shlex.quote(makeflags)} \\\n"
+          f"    {shlex.join(cmd)}\n")
+    verdicts = amuse_workers(python, inst.library)
+    for worker, verdict in verdicts:
+        w(f"{worker}: {verdict}\n")
+    if args.install and not all(v.startswith("ok") for _, v in verdicts):
+        w("the GPU workers were not all built against this library; pip's output above "
+          "names the failure (search for 'Optional builds skipped' and 'error')\n")
+        return 1
     return 0
 
 
@@ -86,3 +219,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--cflags", action="store_true", help="only the compile flags (-I)")
     f.add_argument("--libs", action="store_true", help="only the link flags")
     f.set_defaults(func=run_flags)
+
+    a = csub.add_parser("amuse", help="build AMUSE's ph4 and phiGRAPE GPU workers against "
+                        "this library (prints the command; --install runs it)")
+    a.add_argument("--prefix", default=None, help=prefix_help)
+    a.add_argument("--python", default=None, metavar="PY",
+                   help="the interpreter of the environment AMUSE is installed in (default: "
+                        "this one)")
+    a.add_argument("--install", action="store_true",
+                   help="run pip (rebuilds amuse-ph4 and amuse-phigrape of the installed "
+                        "amuse-framework's version), then check the workers")
+    a.set_defaults(func=run_amuse)

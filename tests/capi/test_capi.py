@@ -528,6 +528,32 @@ def test_init_failure_is_reported_not_fatal(capi: CApi, tmp_path: Path) -> None:
     assert "npipes 128" in proc.stdout  # never an error code: clients size arrays with it
 
 
+def test_open_failed_then_every_force_call_says_why(capi: CApi, tmp_path: Path) -> None:
+    """A client that checks nothing runs on after a failed g6_open: each force call prints
+    the reason (never throttled), the other calls' messages stay throttled, no crash; with
+    SAPPORO_ON_ERROR=abort the program stops at the failed open."""
+    exe = capi.program("openfail.c")
+    proc = capi.run(exe, cwd=tmp_path, env=capi.env(SAPPORO_BACKEND="bogus"))
+    assert "END" in proc.stdout and "Traceback" not in proc.stderr, proc.stderr
+    rc = int(re.search(r"^open (-?\d+)$", proc.stdout, re.M)[1])
+    assert rc < 0
+    assert "npipes 128" in proc.stdout
+    steps = re.findall(r"^step \d+ (-?\d+) (\S+)$", proc.stdout, re.M)
+    assert len(steps) == 25 and all(int(s[0]) == -2 for s in steps), proc.stdout
+    lines = proc.stderr.splitlines()
+    forces_lines = [ln for ln in lines if ln.startswith("sapporo: g6calc_firsthalf: no forces")]
+    assert len(forces_lines) == 25, proc.stderr
+    assert all("SAPPORO_BACKEND" in ln and "bogus" in ln for ln in forces_lines), forces_lines
+    assert forces_lines[-1].endswith("[25 times so far]")
+    # the 225 stores and g6_set_ti calls: one kind, printed the 1st, 10th and 100th time
+    others = [ln for ln in lines if "g6_set_j_particle" in ln or "g6_set_ti" in ln]
+    assert len(others) == 3, others
+    proc = capi.run(exe, cwd=tmp_path, check=False,
+                    env=capi.env(SAPPORO_BACKEND="bogus", SAPPORO_ON_ERROR="abort"))
+    assert proc.returncode == 1 and "step" not in proc.stdout, proc.stdout
+    assert "SAPPORO_ON_ERROR=abort" in proc.stderr
+
+
 def stub_env(capi: CApi, tmp_path: Path) -> dict[str, str]:
     """SAPPORO_SITE: the recorded sites plus a folder whose .pth installs :data:`STUB`."""
     stub = tmp_path / "stub"
