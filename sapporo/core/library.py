@@ -23,6 +23,7 @@ import logging
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -612,7 +613,13 @@ class Library:
         if module is None:
             return
         self._engine_out = np.zeros(module.NCO_MAX * module.NI_MAX)
-        self._engine = module.Engine(self._engine_out, self._engine_planner)
+        me = weakref.ref(self)  # the engine must not keep its library alive (no GC there)
+
+        def planner(nj: int, ni: int, lists: int) -> Any:
+            lib = me()
+            return -1 if lib is None else lib._engine_planner(nj, ni, lists)
+
+        self._engine = module.Engine(self._engine_out, planner)
         self._engine.predicted = self._predicted
 
     def _drop_engine(self) -> None:

@@ -160,12 +160,17 @@ def test_ph4_style_client_misconfigured(capi: CApi, ph4style: Path, tmp_path: Pa
     assert "Traceback" not in proc.stderr
     assert re.match(r"sapporo: g6_open_: SAPPORO_BACKEND: .*'nonsense'.* \(code -3\)$",
                     errors[0]), errors
-    # every later call fails with "not open" and the reason: one kind, printed the 1st,
-    # 10th and 100th time (300 stores and ~20 other calls), not once per call
-    assert len(errors) == 4, errors
+    # every later store fails with "not open" and the reason: one kind, printed the 1st,
+    # 10th and 100th time (300 stores), not once per call; every force call says that it
+    # computed nothing, and why, every time (impossible to miss in a run's log)
+    stores = [e for e in errors if "g6_set_j_particle_" in e]
+    forces = [e for e in errors if "no forces computed" in e]
+    assert len(stores) == 3, errors
     assert re.match(r"sapporo: g6_set_j_particle_: the library is not open: g6_open_: "
-                    r"SAPPORO_BACKEND.* \(code -2\)$", errors[1]), errors
-    assert errors[2].endswith("[10 times so far]") and errors[3].endswith("[100 times so far]")
+                    r"SAPPORO_BACKEND.* \(code -2\)$", stores[0]), errors
+    assert stores[1].endswith("[10 times so far]") and stores[2].endswith("[100 times so far]")
+    assert forces and all("SAPPORO_BACKEND" in e for e in forces), errors
+    assert len(errors) == 1 + len(stores) + len(forces), errors
 
     # SAPPORO_ON_ERROR=abort: the message, then exit status 1 at the first failure
     proc = capi.run(ph4style, "ic.txt", cwd=tmp_path, check=False,

@@ -426,3 +426,16 @@ def test_install_without_a_compiler_says_what_to_install(tmp_path):
     assert proc.returncode != 0
     assert "needs a C compiler and Python's development headers" in proc.stderr
     assert "apt install gcc python3-dev" in proc.stderr
+
+
+def test_a_library_dropped_without_close_is_freed(cl_backend):
+    """The engine calls back into its library for plans, but does not keep it alive: a
+    library that goes out of scope unclosed is freed (its device memory with it)."""
+    import gc
+    import weakref
+
+    lib, _ = _ready(backend=cl_backend)
+    ref = weakref.ref(lib)
+    del lib
+    gc.collect()
+    assert ref() is None
