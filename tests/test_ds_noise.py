@@ -1,4 +1,4 @@
-"""Call-to-call noise of double-single force differences (issue 30).
+"""Call-to-call noise of double-single force differences (AMUSE ph4 at small eta).
 
 Hermite integrators with the Aarseth step (AMUSE's ph4) difference the acceleration of a
 particle between its steps; noise in a(t1) - a(t0) shortens their steps. Along a Plummer
