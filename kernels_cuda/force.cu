@@ -43,17 +43,6 @@ __device__ __forceinline__ float rsqrt_ftz(float x)
 #endif
 }
 #define RSQRT(x) rsqrt_ftz(x)
-
-/* s += t in float with the rounding error carried in c (Kahan): the sum is s - c. The
- * acceleration's tile sums use it (their float rounding otherwise dominated the call-to-call
- * noise of a(t1) - a(t0), docs/accuracy.md); nvcc never reassociates it. */
-__device__ __forceinline__ void kahan_add(float &s, float &c, const float t)
-{
-    const float y = t - c;
-    const float u = s + y;
-    c = (u - s) - y;
-    s = u;
-}
 #else
 #define RSQRT(x) (1.0 / sqrt(x))
 #endif
@@ -279,9 +268,6 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
         __syncthreads();
 #endif
         real ax[W], ay[W], az[W], pot[W];
-#if PRECISION == 1
-        real cax[W], cay[W], caz[W]; /* Kahan compensations of ax, ay, az */
-#endif
 #if ORDER >= 4
         real jx[W], jy[W], jz[W];
 #endif
@@ -294,9 +280,6 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
 #pragma unroll
         for (int w = 0; w < W; w++) {
             ax[w] = ay[w] = az[w] = pot[w] = 0;
-#if PRECISION == 1
-            cax[w] = cay[w] = caz[w] = 0;
-#endif
 #if ORDER >= 4
             jx[w] = jy[w] = jz[w] = 0;
 #endif
@@ -353,10 +336,9 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
                  * arithmetic, the same bits on the CPU emulation). */
                 pot[w] -= mrinv;
 #if PRECISION == 1
-                /* Kahan-compensated, as in force.cl (docs/accuracy.md) */
-                kahan_add(ax[w], cax[w], mrinv3 * dx);
-                kahan_add(ay[w], cay[w], mrinv3 * dy);
-                kahan_add(az[w], caz[w], mrinv3 * dz);
+                ax[w] += mrinv3 * dx;
+                ay[w] += mrinv3 * dy;
+                az[w] += mrinv3 * dz;
 #else
                 const real fx = mrinv3 * dx, fy = mrinv3 * dy, fz = mrinv3 * dz;
                 ax[w] += fx;
@@ -440,15 +422,9 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
         }
 #pragma unroll
         for (int w = 0; w < W; w++) {
-#if PRECISION == 1
-            sum_ax[w] += (double)ax[w] - (double)cax[w];
-            sum_ay[w] += (double)ay[w] - (double)cay[w];
-            sum_az[w] += (double)az[w] - (double)caz[w];
-#else
             sum_ax[w] += (double)ax[w];
             sum_ay[w] += (double)ay[w];
             sum_az[w] += (double)az[w];
-#endif
             sum_pot[w] += (double)pot[w];
 #if ORDER >= 4
             sum_jx[w] += (double)jx[w];

@@ -15,9 +15,7 @@
  *
  * Double-single: j - i position differences from hi/lo float pairs, the rest in float; each
  * lane sums one tile in float and adds that tile sum to double accumulators, so float
- * rounding grows over at most JT/LJ terms, never over the whole j-range. The acceleration's
- * tile sums are compensated (Kahan): their float rounding otherwise dominated the
- * call-to-call noise of a(t1) - a(t0) that Hermite integrators difference (docs/accuracy.md).
+ * rounding grows over at most JT/LJ terms, never over the whole j-range.
  */
 #include "common.h"
 
@@ -84,15 +82,6 @@ static inline double8 sqrt_pd8(const double8 x)
 #define RSQRT(x) (1.0 / sqrt(x))
 #endif
 #endif
-
-/* s += t in float with the rounding error carried in c (Kahan): the sum s - c. */
-#define KAHAN_ADD(s, c, t)                                                                 \
-    do {                                                                                   \
-        const vreal y_ = (t) - (c);                                                        \
-        const vreal s_ = (s) + y_;                                                         \
-        (c) = (s_ - (s)) - y_;                                                             \
-        (s) = s_;                                                                          \
-    } while (0)
 
 #if USE_LOCAL
 #define JPOS(k) lpos[k]
@@ -249,9 +238,6 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
         barrier(CLK_LOCAL_MEM_FENCE);
 #endif
         vreal ax = 0, ay = 0, az = 0, pot = 0;
-#if PRECISION == 1
-        vreal cax = 0, cay = 0, caz = 0; /* Kahan compensations of ax, ay, az */
-#endif
 #if ORDER >= 4
         vreal jx = 0, jy = 0, jz = 0;
 #endif
@@ -312,9 +298,9 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
              * instruction count without contraction, and faster on PoCL's CPU devices). */
             pot -= mrinv;
 #if PRECISION == 1
-            KAHAN_ADD(ax, cax, mrinv3 * dx);
-            KAHAN_ADD(ay, cay, mrinv3 * dy);
-            KAHAN_ADD(az, caz, mrinv3 * dz);
+            ax += mrinv3 * dx;
+            ay += mrinv3 * dy;
+            az += mrinv3 * dz;
 #else
             const vreal fx = mrinv3 * dx, fy = mrinv3 * dy, fz = mrinv3 * dz;
             ax += fx;
@@ -435,15 +421,9 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
             }
 #endif
         }
-#if PRECISION == 1
-        sum_ax += TO_VDOUBLE(ax) - TO_VDOUBLE(cax);
-        sum_ay += TO_VDOUBLE(ay) - TO_VDOUBLE(cay);
-        sum_az += TO_VDOUBLE(az) - TO_VDOUBLE(caz);
-#else
         sum_ax += TO_VDOUBLE(ax);
         sum_ay += TO_VDOUBLE(ay);
         sum_az += TO_VDOUBLE(az);
-#endif
         sum_pot += TO_VDOUBLE(pot);
 #if ORDER >= 4
         sum_jx += TO_VDOUBLE(jx);
