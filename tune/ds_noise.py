@@ -14,14 +14,20 @@ For each dt it reports, over all particles and a few starting times t0,
 - ``acc``: the median of |delta(a1 - a0)| / |a0|, the error of the acceleration
   difference relative to the acceleration;
 - ``jerk``: the median of |delta(j1 - j0)| / |j0|, likewise for the jerk;
-- ``halved``: the fraction of particles whose Aarseth step (eta = 0.02, ph4's form, from
-  the snap and crackle of the Hermite interpolation of a0, j0, a1, j1 over dt) falls below
-  dt with double-single data but not with double data: the spurious step halvings that an
-  integrator like ph4 makes, each of which shortens the next step and so raises the noise.
+- ``halved``: the fraction of particles whose Aarseth step (ph4's form, eta = 0.02 or
+  ``--eta``, from the snap and crackle of the Hermite interpolation of a0, j0, a1, j1 over
+  dt) falls below dt with double-single data but not with double data: the spurious step
+  halvings that an integrator like ph4 makes, each of which shortens the next step and so
+  raises the noise.
 
-``python -m tune.ds_noise --plot docs/figures/ds_noise.png`` writes the figure of
-docs/accuracy.md; ``--kernel FILE`` measures another force.cl (e.g. the kernel of an
-earlier commit, ``git show REV:kernels_opencl/force.cl > /tmp/force_old.cl``).
+``--kernel LABEL=FILE`` measures another force.cl as well (OpenCL backend), e.g. the
+Kahan-compensated tile sums that were tried and not adopted (commit a223884)::
+
+    git show a223884:kernels_opencl/force.cl > /tmp/force_kahan.cl
+    python -m tune.ds_noise --plot docs/figures/ds_noise.png \
+        --kernel "Kahan-compensated (not adopted)=/tmp/force_kahan.cl"
+
+writes the figure of docs/accuracy.md.
 """
 
 from __future__ import annotations
@@ -212,7 +218,7 @@ def table(label: str, nz: Noise) -> str:
     return "\n".join(rows)
 
 
-def plot(results: dict[str, Noise], path: str) -> None:
+def plot(results: dict[str, Noise], path: str, eta: float = 0.02) -> None:
     """Noise of a(t1) - a(t0), j(t1) - j(t0) and the Aarseth step ratio against dt."""
     import matplotlib
 
@@ -226,7 +232,7 @@ def plot(results: dict[str, Noise], path: str) -> None:
         ax[2].semilogx(nz.dts, 100 * nz.halved, "o-", label=label)
     ax[0].set_title("error of a(t+dt) - a(t), / |a| (median)")
     ax[1].set_title("error of j(t+dt) - j(t), / |j| (median)")
-    ax[2].set_title("spurious Aarseth step halvings, eta = 0.02 (%)")
+    ax[2].set_title(f"spurious Aarseth step halvings, eta = {eta:g} (%)")
     for a in ax:
         a.set_xlabel("dt")
         a.grid(True, which="both", alpha=0.3)
@@ -242,18 +248,22 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--kernel", action="append", default=[],
                    help="LABEL=PATH of another force.cl to measure too (repeatable)")
+    p.add_argument("--label", default="float tile sums (current)",
+                   help="label of the package's own kernel in the table and figure")
     p.add_argument("--plot", help="write the figure here (PNG)")
     p.add_argument("--backend", default="opencl")
+    p.add_argument("--eta", type=float, default=0.02,
+                   help="Aarseth eta of the halved column, in front of the root (ph4's form)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    results = {"this kernel": run(None, args.backend)}
+    results = {args.label: run(None, args.backend, eta=args.eta)}
     for spec in args.kernel:
         label, _, path = spec.partition("=")
-        results[label] = run(path, args.backend)
+        results[label] = run(path, args.backend, eta=args.eta)
     for label, nz in results.items():
         log.info("%s", table(label, nz))
     if args.plot:
-        plot(results, args.plot)
+        plot(results, args.plot, args.eta)
 
 
 if __name__ == "__main__":
