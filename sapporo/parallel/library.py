@@ -196,7 +196,7 @@ def _local_lists(res: Any, ni: int, capacity: int) -> tuple[np.ndarray, np.ndarr
 
 #: local blocks of at most this many i-particles are computed at once with
 #: :meth:`Library.compute <sapporo.Library.compute>`, which runs them in C on a CPU (the
-#: compiled step, :mod:`sapporo.core.engine`); larger ones are started and collected later
+#: native engine, :mod:`sapporo.core.engine`); larger ones are started and collected later
 SYNC_LOCAL_MAX = 256
 
 

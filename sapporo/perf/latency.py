@@ -13,8 +13,8 @@ force launch, copies), waiting for the device, combining the partial results.
   steps (profiling events would disturb the wall times);
 - ``host_us``: wall minus device, the fixed cost a user cannot avoid by a faster device;
 - the phases of the call as timed inside the library (medians over the steps): ``checks``
-  (argument checks), ``store`` (j-particles into the host mirror; with the compiled step,
-  checked and stored in C), ``step`` (the whole force call in C, with the compiled step:
+  (argument checks), ``store`` (j-particles into the host mirror; with the native engine,
+  checked and stored in C), ``step`` (the whole force call in C, with the native engine:
   :mod:`sapporo.core.engine`), ``sync`` (uploads and prediction queued), ``launch``
   (i-particles packed, force launch queued), ``wait`` (until the device is done),
   ``combine`` (partial results merged into a :class:`ForceResult`); on PoCL's

@@ -1,4 +1,4 @@
-"""The C API's direct path (capi/direct.c): block steps run in C from plans made by Python.
+"""The C API's direct path: block steps run in C on the native engine, from plans Python makes.
 
 The same block-step sequence (tests/capi/direct_ab.c; at order 8 through the calls with
 jerks and crackle) runs with the direct path on and off;

@@ -24,9 +24,9 @@ EPS2 = 1e-4
 
 @pytest.fixture
 def cl_backend(backend):
-    """The backend, for tests of the compiled step (which runs OpenCL launches)."""
+    """The backend, for tests of the native engine (which runs OpenCL launches)."""
     if backend != "opencl":
-        pytest.skip("the compiled step runs OpenCL launches")
+        pytest.skip("the native engine runs OpenCL launches")
     return backend
 
 
@@ -40,7 +40,7 @@ def _system(n: int, seed: int = 3):
 
 
 def _pair(order: int, precision: str, backend: str):
-    """Two libraries: one with the compiled step, one held to the Python way."""
+    """Two libraries: one with the native engine, one held to the Python way."""
     fast = sapporo.Library(order=order, precision=precision, backend=backend)
     slow = sapporo.Library(order=order, precision=precision, backend=backend)
     slow._engine_tried = True  # never starts an engine
@@ -375,7 +375,7 @@ def test_module_refuses_misuse():
 
 
 def test_launch_failure_is_a_backend_error_and_the_python_way_goes_on(cl_backend):
-    """An OpenCL error inside the compiled step raises BackendError; the library then
+    """An OpenCL error inside the native engine raises BackendError; the library then
     takes the Python way, with its kernels' arguments set again and the j-particles
     predicted again (the failed step may have done either halfway)."""
     from sapporo.errors import BackendError

@@ -423,7 +423,7 @@ def test_reset_then_sparse_addresses(make_lib):
 @pytest.mark.parametrize("compiled", [False, True], ids=["python-step", "compiled-step"])
 def test_only_changed_addresses_travel(make_lib, monkeypatch, compiled):
     """After the first upload, a call sends just the addresses set since the last one (the
-    compiled step, sapporo.core.engine, writes them into the device's records itself: nothing
+    native engine, sapporo.core.engine, writes them into the device's records itself: nothing
     to send)."""
     sent: list[int] = []
     upload = sapporo.core.device.Device.upload_j
@@ -442,7 +442,7 @@ def test_only_changed_addresses_travel(make_lib, monkeypatch, compiled):
         lib.compute(x[:2], v[:2], ids[:2], EPS2)
         assert sum(sent) == 3000
         if compiled and lib._engine is None:
-            pytest.skip("no compiled step for this backend")
+            pytest.skip("no native engine for this backend")
         sent.clear()
         changed = np.array([7, 1000, 1001, 2999, 7])  # 7 twice: sent once, last value
         x2 = x.copy()
@@ -994,7 +994,7 @@ def test_address_array_reused_by_the_caller(make_lib):
     """The library keeps the addresses to upload: an array the caller changes afterwards
     must not change what is uploaded (it did, when an int64 array was kept as given)."""
     lib = make_lib(4, "double", fresh=True)
-    lib._engine_tried = True  # the Python way keeps the addresses (the compiled step stores)
+    lib._engine_tried = True  # the Python way keeps the addresses (the native engine stores)
     try:
         n = 64
         x, v, m, ids, _, _ = system(n, seed=61)
