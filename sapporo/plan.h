@@ -3,7 +3,8 @@
  * as the library's Python side prepared it (sapporo.core.engine.plan_words writes them, reading
  * the enums below from this text; sapporo/engine.h reads them into struct dplan).
  *
- * DP_* words, then two launches of DL_* words each: the prediction, then the force.  A plan
+ * DP_* words, then three launches of DL_* words each: the prediction, the force, and (device
+ * memory only; zeros otherwise) the scatter of j-records.  A plan
  * serves every ni from DP_NI_LO to DP_NI_HI (the same launch but for its argument ni); with
  * neighbour lists, DP_NB_* locate the counts and lists the kernel writes.  DP_GEN and
  * DP_LGEN are the generations of the device's and the library's memory when the plan was
@@ -14,8 +15,10 @@
  * DP_OUT and DP_NB_* are the host arrays its kernels read and write.  DP_MEMORY 1: the
  * device has memory of its own; DP_DEV_RAW and DP_DEV_IDS are then the j-records' device
  * buffers, DP_*_BUF the device buffers behind the host arrays DP_IDATA, DP_OUT and DP_NB_*,
- * and the engine queues their copies on DP_QUEUE (the j-records) and on the force
- * launch's queue (the rest) with DP_FN_WRITE and DP_FN_READ.  Plain C enums only: Python
+ * and the engine queues their copies with DP_FN_WRITE and DP_FN_READ on the force
+ * launch's queue; j-records go, up to DP_SCATTER_MAX at a time, through the host arrays
+ * DP_SCATTER_ADDR, _RAW and _IDS, copied to their device buffers DP_SCATTER_*_BUF on
+ * DP_QUEUE and placed by the scatter launch (its argument n at DL_NI_ARG).  Plain C enums only: Python
  * parses them.
  */
 #ifndef SAPPORO_PLAN_H
@@ -28,10 +31,11 @@ enum {
     DP_FN_FLUSH, DP_FN_FINISH, DP_FN_EVENT_INFO, DP_FN_RELEASE, DP_FN_WRITE, DP_FN_READ,
     DP_GEN, DP_GEN_AT, DP_LGEN, DP_LGEN_AT, DP_NI_LO, DP_NI_HI, DP_NB_COUNTS, DP_NB_LISTS,
     DP_NB_CAP, DP_MEMORY, DP_QUEUE, DP_IDATA_BUF, DP_OUT_BUF, DP_OUT_BYTES, DP_NB_COUNTS_BUF,
-    DP_NB_LISTS_BUF, DP_LAUNCHES
+    DP_NB_LISTS_BUF, DP_SCATTER_MAX, DP_SCATTER_ADDR, DP_SCATTER_RAW, DP_SCATTER_IDS,
+    DP_SCATTER_ADDR_BUF, DP_SCATTER_RAW_BUF, DP_SCATTER_IDS_BUF, DP_LAUNCHES
 };
 enum { DL_QUEUE, DL_KERNEL, DL_CALL_ARG, DL_NI_ARG, DL_DIMS, DL_G0, DL_G1, DL_L0, DL_L1,
        DL_NARGS, DL_ARGS };
-enum { DP_MAX_ARGS = 32, DP_LAUNCH_WORDS = 74, DP_WORDS = 192 };
+enum { DP_MAX_ARGS = 32, DP_LAUNCH_WORDS = 74, DP_WORDS = 273 };
 
 #endif

@@ -61,7 +61,7 @@ typedef dcl_int (*dcl_copy_fn)(void *queue, void *mem, uint32_t blocking, size_t
  * nargs, then nargs pairs (size, value bits). The enums are in plan.h, which Python reads
  * too. */
 _Static_assert(DP_LAUNCH_WORDS == DL_ARGS + 2 * DP_MAX_ARGS, "plan.h: DP_LAUNCH_WORDS");
-_Static_assert(DP_WORDS == DP_LAUNCHES + 2 * DP_LAUNCH_WORDS, "plan.h: DP_WORDS");
+_Static_assert(DP_WORDS == DP_LAUNCHES + 3 * DP_LAUNCH_WORDS, "plan.h: DP_WORDS");
 
 struct dlaunch {
     void *queue, *kernel;
@@ -95,7 +95,13 @@ struct dplan {
     int memory;
     void *queue, *idata_buf, *out_buf, *nb_counts_buf, *nb_lists_buf;
     size_t out_bytes;
-    struct dlaunch predict, force;
+    /* device memory: up to scatter_max j-records staged in these host arrays, copied to
+     * their device buffers and placed by the scatter launch */
+    int scatter_max;
+    int32_t *scatter_addr, *scatter_ids;
+    double *scatter_raw;
+    void *scatter_addr_buf, *scatter_raw_buf, *scatter_ids_buf;
+    struct dlaunch predict, force, scatter;
 };
 
 static double bits_to_double(int64_t w)
@@ -169,15 +175,23 @@ static int plan_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int li
     p->out_bytes = (size_t)w[DP_OUT_BYTES];
     p->nb_counts_buf = (void *)(intptr_t)w[DP_NB_COUNTS_BUF];
     p->nb_lists_buf = (void *)(intptr_t)w[DP_NB_LISTS_BUF];
+    p->scatter_max = (int)w[DP_SCATTER_MAX];
+    p->scatter_addr = (int32_t *)(intptr_t)w[DP_SCATTER_ADDR];
+    p->scatter_raw = (double *)(intptr_t)w[DP_SCATTER_RAW];
+    p->scatter_ids = (int32_t *)(intptr_t)w[DP_SCATTER_IDS];
+    p->scatter_addr_buf = (void *)(intptr_t)w[DP_SCATTER_ADDR_BUF];
+    p->scatter_raw_buf = (void *)(intptr_t)w[DP_SCATTER_RAW_BUF];
+    p->scatter_ids_buf = (void *)(intptr_t)w[DP_SCATTER_IDS_BUF];
     p->gen = w[DP_GEN];
     p->gen_at = (const int64_t *)(intptr_t)w[DP_GEN_AT];
     p->lgen = w[DP_LGEN];
     p->lgen_at = (const int64_t *)(intptr_t)w[DP_LGEN_AT];
-    if (w[DL_NARGS + DP_LAUNCHES] > DP_MAX_ARGS
-        || w[DL_NARGS + DP_LAUNCHES + DP_LAUNCH_WORDS] > DP_MAX_ARGS)
-        return -1;
+    for (int k = 0; k < 3; k++)
+        if (w[DL_NARGS + DP_LAUNCHES + k * DP_LAUNCH_WORDS] > DP_MAX_ARGS)
+            return -1;
     unpack_launch(&p->predict, w + DP_LAUNCHES);
     unpack_launch(&p->force, w + DP_LAUNCHES + DP_LAUNCH_WORDS);
+    unpack_launch(&p->scatter, w + DP_LAUNCHES + 2 * DP_LAUNCH_WORDS);
     if (p->predict.nargs < 0 || p->force.nargs < 0 || p->nparts < 1
         || p->ni_pad < ni || p->nco > NCO_ORDER8 || p->nci > NCI_ORDER8
         || p->raw_n < 2 || p->raw_n > JB_RECORDS
@@ -186,7 +200,12 @@ static int plan_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int li
         || (p->memory && (p->queue == NULL || p->idata_buf == NULL || p->out_buf == NULL
                           || p->out_bytes < sizeof(double) * (size_t)p->nco * (size_t)p->ni_pad
                           || p->write == NULL || p->read == NULL
-                          || (lists && (p->nb_counts_buf == NULL || p->nb_lists_buf == NULL))))
+                          || (lists && (p->nb_counts_buf == NULL || p->nb_lists_buf == NULL))
+                          || p->scatter_max < 1 || p->scatter.kernel == NULL
+                          || p->scatter.ni_arg < 0 || p->scatter_addr == NULL
+                          || p->scatter_raw == NULL || p->scatter_ids == NULL
+                          || p->scatter_addr_buf == NULL || p->scatter_raw_buf == NULL
+                          || p->scatter_ids_buf == NULL))
         || (lists && (p->nb_counts == NULL || p->nb_lists == NULL || p->nb_cap < 1)))
         return -1;
     return 0;
@@ -413,15 +432,12 @@ typedef struct {
     int64_t *mirror_ids;
     int32_t *dev_ids;
     int raw_n, pred_terms, n_stored, ds, order, nco;
-    /* device memory: the j-records' buffers, their queue and copy function, and the host
-     * memory the queued copies read (kept until the queue has finished them) */
+    /* device memory: the plan whose scatter launch and staging arrays place j-records, and
+     * whether a scatter may still read those arrays */
     int memory;
-    void *raw_buf, *ids_buf, *jqueue;
-    dcl_copy_fn write;
+    struct dplan jside;
     dcl_queue_fn finish;
-    double *stage;
-    int32_t *stage_ids;
-    int stage_used, stage_cap;
+    int staged;
     void *busy_queue;        /* a queue with copies or kernels of the engine not yet finished */
     /* the device's predicted records: valid for pred_time (set by the library too) */
     int pred_valid;
@@ -498,7 +514,7 @@ static int eng_wait(void *engine)
     if (rc == 0 && e->busy_queue != NULL)
         rc = e->finish(e->busy_queue);
     e->busy_queue = NULL;
-    e->stage_used = 0;  /* the copies that read it are done */
+    e->staged = 0;  /* the copies that read the staging arrays are done */
     if (rc != 0)
         return eng_fail(e, "waiting for the device", rc, status);
     return 0;
@@ -517,47 +533,52 @@ static int eng_on(Engine *e, void *queue)
     return 0;
 }
 
-/* Device memory: n j-records (already in the mirror) into the device's buffers, by copies
- * from the staging memory, queued on the j-records' queue. 0, or -1 (error set). */
+static int eng_launch(Engine *e, struct dplan *p, struct dlaunch *l, uint64_t call_value,
+                      int ni, void **event, const char *what);
+
+/* Device memory: n j-records (already in the mirror) into the device's buffers: staged in
+ * the plan's host arrays, copied to the device and placed by one scatter launch (one or two
+ * records: copied in place), all queued on the j-records' queue. 0, or -1 (error set). */
 static int eng_copy_j(Engine *e, int n, const int *address, const int *index,
                       const double *rec)
 {
+    struct dplan *p = &e->jside;
     const size_t len = 4 * (size_t)e->raw_n;
-    if (e->stage_used + n > e->stage_cap) {
-        int cap = 2 * e->stage_cap > n ? 2 * e->stage_cap : n;
-        double *st;
-        int32_t *si;
-        if (eng_wait(e) < 0)  /* nothing may read the staging memory any more */
-            return -1;
-        st = PyMem_RawRealloc(e->stage, sizeof(double) * len * (size_t)cap);
-        if (st != NULL)
-            e->stage = st;
-        si = st == NULL ? NULL : PyMem_RawRealloc(e->stage_ids, sizeof(int32_t) * (size_t)cap);
-        if (si == NULL) {
-            snprintf(e->error, sizeof e->error, "out of memory for %d j-records", cap);
-            return -1;
-        }
-        e->stage_ids = si;
-        e->stage_cap = cap;
-    }
-    if (eng_on(e, e->jqueue) < 0)
+    dcl_int rc;
+    if (e->staged && eng_wait(e) < 0)  /* an earlier scatter may still read the arrays */
+        return -1;
+    if (eng_on(e, p->queue) < 0)
         return -1;
     for (int k = 0; k < n; k++) {
-        double *r = e->stage + len * (size_t)e->stage_used;
-        int32_t *id = e->stage_ids + e->stage_used;
-        dcl_int rc;
-        e->stage_used++;
-        memcpy(r, rec + (size_t)JB_DOUBLES * k, sizeof(double) * len);
-        *id = index[k];
-        rc = e->write(e->jqueue, e->raw_buf, 0, sizeof(double) * len * (size_t)address[k],
-                      sizeof(double) * len, r, 0, NULL, NULL);
-        if (rc == 0)
-            rc = e->write(e->jqueue, e->ids_buf, 0, sizeof(int32_t) * (size_t)address[k],
-                          sizeof(int32_t), id, 0, NULL, NULL);
-        if (rc != 0)
-            return eng_fail(e, "queueing a j-record's copy", rc, 0);
+        p->scatter_addr[k] = address[k];
+        p->scatter_ids[k] = index[k];
+        memcpy(p->scatter_raw + len * (size_t)k, rec + (size_t)JB_DOUBLES * k,
+               sizeof(double) * len);
     }
-    return 0;
+    e->staged = 1;
+    if (n <= 2) {  /* as few commands as the scatter's four: each record and id in place */
+        rc = 0;
+        for (int k = 0; k < n && rc == 0; k++) {
+            rc = p->write(p->queue, p->dev_raw, 0, sizeof(double) * len * (size_t)address[k],
+                          sizeof(double) * len, p->scatter_raw + len * (size_t)k, 0, NULL,
+                          NULL);
+            if (rc == 0)
+                rc = p->write(p->queue, p->dev_ids, 0, sizeof(int32_t) * (size_t)address[k],
+                              sizeof(int32_t), p->scatter_ids + k, 0, NULL, NULL);
+        }
+        return rc == 0 ? 0 : eng_fail(e, "queueing a j-record's copy", rc, 0);
+    }
+    rc = p->write(p->queue, p->scatter_addr_buf, 0, 0, sizeof(int32_t) * (size_t)n,
+                  p->scatter_addr, 0, NULL, NULL);
+    if (rc == 0)
+        rc = p->write(p->queue, p->scatter_raw_buf, 0, 0, sizeof(double) * len * (size_t)n,
+                      p->scatter_raw, 0, NULL, NULL);
+    if (rc == 0)
+        rc = p->write(p->queue, p->scatter_ids_buf, 0, 0, sizeof(int32_t) * (size_t)n,
+                      p->scatter_ids, 0, NULL, NULL);
+    if (rc != 0)
+        return eng_fail(e, "queueing the j-records' copy", rc, 0);
+    return eng_launch(e, p, &p->scatter, 0, n, NULL, "queueing the scatter of j-records");
 }
 
 /* Install a plan's words for ni i-particles (and the block sizes it serves), made by the
@@ -591,10 +612,7 @@ static struct dplan *eng_install(Engine *e, const int64_t *w, int nj, int ni, in
     e->mirror_ids = p.mirror_ids;
     e->dev_ids = p.dev_ids;
     e->memory = p.memory;
-    e->raw_buf = p.dev_raw;
-    e->ids_buf = p.dev_ids;
-    e->jqueue = p.queue;
-    e->write = p.write;
+    e->jside = p;
     e->finish = p.finish;
     e->raw_n = p.raw_n;
     e->pred_terms = p.pred_terms;
@@ -676,7 +694,8 @@ static int eng_put_j(void *engine, int n, const int *address, const int *index,
         eng_clear_plans(e);
         return 0;
     }
-    if (!records_ok(n, address, rec, e->n_stored, e->raw_n, e->pred_terms, e->ds))
+    if (!records_ok(n, address, rec, e->n_stored, e->raw_n, e->pred_terms, e->ds)
+        || (e->memory && n > e->jside.scatter_max))
         return 0;
     if (e->inflight != NULL && eng_wait(e) < 0)  /* the force call reads the records */
         return -1;
@@ -1142,8 +1161,6 @@ static void Engine_dealloc(Engine *self)
     PyMem_RawFree(self->nb_counts);
     PyMem_RawFree(self->nb_ids);
     PyMem_RawFree(self->rec);
-    PyMem_RawFree(self->stage);
-    PyMem_RawFree(self->stage_ids);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

@@ -43,6 +43,9 @@ HOST_REDUCE_MAX = 1 << 16
 #: merge in numpy costs more (512 parts of 8 i-particles: 393 kB over PCIe, ~30 us of numpy)
 GPU_HOST_REDUCE_MAX = 0
 J_SLACK = 16  # j-records past the capacity, read (masked) by the j-vector kernels
+#: j-records the native engine places with one scatter launch on device memory (larger
+#: batches are stored the library's way)
+SCATTER_MAX = 256
 
 
 def j_bytes(order: int) -> int:
@@ -284,6 +287,22 @@ class Device:
                 self._predicts.clear()
             launch = self._predicts[key] = (self._gen, kernel.prepare(*_linear(n_local), *args))
         return launch[1]
+
+    def scatter_launch(self, terms: int) -> tuple[Launch, HostBuffer, HostBuffer, HostBuffer]:
+        """Device memory: the prepared scatter of up to :data:`SCATTER_MAX` packed j-records
+        (its argument ``n`` set per call, at position 0) and its staging host buffers
+        (addresses, records, ids), for the native engine's stores; the buffers are those
+        :meth:`upload_j` scatters through."""
+        addr = self._host("scatter_addr", SCATTER_MAX * 4)
+        packed = self._host("scatter_raw", SCATTER_MAX * self.raw_n * 32)
+        pid = self._host("scatter_id", SCATTER_MAX * 4)
+        kernel = self._predict_prog(False, terms).kernel("scatter_j")
+        launch = kernel.prepare(*_linear(SCATTER_MAX), *layout.kernel_args(
+            layout.SCATTER_ARGS, {
+                "n": np.int32(0), "addr": addr.buffer, "packed": packed.buffer,
+                "packed_id": pid.buffer, "raw": self.j["raw"], "jid": self.j["id"]},
+            self.variant.order, self.variant.ds))
+        return launch, addr, packed, pid
 
     @property
     def t_arg(self) -> int:

@@ -92,8 +92,9 @@ def plan_words(plan: dict[str, Any] | int) -> np.ndarray:
         w[e["DP_" + key.upper()]] = plan[key]
     for key, value in plan["entry"].items():
         w[e["DP_FN_" + key.upper()]] = value
+    # the prediction, the force and, on device memory, the scatter (its slot stays zero)
     for k, (launch, call_arg, ni_arg) in enumerate(zip(
-            plan["launches"], plan["call_args"], plan["ni_args"], strict=True)):
+            plan["launches"], plan["call_args"], plan["ni_args"], strict=False)):
         if len(launch.args) > e["DP_MAX_ARGS"] or len(launch.global_size) > 2:
             w[:] = 0
             w[e["DP_STATUS"]] = -1

@@ -32,7 +32,7 @@ import numpy as np
 from sapporo import config
 from sapporo.backend import DeviceInfo, get_backend
 from sapporo.core import layout
-from sapporo.core.device import Device, Variant, combine_parts, j_bytes
+from sapporo.core.device import SCATTER_MAX, Device, Variant, combine_parts, j_bytes
 from sapporo.core.launch import NI_CHUNK, LaunchTable, check_table
 from sapporo.core.layout import (
     ACC_ROWS,
@@ -517,7 +517,7 @@ class Library:
         predicted, the queues finished), so that C starts from a consistent state. The
         plan carries the generations of the device's and the library's memory and where
         their current values are: the engine never uses a plan whose memory moved. The
-        answer's ``launch_objects`` are the launches whose arguments the engine sets;
+        launches whose arguments the engine sets are kept in ``_native_launches``;
         :meth:`_engine_wait` has them set their arguments again before Python launches
         them.
         """
@@ -551,17 +551,30 @@ class Library:
                 memory = {"memory": 0, "dev_raw": dev.h_raw.ctypes.data,
                           "dev_ids": dev.h_id.ctypes.data, "queue": 0, "idata_buf": 0,
                           "out_buf": 0, "out_bytes": 0, "nb_counts_buf": 0,
-                          "nb_lists_buf": 0}
+                          "nb_lists_buf": 0, "scatter_max": 0, "scatter_addr": 0,
+                          "scatter_raw": 0, "scatter_ids": 0, "scatter_addr_buf": 0,
+                          "scatter_raw_buf": 0, "scatter_ids_buf": 0}
             else:  # its own memory: the engine queues the copies
+                scatter, s_addr, s_raw, s_ids = dev.scatter_launch(terms)
                 handles = [dev.j["raw"].native(), dev.j["id"].native(), dev.ctx.native_queue(),
-                           plan.h_in.buffer.native(), plan.h_out.buffer.native()]
+                           plan.h_in.buffer.native(), plan.h_out.buffer.native(),
+                           s_addr.buffer.native(), s_raw.buffer.native(), s_ids.buffer.native(),
+                           scatter.native()]
                 if None in handles:
                     return -1
+                if all(scatter is not x for x in self._native_launches):
+                    self._native_launches.append(scatter)
                 memory = {"memory": 1, "dev_raw": handles[0], "dev_ids": handles[1],
                           "queue": handles[2], "idata_buf": handles[3], "out_buf": handles[4],
                           "out_bytes": plan.out.nbytes,
                           "nb_counts_buf": 0 if plan.h_cnt is None else plan.h_cnt.buffer.native(),
-                          "nb_lists_buf": 0 if plan.h_lst is None else plan.h_lst.buffer.native()}
+                          "nb_lists_buf": 0 if plan.h_lst is None else plan.h_lst.buffer.native(),
+                          "scatter_max": SCATTER_MAX, "scatter_addr": s_addr.array.ctypes.data,
+                          "scatter_raw": s_raw.array.ctypes.data,
+                          "scatter_ids": s_ids.array.ctypes.data,
+                          "scatter_addr_buf": handles[5], "scatter_raw_buf": handles[6],
+                          "scatter_ids_buf": handles[7]}
+                launches = (*launches, handles[8])
             for launch in (predict, plan.force):
                 if all(launch is not x for x in self._native_launches):
                     self._native_launches.append(launch)
@@ -595,9 +608,9 @@ class Library:
                 "nb_counts": 0 if plan.counts is None else plan.counts.ctypes.data,
                 "nb_lists": 0 if plan.lists is None else plan.lists.ctypes.data,
                 "nb_cap": self.nb_capacity if lists else 0,
-                "launches": launches, "launch_objects": (predict, plan.force),
-                "call_args": (dev.t_arg, dev.eps2_arg),
-                "ni_args": (-1, dev.ni_arg),
+                "launches": launches,
+                "call_args": (dev.t_arg, dev.eps2_arg, -1),
+                "ni_args": (-1, dev.ni_arg, 0),  # the scatter's n is its argument 0
             }
 
     def _engine_start(self) -> None:

@@ -326,7 +326,7 @@ def test_plan_table_written_once(cl_backend):
         plan = lib._direct_plan(64, 1)
         assert isinstance(plan, dict)
         keys = set(engine.plan_keys())
-        extra = {"launches", "launch_objects", "call_args", "ni_args", "entry"}
+        extra = {"launches", "call_args", "ni_args", "entry"}
         assert set(plan) - extra == keys
         fns = {n[6:].lower() for n in engine.plan_enums() if n.startswith("DP_FN_")}
         assert set(plan["entry"]) == fns
