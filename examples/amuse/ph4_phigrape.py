@@ -3,18 +3,23 @@
 Run it with the Python environment that has sapporo installed::
 
     python examples/amuse/ph4_phigrape.py [--workdir DIR] [--n 1024] [--t-end 0.5]
+        [--eps 0.01] [--eta ETA] [--codes ph4,phigrape] [--precisions double-single,double]
 
 It makes a scratch virtual environment in ``DIR/venv``, installs ``amuse-framework`` and
 ``mpi4py`` there from the package index, then builds ``amuse-ph4`` and ``amuse-phigrape``
 (the same version) with their GPU workers linked to sapporo's C library, through ``sapporo
 capi amuse --install`` (the library goes to ``DIR/sapporo``). Nothing but registry packages
 is installed. It then integrates one Plummer sphere (N bodies, N-body units, softening
-``--eps``) to ``--t-end`` four times, each in a fresh worker over AMUSE's sockets channel:
-ph4 on its CPU force loop (``mode="cpu"``) and on sapporo (``mode="gpu"``), phiGRAPE on
-AMUSE's GRAPE-6 emulation (``mode="g6lib"``) and on sapporo (``mode="gpu"``), and prints a
-table: relative energy errors (from the code's energies, and recomputed in AMUSE from the
-final particles), block steps where the code counts them, and wall times. The workers'
-output is kept in ``DIR/<code>-<mode>.out``.
+``--eps``) to ``--t-end`` with each code of ``--codes``, each run in a fresh worker over
+AMUSE's sockets channel: ph4 on its CPU force loop (``mode="cpu"``), phiGRAPE on AMUSE's
+GRAPE-6 emulation (``mode="g6lib"``), and both on sapporo (``mode="gpu"``) once for each
+precision of ``--precisions`` (set by ``SAPPORO_PRECISION`` in the environment, which the
+worker inherits). It prints a table: the code's timestep parameter, relative energy errors
+(from the code's energies, and recomputed in AMUSE from the final particles), block steps
+where the code counts them, and wall times. ``--eta`` sets ph4's ``timestep_parameter``
+(eta in front of the square root of Aarseth's criterion, default 0.14); phiGRAPE keeps its
+own (eta under the root, default 0.02). The workers' output is kept in
+``DIR/<code>-<mode>[-<precision>].out``.
 
 The ``--measure`` form is the part that runs inside the AMUSE environment (one code, one
 mode, one JSON line); the script calls it itself.
@@ -34,13 +39,13 @@ import tempfile
 import time
 from pathlib import Path
 
-#: (code, mode) of each run, and the label of the mode in the table.
-RUNS = (("ph4", "cpu", "CPU (ph4's own)"), ("ph4", "gpu", "sapporo"),
-        ("phigrape", "g6lib", "CPU (AMUSE's g6lib)"), ("phigrape", "gpu", "sapporo"))
+#: Each code's CPU mode, and its label in the table.
+CPU_MODES = {"ph4": ("cpu", "CPU (ph4's own)"), "phigrape": ("g6lib", "CPU (AMUSE's g6lib)")}
+PRECISIONS = ("double-single", "double")
 
 
 def measure(code_name: str, mode: str, n: int, t_end: float, eps: float, seed: int,
-            out_file: str) -> dict[str, object]:
+            out_file: str, eta: float | None = None) -> dict[str, object]:
     """One run in the AMUSE environment; its energies, steps and times.
 
     Parameters
@@ -53,12 +58,14 @@ def measure(code_name: str, mode: str, n: int, t_end: float, eps: float, seed: i
         Bodies, end time and softening length in N-body units, and the random seed.
     out_file : str
         Where the worker's stdout and stderr go.
+    eta : float, optional
+        ph4's ``timestep_parameter`` (None: the code's default; not used for phiGRAPE).
 
     Returns
     -------
     dict
-        ``dE_code``, ``dE_particles``, ``block_steps`` (None where not counted),
-        ``start_s`` and ``evolve_s``.
+        ``eta`` (the code's timestep parameter), ``dE_code``, ``dE_particles``,
+        ``block_steps`` (None where not counted), ``start_s`` and ``evolve_s``.
     """
     import numpy as np
     from amuse.community.ph4.interface import ph4
@@ -73,6 +80,8 @@ def measure(code_name: str, mode: str, n: int, t_end: float, eps: float, seed: i
     t0 = time.perf_counter()
     code = cls(mode=mode, channel_type="sockets", redirection="file", redirect_file=out_file)
     code.parameters.epsilon_squared = eps2
+    if eta is not None and code_name == "ph4":
+        code.parameters.timestep_parameter = eta
     code.particles.add_particles(bodies)
     code.commit_particles()
     e0 = code.kinetic_energy + code.potential_energy
@@ -81,6 +90,7 @@ def measure(code_name: str, mode: str, n: int, t_end: float, eps: float, seed: i
     t2 = time.perf_counter()
     e1 = code.kinetic_energy + code.potential_energy
     steps = code.parameters.block_steps if code_name == "ph4" else None
+    used_eta = float(code.parameters.timestep_parameter)  # (ph4 reads 0 before the commit)
     final = code.particles.copy()
     code.stop()
     g = nbody_system.G
@@ -89,7 +99,7 @@ def measure(code_name: str, mode: str, n: int, t_end: float, eps: float, seed: i
         return p.kinetic_energy() + p.potential_energy(smoothing_length_squared=eps2, G=g)
 
     e_start, e_end = energy(bodies), energy(final)
-    return {"dE_code": float(abs((e1 - e0) / e0)),
+    return {"eta": used_eta, "dE_code": float(abs((e1 - e0) / e0)),
             "dE_particles": float(abs((e_end - e_start) / e_start)),
             "E0_code": e0.value_in(nbody_system.energy),
             "block_steps": int(steps) if steps is not None else None,
@@ -107,7 +117,7 @@ def run(cmd: list[str], log: Path, **kw: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Set up the AMUSE environment, run the four integrations, print the table."""
+    """Set up the AMUSE environment, run the integrations, print the table."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--workdir", default=None,
                    help="scratch folder (default: a new one under the temporary folder); an "
@@ -115,6 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=1024, help="bodies (default 1024)")
     p.add_argument("--t-end", type=float, default=0.5, help="end time, N-body units")
     p.add_argument("--eps", type=float, default=0.01, help="softening length (0.01)")
+    p.add_argument("--eta", type=float, default=None,
+                   help="ph4's timestep_parameter (default: ph4's, 0.14)")
+    p.add_argument("--codes", default="ph4,phigrape",
+                   help="comma-separated codes to run: ph4, phigrape (default both)")
+    p.add_argument("--precisions", default="double-single",
+                   help="comma-separated sapporo precisions, one run each: double-single, "
+                        "double (default double-single)")
     p.add_argument("--seed", type=int, default=1, help="random seed of the Plummer sphere")
     p.add_argument("--amuse-version", default=None,
                    help="amuse-framework version to install (default: the newest the "
@@ -124,9 +141,18 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.measure:
         code, mode, out = args.measure
-        result = measure(code, mode, args.n, args.t_end, args.eps, args.seed, out)
+        result = measure(code, mode, args.n, args.t_end, args.eps, args.seed, out, args.eta)
         print("RESULT " + json.dumps(result), flush=True)
         return 0
+
+    codes, precisions = args.codes.split(","), args.precisions.split(",")
+    for given, known in ((codes, CPU_MODES), (precisions, PRECISIONS)):
+        if not set(given) <= set(known):
+            p.error(f"expected some of {', '.join(known)}, got {','.join(given)}")
+    runs = [(code, mode, label, precision) for code in codes
+            for mode, label, precision in (
+                (*CPU_MODES[code], None),
+                *(("gpu", f"sapporo ({pr})", pr) for pr in precisions))]
 
     started = time.perf_counter()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="sapporo-amuse-")).resolve()
@@ -146,14 +172,18 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = []
     env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
-    for code, mode, label in RUNS:
-        out = work / f"{code}-{mode}.out"
+    for code, mode, label, precision in runs:
+        out = work / (f"{code}-{mode}" + (f"-{precision}" if precision else "") + ".out")
         out.unlink(missing_ok=True)
         cmd = ["nice", "-n", "19", str(python), str(Path(__file__).resolve()), "--n",
                str(args.n), "--t-end", str(args.t_end), "--eps", str(args.eps), "--seed",
                str(args.seed), "--measure", code, mode, str(out)]
-        print(f"$ {code} mode={mode}", flush=True)
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work)
+        if args.eta is not None:
+            cmd += ["--eta", str(args.eta)]
+        run_env = {**env, "SAPPORO_PRECISION": precision} if precision else env
+        print(f"$ {code} mode={mode}" + (f" SAPPORO_PRECISION={precision}" if precision else ""),
+              flush=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env, cwd=work)
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
         if proc.returncode != 0 or line is None:
             sys.exit(f"{code} mode={mode} failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
@@ -173,13 +203,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nAMUSE {version}; N = {args.n} Plummer, eps = {args.eps}, t = 0 -> {args.t_end} "
           f"(N-body units), seed {args.seed}; {cpu}, {os.cpu_count()} CPUs; "
           f"{time.strftime('%Y-%m-%d')}")
-    print("| code | forces | dE/E (code) | dE/E (particles) | block steps | start s "
+    print("| code | forces | eta | dE/E (code) | dE/E (particles) | block steps | start s "
           "| evolve s |")
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for code, label, r in rows:
         steps = r["block_steps"] if r["block_steps"] is not None else "not exposed"
-        print(f"| {code} | {label} | {r['dE_code']:.2e} | {r['dE_particles']:.2e} | {steps} "
-              f"| {r['start_s']:.1f} | {r['evolve_s']:.1f} |")
+        print(f"| {code} | {label} | {r['eta']:g} | {r['dE_code']:.2e} "
+              f"| {r['dE_particles']:.2e} | {steps} | {r['start_s']:.1f} | {r['evolve_s']:.1f} |")
     warned = [f"{code} {label}" for code, label, r in rows if r["sapporo_lines"]]
     if warned:
         print(f"sapporo printed messages in: {', '.join(warned)} (see {work}/*.out)")
