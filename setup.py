@@ -5,6 +5,10 @@ extension (``sapporo.core._engine``) and turns a missing compiler into a message
 what to install.
 """
 
+import shutil
+import sysconfig
+from pathlib import Path
+
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
@@ -18,19 +22,17 @@ HELP = (
 
 
 class BuildEngine(build_ext):
-    """build_ext whose failure says what is missing."""
-
-    def run(self) -> None:
-        try:
-            super().run()
-        except Exception as exc:  # noqa: BLE001 - distutils raises several kinds
-            raise SystemExit(f"error: {HELP}\n(the compiler said: {exc})") from None
+    """build_ext that says what is missing when there is no C compiler or no Python headers
+    (a compiler error in the source itself is reported as the compiler gives it)."""
 
     def build_extension(self, ext: Extension) -> None:
-        try:
-            super().build_extension(ext)
-        except Exception as exc:  # noqa: BLE001
-            raise SystemExit(f"error: {HELP}\n(the compiler said: {exc})") from None
+        compiler = getattr(self.compiler, "compiler_so", None) or ["cc"]
+        headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+        if shutil.which(compiler[0]) is None:
+            raise SystemExit(f"error: {HELP}\n(no C compiler: {compiler[0]!r} not found)")
+        if not headers.is_file():
+            raise SystemExit(f"error: {HELP}\n(no Python headers: {headers} not found)")
+        super().build_extension(ext)
 
 
 setup(
