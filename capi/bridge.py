@@ -199,8 +199,8 @@ class Bridge:
     def engine(self) -> tuple[int, int]:
         """The addresses of the native engine's C function table (``engine_api.h``) and of
         the open library's engine, for the C half to run block steps without Python; (0, 0)
-        when the library has none (``SAPPORO_NATIVE=0``, several devices, a device that
-        does not compute on host memory, CUDA). The engine stays alive until close."""
+        when the library has none (``SAPPORO_NATIVE=0``, several devices, profiling,
+        CUDA). The engine stays alive until close."""
         lib = self.lib
         if lib is None:
             raise SapporoError("the library is not open (call g6_open first)")

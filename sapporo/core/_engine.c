@@ -424,19 +424,12 @@ typedef struct {
     PyObject *planner;       /* planner(nj, ni, lists) -> plan words, 0 or -1 */
     struct dplan *plans[2];  /* by [lists][ni]; nplans[lists] of them */
     int nplans[2];
-    /* the j-side of the current plans (put_j writes there) */
+    /* the j-side of the current plans, as the last plan installed has it (they all share
+     * it): the memory put_j writes, its generations, the order, the device's memory and
+     * the scatter that places j-records there; staged: a scatter may still read its
+     * staging arrays */
     int have_j;
-    int64_t gen, lgen;
-    const int64_t *gen_at, *lgen_at;
-    double *mirror_raw, *dev_raw;
-    int64_t *mirror_ids;
-    int32_t *dev_ids;
-    int raw_n, pred_terms, n_stored, ds, order, nco;
-    /* device memory: the plan whose scatter launch and staging arrays place j-records, and
-     * whether a scatter may still read those arrays */
-    int memory;
     struct dplan jside;
-    dcl_queue_fn finish;
     int staged;
     void *busy_queue;        /* a queue with copies or kernels of the engine not yet finished */
     /* the device's predicted records: valid for pred_time (set by the library too) */
@@ -480,7 +473,8 @@ static void eng_clear_plans(Engine *e)
 /* Whether the memory the current plans point at is still where they were made. */
 static int eng_fresh(const Engine *e)
 {
-    return *e->gen_at == e->gen && *e->lgen_at == e->lgen;
+    const struct dplan *j = &e->jside;
+    return *j->gen_at == j->gen && *j->lgen_at == j->lgen;
 }
 
 /* Room for plans[lists][0 .. n - 1]; 0, or -1 when out of memory. */
@@ -512,7 +506,7 @@ static int eng_wait(void *engine)
             e->busy_queue = NULL;
     }
     if (rc == 0 && e->busy_queue != NULL)
-        rc = e->finish(e->busy_queue);
+        rc = e->jside.finish(e->busy_queue);
     e->busy_queue = NULL;
     e->staged = 0;  /* the copies that read the staging arrays are done */
     if (rc != 0)
@@ -526,7 +520,7 @@ static int eng_on(Engine *e, void *queue)
 {
     dcl_int rc;
     if (e->busy_queue != NULL && e->busy_queue != queue) {
-        if ((rc = e->finish(e->busy_queue)) != 0)
+        if ((rc = e->jside.finish(e->busy_queue)) != 0)
             return eng_fail(e, "waiting for the other queue", rc, 0);
     }
     e->busy_queue = queue;
@@ -534,7 +528,15 @@ static int eng_on(Engine *e, void *queue)
 }
 
 static int eng_launch(Engine *e, struct dplan *p, struct dlaunch *l, uint64_t call_value,
-                      int ni, void **event, const char *what);
+                      int ni, void **event, const char *what)
+{
+    dcl_int rc = plan_launch(p, l, call_value, ni, event);
+    e->ran = 1;
+    if (rc != 0)
+        return eng_fail(e, what, rc, 0);
+    e->launches++;
+    return 0;
+}
 
 /* Device memory: n j-records (already in the mirror) into the device's buffers: staged in
  * the plan's host arrays, copied to the device and placed by one scatter launch (one or two
@@ -543,7 +545,7 @@ static int eng_copy_j(Engine *e, int n, const int *address, const int *index,
                       const double *rec)
 {
     struct dplan *p = &e->jside;
-    const size_t len = 4 * (size_t)e->raw_n;
+    const size_t len = 4 * (size_t)p->raw_n;
     dcl_int rc;
     if (e->staged && eng_wait(e) < 0)  /* an earlier scatter may still read the arrays */
         return -1;
@@ -592,10 +594,11 @@ static struct dplan *eng_install(Engine *e, const int64_t *w, int nj, int ni, in
         e->off = 1;
         return NULL;
     }
-    if (e->have_j && (p.gen != e->gen || p.lgen != e->lgen || p.mirror_raw != e->mirror_raw
-                      || p.dev_raw != e->dev_raw || p.mirror_ids != e->mirror_ids
-                      || p.dev_ids != e->dev_ids || p.n_stored != e->n_stored
-                      || p.pred_terms != e->pred_terms || p.raw_n != e->raw_n))
+    const struct dplan *j = &e->jside;
+    if (e->have_j && (p.gen != j->gen || p.lgen != j->lgen || p.mirror_raw != j->mirror_raw
+                      || p.dev_raw != j->dev_raw || p.mirror_ids != j->mirror_ids
+                      || p.dev_ids != j->dev_ids || p.n_stored != j->n_stored
+                      || p.pred_terms != j->pred_terms || p.raw_n != j->raw_n))
         eng_clear_plans(e);
     if (eng_room(e, lists, hi + 1) < 0) {
         hi = lo = ni;
@@ -603,23 +606,7 @@ static struct dplan *eng_install(Engine *e, const int64_t *w, int nj, int ni, in
             return NULL;
     }
     e->have_j = 1;
-    e->gen = p.gen;
-    e->lgen = p.lgen;
-    e->gen_at = p.gen_at;
-    e->lgen_at = p.lgen_at;
-    e->mirror_raw = p.mirror_raw;
-    e->dev_raw = p.dev_raw;
-    e->mirror_ids = p.mirror_ids;
-    e->dev_ids = p.dev_ids;
-    e->memory = p.memory;
     e->jside = p;
-    e->finish = p.finish;
-    e->raw_n = p.raw_n;
-    e->pred_terms = p.pred_terms;
-    e->n_stored = p.n_stored;
-    e->ds = p.ds;
-    e->order = p.order;
-    e->nco = p.nco;
     for (int k = lo; k <= hi; k++) {
         e->plans[lists][k] = p;
         e->plans[lists][k].ni = k;
@@ -688,34 +675,24 @@ static int eng_put_j(void *engine, int n, const int *address, const int *index,
                      const double *rec)
 {
     Engine *e = engine;
+    const struct dplan *j = &e->jside;
     if (e->off || !e->have_j || n < 1)
         return 0;
     if (!eng_fresh(e)) {
         eng_clear_plans(e);
         return 0;
     }
-    if (!records_ok(n, address, rec, e->n_stored, e->raw_n, e->pred_terms, e->ds)
-        || (e->memory && n > e->jside.scatter_max))
+    if (!records_ok(n, address, rec, j->n_stored, j->raw_n, j->pred_terms, j->ds)
+        || (j->memory && n > j->scatter_max))
         return 0;
     if (e->inflight != NULL && eng_wait(e) < 0)  /* the force call reads the records */
         return -1;
-    records_write(n, address, index, rec, e->mirror_raw, e->mirror_ids,
-                  e->memory ? NULL : e->dev_raw, e->memory ? NULL : e->dev_ids, e->raw_n);
+    records_write(n, address, index, rec, j->mirror_raw, j->mirror_ids,
+                  j->memory ? NULL : j->dev_raw, j->memory ? NULL : j->dev_ids, j->raw_n);
     e->pred_valid = 0;
-    if (e->memory && eng_copy_j(e, n, address, index, rec) < 0)
+    if (j->memory && eng_copy_j(e, n, address, index, rec) < 0)
         return -1;
     return 1;
-}
-
-static int eng_launch(Engine *e, struct dplan *p, struct dlaunch *l, uint64_t call_value,
-                      int ni, void **event, const char *what)
-{
-    dcl_int rc = plan_launch(p, l, call_value, ni, event);
-    e->ran = 1;
-    if (rc != 0)
-        return eng_fail(e, what, rc, 0);
-    e->launches++;
-    return 0;
 }
 
 /* start; index holds int64 ids when wide, else int */
@@ -911,7 +888,7 @@ static void eng_inputs(void *engine, int ni, int *index, double *x, double *v, d
 
 static int eng_order(void *engine)
 {
-    return ((Engine *)engine)->order;
+    return ((Engine *)engine)->jside.order;
 }
 
 static const char *eng_error(void *engine)
@@ -1225,7 +1202,7 @@ static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t na
     vv = b->buf;
     for (int q = 0; q < 6; q++) {
         /* a record the library does not have (pop, d5 below order 8): its error */
-        if (args[6 + q] != Py_None && q + 2 >= self->raw_n)
+        if (args[6 + q] != Py_None && q + 2 >= self->jside.raw_n)
             goto done;
         if (!finite_rows(args[6 + q], n, &s, &dv[q]))
             goto done;

@@ -4,9 +4,9 @@
 ``set_time``, ``compute``) in Python in 50-100 us on a CPU, around 5-25 us of kernels. The
 engine (``sapporo.core._engine``, compiled from ``_engine.c`` when the package is installed)
 runs the same steps in C on plans the library made (the launches of
-:mod:`sapporo.core.device`; ``sapporo/engine.h``), with the library's checks and the same
-bits. What it does not take as it is goes the library's own way, with the usual results and
-errors. ``SAPPORO_NATIVE=0`` sends every step the Python way.
+:mod:`sapporo.core.device`), for the Python API and the C API alike, with the library's
+checks and the same bits. What it does not take as it is goes the library's own way, with
+the usual results and errors. ``SAPPORO_NATIVE=0`` sends every step the Python way.
 
 A plan is a table of int64 words whose layout is written once, in ``sapporo/plan.h``:
 :func:`plan_enums` reads it from there and :func:`plan_words` fills it.

@@ -509,9 +509,9 @@ class Library:
     def _direct_plan(self, nj: int, ni: int, lists: bool = False) -> int | dict[str, Any]:
         """A force call of ``ni`` i-particles on j-addresses [0, nj), with neighbour lists or
         not, as the native engine runs it (``sapporo/core/_engine.c``, for the Python API
-        and the C API), or why not: 0 (not for this shape) or -1 (not for this library:
-        several devices, profiling, a device that does not compute on host memory, a
-        backend without native launches).
+        and the C API), or why not: 0 (not for this shape: the parts are combined by a
+        kernel, or more i- or j-particles than planned for) or -1 (not for this library:
+        several devices, profiling, a backend without native launches or buffer handles).
 
         The library is brought up to date with the device first (records uploaded,
         predicted, the queues finished), so that C starts from a consistent state. The
@@ -643,9 +643,15 @@ class Library:
         self._predicted = None if eng.ran else eng.predicted
         self._engine = None
         eng.disable()
+        self._take_back_args(eng)
+
+    def _take_back_args(self, eng: Any) -> None:
+        """After the engine launched: the launches it set arguments of set them again the
+        next time Python launches them."""
         if eng.ran:
             for launch in self._native_launches:
                 launch.forget_args()
+            eng.ran = False
 
     def _engine_planner(self, nj: int, ni: int, lists: int) -> Any:
         """The engine's planner: the words of the plan for ``ni`` i-particles on
@@ -667,10 +673,7 @@ class Library:
         except RuntimeError as exc:
             self._drop_engine()
             raise BackendError(f"{self._devs[0].info.name}: {exc}") from None
-        if eng.ran:
-            for launch in self._native_launches:
-                launch.forget_args()
-            eng.ran = False
+        self._take_back_args(eng)
 
     def _engine_compute(self, x: Any, v: Any, index: Any, eps2: Any, a: Any,
                         jerk: Any) -> ForceResult | None:
