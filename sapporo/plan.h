@@ -3,8 +3,10 @@
  * as the library's Python side prepared it (sapporo.core.engine.plan_words writes them, reading
  * the enums below from this text; sapporo/engine.h reads them into struct dplan).
  *
- * DP_* words, then three launches of DL_* words each: the prediction, the force, and (device
- * memory only; zeros otherwise) the scatter of j-records.  A plan
+ * DP_* words, then four launches of DL_* words each: the prediction, the force, (device
+ * memory only; zeros otherwise) the scatter of j-records, and (where a kernel combines the
+ * force's j-parts; zeros otherwise) the reduce, whose argument ni is at DL_NI_ARG.
+ * DP_NPARTS is the number of parts the engine combines on the host (1 after a reduce).  A plan
  * serves every ni from DP_NI_LO to DP_NI_HI (the same launch but for its argument ni); with
  * neighbour lists, DP_NB_* locate the counts and lists the kernel writes.  DP_GEN and
  * DP_LGEN are the generations of the device's and the library's memory when the plan was
@@ -36,6 +38,6 @@ enum {
 };
 enum { DL_QUEUE, DL_KERNEL, DL_CALL_ARG, DL_NI_ARG, DL_DIMS, DL_G0, DL_G1, DL_L0, DL_L1,
        DL_NARGS, DL_ARGS };
-enum { DP_MAX_ARGS = 32, DP_LAUNCH_WORDS = 74, DP_WORDS = 273 };
+enum { DP_MAX_ARGS = 32, DP_LAUNCH_WORDS = 74, DP_WORDS = 347 };
 
 #endif

@@ -34,7 +34,7 @@
 #include "plan.h"
 
 #define ENG_NI_MAX 8192   /* i-particles per call (sapporo.core.launch.NI_CHUNK) */
-#define ENG_NJ_PUT 256    /* j-particles per put_j from Python */
+#define ENG_NJ_KEEP 256   /* put_j's buffers from Python are kept up to this many records */
 /* the smallest normal float: double-single loses smaller non-zero masses (library.FLT_MIN) */
 #define ENGINE_FLT_MIN 1.1754943508222875e-38
 
@@ -56,12 +56,13 @@ typedef dcl_int (*dcl_copy_fn)(void *queue, void *mem, uint32_t blocking, size_t
                                void **event);
 #define DCL_EVENT_COMMAND_EXECUTION_STATUS 0x11D3
 
-/* The plan table: DP_* words and, for each of the two launches (prediction, force), DL_*:
+/* The plan table: DP_* words and, for each of the four launches (prediction, force, scatter,
+ * reduce), DL_*:
  * queue, kernel, the argument set per call and its position, dims, global[2], local[2],
  * nargs, then nargs pairs (size, value bits). The enums are in plan.h, which Python reads
  * too. */
 _Static_assert(DP_LAUNCH_WORDS == DL_ARGS + 2 * DP_MAX_ARGS, "plan.h: DP_LAUNCH_WORDS");
-_Static_assert(DP_WORDS == DP_LAUNCHES + 3 * DP_LAUNCH_WORDS, "plan.h: DP_WORDS");
+_Static_assert(DP_WORDS == DP_LAUNCHES + 4 * DP_LAUNCH_WORDS, "plan.h: DP_WORDS");
 
 struct dlaunch {
     void *queue, *kernel;
@@ -101,7 +102,9 @@ struct dplan {
     int32_t *scatter_addr, *scatter_ids;
     double *scatter_raw;
     void *scatter_addr_buf, *scatter_raw_buf, *scatter_ids_buf;
-    struct dlaunch predict, force, scatter;
+    /* the launches: the prediction, the force, the scatter (device memory) and the reduce
+     * (where a kernel combines the force's j-parts; kernel NULL otherwise) */
+    struct dlaunch predict, force, scatter, reduce;
 };
 
 static double bits_to_double(int64_t w)
@@ -186,12 +189,13 @@ static int plan_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int li
     p->gen_at = (const int64_t *)(intptr_t)w[DP_GEN_AT];
     p->lgen = w[DP_LGEN];
     p->lgen_at = (const int64_t *)(intptr_t)w[DP_LGEN_AT];
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         if (w[DL_NARGS + DP_LAUNCHES + k * DP_LAUNCH_WORDS] > DP_MAX_ARGS)
             return -1;
     unpack_launch(&p->predict, w + DP_LAUNCHES);
     unpack_launch(&p->force, w + DP_LAUNCHES + DP_LAUNCH_WORDS);
     unpack_launch(&p->scatter, w + DP_LAUNCHES + 2 * DP_LAUNCH_WORDS);
+    unpack_launch(&p->reduce, w + DP_LAUNCHES + 3 * DP_LAUNCH_WORDS);
     if (p->predict.nargs < 0 || p->force.nargs < 0 || p->nparts < 1
         || p->ni_pad < ni || p->nco > NCO_ORDER8 || p->nci > NCI_ORDER8
         || p->raw_n < 2 || p->raw_n > JB_RECORDS
@@ -206,7 +210,8 @@ static int plan_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int li
                           || p->scatter_raw == NULL || p->scatter_ids == NULL
                           || p->scatter_addr_buf == NULL || p->scatter_raw_buf == NULL
                           || p->scatter_ids_buf == NULL))
-        || (lists && (p->nb_counts == NULL || p->nb_lists == NULL || p->nb_cap < 1)))
+        || (lists && (p->nb_counts == NULL || p->nb_lists == NULL || p->nb_cap < 1))
+        || (p->reduce.kernel != NULL && (p->reduce.ni_arg < 0 || p->nparts != 1)))
         return -1;
     return 0;
 }
@@ -451,7 +456,8 @@ typedef struct {
     Py_buffer out;
     int have_out;
     double *rec;
-    int address[ENG_NJ_PUT], index[ENG_NJ_PUT];
+    int *address, *index;
+    size_t put_cap;          /* records rec, address and index hold */
 } Engine;
 
 static int eng_fail(Engine *e, const char *what, dcl_int rc, dcl_int status)
@@ -538,11 +544,12 @@ static int eng_launch(Engine *e, struct dplan *p, struct dlaunch *l, uint64_t ca
     return 0;
 }
 
-/* Device memory: n j-records (already in the mirror) into the device's buffers: staged in
- * the plan's host arrays, copied to the device and placed by one scatter launch (one or two
- * records: copied in place), all queued on the j-records' queue. 0, or -1 (error set). */
-static int eng_copy_j(Engine *e, int n, const int *address, const int *index,
-                      const double *rec)
+/* Device memory: n j-records (already in the mirror, n <= scatter_max) into the device's
+ * buffers: staged in the plan's host arrays, copied to the device and placed by one scatter
+ * launch (one or two records: copied in place), all queued on the j-records' queue. 0, or
+ * -1 (error set). */
+static int eng_copy_j_batch(Engine *e, int n, const int *address, const int *index,
+                            const double *rec)
 {
     struct dplan *p = &e->jside;
     const size_t len = 4 * (size_t)p->raw_n;
@@ -581,6 +588,19 @@ static int eng_copy_j(Engine *e, int n, const int *address, const int *index,
     if (rc != 0)
         return eng_fail(e, "queueing the j-records' copy", rc, 0);
     return eng_launch(e, p, &p->scatter, 0, n, NULL, "queueing the scatter of j-records");
+}
+
+/* Device memory: any number of j-records into the device's buffers, scatter_max at a time
+ * (in order, so that a repeated address keeps its last record). 0, or -1 (error set). */
+static int eng_copy_j(Engine *e, int n, const int *address, const int *index,
+                      const double *rec)
+{
+    const int m = e->jside.scatter_max;
+    for (int k = 0; k < n; k += m)
+        if (eng_copy_j_batch(e, n - k < m ? n - k : m, address + k, index + k,
+                             rec + (size_t)JB_DOUBLES * (size_t)k) < 0)
+            return -1;
+    return 0;
 }
 
 /* Install a plan's words for ni i-particles (and the block sizes it serves), made by the
@@ -682,8 +702,7 @@ static int eng_put_j(void *engine, int n, const int *address, const int *index,
         eng_clear_plans(e);
         return 0;
     }
-    if (!records_ok(n, address, rec, j->n_stored, j->raw_n, j->pred_terms, j->ds)
-        || (j->memory && n > j->scatter_max))
+    if (!records_ok(n, address, rec, j->n_stored, j->raw_n, j->pred_terms, j->ds))
         return 0;
     if (e->inflight != NULL && eng_wait(e) < 0)  /* the force call reads the records */
         return -1;
@@ -745,7 +764,11 @@ static int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
             return eng_fail(e, "queueing the i-particles' copy", rc, 0);
     }
     memcpy(&bits, &eps2, sizeof bits);
-    if (eng_launch(e, p, &p->force, bits, ni, &ev, "queueing the force kernel") < 0)
+    if (eng_launch(e, p, &p->force, bits, ni, p->reduce.kernel != NULL ? NULL : &ev,
+                   "queueing the force kernel") < 0)
+        return -1;
+    if (p->reduce.kernel != NULL  /* the parts combined by the kernel, on the same queue */
+        && eng_launch(e, p, &p->reduce, 0, ni, &ev, "queueing the reduce kernel") < 0)
         return -1;
     if (p->memory) {  /* the results back, read once the queue has finished */
         dcl_int rc = p->read(p->force.queue, p->out_buf, 0, 0, p->out_bytes, p->out, 0, NULL,
@@ -1033,29 +1056,70 @@ static int numbers(PyObject *obj, Py_ssize_t n, struct views *s, double *all,
     return 1;
 }
 
-/* obj as n integers in [0, hi] into out (n: as given when n < 0, at most ENG_NJ_PUT): a
- * Python int for one, or a 1-D int32/int64 array (its buffer held in s). The count, or 0
- * when obj is not such a value. */
-static Py_ssize_t int_values(PyObject *obj, Py_ssize_t n, long long hi, int *out,
+/* Room for n records in put_j's buffers (rec, address, index): 0, or -1 with MemoryError. */
+static int put_room(Engine *e, Py_ssize_t n)
+{
+    double *rec;
+    int *address, *index;
+    if ((size_t)n <= e->put_cap)
+        return 0;
+    rec = PyMem_RawRealloc(e->rec, sizeof(double) * JB_DOUBLES * (size_t)n);
+    if (rec != NULL)
+        e->rec = rec;
+    address = rec == NULL ? NULL : PyMem_RawRealloc(e->address, sizeof(int) * (size_t)n);
+    if (address != NULL)
+        e->address = address;
+    index = address == NULL ? NULL : PyMem_RawRealloc(e->index, sizeof(int) * (size_t)n);
+    if (index == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    e->index = index;
+    e->put_cap = (size_t)n;
+    return 0;
+}
+
+/* put_j's buffers back to nothing after a batch larger than ENG_NJ_KEEP (an initial upload
+ * of every particle needs them once). */
+static void put_shrink(Engine *e)
+{
+    if (e->put_cap <= ENG_NJ_KEEP)
+        return;
+    PyMem_RawFree(e->rec);
+    PyMem_RawFree(e->address);
+    PyMem_RawFree(e->index);
+    e->rec = NULL;
+    e->address = e->index = NULL;
+    e->put_cap = 0;
+}
+
+/* obj as n integers in [0, hi] (n: as given when n < 0) into the engine's buffer *out, made
+ * room for: a Python int for one, or a 1-D int32/int64 array (its buffer held in s). The
+ * count; 0 when obj is not such a value; -1 with MemoryError. */
+static Py_ssize_t int_values(PyObject *obj, Py_ssize_t n, long long hi, Engine *e, int **out,
                              struct views *s)
 {
     long long one;
     int wide;
     const Py_buffer *b;
     if ((n < 0 || n == 1) && small_int(obj, 0, hi, &one)) {
-        out[0] = (int)one;
+        if (put_room(e, 1) < 0)
+            return -1;
+        (*out)[0] = (int)one;
         return 1;
     }
     if ((b = int_view(obj, n, s, &wide)) == NULL)
         return 0;
     n = b->shape[0];
-    if (n < 1 || n > ENG_NJ_PUT)
+    if (n < 1 || n > INT_MAX / JB_DOUBLES)
         return 0;
+    if (put_room(e, n) < 0)
+        return -1;
     for (Py_ssize_t k = 0; k < n; k++) {
         long long a = wide ? ((const int64_t *)b->buf)[k] : ((const int32_t *)b->buf)[k];
         if (a < 0 || a > hi)
             return 0;
-        out[k] = (int)a;
+        (*out)[k] = (int)a;
     }
     return n;
 }
@@ -1098,11 +1162,8 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "planner: a callable planner(nj, ni, lists)");
         return -1;
     }
-    if (self->rec == NULL
-        && (self->rec = PyMem_RawCalloc(ENG_NJ_PUT * JB_DOUBLES, sizeof(double))) == NULL) {
-        PyErr_NoMemory();
+    if (put_room(self, ENG_NJ_KEEP) < 0)
         return -1;
-    }
     if (self->have_out) {
         PyBuffer_Release(&self->out);
         self->have_out = 0;
@@ -1138,6 +1199,8 @@ static void Engine_dealloc(Engine *self)
     PyMem_RawFree(self->nb_counts);
     PyMem_RawFree(self->nb_ids);
     PyMem_RawFree(self->rec);
+    PyMem_RawFree(self->address);
+    PyMem_RawFree(self->index);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1172,8 +1235,8 @@ static PyObject *Engine_disable(Engine *self, PyObject *unused)
 static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t nargs)
 {
     struct views s = {.n = 0};
-    double *rec = self->rec;
-    int *address = self->address, *index = self->index;
+    double *rec;
+    int *address, *index;
     const double *tv, *mv, *xv, *vv, *dv[6];
     const Py_buffer *b;
     double t0 = 0.0, m0 = 0.0;
@@ -1188,9 +1251,14 @@ static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t na
     if (!self->have_j || self->off)
         Py_RETURN_FALSE;
     /* address: an int, or n of them; index: the same number of ids */
-    if ((n = int_values(args[0], -1, (long long)LIMIT_MAX_ADDRESS, address, &s)) < 1
-        || int_values(args[1], n, (long long)LIMIT_MAX_ID, index, &s) != n)
+    if ((n = int_values(args[0], -1, (long long)LIMIT_MAX_ADDRESS, self, &self->address, &s))
+        < 1 || int_values(args[1], n, (long long)LIMIT_MAX_ID, self, &self->index, &s) != n) {
+        ok = PyErr_Occurred() ? -2 : 0;
         goto done;
+    }
+    rec = self->rec;
+    address = self->address;
+    index = self->index;
     /* t and mass: a number for all, or n of them */
     if (!numbers(args[2], n, &s, &t0, &tv) || !numbers(args[3], n, &s, &m0, &mv))
         goto done;
@@ -1226,6 +1294,9 @@ static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t na
     ok = eng_put_j(self, (int)n, address, index, rec);
 done:
     views_release(&s);
+    put_shrink(self);
+    if (ok == -2)
+        return NULL;
     if (ok < 0)
         return raise_error(self);
     return PyBool_FromLong(ok);
@@ -1388,7 +1459,7 @@ PyMODINIT_FUNC PyInit__engine(void)
     if (api == NULL || PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0
         || PyModule_AddObject(m, "C_API", api) < 0
         || PyModule_AddIntConstant(m, "NI_MAX", ENG_NI_MAX) < 0
-        || PyModule_AddIntConstant(m, "NJ_PUT_MAX", ENG_NJ_PUT) < 0
+
         || PyModule_AddIntConstant(m, "NCO_MAX", NCO_ORDER8) < 0) {
         Py_XDECREF(api);
         Py_DECREF(&EngineType);

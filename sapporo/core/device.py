@@ -37,10 +37,12 @@ J_BYTES = RAW_N * 32 + 8  # bytes per j-address (orders 2 to 6): raw records, id
 #: left to itself PoCL picks groups that make the prediction twice as slow
 LINEAR_LOCAL = 64
 #: partial results up to this many doubles are combined on the host, not by the reduce
-#: kernel: on CPUs, where the host combination saves a launch (tens of us on PoCL) ...
+#: kernel, on devices that compute on host memory (CPUs), where the host combination saves a
+#: launch (tens of us on PoCL) ...
 HOST_REDUCE_MAX = 1 << 16
-#: ... and on GPUs, where a launch costs a few us and the download of every part with the
-#: merge in numpy costs more (512 parts of 8 i-particles: 393 kB over PCIe, ~30 us of numpy)
+#: ... and on devices with memory of their own (GPUs, or a CPU with
+#: SAPPORO_NATIVE_MEMORY=device), where a launch costs a few us and the download of every
+#: part costs more (512 parts of 8 i-particles: 393 kB over PCIe)
 GPU_HOST_REDUCE_MAX = 0
 J_SLACK = 16  # j-records past the capacity, read (masked) by the j-vector kernels
 #: j-records the native engine places with one scatter launch on device memory (larger
@@ -357,7 +359,7 @@ class Device:
             nparts, jchunk = split_j(cfg, self.info, ni_pad, nj_local)
         kernel, reduce_k = self.kernels(cfg, ngb, small)
         # few results: the host combines the parts (one kernel launch less)
-        limit = HOST_REDUCE_MAX if self.info.device_type == "cpu" else GPU_HOST_REDUCE_MAX
+        limit = HOST_REDUCE_MAX if self.h_raw is not None else GPU_HOST_REDUCE_MAX
         host_reduce = nparts == 1 or nparts * nco * ni_pad <= limit  # one part: nothing to do
         out_shape = (nparts if host_reduce else 1, nco, ni_pad)
         h_out = self._host(f"out{slot}", math.prod(out_shape) * 8)

@@ -92,9 +92,12 @@ def plan_words(plan: dict[str, Any] | int) -> np.ndarray:
         w[e["DP_" + key.upper()]] = plan[key]
     for key, value in plan["entry"].items():
         w[e["DP_FN_" + key.upper()]] = value
-    # the prediction, the force and, on device memory, the scatter (its slot stays zero)
+    # the prediction, the force, the scatter (device memory) and the reduce (parts combined
+    # by a kernel); a launch that is None leaves its slot zero
     for k, (launch, call_arg, ni_arg) in enumerate(zip(
             plan["launches"], plan["call_args"], plan["ni_args"], strict=False)):
+        if launch is None:
+            continue
         if len(launch.args) > e["DP_MAX_ARGS"] or len(launch.global_size) > 2:
             w[:] = 0
             w[e["DP_STATUS"]] = -1

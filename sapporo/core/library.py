@@ -18,6 +18,7 @@ results are :class:`~sapporo.core.results.ForceResult`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import math
@@ -41,6 +42,7 @@ from sapporo.core.layout import (
     OC_NNID,
     OC_NNR2,
     OC_POT,
+    REDUCE_ROWS,
     SNAP_ROWS,
 )
 from sapporo.core.results import DEFAULT_NB_CAPACITY, ForceResult, PendingForce
@@ -509,9 +511,9 @@ class Library:
     def _direct_plan(self, nj: int, ni: int, lists: bool = False) -> int | dict[str, Any]:
         """A force call of ``ni`` i-particles on j-addresses [0, nj), with neighbour lists or
         not, as the native engine runs it (``sapporo/core/_engine.c``, for the Python API
-        and the C API), or why not: 0 (not for this shape: the parts are combined by a
-        kernel, or more i- or j-particles than planned for) or -1 (not for this library:
-        several devices, profiling, a backend without native launches or buffer handles).
+        and the C API), or why not: 0 (not for this shape: more i- or j-particles than
+        planned for) or -1 (not for this library: several devices, profiling, a backend
+        without native launches or buffer handles).
 
         The library is brought up to date with the device first (records uploaded,
         predicted, the queues finished), so that C starts from a consistent state. The
@@ -542,10 +544,9 @@ class Library:
             terms = self._pred_terms
             predict = dev.predict_launch(self._n_stored, terms, small[0])
             dev.finish()
-            if plan.reduce is not None:
-                return 0  # the parts are combined by a kernel
-            launches = (predict.native(), plan.force.native())
-            if launches[0] is None or launches[1] is None:
+            reduce = None if plan.reduce is None else plan.reduce.native()
+            launches = [predict.native(), plan.force.native(), None, reduce]
+            if None in launches[:2] or (plan.reduce is not None and reduce is None):
                 return -1
             if dev.h_raw is not None:  # the device computes on these host arrays
                 memory = {"memory": 0, "dev_raw": dev.h_raw.ctypes.data,
@@ -574,9 +575,9 @@ class Library:
                           "scatter_ids": s_ids.array.ctypes.data,
                           "scatter_addr_buf": handles[5], "scatter_raw_buf": handles[6],
                           "scatter_ids_buf": handles[7]}
-                launches = (*launches, handles[8])
-            for launch in (predict, plan.force):
-                if all(launch is not x for x in self._native_launches):
+                launches[2] = handles[8]
+            for launch in (predict, plan.force, plan.reduce):
+                if launch is not None and all(launch is not x for x in self._native_launches):
                     self._native_launches.append(launch)
             rows = 0
             for r in self._rows:
@@ -592,9 +593,14 @@ class Library:
             while (hi < min(plan.ni_pad, NI_CHUNK) and dev.table.for_ni(hi + 1) == cfg
                    and dev.small_launch(hi + 1, nj) == dev.small_launch(ni, nj)):
                 hi += 1
+            if reduce is not None:  # rows for the largest block served (rows past ni idle)
+                rows_hi = -(-hi // REDUCE_ROWS) * REDUCE_ROWS
+                launches[3] = dataclasses.replace(
+                    reduce, global_size=(reduce.global_size[0], rows_hi))
             return {
                 "order": self.order, "nci": layout.nci(self.order),
-                "nco": layout.nco(self.order), "ni_pad": plan.ni_pad, "nparts": plan.nparts,
+                "nco": layout.nco(self.order), "ni_pad": plan.ni_pad,
+                "nparts": plan.out.shape[0],  # the parts left to combine on the host
                 "raw_n": dev.raw_n, "pred_terms": terms, "n_stored": self._n_stored,
                 "ds": int(self.precision == "double-single"), "check_rows": rows,
                 "spin_ns": int(getattr(dev.ctx, "spin_seconds", 0.0) * 1e9),
@@ -609,8 +615,8 @@ class Library:
                 "nb_lists": 0 if plan.lists is None else plan.lists.ctypes.data,
                 "nb_cap": self.nb_capacity if lists else 0,
                 "launches": launches,
-                "call_args": (dev.t_arg, dev.eps2_arg, -1),
-                "ni_args": (-1, dev.ni_arg, 0),  # the scatter's n is its argument 0
+                "call_args": (dev.t_arg, dev.eps2_arg, -1, -1),
+                "ni_args": (-1, dev.ni_arg, 0, 0),  # the scatter's n, the reduce's ni: argument 0
             }
 
     def _engine_start(self) -> None:

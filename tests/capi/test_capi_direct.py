@@ -133,7 +133,7 @@ def test_engine_and_plans_from_python(monkeypatch) -> None:
         else:  # device memory: it queues copies into the device's buffers
             assert plan["memory"] == 1 and plan["dev_raw"] == dev.j["raw"].native()
             assert plan["out_buf"] and plan["idata_buf"] and plan["queue"]
-            assert len(plan["launches"]) == 3 and plan["scatter_max"] > 0  # the scatter
+            assert plan["launches"][2] is not None and plan["scatter_max"] > 0  # scatter
         predict, force = plan["launches"][:2]
         assert len(force.args) == len(lib._devs[0]._plan(0, 5, n, False).force.args)
         assert plan["call_args"][:2] == (lib._devs[0].t_arg, lib._devs[0].eps2_arg)

@@ -117,6 +117,62 @@ def test_block_steps_have_the_bits_of_the_python_way(cl_backend, order, precisio
         slow.close()
 
 
+@pytest.mark.parametrize("precision", ["double-single", "double"])
+@pytest.mark.parametrize("order", [2, 4, 6, 8])
+def test_parts_combined_by_the_reduce_kernel_and_large_batches(cl_backend, monkeypatch,
+                                                               order, precision):
+    """As on a GPU: the j-range in several parts combined by the reduce kernel, which the
+    engine queues after the force; batches of j-particles of any size stored by the
+    engine. The bits of the Python way, and the float64 reference within tolerance."""
+    import sapporo.core.device
+
+    monkeypatch.setattr(sapporo.core.device, "HOST_REDUCE_MAX", 0)
+    monkeypatch.setattr(sapporo.core.device, "GPU_HOST_REDUCE_MAX", 0)
+    n = 3000
+    x, v, m, ids, a, jerk = _system(n, seed=11)
+    fast, slow = _pair(order, precision, cl_backend)
+    rng = np.random.default_rng(5)
+    tj = np.zeros(n)
+    try:
+        for lib in (fast, slow):
+            lib._devs[0].ctx.small_pairs = 0  # no companion device: every launch in parts
+            lib.set_j_particles(np.arange(n), ids, 0.0, m, x, v, a=a, jerk=jerk)
+        stored_in_c = []
+        for k, ni in enumerate([1, 7, 600, 1, 33]):
+            sel = np.sort(rng.choice(n, ni, replace=False))
+            t = 1e-3 * (k + 1)
+            tj[sel] = t - 1e-3
+            extra = {"jerk": jerk[sel]} if order >= 8 else {}
+            results = []
+            for lib in (fast, slow):
+                lib.set_j_particles(sel, ids[sel], t - 1e-3, m[sel], x[sel], v[sel],
+                                    a=a[sel], jerk=jerk[sel])
+                if lib is fast:
+                    stored_in_c.append(not fast._dirty)  # not left for Python
+                lib.set_time(t)
+                results.append(lib.compute(x[sel], v[sel], ids[sel], EPS2,
+                                           a=a[sel] if order >= 6 else None, **extra))
+            assert _engine_used(fast), f"block of {ni} not run by the engine"
+            _same(*results)
+        # all but the first (the engine makes its plans at the first force call)
+        assert stored_in_c == [False, True, True, True, True]
+        plan = fast._direct_plan(n, 7)
+        assert isinstance(plan, dict) and plan["launches"][3] is not None  # the reduce
+        assert plan["nparts"] == 1  # nothing left to combine on the host
+        assert slow._devs[0]._plan(0, 7, n, False).nparts > 1
+        xp, vp, ap = ref.predict(t, tj, x, v, a, jerk)
+        want = ref.forces(x[sel], v[sel], ids[sel], xp, vp, m, ids, EPS2, order=order,
+                          ai=a[sel] if order >= 6 else None, aj=ap if order >= 6 else None,
+                          ji=jerk[sel] if order >= 8 else None,
+                          jj=jerk if order >= 8 else None)
+        tol = 1e-4 if precision == "double-single" else 1e-10
+        for got, exp in ((results[0].acc, want.acc), (results[0].pot, want.pot)):
+            assert np.abs(got - exp).max() <= tol * np.abs(exp).max()
+    finally:
+        fast.close()
+        slow.close()
+
+
 def test_inputs_it_does_not_take_get_the_python_way(cl_backend):
     """Scalars, lists, int32 ids, float32 arrays, transposed views: the same results."""
     n = 300
