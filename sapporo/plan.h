@@ -20,8 +20,15 @@
  * and the engine queues their copies with DP_FN_WRITE and DP_FN_READ on the force
  * launch's queue; j-records go, up to DP_SCATTER_MAX at a time, through the host arrays
  * DP_SCATTER_ADDR, _RAW and _IDS, copied to their device buffers DP_SCATTER_*_BUF on
- * DP_QUEUE and placed by the scatter launch (its argument n at DL_NI_ARG).  Plain C enums only: Python
- * parses them.
+ * DP_QUEUE and placed by the scatter launch (its argument n at DL_NI_ARG).
+ *
+ * The runtime: OpenCL through DP_FN_SET_ARG .. DP_FN_READ (clSetKernelArg,
+ * clEnqueueNDRangeKernel, clFlush, clFinish, clGetEventInfo, clReleaseEvent,
+ * clEnqueueWriteBuffer, clEnqueueReadBuffer), or CUDA's driver API when DP_FN_CU_LAUNCH is
+ * set: DP_FN_CU_* are cuLaunchKernel, cuMemcpyHtoDAsync_v2, cuMemcpyDtoHAsync_v2,
+ * cuStreamSynchronize, cuStreamQuery, cuCtxPushCurrent_v2 and cuCtxPopCurrent_v2, DP_CONTEXT
+ * the CUcontext made current around every call, queues are streams, kernels CUfunctions and
+ * buffers CUdeviceptrs (always device memory).  Plain C enums only: Python parses them.
  */
 #ifndef SAPPORO_PLAN_H
 #define SAPPORO_PLAN_H
@@ -34,10 +41,12 @@ enum {
     DP_GEN, DP_GEN_AT, DP_LGEN, DP_LGEN_AT, DP_NI_LO, DP_NI_HI, DP_NB_COUNTS, DP_NB_LISTS,
     DP_NB_CAP, DP_MEMORY, DP_QUEUE, DP_IDATA_BUF, DP_OUT_BUF, DP_OUT_BYTES, DP_NB_COUNTS_BUF,
     DP_NB_LISTS_BUF, DP_SCATTER_MAX, DP_SCATTER_ADDR, DP_SCATTER_RAW, DP_SCATTER_IDS,
-    DP_SCATTER_ADDR_BUF, DP_SCATTER_RAW_BUF, DP_SCATTER_IDS_BUF, DP_LAUNCHES
+    DP_SCATTER_ADDR_BUF, DP_SCATTER_RAW_BUF, DP_SCATTER_IDS_BUF, DP_CONTEXT, DP_FN_CU_LAUNCH,
+    DP_FN_CU_HTOD, DP_FN_CU_DTOH, DP_FN_CU_SYNC, DP_FN_CU_QUERY, DP_FN_CU_PUSH, DP_FN_CU_POP,
+    DP_LAUNCHES
 };
 enum { DL_QUEUE, DL_KERNEL, DL_CALL_ARG, DL_NI_ARG, DL_DIMS, DL_G0, DL_G1, DL_L0, DL_L1,
        DL_NARGS, DL_ARGS };
-enum { DP_MAX_ARGS = 32, DP_LAUNCH_WORDS = 74, DP_WORDS = 347 };
+enum { DP_MAX_ARGS = 32, DP_LAUNCH_WORDS = 74, DP_WORDS = 355 };
 
 #endif

@@ -257,6 +257,11 @@ class Context(ABC):
         """The runtime's handle of the main queue (see :meth:`native_entry_points`)."""
         return None
 
+    def native_context(self) -> int | None:
+        """The runtime's handle of the context a C caller makes current around its calls,
+        where the runtime has such a thing (CUDA), else None."""
+        return None
+
     @abstractmethod
     def close(self) -> None:
         """Release the device (idempotent)."""

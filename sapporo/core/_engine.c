@@ -56,6 +56,18 @@ typedef dcl_int (*dcl_copy_fn)(void *queue, void *mem, uint32_t blocking, size_t
                                void **event);
 #define DCL_EVENT_COMMAND_EXECUTION_STATUS 0x11D3
 
+/* The CUDA driver API's entry points (no CUDA headers needed: CUresult is an int, handles
+ * are pointers, device memory a 64-bit CUdeviceptr). */
+typedef int (*dcu_launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                             unsigned by, unsigned bz, unsigned shared, void *stream,
+                             void **params, void **extra);
+typedef int (*dcu_htod_fn)(uint64_t dst, const void *src, size_t size, void *stream);
+typedef int (*dcu_dtoh_fn)(void *dst, uint64_t src, size_t size, void *stream);
+typedef int (*dcu_stream_fn)(void *stream);
+typedef int (*dcu_push_fn)(void *context);
+typedef int (*dcu_pop_fn)(void **context);
+#define DCU_ERROR_NOT_READY 600
+
 /* The plan table: DP_* words and, for each of the four launches (prediction, force, scatter,
  * reduce), DL_*:
  * queue, kernel, the argument set per call and its position, dims, global[2], local[2],
@@ -91,6 +103,14 @@ struct dplan {
     dcl_event_info_fn event_info;
     dcl_event_fn release;
     dcl_copy_fn write, read;
+    /* CUDA's driver API instead of OpenCL where cu_launch is set (see plan.h) */
+    void *cu_context;
+    dcu_launch_fn cu_launch;
+    dcu_htod_fn cu_htod;
+    dcu_dtoh_fn cu_dtoh;
+    dcu_stream_fn cu_sync, cu_query;
+    dcu_push_fn cu_push;
+    dcu_pop_fn cu_pop;
     /* device memory (memory 1): the buffers behind idata, out and the lists, and the queue
      * of the j-records' copies; dev_raw and dev_ids are then device buffers too */
     int memory;
@@ -171,6 +191,14 @@ static int plan_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int li
     p->release = (dcl_event_fn)(intptr_t)w[DP_FN_RELEASE];
     p->write = (dcl_copy_fn)(intptr_t)w[DP_FN_WRITE];
     p->read = (dcl_copy_fn)(intptr_t)w[DP_FN_READ];
+    p->cu_context = (void *)(intptr_t)w[DP_CONTEXT];
+    p->cu_launch = (dcu_launch_fn)(intptr_t)w[DP_FN_CU_LAUNCH];
+    p->cu_htod = (dcu_htod_fn)(intptr_t)w[DP_FN_CU_HTOD];
+    p->cu_dtoh = (dcu_dtoh_fn)(intptr_t)w[DP_FN_CU_DTOH];
+    p->cu_sync = (dcu_stream_fn)(intptr_t)w[DP_FN_CU_SYNC];
+    p->cu_query = (dcu_stream_fn)(intptr_t)w[DP_FN_CU_QUERY];
+    p->cu_push = (dcu_push_fn)(intptr_t)w[DP_FN_CU_PUSH];
+    p->cu_pop = (dcu_pop_fn)(intptr_t)w[DP_FN_CU_POP];
     p->memory = (int)w[DP_MEMORY];
     p->queue = (void *)(intptr_t)w[DP_QUEUE];
     p->idata_buf = (void *)(intptr_t)w[DP_IDATA_BUF];
@@ -196,6 +224,16 @@ static int plan_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int li
     unpack_launch(&p->force, w + DP_LAUNCHES + DP_LAUNCH_WORDS);
     unpack_launch(&p->scatter, w + DP_LAUNCHES + 2 * DP_LAUNCH_WORDS);
     unpack_launch(&p->reduce, w + DP_LAUNCHES + 3 * DP_LAUNCH_WORDS);
+    const int cuda = p->cu_launch != NULL;
+    if (cuda ? (p->cu_context == NULL || p->cu_htod == NULL || p->cu_dtoh == NULL
+                || p->cu_sync == NULL || p->cu_query == NULL || p->cu_push == NULL
+                || p->cu_pop == NULL || !p->memory || p->predict.local[0] == 0
+                || p->force.local[0] == 0 || p->scatter.local[0] == 0
+                || (p->reduce.kernel != NULL && p->reduce.local[0] == 0))
+             : (p->set_arg == NULL || p->enqueue == NULL || p->flush == NULL
+                || p->finish == NULL || p->event_info == NULL || p->release == NULL
+                || (p->memory && (p->write == NULL || p->read == NULL))))
+        return -1;
     if (p->predict.nargs < 0 || p->force.nargs < 0 || p->nparts < 1
         || p->ni_pad < ni || p->nco > NCO_ORDER8 || p->nci > NCI_ORDER8
         || p->raw_n < 2 || p->raw_n > JB_RECORDS
@@ -203,7 +241,6 @@ static int plan_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int li
         || p->gen_at == NULL || p->lgen_at == NULL || p->memory < 0 || p->memory > 1
         || (p->memory && (p->queue == NULL || p->idata_buf == NULL || p->out_buf == NULL
                           || p->out_bytes < sizeof(double) * (size_t)p->nco * (size_t)p->ni_pad
-                          || p->write == NULL || p->read == NULL
                           || (lists && (p->nb_counts_buf == NULL || p->nb_lists_buf == NULL))
                           || p->scatter_max < 1 || p->scatter.kernel == NULL
                           || p->scatter.ni_arg < 0 || p->scatter_addr == NULL
@@ -216,25 +253,114 @@ static int plan_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int li
     return 0;
 }
 
-/* Set a launch's arguments (call_value at its call argument, ni at its ni argument) and
- * queue it; the OpenCL error code (0: queued). */
+/* ---------------------------------------------- the runtime: OpenCL or CUDA's driver API */
+
+static int is_cuda(const struct dplan *p)
+{
+    return p->cu_launch != NULL;
+}
+
+/* CUDA: the plan's context current on this thread around one call of the driver (the
+ * caller's own current context, PyCUDA's or none, is back afterwards). */
+#define CU_CALL(p, rc, call)                                                                  \
+    do {                                                                                     \
+        void *prev_;                                                                         \
+        (rc) = (p)->cu_push((p)->cu_context);                                                \
+        if ((rc) == 0) {                                                                     \
+            (rc) = (call);                                                                   \
+            (p)->cu_pop(&prev_);                                                             \
+        }                                                                                    \
+    } while (0)
+
+/* Argument k of a launch as its 64-bit word: call_value at the call argument, ni at the ni
+ * argument, else the prepared value (the argument is the word's first arg_size bytes). */
+static uint64_t arg_word(const struct dlaunch *l, int k, uint64_t call_value, int ni)
+{
+    uint64_t v = k == l->call_arg ? call_value : l->arg_value[k];
+    if (k == l->ni_arg) {
+        int32_t n32 = ni;
+        v = 0;
+        memcpy(&v, &n32, sizeof n32);
+    }
+    return v;
+}
+
+/* Queue a launch with its arguments (call_value at its call argument, ni at its ni
+ * argument); the runtime's error code (0: queued). OpenCL: event (may be NULL) receives
+ * the launch's event; CUDA has none (*event stays NULL: the stream is waited for). */
 static dcl_int plan_launch(const struct dplan *p, const struct dlaunch *l, uint64_t call_value,
                            int ni, void **event)
 {
     dcl_int rc = 0;
-    for (int k = 0; k < l->nargs && rc == 0; k++) {
-        uint64_t v = k == l->call_arg ? call_value : l->arg_value[k];
-        if (k == l->ni_arg) {
-            int32_t n32 = ni;
-            v = 0;
-            memcpy(&v, &n32, sizeof n32);
+    if (is_cuda(p)) {
+        uint64_t words[DP_MAX_ARGS];
+        void *params[DP_MAX_ARGS];
+        const size_t b0 = l->local[0], b1 = l->dims > 1 && l->local[1] > 0 ? l->local[1] : 1;
+        const size_t g1 = l->dims > 1 ? l->global[1] : 1;
+        for (int k = 0; k < l->nargs; k++) {
+            words[k] = arg_word(l, k, call_value, ni);
+            params[k] = &words[k];
         }
+        CU_CALL(p, rc, p->cu_launch(l->kernel, (unsigned)(l->global[0] / b0),
+                                    (unsigned)(g1 / b1), 1, (unsigned)b0, (unsigned)b1, 1, 0,
+                                    l->queue, params, NULL));
+        return rc;
+    }
+    for (int k = 0; k < l->nargs && rc == 0; k++) {
+        uint64_t v = arg_word(l, k, call_value, ni);
         rc = p->set_arg(l->kernel, (uint32_t)k, l->arg_size[k], &v);
     }
     if (rc == 0)
         rc = p->enqueue(l->queue, l->kernel, (uint32_t)l->dims, NULL, l->global,
                         l->local[0] > 0 ? l->local : NULL, 0, NULL, event);
     return rc;
+}
+
+/* Queue a copy of size bytes from host memory src to device memory mem + offset (the copy
+ * reads src later: keep it until the queue has finished). */
+static dcl_int drv_write(const struct dplan *p, void *queue, void *mem, size_t offset,
+                         size_t size, const void *src)
+{
+    dcl_int rc;
+    if (!is_cuda(p))
+        return p->write(queue, mem, 0, offset, size, (void *)src, 0, NULL, NULL);
+    CU_CALL(p, rc, p->cu_htod((uint64_t)(uintptr_t)mem + offset, src, size, queue));
+    return rc;
+}
+
+/* Queue a copy of size bytes from device memory mem to host memory dst (filled once the
+ * queue has finished). */
+static dcl_int drv_read(const struct dplan *p, void *queue, void *mem, size_t size, void *dst)
+{
+    dcl_int rc;
+    if (!is_cuda(p))
+        return p->read(queue, mem, 0, 0, size, dst, 0, NULL, NULL);
+    CU_CALL(p, rc, p->cu_dtoh(dst, (uint64_t)(uintptr_t)mem, size, queue));
+    return rc;
+}
+
+/* Wait until everything queued on queue has run. */
+static dcl_int drv_finish(const struct dplan *p, void *queue)
+{
+    dcl_int rc;
+    if (!is_cuda(p))
+        return p->finish(queue);
+    CU_CALL(p, rc, p->cu_sync(queue));
+    return rc;
+}
+
+/* Whether queue (CUDA) or event ev (OpenCL) is still running: 1, or 0 (done or failed). */
+static int drv_busy(const struct dplan *p, void *queue, void *ev, dcl_int *status)
+{
+    dcl_int rc;
+    if (is_cuda(p)) {
+        CU_CALL(p, rc, p->cu_query(queue));
+        return rc == DCU_ERROR_NOT_READY;
+    }
+    return ev != NULL
+        && p->event_info(ev, DCL_EVENT_COMMAND_EXECUTION_STATUS, sizeof *status, status,
+                         NULL) == 0
+        && *status > 0;
 }
 
 /* Wait for a launch queued on queue (its event ev, or NULL), polling for p->spin_ns before
@@ -244,21 +370,21 @@ static dcl_int plan_wait(const struct dplan *p, void *queue, void *ev, dcl_int *
 {
     dcl_int rc;
     *status = 1;
-    p->flush(queue);
-    if (p->spin_ns > 0 && ev != NULL) {
+    if (!is_cuda(p))
+        p->flush(queue);
+    if (p->spin_ns > 0 && (ev != NULL || is_cuda(p))) {
         struct timespec t0, t;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        for (;;) {
-            if (p->event_info(ev, DCL_EVENT_COMMAND_EXECUTION_STATUS, sizeof *status, status,
-                              NULL) != 0 || *status <= 0)
-                break;
+        while (drv_busy(p, queue, ev, status)) {
             clock_gettime(CLOCK_MONOTONIC, &t);
             if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > p->spin_ns)
                 break;
             sched_yield();
         }
     }
-    rc = p->finish(queue);
+    if (is_cuda(p))
+        *status = 0;
+    rc = drv_finish(p, queue);
     if (ev != NULL)
         p->release(ev);
     return rc != 0 ? rc : (*status < 0 ? *status : 0);
@@ -462,8 +588,9 @@ typedef struct {
 
 static int eng_fail(Engine *e, const char *what, dcl_int rc, dcl_int status)
 {
-    snprintf(e->error, sizeof e->error, "OpenCL error %d %s (status %d); block steps take "
-             "the library's way from now on", (int)rc, what, (int)status);
+    snprintf(e->error, sizeof e->error, "%s error %d %s (status %d); block steps take "
+             "the library's way from now on", is_cuda(&e->jside) ? "CUDA" : "OpenCL", (int)rc,
+             what, (int)status);
     e->off = 1;
     return -1;
 }
@@ -512,7 +639,7 @@ static int eng_wait(void *engine)
             e->busy_queue = NULL;
     }
     if (rc == 0 && e->busy_queue != NULL)
-        rc = e->jside.finish(e->busy_queue);
+        rc = drv_finish(&e->jside, e->busy_queue);
     e->busy_queue = NULL;
     e->staged = 0;  /* the copies that read the staging arrays are done */
     if (rc != 0)
@@ -526,7 +653,7 @@ static int eng_on(Engine *e, void *queue)
 {
     dcl_int rc;
     if (e->busy_queue != NULL && e->busy_queue != queue) {
-        if ((rc = e->jside.finish(e->busy_queue)) != 0)
+        if ((rc = drv_finish(&e->jside, e->busy_queue)) != 0)
             return eng_fail(e, "waiting for the other queue", rc, 0);
     }
     e->busy_queue = queue;
@@ -568,23 +695,22 @@ static int eng_copy_j_batch(Engine *e, int n, const int *address, const int *ind
     if (n <= 2) {  /* as few commands as the scatter's four: each record and id in place */
         rc = 0;
         for (int k = 0; k < n && rc == 0; k++) {
-            rc = p->write(p->queue, p->dev_raw, 0, sizeof(double) * len * (size_t)address[k],
-                          sizeof(double) * len, p->scatter_raw + len * (size_t)k, 0, NULL,
-                          NULL);
+            rc = drv_write(p, p->queue, p->dev_raw, sizeof(double) * len * (size_t)address[k],
+                           sizeof(double) * len, p->scatter_raw + len * (size_t)k);
             if (rc == 0)
-                rc = p->write(p->queue, p->dev_ids, 0, sizeof(int32_t) * (size_t)address[k],
-                              sizeof(int32_t), p->scatter_ids + k, 0, NULL, NULL);
+                rc = drv_write(p, p->queue, p->dev_ids, sizeof(int32_t) * (size_t)address[k],
+                               sizeof(int32_t), p->scatter_ids + k);
         }
         return rc == 0 ? 0 : eng_fail(e, "queueing a j-record's copy", rc, 0);
     }
-    rc = p->write(p->queue, p->scatter_addr_buf, 0, 0, sizeof(int32_t) * (size_t)n,
-                  p->scatter_addr, 0, NULL, NULL);
+    rc = drv_write(p, p->queue, p->scatter_addr_buf, 0, sizeof(int32_t) * (size_t)n,
+                   p->scatter_addr);
     if (rc == 0)
-        rc = p->write(p->queue, p->scatter_raw_buf, 0, 0, sizeof(double) * len * (size_t)n,
-                      p->scatter_raw, 0, NULL, NULL);
+        rc = drv_write(p, p->queue, p->scatter_raw_buf, 0, sizeof(double) * len * (size_t)n,
+                       p->scatter_raw);
     if (rc == 0)
-        rc = p->write(p->queue, p->scatter_ids_buf, 0, 0, sizeof(int32_t) * (size_t)n,
-                      p->scatter_ids, 0, NULL, NULL);
+        rc = drv_write(p, p->queue, p->scatter_ids_buf, 0, sizeof(int32_t) * (size_t)n,
+                       p->scatter_ids);
     if (rc != 0)
         return eng_fail(e, "queueing the j-records' copy", rc, 0);
     return eng_launch(e, p, &p->scatter, 0, n, NULL, "queueing the scatter of j-records");
@@ -754,12 +880,11 @@ static int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
     if (lists)
         memset(p->nb_counts, 0, sizeof(int32_t) * (size_t)p->ni_pad);
     if (p->memory) {  /* the i-particles (and the lists' counts) to the device */
-        dcl_int rc = p->write(p->force.queue, p->idata_buf, 0, 0,
-                              sizeof(double) * (size_t)p->nci * (size_t)p->ni_pad, p->idata,
-                              0, NULL, NULL);
+        dcl_int rc = drv_write(p, p->force.queue, p->idata_buf, 0,
+                               sizeof(double) * (size_t)p->nci * (size_t)p->ni_pad, p->idata);
         if (rc == 0 && lists)
-            rc = p->write(p->force.queue, p->nb_counts_buf, 0, 0,
-                          sizeof(int32_t) * (size_t)p->ni_pad, p->nb_counts, 0, NULL, NULL);
+            rc = drv_write(p, p->force.queue, p->nb_counts_buf, 0,
+                           sizeof(int32_t) * (size_t)p->ni_pad, p->nb_counts);
         if (rc != 0)
             return eng_fail(e, "queueing the i-particles' copy", rc, 0);
     }
@@ -771,15 +896,13 @@ static int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
         && eng_launch(e, p, &p->reduce, 0, ni, &ev, "queueing the reduce kernel") < 0)
         return -1;
     if (p->memory) {  /* the results back, read once the queue has finished */
-        dcl_int rc = p->read(p->force.queue, p->out_buf, 0, 0, p->out_bytes, p->out, 0, NULL,
-                             NULL);
+        dcl_int rc = drv_read(p, p->force.queue, p->out_buf, p->out_bytes, p->out);
         if (rc == 0 && lists)
-            rc = p->read(p->force.queue, p->nb_counts_buf, 0, 0,
-                         sizeof(int32_t) * (size_t)p->ni_pad, p->nb_counts, 0, NULL, NULL);
+            rc = drv_read(p, p->force.queue, p->nb_counts_buf,
+                          sizeof(int32_t) * (size_t)p->ni_pad, p->nb_counts);
         if (rc == 0 && lists)
-            rc = p->read(p->force.queue, p->nb_lists_buf, 0, 0,
-                         sizeof(int32_t) * (size_t)p->ni_pad * (size_t)p->nb_cap, p->nb_lists,
-                         0, NULL, NULL);
+            rc = drv_read(p, p->force.queue, p->nb_lists_buf,
+                          sizeof(int32_t) * (size_t)p->ni_pad * (size_t)p->nb_cap, p->nb_lists);
         if (rc != 0) {
             if (ev != NULL)
                 p->release(ev);

@@ -611,6 +611,7 @@ class Library:
                 "gen": dev._gen, "gen_at": dev.gen_cell.ctypes.data,
                 "lgen": int(self._lgen[0]), "lgen_at": self._lgen.ctypes.data,
                 "ni_lo": lo, "ni_hi": hi, "entry": entry,
+                "context": dev.ctx.native_context() or 0,
                 "nb_counts": 0 if plan.counts is None else plan.counts.ctypes.data,
                 "nb_lists": 0 if plan.lists is None else plan.lists.ctypes.data,
                 "nb_cap": self.nb_capacity if lists else 0,
