@@ -3,8 +3,14 @@
 Imported only when asked for (or during automatic selection), and even then PyCUDA itself
 is imported only when :class:`CUDABackend` is constructed: a machine without PyCUDA never
 imports it. Kernels (``kernels_cuda/*.cu``) are compiled at run time by PyCUDA's
-``SourceModule`` (nvcc) for the device's architecture, with PyCUDA's own on-disk cache
+``compile`` (nvcc) for the device's architecture, with PyCUDA's own on-disk cache
 (``PYCUDA_CACHE_DIR``; ``PYCUDA_DISABLE_CACHE`` turns it off): no second cache is added.
+
+The native engine (``sapporo/core/_engine.c``) runs block steps through the CUDA driver
+API itself: the entry points of the ``libcuda`` PyCUDA loaded (:func:`_driver_library`),
+PyCUDA's context and stream handles, the device pointers of the allocations, and the
+kernels' ``CUfunction`` handles, which it gets by loading the same cubin once more
+(``cuModuleLoadData``: PyCUDA does not publish the handles of its modules).
 
 Mapping of the OpenCL-style interface:
 
@@ -30,9 +36,11 @@ Mapping of the OpenCL-style interface:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import logging
 import math
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -52,6 +60,7 @@ from sapporo.backend.base import (
     HostBuffer,
     Kernel,
     Launch,
+    NativeLaunch,
     Program,
     format_defines,
     kernel_dir,
@@ -83,6 +92,23 @@ def _import_driver() -> Any:
             f"PyCUDA is not importable ({type(exc).__name__}: {exc}); {_INSTALL}"
         ) from None
     return drv
+
+
+#: the driver's entry points the native engine calls, by the names of its plan (plan.h)
+_ENGINE_ENTRY_POINTS = {
+    "cu_launch": "cuLaunchKernel", "cu_htod": "cuMemcpyHtoDAsync_v2",
+    "cu_dtoh": "cuMemcpyDtoHAsync_v2", "cu_sync": "cuStreamSynchronize",
+    "cu_query": "cuStreamQuery", "cu_push": "cuCtxPushCurrent_v2",
+    "cu_pop": "cuCtxPopCurrent_v2",
+}
+
+
+def _driver_library() -> ctypes.CDLL | None:
+    """The CUDA driver library already in this process (PyCUDA loaded it), or None."""
+    try:
+        return ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+    except OSError:
+        return None
 
 
 _TLS = threading.local()  # .stack: the CUContexts made current by _Activation, per thread
@@ -183,6 +209,9 @@ class CUBuffer(Buffer):
                 f"transfer of {host.nbytes} bytes at offset {offset} exceeds buffer of "
                 f"{self.nbytes} bytes"
             )
+
+    def native(self) -> int | None:
+        return None if self.mem is None else int(self.mem)
 
     def upload(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> Event:
         self._check(host, offset)
@@ -311,9 +340,14 @@ class CUKernel(Kernel):
 
     _FORMAT = {np.int32: "i", np.uint32: "I", np.float32: "f", np.float64: "d"}
 
-    def __init__(self, ctx: CUContext, func: Any, name: str):
+    def __init__(self, ctx: CUContext, func: Any, name: str, program: CUProgram):
         self._ctx, self._func, self.name = ctx, func, name
+        self._program = program
         self._format: str | None = None
+
+    def _native_handle(self) -> int | None:
+        """This kernel's ``CUfunction`` for the native engine, or None."""
+        return self._program.native_function(self.name)
 
     def _arg(self, pos: int, a: Any) -> tuple[str, Any]:
         """Format letter and value of argument ``pos``."""
@@ -442,13 +476,70 @@ class CULaunch(Launch):
                                    "has been freed")
         return self.kernel._launch(self._grid, self._block, self._fmt, self._values, False)
 
+    _NATIVE = {"P": ("<Q", 8), "i": ("<i", 4), "I": ("<I", 4), "d": ("<d", 8), "f": ("<f", 4)}
+
+    def native(self) -> NativeLaunch | None:
+        kernel = self.kernel
+        ctx = kernel._ctx
+        handle = kernel._native_handle()
+        if handle is None or ctx.stream is None:
+            return None
+        args = []
+        for letter, value in zip(self._fmt, self._values, strict=True):
+            code, size = self._NATIVE[letter]
+            word = np.frombuffer(np.array(value, dtype=code).tobytes().ljust(8, b"\0"), "<u8")
+            args.append((size, int(word[0])))
+        dims = len(self.global_size)
+        return NativeLaunch(int(ctx.stream.handle), handle, tuple(self.global_size),
+                            tuple(self._block[:dims]), tuple(args),
+                            tuple(c == "P" for c in self._fmt))
+
 
 class CUProgram(Program):
-    """A compiled ``SourceModule``."""
+    """A compiled cubin, loaded by PyCUDA (and, for the native engine, once more by the
+    driver itself: :meth:`native_function`)."""
 
-    def __init__(self, ctx: CUContext, module: Any, source_name: str):
+    def __init__(self, ctx: CUContext, module: Any, source_name: str, image: bytes):
         self._ctx, self._module, self._source_name = ctx, module, source_name
+        self._image = image
         self._kernels: dict[str, CUKernel] = {}
+        self._native: ctypes.c_void_p | None = None  # the driver's own CUmodule
+        self._functions: dict[str, int | None] = {}
+
+    def native_function(self, name: str) -> int | None:
+        """The ``CUfunction`` of kernel ``name`` in this program's cubin as the driver
+        loaded it for C callers, or None where the engine cannot use the driver."""
+        if name in self._functions:
+            return self._functions[name]
+        ctx = self._ctx
+        driver = ctx.native_driver()
+        handle = None
+        if driver is not None:
+            with ctx.active():
+                if self._native is None:
+                    module = ctypes.c_void_p()
+                    rc = driver.cuModuleLoadData(ctypes.byref(module),
+                                                 ctypes.c_char_p(self._image))
+                    if rc == 0:
+                        self._native = module
+                    else:
+                        log.info("native engine off on %s: cuModuleLoadData gave %d",
+                                 ctx.info.name, rc)
+                if self._native is not None:
+                    func = ctypes.c_void_p()
+                    if driver.cuModuleGetFunction(ctypes.byref(func), self._native,
+                                                  name.encode()) == 0:
+                        handle = func.value
+        self._functions[name] = handle
+        return handle
+
+    def release_native(self) -> None:
+        """Unload the driver's own copy of the module (call with the context current)."""
+        driver = self._ctx.native_driver()
+        if self._native is not None and driver is not None:
+            driver.cuModuleUnload(self._native)
+        self._native = None
+        self._functions.clear()
 
     def kernel(self, name: str) -> Kernel:
         if name not in self._kernels:
@@ -459,7 +550,7 @@ class CUProgram(Program):
                     raise BackendError(
                         f"kernel {name!r} not found in {self._source_name}: {exc}"
                     ) from exc
-            self._kernels[name] = CUKernel(self._ctx, func, name)
+            self._kernels[name] = CUKernel(self._ctx, func, name, self)
         return self._kernels[name]
 
 
@@ -493,6 +584,8 @@ class CUContext(Context):
         self._hosts: weakref.WeakSet[CUHostBuffer] = weakref.WeakSet()
         self._activation = _Activation(self)
         self._ctx: Any = None
+        self._driver: ctypes.CDLL | None = None  # native_driver()
+        self._driver_checked = False
         self._device = drv.Device(info.index)
         try:
             self._ctx = self._device.make_context()
@@ -571,18 +664,19 @@ class CUContext(Context):
             return self._programs[key]
         log.debug("building %s with %s -arch=%s on %s", name, options, arch, self.info.name)
         try:
-            from pycuda.compiler import SourceModule
+            from pycuda.compiler import compile as compile_cubin
         except Exception as exc:
             raise BackendError(f"pycuda.compiler is not importable: {exc}; {_INSTALL}") from None
         with self.active():
             try:
-                module = SourceModule(
+                image = compile_cubin(
                     source,
                     options=options,
                     arch=arch,
                     no_extern_c=True,
                     include_dirs=[str(kernel_dir("cuda")), str(shared_include_dir())],
                 )
+                module = self.drv.module_from_buffer(image)
             except Exception as exc:  # CompileError, nvcc missing, module load failures
                 build_log = _compile_log(exc)
                 if isinstance(exc, OSError) or "not found" in build_log.lower():
@@ -596,9 +690,49 @@ class CUContext(Context):
                     build_log,
                     path,
                 ) from None
-        prog = CUProgram(self, module, name)
+        prog = CUProgram(self, module, name, image)
         self._programs[key] = prog
         return prog
+
+    def native_driver(self) -> ctypes.CDLL | None:
+        """The CUDA driver library as the native engine calls it, or None: no driver
+        library in the process, or one that does not hold this context (checked once: the
+        context PyCUDA makes current is the driver's current context)."""
+        if self._driver_checked:
+            return self._driver
+        self._driver_checked = True
+        driver = _driver_library()
+        if driver is None or self._ctx is None:
+            return None
+        try:
+            for name in (*_ENGINE_ENTRY_POINTS.values(), "cuModuleLoadData",
+                         "cuModuleGetFunction", "cuModuleUnload", "cuCtxGetCurrent"):
+                getattr(driver, name)
+        except AttributeError as exc:
+            log.info("native engine off on %s: the driver lacks %s", self.info.name, exc)
+            return None
+        current = ctypes.c_void_p()
+        with self.active():
+            rc = driver.cuCtxGetCurrent(ctypes.byref(current))
+        if rc != 0 or current.value != int(self._ctx.handle):
+            log.info("native engine off on %s: the driver library found does not hold "
+                     "PyCUDA's context", self.info.name)
+            return None
+        self._driver = driver
+        return driver
+
+    def native_entry_points(self) -> dict[str, int] | None:
+        driver = self.native_driver()
+        if driver is None:
+            return None
+        return {key: int(ctypes.cast(getattr(driver, name), ctypes.c_void_p).value or 0)
+                for key, name in _ENGINE_ENTRY_POINTS.items()}
+
+    def native_queue(self) -> int | None:
+        return None if self.stream is None else int(self.stream.handle)
+
+    def native_context(self) -> int | None:
+        return None if self._ctx is None else int(self._ctx.handle)
 
     def compute_capability(self) -> tuple[int, int]:
         """The device's compute capability (major, minor)."""
@@ -631,11 +765,13 @@ class CUContext(Context):
                 host.free()
             for buf in list(self._buffers):
                 buf.free()
-            self._programs.clear()
             with self.active():
+                for prog in self._programs.values():
+                    prog.release_native()
                 for area in self._staging:
                     if hasattr(area.base, "free"):
                         area.base.free()
+            self._programs.clear()
             self._staging.clear()
             self.stream = None
         finally:

@@ -173,6 +173,84 @@ def test_parts_combined_by_the_reduce_kernel_and_large_batches(cl_backend, monke
         slow.close()
 
 
+@pytest.mark.parametrize("precision", ["double-single", "double"])
+@pytest.mark.parametrize("order", [2, 4, 6, 8])
+def test_cuda_road_on_the_emulation(order, precision):
+    """The engine's CUDA road (the driver API over the CPU emulation of tests/cudaemu):
+    block steps stored, predicted, computed and combined by the reduce kernel in C through
+    cuLaunchKernel and the asynchronous copies; every result the bits of the library's own
+    way on the same device, within tolerance of the float64 reference and of OpenCL."""
+    import cudaemu
+    from cudaemu.fake_pycuda import emulated_cuda
+
+    n = 2500
+    x, v, m, ids, a, jerk = _system(n, seed=21)
+    rng = np.random.default_rng(9)
+    tj = np.zeros(n)
+    steps = [(k, int(ni)) for k, ni in enumerate([3, 1, 40, 7])]
+    got: dict[str, list] = {}
+    with emulated_cuda():
+        driver = cudaemu.driver_library()
+        if driver is None:
+            pytest.skip("no C compiler for the emulated CUDA driver")
+        fast, slow = _pair(order, precision, "cuda")
+        try:
+            if fast._devs[0].ctx.native_entry_points() is None:
+                pytest.skip("a real CUDA driver is loaded: the emulated contexts are not its")
+            for lib in (fast, slow):
+                lib.set_j_particles(np.arange(n), ids, 0.0, m, x, v, a=a, jerk=jerk)
+            launches = driver.cuemu_driver_calls(0)
+            for k, ni in steps:
+                sel = np.sort(rng.choice(n, ni, replace=False))
+                t = 1e-3 * (k + 1)
+                tj[sel] = t - 1e-3
+                extra = {"jerk": jerk[sel]} if order >= 8 else {}
+                results = []
+                for lib in (fast, slow):
+                    lib.set_j_particles(sel, ids[sel], t - 1e-3, m[sel], x[sel], v[sel],
+                                        a=a[sel], jerk=jerk[sel])
+                    lib.set_time(t)
+                    results.append(lib.compute(x[sel], v[sel], ids[sel], EPS2,
+                                               a=a[sel] if order >= 6 else None, **extra))
+                assert _engine_used(fast), f"block of {ni} not run by the engine"
+                _same(*results)
+                got.setdefault("cuda", []).append((sel, t, results[0]))
+            assert driver.cuemu_driver_calls(0) > launches + 2 * len(steps)
+            plan = fast._direct_plan(n, 7)
+            assert isinstance(plan, dict) and plan["launches"][3] is not None  # reduce
+            assert slow._engine is None
+        finally:
+            fast.close()
+            slow.close()
+    lib = sapporo.Library(order=order, precision=precision, backend="opencl")
+    try:
+        lib.set_j_particles(np.arange(n), ids, 0.0, m, x, v, a=a, jerk=jerk)
+        tol = 1e-4 if precision == "double-single" else 1e-10
+        for sel, t, res in got["cuda"]:
+            extra = {"jerk": jerk[sel]} if order >= 8 else {}
+            lib.set_j_particles(sel, ids[sel], t - 1e-3, m[sel], x[sel], v[sel],
+                                a=a[sel], jerk=jerk[sel])
+            lib.set_time(t)
+            cl = lib.compute(x[sel], v[sel], ids[sel], EPS2,
+                             a=a[sel] if order >= 6 else None, **extra)
+            for name in ("acc", "pot"):
+                scale = np.abs(getattr(cl, name)).max()
+                assert np.abs(getattr(res, name) - getattr(cl, name)).max() <= tol * scale
+    finally:
+        lib.close()
+    sel, t, res = got["cuda"][-1]
+    xp, vp, ap = ref.predict(t, tj, x, v, a, jerk)
+    want = ref.forces(x[sel], v[sel], ids[sel], xp, vp, m, ids, EPS2, order=order,
+                      ai=a[sel] if order >= 6 else None, aj=ap if order >= 6 else None,
+                      ji=jerk[sel] if order >= 8 else None, jj=jerk if order >= 8 else None)
+    tol = 1e-4 if precision == "double-single" else 1e-10
+    pairs = [(res.acc, want.acc), (res.pot, want.pot)]
+    if order >= 4:
+        pairs.append((res.jerk, want.jerk))
+    for got_, exp in pairs:
+        assert np.abs(got_ - exp).max() <= tol * np.abs(exp).max()
+
+
 def test_inputs_it_does_not_take_get_the_python_way(cl_backend):
     """Scalars, lists, int32 ids, float32 arrays, transposed views: the same results."""
     n = 300

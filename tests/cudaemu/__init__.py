@@ -178,3 +178,39 @@ def compile_module(source: str, options: Sequence[str] = (),
                                 proc.stdout + proc.stderr)
         os.replace(tmp, lib)
     return Module(lib, names)
+
+
+DRIVER_SOURCE = Path(__file__).resolve().parent / "fake_libcuda.c"
+
+
+@cache
+def driver_library() -> ctypes.CDLL | None:
+    """The emulation's CUDA driver library (``fake_libcuda.c``: the entry points the native
+    engine calls), built once and loaded into the process under the soname
+    ``libcuda.so.1``, where the CUDA backend looks for the driver; None without a C
+    compiler. A real driver loaded before it keeps that name (the backend then finds the
+    real one, and the emulated contexts get no native engine)."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    source = DRIVER_SOURCE.read_text()
+    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+    folder = _cache_dir() / f"driver-{digest}"
+    lib = folder / "libcuda.so.1"
+    if not lib.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f"libcuda.{os.getpid()}.so"
+        cmd = [cc, "-std=gnu11", "-O1", "-fPIC", "-shared", "-Wall", "-Wl,-soname,libcuda.so.1",
+               str(DRIVER_SOURCE), "-o", str(tmp), "-ldl"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise EmulatorError(f"emulated driver build failed: {' '.join(cmd)}",
+                                proc.stdout + proc.stderr)
+        os.replace(tmp, lib)
+    driver = ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
+    driver.cuemu_driver_calls.restype = ctypes.c_long
+    driver.cuemu_driver_calls.argtypes = [ctypes.c_int]
+    driver.cuCtxPushCurrent_v2.argtypes = [ctypes.c_void_p]
+    driver.cuCtxPopCurrent_v2.argtypes = [ctypes.c_void_p]
+    return driver

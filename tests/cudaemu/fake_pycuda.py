@@ -4,7 +4,7 @@ Put into ``sys.modules``, it lets ``sapporo/backend/cuda.py`` run without PyCUDA
 It can fail ``cuInit``, report no device, fail builds, or report one device "Fake GPU"
 (sm_90, 132 multiprocessors, 48 KiB shared memory per block) whose device memory is host
 memory. With ``execute=False`` builds and launches are only recorded (``state["builds"]``,
-``state["launches"]``); with ``execute=True`` ``SourceModule`` compiles the source for the
+``state["launches"]``); with ``execute=True`` ``compile`` compiles the source for the
 CPU emulation (:mod:`cudaemu`) and every launch runs the kernel there.
 
 It follows PyCUDA's API as sapporo uses it, and checks what PyCUDA or the driver would
@@ -91,10 +91,24 @@ def make_fake_pycuda(
     )
     drv.event_flags = types.SimpleNamespace(DISABLE_TIMING=2)
 
+    # execute=True: the emulated driver library (fake_libcuda.c) holds the contexts made
+    # current, as libcuda does under PyCUDA, for C code that calls the driver itself
+    driver = None
+    if execute:
+        from . import driver_library
+
+        driver = driver_library()
+
     class Ctx:
+        @property
+        def handle(self) -> int:
+            return id(self)
+
         def push(self) -> None:
             calls["push"] += 1
             state["depth"] += 1
+            if driver is not None:
+                driver.cuCtxPushCurrent_v2(self.handle)
 
         @staticmethod
         def pop() -> None:
@@ -102,6 +116,8 @@ def make_fake_pycuda(
             if state["depth"] <= 0:
                 raise LogicError("context pop without push")
             state["depth"] -= 1
+            if driver is not None:
+                driver.cuCtxPopCurrent_v2(None)
 
         def detach(self) -> None:
             state["detached"] += 1
@@ -129,12 +145,19 @@ def make_fake_pycuda(
             return {"sm": 132, "tpb": 1024, "smem": 49152}[attr]
 
         def make_context(self, flags: int = 0) -> Ctx:
+            ctx = Ctx()
             state["depth"] += 1
-            return Ctx()
+            if driver is not None:
+                driver.cuCtxPushCurrent_v2(ctx.handle)
+            return ctx
 
     drv.Device, drv.Context = Device, Ctx
 
     class Stream:
+        @property
+        def handle(self) -> int:
+            return id(self)
+
         def synchronize(self) -> None:
             calls["sync"] += 1
 
@@ -260,22 +283,33 @@ def make_fake_pycuda(
                     raise LaunchError(f"kernel {self.name} wrote outside an allocation of "
                                       f"{mem.nbytes} bytes (an illegal address on a GPU)")
 
-    class SourceModule:
-        def __init__(self, source: str, options: list[str] | None = None, arch: str | None = None,
-                     no_extern_c: bool = False, include_dirs: list[str] | None = None):
-            current()
-            state["builds"].append((source, list(options or []), arch, no_extern_c))
-            if compile_error:
-                raise FakeCompileError("nvcc compilation of kernel.cu failed",
-                                       ["nvcc", "--cubin"], stderr=compile_error)
-            self._module = None
-            if execute:
-                from . import EmulatorError, compile_module
+    modules: dict[bytes, Any] = {}  # the "cubins" compile() made: the emulation's modules
 
-                try:
-                    self._module = compile_module(source, options or [], include_dirs or [])
-                except EmulatorError as exc:
-                    raise FakeCompileError(str(exc), ["c++"], stderr=exc.log) from None
+    def compile(source: str, nvcc: str = "nvcc", options: list[str] | None = None,
+                keep: bool = False, no_extern_c: bool = False, arch: str | None = None,
+                code: str | None = None, cache_dir: Any = None,
+                include_dirs: list[str] | None = None, target: str = "cubin") -> bytes:
+        """PyCUDA's compile: the "cubin" is the text cuemu:<path of the emulation's module>
+        (which the emulated driver loads), or cuemu:none without execution."""
+        state["builds"].append((source, list(options or []), arch, no_extern_c))
+        if compile_error:
+            raise FakeCompileError("nvcc compilation of kernel.cu failed",
+                                   ["nvcc", "--cubin"], stderr=compile_error)
+        module = None
+        if execute:
+            from . import EmulatorError, compile_module
+
+            try:
+                module = compile_module(source, options or [], include_dirs or [])
+            except EmulatorError as exc:
+                raise FakeCompileError(str(exc), ["c++"], stderr=exc.log) from None
+        image = b"cuemu:" + (str(module.path).encode() if module is not None else b"none") + b"\0"
+        modules[image] = module
+        return image
+
+    class Module:
+        def __init__(self, module: Any):
+            self._module = module
 
         def get_function(self, name: str) -> Function:
             known = (self._module.kernels if self._module is not None
@@ -286,8 +320,16 @@ def make_fake_pycuda(
                 return Function(name)
             return Function(name, self._module.kernels[name], self._module)
 
+    def module_from_buffer(image: bytes, options: Any = None, message_handler: Any = None
+                           ) -> Module:
+        current()
+        if image not in modules:
+            raise LogicError("cuModuleLoadData failed: device kernel image is invalid")
+        return Module(modules[image])
+
+    drv.module_from_buffer = module_from_buffer
     compiler = types.ModuleType("pycuda.compiler")
-    compiler.SourceModule = SourceModule
+    compiler.compile = compile
     pkg = types.ModuleType("pycuda")
     pkg.__path__ = []  # a package, so that "import pycuda.driver" is allowed
     pkg.driver, pkg.compiler = drv, compiler

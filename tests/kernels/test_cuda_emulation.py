@@ -165,7 +165,7 @@ def test_fake_pycuda_catches_writes_outside_an_allocation() -> None:
     drv, compiler = modules["pycuda.driver"], modules["pycuda.compiler"]
     drv.Device(0).make_context()
     try:
-        mod = compiler.SourceModule(SOURCE, no_extern_c=True)
+        mod = drv.module_from_buffer(compiler.compile(SOURCE, no_extern_c=True))
         fn = mod.get_function("mistake").prepare("iiP")
         n = 16
         buf = drv.mem_alloc(8 * n)
