@@ -42,7 +42,8 @@ struct sapporo_engine_api {
                  const double *v, const double *a, const double *jerk, double eps2,
                  const double *h2, int have_t, double t);
     /* wait for the started call; its result rows (nco of ni values) into rows: ni when done,
-     * 0 when a result is not finite (the library's way must diagnose it), < 0 error */
+     * 0 when a result is not finite (the rows are written; the library may diagnose it),
+     * < 0 error */
     int (*finish)(void *engine, int ni, double *rows);
     /* the neighbour lists of the last finished call (ids ascending, at most the capacity,
      * counts whole), as CSR: 1 when it had lists, else 0 */

@@ -516,7 +516,8 @@ static double combine_sum(const struct dplan *p, int r, int i)
 
 /* i-particle i's result rows v[0 .. nco - 1], combined over the parts; the nearest neighbour
  * is the smallest r^2 among the parts that found one, ties to the lower id (none found:
- * id -1, r^2 inf). 0 when a checked row (p->check_rows) is not finite, else 1. */
+ * id -1, r^2 inf). 0 when a checked row (p->check_rows) is not finite, else 1 (the rows
+ * are written either way). */
 static int result_row(const struct dplan *p, int i, double *v)
 {
     const size_t part = (size_t)p->nco * (size_t)p->ni_pad;
@@ -530,11 +531,12 @@ static int result_row(const struct dplan *p, int i, double *v)
             id = pid;
         }
     }
+    int finite = 1;
     for (int r = 0; r < p->nco; r++)
         v[r] = combine_sum(p, r, i);
     for (int r = 0; r < p->nco; r++)
         if ((p->check_rows >> r) & 1 && !isfinite(v[r]))
-            return 0;
+            finite = 0;
     if (id < INFINITY) {
         v[OC_NNID] = id;
         v[OC_NNR2] = best;
@@ -543,7 +545,7 @@ static int result_row(const struct dplan *p, int i, double *v)
         v[OC_NNID] = -1.0;
         v[OC_NNR2] = INFINITY;
     }
-    return 1;
+    return finite;
 }
 
 /* ---------------------------------------------------------------------------- the engine */
@@ -570,6 +572,7 @@ typedef struct {
     long launches;           /* kernels queued, over the engine's life */
     /* the force call in flight, and the last one started */
     struct dplan *inflight, *last;
+    int uncollected;         /* the last started call's results are still to be collected */
     void *inflight_queue, *inflight_event;
     int last_ni, last_nj;
     double last_eps2;
@@ -851,6 +854,7 @@ static int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
     uint64_t bits;
     if (e->off || nj < 1 || ni < 1)
         return 0;
+    e->uncollected = 0;  /* a new call: the previous one's results are gone */
     for (int i = 0; h2 != NULL && i < ni && !lists; i++)
         lists = wants_list(h2[i]);
     if (eng_wait(e) < 0)  /* nothing in flight from here on (plans may be made) */
@@ -910,6 +914,7 @@ static int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
         }
     }
     e->inflight = e->last = p;
+    e->uncollected = 1;
     e->inflight_queue = p->force.queue;
     e->inflight_event = ev;
     e->last_ni = ni;
@@ -979,21 +984,24 @@ static int eng_collect_lists(Engine *e, const struct dplan *p, int ni)
 static int eng_finish(void *engine, int ni, double *rows)
 {
     Engine *e = engine;
-    struct dplan *p = e->inflight;
-    if (p == NULL || ni != e->last_ni) {
+    struct dplan *p = e->last;
+    int finite = 1;
+    if (!e->uncollected || p == NULL || ni != e->last_ni) {
         snprintf(e->error, sizeof e->error, "no force call of %d i-particles in flight", ni);
         eng_wait(e);
         return -1;
     }
+    e->uncollected = 0;
     if (eng_wait(e) < 0)
         return -1;
     for (int i = 0; i < ni; i++) {
         double v[NCO_ORDER8];
-        if (!result_row(p, i, v))
-            return 0;
+        finite &= result_row(p, i, v);
         for (int r = 0; r < p->nco; r++)
             rows[(size_t)r * (size_t)ni + (size_t)i] = v[r];
     }
+    if (!finite)
+        return 0;
     if (p->lists && eng_collect_lists(e, p, ni) < 0)
         return -1;
     return ni;
@@ -1425,14 +1433,16 @@ done:
     return PyBool_FromLong(ok);
 }
 
-/* compute(x, v, index, eps2, a, jerk, t, nj) -> ni when done (rows in out), 0 when the
- * library must compute it its own way (nothing queued), -1 when a result is not finite (to
- * be diagnosed the library's way) */
-static PyObject *Engine_compute(Engine *self, PyObject *const *args, Py_ssize_t nargs)
+/* The arguments of start and compute, (x, v, index, eps2, a, jerk, t, nj, h2), started as
+ * the library would take them: 1 started (*ni set), 0 the library's way (nothing queued),
+ * -1 with an exception set. h2: None, or (ni,) float64 radii finite, >= 0 and not all 0
+ * (anything else the library's way, which gives its answer or error). */
+static int start_args(Engine *self, PyObject *const *args, Py_ssize_t nargs, const char *name,
+                      Py_ssize_t *ni_out)
 {
     struct views s = {.n = 0};
     const Py_buffer *b;
-    const double *xv, *vv, *av = NULL, *jv = NULL;
+    const double *xv, *vv, *av = NULL, *jv = NULL, *h2 = NULL;
     const void *ids;
     int64_t id1;
     long long one;
@@ -1440,17 +1450,16 @@ static PyObject *Engine_compute(Engine *self, PyObject *const *args, Py_ssize_t 
     long nj;
     Py_ssize_t ni;
     int wide = 1, rc = 0;
-    long result = 0;
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "compute takes 8 arguments");
-        return NULL;
+    if (nargs != 9) {
+        PyErr_Format(PyExc_TypeError, "%s takes 9 arguments", name);
+        return -1;
     }
     if (!ready(self))
-        return NULL;
+        return -1;
     t = PyFloat_AsDouble(args[6]);
     nj = PyLong_AsLong(args[7]);
     if ((t == -1.0 || nj == -1) && PyErr_Occurred())
-        return NULL;
+        return -1;
     if (self->off || nj < 1 || nj > (long long)LIMIT_MAX_ADDRESS || !number(args[3], &eps2))
         goto done;
     if ((b = f64_view(args[0], -1, 3, &s)) == NULL)
@@ -1471,16 +1480,90 @@ static PyObject *Engine_compute(Engine *self, PyObject *const *args, Py_ssize_t 
     /* a and jerk: checked when given, as the library does, used by orders 6 and 8 */
     if (!finite_rows(args[4], ni, &s, &av) || !finite_rows(args[5], ni, &s, &jv))
         goto done;
-    rc = eng_start_ids(self, (int)nj, (int)ni, ids, wide, xv, vv, av, jv, eps2, NULL, 1, t);
-    if (rc > 0) {
-        rc = eng_finish(self, (int)ni, self->out.buf);
-        result = rc > 0 ? (long)ni : (rc == 0 ? -1 : 0);
+    if (args[8] != Py_None) {
+        int any = 0;
+        if ((b = f64_view(args[8], ni, 0, &s)) == NULL)
+            goto done;
+        h2 = b->buf;
+        for (Py_ssize_t i = 0; i < ni; i++) {
+            if (!(isfinite(h2[i]) && h2[i] >= 0.0))
+                goto done;
+            any |= h2[i] > 0.0;
+        }
+        if (!any)
+            goto done;
     }
+    rc = eng_start_ids(self, (int)nj, (int)ni, ids, wide, xv, vv, av, jv, eps2, h2, 1, t);
+    *ni_out = ni;
 done:
     views_release(&s);
+    if (rc < 0) {
+        raise_error(self);
+        return -1;
+    }
+    return rc;
+}
+
+/* The started call's rows into out: ni when done, -1 when a result is not finite (the rows
+ * are there, for the library to name the particle); NULL with an exception on an error. */
+static PyObject *finish_rows(Engine *self, Py_ssize_t ni)
+{
+    int rc = eng_finish(self, (int)ni, self->out.buf);
     if (rc < 0)
         return raise_error(self);
-    return PyLong_FromLong(result);
+    return PyLong_FromLong(rc > 0 ? (long)ni : -1L);
+}
+
+/* start(x, v, index, eps2, a, jerk, t, nj, h2) -> ni when started, 0 when the library must
+ * compute it its own way (nothing queued) */
+static PyObject *Engine_start(Engine *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t ni = 0;
+    int rc = start_args(self, args, nargs, "start", &ni);
+    if (rc < 0)
+        return NULL;
+    return PyLong_FromSsize_t(rc > 0 ? ni : 0);
+}
+
+/* finish(ni) -> ni when done (rows in out), -1 when a result is not finite */
+static PyObject *Engine_finish(Engine *self, PyObject *arg)
+{
+    long ni = PyLong_AsLong(arg);
+    if (ni == -1 && PyErr_Occurred())
+        return NULL;
+    if (!ready(self))
+        return NULL;
+    return finish_rows(self, ni);
+}
+
+/* compute(x, v, index, eps2, a, jerk, t, nj, h2) -> start and finish: ni when done (rows in
+ * out), 0 when the library must compute it its own way (nothing queued), -1 when a result
+ * is not finite */
+static PyObject *Engine_compute(Engine *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t ni = 0;
+    int rc = start_args(self, args, nargs, "compute", &ni);
+    if (rc < 0)
+        return NULL;
+    if (rc == 0)
+        return PyLong_FromLong(0);
+    return finish_rows(self, ni);
+}
+
+/* lists() -> (offsets, counts, ids) of the last finished call's neighbour lists as bytes of
+ * C ints (CSR, ids ascending, at most the capacity per particle, counts whole), or None */
+static PyObject *Engine_lists(Engine *self, PyObject *unused)
+{
+    int ni;
+    const int *offsets, *counts, *ids;
+    (void)unused;
+    if (!ready(self))
+        return NULL;
+    if (!eng_lists(self, &ni, &offsets, &counts, &ids))
+        Py_RETURN_NONE;
+    return Py_BuildValue("(y#y#y#)", (const char *)offsets, (Py_ssize_t)sizeof(int) * (ni + 1),
+                         (const char *)counts, (Py_ssize_t)sizeof(int) * ni, (const char *)ids,
+                         (Py_ssize_t)sizeof(int) * offsets[ni]);
 }
 
 static PyObject *Engine_get_predicted(Engine *self, void *closure)
@@ -1542,7 +1625,12 @@ static PyMethodDef Engine_methods[] = {
     {"put_j", (PyCFunction)(void (*)(void))Engine_put_j, METH_FASTCALL,
      "put_j(address, index, t, mass, x, v, a, jerk, snap, crackle, pop, d5) -> bool"},
     {"compute", (PyCFunction)(void (*)(void))Engine_compute, METH_FASTCALL,
-     "compute(x, v, index, eps2, a, jerk, t, nj) -> ni, 0 or -1"},
+     "compute(x, v, index, eps2, a, jerk, t, nj, h2) -> ni, 0 or -1"},
+    {"start", (PyCFunction)(void (*)(void))Engine_start, METH_FASTCALL,
+     "start(x, v, index, eps2, a, jerk, t, nj, h2) -> ni or 0"},
+    {"finish", (PyCFunction)Engine_finish, METH_O, "finish(ni) -> ni or -1"},
+    {"lists", (PyCFunction)Engine_lists, METH_NOARGS,
+     "lists() -> (offsets, counts, ids) as bytes of C ints, or None"},
     {"wait", (PyCFunction)Engine_wait, METH_NOARGS, "wait for the force call in flight"},
     {"disable", (PyCFunction)Engine_disable, METH_NOARGS,
      "every call the library's way from now on"},

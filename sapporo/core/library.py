@@ -682,29 +682,70 @@ class Library:
             raise BackendError(f"{self._devs[0].info.name}: {exc}") from None
         self._take_back_args(eng)
 
-    def _engine_compute(self, x: Any, v: Any, index: Any, eps2: Any, a: Any,
+    def _engine_compute(self, x: Any, v: Any, index: Any, eps2: Any, h2: Any, a: Any,
                         jerk: Any) -> ForceResult | None:
         """:meth:`compute` in C, or None: the Python way must do it (the engine did not take
-        the arguments as they are, or the result is not finite and gets its diagnosis)."""
+        the arguments as they are)."""
         ph = self._phases
         t0 = _now() if ph is not None else 0.0
         try:
-            r = self._engine.compute(x, v, index, eps2, a, jerk, self._time, self._n_stored)
+            r = self._engine.compute(x, v, index, eps2, a, jerk, self._time, self._n_stored, h2)
         except RuntimeError as exc:  # a launch failed: the engine is off from now on
             self._drop_engine()
             raise BackendError(f"{self._devs[0].info.name}: {exc}") from None
-        if r <= 0:
+        if r == 0:
             return None
-        nco = self._nco
-        if r == 1:  # the engine found the rows finite, with r^2 inf where no neighbour
-            col = self._engine_out[:nco].copy()  # type: ignore[index]
-            res = self._one_result(col, int(col[OC_NNID]))
-        else:
-            res = self._result(self._engine_out[: nco * r].reshape(nco, r), index)  # type: ignore[index]
+        res = self._engine_result(r, len(x) if r < 0 else r, index, h2 is not None)
         if ph is not None:
             ph["step"] += _now() - t0
             ph["calls"] += 1
         return res
+
+    def _engine_begin(self, x: Any, v: Any, index: Any, eps2: Any, h2: Any, a: Any,
+                      jerk: Any) -> PendingForce | None:
+        """:meth:`start_compute` in C, or None: the Python way must do it."""
+        try:
+            ni = self._engine.start(x, v, index, eps2, a, jerk, self._time, self._n_stored, h2)
+        except RuntimeError as exc:
+            self._drop_engine()
+            raise BackendError(f"{self._devs[0].info.name}: {exc}") from None
+        if ni == 0:
+            return None
+        eng = self._engine
+        ids = np.array(index, dtype=np.int64).reshape(-1)  # the caller may reuse its array
+
+        def finish() -> ForceResult:
+            try:
+                r = eng.finish(ni)
+            except RuntimeError as exc:
+                self._drop_engine()
+                raise BackendError(f"{self._devs[0].info.name}: {exc}") from None
+            return self._engine_result(r, ni, ids, h2 is not None)
+
+        pending = PendingForce(self._lock, finish, self._collected)
+        self._pending = pending
+        return pending
+
+    def _engine_result(self, r: int, ni: int, index: Any, lists: bool) -> ForceResult:
+        """The :class:`ForceResult` of the engine's rows for ni i-particles (r = ni, or -1:
+        a result is not finite, named here), with its neighbour lists when asked for."""
+        nco = self._nco
+        out = self._engine_out[: nco * ni].reshape(nco, ni)  # type: ignore[index]
+        if r < 0:
+            self._raise_non_finite(out, np.atleast_1d(np.asarray(index)))
+        if ni == 1 and not lists:  # rows finite, with r^2 inf where no neighbour
+            col = out[:, 0].copy()
+            return self._one_result(col, int(col[OC_NNID]))
+        if not lists:
+            return self._result(out, index)
+        csr = self._engine.lists()
+        offsets, counts32, ids = (np.frombuffer(b, dtype=np.intc) for b in csr)
+        stored = np.diff(offsets)
+        table = np.full((ni, max(self.nb_capacity, 1)), -1, dtype=np.int32)
+        rows = np.repeat(np.arange(ni), stored)
+        table[rows, np.arange(ids.size) - np.repeat(offsets[:-1], stored)] = ids
+        counts = counts32.astype(np.int64)
+        return self._result(out, index, counts, [(counts, table)])
 
     def _sync_j(self, small: list[bool] | None = None) -> None:
         """Send changed addresses and predict, where needed (``small[d]``: on device d's
@@ -750,9 +791,9 @@ class Library:
         self._check_open()
         if not self._engine_tried:
             self._engine_start()
-        if (self._engine is not None and h2 is None and self._pending is None
+        if (self._engine is not None and self._pending is None
                 and (nj is None or (type(nj) is int and nj == self._n_stored))):
-            res = self._engine_compute(x, v, index, eps2, a, jerk)
+            res = self._engine_compute(x, v, index, eps2, h2, a, jerk)
             if res is not None:
                 return res
         with self._hold():  # one context switch for the whole call (CUDA)
@@ -781,6 +822,13 @@ class Library:
             Predicted jerks of the i-particles (required for order 8).
         """
         self._check_open()
+        if not self._engine_tried:
+            self._engine_start()
+        if (self._engine is not None and self._pending is None
+                and (nj is None or (type(nj) is int and nj == self._n_stored))):
+            pending = self._engine_begin(x, v, index, eps2, h2, a, jerk)
+            if pending is not None:
+                return pending
         ph = self._phases
         t0 = _now() if ph is not None else 0.0
         xi = vec3("x", x, None, limit=COORD_LIMIT)

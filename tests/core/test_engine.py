@@ -251,6 +251,67 @@ def test_cuda_road_on_the_emulation(order, precision):
         assert np.abs(got_ - exp).max() <= tol * np.abs(exp).max()
 
 
+@pytest.mark.parametrize("precision", ["double-single", "double"])
+def test_neighbour_lists_and_the_asynchronous_pair_run_in_c(cl_backend, precision):
+    """compute with h2 and start_compute/result run in the engine: the bits, nearest
+    neighbours, neighbour lists, exact counts and overflow of the Python way (capacity 8,
+    so that some lists overflow); h2 of zero or nothing asks the Python way; j-particles
+    stored between start and result count from the next call on, as in the Python way."""
+    n = 900
+    x, v, m, ids, a, jerk = _system(n, seed=4)
+    fast = sapporo.Library(order=4, precision=precision, backend=cl_backend, nb_capacity=8)
+    slow = sapporo.Library(order=4, precision=precision, backend=cl_backend, nb_capacity=8)
+    slow._engine_tried = True
+    rng = np.random.default_rng(2)
+    try:
+        for lib in (fast, slow):
+            lib.set_j_particles(np.arange(n), ids, 0.0, m, x, v)
+        xj = x.copy()  # the stored positions
+        overflowed = False
+        for k, ni in enumerate([1, 5, 64, 3]):
+            sel = np.sort(rng.choice(n, ni, replace=False))
+            h2 = rng.uniform(0.0, 0.08, ni)
+            h2[0] = 0.0  # no neighbours asked for this one
+            res, pend = [], []
+            for lib in (fast, slow):
+                lib.set_time(1e-3 * k)
+                res.append(lib.compute(x[sel], v[sel], ids[sel], EPS2, h2=h2))
+                pend.append(lib.start_compute(x[sel], v[sel], ids[sel], EPS2))
+            assert fast._engine.ran and fast._pending is pend[0]
+            # stored while the call is in flight: for the next call, not this one
+            xp = xj + v * 1e-3 * k  # predicted (t_j = 0)
+            xj[sel[:1]] += 0.01
+            for lib in (fast, slow):
+                lib.set_j_particles(sel[:1], ids[sel[:1]], 0.0, m[sel[:1]], xj[sel[:1]],
+                                    v[sel[:1]])
+            _same(*res)
+            _same(pend[0].result(), pend[1].result())
+            counts = res[0].neighbour_counts
+            np.testing.assert_array_equal(counts, res[1].neighbour_counts)
+            assert res[0].overflow == res[1].overflow == bool((counts > 8).any())
+            overflowed |= res[0].overflow
+            for i in range(ni):
+                np.testing.assert_array_equal(res[0].neighbours(i), res[1].neighbours(i))
+            # the lists against float64 distances (every id when they fit; double-single
+            # may differ within 1e-6 of the radius)
+            for i in np.flatnonzero(counts <= 8):
+                r2 = ((xp - x[sel[i]]) ** 2).sum(axis=1)
+                other = ids != ids[sel[i]]
+                sure = set(ids[(r2 < h2[i] * (1 - 1e-6)) & other])
+                maybe = set(ids[(r2 < h2[i] * (1 + 1e-6)) & other])
+                got = set(res[0].neighbours(i).tolist())
+                assert sure <= got <= maybe
+        assert overflowed  # exact counts past the capacity were seen
+        ran = fast._engine.ran
+        fast._engine.ran = False
+        fast.compute(x[:2], v[:2], ids[:2], EPS2, h2=np.zeros(2))  # no radius: Python's way
+        assert not fast._engine.ran
+        fast._engine.ran = ran
+    finally:
+        fast.close()
+        slow.close()
+
+
 def test_inputs_it_does_not_take_get_the_python_way(cl_backend):
     """Scalars, lists, int32 ids, float32 arrays, transposed views: the same results."""
     n = 300
@@ -480,7 +541,10 @@ def test_module_refuses_misuse():
     mod = engine.load()
     bare = mod.Engine.__new__(mod.Engine)
     for call in (lambda: bare.compute(np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None,
-                                      0.0, 1),
+                                      0.0, 1, None),
+                 lambda: bare.start(np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None,
+                                    0.0, 1, None),
+                 lambda: bare.finish(1), bare.lists,
                  lambda: bare.put_j(0, 0, 0.0, 1.0, np.zeros((1, 3)), np.zeros((1, 3)),
                                     None, None, None, None, None, None),
                  bare.wait, bare.disable):
@@ -501,13 +565,17 @@ def test_module_refuses_misuse():
         eng.compute(1, 2)
     assert eng.put_j(0, 0, 0.0, 1.0, np.zeros((1, 3)), np.zeros((1, 3)), None, None, None,
                      None, None, None) is False
-    assert eng.compute(*args, 5) == 0 and asked == [(5, 1, 0)]
-    assert eng.compute(*args, 5) == 0 and len(asked) == 1  # remembered
+    assert eng.compute(*args, 5, None) == 0 and asked == [(5, 1, 0)]
+    assert eng.compute(*args, 5, None) == 0 and len(asked) == 1  # remembered
+    assert eng.start(*args, 5, None) == 0 and len(asked) == 1
+    with pytest.raises(RuntimeError, match="no force call"):
+        eng.finish(1)  # nothing started
+    assert eng.lists() is None
     # plans it cannot read, and a planner that raises: the library's way from then on
     for planner in (lambda *a: np.zeros(3, dtype=np.int64), lambda *a: 1 / 0):
         eng = mod.Engine(out, planner)
-        assert eng.compute(*args, 5) == 0 and eng.off == 1
-        assert eng.compute(*args, 5) == 0
+        assert eng.compute(*args, 5, None) == 0 and eng.off == 1
+        assert eng.compute(*args, 5, None) == 0
 
 
 def test_launch_failure_is_a_backend_error_and_the_python_way_goes_on(cl_backend):
