@@ -683,13 +683,15 @@ class Library:
         self._take_back_args(eng)
 
     def _engine_compute(self, x: Any, v: Any, index: Any, eps2: Any, h2: Any, a: Any,
-                        jerk: Any) -> ForceResult | None:
+                        jerk: Any, nj: int | None) -> ForceResult | None:
         """:meth:`compute` in C, or None: the Python way must do it (the engine did not take
-        the arguments as they are)."""
+        the arguments as they are: among them nj, which it takes from 1 to the addresses
+        stored)."""
         ph = self._phases
         t0 = _now() if ph is not None else 0.0
         try:
-            r = self._engine.compute(x, v, index, eps2, a, jerk, self._time, self._n_stored, h2)
+            r = self._engine.compute(x, v, index, eps2, a, jerk, self._time,
+                                     self._n_stored if nj is None else nj, h2)
         except RuntimeError as exc:  # a launch failed: the engine is off from now on
             self._drop_engine()
             raise BackendError(f"{self._devs[0].info.name}: {exc}") from None
@@ -702,10 +704,11 @@ class Library:
         return res
 
     def _engine_begin(self, x: Any, v: Any, index: Any, eps2: Any, h2: Any, a: Any,
-                      jerk: Any) -> PendingForce | None:
+                      jerk: Any, nj: int | None) -> PendingForce | None:
         """:meth:`start_compute` in C, or None: the Python way must do it."""
         try:
-            ni = self._engine.start(x, v, index, eps2, a, jerk, self._time, self._n_stored, h2)
+            ni = self._engine.start(x, v, index, eps2, a, jerk, self._time,
+                                    self._n_stored if nj is None else nj, h2)
         except RuntimeError as exc:
             self._drop_engine()
             raise BackendError(f"{self._devs[0].info.name}: {exc}") from None
@@ -792,8 +795,8 @@ class Library:
         if not self._engine_tried:
             self._engine_start()
         if (self._engine is not None and self._pending is None
-                and (nj is None or (type(nj) is int and nj == self._n_stored))):
-            res = self._engine_compute(x, v, index, eps2, h2, a, jerk)
+                and (nj is None or type(nj) is int)):
+            res = self._engine_compute(x, v, index, eps2, h2, a, jerk, nj)
             if res is not None:
                 return res
         with self._hold():  # one context switch for the whole call (CUDA)
@@ -825,8 +828,8 @@ class Library:
         if not self._engine_tried:
             self._engine_start()
         if (self._engine is not None and self._pending is None
-                and (nj is None or (type(nj) is int and nj == self._n_stored))):
-            pending = self._engine_begin(x, v, index, eps2, h2, a, jerk)
+                and (nj is None or type(nj) is int)):
+            pending = self._engine_begin(x, v, index, eps2, h2, a, jerk, nj)
             if pending is not None:
                 return pending
         ph = self._phases

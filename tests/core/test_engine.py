@@ -479,7 +479,9 @@ def test_state_changes_hand_back_to_python(cl_backend):
         step(np.array([6]), 0.05)                    # while a result is pending
         _same(pend[0].result(), pend[1].result())
         _same(*both(lambda lib: lib.compute(x[:3], v[:3], ids[:3], EPS2, h2=0.05)))
+        fast._engine.ran = False
         _same(*both(lambda lib: lib.compute(x[:3], v[:3], ids[:3], EPS2, nj=100)))
+        assert fast._engine.ran  # a subset of the addresses runs in C too
         step(np.array([7]), 0.06)
         table = fast.launch_tables()[0]
         both(lambda lib: lib.set_launch_table(table))
