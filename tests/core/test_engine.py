@@ -72,46 +72,67 @@ def _engine_used(lib) -> bool:
     return lib._engine is not None and lib._engine.ran
 
 
+def _steps(fast, slow, system, order: int, sizes, rng) -> tuple[list, np.ndarray]:
+    """Block steps on both libraries (the j-particles stored, a new time, the forces on
+    them), each result the bits of the other's. Returns per step (sel, t, the fast
+    library's result, whether the engine stored the batch, whether it computed the step)
+    and the particles' times."""
+    x, v, m, ids, a, jerk = system
+    n = len(x)
+    tj = np.zeros(n)
+    out = []
+    for lib in (fast, slow):
+        lib.set_j_particles(np.arange(n), ids, 0.0, m, x, v, a=a, jerk=jerk)
+    for k, ni in enumerate(sizes):
+        sel = np.sort(rng.choice(n, ni, replace=False))
+        t = 1e-3 * (k + 1)
+        tj[sel] = t - 1e-3
+        extra = {"jerk": jerk[sel]} if order >= 8 else {}
+        results, stored = [], False
+        for lib in (fast, slow):
+            lib.set_j_particles(sel, ids[sel], t - 1e-3, m[sel], x[sel], v[sel],
+                                a=a[sel], jerk=jerk[sel])
+            if lib is fast:
+                stored = not fast._dirty  # not left for Python
+                if fast._engine is not None:
+                    fast._engine.ran = False  # (set again by any launch of the engine)
+            lib.set_time(t)
+            results.append(lib.compute(x[sel], v[sel], ids[sel], EPS2,
+                                       a=a[sel] if order >= 6 else None, **extra))
+        _same(*results)
+        out.append((sel, t, results[0], stored, _engine_used(fast)))
+    assert slow._engine is None
+    return out, tj
+
+
+def _near_reference(system, step, tj, order: int, precision: str) -> None:
+    """A step's result against the float64 reference (j-particles predicted from tj)."""
+    x, v, m, ids, a, jerk = system
+    sel, t, res = step[:3]
+    xp, vp, ap = ref.predict(t, tj, x, v, a, jerk)
+    want = ref.forces(x[sel], v[sel], ids[sel], xp, vp, m, ids, EPS2, order=order,
+                      ai=a[sel] if order >= 6 else None, aj=ap if order >= 6 else None,
+                      ji=jerk[sel] if order >= 8 else None, jj=jerk if order >= 8 else None)
+    tol = 1e-4 if precision == "double-single" else 1e-10
+    pairs = [(res.acc, want.acc), (res.pot, want.pot)]
+    if order >= 4:
+        pairs.append((res.jerk, want.jerk))
+    for got, exp in pairs:
+        assert np.abs(got - exp).max() <= tol * np.abs(exp).max()
+
+
 @pytest.mark.parametrize("precision", ["double-single", "double"])
 @pytest.mark.parametrize("order", [2, 4, 6, 8])
 def test_block_steps_have_the_bits_of_the_python_way(cl_backend, order, precision):
     """Blocks of 1 to 130 particles, stored, moved on and computed: every result equal to
     the last bit to the Python way's, and within the reference's tolerance."""
-    n = 700
-    x, v, m, ids, a, jerk = _system(n)
+    system = _system(700)
     fast, slow = _pair(order, precision, cl_backend)
-    rng = np.random.default_rng(7)
-    ran = 0
-    tj = np.zeros(n)
     try:
-        for lib in (fast, slow):
-            lib.set_j_particles(np.arange(n), ids, 0.0, m, x, v, a=a, jerk=jerk)
-        for k in range(24):
-            ni = [1, 2, 1, 5, 16, 1, 130, 3][k % 8]
-            sel = np.sort(rng.choice(n, ni, replace=False))
-            t = 1e-3 * (k + 1)
-            tj[sel] = t - 1e-3
-            extra = {"jerk": jerk[sel]} if order >= 8 else {}
-            results = []
-            for lib in (fast, slow):
-                lib.set_j_particles(sel, ids[sel], t - 1e-3, m[sel], x[sel], v[sel],
-                                    a=a[sel], jerk=jerk[sel])
-                lib.set_time(t)
-                results.append(lib.compute(x[sel], v[sel], ids[sel], EPS2,
-                                           a=a[sel] if order >= 6 else None, **extra))
-            ran += _engine_used(fast)
-            _same(*results)
-        assert ran >= 20  # the steps did run in C
-        assert slow._engine is None
-        # the last one against the float64 reference (j-particles predicted from their tj)
-        xp, vp, ap = ref.predict(t, tj, x, v, a, jerk)
-        want = ref.forces(x[sel], v[sel], ids[sel], xp, vp, m, ids, EPS2, order=order,
-                          ai=a[sel] if order >= 6 else None, aj=ap if order >= 6 else None,
-                          ji=jerk[sel] if order >= 8 else None,
-                          jj=jerk if order >= 8 else None)
-        tol = 1e-4 if precision == "double-single" else 1e-10
-        for got, exp in ((results[0].acc, want.acc), (results[0].pot, want.pot)):
-            assert np.abs(got - exp).max() <= tol * np.abs(exp).max()
+        steps, tj = _steps(fast, slow, system, order, [1, 2, 1, 5, 16, 1, 130, 3] * 3,
+                           np.random.default_rng(7))
+        assert sum(s[4] for s in steps) >= 20  # the steps did run in C
+        _near_reference(system, steps[-1], tj, order, precision)
     finally:
         fast.close()
         slow.close()
@@ -128,46 +149,22 @@ def test_parts_combined_by_the_reduce_kernel_and_large_batches(cl_backend, monke
 
     monkeypatch.setattr(sapporo.core.device, "HOST_REDUCE_MAX", 0)
     monkeypatch.setattr(sapporo.core.device, "GPU_HOST_REDUCE_MAX", 0)
-    n = 3000
-    x, v, m, ids, a, jerk = _system(n, seed=11)
+    system = _system(3000, seed=11)
     fast, slow = _pair(order, precision, cl_backend)
-    rng = np.random.default_rng(5)
-    tj = np.zeros(n)
     try:
         for lib in (fast, slow):
             lib._devs[0].ctx.small_pairs = 0  # no companion device: every launch in parts
-            lib.set_j_particles(np.arange(n), ids, 0.0, m, x, v, a=a, jerk=jerk)
-        stored_in_c = []
-        for k, ni in enumerate([1, 7, 600, 1, 33]):
-            sel = np.sort(rng.choice(n, ni, replace=False))
-            t = 1e-3 * (k + 1)
-            tj[sel] = t - 1e-3
-            extra = {"jerk": jerk[sel]} if order >= 8 else {}
-            results = []
-            for lib in (fast, slow):
-                lib.set_j_particles(sel, ids[sel], t - 1e-3, m[sel], x[sel], v[sel],
-                                    a=a[sel], jerk=jerk[sel])
-                if lib is fast:
-                    stored_in_c.append(not fast._dirty)  # not left for Python
-                lib.set_time(t)
-                results.append(lib.compute(x[sel], v[sel], ids[sel], EPS2,
-                                           a=a[sel] if order >= 6 else None, **extra))
-            assert _engine_used(fast), f"block of {ni} not run by the engine"
-            _same(*results)
-        # all but the first (the engine makes its plans at the first force call)
-        assert stored_in_c == [False, True, True, True, True]
-        plan = fast._direct_plan(n, 7)
+        steps, tj = _steps(fast, slow, system, order, [1, 7, 600, 1, 33],
+                           np.random.default_rng(5))
+        assert all(s[4] for s in steps), "a block not run by the engine"
+        # every batch but the first (the engine makes its plans at the first force call),
+        # the 600 records too
+        assert [s[3] for s in steps] == [False, True, True, True, True]
+        plan = fast._direct_plan(3000, 7)
         assert isinstance(plan, dict) and plan["launches"][3] is not None  # the reduce
         assert plan["nparts"] == 1  # nothing left to combine on the host
-        assert slow._devs[0]._plan(0, 7, n, False).nparts > 1
-        xp, vp, ap = ref.predict(t, tj, x, v, a, jerk)
-        want = ref.forces(x[sel], v[sel], ids[sel], xp, vp, m, ids, EPS2, order=order,
-                          ai=a[sel] if order >= 6 else None, aj=ap if order >= 6 else None,
-                          ji=jerk[sel] if order >= 8 else None,
-                          jj=jerk if order >= 8 else None)
-        tol = 1e-4 if precision == "double-single" else 1e-10
-        for got, exp in ((results[0].acc, want.acc), (results[0].pot, want.pot)):
-            assert np.abs(got - exp).max() <= tol * np.abs(exp).max()
+        assert slow._devs[0]._plan(0, 7, 3000, False).nparts > 1
+        _near_reference(system, steps[-1], tj, order, precision)
     finally:
         fast.close()
         slow.close()
@@ -183,12 +180,9 @@ def test_cuda_road_on_the_emulation(order, precision):
     import cudaemu
     from cudaemu.fake_pycuda import emulated_cuda
 
-    n = 2500
-    x, v, m, ids, a, jerk = _system(n, seed=21)
-    rng = np.random.default_rng(9)
-    tj = np.zeros(n)
-    steps = [(k, int(ni)) for k, ni in enumerate([3, 1, 40, 7])]
-    got: dict[str, list] = {}
+    system = _system(2500, seed=21)
+    x, v, m, ids, a, jerk = system
+    sizes = [3, 1, 40, 7]
     with emulated_cuda():
         driver = cudaemu.driver_library()
         if driver is None:
@@ -197,58 +191,28 @@ def test_cuda_road_on_the_emulation(order, precision):
         try:
             if fast._devs[0].ctx.native_entry_points() is None:
                 pytest.skip("a real CUDA driver is loaded: the emulated contexts are not its")
-            for lib in (fast, slow):
-                lib.set_j_particles(np.arange(n), ids, 0.0, m, x, v, a=a, jerk=jerk)
             launches = driver.cuemu_driver_calls(0)
-            for k, ni in steps:
-                sel = np.sort(rng.choice(n, ni, replace=False))
-                t = 1e-3 * (k + 1)
-                tj[sel] = t - 1e-3
-                extra = {"jerk": jerk[sel]} if order >= 8 else {}
-                results = []
-                for lib in (fast, slow):
-                    lib.set_j_particles(sel, ids[sel], t - 1e-3, m[sel], x[sel], v[sel],
-                                        a=a[sel], jerk=jerk[sel])
-                    lib.set_time(t)
-                    results.append(lib.compute(x[sel], v[sel], ids[sel], EPS2,
-                                               a=a[sel] if order >= 6 else None, **extra))
-                assert _engine_used(fast), f"block of {ni} not run by the engine"
-                _same(*results)
-                got.setdefault("cuda", []).append((sel, t, results[0]))
-            assert driver.cuemu_driver_calls(0) > launches + 2 * len(steps)
-            plan = fast._direct_plan(n, 7)
+            steps, tj = _steps(fast, slow, system, order, sizes, np.random.default_rng(9))
+            assert all(s[4] for s in steps), "a block not run by the engine"
+            assert driver.cuemu_driver_calls(0) > launches + 2 * len(sizes)
+            plan = fast._direct_plan(2500, 7)
             assert isinstance(plan, dict) and plan["launches"][3] is not None  # reduce
-            assert slow._engine is None
         finally:
             fast.close()
             slow.close()
-    lib = sapporo.Library(order=order, precision=precision, backend="opencl")
+    _near_reference(system, steps[-1], tj, order, precision)
+    # the same steps through OpenCL
+    cl, slow = _pair(order, precision, "opencl")
     try:
-        lib.set_j_particles(np.arange(n), ids, 0.0, m, x, v, a=a, jerk=jerk)
-        tol = 1e-4 if precision == "double-single" else 1e-10
-        for sel, t, res in got["cuda"]:
-            extra = {"jerk": jerk[sel]} if order >= 8 else {}
-            lib.set_j_particles(sel, ids[sel], t - 1e-3, m[sel], x[sel], v[sel],
-                                a=a[sel], jerk=jerk[sel])
-            lib.set_time(t)
-            cl = lib.compute(x[sel], v[sel], ids[sel], EPS2,
-                             a=a[sel] if order >= 6 else None, **extra)
-            for name in ("acc", "pot"):
-                scale = np.abs(getattr(cl, name)).max()
-                assert np.abs(getattr(res, name) - getattr(cl, name)).max() <= tol * scale
+        cl_steps, _ = _steps(cl, slow, system, order, sizes, np.random.default_rng(9))
     finally:
-        lib.close()
-    sel, t, res = got["cuda"][-1]
-    xp, vp, ap = ref.predict(t, tj, x, v, a, jerk)
-    want = ref.forces(x[sel], v[sel], ids[sel], xp, vp, m, ids, EPS2, order=order,
-                      ai=a[sel] if order >= 6 else None, aj=ap if order >= 6 else None,
-                      ji=jerk[sel] if order >= 8 else None, jj=jerk if order >= 8 else None)
+        cl.close()
+        slow.close()
     tol = 1e-4 if precision == "double-single" else 1e-10
-    pairs = [(res.acc, want.acc), (res.pot, want.pot)]
-    if order >= 4:
-        pairs.append((res.jerk, want.jerk))
-    for got_, exp in pairs:
-        assert np.abs(got_ - exp).max() <= tol * np.abs(exp).max()
+    for (_, _, res, *_), (_, _, want, *_) in zip(steps, cl_steps, strict=True):
+        for name in ("acc", "pot"):
+            scale = np.abs(getattr(want, name)).max()
+            assert np.abs(getattr(res, name) - getattr(want, name)).max() <= tol * scale
 
 
 @pytest.mark.parametrize("precision", ["double-single", "double"])
