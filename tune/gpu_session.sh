@@ -395,6 +395,13 @@ stage_bench() {
 
 stage_latency() {
     step "host overhead (PyCUDA stand-in, no GPU)" "$PY" tune/host_overhead.py
+    local native
+    for native in 1 0; do  # the native engine's CUDA road against the Python way
+        step "block steps, SAPPORO_NATIVE=$native (Python API and C API)" \
+            env SAPPORO_NATIVE=$native "${SAPPORO[@]}" bench --block-step --capi \
+            --backend cuda --orders 4 --precisions double-single --n 16k,64k \
+            --n-active 1,16,256 --no-plots --out "$ST/block-step-native-$native"
+    done
     local limit sweep=(bench --backend cuda --orders 4 --precisions double-single --n 16k
         --sweep-n 131072 --n-active 1,2,4,8,9,16,32,33,64 --peers none --no-plots
         --launch "${BENCH_LAUNCH:-auto}")
