@@ -86,3 +86,73 @@ def test_forces_against_reference(capi: CApi, tmp_path: Path, mode: str,
     check_forces(proc.stdout, x, m, n, softening(mode, n), TOL[precision])
     # the engine ran them (no Python per call)
     assert int(re.search(r"direct_calls (\d+)", proc.stderr)[1]) > 0
+
+
+# ----------------------------------------------------------------------------- contexts
+
+
+@pytest.mark.parametrize("precision", ["double", "double-single"])
+def test_contexts_from_two_threads_bitwise_as_serial(capi: CApi, tmp_path: Path,
+                                                     precision: str) -> None:
+    """Contexts 1 and 3 from two OpenMP threads at once: the same bits as the same calls
+    made one after the other; and the last interaction list agrees with the reference."""
+    n = 1000
+    x, m = write_ic(tmp_path / "ic.txt", n)
+    exe = capi.program("g5_threads.c", extra=("-fopenmp",))
+    proc = capi.run(exe, "ic.txt", 40, cwd=tmp_path,
+                    env=capi.env(SAPPORO_PRECISION=precision, OMP_NUM_THREADS="2"))
+    assert "rc 0" in proc.stdout and "threads 2" in proc.stdout, proc.stdout + proc.stderr
+    assert "same 1" in proc.stdout
+    first, nj = (int(v) for v in re.search(r"^j (\d+) (\d+)", proc.stdout, re.M).groups())
+    i0, ni = (int(v) for v in re.search(r"^i (\d+) (\d+)", proc.stdout, re.M).groups())
+    acc, pot = read_forces(proc.stdout)
+    xj, mj = x[first:first + nj], m[first:first + nj]
+    ref = forces(x[i0:i0 + ni], None, np.arange(ni) + nj, xj, None, mj, np.arange(nj), EPS**2,
+                 order=2)
+    err = np.linalg.norm(acc - ref.acc, axis=1) / np.linalg.norm(ref.acc, axis=1)
+    assert err.max() < TOL[precision]
+    assert np.abs(pot - ref.pot).max() / np.abs(ref.pot).max() < TOL[precision]
+
+
+# ----------------------------------------------------------------------------- errors
+
+#: what tests/capi/g5_bad.c's calls must return (sapporo.h's codes)
+BAD_CALLS = {
+    "xi_before_open": -2, "jmemsize_before_open": 0, "open": 0, "jmemsize_positive": 1,
+    "xmj_negative_adr": -1, "xmj_past_jmemsize": -1, "xmj_nan_mass": -1, "xmj_null": -1,
+    "n_negative": -1, "n_past_jmemsize": -1, "run_beyond_stored": -1, "eps_nan": -1,
+    "xi_zero": -1, "xi_too_many": -1, "run_without_xi": -2, "get_force_without_run": -2,
+    "xi_inf": -1, "xei_negative": -1, "eps_more_than_set": -1, "run": 0,
+    "get_force_more_than_run": -1, "context_out_of_range": -1, "context_negative": -1,
+    "calculate_null": -1, "calculate_negative": -1, "self_no_softening": -5,
+    "run_varying_epsj": -1, "good": 0, "finite": 1, "close": 0, "run_after_close": -2,
+}
+
+
+def test_bad_calls_report_and_continue(capi: CApi, tmp_path: Path) -> None:
+    proc = capi.run(capi.program("g5_bad.c"), cwd=tmp_path)
+    got = dict(ln.split()[:2] for ln in proc.stdout.splitlines()
+               if not ln.startswith("last_error"))
+    assert {k: int(got[k]) for k in BAD_CALLS} == BAD_CALLS, proc.stdout + proc.stderr
+    err = proc.stderr
+    for message in [
+        "sapporo: g5_set_xi: GRAPE-5 is not open (call g5_open first) (code -2)",
+        "g5_set_xmj: adr = -1, nj = 10: the addresses must lie in 0 .. g5_get_jmemsize() - 1",
+        "g5_set_xmj: j-particle at address 3 has a NaN or infinite value (code -1)",
+        "g5_run: n = 64 j-particles, but addresses were set up to 31 only",
+        "g5_set_xi: ni = 0 must be between 1 and g5_get_number_of_pipelines() = 128",
+        "g5_set_nMC: context id = 64 must be between 0 and 63 (code -1)",
+        "g5_calculate_force_on_x: non-finite force on i-particle 0",
+        "the per-j softening differs between j-particles",
+    ]:
+        assert message in err, err
+    assert re.search(r"^last_error g5_calculate_force_on_x: non-finite force .*\(code -5\)$",
+                     proc.stdout, re.M)
+
+
+def test_abort_mode_stops_at_the_first_error(capi: CApi, tmp_path: Path) -> None:
+    proc = capi.run(capi.program("g5_bad.c"), cwd=tmp_path, check=False,
+                    env=capi.env(SAPPORO_ON_ERROR="abort"))
+    assert proc.returncode == 1
+    assert proc.stdout.strip() == ""  # it exits inside the first call
+    assert "GRAPE-5 is not open" in proc.stderr and "SAPPORO_ON_ERROR=abort" in proc.stderr
