@@ -834,3 +834,23 @@ EXPORT int g5_calculate_force_on_xeMC_(int *devid, g5vec *x, double *eps2, g5vec
     G5_CALL(do_g5_calculate("g5_calculate_force_on_xeMC_", g5_int(devid, -1),
                             (const double *)x, eps2, 1, (double *)a, p, g5_int(ni, -1)));
 }
+
+/* gfortran folds names to lower case: `call g5_set_xmjMC(...)` calls g5_set_xmjmc_, which
+ * PG5 does not define (its g5_set_xmjMC_ is reached from C, or through bind(C)).  Both
+ * names are exported here. */
+#define G5_LOWER(lower, upper, params) \
+    EXPORT int lower params __attribute__((alias(#upper)))
+
+G5_LOWER(g5_set_epsmc_, g5_set_epsMC_, (int *devid, int *ni, double *eps));
+G5_LOWER(g5_set_nmc_, g5_set_nMC_, (int *devid, int *n));
+G5_LOWER(g5_set_xmjmc_, g5_set_xmjMC_, (int *devid, int *adr, int *nj, g5vec *xj, double *mj));
+G5_LOWER(g5_set_xmjemc_, g5_set_xmjeMC_,
+         (int *devid, int *adr, int *nj, g5vec *xj, double *mj, double *epsj2));
+G5_LOWER(g5_set_ximc_, g5_set_xiMC_, (int *devid, int *ni, g5vec *xi));
+G5_LOWER(g5_set_xeimc_, g5_set_xeiMC_, (int *devid, int *ni, g5vec *xi, double *eps2));
+G5_LOWER(g5_runmc_, g5_runMC_, (int *devid));
+G5_LOWER(g5_get_forcemc_, g5_get_forceMC_, (int *devid, int *ni, g5vec *a, double *pot));
+G5_LOWER(g5_calculate_force_on_xmc_, g5_calculate_force_on_xMC_,
+         (int *devid, g5vec *x, g5vec *a, double *p, int *ni));
+G5_LOWER(g5_calculate_force_on_xemc_, g5_calculate_force_on_xeMC_,
+         (int *devid, g5vec *x, double *eps2, g5vec *a, double *p, int *ni));

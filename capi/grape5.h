@@ -89,7 +89,9 @@ int g5_calculate_force_on_xeMC(int devid, double (*x)[3], double *eps2, double (
 #define g5_set_xmjMC g5_set_xmjeMC
 #endif
 
-/* ---- Fortran names (every argument by pointer) ---------------------------------------- */
+/* ---- Fortran names (every argument by pointer) ----------------------------------------
+ * The MC calls also have their lower-case names (g5_set_xmjmc_, ...), which gfortran calls
+ * for `call g5_set_xmjMC(...)`; PG5 has the mixed-case ones only. */
 
 int g5_open_(void);
 int g5_close_(void);

@@ -34,8 +34,9 @@ def write_ic(path: Path, n: int, seed: int = 3) -> tuple[np.ndarray, np.ndarray]
     return x, m
 
 
-def read_forces(stdout: str) -> tuple[np.ndarray, np.ndarray]:
-    rows = [ln.split()[1:] for ln in stdout.splitlines() if ln.startswith("f ")]
+def read_forces(stdout: str, key: str = "f") -> tuple[np.ndarray, np.ndarray]:
+    """The "<key> i ax ay az pot" lines of a client's output."""
+    rows = [ln.split()[1:] for ln in stdout.splitlines() if ln.startswith(f"{key} ")]
     data = np.array(rows, dtype=np.float64)
     return data[:, 1:4], data[:, 4]
 
@@ -53,8 +54,8 @@ def reference(x: np.ndarray, m: np.ndarray, ni: int, eps2: np.ndarray) -> tuple:
 
 
 def check_forces(stdout: str, x: np.ndarray, m: np.ndarray, ni: int, eps2: np.ndarray,
-                 tol: float) -> None:
-    acc, pot = read_forces(stdout)
+                 tol: float, key: str = "f") -> None:
+    acc, pot = read_forces(stdout, key)
     assert acc.shape == (ni, 3), stdout[-2000:]
     ref_acc, ref_pot = reference(x, m, ni, eps2)
     err_a = np.linalg.norm(acc - ref_acc, axis=1) / np.linalg.norm(ref_acc, axis=1)
@@ -86,6 +87,30 @@ def test_forces_against_reference(capi: CApi, tmp_path: Path, mode: str,
     check_forces(proc.stdout, x, m, n, softening(mode, n), TOL[precision])
     # the engine ran them (no Python per call)
     assert int(re.search(r"direct_calls (\d+)", proc.stderr)[1]) > 0
+
+
+@pytest.mark.parametrize("precision", ["double", "double-single"])
+def test_fortran_client(capi: CApi, tmp_path: Path, precision: str) -> None:
+    n = 200
+    x, m = write_ic(tmp_path / "ic.txt", n)
+    proc = capi.run(capi.program("g5.f90", lib="pg5"), cwd=tmp_path,
+                    env=capi.env(SAPPORO_PRECISION=precision))
+    assert "jmem T" in proc.stdout and "sapporo:" not in proc.stderr, proc.stderr
+    for key in ("f", "g"):
+        check_forces(proc.stdout, x, m, n, np.full(n, EPS**2), TOL[precision], key)
+
+
+@pytest.mark.parametrize("lib", ["pg5", "g5", "sapporo"])
+def test_program_written_for_pg5_links_unchanged(capi: CApi, tmp_path: Path, lib: str) -> None:
+    """PG5's own declarations (void calls), none of our headers: only the link changes."""
+    n = 500
+    x, m = write_ic(tmp_path / "ic.txt", n)
+    flags = [f"-L{capi.lib_dir}", f"-Wl,-rpath,{capi.lib_dir}", f"-l{lib}"]
+    exe = capi.program("g5_pg5style.c", lib=lib, flags=flags)
+    proc = capi.run(exe, "ic.txt", EPS, cwd=tmp_path)
+    assert "sapporo:" not in proc.stderr, proc.stderr
+    for key in ("f", "c"):
+        check_forces(proc.stdout, x, m, n, np.full(n, EPS**2), TOL["double-single"], key)
 
 
 # ----------------------------------------------------------------------------- contexts
@@ -156,3 +181,35 @@ def test_abort_mode_stops_at_the_first_error(capi: CApi, tmp_path: Path) -> None
     assert proc.returncode == 1
     assert proc.stdout.strip() == ""  # it exits inside the first call
     assert "GRAPE-5 is not open" in proc.stderr and "SAPPORO_ON_ERROR=abort" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- the build
+
+#: PG5's calls (phantom_g5.c, pg5_fortran.c), C names; with SYMMETRIC PG5 gives g5_set_xmj
+#: and g5_set_xmjMC a per-j softening, ours are g5_set_xmje and g5_set_xmjeMC
+PG5_C = [
+    "g5_open", "g5_close", "g5_get_number_of_pipelines", "g5_get_jmemsize",
+    "g5_set_eps_to_all", "g5_set_eps", "g5_set_epsMC", "g5_set_n", "g5_set_nMC",
+    "g5_set_xmj", "g5_set_xmjMC", "g5_set_xi", "g5_set_xiMC", "g5_set_xei", "g5_set_xeiMC",
+    "g5_run", "g5_runMC", "g5_get_force", "g5_get_forceMC", "g5_calculate_force_on_x",
+    "g5_calculate_force_on_xMC", "g5_calculate_force_on_xe", "g5_calculate_force_on_xeMC",
+]
+OURS_C = ["g5_set_xmje", "g5_set_xmjeMC"]
+
+
+def test_every_pg5_call_is_exported_and_declared(capi: CApi) -> None:
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) not found")
+    out = subprocess.run([nm, "-D", "--defined-only", str(capi.library)],
+                         capture_output=True, text=True, check=True).stdout
+    names = {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
+    header = (capi.prefix / "include" / "grape5.h").read_text()
+    for c_name in PG5_C + OURS_C:
+        fortran = [f"{c_name}_"] + ([f"{c_name.lower()}_"] if "MC" in c_name else [])
+        for name in [c_name, *fortran]:
+            assert name in names, f"{name} not exported"
+        for name in [c_name, f"{c_name}_"]:
+            assert re.search(rf"\bint {name}\(", header), f"{name} not declared in grape5.h"
+    for alias in ("libg5.so", "libpg5.so"):
+        assert (capi.lib_dir / alias).resolve() == capi.library.resolve()
