@@ -24,7 +24,7 @@ int shim_py_engine(void **api, void **engine);
 /* GRAPE-5 (capi/g5.c): one library of order 2 per context id, each with its own engine
  * (NULL: none).  j-particles come as raw records (as shim_py_set_j), every index 0;
  * force: the i-particles' forces from addresses [0, nj) with one softening (i-index 1, so
- * no j-particle is excluded). */
+ * no j-particle is excluded), the potential positive as PG5 gives it. */
 int shim_py_g5_open(int context, int *max_address, void **api, void **engine);
 int shim_py_g5_close(int context);
 int shim_py_g5_set_j(int context, int n, const int *address, const int *index,

@@ -583,7 +583,7 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
     def shim_py_g5_force(context, nj, ni, x, eps2, acc, pot) -> int:
         res = state.g5_force(context, nj, vectors(x, ni), eps2)
         put(acc, res.acc)
-        put(pot, res.pot)
+        put(pot, -res.pot)  # PG5's sign: positive
         return 0
 
     @extern

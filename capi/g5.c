@@ -14,6 +14,9 @@
  * process-wide lock, which also guards the error record.  Lock order: a context's mutex,
  * then shim_lock; never the other way round.
  *
+ * The potential comes back as PG5 returns it: positive, sum m_j / sqrt(r^2 + eps^2) (the
+ * library's is negative), the i-particle's own term m/eps included.
+ *
  * GRAPE-5 is order 2 on j-particles that are not predicted: a j-particle is stored with
  * zero velocity at time 0 (so the library's prediction leaves it where it is) and index 0;
  * the i-particles have index 1, so no pair is excluded.  A particle that is both i and j
@@ -477,7 +480,7 @@ static int g5_force(const char *fn, struct g5_context *c, int ni, const double *
                 acc[3 * i] = r[(size_t)OC_AX * ni + i];
                 acc[3 * i + 1] = r[(size_t)(OC_AX + 1) * ni + i];
                 acc[3 * i + 2] = r[(size_t)(OC_AX + 2) * ni + i];
-                pot[i] = r[(size_t)OC_POT * ni + i];
+                pot[i] = -r[(size_t)OC_POT * ni + i];  /* PG5's sign: positive */
             }
             __atomic_add_fetch(&direct_calls, 1, __ATOMIC_RELAXED);
             return SAPPORO_OK;

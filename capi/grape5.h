@@ -7,10 +7,11 @@
  * takes its arguments by value; the Fortran name (one trailing underscore) takes every
  * argument by pointer.  Arrays declared double (*x)[3] are laid out like Fortran x(3, n).
  *
- * Conventions (PG5's): G = 1; the potential is negative, -sum m_j / sqrt(r^2 + eps^2); the
- * acceleration is sum m_j (x_j - x_i) / (r^2 + eps^2)^(3/2).  No pair is excluded: a
- * particle that is both i and j contributes -m/eps to its own potential, and with eps = 0
- * its force is not finite (an error, SAPPORO_ERR_NONFINITE).  Softening is given as eps by
+ * Conventions (PG5's): G = 1; the acceleration is sum m_j (x_j - x_i) / (r^2 + eps^2)^(3/2)
+ * and the potential is returned POSITIVE, sum m_j / sqrt(r^2 + eps^2) (the physical
+ * potential is its negative; grape6.h's is negative).  No pair is excluded: a particle that
+ * is both i and j adds m/eps to its own potential (PG5's clients subtract it), and with
+ * eps = 0 its force is not finite (an error, SAPPORO_ERR_NONFINITE).  Softening is given as eps by
  * g5_set_eps_to_all and g5_set_eps, and as eps^2 by g5_set_xei, g5_calculate_force_on_xe
  * and g5_set_xmje.
  *

@@ -73,7 +73,7 @@ int main(void)
     SHOW("good", g5_calculate_force_on_x(x, a, p, N));
     for (int i = 0; i < N; i++)
         finite &= isfinite(a[i][0]) && isfinite(a[i][1]) && isfinite(a[i][2]) && isfinite(p[i])
-                  && p[i] < 0;
+                  && p[i] > 0;
     printf("finite %d\n", finite);
     SHOW("close", g5_close());
     SHOW("run_after_close", g5_run());
