@@ -115,14 +115,23 @@ static int g5_put(struct g5_context *c, int rc)
     return rc;
 }
 
-/* Open the context's library unless it is (the context is locked). */
-static int g5_ready(const char *fn, struct g5_context *c)
+/* Open the context's library unless it is (the context is locked).  forces: a force call,
+ * which says on every call that g5_open failed (as the GRAPE-6 force calls do), so that a
+ * client that never checks codes does not run on without forces after a few lines. */
+static int g5_ready_for(const char *fn, struct g5_context *c, int forces)
 {
     int rc;
     void *api = NULL, *engine = NULL;
     if (c->open)
         return SAPPORO_OK;
     g5_lock(fn);
+    if (!g5_is_open && g5_open_error[0] != '\0' && forces) {
+        char message[768];
+        snprintf(message, sizeof message, "no forces computed, GRAPE-5 could not be opened: "
+                 "%s", g5_open_error);
+        record_error(SAPPORO_ERR_STATE, message, 1);
+        return g5_unlock(SAPPORO_ERR_STATE);
+    }
     if (!g5_is_open) {
         rc = g5_open_error[0] != '\0'
             ? fail(SAPPORO_ERR_STATE, "GRAPE-5 is not open: %s", g5_open_error)
@@ -141,6 +150,11 @@ static int g5_ready(const char *fn, struct g5_context *c)
         }
     }
     return g5_unlock(rc);
+}
+
+static int g5_ready(const char *fn, struct g5_context *c)
+{
+    return g5_ready_for(fn, c, 0);
 }
 
 /* ------------------------------------------------------------------------------ buffers */
@@ -550,7 +564,7 @@ static int do_g5_run(const char *fn, int id)
     struct g5_context *c = g5_get(fn, id);
     if (c == NULL)
         return SAPPORO_ERR_INPUT;
-    if ((rc = g5_ready(fn, c)) < 0)
+    if ((rc = g5_ready_for(fn, c, 1)) < 0)
         return g5_put(c, rc);
     return g5_put(c, g5_compute(fn, c));
 }
@@ -590,7 +604,7 @@ static int do_g5_calculate(const char *fn, int id, const double *x, const double
     struct g5_context *c = g5_get(fn, id);
     if (c == NULL)
         return SAPPORO_ERR_INPUT;
-    if ((rc = g5_ready(fn, c)) < 0)
+    if ((rc = g5_ready_for(fn, c, 1)) < 0)
         return g5_put(c, rc);
     if (ni < 0)
         return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "ni = %d must be >= 0", ni));

@@ -91,6 +91,23 @@ def test_forces_against_reference(capi: CApi, tmp_path: Path, mode: str,
     assert int(re.search(r"direct_calls (\d+)", proc.stderr)[1]) > 0
 
 
+@pytest.mark.parametrize("setting", ["SAPPORO_NATIVE=0", "SAPPORO_NATIVE_MEMORY=device"])
+@pytest.mark.parametrize("mode", ["set", "calce"])
+def test_forces_without_the_engine_and_with_device_memory(capi: CApi, tmp_path: Path,
+                                                          mode: str, setting: str) -> None:
+    """Every call through Python (no engine); the library's data in device buffers, as on a
+    GPU (the engine copies, or leaves a large list to Python): the same forces."""
+    n = 300
+    x, m = write_ic(tmp_path / "ic.txt", n)
+    name, value = setting.split("=")
+    proc = capi.run(capi.program("g5_forces.c", lib="g5"), "ic.txt", EPS, mode, cwd=tmp_path,
+                    env=capi.env(SAPPORO_PRECISION="double", **{name: value}))
+    assert "rc 0" in proc.stdout, proc.stderr
+    check_forces(proc.stdout, x, m, n, softening(mode, n), TOL["double"])
+    calls = int(re.search(r"direct_calls (\d+)", proc.stderr)[1])
+    assert (calls == 0) == (name == "SAPPORO_NATIVE")
+
+
 @pytest.mark.parametrize("precision", ["double", "double-single"])
 def test_fortran_client(capi: CApi, tmp_path: Path, precision: str) -> None:
     n = 200
@@ -175,6 +192,16 @@ def test_bad_calls_report_and_continue(capi: CApi, tmp_path: Path) -> None:
         assert message in err, err
     assert re.search(r"^last_error g5_calculate_force_on_x: non-finite force .*\(code -5\)$",
                      proc.stdout, re.M)
+
+
+def test_failed_open_is_said_at_every_force_call(capi: CApi, tmp_path: Path) -> None:
+    proc = capi.run(capi.program("g5_bad.c"), cwd=tmp_path,
+                    env=capi.env(SAPPORO_BACKEND="nonsense"))
+    assert "open -3" in proc.stdout and "good -2" in proc.stdout, proc.stdout
+    said = [ln for ln in proc.stderr.splitlines()
+            if "no forces computed, GRAPE-5 could not be opened: g5_open: SAPPORO_BACKEND: "
+               "unknown backend 'nonsense'" in ln]
+    assert len(said) >= 8  # every run and calculate call after the failed open
 
 
 def test_abort_mode_stops_at_the_first_error(capi: CApi, tmp_path: Path) -> None:
