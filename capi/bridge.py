@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import re
 from typing import Any
 
 import numpy as np
@@ -295,7 +296,12 @@ class Bridge:
         softening ``eps2``; every i-index is 1 and every j-index 0, so no pair is excluded."""
         lib = self.g5_lib(context)
         ni = len(x)
-        return lib.compute(x, np.zeros((ni, 3)), np.ones(ni, dtype=np.int64), eps2, nj=nj)
+        try:
+            return lib.compute(x, np.zeros((ni, 3)), np.ones(ni, dtype=np.int64), eps2, nj=nj)
+        except NonFiniteError as exc:  # the i-particles' ids (all 1) mean nothing here
+            message = re.sub(r" \(id \d+\)", "", str(exc), count=1)
+            raise NonFiniteError(f"{message}; GRAPE-5 excludes no pair, so an i-particle at "
+                                 "a j-particle's position needs eps > 0") from None
 
 
     def set_time(self, t: float) -> None:
