@@ -58,7 +58,7 @@ static struct g5_context g5c[G5_CONTEXTS] = {
     [0 ... G5_CONTEXTS - 1] = { .lock = PTHREAD_MUTEX_INITIALIZER },
 };
 static int g5_is_open;        /* g5_open was called (guarded by shim_lock) */
-static double g5_eps;         /* g5_set_eps_to_all's eps, for every context (shim_lock) */
+static double g5_eps;         /* g5_set_eps_to_all's eps, for every context (atomic) */
 static char g5_open_error[512]; /* why the last g5_open failed ("" if it did not) */
 
 /* ------------------------------------------------------------------- errors and locking */
@@ -297,9 +297,8 @@ static int do_g5_set_eps_to_all(double eps)
 {
     if (!isfinite(eps))
         return g5_fail("g5_set_eps_to_all", SAPPORO_ERR_INPUT, "eps = %g is not finite", eps);
-    g5_lock("g5_set_eps_to_all");
-    g5_eps = eps;
-    return g5_unlock(SAPPORO_OK);
+    __atomic_store(&g5_eps, &eps, __ATOMIC_RELAXED);
+    return SAPPORO_OK;
 }
 
 static int do_g5_set_n(const char *fn, int id, int n)
@@ -412,9 +411,8 @@ static int g5_set_i(const char *fn, struct g5_context *c, int ni, const double *
     }
     if ((rc = g5_i_room(fn, c, ni)) < 0)
         return rc;
-    g5_lock(fn);
-    e2 = g5_eps * g5_eps;
-    g5_unlock(SAPPORO_OK);
+    __atomic_load(&g5_eps, &e2, __ATOMIC_RELAXED);
+    e2 *= e2;
     memcpy(c->xi, xi, sizeof(double) * 3 * (size_t)ni);
     for (int i = 0; i < ni; i++)
         c->eps2i[i] = eps2 != NULL ? eps2[i] : e2;
