@@ -108,6 +108,18 @@ def test_forces_without_the_engine_and_with_device_memory(capi: CApi, tmp_path: 
     assert (calls == 0) == (name == "SAPPORO_NATIVE")
 
 
+def test_per_j_softening_of_pg5s_symmetric_variant(capi: CApi, tmp_path: Path) -> None:
+    """-DSYMMETRIC: g5_set_xmj takes eps_j^2 (grape5.h maps it to g5_set_xmje); a pair is
+    softened by eps_i^2 + eps_j^2."""
+    n = 200
+    x, m = write_ic(tmp_path / "ic.txt", n)
+    exe = capi.program("g5_symmetric.c", extra=("-DSYMMETRIC",))
+    proc = capi.run(exe, "ic.txt", 0.01, 3e-4, cwd=tmp_path,
+                    env=capi.env(SAPPORO_PRECISION="double"))
+    assert "rc 0" in proc.stdout, proc.stderr
+    check_forces(proc.stdout, x, m, n, np.full(n, 1e-4 + 3e-4), TOL["double"])
+
+
 @pytest.mark.parametrize("precision", ["double", "double-single"])
 def test_fortran_client(capi: CApi, tmp_path: Path, precision: str) -> None:
     n = 200
