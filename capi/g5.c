@@ -270,9 +270,9 @@ static int do_g5_close(void)
     return g5_unlock(rc);
 }
 
+/* Context 0's j-capacity; 0 (and a message) before g5_open. */
 static int do_g5_jmemsize(void)
 {
-    int rc, size;
     struct g5_context *c = &g5c[0];
     pthread_mutex_lock(&c->lock);
     if (!c->open) {
@@ -280,9 +280,7 @@ static int do_g5_jmemsize(void)
                 "first): the j-memory is that of the open library");
         return g5_put(c, 0);
     }
-    size = c->max_address + 1;
-    rc = size;
-    return g5_put(c, rc);
+    return g5_put(c, c->max_address + 1);
 }
 
 static int do_g5_pipelines(void)
@@ -350,19 +348,6 @@ static int do_g5_set_xmj(const char *fn, int id, int adr, int nj, const double *
                                      "position (%g, %g, %g) too large; magnitudes must stay "
                                      "below %g", a, x[0], x[1], x[2], COORD_LIMIT));
     }
-    if (epsj2 != NULL || c->epsj2 != NULL) {
-        if (c->epsj_cap < adr + nj) {
-            int cap = c->max_address + 1, old = c->epsj_cap;
-            if (g5_grow((void **)&c->epsj2, sizeof(double), cap))
-                return g5_put(c, g5_fail(fn, SAPPORO_ERR_INTERNAL, "out of memory for %d "
-                                         "softening lengths", cap));
-            for (int a = old; a < cap; a++)
-                c->epsj2[a] = 0.0;
-            c->epsj_cap = cap;
-        }
-        for (int a = adr; a < adr + nj; a++)
-            c->epsj2[a] = epsj2 != NULL ? epsj2[a] : 0.0;
-    }
     if ((rc = g5_j_room(fn, c, nj)) < 0)
         return g5_put(c, rc);
     for (int k = 0; k < nj; k++) {
@@ -385,6 +370,19 @@ static int do_g5_set_xmj(const char *fn, int id, int adr, int nj, const double *
     }
     if (adr + nj > c->stored)
         c->stored = adr + nj;
+    if (epsj2 != NULL || c->epsj2 != NULL) {
+        if (c->epsj_cap < adr + nj) {  /* addresses not covered have no per-j softening */
+            int old = c->epsj_cap, cap = 2 * old > adr + nj ? 2 * old : adr + nj;
+            if (g5_grow((void **)&c->epsj2, sizeof(double), cap))
+                return g5_put(c, g5_fail(fn, SAPPORO_ERR_INTERNAL, "out of memory for %d "
+                                         "softening lengths", cap));
+            for (int a = old; a < cap; a++)
+                c->epsj2[a] = 0.0;
+            c->epsj_cap = cap;
+        }
+        for (int a = adr; a < adr + nj; a++)
+            c->epsj2[a] = epsj2 != NULL ? epsj2[a] : 0.0;
+    }
     return g5_put(c, SAPPORO_OK);
 }
 
@@ -516,13 +514,14 @@ static int g5_compute(const char *fn, struct g5_context *c)
                        "up to %d only (g5_set_xmj)", c->n, c->stored - 1);
     if (c->epsj2 != NULL && c->n > 0) {
         epsj2 = c->epsj2[0];
-        for (int a = 1; a < c->n; a++)
-            if (c->epsj2[a] != epsj2)
+        for (int a = 1; a < c->n; a++) {
+            double e = a < c->epsj_cap ? c->epsj2[a] : 0.0;
+            if (e != epsj2)
                 return g5_fail(fn, SAPPORO_ERR_INPUT, "the per-j softening differs between "
                                "j-particles (epsj2[0] = %g, epsj2[%d] = %g): sapporo takes "
                                "one softening per i-particle and force call, so every "
-                               "j-particle of g5_set_xmje must have the same", epsj2, a,
-                               c->epsj2[a]);
+                               "j-particle of g5_set_xmje must have the same", epsj2, a, e);
+        }
     }
     for (int i = 1; i < ni && same; i++)
         same = c->eps2i[i] == c->eps2i[0];

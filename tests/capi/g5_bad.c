@@ -12,7 +12,7 @@
 
 int main(void)
 {
-    static double x[N][3], m[N], a[N][3], p[N], e[N];
+    static double x[N][3], m[N], a[N][3], p[N], e[N], u[N];
     int js, np, finite = 1;
     for (int i = 0; i < N; i++) {
         x[i][0] = cos(i * 0.7);
@@ -20,6 +20,7 @@ int main(void)
         x[i][2] = 0.01 * i;
         m[i] = 1.0 / N;
         e[i] = 1e-4 * (1 + i % 2);
+        u[i] = 1e-4;
     }
     SHOW("xi_before_open", g5_set_xi(4, x));
     SHOW("jmemsize_before_open", g5_get_jmemsize());
@@ -64,7 +65,10 @@ int main(void)
     SHOW("eps_zero", g5_set_eps_to_all(0.0));
     SHOW("self_no_softening", g5_calculate_force_on_x(x, a, p, 4));
     printf("last_error %s\n", sapporo_last_error());
-    /* per-j softening that differs between j-particles */
+    /* per-j softening that differs between j-particles: for part of them only, then
+     * varying */
+    SHOW("xmje_part", g5_set_xmje(0, 10, x, m, u));
+    SHOW("run_part_epsj", g5_calculate_force_on_x(x, a, p, 4));
     SHOW("xmje_varying", g5_set_xmje(0, N, x, m, e));
     SHOW("run_varying_epsj", g5_calculate_force_on_x(x, a, p, 4));
     /* the library goes on */

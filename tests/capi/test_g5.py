@@ -181,7 +181,8 @@ BAD_CALLS = {
     "xi_inf": -1, "xei_negative": -1, "eps_more_than_set": -1, "run": 0,
     "get_force_more_than_run": -1, "context_out_of_range": -1, "context_negative": -1,
     "calculate_null": -1, "calculate_negative": -1, "self_no_softening": -5,
-    "run_varying_epsj": -1, "good": 0, "finite": 1, "close": 0, "run_after_close": -2,
+    "xmje_part": 0, "run_part_epsj": -1, "run_varying_epsj": -1, "good": 0, "finite": 1,
+    "close": 0, "run_after_close": -2,
 }
 
 
