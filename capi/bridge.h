@@ -21,3 +21,13 @@ int shim_py_device_count(void);
 /* The open library's native engine: its function table (sapporo/engine_api.h) and the
  * engine, both NULL when it has none. */
 int shim_py_engine(void **api, void **engine);
+/* GRAPE-5 (capi/g5.c): one library of order 2 per context id, each with its own engine
+ * (NULL: none).  j-particles come as raw records (as shim_py_set_j), every index 0;
+ * force: the i-particles' forces from addresses [0, nj) with one softening (i-index 1, so
+ * no j-particle is excluded), the potential positive as PG5 gives it. */
+int shim_py_g5_open(int context, int *max_address, void **api, void **engine);
+int shim_py_g5_close(int context);
+int shim_py_g5_set_j(int context, int n, const int *address, const int *index,
+                     const double *records);
+int shim_py_g5_force(int context, int nj, int ni, const double *x, double eps2, double *acc,
+                     double *pot);

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import re
 from typing import Any
 
 import numpy as np
@@ -157,6 +158,7 @@ class Bridge:
         self._result: Any = None
         self._nb_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._engine: Any = None  # the library's native engine, while C holds it
+        self.g5: dict[int, Any] = {}  # GRAPE-5: one library of order 2 per context id
 
     # ------------------------------------------------------------------------ lifecycle
     def npipes(self) -> int:
@@ -204,20 +206,9 @@ class Bridge:
         lib = self.lib
         if lib is None:
             raise SapporoError("the library is not open (call g6_open first)")
-        if not hasattr(lib, "_engine_start"):  # a stand-in library (tests)
-            return 0, 0
-        if not lib._engine_tried:
-            lib._engine_start()
-        if lib._engine is None:
-            return 0, 0
-        import ctypes
-
-        from sapporo.core import _engine  # type: ignore[attr-defined]
-
-        get = ctypes.pythonapi.PyCapsule_GetPointer
-        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-        self._engine = lib._engine
-        return int(get(_engine.C_API, b"sapporo.core._engine.C_API")), id(self._engine)
+        api, engine = _engine_of(lib)
+        self._engine = lib._engine if engine else None
+        return api, engine
 
     # ------------------------------------------------------------------------ j-particles
     def set_j(
@@ -270,26 +261,48 @@ class Bridge:
         within the device memory, indices >= 0), so they go to the library's checked path:
         only what C does not check is checked here (pop and d5 below order 8, and in
         double-single the range of masses)."""
-        lib = self._open_lib()
-        n = int(address.shape[0])
-        if n == 0:
-            return
-        if given >= 6 and lib.order < 8:
-            raise InputError("pop: the 4th and 5th derivatives are taken at order 8 only "
-                             f"(the library has order {lib.order})")
-        if not hasattr(lib, "_store_checked"):  # a stand-in library (tests)
-            high = {"pop": records[:, 6, :3], "d5": records[:, 7, :3]} if given >= 6 else {}
-            lib.set_j_particles(address, index, records[:, 1, 3], records[:, 0, 3],
-                                records[:, 0, :3], records[:, 1, :3], records[:, 2, :3],
-                                records[:, 3, :3], records[:, 4, :3], records[:, 5, :3],
-                                **high)
-            return
-        with lib._lock:
-            lib._check_open()
-            if lib.precision == "double-single":
-                lib._check_float_masses(records[:, 0, 3])
-            lib._store_checked(address.astype(np.int64), index.astype(np.int64),
-                               records[:, : raw_n(lib.order)], given)
+        _store(self._open_lib(), address, index, records, given)
+
+    # ------------------------------------------------------------------------ GRAPE-5
+    def g5_open(self, context: int) -> Any:
+        """Open the library of GRAPE-5 context ``context`` (order 2; precision, backend and
+        devices as for g6_open) unless it is open; return it."""
+        from sapporo.core.library import Library
+
+        lib = self.g5.get(context)
+        if lib is None:
+            settings = open_settings(order=2)
+            lib = self.g5[context] = Library(**settings)
+            logger.info("C API opened GRAPE-5 context %d %s", context, settings)
+        return lib
+
+    def g5_close(self, context: int) -> None:
+        """Close the library of GRAPE-5 context ``context`` (idempotent)."""
+        lib = self.g5.pop(context, None)
+        if lib is not None:
+            lib.close()
+
+    def g5_lib(self, context: int) -> Any:
+        """The open library of GRAPE-5 context ``context``."""
+        lib = self.g5.get(context)
+        if lib is None:
+            raise SapporoError(f"GRAPE-5 context {context} is not open (call g5_open first)")
+        if hasattr(lib, "_engine_wait"):
+            lib._engine_wait()
+        return lib
+
+    def g5_force(self, context: int, nj: int, x: np.ndarray, eps2: float) -> Any:
+        """Forces on the i-particles ``x`` from addresses [0, nj) of a GRAPE-5 context, with
+        softening ``eps2``; every i-index is 1 and every j-index 0, so no pair is excluded."""
+        lib = self.g5_lib(context)
+        ni = len(x)
+        try:
+            return lib.compute(x, np.zeros((ni, 3)), np.ones(ni, dtype=np.int64), eps2, nj=nj)
+        except NonFiniteError as exc:  # the i-particles' ids (all 1) mean nothing here
+            message = re.sub(r" \(id \d+\)", "", str(exc), count=1)
+            raise NonFiniteError(f"{message}; GRAPE-5 excludes no pair, so an i-particle at "
+                                 "a j-particle's position needs eps > 0") from None
+
 
     def set_time(self, t: float) -> None:
         """Time to which j-particles are predicted before the next force call."""
@@ -374,6 +387,49 @@ class Bridge:
         counts = np.asarray(res.neighbour_counts, dtype=np.int32)
         self._nb_arrays = (offsets, counts, ids)
         return offsets, counts, ids, bool(res.overflow)
+
+
+def _engine_of(lib: Any) -> tuple[int, int]:
+    """The addresses of the native engine's C function table (``engine_api.h``) and of the
+    library's engine; (0, 0) when it has none (``SAPPORO_NATIVE=0``, several devices,
+    profiling, CUDA, a stand-in library)."""
+    if not hasattr(lib, "_engine_start"):  # a stand-in library (tests)
+        return 0, 0
+    if not lib._engine_tried:
+        lib._engine_start()
+    if lib._engine is None:
+        return 0, 0
+    import ctypes
+
+    from sapporo.core import _engine  # type: ignore[attr-defined]
+
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    return int(get(_engine.C_API, b"sapporo.core._engine.C_API")), id(lib._engine)
+
+
+def _store(lib: Any, address: np.ndarray, index: np.ndarray, records: np.ndarray,
+           given: int) -> None:
+    """j-particles as raw records into ``lib`` (see :meth:`Bridge.set_j_records`)."""
+    n = int(address.shape[0])
+    if n == 0:
+        return
+    if given >= 6 and lib.order < 8:
+        raise InputError("pop: the 4th and 5th derivatives are taken at order 8 only "
+                         f"(the library has order {lib.order})")
+    if not hasattr(lib, "_store_checked"):  # a stand-in library (tests)
+        high = {"pop": records[:, 6, :3], "d5": records[:, 7, :3]} if given >= 6 else {}
+        lib.set_j_particles(address, index, records[:, 1, 3], records[:, 0, 3],
+                            records[:, 0, :3], records[:, 1, :3], records[:, 2, :3],
+                            records[:, 3, :3], records[:, 4, :3], records[:, 5, :3],
+                            **high)
+        return
+    with lib._lock:
+        lib._check_open()
+        if lib.precision == "double-single":
+            lib._check_float_masses(records[:, 0, 3])
+        lib._store_checked(address.astype(np.int64), index.astype(np.int64),
+                           records[:, : raw_n(lib.order)], given)
 
 
 def _error_code(lib: Any, exc: BaseException) -> int:
@@ -506,6 +562,34 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
         api, engine = state.engine()
         api_out[0] = ffi.cast("void *", api)
         engine_out[0] = ffi.cast("void *", engine)
+        return 0
+
+    @extern
+    def shim_py_g5_open(context, max_address, api_out, engine_out) -> int:
+        lib = state.g5_open(context)
+        api, engine = _engine_of(lib)
+        max_address[0] = lib.max_address
+        api_out[0] = ffi.cast("void *", api)
+        engine_out[0] = ffi.cast("void *", engine)
+        return 0
+
+    @extern
+    def shim_py_g5_close(context) -> int:
+        state.g5_close(context)
+        return 0
+
+    @extern
+    def shim_py_g5_set_j(context, n, address, index, records) -> int:
+        rec = np.frombuffer(ffi.buffer(records, 8 * 4 * JB_RECORDS * n), dtype=np.float64)
+        _store(state.g5_lib(context), scalars(address, n, np.int32),
+               scalars(index, n, np.int32), rec.reshape(n, JB_RECORDS, 4), 1)
+        return 0
+
+    @extern
+    def shim_py_g5_force(context, nj, ni, x, eps2, acc, pot) -> int:
+        res = state.g5_force(context, nj, vectors(x, ni), eps2)
+        put(acc, res.acc)
+        put(pot, -res.pot)  # PG5's sign: positive
         return 0
 
     @extern

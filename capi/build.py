@@ -1,19 +1,20 @@
-"""Build and install ``libsapporo.so`` (and ``libg6.so``), the GRAPE-6 API for C and Fortran.
+"""Build and install ``libsapporo.so`` (and its names ``libg6.so``, ``libg5.so``,
+``libpg5.so``), the GRAPE-6 and GRAPE-5 APIs for C and Fortran.
 
 The library is made with cffi's embedding support: :func:`make_ffi` declares the functions
 of ``bridge.h`` with ``ffi.embedding_api`` (implemented in Python by
-:mod:`sapporo.capi.bridge`), pastes ``shim.c`` in with ``set_source`` and gives the
+:mod:`sapporo.capi.bridge`), pastes ``shim.c`` and ``g5.c`` in with ``set_source`` and gives the
 ``embedding_init_code`` that finds and imports the installed ``sapporo``.  cffi writes the C
 file; the C compiler (``$CC``, default ``cc``) links it against this interpreter's
-``libpython`` with an rpath, a version script that exports only ``g6*``, ``sapporo_*`` and
-``get_device_count``, and ``-Bsymbolic``.
+``libpython`` with an rpath, a version script that exports only ``g6*``, ``g5*``,
+``sapporo_*`` and ``get_device_count``, and ``-Bsymbolic``.
 
 Installed layout under a prefix::
 
-    PREFIX/include/grape6.h  PREFIX/include/sapporo.h
-    PREFIX/lib/libsapporo.so  PREFIX/lib/libg6.so -> libsapporo.so
+    PREFIX/include/grape6.h  PREFIX/include/grape5.h  PREFIX/include/sapporo.h
+    PREFIX/lib/libsapporo.so  PREFIX/lib/libg6.so, libg5.so, libpg5.so -> libsapporo.so
     PREFIX/lib/sapporo-capi.json   (what was built, for staleness checks)
-    PREFIX/lib/pkgconfig/sapporo_light.pc, sapporo.pc, g6lib.pc
+    PREFIX/lib/pkgconfig/sapporo_light.pc, sapporo.pc, g6lib.pc, g5lib.pc
 
 The pkg-config modules are the names AMUSE's configure looks for (``sapporo_light`` for
 ph4's GPU worker, ``g6lib`` for a GRAPE-6 library); their flags are those of :func:`flags`.
@@ -54,23 +55,26 @@ logger = logging.getLogger(__name__)
 #: cffi module name of the embedded extension (never importable from outside).
 MODULE_NAME = "_sapporo_capi"
 LIBRARY = "libsapporo.so"
-ALIASES = ("libg6.so",)
-HEADERS = ("grape6.h", "sapporo.h")
+ALIASES = ("libg6.so", "libg5.so", "libpg5.so")
+HEADERS = ("grape6.h", "grape5.h", "sapporo.h")
 #: pkg-config modules installed in PREFIX/lib/pkgconfig: name -> (library, description).
 PKGCONFIG = {
     "sapporo_light": ("sapporo", "sapporo-nbody's GRAPE-6 library, for codes that link "
                       "sapporo_light or Sapporo2"),
     "sapporo": ("sapporo", "sapporo-nbody's GRAPE-6 library (libsapporo)"),
     "g6lib": ("g6", "sapporo-nbody's GRAPE-6 library under the name libg6"),
+    "g5lib": ("g5", "sapporo-nbody's GRAPE-5 library (Phantom-GRAPE's PG5 calls) under the "
+              "name libg5"),
 }
 STAMP = "sapporo-capi.json"
-_SOURCES = ("shim.c", "bridge.h", "bridge.py", "grape6.h",
+_SOURCES = ("shim.c", "g5.c", "bridge.h", "bridge.py", "grape6.h", "grape5.h",
             "sapporo.h", "build.py")
 
-#: Exported ABI: ``g6*``, ``sapporo_*`` and sapporo_light's ``get_device_count``; every other
-#: symbol (cffi's PyInit_, the bridge functions) becomes local.
+#: Exported ABI: ``g6*``, ``g5*``, ``sapporo_*`` and sapporo_light's ``get_device_count``;
+#: every other symbol (cffi's PyInit_, the bridge functions) becomes local.
 VERSION_SCRIPT = (
-    "{\n  global:\n    g6*;\n    sapporo_*;\n    get_device_count;\n  local:\n    *;\n};\n"
+    "{\n  global:\n    g6*;\n    g5*;\n    sapporo_*;\n    get_device_count;\n"
+    "  local:\n    *;\n};\n"
 )
 
 #: Functions of shim.c that Python calls, plus the error codes read from sapporo.h.
@@ -174,7 +178,8 @@ def make_ffi(sites: list[str]):  # noqa: ANN201 (cffi.FFI, imported lazily)
         MODULE_NAME,
         f"static const char shim_python[] = {_c_string(sys.executable)};\n"
         f"static const char shim_site_code[] = {_c_string(site_code)};\n"
-        '#include "shim.c"\n',
+        '#include "shim.c"\n'
+        '#include "g5.c"\n',
     )
     ffi.embedding_init_code(_INIT_CODE.format(module=MODULE_NAME))
     return ffi

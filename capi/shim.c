@@ -653,7 +653,7 @@ static int engine_finish(int ni, double *acc, double *jerk, double *snap, double
             nn_r2[i] = ROW(OC_NNR2, i);
     }
 #undef ROW
-    direct_calls++;
+    __atomic_add_fetch(&direct_calls, 1, __ATOMIC_RELAXED);  /* GRAPE-5 contexts count too */
     return 1;
 }
 
@@ -1332,7 +1332,7 @@ EXPORT long sapporo_direct_calls(void)
 {
     long n;
     enter("sapporo_direct_calls");
-    n = direct_calls;
+    n = __atomic_load_n(&direct_calls, __ATOMIC_RELAXED);
     leave(0);
     return n;
 }

@@ -1,8 +1,9 @@
-"""``sapporo capi``: build the GRAPE-6 library for C and Fortran, and print its flags.
+"""``sapporo capi``: build the GRAPE-6 and GRAPE-5 library for C and Fortran, print its flags.
 
-``sapporo capi build [--prefix DIR]`` compiles ``libsapporo.so`` (and ``libg6.so``) and
-installs it with ``grape6.h`` and ``sapporo.h`` into ``DIR/lib`` and ``DIR/include``, and
-pkg-config modules (``sapporo_light``, ``sapporo``, ``g6lib``) into ``DIR/lib/pkgconfig``;
+``sapporo capi build [--prefix DIR]`` compiles ``libsapporo.so`` (and its names
+``libg6.so``, ``libg5.so``, ``libpg5.so``) and installs it with ``grape6.h``, ``grape5.h``
+and ``sapporo.h`` into ``DIR/lib`` and ``DIR/include``, and pkg-config modules
+(``sapporo_light``, ``sapporo``, ``g6lib``, ``g5lib``) into ``DIR/lib/pkgconfig``;
 ``sapporo capi flags [--prefix DIR]`` prints what a Makefile needs, building first when the
 library is missing or stale, so ``cc prog.c $(sapporo capi flags)`` just works.
 ``sapporo capi amuse [--prefix DIR] [--python PY] [--install]`` prints (or runs) the pip
@@ -208,7 +209,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     csub = p.add_subparsers(dest="capi_command", metavar="ACTION", required=True)
     prefix_help = "install prefix (default: a per-user folder for this Python environment)"
 
-    b = csub.add_parser("build", help="build and install libsapporo.so, libg6.so and headers")
+    b = csub.add_parser("build", help="build and install libsapporo.so (also as libg6.so, "
+                        "libg5.so, libpg5.so) and headers")
     b.add_argument("--prefix", default=None, help=prefix_help)
     b.add_argument("--keep", metavar="DIR", default=None,
                    help="keep the generated C source and version script in DIR")

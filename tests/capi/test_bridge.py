@@ -248,3 +248,36 @@ def test_records_path_matches_the_columns_path() -> None:
             bridge.close()
     np.testing.assert_array_equal(out[0].acc, out[1].acc)
     np.testing.assert_array_equal(out[0].jerk, out[1].jerk)
+
+
+def test_grape5_contexts_are_separate_libraries() -> None:
+    """GRAPE-5 contexts: one order-2 library each; forces from [0, nj) with nothing
+    excluded; a context not opened is an error."""
+    from sapporo.capi.bridge import JB_RECORDS, _store
+
+    from sapporo.errors import NonFiniteError
+    from sapporo.reference import forces, plummer
+
+    bridge = Bridge()
+    with pytest.raises(SapporoError, match="context 5 is not open"):
+        bridge.g5_lib(5)
+    x, _, m = plummer(64, seed=1)
+    try:
+        libs = [bridge.g5_open(c) for c in (0, 5)]
+        assert libs[0] is not libs[1] and bridge.g5_open(5) is libs[1]
+        assert libs[0].order == 2
+        rec = np.zeros((64, JB_RECORDS, 4))
+        rec[:, 0, :3], rec[:, 0, 3] = x, m
+        _store(libs[1], np.arange(64), np.zeros(64, dtype=np.int64), rec, 1)
+        res = bridge.g5_force(5, 40, x[:8], 1e-4)
+        ref = forces(x[:8], None, np.arange(8) + 100, x[:40], None, m[:40], np.arange(40),
+                     1e-4, order=2)
+        assert np.allclose(res.acc, ref.acc, rtol=1e-5) and np.allclose(res.pot, ref.pot,
+                                                                        rtol=1e-5)
+        with pytest.raises(NonFiniteError, match="GRAPE-5 excludes no pair") as info:
+            bridge.g5_force(5, 40, x[:8], 0.0)
+        assert "(id" not in str(info.value)
+    finally:
+        for c in (0, 5):
+            bridge.g5_close(c)
+    assert bridge.g5 == {}

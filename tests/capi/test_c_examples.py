@@ -63,6 +63,21 @@ def test_fortran_module_checks_arguments(capi: CApi, tmp_path: Path) -> None:
     assert "g6_set_ti" in proc.stderr or "Type mismatch" in proc.stderr, proc.stderr
 
 
+def test_g5_tree_example(capi: CApi, tmp_path: Path) -> None:
+    """examples/c/g5_tree.c: the tree's forces near the direct sum's, both through the
+    GRAPE-5 calls (two OpenMP threads, each on its own context)."""
+    exe = capi.program(str(EXAMPLES / "c" / "g5_tree.c"), extra=("-fopenmp",))
+    proc = capi.run(exe, 2048, 0.5, cwd=tmp_path, env=capi.env(OMP_NUM_THREADS="2"))
+    assert "sapporo:" not in proc.stderr, proc.stderr
+    assert re.search(r"N = 2048 .* groups = \d+ .* mean list = \d+", proc.stdout), proc.stdout
+    err = float(re.search(r"rms relative acceleration error = (\S+)", proc.stdout)[1])
+    assert 1e-5 < err < 5e-3  # a tree's error at theta = 0.5, not the direct sum itself
+    w_tree, w_direct = (float(v) for v in
+                        re.search(r"W tree = (\S+) +W direct = (\S+)", proc.stdout).groups())
+    assert -0.6 < w_direct < -0.45  # a Plummer sphere in Henon units: W = -1/2
+    assert abs(w_tree - w_direct) < 1e-3 * abs(w_direct)
+
+
 def test_makefiles(capi: CApi, tmp_path: Path) -> None:
     """`make` in a copy of each example folder, with `sapporo capi flags` building the
     library into a fresh per-user folder, as a user would."""
@@ -84,13 +99,18 @@ def test_makefiles(capi: CApi, tmp_path: Path) -> None:
                              capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr
         check_run(run.stdout, 128)
+        if kind == "c":
+            tree = subprocess.run([str(folder / "g5_tree"), "512"], cwd=folder, env=env,
+                                  capture_output=True, text=True, timeout=300)
+            assert tree.returncode == 0 and "rms relative" in tree.stdout, tree.stderr
     assert list((tmp_path / "data").glob("sapporo/capi/*/lib/libsapporo.so"))
     if not capi.fc:
         pytest.skip("the Fortran example was not built: no gfortran")
 
 
 def test_examples_say_how_to_build() -> None:
-    for path in (EXAMPLES / "c" / "hermite.c", EXAMPLES / "fortran" / "hermite.f90",
+    for path in (EXAMPLES / "c" / "hermite.c", EXAMPLES / "c" / "g5_tree.c",
+                 EXAMPLES / "fortran" / "hermite.f90",
                  EXAMPLES / "fortran" / "sapporo_g6.f90"):
         assert "$(sapporo capi flags)" in path.read_text(), path
     assert os.path.isfile(EXAMPLES / "c" / "Makefile")

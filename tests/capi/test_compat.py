@@ -69,7 +69,7 @@ def test_referenced_symbols_are_exported(capi: CApi) -> None:
 
 
 @pytest.mark.parametrize("module, lib", [("sapporo_light", "sapporo"), ("sapporo", "sapporo"),
-                                         ("g6lib", "g6")])
+                                         ("g6lib", "g6"), ("g5lib", "g5")])
 def test_pkgconfig_modules_give_the_flags(capi: CApi, module: str, lib: str) -> None:
     """PREFIX/lib/pkgconfig/<module>.pc says what ``sapporo capi flags`` says (read in
     Python always; through pkg-config itself when it is installed)."""

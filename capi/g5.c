@@ -1,0 +1,870 @@
+/*
+ * g5.c -- the GRAPE-5 interface of libsapporo.so (Phantom-GRAPE's PG5 calls; grape5.h).
+ *
+ * Included after shim.c into the library's one C file (build.py), so it uses shim.c's
+ * machinery: the embedded Python (python_up), the error record and its messages, the engine
+ * table of sapporo/engine_api.h.  Every call has a C name and a Fortran name (trailing
+ * underscore, arguments by pointer), both thin wrappers over one static function.
+ *
+ * Each context id (the first argument of the MC calls; 0 for the others) has its own
+ * library of order 2 with its own engine, j-memory, n, i-particles and results, and its own
+ * mutex, so calls with different ids run at once from several threads.  The engine runs
+ * without the GIL; a call into Python (opening a context, j-particles at addresses the
+ * library has not held yet, a force the engine leaves to the library) takes shim.c's
+ * process-wide lock, which also guards the error record.  Lock order: a context's mutex,
+ * then shim_lock; never the other way round.
+ *
+ * The potential comes back as PG5 returns it: positive, sum m_j / sqrt(r^2 + eps^2) (the
+ * library's is negative), the i-particle's own term m/eps included.
+ *
+ * GRAPE-5 is order 2 on j-particles that are not predicted: a j-particle is stored with
+ * zero velocity at time 0 (so the library's prediction leaves it where it is) and index 0;
+ * the i-particles have index 1, so no pair is excluded.  A particle that is both i and j
+ * with zero softening then has a force that is not finite, reported as the GRAPE-6 calls
+ * report it (SAPPORO_ERR_NONFINITE).
+ */
+#include "grape5.h"
+
+#define G5_CONTEXTS 64        /* context ids 0 .. G5_CONTEXTS - 1 (PG5 has 24) */
+#define G5_NI_CHUNK 8192      /* i-particles per force call of g5_calculate_force_on_x* (the
+                               * engine's ENG_NI_MAX) */
+
+struct g5_context {
+    pthread_mutex_t lock;
+    int open;                 /* its library is open */
+    int max_address;          /* the largest j-address its library holds */
+    int stored;               /* addresses [0, stored) may be used by g5_set_n */
+    const struct sapporo_engine_api *api;
+    void *eng;                /* its library's engine; NULL: everything through Python */
+    int n;                    /* g5_set_n: j-particles [0, n) in the next force call */
+    int ni;                   /* i-particles set (0: none) */
+    int icap;                 /* room for this many in the i-arrays */
+    double *xi, *eps2i;       /* i-particles: positions, softening squared */
+    double *zeros;            /* 3 * icap zeros: the i-velocities, which order 2 never reads */
+    int *ones;                /* icap ones: the i-indices */
+    double *gx, *gacc, *gpot; /* one softening's i-particles, when they differ */
+    int *gmap;
+    double *rows;             /* the engine's result rows */
+    double *acc, *pot;        /* the forces of the last g5_run */
+    int have_force;           /* for this many i-particles (0: none) */
+    int jcap;                 /* room in the j-batch */
+    int *jaddr, *jidx;        /* a batch of j-particles: addresses, indices (zeros) */
+    double *jrec;             /* ... raw records (JB_DOUBLES each, all but x|m, v|t zero) */
+    double *epsj2;            /* per-j softening squared by address (g5_set_xmje), or NULL */
+    int epsj_cap;
+};
+
+static struct g5_context g5c[G5_CONTEXTS] = {
+    [0 ... G5_CONTEXTS - 1] = { .lock = PTHREAD_MUTEX_INITIALIZER },
+};
+static int g5_is_open;        /* g5_open was called (guarded by shim_lock) */
+static double g5_eps;         /* g5_set_eps_to_all's eps, for every context (atomic) */
+static char g5_open_error[512]; /* why the last g5_open failed ("" if it did not) */
+
+/* ------------------------------------------------------------------- errors and locking */
+
+/* A call into Python, or into the error record: under the process-wide lock, with the
+ * function named in messages. */
+static void g5_lock(const char *fn)
+{
+    pthread_mutex_lock(&shim_lock);
+    current_fn = fn;
+}
+
+static int g5_unlock(int rc)
+{
+    int stop = abort_code;
+    abort_code = 0;
+    current_fn = "sapporo";
+    pthread_mutex_unlock(&shim_lock);
+    if (stop != 0) {
+        fprintf(stderr, "sapporo: stopping the program (SAPPORO_ON_ERROR=abort)\n");
+        fflush(stderr);
+        exit(1);
+    }
+    return rc;
+}
+
+static int g5_fail(const char *fn, int code, const char *fmt, ...)
+{
+    char message[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    g5_lock(fn);
+    record_error(code, message, 0);
+    return g5_unlock(code);
+}
+
+/* The context of an id, locked; NULL (and an error) when the id is out of range. */
+static struct g5_context *g5_get(const char *fn, int id)
+{
+    if (id < 0 || id >= G5_CONTEXTS) {
+        g5_fail(fn, SAPPORO_ERR_INPUT, "context id = %d must be between 0 and %d", id,
+                G5_CONTEXTS - 1);
+        return NULL;
+    }
+    pthread_mutex_lock(&g5c[id].lock);
+    return &g5c[id];
+}
+
+static int g5_put(struct g5_context *c, int rc)
+{
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+/* Open the context's library unless it is (the context is locked).  forces: a force call,
+ * which says on every call that g5_open failed (as the GRAPE-6 force calls do), so that a
+ * client that never checks codes does not run on without forces after a few lines. */
+static int g5_ready_for(const char *fn, struct g5_context *c, int forces)
+{
+    int rc;
+    void *api = NULL, *engine = NULL;
+    if (c->open)
+        return SAPPORO_OK;
+    g5_lock(fn);
+    if (!g5_is_open && g5_open_error[0] != '\0' && forces) {
+        char message[768];
+        snprintf(message, sizeof message, "no forces computed, GRAPE-5 could not be opened: "
+                 "%s", g5_open_error);
+        record_error(SAPPORO_ERR_STATE, message, 1);
+        return g5_unlock(SAPPORO_ERR_STATE);
+    }
+    if (!g5_is_open) {
+        rc = g5_open_error[0] != '\0'
+            ? fail(SAPPORO_ERR_STATE, "GRAPE-5 is not open: %s", g5_open_error)
+            : fail(SAPPORO_ERR_STATE, "GRAPE-5 is not open (call g5_open first)");
+        return g5_unlock(rc);
+    }
+    rc = shim_py_g5_open((int)(c - g5c), &c->max_address, &api, &engine);
+    if (rc == SAPPORO_OK) {
+        c->open = 1;
+        c->stored = 0;
+        c->n = c->ni = c->have_force = 0;
+        if (api != NULL && engine != NULL
+            && ((const struct sapporo_engine_api *)api)->version == SAPPORO_ENGINE_API_VERSION) {
+            c->api = api;
+            c->eng = engine;
+        }
+    }
+    return g5_unlock(rc);
+}
+
+static int g5_ready(const char *fn, struct g5_context *c)
+{
+    return g5_ready_for(fn, c, 0);
+}
+
+/* ------------------------------------------------------------------------------ buffers */
+
+static int g5_grow(void **p, size_t elem, int cap)
+{
+    void *q = realloc(*p, elem * (size_t)cap);
+    if (q == NULL)
+        return -1;
+    *p = q;
+    return 0;
+}
+
+/* Room for ni i-particles (their indices ones, their velocities zeros). */
+static int g5_i_room(const char *fn, struct g5_context *c, int ni)
+{
+    int cap = c->icap;
+    if (ni <= cap)
+        return SAPPORO_OK;
+    while (cap < ni)
+        cap = cap ? 2 * cap : 256;
+    if (g5_grow((void **)&c->xi, 3 * sizeof(double), cap)
+        || g5_grow((void **)&c->eps2i, sizeof(double), cap)
+        || g5_grow((void **)&c->zeros, 3 * sizeof(double), cap)
+        || g5_grow((void **)&c->ones, sizeof(int), cap)
+        || g5_grow((void **)&c->gx, 3 * sizeof(double), cap)
+        || g5_grow((void **)&c->gacc, 3 * sizeof(double), cap)
+        || g5_grow((void **)&c->gpot, sizeof(double), cap)
+        || g5_grow((void **)&c->gmap, sizeof(int), cap)
+        || g5_grow((void **)&c->rows, NCO_ORDER8 * sizeof(double), cap)
+        || g5_grow((void **)&c->acc, 3 * sizeof(double), cap)
+        || g5_grow((void **)&c->pot, sizeof(double), cap))
+        return g5_fail(fn, SAPPORO_ERR_INTERNAL, "out of memory for %d i-particles", ni);
+    for (int i = 0; i < cap; i++) {
+        c->ones[i] = 1;
+        c->zeros[3 * i] = c->zeros[3 * i + 1] = c->zeros[3 * i + 2] = 0.0;
+    }
+    c->icap = cap;
+    return SAPPORO_OK;
+}
+
+/* Room for a batch of n j-particles; the records' other rows stay zero. */
+static int g5_j_room(const char *fn, struct g5_context *c, int n)
+{
+    int cap = c->jcap;
+    if (n <= cap)
+        return SAPPORO_OK;
+    while (cap < n)
+        cap = cap ? 2 * cap : 1024;
+    free(c->jrec);
+    c->jrec = calloc((size_t)cap, JB_DOUBLES * sizeof(double));
+    if (c->jrec == NULL || g5_grow((void **)&c->jaddr, sizeof(int), cap)
+        || g5_grow((void **)&c->jidx, sizeof(int), cap)) {
+        c->jcap = 0;
+        return g5_fail(fn, SAPPORO_ERR_INTERNAL, "out of memory for %d j-particles", n);
+    }
+    memset(c->jidx, 0, sizeof(int) * (size_t)cap);
+    c->jcap = cap;
+    return SAPPORO_OK;
+}
+
+/* ------------------------------------------------------------------------ the calls */
+
+static int do_g5_open(void)
+{
+    int rc;
+    struct g5_context *c = &g5c[0];
+    pthread_mutex_lock(&c->lock);
+    g5_lock("g5_open");
+    rc = python_up();
+    if (rc == SAPPORO_OK)
+        g5_is_open = 1;
+    g5_unlock(rc);
+    if (rc == SAPPORO_OK)
+        rc = g5_ready("g5_open", c);
+    g5_lock("g5_open");
+    g5_open_error[0] = '\0';
+    if (rc < 0) {
+        g5_is_open = 0;
+        snprintf(g5_open_error, sizeof g5_open_error, "%s", last_error);
+    }
+    g5_unlock(rc);
+    return g5_put(c, rc);
+}
+
+static int do_g5_close(void)
+{
+    int rc = SAPPORO_OK;
+    for (int id = 0; id < G5_CONTEXTS; id++) {
+        struct g5_context *c = &g5c[id];
+        pthread_mutex_lock(&c->lock);
+        if (c->open) {
+            int r;
+            if (c->eng != NULL)
+                c->api->wait(c->eng);
+            c->eng = NULL;
+            c->api = NULL;
+            c->open = 0;
+            g5_lock("g5_close");
+            r = shim_py_g5_close(id);
+            g5_unlock(r);
+            if (r < 0)
+                rc = r;
+        }
+        c->stored = c->n = c->ni = c->have_force = 0;
+        free(c->epsj2);
+        c->epsj2 = NULL;
+        c->epsj_cap = 0;
+        pthread_mutex_unlock(&c->lock);
+    }
+    g5_lock("g5_close");
+    g5_is_open = 0;
+    return g5_unlock(rc);
+}
+
+/* Context 0's j-capacity; 0 (and a message) before g5_open. */
+static int do_g5_jmemsize(void)
+{
+    struct g5_context *c = &g5c[0];
+    pthread_mutex_lock(&c->lock);
+    if (!c->open) {
+        g5_fail("g5_get_jmemsize", SAPPORO_ERR_STATE, "GRAPE-5 is not open (call g5_open "
+                "first): the j-memory is that of the open library");
+        return g5_put(c, 0);
+    }
+    return g5_put(c, c->max_address + 1);
+}
+
+static int do_g5_pipelines(void)
+{
+    int n;
+    g5_lock("g5_get_number_of_pipelines");
+    n = npipes_for_client();
+    return g5_unlock(n);
+}
+
+static int do_g5_set_eps_to_all(double eps)
+{
+    if (!isfinite(eps))
+        return g5_fail("g5_set_eps_to_all", SAPPORO_ERR_INPUT, "eps = %g is not finite", eps);
+    __atomic_store(&g5_eps, &eps, __ATOMIC_RELAXED);
+    return SAPPORO_OK;
+}
+
+static int do_g5_set_n(const char *fn, int id, int n)
+{
+    int rc;
+    struct g5_context *c = g5_get(fn, id);
+    if (c == NULL)
+        return SAPPORO_ERR_INPUT;
+    if ((rc = g5_ready(fn, c)) < 0)
+        return g5_put(c, rc);
+    if (n < 0 || n > c->max_address + 1)
+        return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "n = %d must be between 0 and "
+                                 "g5_get_jmemsize() = %d", n, c->max_address + 1));
+    c->n = n;
+    return g5_put(c, SAPPORO_OK);
+}
+
+/* j-particles at addresses adr .. adr + nj - 1, read from xj[adr ..], mj[adr ..] (PG5
+ * indexes the arrays by address); with_eps: epsj2 (per-j softening squared, also by
+ * address) is given. */
+static int do_g5_set_xmj(const char *fn, int id, int adr, int nj, const double *xj,
+                         const double *mj, const double *epsj2, int with_eps)
+{
+    int rc;
+    struct g5_context *c = g5_get(fn, id);
+    if (c == NULL)
+        return SAPPORO_ERR_INPUT;
+    if ((rc = g5_ready(fn, c)) < 0)
+        return g5_put(c, rc);
+    if (adr < 0 || nj < 0 || (long)adr + nj > (long)c->max_address + 1)
+        return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "adr = %d, nj = %d: the addresses "
+                                 "must lie in 0 .. g5_get_jmemsize() - 1 = %d", adr, nj,
+                                 c->max_address));
+    if (nj == 0)
+        return g5_put(c, SAPPORO_OK);
+    if (xj == NULL || mj == NULL || (with_eps && epsj2 == NULL))
+        return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "xj, mj%s must not be NULL",
+                                 with_eps ? " and epsj2" : ""));
+    for (int a = adr; a < adr + nj; a++) {
+        const double *x = xj + 3 * (size_t)a;
+        if (!finite3(x) || !isfinite(mj[a]) || (epsj2 != NULL && !(epsj2[a] >= 0.0
+                                                                  && isfinite(epsj2[a]))))
+            return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "j-particle at address %d has a "
+                                     "NaN or infinite value%s", a,
+                                     epsj2 != NULL ? " (or a negative softening)" : ""));
+        if (!(fabs(x[0]) < COORD_LIMIT && fabs(x[1]) < COORD_LIMIT
+              && fabs(x[2]) < COORD_LIMIT))
+            return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "j-particle at address %d: "
+                                     "position (%g, %g, %g) too large; magnitudes must stay "
+                                     "below %g", a, x[0], x[1], x[2], COORD_LIMIT));
+    }
+    if ((rc = g5_j_room(fn, c, nj)) < 0)
+        return g5_put(c, rc);
+    for (int k = 0; k < nj; k++) {
+        double *r = c->jrec + (size_t)JB_DOUBLES * k;
+        const double *x = xj + 3 * ((size_t)adr + k);
+        c->jaddr[k] = adr + k;
+        r[0] = x[0];
+        r[1] = x[1];
+        r[2] = x[2];
+        r[3] = mj[adr + k];
+    }
+    rc = 0;
+    if (c->eng != NULL && (rc = c->api->put_j(c->eng, nj, c->jaddr, c->jidx, c->jrec)) < 0)
+        return g5_put(c, g5_fail(fn, SAPPORO_ERR_BACKEND, "%s", c->api->error(c->eng)));
+    if (rc == 0) {  /* the library's way: new addresses, or what the engine does not take */
+        g5_lock(fn);
+        rc = g5_unlock(shim_py_g5_set_j(id, nj, c->jaddr, c->jidx, c->jrec));
+        if (rc < 0)
+            return g5_put(c, rc);
+    }
+    if (adr + nj > c->stored)
+        c->stored = adr + nj;
+    if (epsj2 != NULL || c->epsj2 != NULL) {
+        if (c->epsj_cap < adr + nj) {  /* addresses not covered have no per-j softening */
+            int old = c->epsj_cap, cap = 2 * old > adr + nj ? 2 * old : adr + nj;
+            if (g5_grow((void **)&c->epsj2, sizeof(double), cap))
+                return g5_put(c, g5_fail(fn, SAPPORO_ERR_INTERNAL, "out of memory for %d "
+                                         "softening lengths", cap));
+            for (int a = old; a < cap; a++)
+                c->epsj2[a] = 0.0;
+            c->epsj_cap = cap;
+        }
+        for (int a = adr; a < adr + nj; a++)
+            c->epsj2[a] = epsj2 != NULL ? epsj2[a] : 0.0;
+    }
+    return g5_put(c, SAPPORO_OK);
+}
+
+/* i-particles: positions, and softening squared per particle (eps2 NULL: g5_set_eps_to_all's
+ * eps squared). */
+static int g5_set_i(const char *fn, struct g5_context *c, int ni, const double *xi,
+                    const double *eps2)
+{
+    int rc;
+    double e2;
+    c->ni = 0;
+    c->have_force = 0;
+    if (xi == NULL)
+        return g5_fail(fn, SAPPORO_ERR_INPUT, "xi must not be NULL");
+    for (int i = 0; i < ni; i++) {
+        const double *x = xi + 3 * (size_t)i;
+        if (!(fabs(x[0]) < COORD_LIMIT && fabs(x[1]) < COORD_LIMIT && fabs(x[2]) < COORD_LIMIT))
+            return g5_fail(fn, SAPPORO_ERR_INPUT, "i-particle %d: position (%g, %g, %g) is "
+                           "not finite or too large (magnitudes must stay below %g)", i, x[0],
+                           x[1], x[2], COORD_LIMIT);
+        if (eps2 != NULL && !(isfinite(eps2[i]) && eps2[i] >= 0.0))
+            return g5_fail(fn, SAPPORO_ERR_INPUT, "eps2[%d] = %g must be finite and >= 0", i,
+                           eps2[i]);
+    }
+    if ((rc = g5_i_room(fn, c, ni)) < 0)
+        return rc;
+    __atomic_load(&g5_eps, &e2, __ATOMIC_RELAXED);
+    e2 *= e2;
+    memcpy(c->xi, xi, sizeof(double) * 3 * (size_t)ni);
+    for (int i = 0; i < ni; i++)
+        c->eps2i[i] = eps2 != NULL ? eps2[i] : e2;
+    c->ni = ni;
+    return SAPPORO_OK;
+}
+
+static int do_g5_set_xi(const char *fn, int id, int ni, const double *xi, const double *eps2,
+                        int with_eps)
+{
+    int rc, np;
+    struct g5_context *c = g5_get(fn, id);
+    if (c == NULL)
+        return SAPPORO_ERR_INPUT;
+    if ((rc = g5_ready(fn, c)) < 0)
+        return g5_put(c, rc);
+    np = do_g5_pipelines();
+    if (ni < 1 || ni > np) {
+        c->ni = c->have_force = 0;
+        return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "ni = %d must be between 1 and "
+                                 "g5_get_number_of_pipelines() = %d (SAPPORO_NPIPES sets it)",
+                                 ni, np));
+    }
+    if (with_eps && eps2 == NULL) {
+        c->ni = c->have_force = 0;
+        return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "eps2 must not be NULL"));
+    }
+    return g5_put(c, g5_set_i(fn, c, ni, xi, eps2));
+}
+
+/* g5_set_eps: the softening (eps, squared here) of i-particles 0 .. ni - 1 already set. */
+static int do_g5_set_eps(const char *fn, int id, int ni, const double *eps)
+{
+    int rc;
+    struct g5_context *c = g5_get(fn, id);
+    if (c == NULL)
+        return SAPPORO_ERR_INPUT;
+    if ((rc = g5_ready(fn, c)) < 0)
+        return g5_put(c, rc);
+    if (ni < 0 || ni > c->ni)
+        return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "ni = %d must be between 0 and the "
+                                 "%d i-particles set (g5_set_eps follows g5_set_xi, which "
+                                 "sets every softening to g5_set_eps_to_all's)", ni, c->ni));
+    if (ni > 0 && eps == NULL)
+        return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "eps must not be NULL"));
+    for (int i = 0; i < ni; i++)
+        if (!isfinite(eps[i]))
+            return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "eps[%d] = %g is not finite", i,
+                                     eps[i]));
+    for (int i = 0; i < ni; i++)
+        c->eps2i[i] = eps[i] * eps[i];
+    c->have_force = 0;
+    return g5_put(c, SAPPORO_OK);
+}
+
+/* Forces on ni i-particles x from addresses [0, c->n), one softening: by the engine, else
+ * (declined, or a force that is not finite, which the library then names) through Python. */
+static int g5_force(const char *fn, struct g5_context *c, int ni, const double *x, double eps2,
+                    double *acc, double *pot)
+{
+    int rc;
+    if (c->n == 0) {  /* no j-particles: no force */
+        memset(acc, 0, sizeof(double) * 3 * (size_t)ni);
+        memset(pot, 0, sizeof(double) * (size_t)ni);
+        return SAPPORO_OK;
+    }
+    if (c->eng != NULL) {
+        rc = c->api->start(c->eng, c->n, ni, c->ones, x, c->zeros, NULL, NULL, eps2, NULL, 0,
+                           0.0);
+        if (rc > 0)
+            rc = c->api->finish(c->eng, ni, c->rows);
+        if (rc < 0)
+            return g5_fail(fn, SAPPORO_ERR_BACKEND, "%s", c->api->error(c->eng));
+        if (rc > 0) {
+            const double *r = c->rows;
+            for (int i = 0; i < ni; i++) {
+                acc[3 * i] = r[(size_t)OC_AX * ni + i];
+                acc[3 * i + 1] = r[(size_t)(OC_AX + 1) * ni + i];
+                acc[3 * i + 2] = r[(size_t)(OC_AX + 2) * ni + i];
+                pot[i] = -r[(size_t)OC_POT * ni + i];  /* PG5's sign: positive */
+            }
+            __atomic_add_fetch(&direct_calls, 1, __ATOMIC_RELAXED);
+            return SAPPORO_OK;
+        }
+    }
+    g5_lock(fn);
+    return g5_unlock(shim_py_g5_force((int)(c - g5c), c->n, ni, x, eps2, acc, pot));
+}
+
+/* The forces on the i-particles set, into c->acc, c->pot: one force call per softening
+ * (the library takes one per call), plus the per-j softening when uniform. */
+static int g5_compute(const char *fn, struct g5_context *c)
+{
+    int rc, ni = c->ni, same = 1;
+    double epsj2 = 0.0;
+    c->have_force = 0;
+    if (ni == 0)
+        return g5_fail(fn, SAPPORO_ERR_STATE, "no i-particles (call g5_set_xi first)");
+    if (c->n > c->stored)
+        return g5_fail(fn, SAPPORO_ERR_INPUT, "n = %d j-particles, but addresses were set "
+                       "up to %d only (g5_set_xmj)", c->n, c->stored - 1);
+    if (c->epsj2 != NULL && c->n > 0) {
+        epsj2 = c->epsj2[0];
+        for (int a = 1; a < c->n; a++) {
+            double e = a < c->epsj_cap ? c->epsj2[a] : 0.0;
+            if (e != epsj2)
+                return g5_fail(fn, SAPPORO_ERR_INPUT, "the per-j softening differs between "
+                               "j-particles (epsj2[0] = %g, epsj2[%d] = %g): sapporo takes "
+                               "one softening per i-particle and force call, so every "
+                               "j-particle of g5_set_xmje must have the same", epsj2, a, e);
+        }
+    }
+    for (int i = 1; i < ni && same; i++)
+        same = c->eps2i[i] == c->eps2i[0];
+    if (same) {
+        rc = g5_force(fn, c, ni, c->xi, c->eps2i[0] + epsj2, c->acc, c->pot);
+    }
+    else {  /* each softening in turn, in the order of first appearance */
+        char *done = calloc((size_t)ni, 1);
+        rc = done == NULL ? g5_fail(fn, SAPPORO_ERR_INTERNAL, "out of memory") : SAPPORO_OK;
+        for (int first = 0; first < ni && rc == SAPPORO_OK; first++) {
+            int m = 0;
+            double e = c->eps2i[first];
+            if (done[first])
+                continue;
+            for (int i = first; i < ni; i++)
+                if (!done[i] && c->eps2i[i] == e) {
+                    done[i] = 1;
+                    c->gmap[m] = i;
+                    memcpy(c->gx + 3 * m++, c->xi + 3 * i, 3 * sizeof(double));
+                }
+            rc = g5_force(fn, c, m, c->gx, e + epsj2, c->gacc, c->gpot);
+            for (int k = 0; k < m && rc == SAPPORO_OK; k++) {
+                memcpy(c->acc + 3 * c->gmap[k], c->gacc + 3 * k, 3 * sizeof(double));
+                c->pot[c->gmap[k]] = c->gpot[k];
+            }
+        }
+        free(done);
+    }
+    if (rc == SAPPORO_OK)
+        c->have_force = ni;
+    return rc;
+}
+
+static int do_g5_run(const char *fn, int id)
+{
+    int rc;
+    struct g5_context *c = g5_get(fn, id);
+    if (c == NULL)
+        return SAPPORO_ERR_INPUT;
+    if ((rc = g5_ready_for(fn, c, 1)) < 0)
+        return g5_put(c, rc);
+    return g5_put(c, g5_compute(fn, c));
+}
+
+static int g5_copy_out(const char *fn, struct g5_context *c, int ni, double *a, double *pot)
+{
+    if (c->have_force == 0)
+        return g5_fail(fn, SAPPORO_ERR_STATE, "no forces to read (the last g5_run failed, or "
+                       "none ran since the i-particles were set)");
+    if (ni < 0 || ni > c->have_force)
+        return g5_fail(fn, SAPPORO_ERR_INPUT, "ni = %d must be between 0 and the %d "
+                       "i-particles of the last g5_run", ni, c->have_force);
+    if (ni > 0 && (a == NULL || pot == NULL))
+        return g5_fail(fn, SAPPORO_ERR_INPUT, "a and pot must not be NULL");
+    memcpy(a, c->acc, sizeof(double) * 3 * (size_t)ni);
+    memcpy(pot, c->pot, sizeof(double) * (size_t)ni);
+    return SAPPORO_OK;
+}
+
+static int do_g5_get_force(const char *fn, int id, int ni, double *a, double *pot)
+{
+    int rc;
+    struct g5_context *c = g5_get(fn, id);
+    if (c == NULL)
+        return SAPPORO_ERR_INPUT;
+    if ((rc = g5_ready(fn, c)) < 0)
+        return g5_put(c, rc);
+    return g5_put(c, g5_copy_out(fn, c, ni, a, pot));
+}
+
+/* g5_calculate_force_on_x[e]: set, run and read in chunks of any ni; eps2 NULL: the
+ * softening of g5_set_eps_to_all. */
+static int do_g5_calculate(const char *fn, int id, const double *x, const double *eps2,
+                           int with_eps, double *a, double *pot, int ni)
+{
+    int rc;
+    struct g5_context *c = g5_get(fn, id);
+    if (c == NULL)
+        return SAPPORO_ERR_INPUT;
+    if ((rc = g5_ready_for(fn, c, 1)) < 0)
+        return g5_put(c, rc);
+    if (ni < 0)
+        return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "ni = %d must be >= 0", ni));
+    if (ni > 0 && (x == NULL || a == NULL || pot == NULL || (with_eps && eps2 == NULL)))
+        return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "x, a, p%s must not be NULL",
+                                 with_eps ? " and eps2" : ""));
+    for (int off = 0; off < ni; off += G5_NI_CHUNK) {
+        int m = ni - off < G5_NI_CHUNK ? ni - off : G5_NI_CHUNK;
+        if ((rc = g5_set_i(fn, c, m, x + 3 * (size_t)off, eps2 ? eps2 + off : NULL)) < 0
+            || (rc = g5_compute(fn, c)) < 0
+            || (rc = g5_copy_out(fn, c, m, a + 3 * (size_t)off, pot + off)) < 0)
+            return g5_put(c, rc);
+    }
+    return g5_put(c, SAPPORO_OK);
+}
+
+/* Every exported call restores the caller's floating-point environment (as shim.c's). */
+#define G5_CALL(expr)                         \
+    do {                                      \
+        fenv_t fe_;                           \
+        int rc_;                              \
+        fegetenv(&fe_);                       \
+        rc_ = (expr);                         \
+        fesetenv(&fe_);                       \
+        return rc_;                           \
+    } while (0)
+
+typedef double g5vec[3];
+
+
+/* --------------------------------------------------------------------- GRAPE-5: C names */
+
+EXPORT int g5_open(void) { G5_CALL(do_g5_open()); }
+EXPORT int g5_close(void) { G5_CALL(do_g5_close()); }
+EXPORT int g5_get_number_of_pipelines(void) { G5_CALL(do_g5_pipelines()); }
+EXPORT int g5_get_jmemsize(void) { G5_CALL(do_g5_jmemsize()); }
+EXPORT int g5_set_eps_to_all(double eps) { G5_CALL(do_g5_set_eps_to_all(eps)); }
+
+EXPORT int g5_set_eps(int ni, double *eps)
+{
+    G5_CALL(do_g5_set_eps("g5_set_eps", 0, ni, eps));
+}
+
+EXPORT int g5_set_epsMC(int devid, int ni, double *eps)
+{
+    G5_CALL(do_g5_set_eps("g5_set_epsMC", devid, ni, eps));
+}
+
+EXPORT int g5_set_n(int n) { G5_CALL(do_g5_set_n("g5_set_n", 0, n)); }
+EXPORT int g5_set_nMC(int devid, int n) { G5_CALL(do_g5_set_n("g5_set_nMC", devid, n)); }
+
+EXPORT int g5_set_xmj(int adr, int nj, g5vec *xj, double *mj)
+{
+    G5_CALL(do_g5_set_xmj("g5_set_xmj", 0, adr, nj, (const double *)xj, mj, NULL, 0));
+}
+
+EXPORT int g5_set_xmjMC(int devid, int adr, int nj, g5vec *xj, double *mj)
+{
+    G5_CALL(do_g5_set_xmj("g5_set_xmjMC", devid, adr, nj, (const double *)xj, mj, NULL, 0));
+}
+
+EXPORT int g5_set_xmje(int adr, int nj, g5vec *xj, double *mj, double *epsj2)
+{
+    G5_CALL(do_g5_set_xmj("g5_set_xmje", 0, adr, nj, (const double *)xj, mj, epsj2, 1));
+}
+
+EXPORT int g5_set_xmjeMC(int devid, int adr, int nj, g5vec *xj, double *mj, double *epsj2)
+{
+    G5_CALL(do_g5_set_xmj("g5_set_xmjeMC", devid, adr, nj, (const double *)xj, mj, epsj2, 1));
+}
+
+EXPORT int g5_set_xi(int ni, g5vec *xi)
+{
+    G5_CALL(do_g5_set_xi("g5_set_xi", 0, ni, (const double *)xi, NULL, 0));
+}
+
+EXPORT int g5_set_xiMC(int devid, int ni, g5vec *xi)
+{
+    G5_CALL(do_g5_set_xi("g5_set_xiMC", devid, ni, (const double *)xi, NULL, 0));
+}
+
+EXPORT int g5_set_xei(int ni, g5vec *xi, double *eps2)
+{
+    G5_CALL(do_g5_set_xi("g5_set_xei", 0, ni, (const double *)xi, eps2, 1));
+}
+
+EXPORT int g5_set_xeiMC(int devid, int ni, g5vec *xi, double *eps2)
+{
+    G5_CALL(do_g5_set_xi("g5_set_xeiMC", devid, ni, (const double *)xi, eps2, 1));
+}
+
+EXPORT int g5_run(void) { G5_CALL(do_g5_run("g5_run", 0)); }
+EXPORT int g5_runMC(int devid) { G5_CALL(do_g5_run("g5_runMC", devid)); }
+
+EXPORT int g5_get_force(int ni, g5vec *a, double *pot)
+{
+    G5_CALL(do_g5_get_force("g5_get_force", 0, ni, (double *)a, pot));
+}
+
+EXPORT int g5_get_forceMC(int devid, int ni, g5vec *a, double *pot)
+{
+    G5_CALL(do_g5_get_force("g5_get_forceMC", devid, ni, (double *)a, pot));
+}
+
+EXPORT int g5_calculate_force_on_x(g5vec *x, g5vec *a, double *p, int ni)
+{
+    G5_CALL(do_g5_calculate("g5_calculate_force_on_x", 0, (const double *)x, NULL, 0,
+                            (double *)a, p, ni));
+}
+
+EXPORT int g5_calculate_force_on_xMC(int devid, g5vec *x, g5vec *a, double *p, int ni)
+{
+    G5_CALL(do_g5_calculate("g5_calculate_force_on_xMC", devid, (const double *)x, NULL, 0,
+                            (double *)a, p, ni));
+}
+
+EXPORT int g5_calculate_force_on_xe(g5vec *x, double *eps2, g5vec *a, double *p, int ni)
+{
+    G5_CALL(do_g5_calculate("g5_calculate_force_on_xe", 0, (const double *)x, eps2, 1,
+                            (double *)a, p, ni));
+}
+
+EXPORT int g5_calculate_force_on_xeMC(int devid, g5vec *x, double *eps2, g5vec *a, double *p,
+                                      int ni)
+{
+    G5_CALL(do_g5_calculate("g5_calculate_force_on_xeMC", devid, (const double *)x, eps2, 1,
+                            (double *)a, p, ni));
+}
+
+/* --------------------------------------------------------------- GRAPE-5: Fortran names */
+
+/* A Fortran scalar argument; NULL (a C caller's mistake) reads as the given value. */
+static int g5_int(const int *p, int missing) { return p != NULL ? *p : missing; }
+
+EXPORT int g5_open_(void) { G5_CALL(do_g5_open()); }
+EXPORT int g5_close_(void) { G5_CALL(do_g5_close()); }
+EXPORT int g5_get_number_of_pipelines_(void) { G5_CALL(do_g5_pipelines()); }
+EXPORT int g5_get_jmemsize_(void) { G5_CALL(do_g5_jmemsize()); }
+
+EXPORT int g5_set_eps_to_all_(double *eps)
+{
+    G5_CALL(do_g5_set_eps_to_all(eps != NULL ? *eps : NAN));
+}
+
+EXPORT int g5_set_eps_(int *ni, double *eps)
+{
+    G5_CALL(do_g5_set_eps("g5_set_eps_", 0, g5_int(ni, -1), eps));
+}
+
+EXPORT int g5_set_epsMC_(int *devid, int *ni, double *eps)
+{
+    G5_CALL(do_g5_set_eps("g5_set_epsMC_", g5_int(devid, -1), g5_int(ni, -1), eps));
+}
+
+EXPORT int g5_set_n_(int *n) { G5_CALL(do_g5_set_n("g5_set_n_", 0, g5_int(n, -1))); }
+
+EXPORT int g5_set_nMC_(int *devid, int *n)
+{
+    G5_CALL(do_g5_set_n("g5_set_nMC_", g5_int(devid, -1), g5_int(n, -1)));
+}
+
+EXPORT int g5_set_xmj_(int *adr, int *nj, g5vec *xj, double *mj)
+{
+    G5_CALL(do_g5_set_xmj("g5_set_xmj_", 0, g5_int(adr, -1), g5_int(nj, -1),
+                          (const double *)xj, mj, NULL, 0));
+}
+
+EXPORT int g5_set_xmjMC_(int *devid, int *adr, int *nj, g5vec *xj, double *mj)
+{
+    G5_CALL(do_g5_set_xmj("g5_set_xmjMC_", g5_int(devid, -1), g5_int(adr, -1),
+                          g5_int(nj, -1), (const double *)xj, mj, NULL, 0));
+}
+
+EXPORT int g5_set_xmje_(int *adr, int *nj, g5vec *xj, double *mj, double *epsj2)
+{
+    G5_CALL(do_g5_set_xmj("g5_set_xmje_", 0, g5_int(adr, -1), g5_int(nj, -1),
+                          (const double *)xj, mj, epsj2, 1));
+}
+
+EXPORT int g5_set_xmjeMC_(int *devid, int *adr, int *nj, g5vec *xj, double *mj,
+                          double *epsj2)
+{
+    G5_CALL(do_g5_set_xmj("g5_set_xmjeMC_", g5_int(devid, -1), g5_int(adr, -1),
+                          g5_int(nj, -1), (const double *)xj, mj, epsj2, 1));
+}
+
+EXPORT int g5_set_xi_(int *ni, g5vec *xi)
+{
+    G5_CALL(do_g5_set_xi("g5_set_xi_", 0, g5_int(ni, -1), (const double *)xi, NULL, 0));
+}
+
+EXPORT int g5_set_xiMC_(int *devid, int *ni, g5vec *xi)
+{
+    G5_CALL(do_g5_set_xi("g5_set_xiMC_", g5_int(devid, -1), g5_int(ni, -1),
+                         (const double *)xi, NULL, 0));
+}
+
+EXPORT int g5_set_xei_(int *ni, g5vec *xi, double *eps2)
+{
+    G5_CALL(do_g5_set_xi("g5_set_xei_", 0, g5_int(ni, -1), (const double *)xi, eps2, 1));
+}
+
+EXPORT int g5_set_xeiMC_(int *devid, int *ni, g5vec *xi, double *eps2)
+{
+    G5_CALL(do_g5_set_xi("g5_set_xeiMC_", g5_int(devid, -1), g5_int(ni, -1),
+                         (const double *)xi, eps2, 1));
+}
+
+EXPORT int g5_run_(void) { G5_CALL(do_g5_run("g5_run_", 0)); }
+EXPORT int g5_runMC_(int *devid) { G5_CALL(do_g5_run("g5_runMC_", g5_int(devid, -1))); }
+
+EXPORT int g5_get_force_(int *ni, g5vec *a, double *pot)
+{
+    G5_CALL(do_g5_get_force("g5_get_force_", 0, g5_int(ni, -1), (double *)a, pot));
+}
+
+EXPORT int g5_get_forceMC_(int *devid, int *ni, g5vec *a, double *pot)
+{
+    G5_CALL(do_g5_get_force("g5_get_forceMC_", g5_int(devid, -1), g5_int(ni, -1),
+                            (double *)a, pot));
+}
+
+EXPORT int g5_calculate_force_on_x_(g5vec *x, g5vec *a, double *p, int *ni)
+{
+    G5_CALL(do_g5_calculate("g5_calculate_force_on_x_", 0, (const double *)x, NULL, 0,
+                            (double *)a, p, g5_int(ni, -1)));
+}
+
+EXPORT int g5_calculate_force_on_xMC_(int *devid, g5vec *x, g5vec *a, double *p, int *ni)
+{
+    G5_CALL(do_g5_calculate("g5_calculate_force_on_xMC_", g5_int(devid, -1),
+                            (const double *)x, NULL, 0, (double *)a, p, g5_int(ni, -1)));
+}
+
+EXPORT int g5_calculate_force_on_xe_(g5vec *x, double *eps2, g5vec *a, double *p, int *ni)
+{
+    G5_CALL(do_g5_calculate("g5_calculate_force_on_xe_", 0, (const double *)x, eps2, 1,
+                            (double *)a, p, g5_int(ni, -1)));
+}
+
+EXPORT int g5_calculate_force_on_xeMC_(int *devid, g5vec *x, double *eps2, g5vec *a,
+                                       double *p, int *ni)
+{
+    G5_CALL(do_g5_calculate("g5_calculate_force_on_xeMC_", g5_int(devid, -1),
+                            (const double *)x, eps2, 1, (double *)a, p, g5_int(ni, -1)));
+}
+
+/* gfortran folds names to lower case: `call g5_set_xmjMC(...)` calls g5_set_xmjmc_, which
+ * PG5 does not define (its g5_set_xmjMC_ is reached from C, or through bind(C)).  Both
+ * names are exported here. */
+#define G5_LOWER(lower, upper, params) \
+    EXPORT int lower params __attribute__((alias(#upper)))
+
+G5_LOWER(g5_set_epsmc_, g5_set_epsMC_, (int *devid, int *ni, double *eps));
+G5_LOWER(g5_set_nmc_, g5_set_nMC_, (int *devid, int *n));
+G5_LOWER(g5_set_xmjmc_, g5_set_xmjMC_, (int *devid, int *adr, int *nj, g5vec *xj, double *mj));
+G5_LOWER(g5_set_xmjemc_, g5_set_xmjeMC_,
+         (int *devid, int *adr, int *nj, g5vec *xj, double *mj, double *epsj2));
+G5_LOWER(g5_set_ximc_, g5_set_xiMC_, (int *devid, int *ni, g5vec *xi));
+G5_LOWER(g5_set_xeimc_, g5_set_xeiMC_, (int *devid, int *ni, g5vec *xi, double *eps2));
+G5_LOWER(g5_runmc_, g5_runMC_, (int *devid));
+G5_LOWER(g5_get_forcemc_, g5_get_forceMC_, (int *devid, int *ni, g5vec *a, double *pot));
+G5_LOWER(g5_calculate_force_on_xmc_, g5_calculate_force_on_xMC_,
+         (int *devid, g5vec *x, g5vec *a, double *p, int *ni));
+G5_LOWER(g5_calculate_force_on_xemc_, g5_calculate_force_on_xeMC_,
+         (int *devid, g5vec *x, double *eps2, g5vec *a, double *p, int *ni));

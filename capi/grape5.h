@@ -1,0 +1,128 @@
+/*
+ * grape5.h -- the GRAPE-5 interface of Phantom-GRAPE's PG5, as provided by sapporo
+ * (libsapporo.so, also installed as libg5.so and libpg5.so).
+ *
+ * For collisionless codes (tree codes, PM-tree): accelerations and potentials of
+ * i-particles from j-particles that are not predicted.  Two names per function: the C name
+ * takes its arguments by value; the Fortran name (one trailing underscore) takes every
+ * argument by pointer.  Arrays declared double (*x)[3] are laid out like Fortran x(3, n).
+ *
+ * Conventions (PG5's): G = 1; the acceleration is sum m_j (x_j - x_i) / (r^2 + eps^2)^(3/2)
+ * and the potential is returned POSITIVE, sum m_j / sqrt(r^2 + eps^2) (the physical
+ * potential is its negative; grape6.h's is negative).  No pair is excluded: a particle that
+ * is both i and j adds m/eps to its own potential (PG5's clients subtract it), and with
+ * eps = 0 its force is not finite (an error, SAPPORO_ERR_NONFINITE).  Softening is given as eps by
+ * g5_set_eps_to_all and g5_set_eps, and as eps^2 by g5_set_xei, g5_calculate_force_on_xe
+ * and g5_set_xmje.
+ *
+ * The MC calls take a context id (0 .. 63) first; the others use context 0.  Each context
+ * has its own j-memory, n, i-particles, softening and results (its own library), so threads
+ * that each use their own id may call at the same time.  g5_set_eps_to_all sets the
+ * softening of every context (read by the next g5_set_xi).
+ *
+ * PG5 declares these functions void; here they return 0, or a negative SAPPORO_ERR_* code
+ * (sapporo.h) with the message printed on stderr and kept for sapporo_last_error(), so a
+ * program written for PG5 links unchanged and a new one may check.
+ * g5_get_number_of_pipelines and g5_get_jmemsize return counts.
+ */
+#ifndef SAPPORO_GRAPE5_H
+#define SAPPORO_GRAPE5_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- C names -------------------------------------------------------------------------- */
+
+/* Open (context 0 at once, the others on their first use); opening again does nothing.
+ * Order 2; precision, backend and devices as for g6_open (SAPPORO_* variables). */
+int g5_open(void);
+/* Close every context: their j-particles are gone.  g5_open may follow. */
+int g5_close(void);
+/* Most i-particles g5_set_xi takes (SAPPORO_NPIPES, default 128; PG5: 4). */
+int g5_get_number_of_pipelines(void);
+/* j-memory: addresses 0 .. g5_get_jmemsize() - 1 (set by the device memory; PG5: 65536).
+ * 0 before g5_open. */
+int g5_get_jmemsize(void);
+
+/* Softening eps (not squared) of every i-particle set by the following g5_set_xi, in every
+ * context. */
+int g5_set_eps_to_all(double eps);
+/* Softening eps[i] (not squared) of i-particles 0 .. ni - 1 set by the last g5_set_xi. */
+int g5_set_eps(int ni, double *eps);
+/* j-particles in [0, n) take part in the next force. */
+int g5_set_n(int n);
+/* Store j-particles at addresses adr .. adr + nj - 1, reading xj[adr] .. xj[adr + nj - 1]
+ * and mj[adr] ..: the arrays are indexed by address (as PG5 reads them). */
+int g5_set_xmj(int adr, int nj, double (*xj)[3], double *mj);
+/* The same with a softening per j-particle (PG5 built with SYMMETRIC): a pair uses
+ * eps_i^2 + epsj2[j]; sapporo takes one softening per call, so every j-particle in [0, n)
+ * must have the same epsj2 (else the force call fails with SAPPORO_ERR_INPUT). */
+int g5_set_xmje(int adr, int nj, double (*xj)[3], double *mj, double *epsj2);
+/* i-particles (1 .. g5_get_number_of_pipelines()); their softening is g5_set_eps_to_all's,
+ * or eps2[i] (squared) with g5_set_xei. */
+int g5_set_xi(int ni, double (*xi)[3]);
+int g5_set_xei(int ni, double (*xi)[3], double *eps2);
+/* Compute the forces on the i-particles set from the j-particles in [0, n). */
+int g5_run(void);
+/* The forces of the last g5_run: a[i], pot[i] for i < ni. */
+int g5_get_force(int ni, double (*a)[3], double *pot);
+/* Set, run and read in one call, for any ni (softening: g5_set_eps_to_all's, or eps2[i]). */
+int g5_calculate_force_on_x(double (*x)[3], double (*a)[3], double *p, int ni);
+int g5_calculate_force_on_xe(double (*x)[3], double *eps2, double (*a)[3], double *p, int ni);
+
+/* The same on context devid (0 .. 63). */
+int g5_set_epsMC(int devid, int ni, double *eps);
+int g5_set_nMC(int devid, int n);
+int g5_set_xmjMC(int devid, int adr, int nj, double (*xj)[3], double *mj);
+int g5_set_xmjeMC(int devid, int adr, int nj, double (*xj)[3], double *mj, double *epsj2);
+int g5_set_xiMC(int devid, int ni, double (*xi)[3]);
+int g5_set_xeiMC(int devid, int ni, double (*xi)[3], double *eps2);
+int g5_runMC(int devid);
+int g5_get_forceMC(int devid, int ni, double (*a)[3], double *pot);
+int g5_calculate_force_on_xMC(int devid, double (*x)[3], double (*a)[3], double *p, int ni);
+int g5_calculate_force_on_xeMC(int devid, double (*x)[3], double *eps2, double (*a)[3],
+                               double *p, int ni);
+
+/* PG5 built with SYMMETRIC names the per-j softening calls g5_set_xmj and g5_set_xmjMC. */
+#ifdef SYMMETRIC
+#define g5_set_xmj g5_set_xmje
+#define g5_set_xmjMC g5_set_xmjeMC
+#endif
+
+/* ---- Fortran names (every argument by pointer) ----------------------------------------
+ * The MC calls also have their lower-case names (g5_set_xmjmc_, ...), which gfortran calls
+ * for `call g5_set_xmjMC(...)`; PG5 has the mixed-case ones only. */
+
+int g5_open_(void);
+int g5_close_(void);
+int g5_get_number_of_pipelines_(void);
+int g5_get_jmemsize_(void);
+int g5_set_eps_to_all_(double *eps);
+int g5_set_eps_(int *ni, double *eps);
+int g5_set_epsMC_(int *devid, int *ni, double *eps);
+int g5_set_n_(int *n);
+int g5_set_nMC_(int *devid, int *n);
+int g5_set_xmj_(int *adr, int *nj, double (*xj)[3], double *mj);
+int g5_set_xmjMC_(int *devid, int *adr, int *nj, double (*xj)[3], double *mj);
+int g5_set_xmje_(int *adr, int *nj, double (*xj)[3], double *mj, double *epsj2);
+int g5_set_xmjeMC_(int *devid, int *adr, int *nj, double (*xj)[3], double *mj, double *epsj2);
+int g5_set_xi_(int *ni, double (*xi)[3]);
+int g5_set_xiMC_(int *devid, int *ni, double (*xi)[3]);
+int g5_set_xei_(int *ni, double (*xi)[3], double *eps2);
+int g5_set_xeiMC_(int *devid, int *ni, double (*xi)[3], double *eps2);
+int g5_run_(void);
+int g5_runMC_(int *devid);
+int g5_get_force_(int *ni, double (*a)[3], double *pot);
+int g5_get_forceMC_(int *devid, int *ni, double (*a)[3], double *pot);
+int g5_calculate_force_on_x_(double (*x)[3], double (*a)[3], double *p, int *ni);
+int g5_calculate_force_on_xMC_(int *devid, double (*x)[3], double (*a)[3], double *p, int *ni);
+int g5_calculate_force_on_xe_(double (*x)[3], double *eps2, double (*a)[3], double *p, int *ni);
+int g5_calculate_force_on_xeMC_(int *devid, double (*x)[3], double *eps2, double (*a)[3],
+                                double *p, int *ni);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,258 @@
+"""The GRAPE-5 interface (grape5.h, Phantom-GRAPE's PG5 calls): forces, contexts, errors.
+
+Every program is a C or Fortran client compiled against the built library; its forces are
+compared with the float64 reference (:mod:`sapporo.reference`): every particle is a
+j-particle and its own i-particle too, as in a tree code's self-gravity (GRAPE-5 excludes
+no pair, so the reference gets distinct ids).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+
+from sapporo.reference import forces, plummer
+
+if TYPE_CHECKING:
+    from conftest import CApi
+
+#: largest relative error of acceleration and potential per particle: double agrees with
+#: the float64 reference to 1e-12; double-single to single precision (float pair terms)
+TOL = {"double": 1e-12, "double-single": 2e-6}
+EPS = 0.01
+
+
+def write_ic(path: Path, n: int, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    x, _, m = plummer(n, seed=seed)
+    np.savetxt(path, np.column_stack([x, m]), fmt="%.17g")
+    return x, m
+
+
+def read_forces(stdout: str, key: str = "f") -> tuple[np.ndarray, np.ndarray]:
+    """The "<key> i ax ay az pot" lines of a client's output."""
+    rows = [ln.split()[1:] for ln in stdout.splitlines() if ln.startswith(f"{key} ")]
+    data = np.array(rows, dtype=np.float64)
+    return data[:, 1:4], data[:, 4]
+
+
+def reference(x: np.ndarray, m: np.ndarray, ni: int, eps2: np.ndarray) -> tuple:
+    """Forces on particles [0, ni) from all, softening eps2[i] each, no pair excluded (the
+    potential negative, as the reference gives it)."""
+    n = len(m)
+    acc = np.zeros((ni, 3))
+    pot = np.zeros(ni)
+    for e in np.unique(eps2):
+        sel = np.flatnonzero(eps2 == e)
+        ref = forces(x[sel], None, sel, x, None, m, np.arange(n) + n, float(e), order=2)
+        acc[sel], pot[sel] = ref.acc, ref.pot
+    return acc, pot
+
+
+def check_forces(stdout: str, x: np.ndarray, m: np.ndarray, ni: int, eps2: np.ndarray,
+                 tol: float, key: str = "f") -> None:
+    acc, pot = read_forces(stdout, key)
+    assert acc.shape == (ni, 3), stdout[-2000:]
+    ref_acc, ref_pot = reference(x, m, ni, eps2)
+    ref_pot = -ref_pot  # PG5's sign
+    err_a = np.linalg.norm(acc - ref_acc, axis=1) / np.linalg.norm(ref_acc, axis=1)
+    err_p = np.abs(pot - ref_pot) / np.abs(ref_pot)
+    assert np.all(pot > 0)
+    assert err_a.max() < tol, f"acceleration off by {err_a.max():.3g} (tolerance {tol:g})"
+    assert err_p.max() < tol, f"potential off by {err_p.max():.3g} (tolerance {tol:g})"
+
+
+def softening(mode: str, ni: int) -> np.ndarray:
+    """eps2 per i-particle as g5_forces.c gives it in ``mode``."""
+    if mode in ("eps", "calce"):
+        return (EPS * (1 + np.arange(ni) % 3)) ** 2
+    return np.full(ni, EPS * EPS)
+
+
+# ----------------------------------------------------------------------------- forces
+
+
+@pytest.mark.parametrize("precision", ["double", "double-single"])
+@pytest.mark.parametrize("mode", ["set", "eps", "calc", "calce", "split"])
+def test_forces_against_reference(capi: CApi, tmp_path: Path, mode: str,
+                                  precision: str) -> None:
+    n = 300
+    x, m = write_ic(tmp_path / "ic.txt", n)
+    proc = capi.run(capi.program("g5_forces.c", lib="g5"), "ic.txt", EPS, mode, cwd=tmp_path,
+                    env=capi.env(SAPPORO_PRECISION=precision))
+    assert "rc 0" in proc.stdout, proc.stderr
+    check_forces(proc.stdout, x, m, n, softening(mode, n), TOL[precision])
+    # the engine ran them (no Python per call)
+    assert int(re.search(r"direct_calls (\d+)", proc.stderr)[1]) > 0
+
+
+@pytest.mark.parametrize("setting", ["SAPPORO_NATIVE=0", "SAPPORO_NATIVE_MEMORY=device"])
+@pytest.mark.parametrize("mode", ["set", "calce"])
+def test_forces_without_the_engine_and_with_device_memory(capi: CApi, tmp_path: Path,
+                                                          mode: str, setting: str) -> None:
+    """Every call through Python (no engine); the library's data in device buffers, as on a
+    GPU (the engine copies, or leaves a large list to Python): the same forces."""
+    n = 300
+    x, m = write_ic(tmp_path / "ic.txt", n)
+    name, value = setting.split("=")
+    proc = capi.run(capi.program("g5_forces.c", lib="g5"), "ic.txt", EPS, mode, cwd=tmp_path,
+                    env=capi.env(SAPPORO_PRECISION="double", **{name: value}))
+    assert "rc 0" in proc.stdout, proc.stderr
+    check_forces(proc.stdout, x, m, n, softening(mode, n), TOL["double"])
+    calls = int(re.search(r"direct_calls (\d+)", proc.stderr)[1])
+    assert (calls == 0) == (name == "SAPPORO_NATIVE")
+
+
+def test_per_j_softening_of_pg5s_symmetric_variant(capi: CApi, tmp_path: Path) -> None:
+    """-DSYMMETRIC: g5_set_xmj takes eps_j^2 (grape5.h maps it to g5_set_xmje); a pair is
+    softened by eps_i^2 + eps_j^2."""
+    n = 200
+    x, m = write_ic(tmp_path / "ic.txt", n)
+    exe = capi.program("g5_symmetric.c", extra=("-DSYMMETRIC",))
+    proc = capi.run(exe, "ic.txt", 0.01, 3e-4, cwd=tmp_path,
+                    env=capi.env(SAPPORO_PRECISION="double"))
+    assert "rc 0" in proc.stdout, proc.stderr
+    check_forces(proc.stdout, x, m, n, np.full(n, 1e-4 + 3e-4), TOL["double"])
+
+
+@pytest.mark.parametrize("precision", ["double", "double-single"])
+def test_fortran_client(capi: CApi, tmp_path: Path, precision: str) -> None:
+    n = 200
+    x, m = write_ic(tmp_path / "ic.txt", n)
+    proc = capi.run(capi.program("g5.f90", lib="pg5"), cwd=tmp_path,
+                    env=capi.env(SAPPORO_PRECISION=precision))
+    assert "jmem T" in proc.stdout and "sapporo:" not in proc.stderr, proc.stderr
+    for key in ("f", "g"):
+        check_forces(proc.stdout, x, m, n, np.full(n, EPS**2), TOL[precision], key)
+
+
+@pytest.mark.parametrize("lib", ["pg5", "g5", "sapporo"])
+def test_program_written_for_pg5_links_unchanged(capi: CApi, tmp_path: Path, lib: str) -> None:
+    """PG5's own declarations (void calls), none of our headers: only the link changes."""
+    n = 500
+    x, m = write_ic(tmp_path / "ic.txt", n)
+    flags = [f"-L{capi.lib_dir}", f"-Wl,-rpath,{capi.lib_dir}", f"-l{lib}"]
+    exe = capi.program("g5_pg5style.c", lib=lib, flags=flags)
+    proc = capi.run(exe, "ic.txt", EPS, cwd=tmp_path)
+    assert "sapporo:" not in proc.stderr, proc.stderr
+    for key in ("f", "c"):
+        check_forces(proc.stdout, x, m, n, np.full(n, EPS**2), TOL["double-single"], key)
+
+
+# ----------------------------------------------------------------------------- contexts
+
+
+@pytest.mark.parametrize("precision", ["double", "double-single"])
+def test_contexts_from_two_threads_bitwise_as_serial(capi: CApi, tmp_path: Path,
+                                                     precision: str) -> None:
+    """Contexts 1 and 3 from two OpenMP threads at once: the same bits as the same calls
+    made one after the other; and the last interaction list agrees with the reference."""
+    n = 1000
+    x, m = write_ic(tmp_path / "ic.txt", n)
+    exe = capi.program("g5_threads.c", extra=("-fopenmp",))
+    proc = capi.run(exe, "ic.txt", 40, cwd=tmp_path,
+                    env=capi.env(SAPPORO_PRECISION=precision, OMP_NUM_THREADS="2"))
+    assert "rc 0" in proc.stdout and "threads 2" in proc.stdout, proc.stdout + proc.stderr
+    assert "same 1" in proc.stdout
+    first, nj = (int(v) for v in re.search(r"^j (\d+) (\d+)", proc.stdout, re.M).groups())
+    i0, ni = (int(v) for v in re.search(r"^i (\d+) (\d+)", proc.stdout, re.M).groups())
+    acc, pot = read_forces(proc.stdout)
+    xj, mj = x[first:first + nj], m[first:first + nj]
+    ref = forces(x[i0:i0 + ni], None, np.arange(ni) + nj, xj, None, mj, np.arange(nj), EPS**2,
+                 order=2)
+    err = np.linalg.norm(acc - ref.acc, axis=1) / np.linalg.norm(ref.acc, axis=1)
+    assert err.max() < TOL[precision]
+    assert np.abs(pot + ref.pot).max() / np.abs(ref.pot).max() < TOL[precision]
+
+
+# ----------------------------------------------------------------------------- errors
+
+#: what tests/capi/g5_bad.c's calls must return (sapporo.h's codes)
+BAD_CALLS = {
+    "xi_before_open": -2, "jmemsize_before_open": 0, "open": 0, "jmemsize_positive": 1,
+    "xmj_negative_adr": -1, "xmj_past_jmemsize": -1, "xmj_nan_mass": -1, "xmj_null": -1,
+    "n_negative": -1, "n_past_jmemsize": -1, "run_beyond_stored": -1, "eps_nan": -1,
+    "xi_zero": -1, "xi_too_many": -1, "run_without_xi": -2, "get_force_without_run": -2,
+    "xi_inf": -1, "xei_negative": -1, "eps_more_than_set": -1, "run": 0,
+    "get_force_more_than_run": -1, "context_out_of_range": -1, "context_negative": -1,
+    "calculate_null": -1, "calculate_negative": -1, "self_no_softening": -5,
+    "xmje_part": 0, "run_part_epsj": -1, "run_varying_epsj": -1, "good": 0, "finite": 1,
+    "close": 0, "run_after_close": -2,
+}
+
+
+def test_bad_calls_report_and_continue(capi: CApi, tmp_path: Path) -> None:
+    proc = capi.run(capi.program("g5_bad.c"), cwd=tmp_path)
+    got = dict(ln.split()[:2] for ln in proc.stdout.splitlines()
+               if not ln.startswith("last_error"))
+    assert {k: int(got[k]) for k in BAD_CALLS} == BAD_CALLS, proc.stdout + proc.stderr
+    err = proc.stderr
+    for message in [
+        "sapporo: g5_set_xi: GRAPE-5 is not open (call g5_open first) (code -2)",
+        "g5_set_xmj: adr = -1, nj = 10: the addresses must lie in 0 .. g5_get_jmemsize() - 1",
+        "g5_set_xmj: j-particle at address 3 has a NaN or infinite value (code -1)",
+        "g5_run: n = 64 j-particles, but addresses were set up to 31 only",
+        "g5_set_xi: ni = 0 must be between 1 and g5_get_number_of_pipelines() = 128",
+        "g5_set_nMC: context id = 64 must be between 0 and 63 (code -1)",
+        "g5_calculate_force_on_x: non-finite force on i-particle 0 and 3 other(s)",
+        "GRAPE-5 excludes no pair, so an i-particle at a j-particle's position needs eps > 0",
+        "the per-j softening differs between j-particles",
+    ]:
+        assert message in err, err
+    assert re.search(r"^last_error g5_calculate_force_on_x: non-finite force .*\(code -5\)$",
+                     proc.stdout, re.M)
+
+
+def test_failed_open_is_said_at_every_force_call(capi: CApi, tmp_path: Path) -> None:
+    proc = capi.run(capi.program("g5_bad.c"), cwd=tmp_path,
+                    env=capi.env(SAPPORO_BACKEND="nonsense"))
+    assert "open -3" in proc.stdout and "good -2" in proc.stdout, proc.stdout
+    said = [ln for ln in proc.stderr.splitlines()
+            if "no forces computed, GRAPE-5 could not be opened: g5_open: SAPPORO_BACKEND: "
+               "unknown backend 'nonsense'" in ln]
+    assert len(said) >= 8  # every run and calculate call after the failed open
+
+
+def test_abort_mode_stops_at_the_first_error(capi: CApi, tmp_path: Path) -> None:
+    proc = capi.run(capi.program("g5_bad.c"), cwd=tmp_path, check=False,
+                    env=capi.env(SAPPORO_ON_ERROR="abort"))
+    assert proc.returncode == 1
+    assert proc.stdout.strip() == ""  # it exits inside the first call
+    assert "GRAPE-5 is not open" in proc.stderr and "SAPPORO_ON_ERROR=abort" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- the build
+
+#: PG5's calls (phantom_g5.c, pg5_fortran.c), C names; with SYMMETRIC PG5 gives g5_set_xmj
+#: and g5_set_xmjMC a per-j softening, ours are g5_set_xmje and g5_set_xmjeMC
+PG5_C = [
+    "g5_open", "g5_close", "g5_get_number_of_pipelines", "g5_get_jmemsize",
+    "g5_set_eps_to_all", "g5_set_eps", "g5_set_epsMC", "g5_set_n", "g5_set_nMC",
+    "g5_set_xmj", "g5_set_xmjMC", "g5_set_xi", "g5_set_xiMC", "g5_set_xei", "g5_set_xeiMC",
+    "g5_run", "g5_runMC", "g5_get_force", "g5_get_forceMC", "g5_calculate_force_on_x",
+    "g5_calculate_force_on_xMC", "g5_calculate_force_on_xe", "g5_calculate_force_on_xeMC",
+]
+OURS_C = ["g5_set_xmje", "g5_set_xmjeMC"]
+
+
+def test_every_pg5_call_is_exported_and_declared(capi: CApi) -> None:
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) not found")
+    out = subprocess.run([nm, "-D", "--defined-only", str(capi.library)],
+                         capture_output=True, text=True, check=True).stdout
+    names = {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
+    header = (capi.prefix / "include" / "grape5.h").read_text()
+    for c_name in PG5_C + OURS_C:
+        fortran = [f"{c_name}_"] + ([f"{c_name.lower()}_"] if "MC" in c_name else [])
+        for name in [c_name, *fortran]:
+            assert name in names, f"{name} not exported"
+        for name in [c_name, f"{c_name}_"]:
+            assert re.search(rf"\bint {name}\(", header), f"{name} not declared in grape5.h"
+    for alias in ("libg5.so", "libpg5.so"):
+        assert (capi.lib_dir / alias).resolve() == capi.library.resolve()
