@@ -681,7 +681,6 @@ static PyObject *Core_run(Core *self, PyObject *args)
     long long max_steps, done = 0;
     if (!PyArg_ParseTuple(args, "ddL", &t_limit, &budget, &max_steps))
         return NULL;
-    self->stop = 0;
     while (self->time < t_limit) {
         if (block_step(self, t_limit) < 0) {
             self->seconds += now() - t0;

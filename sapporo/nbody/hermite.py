@@ -6,18 +6,24 @@ Every particle has its own time ``t_i`` and a power-of-two step ``dt_i`` in
 ``[dt_min, dt_max]``; ``t_i`` is always a multiple of ``dt_i``. A block step advances the
 particles with the smallest ``t_i + dt_i`` (the *active block*):
 
-1. ``lib.set_time(t_block)`` makes the device predict all j-particles to the block time; the
-   active i-particles are predicted on the host by the same Taylor series (positions,
-   velocities and, for 6th and 8th order, accelerations; for 8th order also jerks).
-2. ``lib.compute`` returns their acceleration, jerk (and snap) and potential.
-3. The corrector and the new steps are vectorised NumPy over the block; a new step is the
-   criterion's value rounded down to a power of two, it may at most double, and only when
-   the new time is a multiple of the doubled step.
-4. ``lib.set_j_particles`` re-sends the corrected particles: a and jerk, and for 6th order
+1. the device predicts all j-particles to the block time; the active i-particles are
+   predicted on the host by the same Taylor series (positions, velocities and, for 6th and
+   8th order, accelerations; for 8th order also jerks);
+2. the library computes their acceleration, jerk (and snap, crackle) and potential;
+3. the corrector and the new steps: a new step is the criterion's value rounded down to a
+   power of two, it may at most double, and only when the new time is a multiple of the
+   doubled step;
+4. the corrected particles are stored again as j-particles: a and jerk, and for 6th order
    also snap and the crackle interpolated by the corrector (the device predictor uses every
    derivative it is given; for 4th order it is the classical second-order predictor in a);
    for 8th order snap and crackle computed by the library and the 4th and 5th derivatives
    interpolated by the corrector (the predictor then errs by O(dt^8) in position).
+
+The block steps run in the native core ``sapporo.nbody._hermite`` (``_hermite.c``): the
+block from a heap ordered by ``t_i + dt_i``, the force call through the library's native
+engine in-process (the C table of ``sapporo/engine_api.h``), or through the library's
+Python API where the engine cannot take it or the library has none (CUDA, MPI, stand-ins).
+This module is the Python layer: parameters, the start, snapshots, energies, callbacks.
 
 The 8th-order corrector is the Hermite (Obreshkov) quadrature through a, j, s, c at both ends
 of the step, exact for an acceleration of degree 7 in time::
@@ -28,8 +34,8 @@ of the step, exact for an acceleration of degree 7 in time::
 and the degree-7 interpolant of a through the same values gives the 4th to 7th derivatives
 at the end of the step (the predictor's pop and d5; the step criterion's d5, d6, d7).
 
-Only the public :class:`sapporo.Library` API is used. Energies are measured at synchronised
-times with one extra force evaluation of all particles on their corrected positions.
+Energies are measured at synchronised times with one extra force evaluation of all
+particles on their corrected positions.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from sapporo.core import layout, validate
-from sapporo.errors import InputError, SapporoError
+from sapporo.errors import BackendError, InputError, SapporoError
 from sapporo.nbody.snapshot import Snapshot
 
 __all__ = [
@@ -244,8 +250,8 @@ class HermiteIntegrator:
     force_noise : float, optional
         Relative force error assumed when judging whether the interpolated higher
         derivatives are resolved (default :data:`FORCE_NOISE` of the library precision;
-        0 trusts them always). Unresolved ones make the step fall back to
-        :func:`fallback_criterion`.
+        0 trusts them always). Unresolved ones make the step fall back to the time scale of
+        a, jerk (and snap) (``docs/integrator.md``).
 
     Raises
     ------
@@ -470,7 +476,8 @@ class HermiteIntegrator:
                 for h in np.unique(self.dt[pending]):
                     sel = np.ascontiguousarray(pending[self.dt[pending] == h])
                     crit = np.empty(sel.size)
-                    core.trial(sel, float(h), crit)
+                    with self._engine_errors():
+                        core.trial(sel, float(h), crit)
                     crit = np.where(np.isfinite(crit), crit, self.dt_max)
                     p = floor_pow2(np.clip(crit, self.dt_min, self.dt_max))
                     short = p < h
@@ -693,10 +700,12 @@ class HermiteIntegrator:
         seconds = math.inf if callback is None or callback_steps else CALLBACK_SECONDS
         with self._deferred_sigint():
             core = self._make_core()
+            core.stop = int(self._stop_requested)  # asked before: one block step, then stop
             self._core = core
             try:
                 while self.time < t_end_f:
-                    core.run(t_end_f, seconds, callback_steps or 0)
+                    with self._engine_errors():
+                        core.run(t_end_f, seconds, callback_steps or 0)
                     self._take_counters(core)
                     if callback is not None:
                         callback(self)
@@ -740,6 +749,17 @@ class HermiteIntegrator:
         for name in ("t", "dt", "pot", "m"):  # the core writes into these in place
             setattr(self, name, np.ascontiguousarray(getattr(self, name), dtype=np.float64))
         return _hermite.Core(self, api, engine)
+
+    @contextmanager
+    def _engine_errors(self) -> Iterator[None]:
+        """The native core's RuntimeError (the engine failed: it takes the library's way from
+        now on) as a :class:`BackendError` naming the device; the library's own errors pass."""
+        try:
+            yield
+        except SapporoError:
+            raise
+        except RuntimeError as exc:
+            raise BackendError(f"{self.device_name}: {exc}") from None
 
     def _take_counters(self, core: Any) -> None:
         """Move what the core counted into the integrator's counters."""
