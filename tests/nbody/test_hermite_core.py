@@ -201,3 +201,34 @@ def test_callbacks_come_as_asked():
                 it.evolve(0.25, callback=print, callback_steps=bad)
         c = it.counters
         assert c["library_seconds"] > 0 and c["integrator_seconds"] >= 0
+
+
+def test_ctrl_c_inside_the_core_finishes_the_block():
+    """SIGINT while the core runs (no callback, so no return to Python between block steps):
+    the core finishes the block, evolve raises KeyboardInterrupt with a consistent state, and
+    the run continues from there to the uninterrupted result."""
+    import os
+    import signal
+    import threading
+
+    x, v, m = plummer(512, seed=8)
+    kw = {"order": 4, "eps2": 1e-4}
+    with HermiteIntegrator({"precision": "double"}, x, v, m, **kw) as it:
+        timer = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                it.evolve(4.0)
+        finally:
+            timer.cancel()
+        assert it.interrupted and 0 < it.time < 4.0
+        assert np.all((it.t <= it.time) & (it.t + it.dt > it.time))
+        assert it.block_steps == it.n_active_counts.sum()
+        it.evolve(0.125 * math.ceil(it.time / 0.125))
+        got = it.state()
+    with HermiteIntegrator({"precision": "double"}, x, v, m, **kw) as ref:
+        ref.evolve(got.time)
+        want = ref.state()
+    # the interruption adds no stop time: the same trajectory
+    np.testing.assert_array_equal(got.x, want.x)
+    assert got.counters["block_steps"] == want.counters["block_steps"]
