@@ -656,6 +656,7 @@ def _evolve(args: argparse.Namespace, integ: HermiteIntegrator, meta: dict[str, 
     l0 = np.asarray(meta["angular_momentum0"], dtype=np.float64)
     integ.meta = meta
     c0 = integ.counters
+    c0.update(parallel.run_report(integ.lib))  # MPI: communication before the run
 
     snap_every = float(args.snapshot_every) if args.snapshot_every else None
     ext = ".h5" if args.snapshot_format == "hdf5" else ".npz"
@@ -826,7 +827,7 @@ def _finish(args: argparse.Namespace, integ: HermiteIntegrator, meta: dict[str, 
         "resumed_from": args.resume, "interrupted": interrupted,
         "total_steps": c1["steps"], "total_block_steps": c1["block_steps"],
         "snapshot": final, "snapshots": snapshots, "write_errors": list(write_errors),
-        **parallel.run_report(integ.lib),
+        **_after(parallel.run_report(integ.lib), c0, ("communication_seconds", "collectives")),
     }
     try:
         write_text_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
@@ -835,6 +836,12 @@ def _finish(args: argparse.Namespace, integ: HermiteIntegrator, meta: dict[str, 
         err.write(f"sapporo run: error: summary not written ({write_errors[-1]})\n")
         return summary, False
     return summary, True
+
+
+def _after(report: dict[str, Any], before: dict[str, Any], keys: tuple[str, ...]
+           ) -> dict[str, Any]:
+    """``report`` with the counters ``keys`` counted from ``before`` on (this run's share)."""
+    return {k: v - before[k] if k in keys and k in before else v for k, v in report.items()}
 
 
 def _is_multiple(t: float, every: float) -> bool:

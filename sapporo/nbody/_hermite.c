@@ -254,7 +254,7 @@ static double quantise(const struct params *p, double crit, double dt_old, doubl
 typedef struct {
     PyObject_HEAD
     struct params p;
-    int n, nco;
+    int n, nj;  /* particles; j-addresses of a force call (the library's stored ones) */
     double eps2;
     Py_buffer views[32];
     int nviews;
@@ -433,7 +433,7 @@ static int force_block(Core *self, int k, double tb)
         int rc;
         for (int q = 0; q < k; q++)
             self->index32[q] = (int)self->w_ids[q];
-        rc = self->api->start(eng, self->n, k, self->index32, self->w_x, self->w_v,
+        rc = self->api->start(eng, self->nj, k, self->index32, self->w_x, self->w_v,
                               self->p.order >= 6 ? self->w_a : NULL,
                               self->p.order >= 8 ? self->w_j : NULL, self->eps2, NULL, 1, tb);
         if (rc > 0)
@@ -854,6 +854,12 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
     }
     if ((self->py_force = PyObject_GetAttrString(integ, "_py_force")) == NULL
         || (self->py_send = PyObject_GetAttrString(integ, "_py_send")) == NULL)
+        return -1;
+    if ((o = PyObject_GetAttrString(integ, "_nj")) == NULL)
+        return -1;
+    self->nj = (int)PyLong_AsLong(o);
+    Py_DECREF(o);
+    if (PyErr_Occurred())
         return -1;
     if (engine != Py_None) {
         const struct sapporo_engine_api *api =

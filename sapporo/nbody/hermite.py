@@ -244,7 +244,8 @@ class HermiteIntegrator:
     eta4 : float
         The Aarseth part of the ``average`` criterion.
     eta_s : float
-        Starting-step parameter.
+        First guess of the first steps, ``eta_s |a| / |j|`` (see :func:`_starting_step`);
+        each first step is then tried and shortened until the criterion accepts it.
     t0 : float
         Initial time (a multiple of ``dt_min``).
     force_noise : float, optional
@@ -746,6 +747,9 @@ class HermiteIntegrator:
                 from sapporo.core import _engine  # type: ignore[attr-defined]
 
                 api, engine = _engine.C_API, lib._engine
+        # a force call reads every stored j-particle, as lib.compute does (a library the
+        # caller opened may hold more than the integrator's)
+        self._nj = int(getattr(lib, "n_stored", self.n))
         for name in ("t", "dt", "pot", "m"):  # the core writes into these in place
             setattr(self, name, np.ascontiguousarray(getattr(self, name), dtype=np.float64))
         return _hermite.Core(self, api, engine)

@@ -232,3 +232,26 @@ def test_ctrl_c_inside_the_core_finishes_the_block():
     # the interruption adds no stop time: the same trajectory
     np.testing.assert_array_equal(got.x, want.x)
     assert got.counters["block_steps"] == want.counters["block_steps"]
+
+
+def test_extra_j_particles_of_a_shared_library_are_felt():
+    """A library the caller opened may hold j-particles beyond the integrator's (a fixed
+    perturber at a higher address): every force call reads them, on the engine's way as on
+    the Python way."""
+    import sapporo
+
+    x, v, m = plummer(24, seed=4)
+    got = []
+    for wrap in (False, True):
+        with sapporo.Library(order=4, precision="double") as lib:
+            lib.set_j_particles([30], [1000], 0.0, 5.0, [[3.0, 0.0, 0.0]], [[0.0, 0.0, 0.0]])
+            use = PythonWay(lib) if wrap else lib
+            with HermiteIntegrator(use, x, v, m, eps2=1e-4) as it:
+                it.evolve(0.0625)
+                got.append(it.state())
+    with sapporo.Library(order=4, precision="double") as lib:
+        with HermiteIntegrator(lib, x, v, m, eps2=1e-4) as alone:
+            alone.evolve(0.0625)
+            without = alone.state()
+    np.testing.assert_array_equal(got[0].x, got[1].x)
+    assert np.abs(got[0].a - without.a).max() > 1e-3  # the perturber pulls
