@@ -350,6 +350,7 @@ class HermiteIntegrator:
                 raise InputError("ids: must be distinct")
         self.n = n
         self._addr = np.arange(n, dtype=np.int64)
+        self._work()
 
     def _reset_counters(self) -> None:
         self.steps = 0
@@ -364,7 +365,6 @@ class HermiteIntegrator:
         self.interrupted = False
         self._core: Any = None
         self._py_seconds = 0.0
-        self._work()
 
     def _open(self, lib_or_options: Any) -> None:
         self._owns_lib = False
