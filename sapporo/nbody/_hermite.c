@@ -639,8 +639,10 @@ static int block_step(Core *self, double t_limit)
 {
     int k = 0;
     double tb;
-    if (self->heap_n == 0)
-        return 0;
+    if (self->heap_n == 0) {
+        PyErr_SetString(PyExc_RuntimeError, "internal: no particle to step");
+        return -1;
+    }
     tb = self->key[self->heap[0]];
     if (!(tb <= t_limit)) {
         PyErr_Format(PyExc_RuntimeError, "internal: the next block time %.17g is beyond "
@@ -681,6 +683,10 @@ static PyObject *Core_run(Core *self, PyObject *args)
     long long max_steps, done = 0;
     if (!PyArg_ParseTuple(args, "ddL", &t_limit, &budget, &max_steps))
         return NULL;
+    if (self->act == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Core is not initialised");
+        return NULL;
+    }
     while (self->time < t_limit) {
         if (block_step(self, t_limit) < 0) {
             self->seconds += now() - t0;
@@ -707,6 +713,10 @@ static PyObject *Core_trial(Core *self, PyObject *args)
     int k;
     if (!PyArg_ParseTuple(args, "OdO", &idx_obj, &h, &out_obj))
         return NULL;
+    if (self->act == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Core is not initialised");
+        return NULL;
+    }
     if (PyObject_GetBuffer(idx_obj, &ib, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return NULL;
     if (PyObject_GetBuffer(out_obj, &ob, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE)
@@ -715,7 +725,8 @@ static PyObject *Core_trial(Core *self, PyObject *args)
         return NULL;
     }
     k = (int)(ib.len / 8);
-    if (ib.itemsize != 8 || ob.itemsize != 8 || ob.len < ib.len || k < 1 || !(h > 0.0)) {
+    if (ib.itemsize != 8 || ob.itemsize != 8 || ob.len < ib.len || k < 1 || k > self->n
+        || !(h > 0.0)) {
         PyErr_SetString(PyExc_ValueError, "trial: int64 indices, float64 out, h > 0");
         goto fail;
     }
