@@ -1,8 +1,8 @@
-"""The native block-step engine, compiled when the package is installed.
+"""The native block-step engine and integrator core, compiled when the package is installed.
 
-Everything else about the package is in pyproject.toml; this file only declares the one C
-extension (``sapporo.core._engine``) and turns a missing compiler into a message that says
-what to install.
+Everything else about the package is in pyproject.toml; this file only declares the two C
+extensions (``sapporo.core._engine``, ``sapporo.nbody._hermite``) and turns a missing
+compiler into a message that says what to install.
 """
 
 import shutil
@@ -13,11 +13,11 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HELP = (
-    "sapporo-nbody compiles its native block-step engine (sapporo/core/_engine.c) when it is "
-    "installed, and that needs a C compiler and Python's development headers: on Debian "
-    "or Ubuntu 'apt install gcc python3-dev', on Fedora 'dnf install gcc python3-devel', "
-    "on macOS 'xcode-select --install'; with conda, 'conda install c-compiler'. "
-    "Then run the install again."
+    "sapporo-nbody compiles its native block-step engine (sapporo/core/_engine.c) and "
+    "integrator core (sapporo/nbody/_hermite.c) when it is installed, and that needs a C "
+    "compiler and Python's development headers: on Debian or Ubuntu 'apt install gcc "
+    "python3-dev', on Fedora 'dnf install gcc python3-devel', on macOS 'xcode-select "
+    "--install'; with conda, 'conda install c-compiler'. Then run the install again."
 )
 
 
@@ -43,7 +43,15 @@ setup(
             include_dirs=["sapporo"],
             depends=["sapporo/engine_api.h", "sapporo/plan.h", "sapporo/layout.h"],
             extra_compile_args=["-O2", "-std=gnu11"],
-        )
+        ),
+        Extension(
+            "sapporo.nbody._hermite",
+            sources=["sapporo/nbody/_hermite.c"],
+            include_dirs=["sapporo"],
+            depends=["sapporo/engine_api.h", "sapporo/layout.h"],
+            # no FMA contraction: each formula rounds as its NumPy statement does
+            extra_compile_args=["-O2", "-std=gnu11", "-ffp-contract=off"],
+        ),
     ],
     cmdclass={"build_ext": BuildEngine},
 )

@@ -587,6 +587,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.precision is not None:
             lib_opts["precision"] = args.precision
         _building(args, err)
+        startup0 = time.perf_counter()
         integ = HermiteIntegrator.from_snapshot(snap, lib_opts)
         if args.precision is not None and args.precision != snap.params.get("precision"):
             err.write(f"note: the snapshot was run in {snap.params.get('precision')}, "
@@ -605,6 +606,7 @@ def _run(args: argparse.Namespace) -> int:
                                exact=scaling == "exact")
         lib_opts["precision"] = _value(args, "precision", DEFAULT_PRECISION)
         _building(args, err)
+        startup0 = time.perf_counter()
         integ = HermiteIntegrator(
             lib_opts, x, v, m, order=order, criterion=criterion,
             eta=_value(args, "eta", default_eta(criterion, order)),
@@ -614,8 +616,10 @@ def _run(args: argparse.Namespace) -> int:
         meta = {"seed": seed, "bh_mass": bh, "heavy_fraction": heavy, "mass_ratio": ratio,
                 "ic_scaling": scaling, "run_id": uuid.uuid4().hex}
     meta["log_every"] = log_every
+    startup = time.perf_counter() - startup0  # device, kernels, initial forces, first steps
     with integ:
-        return _evolve(args, integ, meta, t_start, t_end, log_every, out, out_stream, err)
+        return _evolve(args, integ, meta, t_start, t_end, log_every, out, out_stream, err,
+                       startup)
 
 
 def _building(args: argparse.Namespace, err: TextIO) -> None:
@@ -628,7 +632,7 @@ def _building(args: argparse.Namespace, err: TextIO) -> None:
 
 def _evolve(args: argparse.Namespace, integ: HermiteIntegrator, meta: dict[str, Any],
             t_start: float, t_end: float, every: float, out: Path, out_stream: TextIO,
-            err: TextIO) -> int:
+            err: TextIO, startup: float) -> int:
     quiet = bool(args.quiet)
     p = integ.params
     eps = math.sqrt(integ.eps2)
@@ -652,6 +656,7 @@ def _evolve(args: argparse.Namespace, integ: HermiteIntegrator, meta: dict[str, 
     l0 = np.asarray(meta["angular_momentum0"], dtype=np.float64)
     integ.meta = meta
     c0 = integ.counters
+    c0.update(parallel.run_report(integ.lib))  # MPI: communication before the run
 
     snap_every = float(args.snapshot_every) if args.snapshot_every else None
     ext = ".h5" if args.snapshot_format == "hdf5" else ".npz"
@@ -733,7 +738,7 @@ def _evolve(args: argparse.Namespace, integ: HermiteIntegrator, meta: dict[str, 
                 wall = time.perf_counter() - wall0
                 final = _finish(args, integ, meta, rows, last, c0, t_start, t_end, wall, eps,
                                 p, out, ext, snapshots, write_errors, interrupted, diag_file,
-                                err)
+                                err, startup)
     except _Abort:
         progress.done()
         diag_file.finish(rows)
@@ -778,7 +783,7 @@ def _finish(args: argparse.Namespace, integ: HermiteIntegrator, meta: dict[str, 
             rows: list[dict[str, float]], last: dict[str, float], c0: dict[str, Any],
             t_start: float, t_end: float, wall: float, eps: float, p: dict[str, Any],
             out: Path, ext: str, snapshots: list[str], write_errors: list[str],
-            interrupted: bool, diag_file: _DiagnosticsFile, err: TextIO
+            interrupted: bool, diag_file: _DiagnosticsFile, err: TextIO, startup: float
             ) -> tuple[dict[str, Any], bool]:
     """Write the final snapshot, the diagnostics and the summary; each failure is reported,
     naming its file, and the others are still written."""
@@ -810,6 +815,9 @@ def _finish(args: argparse.Namespace, integ: HermiteIntegrator, meta: dict[str, 
         "interactions": inter,
         "interactions_per_second": inter / wall if wall > 0 else 0.0,
         "library_seconds": c1["library_seconds"] - c0["library_seconds"],
+        "integrator_seconds": c1["integrator_seconds"] - c0["integrator_seconds"],
+        "startup_seconds": startup,
+        "block_steps_per_second": blocks / wall if wall > 0 else 0.0,
         "criterion": integ.criterion, "eta": integ.eta, "eta4": integ.eta4, "eps": eps,
         "dt_min": p["dt_min"], "dt_max": p["dt_max"], "log_every": meta.get("log_every"),
         "energy_initial": meta["energy0"], "energy_final": last["energy"],
@@ -819,7 +827,7 @@ def _finish(args: argparse.Namespace, integ: HermiteIntegrator, meta: dict[str, 
         "resumed_from": args.resume, "interrupted": interrupted,
         "total_steps": c1["steps"], "total_block_steps": c1["block_steps"],
         "snapshot": final, "snapshots": snapshots, "write_errors": list(write_errors),
-        **parallel.run_report(integ.lib),
+        **_after(parallel.run_report(integ.lib), c0, ("communication_seconds", "collectives")),
     }
     try:
         write_text_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
@@ -828,6 +836,12 @@ def _finish(args: argparse.Namespace, integ: HermiteIntegrator, meta: dict[str, 
         err.write(f"sapporo run: error: summary not written ({write_errors[-1]})\n")
         return summary, False
     return summary, True
+
+
+def _after(report: dict[str, Any], before: dict[str, Any], keys: tuple[str, ...]
+           ) -> dict[str, Any]:
+    """``report`` with the counters ``keys`` counted from ``before`` on (this run's share)."""
+    return {k: v - before[k] if k in keys and k in before else v for k, v in report.items()}
 
 
 def _is_multiple(t: float, every: float) -> bool:
@@ -849,7 +863,10 @@ def _print_summary(w: TextIO, s: dict[str, Any], out: Path, plots: list[str]) ->
         ("block steps", f"{s['block_steps']}"),
         ("particle steps", f"{s['steps']}"),
         ("mean active particles", f"{s['mean_n_active']:.1f}"),
-        ("wall time", f"{s['wall_seconds']:.1f} s (library {s['library_seconds']:.1f} s)"),
+        ("wall time", f"{s['wall_seconds']:.1f} s (library {s['library_seconds']:.1f} s, "
+         f"integrator {s['integrator_seconds']:.1f} s; start-up "
+         f"{s['startup_seconds']:.1f} s before it)"),
+        ("block steps / s", f"{s['block_steps_per_second']:.0f}"),
         ("interactions / s", f"{s['interactions_per_second']:.3e}"),
     ]
     width = max(len(k) for k, _ in rows)

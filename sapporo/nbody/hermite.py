@@ -6,18 +6,24 @@ Every particle has its own time ``t_i`` and a power-of-two step ``dt_i`` in
 ``[dt_min, dt_max]``; ``t_i`` is always a multiple of ``dt_i``. A block step advances the
 particles with the smallest ``t_i + dt_i`` (the *active block*):
 
-1. ``lib.set_time(t_block)`` makes the device predict all j-particles to the block time; the
-   active i-particles are predicted on the host by the same Taylor series (positions,
-   velocities and, for 6th and 8th order, accelerations; for 8th order also jerks).
-2. ``lib.compute`` returns their acceleration, jerk (and snap) and potential.
-3. The corrector and the new steps are vectorised NumPy over the block; a new step is the
-   criterion's value rounded down to a power of two, it may at most double, and only when
-   the new time is a multiple of the doubled step.
-4. ``lib.set_j_particles`` re-sends the corrected particles: a and jerk, and for 6th order
+1. the device predicts all j-particles to the block time; the active i-particles are
+   predicted on the host by the same Taylor series (positions, velocities and, for 6th and
+   8th order, accelerations; for 8th order also jerks);
+2. the library computes their acceleration, jerk (and snap, crackle) and potential;
+3. the corrector and the new steps: a new step is the criterion's value rounded down to a
+   power of two, it may at most double, and only when the new time is a multiple of the
+   doubled step;
+4. the corrected particles are stored again as j-particles: a and jerk, and for 6th order
    also snap and the crackle interpolated by the corrector (the device predictor uses every
    derivative it is given; for 4th order it is the classical second-order predictor in a);
    for 8th order snap and crackle computed by the library and the 4th and 5th derivatives
    interpolated by the corrector (the predictor then errs by O(dt^8) in position).
+
+The block steps run in the native core ``sapporo.nbody._hermite`` (``_hermite.c``): the
+block from a heap ordered by ``t_i + dt_i``, the force call through the library's native
+engine in-process (the C table of ``sapporo/engine_api.h``), or through the library's
+Python API where the engine cannot take it or the library has none (CUDA, MPI, stand-ins).
+This module is the Python layer: parameters, the start, snapshots, energies, callbacks.
 
 The 8th-order corrector is the Hermite (Obreshkov) quadrature through a, j, s, c at both ends
 of the step, exact for an acceleration of degree 7 in time::
@@ -28,8 +34,8 @@ of the step, exact for an acceleration of degree 7 in time::
 and the degree-7 interpolant of a through the same values gives the 4th to 7th derivatives
 at the end of the step (the predictor's pop and d5; the step criterion's d5, d6, d7).
 
-Only the public :class:`sapporo.Library` API is used. Energies are measured at synchronised
-times with one extra force evaluation of all particles on their corrected positions.
+Energies are measured at synchronised times with one extra force evaluation of all
+particles on their corrected positions.
 """
 
 from __future__ import annotations
@@ -39,31 +45,27 @@ import math
 import signal
 import threading
 import time as _time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from sapporo.core import layout, validate
-from sapporo.errors import InputError, SapporoError
+from sapporo.errors import BackendError, InputError, SapporoError
 from sapporo.nbody.snapshot import Snapshot
 
 __all__ = [
+    "CALLBACK_SECONDS",
     "CRITERIA",
     "DT_MAX",
     "DT_MIN",
-    "FALLBACK_SCALE",
-    "FLOOR_FRACTION",
     "FORCE_NOISE",
     "HermiteIntegrator",
-    "RESOLVED_FACTOR",
     "default_eta",
-    "fallback_criterion",
     "floor_pow2",
     "predict_taylor",
-    "quantise_steps",
-    "step_criterion",
+    "predict_taylor8",
 ]
 
 log = logging.getLogger(__name__)
@@ -84,18 +86,11 @@ _META_POP, _META_D5 = "hermite8_pop", "hermite8_d5"
 
 #: Relative force error assumed for each library precision (conservative: the library's
 #: double-single forces are good to about 1e-6 relative to the net force, see
-#: ``docs/integrator.md``); interpolated derivatives within :data:`RESOLVED_FACTOR` times
-#: the resulting error bound are not trusted by the time-step criterion.
+#: ``docs/integrator.md``); the native core does not trust interpolated derivatives within
+#: twice the resulting error bound and takes the fallback step there.
 FORCE_NOISE = {"double": 1e-13, "double-single": 2e-6}
-RESOLVED_FACTOR = 2.0
-#: Steps never go below this fraction of :func:`fallback_criterion` (a guard against
-#: noise-driven collapse; the full criteria stay above it in all but a few per cent of the
-#: steps of a double-precision Plummer run).
-FLOOR_FRACTION = 0.125
-#: (Aarseth, generalised) scale factors of :func:`fallback_criterion` per order.
-#: Order 8: N = 256 Plummer, double, eps2 = 1e-4, to t = 1/8 (the same measurement gives
-#: order 6's values as 0.734 and 0.315).
-FALLBACK_SCALE = {4: (0.27, 0.27), 6: (0.74, 0.32), 8: (0.73, 0.17)}
+#: Wall-clock seconds between :meth:`HermiteIntegrator.evolve`'s callbacks (by default).
+CALLBACK_SECONDS = 0.1
 
 
 def default_eta(criterion: str, order: int) -> float:
@@ -117,13 +112,6 @@ def floor_pow2(x: np.ndarray | float) -> np.ndarray:
 
 def _norm(q: np.ndarray) -> np.ndarray:
     return np.sqrt(np.einsum("ij,ij->i", q, q))
-
-
-def _norms(vectors: Sequence[np.ndarray]) -> np.ndarray:
-    """Row norms of several (n, 3) arrays in one pass: shape (len(vectors), n), bitwise
-    :func:`_norm` of each."""
-    q = np.stack(vectors)
-    return np.sqrt(np.einsum("kij,kij->ki", q, q))
 
 
 def predict_taylor(
@@ -197,242 +185,16 @@ def predict_taylor8(
     return xp, vp, ap, jp
 
 
-# The degree-7 Hermite interpolant of a through a, j, s, c at both ends of a step, expanded
-# about the midpoint (T in [-tau, tau]): a(T) = sum_n D_n (T / tau)^n. Its even part takes
-# (a1 + a0)/2, tau (j1 - j0)/2, tau^2 (s1 + s0)/2, tau^3 (c1 - c0)/2 at T = tau, its odd part
-# the other half-sums and -differences; each is a 4x4 system with constant coefficients.
-_EVEN8 = np.linalg.inv(np.array([[1, 1, 1, 1], [0, 2, 4, 6], [0, 2, 12, 30], [0, 0, 24, 120]],
-                                dtype=np.float64))
-_ODD8 = np.linalg.inv(np.array([[1, 1, 1, 1], [1, 3, 5, 7], [0, 6, 20, 42], [0, 6, 60, 210]],
-                               dtype=np.float64))
-#: d^k a / dT^k at T = tau is sum_n _DER8[k][n] D_n / tau^k
-_DER8 = np.array([[math.perm(n, k) for n in range(8)] for k in range(8)], dtype=np.float64)
-
-
-def interpolate8(tau: np.ndarray, a0: np.ndarray, j0: np.ndarray, s0: np.ndarray,
-                 c0: np.ndarray, a1: np.ndarray, j1: np.ndarray, s1: np.ndarray,
-                 c1: np.ndarray) -> list[np.ndarray]:
-    """The 4th to 7th derivatives of the acceleration at the end of a step of ``2 tau``,
-    from the degree-7 interpolant through a, j, s, c at both ends (8th-order scheme).
-
-    Returns
-    -------
-    list of ndarray, shape (n, 3)
-        ``[d4, d5, d6, d7]`` at the end of the step.
-    """
-    t = tau[:, None]
-    even = np.stack([0.5 * (a1 + a0), t * 0.5 * (j1 - j0), t**2 * 0.5 * (s1 + s0),
-                     t**3 * 0.5 * (c1 - c0)])
-    odd = np.stack([0.5 * (a1 - a0), t * 0.5 * (j1 + j0), t**2 * 0.5 * (s1 - s0),
-                    t**3 * 0.5 * (c1 + c0)])
-    d = np.empty((8,) + a0.shape)
-    d[0::2] = np.einsum("ij,j...->i...", _EVEN8, even)
-    d[1::2] = np.einsum("ij,j...->i...", _ODD8, odd)
-    return [np.einsum("n,n...->...", _DER8[k], d) / t**k for k in range(4, 8)]
-
-
-def step_criterion(
-    criterion: str,
-    order: int,
-    eta: float,
-    eta4: float,
-    derivs: list[np.ndarray],
-) -> np.ndarray:
-    """The (unquantised) time step of each particle.
-
-    Parameters
-    ----------
-    criterion : {"aarseth", "generalised", "average"}
-        Which criterion.
-    order : {4, 6, 8}
-        Integration order ``p``.
-    eta : float
-        Accuracy parameter of ``aarseth`` (inside the square root) or of ``generalised``;
-        for ``average`` the generalised part's.
-    eta4 : float
-        The Aarseth part's parameter for ``average``.
-    derivs : list of ndarray, shape (n, 3)
-        ``[a, jerk, snap, crackle]`` and, for 6th order, also the 4th and 5th derivatives,
-        for 8th order the 4th to 7th.
-
-    Returns
-    -------
-    ndarray, shape (n,)
-        Aarseth: ``sqrt(eta (|a||s| + |j|^2) / (|j||c| + |s|^2))``. Generalised:
-        ``eta (A1 / A(p-2))^(1/(p-3))`` with ``A(k) = sqrt(|a(k-1)||a(k+1)| + |a(k)|^2)``.
-        Average: the mean of Aarseth with ``eta4`` and generalised with ``eta``.
-    """
-    return _criterion_from_norms(criterion, order, eta, eta4, [_norm(d) for d in derivs])
-
-
-def _criterion_from_norms(criterion: str, order: int, eta: float, eta4: float,
-                          n: Sequence[np.ndarray]) -> np.ndarray:
-    """:func:`step_criterion` from the norms of the derivatives."""
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        a1sq = n[0] * n[2] + n[1] ** 2
-        a2sq = n[1] * n[3] + n[2] ** 2
-
-        def aarseth(e: float) -> np.ndarray:
-            return np.sqrt(e * a1sq / a2sq)
-
-        def generalised(e: float) -> np.ndarray:
-            if order == 4:
-                return e * np.sqrt(a1sq / a2sq)
-            if order == 8:
-                a6sq = n[5] * n[7] + n[6] ** 2
-                return e * (a1sq / a6sq) ** (1.0 / 10.0)
-            a4sq = n[3] * n[5] + n[4] ** 2
-            return e * (a1sq / a4sq) ** (1.0 / 6.0)
-
-        if criterion == "aarseth":
-            return aarseth(eta)
-        if criterion == "generalised":
-            return generalised(eta)
-        return 0.5 * (aarseth(eta4) + generalised(eta))
-
-
-def fallback_criterion(
-    criterion: str,
-    order: int,
-    eta: float,
-    eta4: float,
-    a: np.ndarray,
-    jerk: np.ndarray,
-    snap: np.ndarray | None = None,
-) -> np.ndarray:
-    """Step from the directly computed force derivatives only (no interpolation).
-
-    Used where the interpolated higher derivatives are below the force noise. With the
-    time scale ``T1 = |a| / |j|`` (4th order) or ``|a| / sqrt(|j|^2 + |a||s|)`` (6th
-    order): ``cA sqrt(eta) T1`` for ``aarseth``, ``cG eta T1`` for ``generalised`` and
-    ``(cA sqrt(eta4) + cG eta) T1 / 2`` for ``average``, with the constants of
-    :data:`FALLBACK_SCALE` (the lower quartile of full criterion / this estimate, measured
-    on Plummer spheres in double precision, so the fallback errs on the small side).
-    """
-    return _fallback_from_norms(criterion, order, eta, eta4, _norm(a), _norm(jerk),
-                                None if snap is None else _norm(snap))
-
-
-def _fallback_from_norms(criterion: str, order: int, eta: float, eta4: float,
-                         na: np.ndarray, nj: np.ndarray, ns: np.ndarray | None) -> np.ndarray:
-    """:func:`fallback_criterion` from the norms of a, jerk (and snap)."""
-    c_a, c_g = FALLBACK_SCALE[order]
-    t1 = _starting_step_from_norms(order, 1.0, na, nj, ns)
-    if criterion == "aarseth":
-        return c_a * math.sqrt(eta) * t1
-    if criterion == "generalised":
-        return c_g * eta * t1
-    return 0.5 * (c_a * math.sqrt(eta4) + c_g * eta) * t1
-
-
-def _unresolved(
-    criterion: str,
-    order: int,
-    noise: float,
-    tau: np.ndarray,
-    n0: Sequence[np.ndarray],
-    n: Sequence[np.ndarray],
-) -> np.ndarray:
-    """Where an interpolated derivative the criterion uses is within the force noise.
-
-    The interpolated derivatives are differences of a, j (and s) between the ends of the
-    step divided by powers of the half step ``tau``; a relative force error ``noise`` in
-    those gives the error bounds below. A derivative counts as resolved when it exceeds
-    :data:`RESOLVED_FACTOR` times its bound. ``n0``: the norms of a, j (and s) at the start
-    of the step; ``n``: those of the criterion's derivatives at its end (a, j, s, c, ...).
-    """
-    da = noise * np.maximum(n0[0], n[0])
-    dj = noise * np.maximum(n0[1], n[1])
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        if order == 4:
-            s3 = 3.0 * (dj + da / tau) / tau**2
-            bounds = {2: dj / tau + tau * s3, 3: s3}
-            used = (2, 3)
-        elif order == 8:
-            # the interpolant is linear in the end values: bound each derivative by the
-            # absolute values of its coefficients times the noise of a, j, s and c
-            ds = noise * np.maximum(n0[2], n[2])
-            dc = noise * np.maximum(n0[3], n[3])
-            e_in = np.stack([da, tau * dj, tau**2 * ds, tau**3 * dc])
-            de = np.einsum("ij,j...->i...", np.abs(_EVEN8), e_in)
-            do = np.einsum("ij,j...->i...", np.abs(_ODD8), e_in)
-            dd = np.empty((8,) + tau.shape)
-            dd[0::2], dd[1::2] = de, do
-            bounds = {k: np.einsum("n,n...->...", _DER8[k], dd) / tau**k for k in (5, 6, 7)}
-            used = () if criterion == "aarseth" else (5, 6, 7)  # aarseth: all computed
-        else:
-            ds = noise * np.maximum(n0[2], n[2])
-            s4 = 3.0 * (ds + dj / tau) / tau**2
-            s5 = 15.0 * (ds * tau**2 + 3.0 * dj * tau + 3.0 * da) / tau**5
-            s3 = ds / tau + s5 * tau**2 / 6.0
-            bounds = {3: s3 + tau * s4 + 0.5 * tau**2 * s5, 4: s4 + tau * s5, 5: s5}
-            used = (3,) if criterion == "aarseth" else (3, 4, 5)
-        bad = np.zeros(tau.shape, dtype=bool)
-        for k in used:
-            bad |= ~(n[k] > RESOLVED_FACTOR * bounds[k])
-    return bad
-
-
 def _starting_step(order: int, eta_s: float, a: np.ndarray, j: np.ndarray,
                    s: np.ndarray | None) -> np.ndarray:
-    """First step: ``eta_s |a| / |j|`` (4th order), ``eta_s |a| / sqrt(|j|^2 + |a||s|)`` (6th)."""
-    return _starting_step_from_norms(order, eta_s, _norm(a), _norm(j),
-                                     None if order == 4 or s is None else _norm(s))
-
-
-def _starting_step_from_norms(order: int, eta_s: float, na: np.ndarray, nj: np.ndarray,
-                              ns: np.ndarray | None) -> np.ndarray:
-    """:func:`_starting_step` from the norms of a, j (and s)."""
+    """The first guess of the first step: ``eta_s |a| / |j|`` (4th order),
+    ``eta_s |a| / sqrt(|j|^2 + |a||s|)`` (6th and 8th); the trial steps of
+    :meth:`HermiteIntegrator._start` then shorten it where the criterion asks."""
+    na, nj = _norm(a), _norm(j)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        if order == 4 or ns is None:
+        if order == 4 or s is None:
             return eta_s * na / nj
-        return eta_s * na / np.sqrt(nj**2 + na * ns)
-
-
-def quantise_steps(
-    dt_crit: np.ndarray,
-    dt_old: np.ndarray,
-    t_new: np.ndarray,
-    dt_min: float,
-    dt_max: float,
-    t_limit: float | None = None,
-) -> np.ndarray:
-    """Block steps from criterion values.
-
-    The criterion is rounded down to a power of two and clipped to ``[dt_min, dt_max]``
-    (non-finite values mean ``dt_max``). A smaller step is taken as it is; a larger one is
-    limited to ``2 dt_old``, and allowed only when ``t_new`` is a multiple of ``2 dt_old``.
-    With ``t_limit`` no particle below it steps beyond it.
-
-    Parameters
-    ----------
-    dt_crit : ndarray, shape (n,)
-        Criterion values.
-    dt_old : ndarray, shape (n,)
-        The steps just taken (powers of two; ``t_new`` is a multiple of them).
-    t_new : ndarray, shape (n,)
-        The particles' new times.
-    dt_min, dt_max : float
-        Bounds (powers of two).
-    t_limit : float, optional
-        A time the particles must not step over (a synchronisation point on the grid).
-
-    Returns
-    -------
-    ndarray, shape (n,)
-        The new steps.
-    """
-    crit = np.where(np.isfinite(dt_crit), dt_crit, dt_max)
-    p = floor_pow2(np.clip(crit, dt_min, dt_max))
-    double_ok = (p >= 2.0 * dt_old) & (np.fmod(t_new, 2.0 * dt_old) == 0.0)
-    new = np.where(p < dt_old, p, np.where(double_ok, 2.0 * dt_old, dt_old))
-    if t_limit is not None:
-        room = t_limit - t_new
-        below = room > 0.0
-        if below.any():
-            cap = floor_pow2(np.where(below, room, 1.0))
-            new = np.where(below, np.minimum(new, cap), new)
-    return new
+        return eta_s * na / np.sqrt(nj**2 + na * _norm(s))
 
 
 def _largest_dividing_pow2(t: float, dt: np.ndarray, dt_min: float) -> np.ndarray:
@@ -482,14 +244,15 @@ class HermiteIntegrator:
     eta4 : float
         The Aarseth part of the ``average`` criterion.
     eta_s : float
-        Starting-step parameter.
+        First guess of the first steps, ``eta_s |a| / |j|`` (see :func:`_starting_step`);
+        each first step is then tried and shortened until the criterion accepts it.
     t0 : float
         Initial time (a multiple of ``dt_min``).
     force_noise : float, optional
         Relative force error assumed when judging whether the interpolated higher
         derivatives are resolved (default :data:`FORCE_NOISE` of the library precision;
-        0 trusts them always). Unresolved ones make the step fall back to
-        :func:`fallback_criterion`.
+        0 trusts them always). Unresolved ones make the step fall back to the time scale of
+        a, jerk (and snap) (``docs/integrator.md``).
 
     Raises
     ------
@@ -587,6 +350,7 @@ class HermiteIntegrator:
                 raise InputError("ids: must be distinct")
         self.n = n
         self._addr = np.arange(n, dtype=np.int64)
+        self._work()
 
     def _reset_counters(self) -> None:
         self.steps = 0
@@ -594,10 +358,13 @@ class HermiteIntegrator:
         self.interactions = 0
         self.force_calls = 0
         self.library_seconds = 0.0
+        self.integrator_seconds = 0.0
         self.fallback_steps = 0
         self.n_active_counts = np.zeros(self.n + 1, dtype=np.int64)
         self._stop_requested = False
         self.interrupted = False
+        self._core: Any = None
+        self._py_seconds = 0.0
 
     def _open(self, lib_or_options: Any) -> None:
         self._owns_lib = False
@@ -687,8 +454,40 @@ class HermiteIntegrator:
         crit = np.where(np.isfinite(crit), crit, self.dt_max)
         dt = floor_pow2(np.clip(crit, self.dt_min, self.dt_max))
         self.dt = _largest_dividing_pow2(t0, dt, self.dt_min)
+        self._trial_steps()
         log.debug("started %d particles at t=%g, steps %g..%g", n, t0, self.dt.min(),
                   self.dt.max())
+
+    def _trial_steps(self) -> None:
+        """Shorten the first steps until the step criterion, evaluated over each first step
+        itself, accepts it.
+
+        The first guess (:func:`_starting_step`) knows a and jerk only: a particle whose
+        jerk is small by chance would take a first step far longer than its criterion allows.
+        So each particle's first step is tried (predict, force call, corrector's derivatives,
+        the guarded criterion; nothing committed), and where the criterion's step is shorter
+        the particle takes that step and is tried again. Steps only shrink (at least by half
+        each round), so this ends; a particle group shares each trial's force call.
+        """
+        core = self._make_core()
+        try:
+            pending = np.arange(self.n, dtype=np.int64)
+            while pending.size:
+                again = []
+                for h in np.unique(self.dt[pending]):
+                    sel = np.ascontiguousarray(pending[self.dt[pending] == h])
+                    crit = np.empty(sel.size)
+                    with self._engine_errors():
+                        core.trial(sel, float(h), crit)
+                    crit = np.where(np.isfinite(crit), crit, self.dt_max)
+                    p = floor_pow2(np.clip(crit, self.dt_min, self.dt_max))
+                    short = p < h
+                    if short.any():
+                        self.dt[sel[short]] = p[short]
+                        again.append(sel[short])
+                pending = np.concatenate(again) if again else pending[:0]
+        finally:
+            self._take_counters(core)
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot, lib_or_options: Any = None) -> HermiteIntegrator:
@@ -725,6 +524,7 @@ class HermiteIntegrator:
         self.interactions = int(c.get("interactions", 0))
         self.force_calls = int(c.get("force_calls", 0))
         self.library_seconds = float(c.get("library_seconds", 0.0))
+        self.integrator_seconds = float(c.get("integrator_seconds", 0.0))
         self.fallback_steps = int(c.get("fallback_steps", 0))
         if snapshot.n_active_counts is not None and snapshot.n_active_counts.size == self.n + 1:
             self.n_active_counts = snapshot.n_active_counts.astype(np.int64).copy()
@@ -775,11 +575,15 @@ class HermiteIntegrator:
 
     @property
     def counters(self) -> dict[str, Any]:
-        """Counters: particle steps, block steps, interactions, force calls, library time."""
+        """Counters: particle steps, block steps, interactions, force calls, library time
+        (seconds in force calls), integrator time (seconds in the native core's block steps
+        besides their force calls), fallback steps."""
         return {
             "steps": self.steps, "block_steps": self.block_steps,
             "interactions": self.interactions, "force_calls": self.force_calls,
-            "library_seconds": self.library_seconds, "fallback_steps": self.fallback_steps,
+            "library_seconds": self.library_seconds,
+            "integrator_seconds": self.integrator_seconds,
+            "fallback_steps": self.fallback_steps,
         }
 
     @property
@@ -802,6 +606,8 @@ class HermiteIntegrator:
     def request_stop(self) -> None:
         """Ask :meth:`evolve` to stop after the current block (as Ctrl-C does)."""
         self._stop_requested = True
+        if self._core is not None:
+            self._core.stop = 1
 
     @contextmanager
     def _deferred_sigint(self) -> Iterator[None]:
@@ -822,7 +628,7 @@ class HermiteIntegrator:
         def handler(signum: int, frame: Any) -> None:
             if self._stop_requested:
                 raise KeyboardInterrupt
-            self._stop_requested = True
+            self.request_stop()
 
         try:
             signal.signal(signal.SIGINT, handler)
@@ -844,20 +650,27 @@ class HermiteIntegrator:
             log.info("target time %r rounded to the block grid: %r", t, tg)
         return tg
 
-    def evolve(self, t_end: float, callback: Callable[[HermiteIntegrator], Any] | None = None
-               ) -> float:
+    def evolve(self, t_end: float, callback: Callable[[HermiteIntegrator], Any] | None = None,
+               callback_steps: int | None = None) -> float:
         """Integrate until every particle is at ``t_end`` (rounded to the dt_min grid).
 
-        Steps are capped so that no particle passes ``t_end``; a ``t_end`` that is a multiple
-        of ``dt_max`` changes nothing. Ctrl-C (or :meth:`request_stop`) finishes the current
-        block and raises :class:`KeyboardInterrupt` with a consistent state.
+        The block steps run in the native core (``sapporo.nbody._hermite``), which returns
+        to Python only for the callback. Steps are capped so that no particle passes
+        ``t_end``; a ``t_end`` that is a multiple of ``dt_max`` changes nothing. Ctrl-C (or
+        :meth:`request_stop`) finishes the current block and raises
+        :class:`KeyboardInterrupt` with a consistent state.
 
         Parameters
         ----------
         t_end : float
             Target time (>= the current time).
         callback : callable, optional
-            Called as ``callback(self)`` after every block step.
+            Called as ``callback(self)`` between block steps: after the block step that ends
+            :data:`CALLBACK_SECONDS` of wall time since the last call, and after the last
+            block step.
+        callback_steps : int, optional
+            Call the callback after every ``callback_steps`` block steps instead (and after
+            the last one).
 
         Returns
         -------
@@ -870,6 +683,10 @@ class HermiteIntegrator:
             raise InputError(f"t_end must be a number, got {t_end!r}") from None
         if not math.isfinite(t_end_f):
             raise InputError(f"t_end must be finite, got {t_end!r}")
+        if callback_steps is not None and (isinstance(callback_steps, bool)
+                                           or not isinstance(callback_steps, int)
+                                           or callback_steps < 1):
+            raise InputError(f"callback_steps must be an int >= 1, got {callback_steps!r}")
         t_end_f = self._grid_time(t_end_f)
         if t_end_f < self.time:
             raise InputError(f"t_end ({t_end!r}) is before the current time {self.time!r}")
@@ -879,148 +696,111 @@ class HermiteIntegrator:
         below = self.t < t_end_f
         if below.any():
             cap = floor_pow2(np.where(below, t_end_f - self.t, 1.0))
-            self.dt = np.where(below & (self.t + self.dt > t_end_f), np.minimum(self.dt, cap),
-                               self.dt)
+            self.dt[:] = np.where(below & (self.t + self.dt > t_end_f),
+                                  np.minimum(self.dt, cap), self.dt)
+        seconds = math.inf if callback is None or callback_steps else CALLBACK_SECONDS
         with self._deferred_sigint():
-            while self.time < t_end_f:
-                self._block_step(t_end_f)
-                if callback is not None:
-                    callback(self)
-                if self._stop_requested:
-                    self._stop_requested = False
-                    self.interrupted = True
-                    raise KeyboardInterrupt
+            core = self._make_core()
+            core.stop = int(self._stop_requested)  # asked before: one block step, then stop
+            self._core = core
+            try:
+                while self.time < t_end_f:
+                    with self._engine_errors():
+                        core.run(t_end_f, seconds, callback_steps or 0)
+                    self._take_counters(core)
+                    if callback is not None:
+                        callback(self)
+                    if self._stop_requested:
+                        self._stop_requested = False
+                        self.interrupted = True
+                        raise KeyboardInterrupt
+            finally:
+                self._core = None
+                self._take_counters(core)
         return self.time
 
-    def _block_step(self, t_limit: float) -> None:
-        """Advance the active block: predict, compute, correct, choose steps, upload."""
+    # ------------------------------------------------------------------ the native core
+
+    def _work(self) -> None:
+        """The arrays the native core fills for the library's way (``_py_force``,
+        ``_py_send``): the block's addresses, ids and predicted x, v, a, jerk, and its
+        forces."""
+        n = self.n
+        self._w_act = np.zeros(n, dtype=np.int64)
+        self._w_ids = np.zeros(n, dtype=np.int64)
+        self._w_x, self._w_v, self._w_a, self._w_j = (np.zeros((n, 3)) for _ in range(4))
+        self._r_acc, self._r_jerk, self._r_snap, self._r_crackle = (np.zeros((n, 3))
+                                                                    for _ in range(4))
+        self._r_pot = np.zeros(n)
+
+    def _make_core(self) -> Any:
+        """A native core on the current arrays, calling the library's engine in-process where
+        it has one (the C table of ``sapporo/engine_api.h``, as the C API does)."""
+        from sapporo.nbody import _hermite  # type: ignore[attr-defined]
+
+        api = engine = None
+        lib = self.lib
+        if hasattr(lib, "_engine_start"):  # a sapporo.Library (not MPI, not a stand-in)
+            if not lib._engine_tried:
+                lib._engine_start()
+            if lib._engine is not None:
+                from sapporo.core import _engine  # type: ignore[attr-defined]
+
+                api, engine = _engine.C_API, lib._engine
+        # a force call reads every stored j-particle, as lib.compute does (a library the
+        # caller opened may hold more than the integrator's)
+        self._nj = int(getattr(lib, "n_stored", self.n))
+        for name in ("t", "dt", "pot", "m"):  # the core writes into these in place
+            setattr(self, name, np.ascontiguousarray(getattr(self, name), dtype=np.float64))
+        return _hermite.Core(self, api, engine)
+
+    @contextmanager
+    def _engine_errors(self) -> Iterator[None]:
+        """The native core's RuntimeError (the engine failed: it takes the library's way from
+        now on) as a :class:`BackendError` naming the device; the library's own errors pass."""
+        try:
+            yield
+        except SapporoError:
+            raise
+        except RuntimeError as exc:
+            raise BackendError(f"{self.device_name}: {exc}") from None
+
+    def _take_counters(self, core: Any) -> None:
+        """Move what the core counted into the integrator's counters."""
+        self.time = core.time
+        self.steps += core.steps
+        self.block_steps += core.block_steps
+        self.fallback_steps += core.fallback_steps
+        self.force_calls += core.force_calls
+        self.interactions += core.interactions
+        self.library_seconds += core.library_seconds
+        self.integrator_seconds += core.seconds - core.library_seconds
+        # the library's way (_py_force) counted its own seconds directly
+        self.integrator_seconds -= self._py_seconds
+        self._py_seconds = 0.0
+        core.steps = core.block_steps = core.fallback_steps = 0
+        core.force_calls = core.interactions = 0
+        core.library_seconds = core.seconds = 0.0
+
+    def _py_force(self, k: int, t: float) -> None:
+        """The native core's force call on its block of ``k``, the library's way."""
+        t0 = self.library_seconds
+        self.lib.set_time(t)
+        f = self._compute(self._w_x[:k], self._w_v[:k], self._w_ids[:k],
+                          self._w_a[:k] if self.order >= 6 else None,
+                          self._w_j[:k] if self.order == 8 else None)
+        self._r_acc[:k] = f.acc
+        self._r_jerk[:k] = f.jerk
+        if self.order >= 6:
+            self._r_snap[:k] = f.snap
         if self.order == 8:
-            self._block_step8(t_limit)
-            return
-        t_next = self.t + self.dt
-        tb = float(t_next.min())
-        act = np.flatnonzero(t_next == tb)
-        h = self.dt[act]
-        x0, v0, a0, j0 = self.x[act], self.v[act], self.a[act], self.jerk[act]
-        six = self.order == 6
-        if six:
-            s0, c0 = self.snap[act], self.crackle[act]
-            xp, vp, ap = predict_taylor(h, x0, v0, a0, j0, s0, c0)
-        else:
-            xp, vp, ap = predict_taylor(h, x0, v0, a0, j0)
-        self.lib.set_time(tb)
-        f = self._compute(xp, vp, self.ids[act], ap if six else None)
-        a1 = np.asarray(f.acc, dtype=np.float64)
-        j1 = np.asarray(f.jerk, dtype=np.float64)
-        hc = h[:, None]
-        tau = 0.5 * hc
-        am = 0.5 * (a1 - a0)
-        jp = 0.5 * (j1 + j0)
-        jm = 0.5 * (j1 - j0)
-        if six:
-            s1 = np.asarray(f.snap, dtype=np.float64)
-            v1 = v0 + hc * (0.5 * (a1 + a0) + hc * (-0.1 * (j1 - j0)
-                                                    + hc * ((1.0 / 120.0) * (s1 + s0))))
-            x1 = x0 + hc * (0.5 * (v1 + v0) + hc * (-0.1 * (a1 - a0)
-                                                    + hc * ((1.0 / 120.0) * (j1 + j0))))
-            # Quintic through a, j, s at both ends (midpoint expansion, T in [-tau, tau]).
-            sp = 0.5 * (s1 + s0)
-            sm = 0.5 * (s1 - s0)
-            d4 = 3.0 * (sp - jm / tau) / tau**2
-            d5 = 15.0 * (sm * tau**2 - 3.0 * jp * tau + 3.0 * am) / tau**5
-            d3 = sm / tau - d5 * tau**2 / 6.0
-            c1 = d3 + tau * (d4 + 0.5 * tau * d5)
-            pop1 = d4 + tau * d5
-            derivs = [a1, j1, s1, c1, pop1, d5]
-        else:
-            v1 = v0 + hc * (0.5 * (a1 + a0) + hc * ((1.0 / 12.0) * (j0 - j1)))
-            x1 = x0 + hc * (0.5 * (v1 + v0) + hc * ((1.0 / 12.0) * (a0 - a1)))
-            # Cubic through a, j at both ends.
-            d2 = jm / tau
-            d3 = 3.0 * (jp - am / tau) / tau**2
-            s1 = d2 + tau * d3
-            c1 = d3
-            derivs = [a1, j1, s1, c1]
-        # Every norm the criteria need, in one pass: |a|, |j| (, |s|) at the start of the
-        # step, then those of the derivatives at its end.
-        k0 = 3 if six else 2
-        norms = _norms(([a0, j0, s0] if six else [a0, j0]) + derivs)
-        n0, n1 = norms[:k0], norms[k0:]
-        crit = _criterion_from_norms(self.criterion, self.order, self.eta, self.eta4, n1)
-        fb = _fallback_from_norms(self.criterion, self.order, self.eta, self.eta4,
-                                  n1[0], n1[1], n1[2] if six else None)
-        if self.force_noise > 0.0:
-            unresolved = _unresolved(self.criterion, self.order, self.force_noise, tau[:, 0],
-                                     n0, n1)
-            if unresolved.any():
-                crit = np.where(unresolved, fb, crit)
-                self.fallback_steps += int(unresolved.sum())
-        # Never below a fixed fraction of the fallback: force noise the model above
-        # underestimates cannot make the steps collapse to dt_min.
-        crit = np.fmax(crit, FLOOR_FRACTION * fb)
-        t_new = np.full(act.size, tb)
-        dt_new = quantise_steps(crit, h, t_new, self.dt_min, self.dt_max, t_limit)
+            self._r_crackle[:k] = f.crackle
+        self._r_pot[:k] = f.pot
+        self._py_seconds += self.library_seconds - t0
 
-        # Commit the block (all temporaries are ready, so the state stays consistent).
-        self.x[act], self.v[act], self.a[act], self.jerk[act] = x1, v1, a1, j1
-        self.snap[act], self.crackle[act] = s1, c1
-        self.pot[act] = f.pot
-        self.t[act] = tb
-        self.dt[act] = dt_new
-        self.time = tb
-        self._send(act, (tb, x1, v1, a1, j1, s1, c1))  # the arrays at hand, not re-gathered
-        self.steps += int(act.size)
-        self.block_steps += 1
-        self.n_active_counts[act.size] += 1
-
-    def _block_step8(self, t_limit: float) -> None:
-        """:meth:`_block_step` of the 8th-order scheme (see the module docstring)."""
-        t_next = self.t + self.dt
-        tb = float(t_next.min())
-        act = np.flatnonzero(t_next == tb)
-        h = self.dt[act]
-        x0, v0, a0, j0 = self.x[act], self.v[act], self.a[act], self.jerk[act]
-        s0, c0 = self.snap[act], self.crackle[act]
-        xp, vp, ap, jp = predict_taylor8(h, x0, v0, a0, j0, s0, c0, self.pop[act],
-                                         self.d5[act])
-        self.lib.set_time(tb)
-        f = self._compute(xp, vp, self.ids[act], ap, jp)
-        a1 = np.asarray(f.acc, dtype=np.float64)
-        j1 = np.asarray(f.jerk, dtype=np.float64)
-        s1 = np.asarray(f.snap, dtype=np.float64)
-        c1 = np.asarray(f.crackle, dtype=np.float64)
-        hc = h[:, None]
-        v1 = v0 + hc * (0.5 * (a0 + a1) + hc * ((3.0 / 28.0) * (j0 - j1) + hc * (
-            (1.0 / 84.0) * (s0 + s1) + hc * ((1.0 / 1680.0) * (c0 - c1)))))
-        x1 = x0 + hc * (0.5 * (v0 + v1) + hc * ((3.0 / 28.0) * (a0 - a1) + hc * (
-            (1.0 / 84.0) * (j0 + j1) + hc * ((1.0 / 1680.0) * (s0 - s1)))))
-        tau = 0.5 * h
-        d4, d5, d6, d7 = interpolate8(tau, a0, j0, s0, c0, a1, j1, s1, c1)
-        derivs = [a1, j1, s1, c1, d4, d5, d6, d7]
-        norms = _norms([a0, j0, s0, c0] + derivs)
-        n0, n1 = norms[:4], norms[4:]
-        crit = _criterion_from_norms(self.criterion, 8, self.eta, self.eta4, n1)
-        fb = _fallback_from_norms(self.criterion, 8, self.eta, self.eta4, n1[0], n1[1], n1[2])
-        if self.force_noise > 0.0:
-            unresolved = _unresolved(self.criterion, 8, self.force_noise, tau, n0, n1)
-            if unresolved.any():
-                crit = np.where(unresolved, fb, crit)
-                self.fallback_steps += int(unresolved.sum())
-        crit = np.fmax(crit, FLOOR_FRACTION * fb)
-        t_new = np.full(act.size, tb)
-        dt_new = quantise_steps(crit, h, t_new, self.dt_min, self.dt_max, t_limit)
-
-        self.x[act], self.v[act], self.a[act], self.jerk[act] = x1, v1, a1, j1
-        self.snap[act], self.crackle[act] = s1, c1
-        self.pop[act], self.d5[act] = d4, d5
-        self.pot[act] = f.pot
-        self.t[act] = tb
-        self.dt[act] = dt_new
-        self.time = tb
-        self._send(act, (tb, x1, v1, a1, j1, s1, c1, d4, d5))
-        self.steps += int(act.size)
-        self.block_steps += 1
-        self.n_active_counts[act.size] += 1
+    def _py_send(self, k: int) -> None:
+        """The native core's new j-particles (its block of ``k``), the library's way."""
+        self._send(self._w_act[:k])
 
     # ------------------------------------------------------------------ diagnostics
 

@@ -1,8 +1,10 @@
-"""The block-time-step Hermite integrators (``sapporo.nbody.hermite``).
+"""The block-time-step Hermite integrators (``sapporo.nbody.hermite``) and their native core
+(``sapporo.nbody._hermite``).
 
-Host-only tests (step quantisation, criteria, predictor, the correctors on a polynomial
-force field) use a stub library; the others run on the real library (every usable backend,
-through PoCL on a CPU).
+Host-only tests (the core's step quantisation and criteria, the predictor, the correctors on
+a polynomial force field) use a stub library, which the core calls the library's way; the
+others run on the real library (every usable backend, through PoCL on a CPU), where the core
+calls the library's native engine.
 
 Energy bounds (relative, Plummer N = 128, eps = 0.01, t = 0 -> 0.25, default criterion and
 eta): 4th order 1e-7 (double-single and double), 6th order double 1e-10 and double-single
@@ -18,14 +20,13 @@ import numpy as np
 import pytest
 
 from sapporo import InputError, reference
+from sapporo.nbody import _hermite
 from sapporo.nbody.hermite import (
     DT_MAX,
     DT_MIN,
     HermiteIntegrator,
     floor_pow2,
     predict_taylor,
-    quantise_steps,
-    step_criterion,
 )
 from sapporo.nbody.ic import plummer
 from sapporo.nbody.snapshot import h5py_available, load, save
@@ -61,7 +62,7 @@ class PolynomialLibrary:
     def set_time(self, t: float) -> None:
         self.t = float(t)
 
-    def compute(self, x, v, index, eps2, h2=None, a=None, nj=None):
+    def compute(self, x, v, index, eps2, h2=None, a=None, nj=None, jerk=None):
         n = len(x)
 
         class R:
@@ -70,7 +71,8 @@ class PolynomialLibrary:
         r = R()
         r.acc = np.tile(self.deriv(0, self.t), (n, 1))
         r.jerk = np.tile(self.deriv(1, self.t), (n, 1))
-        r.snap = np.tile(self.deriv(2, self.t), (n, 1)) if self.order == 6 else None
+        r.snap = np.tile(self.deriv(2, self.t), (n, 1)) if self.order >= 6 else None
+        r.crackle = np.tile(self.deriv(3, self.t), (n, 1)) if self.order == 8 else None
         r.pot = np.zeros(n)
         return r
 
@@ -135,6 +137,12 @@ def test_floor_pow2_exact():
                                                   2.0**-30])
 
 
+def quantise(crit, dt_old, t_new, t_limit=None):
+    """The native core's step quantisation, element by element."""
+    return np.array([_hermite.quantise(c, d, t, DT_MIN, DT_MAX, t_limit)
+                     for c, d, t in zip(crit, dt_old, t_new, strict=True)])
+
+
 def test_quantise_steps_invariants():
     rng = np.random.default_rng(3)
     n = 5000
@@ -142,34 +150,61 @@ def test_quantise_steps_invariants():
     t_new = dt_old * rng.integers(1, 1000, n)  # a multiple of the old step
     crit = 10.0 ** rng.uniform(-10, 1, n)
     crit[:10] = np.nan
-    dt = quantise_steps(crit, dt_old, t_new, DT_MIN, DT_MAX)
+    dt = quantise(crit, dt_old, t_new)
     frac, _ = np.frexp(dt)
     assert np.all(frac == 0.5)  # powers of two
     assert np.all((dt >= DT_MIN) & (dt <= DT_MAX))
     assert np.all(np.fmod(t_new, dt) == 0.0)  # commensurate
     assert np.all(dt <= 2 * dt_old)  # at most doubles
     grew = dt > dt_old
-    assert np.all(np.fmod(t_new[grew], 2 * dt_old[grew]) == 0.0)
+    assert grew.any() and np.all(np.fmod(t_new[grew], 2 * dt_old[grew]) == 0.0)
     shrink = floor_pow2(np.clip(crit, DT_MIN, DT_MAX)) < dt_old
     np.testing.assert_array_equal(dt[shrink], floor_pow2(np.clip(crit, DT_MIN, DT_MAX))[shrink])
     assert np.all(dt[:10] >= np.minimum(dt_old[:10], DT_MAX))  # NaN means "as large as allowed"
-    capped = quantise_steps(crit, dt_old, t_new, DT_MIN, DT_MAX, t_limit=float(t_new.max()))
+    capped = quantise(crit, dt_old, t_new, t_limit=float(t_new.max()))
     below = t_new < t_new.max()
     assert np.all(t_new[below] + capped[below] <= t_new.max())
+    # the doubled step would pass the limit: capped at the room left
+    assert _hermite.quantise(1.0, 2.0**-4, 0.375, DT_MIN, DT_MAX, None) == 2.0**-3
+    assert _hermite.quantise(1.0, 2.0**-4, 0.375, DT_MIN, DT_MAX, 0.4375) == 2.0**-4
+
+
+def step(order, criterion, eta, eta4, norms, noise=0.0, tau=0.01, n0=None):
+    """The native core's guarded criterion from the norms of the derivatives."""
+    n0 = norms[:4] if n0 is None else n0
+    return _hermite.step(order, criterion, eta, eta4, noise, tau, list(n0), list(norms))
 
 
 def test_step_criteria_values():
-    # |a| = 1, |j| = 2, |s| = 3, |c| = 4, |a4| = 5, |a5| = 6 (all along x).
-    d = [np.array([[float(k), 0.0, 0.0]]) for k in range(1, 7)]
-    a1sq, a2sq, a4sq = 1 * 3 + 4, 2 * 4 + 9, 4 * 6 + 25
-    assert step_criterion("aarseth", 4, 0.02, 0.01, d[:4])[0] == pytest.approx(
+    # |a| = 1, |j| = 2, |s| = 3, |c| = 4, |a4| = 5, |a5| = 6, |a6| = 7, |a7| = 8
+    d = [float(k) for k in range(1, 9)]
+    a1sq, a2sq, a4sq, a6sq = 1 * 3 + 4, 2 * 4 + 9, 4 * 6 + 25, 6 * 8 + 49
+    assert step(4, "aarseth", 0.02, 0.01, d[:4])[0] == pytest.approx(
         math.sqrt(0.02 * a1sq / a2sq), rel=1e-15)
-    assert step_criterion("generalised", 4, 0.1, 0.01, d[:4])[0] == pytest.approx(
+    assert step(4, "generalised", 0.1, 0.01, d[:4])[0] == pytest.approx(
         0.1 * math.sqrt(a1sq / a2sq), rel=1e-15)
     gen6 = 0.1 * (math.sqrt(a1sq) / math.sqrt(a4sq)) ** (1 / 3)
-    assert step_criterion("generalised", 6, 0.1, 0.01, d)[0] == pytest.approx(gen6, rel=1e-14)
+    assert step(6, "generalised", 0.1, 0.01, d[:6])[0] == pytest.approx(gen6, rel=1e-14)
     avg = 0.5 * (math.sqrt(0.01 * a1sq / a2sq) + gen6)
-    assert step_criterion("average", 6, 0.1, 0.01, d)[0] == pytest.approx(avg, rel=1e-14)
+    assert step(6, "average", 0.1, 0.01, d[:6])[0] == pytest.approx(avg, rel=1e-14)
+    gen8 = 0.1 * (a1sq / a6sq) ** (1 / 10)
+    assert step(8, "generalised", 0.1, 0.01, d)[0] == pytest.approx(gen8, rel=1e-14)
+    assert step(8, "generalised", 0.1, 0.01, d)[1] is False
+
+
+@pytest.mark.parametrize("order, criterion, scale", [
+    (4, "aarseth", 0.27 * math.sqrt(0.01)), (6, "generalised", 0.32 * 0.1),
+    (8, "average", 0.5 * (0.73 * math.sqrt(0.01) + 0.17 * 0.1)),
+])
+def test_steps_never_below_the_floor(order, criterion, scale):
+    """A criterion driven to nothing by huge higher derivatives gives 1/8 of the fallback,
+    ``scale`` T1 with T1 = |a| / |j| (4th order) or |a| / sqrt(|j|^2 + |a||s|)."""
+    n = [1.0, 2.0, 3.0] + [1e30] * 5
+    t1 = 0.5 if order == 4 else 1.0 / math.sqrt(4.0 + 3.0)
+    got, fell = step(order, criterion, 0.01 if criterion == "aarseth" else 0.1, 0.01,
+                     n[: order])
+    assert not fell
+    assert got == pytest.approx(0.125 * scale * t1, rel=1e-14)
 
 
 def test_host_predictor_matches_reference():
@@ -202,7 +237,8 @@ def test_corrector_exact_for_polynomial_force(order, degree):
     np.testing.assert_allclose(it.snap[0], lib.deriv(2, t), rtol=0, atol=1e-9)
     np.testing.assert_allclose(it.crackle[0], lib.deriv(3, t), rtol=0, atol=1e-7)
     assert it.block_steps == 16 and it.steps == 48
-    assert it.interactions == (16 + (2 if order == 6 else 1)) * 3 * 3
+    # the start's force calls (two at 6th order), one trial step, 16 block steps
+    assert it.interactions == (16 + 1 + (2 if order == 6 else 1)) * 3 * 3
 
 
 @pytest.mark.parametrize(
@@ -287,7 +323,7 @@ def test_block_invariants(backend):
             assert np.all(integ.t + integ.dt > integ.time)
             seen.append(int(np.sum(integ.t == integ.time)))
 
-        it.evolve(0.25, callback=check)
+        it.evolve(0.25, callback=check, callback_steps=1)
         assert len(seen) == it.block_steps > 20
         assert sum(seen) == it.steps
         assert rec.blocks_checked == it.block_steps
@@ -357,7 +393,7 @@ def test_interrupt_mid_run_and_resume(backend, tmp_path):
 
     with HermiteIntegrator(opts, x, v, m, order=6, eps2=1e-4) as it:
         with pytest.raises(KeyboardInterrupt):
-            it.evolve(0.25, callback=stop_after_30)
+            it.evolve(0.25, callback=stop_after_30, callback_steps=1)
         assert it.interrupted and len(calls) == 30 and it.block_steps == 30
         assert not it.synchronised and 0 < it.time < 0.25
         name = "cut.h5" if h5py_available() else "cut.npz"
@@ -372,33 +408,27 @@ def test_interrupt_mid_run_and_resume(backend, tmp_path):
     assert got.counters["steps"] == want.counters["steps"]
 
 
-@pytest.mark.parametrize("order, degree", [(4, 3), (6, 5)])
-def test_interpolated_derivatives_exact_for_polynomial_force(monkeypatch, order, degree):
-    """The derivatives the step criteria use (interpolated from a, j (and s) at both ends of
-    the step) are exact when the force is a polynomial of the interpolant's degree: 4th
-    order a cubic (snap, crackle), 6th order a quintic (snap, crackle, 4th and 5th)."""
-    import sapporo.nbody.hermite as H
-
+@pytest.mark.parametrize("order, degree", [(4, 3), (6, 5), (8, 7)])
+def test_interpolated_derivatives_exact_for_polynomial_force(order, degree):
+    """The derivatives the core interpolates from a, j (, s, c) at both ends of a step are
+    exact when the force is a polynomial of the interpolant's degree: 4th order a cubic
+    (snap and crackle, kept in the state), 6th order a quintic (crackle), 8th order a degree-7
+    polynomial (the 4th and 5th derivatives, kept for the predictor)."""
     rng = np.random.default_rng(degree)
     coeffs = rng.normal(size=(degree + 1, 3))
     lib = PolynomialLibrary(order, coeffs)
-    seen: list[tuple[float, list[np.ndarray]]] = []
-    criterion = H._criterion_from_norms
-
-    def spy(crit, order_, eta, eta4, n):
-        seen.append((lib.t, [np.array(q) for q in n]))
-        return criterion(crit, order_, eta, eta4, n)
-
-    monkeypatch.setattr(H, "_criterion_from_norms", spy)
     dt = 2.0**-4
     it = HermiteIntegrator(lib, rng.normal(size=(2, 3)), rng.normal(size=(2, 3)), np.ones(2),
                            order=order, dt_min=dt, dt_max=dt)
-    it.evolve(0.5)
-    assert len(seen) == 8
-    for t, norms in seen:
-        for k, got in enumerate(norms):  # k-th derivative of A at t
-            want = np.linalg.norm(lib.deriv(k, t))
-            np.testing.assert_allclose(got, want, rtol=1e-9, err_msg=f"derivative {k}, t={t}")
+    for t in (0.25, 0.5):
+        it.evolve(t)
+        checks = [(it.crackle, 3)] + ([(it.snap, 2)] if order == 4 else [])
+        if order == 8:
+            checks += [(it.pop, 4), (it.d5, 5)]
+        for got, k in checks:
+            want = np.tile(lib.deriv(k, t), (2, 1))
+            np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-8,
+                                       err_msg=f"derivative {k}, t={t}")
 
 
 @pytest.mark.parametrize("order, criterion, used", [
@@ -406,15 +436,12 @@ def test_interpolated_derivatives_exact_for_polynomial_force(monkeypatch, order,
     (6, "aarseth", (3,)), (6, "generalised", (3, 4, 5)),
 ])
 def test_unresolved_derivatives_take_the_fallback(order, criterion, used):
-    """A derivative the criterion uses counts as unresolved below RESOLVED_FACTOR (2) times
-    its force-noise bound: just below (1.9x) it is, just above (2.1x) it is not; the
+    """A derivative the criterion uses counts as unresolved below twice its force-noise
+    bound: just below (1.9x) the core falls back, just above (2.1x) it does not; the
     derivatives the criterion does not use never count."""
-    import sapporo.nbody.hermite as H
-
-    noise, tau = 1e-3, np.array([0.01])
-    ones = np.ones(1)
-    n0 = [ones, 2 * ones, 4 * ones][: 3 if order == 6 else 2]  # |a|, |j| (, |s|) at start
-    n_end = [ones, 2 * ones, 4 * ones, 8 * ones, 16 * ones, 32 * ones][: 6 if order == 6 else 4]
+    noise, tau = 1e-3, 0.01
+    n0 = [1.0, 2.0, 4.0][: 3 if order == 6 else 2] + [0.0] * (2 if order == 4 else 1)
+    n_end = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0][: 6 if order == 6 else 4]
     # the error bounds of the interpolated derivatives (docs/integrator.md)
     da, dj = noise * 1.0, noise * 2.0
     if order == 4:
@@ -426,19 +453,20 @@ def test_unresolved_derivatives_take_the_fallback(order, criterion, used):
         s5 = 15.0 * (ds * tau**2 + 3.0 * dj * tau + 3.0 * da) / tau**5
         s3 = ds / tau + s5 * tau**2 / 6.0
         bounds = {3: s3 + tau * s4 + 0.5 * tau**2 * s5, 4: s4 + tau * s5, 5: s5}
-    resolved = {k: 10.0 * H.RESOLVED_FACTOR * b for k, b in bounds.items()}
+    resolved = {k: 10.0 * 2.0 * b for k, b in bounds.items()}
+    eta = 0.01 if criterion == "aarseth" else 0.1
     for k in bounds:
         for factor, expect in ((1.9, k in used), (2.1, False)):
             n = list(n_end)
             for q, b in resolved.items():
                 n[q] = b
             n[k] = factor * bounds[k]
-            got = H._unresolved(criterion, order, noise, tau, n0, n)
-            assert got.tolist() == [expect], (k, factor)
+            _, fell = step(order, criterion, eta, 0.01, n, noise=noise, tau=tau, n0=n0)
+            assert fell is expect, (k, factor)
     n = list(n_end)
     for q, b in resolved.items():
         n[q] = b
-    assert H._unresolved(criterion, order, noise, tau, n0, n).tolist() == [False]
+    assert step(order, criterion, eta, 0.01, n, noise=noise, tau=tau, n0=n0)[1] is False
 
 
 def test_force_noise_switches_steps_to_the_fallback():

@@ -1,7 +1,7 @@
 """The 8th-order Hermite scheme (Nitadori & Makino 2008) on the library.
 
-Kepler orbits against the analytic solution (Kepler's equation), the interpolation and
-the step criterion against known polynomials, exact resumption from a snapshot, and a
+Kepler orbits against the analytic solution (Kepler's equation), the predictor against a
+known polynomial, exact resumption from a snapshot, and a
 small cluster in block steps with both precisions.
 """
 
@@ -13,12 +13,7 @@ import numpy as np
 import pytest
 
 from sapporo.errors import InputError
-from sapporo.nbody.hermite import (
-    HermiteIntegrator,
-    interpolate8,
-    predict_taylor8,
-    step_criterion,
-)
+from sapporo.nbody.hermite import HermiteIntegrator, predict_taylor8
 from sapporo.nbody.snapshot import load, save
 from sapporo.reference import plummer
 
@@ -70,26 +65,13 @@ def test_kepler_8th_beats_6th_at_equal_cost(backend) -> None:
     assert errs[8, 2.0**-6] < 1e-9
 
 
-def test_interpolation_exact_for_degree_seven() -> None:
-    """interpolate8 recovers the 4th to 7th derivatives of a degree-7 polynomial exactly
-    (to rounding) from a, j, s, c at both ends; the 8th-order predictor is its Taylor
-    series."""
+def test_predictor8_is_the_taylor_series() -> None:
+    """The 8th-order predictor is the Taylor series through the 5th derivative of a (the
+    native core's interpolation is checked in test_hermite.py)."""
     rng = np.random.default_rng(3)
     coef = rng.normal(size=(8, 2, 3))  # a(t) = sum_k coef_k t^k / k!, two particles
-
-    def deriv(t: np.ndarray, k: int) -> np.ndarray:
-        return sum(coef[n] * (t[:, None] ** (n - k)) / math.factorial(n - k)
-                   for n in range(k, 8))
-
     h = np.array([0.5, 0.125])
-    zero = np.zeros(2)
-    ends = [deriv(zero, k) for k in range(4)] + [deriv(h, k) for k in range(4)]
-    got = interpolate8(0.5 * h, *ends)
-    for k, g in zip(range(4, 8), got, strict=True):
-        # rounding of the end values is amplified by up to 7!/tau^k
-        bound = 2e-12 / (0.5 * h[:, None]) ** k  # measured: <= 6e-13 / tau^k
-        assert (np.abs(g - deriv(h, k)) <= bound).all(), k
-    # the predictor: x'' = a, so x(t) = x0 + v0 t + sum_k coef_k t^(k+2) / (k+2)! through d5
+    # x'' = a, so x(t) = x0 + v0 t + sum_k coef_k t^(k+2) / (k+2)! through d5
     x0, v0 = rng.normal(size=(2, 3)), rng.normal(size=(2, 3))
     xp, vp, ap, jp = predict_taylor8(h, x0, v0, *[coef[k] for k in range(6)])
     hh = h[:, None]
@@ -99,16 +81,6 @@ def test_interpolation_exact_for_degree_seven() -> None:
     np.testing.assert_allclose(jp, sum(coef[k] * hh ** (k - 1) / math.factorial(k - 1)
                                        for k in range(1, 6)), rtol=1e-14)
     del vp, ap
-
-
-def test_generalised_criterion_order8() -> None:
-    """eta (A1 / A6)^(1/5) with A(k) = sqrt(|a(k-1)||a(k+1)| + |a(k)|^2)."""
-    n = [np.array([v]) for v in (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)]
-    derivs = [np.array([[v, 0.0, 0.0]]) for v in (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)]
-    want = 0.1 * ((1 * 3 + 2**2) / (6 * 8 + 7**2)) ** (1 / 10)
-    got = step_criterion("generalised", 8, 0.1, 0.01, derivs)
-    np.testing.assert_allclose(got, want, rtol=1e-15)
-    del n
 
 
 def test_order_is_checked(backend) -> None:
