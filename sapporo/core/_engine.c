@@ -565,6 +565,7 @@ typedef struct {
     struct dplan jside;
     int staged;
     void *busy_queue;        /* a queue with copies or kernels of the engine not yet finished */
+    void *force_queue;       /* the queue of the last force launch (NULL: none yet) */
     /* the device's predicted records: valid for pred_time (set by the library too) */
     int pred_valid;
     double pred_time;
@@ -604,6 +605,7 @@ static void eng_clear_plans(Engine *e)
         for (int k = 0; k < e->nplans[l]; k++)
             e->plans[l][k].status = 0;
     e->have_j = 0;
+    e->force_queue = NULL;
 }
 
 /* Whether the memory the current plans point at is still where they were made. */
@@ -683,10 +685,14 @@ static int eng_copy_j_batch(Engine *e, int n, const int *address, const int *ind
 {
     struct dplan *p = &e->jside;
     const size_t len = 4 * (size_t)p->raw_n;
+    /* one or two records are plain copies, which any queue of the context can make: the
+     * one the next force call most likely uses, the last one's (on PoCL, the companion
+     * device's for small blocks, which runs them in this thread) */
+    void *queue = n <= 2 && e->force_queue != NULL ? e->force_queue : p->queue;
     dcl_int rc;
     if (e->staged && eng_wait(e) < 0)  /* an earlier scatter may still read the arrays */
         return -1;
-    if (eng_on(e, p->queue) < 0)
+    if (eng_on(e, queue) < 0)
         return -1;
     for (int k = 0; k < n; k++) {
         p->scatter_addr[k] = address[k];
@@ -698,10 +704,10 @@ static int eng_copy_j_batch(Engine *e, int n, const int *address, const int *ind
     if (n <= 2) {  /* as few commands as the scatter's four: each record and id in place */
         rc = 0;
         for (int k = 0; k < n && rc == 0; k++) {
-            rc = drv_write(p, p->queue, p->dev_raw, sizeof(double) * len * (size_t)address[k],
+            rc = drv_write(p, queue, p->dev_raw, sizeof(double) * len * (size_t)address[k],
                            sizeof(double) * len, p->scatter_raw + len * (size_t)k);
             if (rc == 0)
-                rc = drv_write(p, p->queue, p->dev_ids, sizeof(int32_t) * (size_t)address[k],
+                rc = drv_write(p, queue, p->dev_ids, sizeof(int32_t) * (size_t)address[k],
                                sizeof(int32_t), p->scatter_ids + k);
         }
         return rc == 0 ? 0 : eng_fail(e, "queueing a j-record's copy", rc, 0);
@@ -915,7 +921,7 @@ static int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
     }
     e->inflight = e->last = p;
     e->uncollected = 1;
-    e->inflight_queue = p->force.queue;
+    e->inflight_queue = e->force_queue = p->force.queue;
     e->inflight_event = ev;
     e->last_ni = ni;
     e->last_nj = nj;
