@@ -30,6 +30,8 @@ SHARED: dict[str, str] = {
                  "single (pm)",
     "energy_error": "|E - E0| / |E0| at the end of the run",
     "max_energy_error": "the largest |E - E0| / |E0| seen during the run",
+    "energy_initial": "E0, the total energy at the start",
+    "energy_final": "E, the total energy at the end",
     "wall_seconds": "wall-clock seconds of the integration",
 }
 
@@ -48,11 +50,14 @@ def summary_fields(command: str, fields: Mapping[str, Any]) -> dict[str, Any]:
     if missing:
         raise SapporoError(f"sapporo {command}: summary lacks the shared keys "
                            f"{', '.join(missing)}")
-    for key in ("energy_error", "max_energy_error", "wall_seconds"):
+    for key in ("energy_error", "max_energy_error", "wall_seconds", "energy_initial",
+                "energy_final"):
         value = data[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise SapporoError(f"sapporo {command}: summary {key} must be a number, "
                                f"got {value!r}")
+        if key.startswith("energy_") and key != "energy_error":
+            continue  # energies have either sign
         if not math.isnan(value) and value < 0:
             raise SapporoError(f"sapporo {command}: summary {key} must be >= 0, got {value}")
     return data

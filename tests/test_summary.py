@@ -19,7 +19,8 @@ COMMANDS = {
 }
 
 FIELDS = {"device": "cpu", "backend": "opencl", "precision": "double", "energy_error": 1e-9,
-          "max_energy_error": 2e-9, "wall_seconds": 0.5}
+          "max_energy_error": 2e-9, "energy_initial": -0.25, "energy_final": -0.25,
+          "wall_seconds": 0.5}
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

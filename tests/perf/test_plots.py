@@ -22,7 +22,7 @@ def fake_run(folder, n=64, precision="double", seed=0, eta=0.1, errors=None):
     summary = {"n": n, "order": 4, "precision": precision, "criterion": "aarseth",
                "eta": eta, "eps": 0.01, "seed": seed, "backend": "opencl", "device": "cpu",
                "energy_error": float(errors[-1]), "max_energy_error": float(max(errors)),
-               "wall_seconds": 1.0}
+               "energy_initial": -0.25, "energy_final": -0.25, "wall_seconds": 1.0}
     write_summary(folder, "run", summary)
     return folder
 
