@@ -4,6 +4,7 @@ Run it with the Python environment that has sapporo installed::
 
     python examples/amuse/ph4_phigrape.py [--workdir DIR] [--n 1024] [--t-end 0.5]
         [--eps 0.01] [--eta ETA] [--codes ph4,phigrape] [--precisions double-single,double]
+        [--patch-ph4]
 
 It makes a scratch virtual environment in ``DIR/venv``, installs ``amuse-framework`` and
 ``mpi4py`` there from the package index, then builds ``amuse-ph4`` and ``amuse-phigrape``
@@ -16,10 +17,17 @@ GRAPE-6 emulation (``mode="g6lib"``), and both on sapporo (``mode="gpu"``) once 
 precision of ``--precisions`` (set by ``SAPPORO_PRECISION`` in the environment, which the
 worker inherits). It prints a table: the code's timestep parameter, relative energy errors
 (from the code's energies, and recomputed in AMUSE from the final particles), block steps
-where the code counts them, and wall times. ``--eta`` sets ph4's ``timestep_parameter``
+and particle steps where the code counts them, the largest distance of a final position
+from the same code's CPU run, and wall times. ``--eta`` sets ph4's ``timestep_parameter``
 (eta in front of the square root of Aarseth's criterion, default 0.14); phiGRAPE keeps its
 own (eta under the root, default 0.02). The workers' output is kept in
 ``DIR/<code>-<mode>[-<precision>].out``.
+
+``--patch-ph4`` also builds ph4 from its source with the first accelerations and jerks sent
+to the library (``sapporo capi amuse --install --patch-ph4-initial-upload``, in a second
+environment, ``DIR/venv-ph4-patched``) and runs its GPU mode there too, for each precision:
+ph4 2024.6.0's GPU mode sends a = jerk = 0 for every particle until its first step, which
+costs energy accuracy on any GRAPE-6 library (docs/accuracy.md).
 
 The ``--measure`` form is the part that runs inside the AMUSE environment (one code, one
 mode, one JSON line); the script calls it itself.
@@ -31,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import subprocess
@@ -65,7 +74,8 @@ def measure(code_name: str, mode: str, n: int, t_end: float, eps: float, seed: i
     -------
     dict
         ``eta`` (the code's timestep parameter), ``dE_code``, ``dE_particles``,
-        ``block_steps`` (None where not counted), ``start_s`` and ``evolve_s``.
+        ``block_steps`` and ``steps`` (None where not counted), ``start_s``, ``evolve_s``
+        and ``positions`` (the final positions, N-body units).
     """
     import numpy as np
     from amuse.community.ph4.interface import ph4
@@ -89,7 +99,8 @@ def measure(code_name: str, mode: str, n: int, t_end: float, eps: float, seed: i
     code.evolve_model(t_end | nbody_system.time)
     t2 = time.perf_counter()
     e1 = code.kinetic_energy + code.potential_energy
-    steps = code.parameters.block_steps if code_name == "ph4" else None
+    blocks = code.parameters.block_steps if code_name == "ph4" else None
+    steps = code.parameters.total_steps if code_name == "ph4" else None
     used_eta = float(code.parameters.timestep_parameter)  # (ph4 reads 0 before the commit)
     final = code.particles.copy()
     code.stop()
@@ -102,16 +113,22 @@ def measure(code_name: str, mode: str, n: int, t_end: float, eps: float, seed: i
     return {"eta": used_eta, "dE_code": float(abs((e1 - e0) / e0)),
             "dE_particles": float(abs((e_end - e_start) / e_start)),
             "E0_code": e0.value_in(nbody_system.energy),
-            "block_steps": int(steps) if steps is not None else None,
-            "start_s": t1 - t0, "evolve_s": t2 - t1}
+            "block_steps": int(blocks) if blocks is not None else None,
+            "steps": int(steps) if steps is not None else None,
+            "start_s": t1 - t0, "evolve_s": t2 - t1,
+            "positions": final.position.value_in(nbody_system.length).tolist()}
 
 
-def run(cmd: list[str], log: Path, **kw: object) -> None:
-    """Run ``cmd`` (under ``nice``), its output appended to ``log``; stop when it fails."""
+def run(cmd: list[str], log: Path) -> None:
+    """Run ``cmd`` (under ``nice``), its output appended to ``log``; stop when it fails.
+
+    It runs in this script's folder: ``python -m sapporo.cli`` in the work folder would
+    import the library's install folder ``DIR/sapporo`` as the package.
+    """
     print(f"$ {' '.join(cmd)}  (output: {log})", flush=True)
     with log.open("a") as f:
         proc = subprocess.run(["nice", "-n", "19", *cmd], stdout=f, stderr=subprocess.STDOUT,
-                              **kw)
+                              cwd=Path(__file__).resolve().parent)
     if proc.returncode != 0:
         sys.exit(f"failed ({proc.returncode}); see {log}")
 
@@ -133,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated sapporo precisions, one run each: double-single, "
                         "double (default double-single)")
     p.add_argument("--seed", type=int, default=1, help="random seed of the Plummer sphere")
+    p.add_argument("--patch-ph4", action="store_true",
+                   help="also run ph4's GPU mode built with its first accelerations and "
+                        "jerks sent to the library (a second AMUSE environment)")
     p.add_argument("--amuse-version", default=None,
                    help="amuse-framework version to install (default: the newest the "
                         "index serves for this Python)")
@@ -149,10 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     for given, known in ((codes, CPU_MODES), (precisions, PRECISIONS)):
         if not set(given) <= set(known):
             p.error(f"expected some of {', '.join(known)}, got {','.join(given)}")
-    runs = [(code, mode, label, precision) for code in codes
-            for mode, label, precision in (
-                (*CPU_MODES[code], None),
-                *(("gpu", f"sapporo ({pr})", pr) for pr in precisions))]
+    patch = args.patch_ph4 and "ph4" in codes
+    runs = [(code, mode, label, precision, patched) for code in codes
+            for mode, label, precision, patched in (
+                (*CPU_MODES[code], None, False),
+                *(("gpu", f"sapporo ({pr})", pr, False) for pr in precisions),
+                *(("gpu", f"sapporo ({pr}), ph4 patched", pr, True) for pr in precisions
+                  if patch and code == "ph4"))]
 
     started = time.perf_counter()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="sapporo-amuse-")).resolve()
@@ -169,13 +192,28 @@ def main(argv: list[str] | None = None) -> int:
     version = subprocess.run(
         [str(python), "-c", "import importlib.metadata as m; print(m.version('amuse-framework'))"],
         capture_output=True, text=True, check=True).stdout.strip()
+    patched_venv = work / "venv-ph4-patched"
+    if patch:
+        patched_python = patched_venv / "bin" / "python"
+        if not patched_python.exists():
+            run([sys.executable, "-m", "venv", str(patched_venv)], log)
+        run([str(patched_python), "-m", "pip", "install", f"amuse-framework=={version}",
+             "mpi4py"], log)
+        run([sys.executable, "-m", "sapporo.cli", "capi", "amuse", "--prefix",
+             str(work / "sapporo"), "--python", str(patched_python), "--install",
+             "--patch-ph4-initial-upload"], log)
+        installed = time.perf_counter()
 
     rows = []
-    env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
-    for code, mode, label, precision in runs:
-        out = work / (f"{code}-{mode}" + (f"-{precision}" if precision else "") + ".out")
+    for code, mode, label, precision, patched in runs:
+        env_dir = patched_venv if patched else venv
+        env = {**os.environ,
+               "PATH": f"{env_dir / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+        out = work / (f"{code}-{mode}" + (f"-{precision}" if precision else "")
+                      + ("-patched" if patched else "") + ".out")
         out.unlink(missing_ok=True)
-        cmd = ["nice", "-n", "19", str(python), str(Path(__file__).resolve()), "--n",
+        cmd = ["nice", "-n", "19", str(env_dir / "bin" / "python"),
+               str(Path(__file__).resolve()), "--n",
                str(args.n), "--t-end", str(args.t_end), "--eps", str(args.eps), "--seed",
                str(args.seed), "--measure", code, mode, str(out)]
         if args.eta is not None:
@@ -192,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         r["sapporo_lines"] = sum(ln.startswith("sapporo:") for ln in text.splitlines())
         rows.append((code, label, r))
     done = time.perf_counter()
+    cpu_positions = {code: r["positions"] for code, label, r in rows
+                     if label == CPU_MODES[code][1]}
 
     cpu = platform.processor() or platform.machine()
     try:
@@ -203,13 +243,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nAMUSE {version}; N = {args.n} Plummer, eps = {args.eps}, t = 0 -> {args.t_end} "
           f"(N-body units), seed {args.seed}; {cpu}, {os.cpu_count()} CPUs; "
           f"{time.strftime('%Y-%m-%d')}")
-    print("| code | forces | eta | dE/E (code) | dE/E (particles) | block steps | start s "
-          "| evolve s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| code | forces | eta | dE/E (code) | dE/E (particles) | block steps / steps "
+          "| max \\|x - x_CPU\\| | start s | evolve s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for code, label, r in rows:
-        steps = r["block_steps"] if r["block_steps"] is not None else "not exposed"
+        steps = (f"{r['block_steps']:,} / {r['steps']:,}" if r["block_steps"] is not None
+                 else "not exposed")
+        ref = cpu_positions.get(code)
+        dx = (max(math.dist(a, b) for a, b in zip(r["positions"], ref, strict=True))
+              if ref is not None else float("nan"))
         print(f"| {code} | {label} | {r['eta']:g} | {r['dE_code']:.2e} "
-              f"| {r['dE_particles']:.2e} | {steps} | {r['start_s']:.1f} | {r['evolve_s']:.1f} |")
+              f"| {r['dE_particles']:.2e} | {steps} | {dx:.1e} | {r['start_s']:.1f} "
+              f"| {r['evolve_s']:.1f} |")
     warned = [f"{code} {label}" for code, label, r in rows if r["sapporo_lines"]]
     if warned:
         print(f"sapporo printed messages in: {', '.join(warned)} (see {work}/*.out)")

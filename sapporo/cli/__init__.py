@@ -11,7 +11,10 @@ Conventions shared by every sub-command:
 * exit code 0 on success, 1 for a failure of the work (device, build, disk), 2 for every usage
   error (a bad option or value), 130 after Ctrl-C or SIGTERM;
 * usage errors are one line, ``sapporo COMMAND: error: ...``, with no usage block;
-* every option has help text, in plain text (:func:`plain` strips reST from docstrings).
+* every option has help text, in plain text (:func:`plain` strips reST from docstrings);
+* a command that prints progress takes ``--quiet``, one that writes plots ``--no-plots``
+  (:func:`add_output_options`); a command that writes a ``summary.json`` writes it with
+  :func:`sapporo.summary.write_summary`.
 """
 
 from __future__ import annotations
@@ -204,10 +207,29 @@ def ensure_writable_dir(path: str | os.PathLike[str], what: str, need_bytes: int
     return folder
 
 
-def progress_writer() -> Callable[[str], None]:
-    """A progress callback that writes one flushed line to stdout per call."""
+QUIET_HELP = "no progress and no closing summary on the terminal (errors still go to stderr)"
+NO_PLOTS_HELP = "do not write PNG plots"
+
+
+def add_output_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+                       plots: bool = True) -> None:
+    """Add ``--quiet`` and, where the command writes plots, ``--no-plots``.
+
+    The same two options, with the same meaning, on every command that prints progress or
+    writes plots (``tests/cli/test_cli_common.py`` checks it).
+    """
+    parser.add_argument("--quiet", action="store_true", help=QUIET_HELP)
+    if plots:
+        parser.add_argument("--no-plots", action="store_true", help=NO_PLOTS_HELP)
+
+
+def progress_writer(quiet: bool = False) -> Callable[[str], None]:
+    """A progress callback that writes one flushed line to stdout per call (nothing when
+    ``quiet``)."""
 
     def progress(line: str) -> None:
+        if quiet:
+            return
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
 

@@ -1,4 +1,7 @@
-"""``sapporo accuracy``: kernel errors against the float64 reference, as a Markdown table."""
+"""``sapporo accuracy``: kernel errors against the float64 reference, as a Markdown table.
+
+The table on stdout is the result; ``--quiet`` drops the progress line on stderr.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import argparse
 import sys
 
 from sapporo import config
-from sapporo.cli import add_device_options, order_list, precision_list
+from sapporo.cli import add_device_options, add_output_options, order_list, precision_list
 from sapporo.errors import InputError
 
 
@@ -28,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
     precisions = precision_list(args.precisions, "--precisions")
     backend = config.parse_backend(args.backend, "--backend")
     devices = config.parse_devices(args.devices, "--devices")
-    sys.stderr.write(f"measuring N={args.n}, {args.n_active} active particles ...\n")
+    if not args.quiet:
+        sys.stderr.write(f"measuring N={args.n}, {args.n_active} active particles ...\n")
     rows = measure(n=args.n, n_active=args.n_active, orders=orders, precisions=precisions,
                    seed=args.seed, backend=backend, devices=devices)
     sys.stdout.write(markdown(rows) + "\n")
@@ -53,4 +57,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated precisions (default double-single,double)")
     p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     add_device_options(p)
+    add_output_options(p, plots=False)
     p.set_defaults(func=run)

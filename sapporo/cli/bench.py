@@ -3,7 +3,8 @@
 Writes ``bench-results.csv``, ``bench-table.txt`` and PNG plots (``bench-nactive.png``,
 ``bench-nxn.png``, ``bench-orders.png``; needs matplotlib) into ``--out`` and prints the
 table on stdout, once. Progress goes to stderr while measuring (one line rewritten in
-place on a terminal). ``--quick`` takes about a minute on a 2-core CPU.
+place on a terminal). ``--quiet``: neither progress nor table, only the files.
+``--quick`` takes about a minute on a 2-core CPU.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TextIO
 
 from sapporo.cli import (
     add_device_options,
+    add_output_options,
     ensure_writable_dir,
     int_list,
     order_list,
@@ -31,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
     w = sys.stdout.write
 
-    progress = _Progress(sys.stderr)
+    progress = _Progress(sys.stderr, quiet=args.quiet)
 
     kw: dict = {}
     if args.capi and not args.block_step:
@@ -77,8 +79,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         progress.done()
     paths = bench.write_outputs(report, args.out, plots=not args.no_plots)
-    w("\n" + bench.format_table(report))
-    w("\nwrote: " + ", ".join(str(p) for p in paths) + "\n")
+    if not args.quiet:
+        w("\n" + bench.format_table(report))
+        w("\nwrote: " + ", ".join(str(p) for p in paths) + "\n")
     return 0
 
 
@@ -109,6 +112,8 @@ def _block_step(args: argparse.Namespace, kw: dict, progress: _Progress) -> int:
     finally:
         progress.done()
     paths = latency.write_sweep(rows, args.out, plots=not args.no_plots, notes=notes)
+    if args.quiet:
+        return 0
     sys.stdout.write("\n" + latency.budget_table(rows) + "\n")
     for note in notes:
         sys.stdout.write("\n" + note + "\n")
@@ -117,14 +122,18 @@ def _block_step(args: argparse.Namespace, kw: dict, progress: _Progress) -> int:
 
 
 class _Progress:
-    """Progress lines on ``stream``: rewritten in place on a terminal, one per line otherwise."""
+    """Progress lines on ``stream``: rewritten in place on a terminal, one per line otherwise
+    (none when ``quiet``)."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, quiet: bool = False) -> None:
         self.stream = stream
+        self.quiet = quiet
         self.tty = bool(getattr(stream, "isatty", lambda: False)())
         self.width = 0
 
     def __call__(self, line: str) -> None:
+        if self.quiet:
+            return
         if self.tty:
             self.stream.write("\r" + line + " " * max(0, self.width - len(line)))
             self.width = len(line)
@@ -179,5 +188,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --block-step: also time the same steps through the C API, on "
                         "its direct path and through Python (builds the C library and a "
                         "small C driver; needs a C compiler)")
-    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    add_output_options(p)
     p.set_defaults(func=run)

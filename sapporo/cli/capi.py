@@ -8,7 +8,9 @@ and ``sapporo.h`` into ``DIR/lib`` and ``DIR/include``, and pkg-config modules
 library is missing or stale, so ``cc prog.c $(sapporo capi flags)`` just works.
 ``sapporo capi amuse [--prefix DIR] [--python PY] [--install]`` prints (or runs) the pip
 command that builds AMUSE's ph4 and phiGRAPE GPU workers from the package index against
-this library, and checks that they were built and link it.
+this library, and checks that they were built and link it. ``--patch-ph4-initial-upload``
+(with ``--install``) first adds to ph4's source the upload of the first accelerations and
+jerks that its GPU mode lacks (see :func:`patch_ph4_initial_upload`), and says so.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import re
 import shlex
 import subprocess
 import sys
+import tarfile
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -114,17 +118,111 @@ def amuse_version(python: str) -> str | None:
     return proc.stdout.strip() or None if proc.returncode == 0 else None
 
 
-def amuse_pip_command(python: str, version: str) -> list[str]:
+#: The file of ph4's source (in its sdist) that :func:`patch_ph4_initial_upload` changes.
+PH4_IDATA = "src/amuse/community/ph4/src/idata.cc"
+#: The statement it adds after the first forces of ``idata::setup``.
+PH4_UPLOAD = "if (jdat->use_gpu) update_gpu();"
+PH4_PATCH_NOTE = ("// added by sapporo capi amuse --patch-ph4-initial-upload: send the first "
+                  "acc and jerk to the GRAPE")
+
+
+def patch_ph4_initial_upload(source: str | os.PathLike[str]) -> Path:
+    """Make ph4's GPU mode send the first accelerations and jerks to the GRAPE library.
+
+    In ph4 (AMUSE 2024.6.0), ``jdata::initialize_arrays`` zeroes every acc and jerk and, in
+    GPU mode, loads every particle into the library with them (``jdata::initialize_gpu``);
+    ``idata::setup`` then computes the first acc and jerk but does not send them, so until
+    a particle takes its first step the library predicts it with a/2 = jerk/6 = 0 (to first
+    order) for every other particle's force. The same follows the ``id->setup()`` of
+    ``recommit_particles`` and ``recompute_timesteps``. This adds, in ``idata::setup``
+    after its ``scatter()``, the call the step loop makes after every step
+    (:data:`PH4_UPLOAD`).
+
+    Parameters
+    ----------
+    source : path-like
+        The unpacked ``amuse-ph4`` sdist (the folder holding ``src/``).
+
+    Returns
+    -------
+    Path
+        The file changed.
+
+    Raises
+    ------
+    SapporoError
+        When the file or ``idata::setup`` is missing, already sends the data, or does not
+        have the expected form (one ``scatter();`` statement): nothing is changed then.
+    """
+    path = Path(source) / PH4_IDATA
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SapporoError(f"cannot patch ph4: {path}: {exc.strerror or exc}") from None
+    setup = re.search(r"^void idata::setup\(\)\s*\{.*?^\}", text, re.S | re.M)
+    if setup is None:
+        raise SapporoError(f"cannot patch ph4: no idata::setup() in {path}")
+    body = setup[0]
+    if "update_gpu()" in body:
+        raise SapporoError(f"ph4's idata::setup() in {path} already calls update_gpu(): "
+                           "this ph4 needs no patch")
+    calls = list(re.finditer(r"^([ \t]*)scatter\(\);[^\n]*$", body, re.M))
+    if len(calls) != 1:
+        raise SapporoError(f"cannot patch ph4: idata::setup() in {path} does not have the "
+                           f"expected form (one scatter(); found {len(calls)})")
+    line = calls[0]
+    at = setup.start() + line.end()
+    added = f"\n{line[1]}{PH4_UPLOAD}\t{PH4_PATCH_NOTE}"
+    path.write_text(text[:at] + added + text[at:])
+    return path
+
+
+def patched_ph4_source(python: str, version: str, env: dict[str, str], work: Path) -> Path:
+    """Download ``amuse-ph4==version``'s sdist for ``python``, unpack it in the folder
+    ``work`` and apply :func:`patch_ph4_initial_upload`; returns the unpacked folder.
+
+    Raises
+    ------
+    SapporoError
+        When pip cannot download it, the archive is not what pip gave, or the patch
+        does not apply.
+    """
+    cmd = [python, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+           "--no-build-isolation", f"amuse-ph4=={version}", "-d", str(work)]
+    sys.stdout.write(f"running: {shlex.join(cmd)}\n")
+    sys.stdout.flush()
+    if subprocess.run(cmd, env=env).returncode != 0:
+        raise SapporoError(f"pip could not download amuse-ph4=={version}'s source (see its "
+                           "output above)")
+    archives = sorted(work.glob("amuse_ph4-*.tar.gz")) + sorted(work.glob("amuse-ph4-*.tar.gz"))
+    if len(archives) != 1:
+        raise SapporoError(f"expected one amuse-ph4 source archive in {work}, found "
+                           f"{len(archives)}")
+    with tarfile.open(archives[0]) as tar:
+        tar.extractall(work, filter="data")
+    folders = [d for d in work.iterdir() if d.is_dir() and (d / PH4_IDATA).is_file()]
+    if len(folders) != 1:
+        raise SapporoError(f"{archives[0]} does not hold ph4's source ({PH4_IDATA})")
+    changed = patch_ph4_initial_upload(folders[0])
+    sys.stdout.write(f"patched ph4 (--patch-ph4-initial-upload): {changed}: idata::setup() "
+                     f"now sends the first acc and jerk to the library ({PH4_UPLOAD})\n")
+    return folders[0]
+
+
+def amuse_pip_command(python: str, version: str,
+                      ph4_source: Path | None = None) -> list[str]:
     """pip's command line: the GPU codes of ``version``, built here, never from a cache.
 
     ``--no-cache-dir``: pip would reuse a wheel built earlier without the GPU worker (the
     wheels are tagged ``py3-none-any``); ``--force-reinstall --no-deps``: replace an
     installed CPU-only build, leave ``amuse-framework`` alone; ``--no-build-isolation``:
     the build needs the installed ``amuse-framework`` (its ``config.mk`` and ``amusifier``).
+    ``ph4_source``: build ph4 from this folder (a patched sdist) instead of the index.
     """
     return [python, "-m", "pip", "install", "--no-cache-dir", "--no-build-isolation",
             "--force-reinstall", "--no-deps",
-            *(f"{package}=={version}" for package in AMUSE_WORKERS)]
+            *(str(ph4_source) if package == "amuse-ph4" and ph4_source is not None
+              else f"{package}=={version}" for package in AMUSE_WORKERS)]
 
 
 def amuse_workers(python: str, library: Path) -> list[tuple[str, str]]:
@@ -170,6 +268,9 @@ def run_amuse(args: argparse.Namespace) -> int:
     python = args.python or sys.executable
     inst = b.installation(args.prefix)
     makeflags = amuse_makeflags(inst.lib_dir)
+    if args.patch_ph4_initial_upload and not args.install:
+        raise InputError("--patch-ph4-initial-upload changes the build that --install runs: "
+                         "give both")
     if not inst.is_current():
         sys.stderr.write(f"sapporo capi: building {inst.library} ...\n")
         b.build(inst.prefix)
@@ -178,17 +279,22 @@ def run_amuse(args: argparse.Namespace) -> int:
         raise SapporoError(
             f"amuse-framework is not installed for {python}; install it first: "
             f"{shlex.quote(python)} -m pip install amuse-framework mpi4py")
-    cmd = amuse_pip_command(python, version)
     bin_dir = str(Path(python).parent)
     path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
     w(f"AMUSE {version} for {python}; library {inst.library}\n")
+    cmd = amuse_pip_command(python, version)
     if args.install:
-        w(f"running: MAKEFLAGS={shlex.quote(makeflags)} {shlex.join(cmd)}\n")
-        sys.stdout.flush()
         # amusifier, which the worker builds call, is in the environment's bin folder
         env = {**os.environ, "MAKEFLAGS": makeflags, "PATH": path}
-        if subprocess.run(cmd, env=env).returncode != 0:
-            raise SapporoError("pip could not install the AMUSE codes (see its output above)")
+        with tempfile.TemporaryDirectory(prefix="sapporo-ph4-") as work:
+            if args.patch_ph4_initial_upload:
+                source = patched_ph4_source(python, version, env, Path(work))
+                cmd = amuse_pip_command(python, version, source)
+            w(f"running: MAKEFLAGS={shlex.quote(makeflags)} {shlex.join(cmd)}\n")
+            sys.stdout.flush()
+            if subprocess.run(cmd, env=env).returncode != 0:
+                raise SapporoError("pip could not install the AMUSE codes (see its output "
+                                   "above)")
     else:
         w("build the GPU workers with (PATH: amusifier must be found):\n"
           f"  PATH={shlex.quote(bin_dir)}:$PATH MAKEFLAGS={shlex.quote(makeflags)} \\\n"
@@ -231,4 +337,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--install", action="store_true",
                    help="run pip (rebuilds amuse-ph4 and amuse-phigrape of the installed "
                         "amuse-framework's version), then check the workers")
+    a.add_argument("--patch-ph4-initial-upload", action="store_true",
+                   help="with --install: build ph4 from its source with one line added, so "
+                        "its GPU mode sends the first accelerations and jerks to the library "
+                        "(ph4 2024.6.0 sends zeros until each particle's first step, which "
+                        "costs energy accuracy on any GRAPE-6 library; docs/accuracy.md)")
     a.set_defaults(func=run_amuse)

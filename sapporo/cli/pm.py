@@ -1,15 +1,15 @@
 """``sapporo pm``: integrate a Plummer sphere, an exponential disk or a uniform cube with the
 particle-mesh solver (kick-drift-kick leapfrog on the device).
 
-Writes into ``--out``: ``summary.json`` (energy error, seconds per step by stage),
-``snapshots/snap_NNNN.npz`` (t, x, v, m) and, when matplotlib is installed, ``density.png``
-(the final density projected along z) and ``energy.png`` (relative energy error).
+Writes into ``--out``: ``summary.json`` (the shared keys of :mod:`sapporo.summary`, and
+seconds per step by stage), ``snapshots/snap_NNNN.npz`` (t, x, v, m) and, when matplotlib is
+installed and ``--no-plots`` is not given, ``density.png`` (the final density projected along
+z) and ``energy.png`` (relative energy error). ``--quiet``: no progress lines.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import sys
@@ -19,8 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from sapporo.cli import add_device_options, ensure_writable_dir, one_device, progress_writer
+from sapporo.cli import (
+    add_device_options,
+    add_output_options,
+    ensure_writable_dir,
+    one_device,
+    progress_writer,
+)
 from sapporo.errors import ConfigError, InputError
+from sapporo.summary import write_summary
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +73,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     add_device_options(p, one=True)
     p.add_argument("--out", default="pm-out", help="output folder (default pm-out)")
+    add_output_options(p)
     p.set_defaults(func=run)
 
 
@@ -122,7 +130,7 @@ def _plots(out: Path, density: np.ndarray, box: float, times: list[float],
     fig, ax = plt.subplots(figsize=(5, 3.5))
     ax.plot(times, errors)
     ax.set_xlabel("t")
-    ax.set_ylabel("(E - E0) / |E0|")
+    ax.set_ylabel("|E - E0| / |E0|")
     ax.set_title("energy error")
     fig.tight_layout()
     fig.savefig(out / "energy.png", dpi=110)
@@ -148,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     box, boundary, steps = cfg["box"], cfg["boundary"], cfg["steps"]
     dt = args.t_end / steps
-    progress = progress_writer()
+    progress = progress_writer(args.quiet)
     x, v, m = pm_ic.make(args.ic, args.n, box, args.seed)
     solver: ParticleMesh | P3M
     try:
@@ -201,12 +209,12 @@ def run(args: argparse.Namespace) -> int:
                 sim.step()
                 kin, pot = sim.energies()
                 times.append(sim.t)
-                errors.append((kin + pot - e0) / abs(e0) if e0 != 0 else 0.0)
+                errors.append(abs(kin + pot - e0) / abs(e0) if e0 != 0 else 0.0)
                 snapshot(k)
                 now = time.perf_counter()
                 if now - last >= PROGRESS_SECONDS or k == steps or k == 1:
                     last = now
-                    progress(f"step {k}/{steps}  t = {sim.t:.4g}  dE/E = {errors[-1]:+.3e}  "
+                    progress(f"step {k}/{steps}  t = {sim.t:.4g}  dE/E = {errors[-1]:.3e}  "
                              f"({now - wall0:.1f} s)")
         except InputError as exc:
             status = f"stopped: {exc}"
@@ -224,17 +232,16 @@ def run(args: argparse.Namespace) -> int:
             "precision": args.precision, "device": mesh.device_name,
             "backend": mesh._ctx.info.backend, "seed": args.seed, "dt": dt,
             "t_end": sim.t, "steps": sim.steps, "status": status,
-            "energy": {"initial": e0, "final": kin + pot,
-                       "relative_error_final": errors[-1],
-                       "relative_error_max": float(np.max(np.abs(errors)))},
+            "energy_error": errors[-1], "max_energy_error": float(max(errors)),
+            "energy_initial": e0, "energy_final": kin + pot,
             "seconds_per_step": per_step,
             "seconds_per_step_total": float(sum(per_step.values())),
             "wall_seconds": wall,
             "snapshots": snaps,
         }
         sim.close()
-    summary["plots"] = _plots(out, density, box, times, errors)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    progress(f"energy error {errors[-1]:+.3e} (max {summary['energy']['relative_error_max']:.3e}); "
+    summary["plots"] = [] if args.no_plots else _plots(out, density, box, times, errors)
+    write_summary(out, "pm", summary)
+    progress(f"energy error {errors[-1]:.3e} (max {summary['max_energy_error']:.3e}); "
              f"{summary['seconds_per_step_total'] * 1e3:.1f} ms per step; wrote {out}")
     return 0 if status == "completed" else 1

@@ -36,6 +36,7 @@ from sapporo.nbody.snapshot import Snapshot, h5py_available
 from sapporo.nbody.snapshot import load as load_snapshot
 from sapporo.nbody.snapshot import save as save_snapshot
 from sapporo.parallel import library as parallel
+from sapporo.summary import write_summary
 
 #: Defaults of the bare ``sapporo run`` (about a minute on a 2-core CPU through PoCL).
 DEFAULT_N = 2048
@@ -830,7 +831,7 @@ def _finish(args: argparse.Namespace, integ: HermiteIntegrator, meta: dict[str, 
         **_after(parallel.run_report(integ.lib), c0, ("communication_seconds", "collectives")),
     }
     try:
-        write_text_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+        write_summary(out, "run", summary)
     except OSError as exc:
         write_errors.append(os_error_message(exc))
         err.write(f"sapporo run: error: summary not written ({write_errors[-1]})\n")

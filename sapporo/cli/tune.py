@@ -2,7 +2,7 @@
 
 One line per configuration tried (with its time) goes to stdout while tuning, then a summary
 per order and precision: the chosen configuration per range of active particles, its time,
-and the time of the built-in default. Profiles go to the user profile folder
+and the time of the built-in default (``--quiet``: neither). Profiles go to the user profile folder
 (``SAPPORO_PROFILE_DIR`` overrides) or ``--out``; the library then loads them automatically.
 """
 
@@ -14,6 +14,7 @@ import sys
 from sapporo import config
 from sapporo.cli import (
     add_device_options,
+    add_output_options,
     ensure_writable_dir,
     int_list,
     one_device,
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
     w = sys.stdout.write
 
-    progress = progress_writer()
+    progress = progress_writer(args.quiet)
 
     orders = order_list(args.orders, "--orders")
     precisions = precision_list(args.precisions, "--precisions")
@@ -68,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
                 write=not args.dry_run, out_dir=args.out, progress=progress,
             )
             results.append((order, precision, res))
+    if args.quiet:
+        return 0
     w("\nsummary (time per force call; 'default' is the built-in launch configuration)\n")
     for order, precision, res in results:
         meta = res.table.meta
@@ -129,4 +132,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-verify", action="store_true",
                    help="skip the check of the chosen configurations against the reference")
     p.add_argument("--dry-run", action="store_true", help="do not write profiles")
+    add_output_options(p, plots=False)
     p.set_defaults(func=run)

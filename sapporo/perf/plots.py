@@ -26,6 +26,7 @@ import numpy as np
 
 from sapporo.errors import SapporoError
 from sapporo.nbody.fileio import replacing
+from sapporo.summary import read_summary
 
 if TYPE_CHECKING:  # pragma: no cover
     from sapporo.perf.report import BenchReport
@@ -188,8 +189,8 @@ def run_labels(runs: Sequence[str | Path]) -> list[str]:
     summaries = []
     for run in runs:
         try:
-            summaries.append(json.loads((Path(run) / "summary.json").read_text()))
-        except (OSError, ValueError):
+            summaries.append(read_summary(run))
+        except SapporoError:
             summaries.append({})
     differ = [k for k in keys if len({json.dumps(s.get(k)) for s in summaries}) > 1]
     if not differ:
@@ -241,7 +242,7 @@ def sweep_plot(png: str | Path, runs: Sequence[str | Path], x_key: str = "eta",
     plt = _pyplot()
     groups: dict[str, list[tuple[float, float]]] = {}
     for run in runs:
-        s = json.loads((Path(run) / "summary.json").read_text())
+        s = read_summary(run)
         key = f"N = {s['n']}, {s['precision']}, order {s['order']}"
         groups.setdefault(key, []).append((float(s[x_key]), float(s[y_key])))
     fig, ax = plt.subplots(figsize=(6, 4))

@@ -58,6 +58,47 @@ def test_same_option_names(name):
     assert "--device" not in opts or opts["--device"] is opts["--devices"]
 
 
+#: Whether each sub-command prints progress (then it takes --quiet) and writes plots (then
+#: --no-plots). Every sub-command is listed, so a new one has to be placed here.
+OUTPUT = {
+    "run": (True, True), "bench": (True, True), "pm": (True, True),
+    "tune": (True, False), "accuracy": (True, False),
+    "info": (False, False), "capi": (False, False), "capi build": (False, False),
+    "capi flags": (False, False), "capi amuse": (False, False),
+}
+
+
+def test_output_table_lists_every_sub_command():
+    assert set(OUTPUT) == set(PARSERS)
+
+
+@pytest.mark.parametrize("name", sorted(PARSERS))
+def test_quiet_and_no_plots_wherever_progress_or_plots(name):
+    progress, plots = OUTPUT[name]
+    opts = options(name)
+    assert ("--quiet" in opts) == progress, f"sapporo {name}: --quiet"
+    assert ("--no-plots" in opts) == plots, f"sapporo {name}: --no-plots"
+    for flag in ("--quiet", "--no-plots"):
+        if flag in opts:  # the same kind of option everywhere: a flag, off by default
+            action = opts[flag]
+            assert isinstance(action, argparse._StoreTrueAction) and action.default is False
+            assert action.dest == flag[2:].replace("-", "_")
+            assert PARSERS[name].parse_args([flag]).__dict__[action.dest] is True
+
+
+def test_quiet_bench_and_accuracy_print_only_results(tmp_path, capsys):
+    out = tmp_path / "b"
+    assert call(["bench", "--tiny", "--peers", "none", "--orders", "4", "--precisions",
+                 "double", "--quiet", "--no-plots", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
+    assert (out / "bench-results.csv").is_file() and not list(out.glob("*.png"))
+    assert call(["accuracy", "--n", "64", "--n-active", "8", "--orders", "4",
+                 "--precisions", "double", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out.startswith("|")  # the table is the result
+
+
 @pytest.mark.parametrize(
     "argv, words",
     [

@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+import sapporo.summary
 from sapporo.cli import main
 from sapporo.cli import run as cli_run
 from sapporo.nbody import snapshot as snapshot_module
@@ -160,14 +161,14 @@ def test_failed_periodic_snapshot_warns_and_the_run_continues(tmp_path, monkeypa
 
 
 def test_failed_summary_write_names_the_file(tmp_path, monkeypatch, capsys):
-    write = cli_run.write_text_atomic
+    write = sapporo.summary.write_text_atomic
 
     def no_summary(path, text):
         if path.name == "summary.json":
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return write(path, text)
 
-    monkeypatch.setattr(cli_run, "write_text_atomic", no_summary)
+    monkeypatch.setattr(sapporo.summary, "write_text_atomic", no_summary)
     out = tmp_path / "nosummary"
     rc = call([*BASE, "--t-end", "0.125", "--out", str(out)])
     err = capsys.readouterr().err

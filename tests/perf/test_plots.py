@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
 from sapporo.perf import plots
+from sapporo.summary import write_summary
 
 pytestmark = pytest.mark.skipif(not plots.available(), reason="matplotlib is not installed")
 
@@ -22,8 +21,9 @@ def fake_run(folder, n=64, precision="double", seed=0, eta=0.1, errors=None):
     (folder / "diagnostics.csv").write_text("\n".join(lines) + "\n")
     summary = {"n": n, "order": 4, "precision": precision, "criterion": "aarseth",
                "eta": eta, "eps": 0.01, "seed": seed, "backend": "opencl", "device": "cpu",
-               "energy_error": float(errors[-1])}
-    (folder / "summary.json").write_text(json.dumps(summary))
+               "energy_error": float(errors[-1]), "max_energy_error": float(max(errors)),
+               "energy_initial": -0.25, "energy_final": -0.25, "wall_seconds": 1.0}
+    write_summary(folder, "run", summary)
     return folder
 
 
