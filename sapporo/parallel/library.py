@@ -127,6 +127,17 @@ def _digest(*values: Any) -> int:
     return crc
 
 
+def _array(name: str, value: Any) -> np.ndarray:
+    """``value`` as an array, or an :class:`InputError` naming ``name``."""
+    if isinstance(value, np.ndarray):
+        return value
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name}: expected an array, got {type(value).__name__} ({exc})"
+                         ) from None
+
+
 def _then(value: Any, fn: Any) -> Any:
     """``fn(value)``, then ``value``."""
     fn(value)
@@ -431,6 +442,8 @@ class ParallelLibrary:
             prepared = prepare()
         except SapporoError as exc:
             raise _everywhere(exc) from None
+        except Exception as exc:  # as _gather_errors words an error that is not sapporo's
+            raise _everywhere(SapporoError(f"{type(exc).__name__}: {exc}")) from exc
         try:
             local(prepared)
         except Exception as exc:
@@ -540,7 +553,7 @@ class ParallelLibrary:
         self._check_open()
 
         def prepare() -> tuple[np.ndarray, dict[str, Any], int]:
-            addr = np.asarray(address)
+            addr = _array("address", address)
             if addr.ndim == 0:
                 addr = addr.reshape(1)
             if addr.ndim != 1:
@@ -626,7 +639,7 @@ class ParallelLibrary:
 
         def prepare() -> dict[str, Any]:
             """What sizes the gather: checked at once."""
-            xa = np.asarray(x) if not isinstance(x, np.ndarray) else x
+            xa = _array("x", x)
             if xa.ndim == 1 and xa.shape == (3,):
                 ni = 1
             elif xa.ndim == 2 and xa.shape[1] == 3:

@@ -124,6 +124,11 @@ def main() -> None:
             pl._lib = pl._lib._lib
         pl.set_j_particles(np.arange(N), ids, 0.0, m, x, v)
         pl.set_time(0.0)
+    elif mode == "ragged":  # no array at all: raised at once, before any collective
+        attempt("set_j", lambda: pl.set_j_particles([[0, 1], [2]], [0, 1], 0.0, m[:2], x[:2],
+                                                    v[:2]))
+        attempt("compute", lambda: pl.compute([[0.0, 0.0, 0.0], [1.0, 1.0]], v[:2], ids[:2],
+                                              1e-4))
     elif mode == "unreported":  # a held failure and no force call after it: a warning
         if RANK == one:
             pl._lib = _LostDevice(pl._lib, "set_j_particles")
