@@ -26,6 +26,10 @@ variable                   meaning
                            ``mpiexec ... sapporo run`` (default ``auto``)
 ``SAPPORO_RANK_OUTPUT``    1: under ``mpiexec``, ranks other than 0 keep their output
                            in ``<out>.rank<r>`` (to compare the ranks' runs)
+``SAPPORO_MPI_CHECK``      1: a debug setting of ``ParallelLibrary``: every call checks,
+                           with a collective of its own, that every rank passed the same
+                           arguments (a CRC-32) and that no rank failed (default 0: one
+                           collective per block step, errors reported with the forces)
 ``SAPPORO_NATIVE``         0: every block step, of the Python API and of the C API, takes
                            the Python way (default 1: the native engine runs the steps
                            the library has planned; see :mod:`sapporo.core.engine`)
@@ -277,6 +281,7 @@ class Settings:
     kernel_cache: str | None = None
     decomposition: str | None = None
     rank_output: bool = False
+    mpi_check: bool = False
     native: bool = True
     native_memory: str = "auto"
 
@@ -300,6 +305,7 @@ def from_environment() -> Settings:
         kernel_cache=_get("SAPPORO_KERNEL_CACHE"),
         decomposition=_get("SAPPORO_DECOMPOSITION"),
         rank_output=(_get("SAPPORO_RANK_OUTPUT") or "0").lower() not in ("0", "no", "false"),
+        mpi_check=(_get("SAPPORO_MPI_CHECK") or "0").lower() not in ("0", "no", "false", "off"),
         native=(_get("SAPPORO_NATIVE") or "1").lower() not in ("0", "no", "false", "off"),
         native_memory=parse_memory(_get("SAPPORO_NATIVE_MEMORY")),
     )

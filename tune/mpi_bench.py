@@ -58,9 +58,12 @@ GPU = {"rate": 0.3e12, "overhead": 20e-6}
 #: bytes per i-particle the ranks exchange (13 doubles at order 4: acc, pot, nn r^2 and id,
 #: jerk, neighbour count)
 BYTES_PER_I = 13 * 8
-#: collectives per block step besides the result exchange (set_j_particles, set_time and
-#: start_compute each check for errors and argument agreement)
-CHECKS_PER_STEP = 3
+#: collectives per block step besides the result exchange: none (the error flags ride on
+#: the gather of the forces); SAPPORO_MPI_CHECK=1, a debug setting, adds 3 (set_j_particles,
+#: set_time and start_compute each check for errors and argument agreement). The runs of
+#: tune/mpi_bench.json up to 2026-11-23 had those 3 checks in every step: `fit` takes the
+#: software cost per collective from the counted collectives, whatever their number
+CHECKS_PER_STEP = 0
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -254,7 +257,7 @@ def step_time(ni: float, n: float, p: int, rows: int, rate: float, overhead: flo
     if p == 1:
         return compute
     lat = lambda q: alpha * math.ceil(math.log2(q)) if q > 1 else 0.0  # noqa: E731
-    comm = CHECKS_PER_STEP * (lat(p) + soft)  # the three small checks on all ranks
+    comm = CHECKS_PER_STEP * (lat(p) + soft)  # argument checks on all ranks, if any
     # along the row: an allgather of every partial, or (large blocks) an all-to-all of
     # slices and an allgather of the combined slices; the library takes the second from
     # SCATTER_MIN_BYTES on, which the minimum stands for

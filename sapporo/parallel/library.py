@@ -21,9 +21,18 @@ The ranks form a grid of ``rows x cols`` (rank ``k`` sits at row ``k // cols``, 
 and ph4), ``"2d"`` the most square grid ``r x c`` with ``r <= c`` (Nitadori, Makino & Abe),
 ``"auto"`` picks one by :func:`auto_rows` (see docs/parallel.md).
 
-Errors: each public call checks, collectively, that no rank failed and that every rank passed
-the same arguments (a CRC of them); otherwise every rank raises the same exception class, the
-message naming the failing rank. No rank is left waiting in a collective.
+Collectives: a block step of the j-decomposition (``set_j_particles``, ``set_time``,
+``compute``) runs one collective, the gather of the partial forces along the row; the 2-D
+grid adds the gather along the column, neighbour lists one exchange of their own.
+
+Errors: the checks this layer makes of a call's arguments (shapes, addresses, non-finite
+j-particle data) raise at once, on every rank alike, since every rank passes the same
+arguments. Whatever fails in a rank's own :class:`~sapporo.Library` (its slice of the
+j-particles, its i-rows, its device) is held and travels, as a flag, with the next gather of
+forces: every rank then raises the same exception class, the message naming the failing rank
+and the call. No rank is left waiting in a collective. ``SAPPORO_MPI_CHECK=1`` (a debug
+setting) makes every call check at once, with a collective of its own, that no rank failed
+and that every rank passed the same arguments (a CRC of them).
 
 mpi4py is imported only when a :class:`ParallelLibrary` is made (``pip install
 'sapporo-nbody[mpi]'``). What the launcher set in the environment (:func:`launcher_size`,
@@ -116,6 +125,23 @@ def _digest(*values: Any) -> int:
         else:
             crc = zlib.crc32(repr(arr.tolist()).encode(), crc)
     return crc
+
+
+def _array(name: str, value: Any) -> np.ndarray:
+    """``value`` as an array, or an :class:`InputError` naming ``name``."""
+    if isinstance(value, np.ndarray):
+        return value
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name}: expected an array, got {type(value).__name__} ({exc})"
+                         ) from None
+
+
+def _then(value: Any, fn: Any) -> Any:
+    """``fn(value)``, then ``value``."""
+    fn(value)
+    return value
 
 
 def _count(name: str, value: Any, hi: int) -> int:
@@ -289,6 +315,11 @@ class ParallelLibrary:
         #: this
         self.scatter_min_bytes = SCATTER_MIN_BYTES
         self.collectives = 0
+        #: every call checks, with a collective of its own, that no rank failed and that the
+        #: ranks passed the same arguments (``SAPPORO_MPI_CHECK=1``, a debug setting)
+        self.check_calls = False
+        #: (call, error) of this rank's first failure not yet reported to the other ranks
+        self._held: tuple[str, BaseException] | None = None
         self._closed = False
         self._n_stored = 0
         self._time = 0.0
@@ -303,7 +334,9 @@ class ParallelLibrary:
             from sapporo.backend import get_backend
 
             opts = dict(kwargs)
-            if opts.get("devices") is None and config.from_environment().devices is None:
+            settings = config.from_environment()
+            self.check_calls = settings.mpi_check
+            if opts.get("devices") is None and settings.devices is None:
                 count = len(get_backend(opts.get("backend")).devices())
                 opts["devices"] = [self.node_rank % max(1, count)]
             return Library(**opts)
@@ -312,16 +345,21 @@ class ParallelLibrary:
             # the devices may differ from rank to rank; the other options may not
             same = sorted((k, val) for k, val in kwargs.items() if k != "devices")
             self._lib = self._checked(open_local, _digest(decomposition, rows, repr(same)))
-            # the largest global address every rank can hold, and the device names
+            # the largest global address every rank can hold, the device names, the checks
             info = self._timed(self.comm.allgather, (self._lib.max_address,
-                                                     self._lib.device_name))
+                                                     self._lib.device_name, self.check_calls))
+            if len({c for _, _, c in info}) > 1:
+                raise _everywhere(ConfigError(
+                    "SAPPORO_MPI_CHECK differs between the ranks (on: ranks "
+                    f"{', '.join(str(r) for r, i in enumerate(info) if i[2])}): set it "
+                    "alike on every rank"))
         except BaseException:
             if self._lib is not None:
                 self._lib.close()
             self._free_comms()
             raise
-        self._max_address = min(MAX_ADDRESS, (min(m for m, _ in info) + 1) * self.cols - 1)
-        names = sorted({n for _, n in info})
+        self._max_address = min(MAX_ADDRESS, (min(i[0] for i in info) + 1) * self.cols - 1)
+        names = sorted({i[1] for i in info})
         self._device_name = (f"{size} ranks ({self.rows} x {self.cols}, {self.decomposition}) "
                              f"on {' + '.join(names)}")
         self.order: int = self._lib.order
@@ -364,11 +402,14 @@ class ParallelLibrary:
                 f"the ranks passed different arguments (rank {bad} differs from rank 0): "
                 "every rank must make the same calls (SPMD)"))
 
-    def _gather_errors(self, error: BaseException | None) -> None:
-        """Collective, once some rank failed: exchange the messages and raise."""
+    def _gather_errors(self, error: BaseException | None, call: str = "") -> None:
+        """Collective, once some rank failed: exchange the messages and raise. ``call``
+        names the earlier call that failed on this rank (its error was held)."""
         mine = None if error is None else (type(error).__name__, str(error))
         if error is not None and not isinstance(error, SapporoError):
             mine = ("SapporoError", f"{type(error).__name__}: {error}")
+        if mine is not None and call:
+            mine = (mine[0], f"{call}: {mine[1]}")
         got = self._timed(self.comm.allgather, mine)
         failures = [(r, c, m) for r, item in enumerate(got) if item is not None
                     for c, m in [item]]
@@ -388,6 +429,27 @@ class ParallelLibrary:
             error = exc
         self._check(error, digest)
         return value
+
+    def _step(self, call: str, prepare: Any, local: Any, *args: Any) -> Any:
+        """One call of a block step: ``prepare()`` (this layer's checks of the arguments,
+        the same on every rank), then ``local(prepared)`` (this rank's own library); the
+        prepared value. An error of ``prepare`` raises at once, on every rank alike; one of
+        ``local`` is held for the next gather of forces (:meth:`_finish`). With
+        :attr:`check_calls`, both run under :meth:`_checked`, with a CRC of ``args``."""
+        if self.check_calls:
+            return self._checked(lambda: _then(prepare(), local), _digest(call, *args))
+        try:
+            prepared = prepare()
+        except SapporoError as exc:
+            raise _everywhere(exc) from None
+        except Exception as exc:  # as _gather_errors words an error that is not sapporo's
+            raise _everywhere(SapporoError(f"{type(exc).__name__}: {exc}")) from exc
+        try:
+            local(prepared)
+        except Exception as exc:
+            if self._held is None:  # the first failure is the one reported
+                self._held = (call, exc)
+        return prepared
 
     def _check_open(self) -> None:
         if self._closed:
@@ -454,6 +516,12 @@ class ParallelLibrary:
         rank)."""
         if self._closed:
             return
+        if self._held is not None:
+            call, exc = self._held
+            log.warning("sapporo.parallel: rank %d: %s failed and no force call came after "
+                        "it to report it: %s: %s", self.rank, call or "start_compute",
+                        type(exc).__name__, exc)
+            self._held = None
         self._closed = True
         self._pending = None
         if self._lib is not None:
@@ -479,12 +547,13 @@ class ParallelLibrary:
                         a: Any = None, jerk: Any = None, snap: Any = None,
                         crackle: Any = None, pop: Any = None, d5: Any = None) -> None:
         """Store j-particles (as :meth:`sapporo.Library.set_j_particles`); each rank keeps
-        the addresses of its column. Collective."""
+        the addresses of its column. Every rank makes the call; no collective (but see
+        :attr:`check_calls`): bad arguments raise at once on every rank, a failure of this
+        rank's library is raised on every rank by the next force call's result."""
         self._check_open()
-        top = [0]
 
-        def store() -> None:
-            addr = np.asarray(address)
+        def prepare() -> tuple[np.ndarray, dict[str, Any], int]:
+            addr = _array("address", address)
             if addr.ndim == 0:
                 addr = addr.reshape(1)
             if addr.ndim != 1:
@@ -497,12 +566,11 @@ class ParallelLibrary:
             addr = addr.astype(np.int64)
             n = addr.size
             if n == 0:
-                return
+                return addr, {}, 0
             lo, hi = int(addr.min()), int(addr.max())
             if lo < 0 or hi > self._max_address:
                 bad = lo if lo < 0 else hi
                 raise InputError(f"address: value {bad} outside [0, {self._max_address}]")
-            mine = np.flatnonzero(addr % self.cols == self.col)
             args = {"index": index, "t": t, "mass": mass, "x": x, "v": v, "a": a,
                     "jerk": jerk, "snap": snap, "crackle": crackle, "pop": pop, "d5": d5}
             local = {k: _rows_of(k, val, n, 0, n, k not in ("index", "t", "mass"))
@@ -516,8 +584,13 @@ class ParallelLibrary:
                     where = (f" at position {int(bad[0])} (address {int(addr[bad[0]])})"
                              if arr.ndim >= 1 and arr.shape[0] == n else "")
                     raise InputError(f"{k}: non-finite value{where}")
+            return addr, local, hi + 1
+
+        def store(prepared: tuple[np.ndarray, dict[str, Any], int]) -> None:
+            addr, local, _ = prepared
+            n = addr.size
+            mine = np.flatnonzero(addr % self.cols == self.col)
             if mine.size == 0:
-                top[0] = hi + 1
                 return
             sel = {}
             for k, val in local.items():
@@ -525,11 +598,10 @@ class ParallelLibrary:
                 sel[k] = val if arr is None or arr.ndim == 0 or (
                     n == 1 and arr.shape == (3,)) else arr[mine]
             self._lib.set_j_particles(addr[mine] // self.cols, **sel)
-            top[0] = hi + 1
 
-        self._checked(store, _digest(address, index, t, mass, x, v, a, jerk, snap, crackle,
-                                     pop, d5))
-        self._n_stored = max(self._n_stored, top[0])
+        _, _, top = self._step("set_j_particles", prepare, store, address, index, t, mass, x,
+                               v, a, jerk, snap, crackle, pop, d5)
+        self._n_stored = max(self._n_stored, top)
 
     def reset(self) -> None:
         """Forget every j-particle (memory is kept)."""
@@ -538,10 +610,12 @@ class ParallelLibrary:
         self._n_stored = 0
 
     def set_time(self, t: float) -> None:
-        """Predict j-particles to time ``t`` before the next force call. Collective."""
+        """Predict j-particles to time ``t`` before the next force call. No collective (but
+        see :attr:`check_calls`): a failure is raised on every rank by the next force
+        call's result."""
         self._check_open()
-        self._checked(lambda: self._lib.set_time(t), _digest(t))
-        self._time = float(t)
+        self._step("set_time", lambda: t, self._lib.set_time, t)
+        self._time = t  # for the CRC of start_compute's arguments
 
     # ------------------------------------------------------------------ forces
     def compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None, a: Any = None,
@@ -551,18 +625,21 @@ class ParallelLibrary:
 
     def start_compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None,
                       a: Any = None, nj: int | None = None, jerk: Any = None) -> _Pending:
-        """Start the forces (as :meth:`sapporo.Library.start_compute`); collective, and so
-        is the :meth:`result` of what it returns."""
+        """Start the forces (as :meth:`sapporo.Library.start_compute`). Every rank makes
+        the call; the :meth:`result` of what it returns is the step's collective, and it
+        raises on every rank what failed on any rank since the last result (here, or in
+        :meth:`set_j_particles` and :meth:`set_time`). A bad shape of ``x`` raises at once,
+        on every rank alike."""
         self._check_open()
         if self._pending is not None and not self._pending.done():
             try:  # an earlier computation nobody waited for (every rank alike)
                 self._pending.result()
             except SapporoError:
                 pass
-        state: dict[str, Any] = {}
 
-        def start() -> None:
-            xa = np.asarray(x) if not isinstance(x, np.ndarray) else x
+        def prepare() -> dict[str, Any]:
+            """What sizes the gather: checked at once."""
+            xa = _array("x", x)
             if xa.ndim == 1 and xa.shape == (3,):
                 ni = 1
             elif xa.ndim == 2 and xa.shape[1] == 3:
@@ -571,12 +648,17 @@ class ParallelLibrary:
                 raise InputError(f"x: expected shape (n, 3), got {xa.shape}")
             if ni == 0:
                 raise InputError("x: no i-particles (ni = 0)")
-            if nj is None:
-                njg = self._n_stored
-            else:
-                njg = _count("nj", nj, self._n_stored)
             lo, hi = self.row * ni // self.rows, (self.row + 1) * ni // self.rows
-            state.update(ni=ni, lo=lo, hi=hi, ngb=h2 is not None, index=index)
+            return {"ni": ni, "lo": lo, "hi": hi, "ngb": h2 is not None, "index": index,
+                    "x": xa}
+
+        def start(state: dict[str, Any]) -> None:
+            """The rest of the checks and this rank's force call: its errors travel with
+            the gather, so that an argument only one rank got wrong is raised by all."""
+            if self._held is not None:  # an earlier call failed here: no use computing
+                return
+            ni, lo, hi, xa = state["ni"], state["lo"], state["hi"], state.pop("x")
+            njg = self._n_stored if nj is None else _count("nj", nj, self._n_stored)
             if self.rows == 1:
                 xi, vi, ii, hi2, ai, ji = x, v, index, h2, a, jerk
             else:
@@ -607,8 +689,10 @@ class ParallelLibrary:
                                                              nj=nj_loc, **extra)
                 self.compute_seconds += time.perf_counter() - t0
 
-        self._checked(start, _digest(x, v, index, eps2, h2, a, nj, jerk, self._time,
-                                     self._n_stored))
+        # errors of this call carry no call name: the call is the one that reports them
+        state = self._step("", prepare, start, x, v, index, eps2, h2, a, nj, jerk,
+                           self._time, self._n_stored)
+        state.pop("x", None)
         pending = _Pending(lambda: self._finish(state))
         self._pending = pending
         return pending
@@ -705,6 +789,10 @@ class ParallelLibrary:
         except Exception as exc:
             error = exc
         self.compute_seconds += time.perf_counter() - t0
+        # the first failure of this rank since the last gather (this call's, or one held)
+        call = ""
+        if self._held is not None:
+            (call, error), self._held = self._held, None
         # 1. along the row: [failed] + the partials of my i-rows, combined in column order
         flag = 1.0 if error is not None else 0.0
         part = self._pack(None if error else res, n)
@@ -735,7 +823,7 @@ class ParallelLibrary:
         else:
             any_failed, full = row_failed, mine
         if any_failed:
-            self._gather_errors(error)
+            self._gather_errors(error, call)
         # 3. neighbour lists: merged along the row, gathered along the column
         lens = lists = None
         if ngb:

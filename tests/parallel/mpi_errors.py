@@ -3,13 +3,15 @@
 usage: mpiexec -n P python mpi_errors.py MODE OUTDIR
 
 Caught modes write, on every rank, into OUTDIR/rank<r>.txt, ``CAUGHT rank <r> <call>
-<Class>: <message>`` for each failing call and then ``OK rank <r> <checksum>`` after a good
-force call (the ranks are still in step). Mode ``uncaught`` lets the error propagate: every
-rank must exit with it.
+<Class>: <message>`` for each failing call (``NOERROR rank <r> <call>`` for an attempted call
+that raised nothing) and then ``OK rank <r> <checksum>`` after a good force call (the ranks
+are still in step). Mode ``uncaught`` lets the error propagate: every rank must exit with it.
+``SAPPORO_MPI_CHECK`` is taken from the environment.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -25,23 +27,30 @@ N = 64
 
 
 class _LostDevice:
-    """Stands for a library whose device fails while computing."""
+    """Stands for a library whose device fails while computing (``failing="compute"``) or
+    in another call (``"set_j_particles"``, ``"set_time"``)."""
 
-    def __init__(self, lib):
+    def __init__(self, lib, failing: str = "compute"):
         self._lib = lib
+        self._failing = failing
 
     def __getattr__(self, name):
+        if name == self._failing:
+            def lost(*args, **kwargs):
+                raise BackendError("device lost (simulated)")
+
+            return lost
         return getattr(self._lib, name)
 
     def start_compute(self, *args, **kwargs):
+        if self._failing != "compute":
+            return self._lib.start_compute(*args, **kwargs)
+
         class Pending:
             def result(self):
                 raise BackendError("device lost (simulated)")
 
         return Pending()
-
-    def compute(self, *args, **kwargs):  # small blocks are computed at once
-        raise BackendError("device lost (simulated)")
 
 
 def say(line: str) -> None:
@@ -69,6 +78,15 @@ def main() -> None:
         ParallelLibrary(order=4, devices=[0] if RANK == one else None).close()
         # other options may not
         attempt("options", lambda: ParallelLibrary(order=4 if RANK != one else 6))
+    if mode == "checkdiffer":  # the debug setting on one rank only
+        saved = os.environ.get("SAPPORO_MPI_CHECK")
+        if RANK == one:
+            os.environ["SAPPORO_MPI_CHECK"] = "0" if saved == "1" else "1"
+        attempt("open", lambda: ParallelLibrary(order=4))
+        if saved is None:
+            os.environ.pop("SAPPORO_MPI_CHECK", None)
+        else:
+            os.environ["SAPPORO_MPI_CHECK"] = saved
     pl = ParallelLibrary(decomposition="2d" if mode.endswith("2d") else "j", order=4,
                          precision="double")
     if mode.endswith("scatter"):  # rows combined by slices (all-to-all) even when small
@@ -96,6 +114,28 @@ def main() -> None:
         attempt("compute", lambda: pl.compute(x, v, ids, 1e-4))
         if RANK == one:
             pl._lib = pl._lib._lib
+    elif mode in ("jlost", "tlost"):  # rank 1's own library fails in a call of no collective
+        if RANK == one:
+            pl._lib = _LostDevice(pl._lib, "set_j_particles" if mode == "jlost" else "set_time")
+        attempt("set_j", lambda: pl.set_j_particles(np.arange(N), ids, 0.0, m, x, v))
+        attempt("set_time", lambda: pl.set_time(0.0))
+        attempt("compute", lambda: pl.compute(x, v, ids, 1e-4))
+        if RANK == one:
+            pl._lib = pl._lib._lib
+        pl.set_j_particles(np.arange(N), ids, 0.0, m, x, v)
+        pl.set_time(0.0)
+    elif mode == "ragged":  # no array at all: raised at once, before any collective
+        attempt("set_j", lambda: pl.set_j_particles([[0, 1], [2]], [0, 1], 0.0, m[:2], x[:2],
+                                                    v[:2]))
+        attempt("compute", lambda: pl.compute([[0.0, 0.0, 0.0], [1.0, 1.0]], v[:2], ids[:2],
+                                              1e-4))
+    elif mode == "unreported":  # a held failure and no force call after it: a warning
+        if RANK == one:
+            pl._lib = _LostDevice(pl._lib, "set_j_particles")
+        pl.set_j_particles(np.arange(N), ids, 0.0, m, x, v)
+        pl.close()
+        say(f"CLOSED rank {RANK}")
+        return
     elif mode == "overflow":  # each rank's partial is finite, their sum is not
         big = np.array([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
         pl.set_j_particles([0, 1], [100, 101], 0.0, [1e308, 1e308], big, big * 0)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from mpi_launch import HERE, launch
+from mpi_launch import HERE, launch, mpi_env
 
 #: against the float64 reference, relative to its error scale (as tests/core/test_library.py)
 TOL_REF = {"double": 1e-12, "double-single": 1e-5}
@@ -81,55 +81,90 @@ def test_neighbour_data_exact(forces_run: dict) -> None:
             assert c["overflow"] == [False, False], c
 
 
-def _errors(mpiexec: str, nranks: int, mode: str, tmp: Path) -> tuple[int, str, str]:
-    """Run mpi_errors.py; its status, the ranks' reports (rank by rank) and stderr."""
+def _errors(mpiexec: str, nranks: int, mode: str, tmp: Path,
+            check: bool = False) -> tuple[int, str, str]:
+    """Run mpi_errors.py (with ``SAPPORO_MPI_CHECK=1`` when ``check``); its status, the
+    ranks' reports (rank by rank) and stderr."""
     proc = launch(mpiexec, nranks, [sys.executable, str(HERE / "mpi_errors.py"), mode,
-                                    str(tmp)], timeout=60)
+                                    str(tmp)], timeout=60,
+                  env=mpi_env(SAPPORO_MPI_CHECK="1" if check else "0"))
     out = "".join(p.read_text() for p in sorted(tmp.glob("rank*.txt")))
     return proc.returncode, out, proc.stderr
 
 
 ERROR_CASES = [
-    # mode, calls that fail, error class, message pattern
-    ("open", ["open"], "InputError", r"rank 1 of \d: devices: 99 is not a device index"),
-    ("open", ["options"], "InputError", r"ranks passed different arguments \(rank 1 differs"),
-    ("nan", ["compute"], "InputError", r"rank 1 of \d: x: non-finite value in row 3"),
-    ("nan2d", ["compute"], "InputError", r"rank 1 of \d: x: non-finite value in row 3"),
-    ("mismatch", ["compute", "set_time"], "InputError",
-     r"ranks passed different arguments \(rank 1 differs"),
-    ("jnan", ["set_j"], "InputError", r"mass: non-finite value at position 5 \(address 5\)"),
-    ("shape", ["set_j", "compute"], "InputError", r"on every rank: (x|v): expected 64 rows"),
-    ("lost", ["compute"], "BackendError", r"rank 1 of \d: device lost \(simulated\)"),
-    ("lost2d", ["compute"], "BackendError", r"rank 1 of \d: device lost \(simulated\)"),
-    ("lostscatter", ["compute"], "BackendError", r"rank 1 of \d: device lost \(simulated\)"),
-    ("overflow", ["compute"], "NonFiniteError",
+    # mode, SAPPORO_MPI_CHECK, calls that fail, error class, message pattern
+    ("open", False, ["open", "options"], "InputError",
+     {"open": r"rank 1 of \d: devices: 99 is not a device index",
+      "options": r"ranks passed different arguments \(rank 1 differs"}),
+    ("nan", False, ["compute"], "InputError", r"rank 1 of \d: x: non-finite value in row 3"),
+    ("nan2d", False, ["compute"], "InputError", r"rank 1 of \d: x: non-finite value in row 3"),
+    # raised at once by every rank: this layer's own checks of the arguments; what each
+    # rank's own library finds travels with the gather, and is raised on every rank alike
+    ("jnan", False, ["set_j"], "InputError",
+     r"InputError: mass: non-finite value at position 5 \(address 5\)"),
+    ("shape", False, ["set_j", "compute"], "InputError",
+     {"set_j": r"InputError: x: expected 64 rows \(as x\), got 63$",
+      "compute": r"on every rank: v: expected 64 rows"}),
+    ("ragged", False, ["set_j", "compute"], "InputError",
+     {"set_j": r"InputError: address: expected an array, got list",
+      "compute": r"InputError: x: expected an array, got list"}),
+    ("ragged", True, ["set_j", "compute"], "InputError",
+     {"set_j": r"on every rank: address: expected an array, got list",
+      "compute": r"on every rank: x: expected an array, got list"}),
+    ("lost", False, ["compute"], "BackendError", r"rank 1 of \d: device lost \(simulated\)"),
+    ("lost2d", False, ["compute"], "BackendError", r"rank 1 of \d: device lost \(simulated\)"),
+    ("lostscatter", False, ["compute"], "BackendError",
+     r"rank 1 of \d: device lost \(simulated\)"),
+    # a failure in a call of no collective: held, raised by the next force call everywhere
+    ("jlost", False, ["compute"], "BackendError",
+     r"rank 1 of \d: set_j_particles: device lost \(simulated\)$"),
+    ("tlost", False, ["compute"], "BackendError",
+     r"rank 1 of \d: set_time: device lost \(simulated\)$"),
+    ("overflow", False, ["compute"], "NonFiniteError",
      r"^CAUGHT rank \d compute NonFiniteError: non-finite force on i-particle 0 \(id 5\)"),
+    ("checkdiffer", False, ["open"], "ConfigError",
+     r"SAPPORO_MPI_CHECK differs between the ranks \(on: ranks 1\)"),
+    # the debug mode: every call checks at once, different arguments are found
+    ("mismatch", True, ["compute", "set_time"], "InputError",
+     r"ranks passed different arguments \(rank 1 differs"),
+    ("jlost", True, ["set_j"], "BackendError", r"rank 1 of \d: device lost \(simulated\)$"),
+    ("tlost", True, ["set_time"], "BackendError", r"rank 1 of \d: device lost \(simulated\)$"),
+    ("nan", True, ["compute"], "InputError", r"rank 1 of \d: x: non-finite value in row 3"),
+    ("shape", True, ["set_j", "compute"], "InputError", r"on every rank: (x|v): expected 64 rows"),
+    ("lost2d", True, ["compute"], "BackendError", r"rank 1 of \d: device lost \(simulated\)"),
 ]
 
 
 #: every case on 4 ranks, three of them on 2 too
 ERROR_RUNS = [(4, *c) for c in ERROR_CASES] + [(2, *c) for c in ERROR_CASES
-                                              if c[0] in ("open", "nan", "lostscatter")]
+                                              if c[0] in ("open", "nan", "lostscatter")
+                                              and not c[1]]
 
 
-@pytest.mark.parametrize("nranks,mode,calls,cls,pattern", ERROR_RUNS,
-                         ids=[f"{r[1]}-{r[2][0]}-{r[0]}" for r in ERROR_RUNS])
+@pytest.mark.parametrize("nranks,mode,check,calls,cls,pattern", ERROR_RUNS,
+                         ids=[f"{r[1]}-{r[3][0]}-{r[0]}{'-checked' if r[2] else ''}"
+                              for r in ERROR_RUNS])
 def test_error_on_one_rank_raises_everywhere(mpiexec: str, nranks: int, mode: str,
-                                             calls: list[str], cls: str, pattern: str,
+                                             check: bool, calls: list[str], cls: str,
+                                             pattern: str | dict[str, str],
                                              tmp_path: Path) -> None:
-    rc, out, err = _errors(mpiexec, nranks, mode, tmp_path)
+    rc, out, err = _errors(mpiexec, nranks, mode, tmp_path, check)
     assert rc == 0, f"{out}\n{err}"
     for rank in range(nranks):
         for call in calls:
             lines = [ln for ln in out.splitlines() if ln.startswith(f"CAUGHT rank {rank} {call} ")]
             assert len(lines) == 1, (rank, call, out)
             assert f" {cls}: " in lines[0], lines[0]
-            assert re.search(pattern, lines[0]), lines[0]
+            want = pattern[call] if isinstance(pattern, dict) else pattern
+            assert re.search(want, lines[0]), lines[0]
     # every rank carried on in step: the same good result everywhere afterwards
     ok = re.findall(r"^OK rank (\d+) (\S+)$", out, flags=re.M)
     assert sorted(int(r) for r, _ in ok) == list(range(nranks)), out
     assert len({v for _, v in ok}) == 1, ok
-    assert "NOERROR" not in out
+    # the calls not listed raise nothing, on any rank
+    others = re.findall(r"^CAUGHT rank \d+ (\S+)", out, flags=re.M)
+    assert set(others) <= set(calls), out
 
 
 def test_uncaught_error_ends_every_rank(mpiexec: str, tmp_path: Path) -> None:
@@ -138,6 +173,15 @@ def test_uncaught_error_ends_every_rank(mpiexec: str, tmp_path: Path) -> None:
     assert "UNREACHED" not in out
     # every rank raised the same error naming rank 1
     assert err.count("sapporo.errors.InputError: rank 1 of 4: x: non-finite value in row 0") == 4
+
+
+def test_unreported_failure_is_logged(mpiexec: str, tmp_path: Path) -> None:
+    """A failure held for the next force call, when none comes: the rank warns on close."""
+    rc, out, err = _errors(mpiexec, 2, "unreported", tmp_path)
+    assert rc == 0, f"{out}\n{err}"
+    assert sorted(re.findall(r"^CLOSED rank (\d)", out, flags=re.M)) == ["0", "1"], out
+    assert err.count("set_j_particles failed and no force call came after it") == 1, err
+    assert "rank 1: set_j_particles failed" in err and "device lost (simulated)" in err, err
 
 
 def test_no_mpi_needed_to_import() -> None:
