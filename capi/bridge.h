@@ -22,7 +22,7 @@ int shim_py_device_count(void);
  * engine, both NULL when it has none. */
 int shim_py_engine(void **api, void **engine);
 /* GRAPE-5 (capi/g5.c): one library of order 2 per context id, each with its own engine
- * (NULL: none).  j-particles come as raw records (as shim_py_set_j), every index 0;
+ * (NULL: none).  j-particles come as raw records of two double4 (x|m, v|t), every index 0;
  * force: the i-particles' forces from addresses [0, nj) with one softening (i-index 1, so
  * no j-particle is excluded), the potential positive as PG5 gives it. */
 int shim_py_g5_open(int context, int *max_address, void **api, void **engine);

@@ -580,9 +580,12 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
 
     @extern
     def shim_py_g5_set_j(context, n, address, index, records) -> int:
-        rec = np.frombuffer(ffi.buffer(records, 8 * 4 * JB_RECORDS * n), dtype=np.float64)
+        # two double4 per particle (x|m, v|t: GRAPE-5 has no derivatives)
+        rec = np.zeros((n, JB_RECORDS, 4))
+        rec[:, :2] = np.frombuffer(ffi.buffer(records, 8 * 4 * 2 * n),
+                                   dtype=np.float64).reshape(n, 2, 4)
         _store(state.g5_lib(context), scalars(address, n, np.int32),
-               scalars(index, n, np.int32), rec.reshape(n, JB_RECORDS, 4), 1)
+               scalars(index, n, np.int32), rec, 1)
         return 0
 
     @extern

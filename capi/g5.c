@@ -26,6 +26,7 @@
 #include "grape5.h"
 
 #define G5_CONTEXTS 64        /* context ids 0 .. G5_CONTEXTS - 1 (PG5 has 24) */
+#define G5_RECORDS 2          /* double4 per j-record: x|m, v|t (no velocity, no derivative) */
 #define G5_NI_CHUNK 8192      /* i-particles per force call of g5_calculate_force_on_x* (the
                                * engine's ENG_NI_MAX) */
 
@@ -49,7 +50,7 @@ struct g5_context {
     int have_force;           /* for this many i-particles (0: none) */
     int jcap;                 /* room in the j-batch */
     int *jaddr, *jidx;        /* a batch of j-particles: addresses, indices (zeros) */
-    double *jrec;             /* ... raw records (JB_DOUBLES each, all but x|m, v|t zero) */
+    double *jrec;             /* ... raw records (G5_RECORDS double4 each: x|m, v|t = 0) */
     double *epsj2;            /* per-j softening squared by address (g5_set_xmje), or NULL */
     int epsj_cap;
 };
@@ -205,7 +206,7 @@ static int g5_j_room(const char *fn, struct g5_context *c, int n)
     while (cap < n)
         cap = cap ? 2 * cap : 1024;
     free(c->jrec);
-    c->jrec = calloc((size_t)cap, JB_DOUBLES * sizeof(double));
+    c->jrec = calloc((size_t)cap, 4 * G5_RECORDS * sizeof(double));
     if (c->jrec == NULL || g5_grow((void **)&c->jaddr, sizeof(int), cap)
         || g5_grow((void **)&c->jidx, sizeof(int), cap)) {
         c->jcap = 0;
@@ -351,7 +352,7 @@ static int do_g5_set_xmj(const char *fn, int id, int adr, int nj, const double *
     if ((rc = g5_j_room(fn, c, nj)) < 0)
         return g5_put(c, rc);
     for (int k = 0; k < nj; k++) {
-        double *r = c->jrec + (size_t)JB_DOUBLES * k;
+        double *r = c->jrec + 4 * (size_t)G5_RECORDS * k;
         const double *x = xj + 3 * ((size_t)adr + k);
         c->jaddr[k] = adr + k;
         r[0] = x[0];
@@ -360,7 +361,8 @@ static int do_g5_set_xmj(const char *fn, int id, int adr, int nj, const double *
         r[3] = mj[adr + k];
     }
     rc = 0;
-    if (c->eng != NULL && (rc = c->api->put_j(c->eng, nj, c->jaddr, c->jidx, c->jrec)) < 0)
+    if (c->eng != NULL
+        && (rc = c->api->put_j(c->eng, nj, c->jaddr, c->jidx, c->jrec, G5_RECORDS)) < 0)
         return g5_put(c, g5_fail(fn, SAPPORO_ERR_BACKEND, "%s", c->api->error(c->eng)));
     if (rc == 0) {  /* the library's way: new addresses, or what the engine does not take */
         g5_lock(fn);

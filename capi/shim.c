@@ -745,7 +745,7 @@ static void do_firsthalf8(int nj, int ni, const int *index, const double *xi,
     /* the j-particles into the library's memory: by the engine when it takes them, else
      * through Python */
     if (eng != NULL && jb.n > 0) {
-        if ((rc = eng_api->put_j(eng, jb.n, jb.address, jb.index, jb.rec)) < 0) {
+        if ((rc = eng_api->put_j(eng, jb.n, jb.address, jb.index, jb.rec, JB_RECORDS)) < 0) {
             rc = fail(SAPPORO_ERR_BACKEND, "%s", eng_api->error(eng));
             goto done;
         }

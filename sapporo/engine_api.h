@@ -28,13 +28,15 @@
 /* positions at or beyond this magnitude are refused */
 #define COORD_LIMIT LIMIT_COORD
 
-#define SAPPORO_ENGINE_API_VERSION 1
+#define SAPPORO_ENGINE_API_VERSION 2
 
 struct sapporo_engine_api {
     int version;
-    /* n records (JB_DOUBLES each) into the library's j-memory: 1 stored, 0 the library's
-     * way (nothing stored) */
-    int (*put_j)(void *engine, int n, const int *address, const int *index, const double *rec);
+    /* n records into the library's j-memory, nrec double4 each (2 <= nrec <= JB_RECORDS:
+     * x|m, v|t, then as many derivatives as the caller has; those it does not give are
+     * zero): 1 stored, 0 the library's way (nothing stored), < 0 error */
+    int (*put_j)(void *engine, int n, const int *address, const int *index, const double *rec,
+                 int nrec);
     /* start a force call on j-addresses [0, nj): 1 started, 0 the library's way, < 0 error.
      * index: int ids; a (orders 6, 8) and jerk (order 8) may be NULL below those orders; h2
      * may be NULL (no lists); t: the time to predict to, or the library's when !have_t. */

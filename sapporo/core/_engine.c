@@ -390,18 +390,18 @@ static dcl_int plan_wait(const struct dplan *p, void *queue, void *ev, dcl_int *
     return rc != 0 ? rc : (*status < 0 ? *status : 0);
 }
 
-/* Whether n j-records (JB_DOUBLES each, at rec) can be stored as they are: addresses below
- * limit, no derivative record beyond read_terms + 1 (record q, a = 2, jerk = 3, ..., is read
- * when q - 1 <= read_terms) nor beyond the library's raw_n records, masses double-single
- * (ds) can hold. */
-static int records_ok(int n, const int *address, const double *rec, int limit, int raw_n,
-                      int read_terms, int ds)
+/* Whether n j-records (nrec double4 each, at rec) can be stored as they are: addresses
+ * below limit, no derivative record beyond read_terms + 1 (record q, a = 2, jerk = 3, ...,
+ * is read when q - 1 <= read_terms) nor beyond the library's raw_n records, masses
+ * double-single (ds) can hold. */
+static int records_ok(int n, const int *address, const double *rec, int nrec, int limit,
+                      int raw_n, int read_terms, int ds)
 {
     for (int k = 0; k < n; k++) {
-        const double *r = rec + (size_t)JB_DOUBLES * k;
+        const double *r = rec + 4 * (size_t)nrec * k;
         if (address[k] >= limit)
             return 0;
-        for (int q = JB_RECORDS - 1; q > read_terms + 1 || q >= raw_n; q--)
+        for (int q = nrec - 1; q > read_terms + 1 || q >= raw_n; q--)
             if (q >= 2 && (r[4 * q] != 0.0 || r[4 * q + 1] != 0.0 || r[4 * q + 2] != 0.0))
                 return 0;
         if (ds && r[3] != 0.0 && fabs(r[3]) < ENGINE_FLT_MIN)
@@ -412,19 +412,26 @@ static int records_ok(int n, const int *address, const double *rec, int limit, i
 
 /* n j-records into the host mirror and, on a device that computes on host memory (dev_raw
  * not NULL), the device's records (in order: a repeated address keeps its last record, as
- * in the library). */
+ * in the library). Only the records the predictor reads (x|m, v|t and read_terms
+ * derivatives) are written: the others are zero in every stored record (records_ok, and
+ * the library raises read_terms when it stores a non-zero one), and stay so. */
 static void records_write(int n, const int *address, const int *index, const double *rec,
-                          double *mirror_raw, int64_t *mirror_ids, double *dev_raw,
-                          int32_t *dev_ids, int raw_n)
+                          int nrec, double *mirror_raw, int64_t *mirror_ids, double *dev_raw,
+                          int32_t *dev_ids, int raw_n, int read_terms)
 {
     const size_t len = 4 * (size_t)raw_n;
+    const int used = read_terms + 2 < raw_n ? read_terms + 2 : raw_n;
+    const size_t given = sizeof(double) * 4 * (size_t)(nrec < used ? nrec : used);
+    const size_t zeros = sizeof(double) * 4 * (size_t)(used - (nrec < used ? nrec : used));
     for (int k = 0; k < n; k++) {
         size_t a = (size_t)address[k];
-        const double *r = rec + (size_t)JB_DOUBLES * k;
-        memcpy(mirror_raw + a * len, r, sizeof(double) * len);
+        const double *r = rec + 4 * (size_t)nrec * k;
+        memcpy(mirror_raw + a * len, r, given);
+        memset((char *)(mirror_raw + a * len) + given, 0, zeros);
         mirror_ids[a] = index[k];
         if (dev_raw != NULL) {
-            memcpy(dev_raw + a * len, r, sizeof(double) * len);
+            memcpy(dev_raw + a * len, r, given);
+            memset((char *)(dev_raw + a * len) + given, 0, zeros);
             dev_ids[a] = index[k];
         }
     }
@@ -681,7 +688,7 @@ static int eng_launch(Engine *e, struct dplan *p, struct dlaunch *l, uint64_t ca
  * launch (one or two records: copied in place), all queued on the j-records' queue. 0, or
  * -1 (error set). */
 static int eng_copy_j_batch(Engine *e, int n, const int *address, const int *index,
-                            const double *rec)
+                            const double *rec, int nrec)
 {
     struct dplan *p = &e->jside;
     const size_t len = 4 * (size_t)p->raw_n;
@@ -697,8 +704,11 @@ static int eng_copy_j_batch(Engine *e, int n, const int *address, const int *ind
     for (int k = 0; k < n; k++) {
         p->scatter_addr[k] = address[k];
         p->scatter_ids[k] = index[k];
-        memcpy(p->scatter_raw + len * (size_t)k, rec + (size_t)JB_DOUBLES * k,
-               sizeof(double) * len);
+        const size_t given = (size_t)(nrec < p->raw_n ? nrec : p->raw_n);
+        memcpy(p->scatter_raw + len * (size_t)k, rec + 4 * (size_t)nrec * k,
+               sizeof(double) * 4 * given);
+        memset(p->scatter_raw + len * (size_t)k + 4 * given, 0,
+               sizeof(double) * (len - 4 * given));
     }
     e->staged = 1;
     if (n <= 2) {  /* as few commands as the scatter's four: each record and id in place */
@@ -728,12 +738,12 @@ static int eng_copy_j_batch(Engine *e, int n, const int *address, const int *ind
 /* Device memory: any number of j-records into the device's buffers, scatter_max at a time
  * (in order, so that a repeated address keeps its last record). 0, or -1 (error set). */
 static int eng_copy_j(Engine *e, int n, const int *address, const int *index,
-                      const double *rec)
+                      const double *rec, int nrec)
 {
     const int m = e->jside.scatter_max;
     for (int k = 0; k < n; k += m)
         if (eng_copy_j_batch(e, n - k < m ? n - k : m, address + k, index + k,
-                             rec + (size_t)JB_DOUBLES * (size_t)k) < 0)
+                             rec + 4 * (size_t)nrec * (size_t)k, nrec) < 0)
             return -1;
     return 0;
 }
@@ -827,24 +837,30 @@ static struct dplan *eng_plan(Engine *e, int nj, int ni, int lists)
 }
 
 static int eng_put_j(void *engine, int n, const int *address, const int *index,
-                     const double *rec)
+                     const double *rec, int nrec)
 {
     Engine *e = engine;
     const struct dplan *j = &e->jside;
+    if (nrec < 2 || nrec > JB_RECORDS) {
+        snprintf(e->error, sizeof e->error, "put_j: %d records per j-particle (2 to %d)",
+                 nrec, JB_RECORDS);
+        return -1;
+    }
     if (e->off || !e->have_j || n < 1)
         return 0;
     if (!eng_fresh(e)) {
         eng_clear_plans(e);
         return 0;
     }
-    if (!records_ok(n, address, rec, j->n_stored, j->raw_n, j->pred_terms, j->ds))
+    if (!records_ok(n, address, rec, nrec, j->n_stored, j->raw_n, j->pred_terms, j->ds))
         return 0;
     if (e->inflight != NULL && eng_wait(e) < 0)  /* the force call reads the records */
         return -1;
-    records_write(n, address, index, rec, j->mirror_raw, j->mirror_ids,
-                  j->memory ? NULL : j->dev_raw, j->memory ? NULL : j->dev_ids, j->raw_n);
+    records_write(n, address, index, rec, nrec, j->mirror_raw, j->mirror_ids,
+                  j->memory ? NULL : j->dev_raw, j->memory ? NULL : j->dev_ids, j->raw_n,
+                  j->pred_terms);
     e->pred_valid = 0;
-    if (j->memory && eng_copy_j(e, n, address, index, rec) < 0)
+    if (j->memory && eng_copy_j(e, n, address, index, rec, nrec) < 0)
         return -1;
     return 1;
 }
@@ -1428,7 +1444,7 @@ static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t na
             if (dv[q] != NULL)
                 memcpy(r + 4 * (q + 2), dv[q] + 3 * k, sizeof(double) * 3);
     }
-    ok = eng_put_j(self, (int)n, address, index, rec);
+    ok = eng_put_j(self, (int)n, address, index, rec, JB_RECORDS);
 done:
     views_release(&s);
     put_shrink(self);

@@ -476,11 +476,14 @@ static int send_block(Core *self, int k, double tb)
 {
     if (self->engine != NULL) {
         void *eng = (void *)self->engine;
+        /* the records the order has: x|m, v|t, a, jerk (, snap, crackle (, pop, d5)) */
+        const int nrec = self->p.order >= 8 ? RAW_D5 + 1 : self->p.order >= 6 ? RAW_C + 1
+                                                                             : RAW_J + 1;
         int rc;
-        memset(self->rec, 0, sizeof(double) * JB_DOUBLES * (size_t)k);
+        memset(self->rec, 0, sizeof(double) * 4 * (size_t)nrec * (size_t)k);
         for (int q = 0; q < k; q++) {
             const int i = self->act[q];
-            double *r = self->rec + (size_t)JB_DOUBLES * q;
+            double *r = self->rec + 4 * (size_t)nrec * q;
             for (int d = 0; d < 3; d++) {
                 r[4 * RAW_XM + d] = self->x[3 * i + d];
                 r[4 * RAW_VT + d] = self->v[3 * i + d];
@@ -499,7 +502,7 @@ static int send_block(Core *self, int k, double tb)
             r[4 * RAW_VT + 3] = tb;
             self->index32[q] = (int)self->ids[i];
         }
-        rc = self->api->put_j(eng, k, self->act, self->index32, self->rec);
+        rc = self->api->put_j(eng, k, self->act, self->index32, self->rec, nrec);
         if (rc < 0) {
             PyErr_Format(PyExc_RuntimeError, "%s", self->api->error(eng));
             return -1;
