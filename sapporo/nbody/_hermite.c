@@ -7,8 +7,10 @@
  * replaced while it lives) and runs block steps until a time, a wall-clock budget or a stop
  * request:
  *
- *   1. the active block: the particles with the smallest t + dt, from a binary heap keyed by
- *      (t + dt, index), so that choosing a block costs O(block log N), never a pass over N;
+ *   1. the active block: the particles with the smallest t + dt, in index order, from a
+ *      queue of the times due, each with its particles (block steps make few distinct
+ *      times: a few per power-of-two step), so that choosing a block costs
+ *      O(block log times), never a pass over N;
  *   2. the block predicted by the Taylor series the device uses (sapporo.nbody.hermite's
  *      predict_taylor / predict_taylor8, the same Horner form and operation order);
  *   3. the force call: through the library's native engine (sapporo/engine_api.h, the
@@ -265,9 +267,13 @@ typedef struct {
     int64_t *w_act, *w_ids;
     double *w_x, *w_v, *w_a, *w_j, *r_acc, *r_jerk, *r_snap, *r_crackle, *r_pot;
     /* C work */
-    int *act, *heap, *index32;
-    double *key, *rows, *rec;
-    int heap_n;
+    int *act, *index32;
+    double *rows, *rec;
+    /* the queue: ntimes distinct times due, ascending (due[]), each with a list of its
+     * particles (first[], then next[] by particle) */
+    double *due;
+    int *first, *next;
+    int ntimes;
     PyObject *py_force, *py_send;
     PyObject *engine;  /* the library's engine object (its address is the engine), or NULL */
     const struct sapporo_engine_api *api;
@@ -323,55 +329,47 @@ static int core_clear_views(Core *self)
     return 0;
 }
 
-static int heap_less(const Core *self, int i, int j)
+/* Particle i into the queue at time t (a new entry where no particle is due then). */
+static void queue_put(Core *self, int i, double t)
 {
-    double a = self->key[i], b = self->key[j];
-    return a < b || (a == b && i < j);
+    int lo = 0, hi = self->ntimes;
+    while (lo < hi) {  /* the first time due >= t */
+        int mid = (lo + hi) / 2;
+        if (self->due[mid] < t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == self->ntimes || self->due[lo] != t) {
+        memmove(self->due + lo + 1, self->due + lo, sizeof(double) * (size_t)(self->ntimes - lo));
+        memmove(self->first + lo + 1, self->first + lo,
+                sizeof(int) * (size_t)(self->ntimes - lo));
+        self->ntimes++;
+        self->due[lo] = t;
+        self->first[lo] = -1;
+    }
+    self->next[i] = self->first[lo];
+    self->first[lo] = i;
 }
 
-static void heap_push(Core *self, int i)
+/* The particles due first into act (in index order), taken out of the queue: their count. */
+static int queue_take(Core *self)
 {
-    int k = self->heap_n++;
-    while (k > 0) {
-        int up = (k - 1) / 2;
-        if (!heap_less(self, i, self->heap[up]))
-            break;
-        self->heap[k] = self->heap[up];
-        k = up;
-    }
-    self->heap[k] = i;
+    int k = 0;
+    for (int i = self->first[0]; i >= 0; i = self->next[i])
+        self->act[k++] = i;
+    self->ntimes--;
+    memmove(self->due, self->due + 1, sizeof(double) * (size_t)self->ntimes);
+    memmove(self->first, self->first + 1, sizeof(int) * (size_t)self->ntimes);
+    return k;
 }
 
-static int heap_pop(Core *self)
+/* every particle into the queue by t + dt (after the arrays changed) */
+static void queue_build(Core *self)
 {
-    int top = self->heap[0], last = self->heap[--self->heap_n], k = 0, n = self->heap_n;
-    for (;;) {
-        int l = 2 * k + 1, r = l + 1, m = k;
-        int cand = last;
-        if (l < n && heap_less(self, self->heap[l], cand)) {
-            m = l;
-            cand = self->heap[l];
-        }
-        if (r < n && heap_less(self, self->heap[r], cand))
-            m = r;
-        if (m == k)
-            break;
-        self->heap[k] = self->heap[m];
-        k = m;
-    }
-    if (n > 0)
-        self->heap[k] = last;
-    return top;
-}
-
-/* every particle into the heap by t + dt (after the arrays changed) */
-static void heap_build(Core *self)
-{
-    self->heap_n = 0;
-    for (int i = 0; i < self->n; i++) {
-        self->key[i] = self->t[i] + self->dt[i];
-        heap_push(self, i);
-    }
+    self->ntimes = 0;
+    for (int i = 0; i < self->n; i++)
+        queue_put(self, i, self->t[i] + self->dt[i]);
 }
 
 static int cmp_int(const void *a, const void *b)
@@ -642,23 +640,22 @@ static int block_step(Core *self, double t_limit)
 {
     int k = 0;
     double tb;
-    if (self->heap_n == 0) {
+    if (self->ntimes == 0) {
         PyErr_SetString(PyExc_RuntimeError, "internal: no particle to step");
         return -1;
     }
-    tb = self->key[self->heap[0]];
+    tb = self->due[0];
     if (!(tb <= t_limit)) {
         PyErr_Format(PyExc_RuntimeError, "internal: the next block time %.17g is beyond "
                      "%.17g", tb, t_limit);
         return -1;
     }
-    while (self->heap_n > 0 && self->key[self->heap[0]] == tb)
-        self->act[k++] = heap_pop(self);
+    k = queue_take(self);
     qsort(self->act, (size_t)k, sizeof(int), cmp_int);
     predict_block(self, k, tb);
     if (force_block(self, k, tb) < 0) {
-        for (int q = 0; q < k; q++)  /* nothing changed: the block waits in the heap */
-            heap_push(self, self->act[q]);
+        for (int q = 0; q < k; q++)  /* nothing changed: the block waits in the queue */
+            queue_put(self, self->act[q], tb);
         return -1;
     }
     for (int q = 0; q < k; q++) {
@@ -674,8 +671,7 @@ static int block_step(Core *self, double t_limit)
     self->counts[k]++;
     for (int q = 0; q < k; q++) {
         const int i = self->act[q];
-        self->key[i] = self->t[i] + self->dt[i];
-        heap_push(self, i);
+        queue_put(self, i, self->t[i] + self->dt[i]);
     }
     return send_block(self, k, tb);
 }
@@ -763,13 +759,14 @@ fail:
 static void Core_free_work(Core *self)
 {
     free(self->act);
-    free(self->heap);
     free(self->index32);
-    free(self->key);
+    free(self->due);
+    free(self->first);
+    free(self->next);
     free(self->rows);
     free(self->rec);
-    self->act = self->heap = self->index32 = NULL;
-    self->key = self->rows = self->rec = NULL;
+    self->act = self->index32 = self->first = self->next = NULL;
+    self->due = self->rows = self->rec = NULL;
 }
 
 static int parse_criterion(PyObject *obj)
@@ -887,17 +884,19 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
         }
     }
     self->act = malloc(sizeof(int) * (size_t)n);
-    self->heap = malloc(sizeof(int) * (size_t)n);
     self->index32 = malloc(sizeof(int) * (size_t)n);
-    self->key = malloc(sizeof(double) * (size_t)n);
+    self->due = malloc(sizeof(double) * (size_t)n);
+    self->first = malloc(sizeof(int) * (size_t)n);
+    self->next = malloc(sizeof(int) * (size_t)n);
     self->rows = self->engine ? malloc(sizeof(double) * NCO_ORDER8 * (size_t)n) : NULL;
     self->rec = self->engine ? malloc(sizeof(double) * JB_DOUBLES * (size_t)n) : NULL;
-    if (self->act == NULL || self->heap == NULL || self->index32 == NULL || self->key == NULL
+    if (self->act == NULL || self->index32 == NULL || self->due == NULL || self->first == NULL
+        || self->next == NULL
         || (self->engine != NULL && (self->rows == NULL || self->rec == NULL))) {
         PyErr_NoMemory();
         return -1;
     }
-    heap_build(self);
+    queue_build(self);
     return 0;
 }
 

@@ -20,7 +20,7 @@ particles with the smallest ``t_i + dt_i`` (the *active block*):
    interpolated by the corrector (the predictor then errs by O(dt^8) in position).
 
 The block steps run in the native core ``sapporo.nbody._hermite`` (``_hermite.c``): the
-block from a heap ordered by ``t_i + dt_i``, the force call through the library's native
+block from a queue of the times due ``t_i + dt_i``, the force call through the library's native
 engine in-process (the C table of ``sapporo/engine_api.h``), or through the library's
 Python API where the engine cannot take it or the library has none (several devices, MPI,
 stand-ins).
