@@ -131,6 +131,10 @@ def test_resume_conflicting_option(tmp_path, capsys):
 
 
 def test_ctrl_c_writes_snapshot_and_summary(tmp_path, monkeypatch, capsys):
+    import sapporo.nbody.hermite
+
+    # the progress callback after every block step (not every 0.1 s: the run may take less)
+    monkeypatch.setattr(sapporo.nbody.hermite, "CALLBACK_SECONDS", 0.0)
     original = cli_run._Progress.__call__
     pressed: list[int] = []
 

@@ -39,7 +39,11 @@ def no_tmp_files(folder) -> bool:
 
 
 def at_block(monkeypatch, block: int, action) -> None:
-    """Call ``action(integ)`` once, after the given block step (from the progress callback)."""
+    """Call ``action(integ)`` once, after the given block step (from the progress callback,
+    which then comes after every block step, not every 0.1 s: a run may take less)."""
+    import sapporo.nbody.hermite
+
+    monkeypatch.setattr(sapporo.nbody.hermite, "CALLBACK_SECONDS", 0.0)
     original = cli_run._Progress.__call__
     done = []
 

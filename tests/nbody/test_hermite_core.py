@@ -218,10 +218,10 @@ def test_ctrl_c_inside_the_core_finishes_the_block():
         timer.start()
         try:
             with pytest.raises(KeyboardInterrupt):
-                it.evolve(4.0)
+                it.evolve(1024.0)  # far beyond what 0.05 s of any machine reaches
         finally:
             timer.cancel()
-        assert it.interrupted and 0 < it.time < 4.0
+        assert it.interrupted and 0 < it.time < 1024.0
         assert np.all((it.t <= it.time) & (it.t + it.dt > it.time))
         assert it.block_steps == it.n_active_counts.sum()
         it.evolve(0.125 * math.ceil(it.time / 0.125))
