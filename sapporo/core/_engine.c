@@ -328,6 +328,20 @@ static dcl_int drv_write(const struct dplan *p, void *queue, void *mem, size_t o
     return rc;
 }
 
+/* Copy size bytes from host memory src to device memory mem + offset now: after everything
+ * queued before it, and src no longer needed when it returns. */
+static dcl_int drv_write_now(const struct dplan *p, void *queue, void *mem, size_t offset,
+                             size_t size, const void *src)
+{
+    dcl_int rc;
+    if (!is_cuda(p))
+        return p->write(queue, mem, 1, offset, size, (void *)src, 0, NULL, NULL);
+    CU_CALL(p, rc, p->cu_htod((uint64_t)(uintptr_t)mem + offset, src, size, queue));
+    if (rc == 0)
+        CU_CALL(p, rc, p->cu_sync(queue));
+    return rc;
+}
+
 /* Queue a copy of size bytes from device memory mem to host memory dst (filled once the
  * queue has finished). */
 static dcl_int drv_read(const struct dplan *p, void *queue, void *mem, size_t size, void *dst)
@@ -595,6 +609,8 @@ typedef struct {
     double *rec;
     int *address, *index;
     size_t put_cap;          /* records rec, address and index hold */
+    int32_t *run_ids;        /* device memory: the ids of a run of addresses, staged */
+    size_t run_ids_cap;
 } Engine;
 
 static int eng_fail(Engine *e, const char *what, dcl_int rc, dcl_int status)
@@ -735,12 +751,48 @@ static int eng_copy_j_batch(Engine *e, int n, const int *address, const int *ind
     return eng_launch(e, p, &p->scatter, 0, n, NULL, "queueing the scatter of j-records");
 }
 
-/* Device memory: any number of j-records into the device's buffers, scatter_max at a time
- * (in order, so that a repeated address keeps its last record). 0, or -1 (error set). */
+/* Device memory: n > 0 records at the consecutive addresses a0 .. a0 + n - 1, already in the
+ * host mirror, copied from it in one copy, and their ids in another (made now, so that
+ * neither the mirror nor the staged ids are read later). 0, or -1 (error set). */
+static int eng_copy_j_run(Engine *e, int n, int a0, const int *index)
+{
+    struct dplan *p = &e->jside;
+    const size_t len = 4 * (size_t)p->raw_n;
+    dcl_int rc;
+    if ((size_t)n > e->run_ids_cap) {
+        int32_t *q = PyMem_RawRealloc(e->run_ids, sizeof(int32_t) * (size_t)n);
+        if (q == NULL) {
+            snprintf(e->error, sizeof e->error, "out of memory for %d j-particle ids", n);
+            return -1;
+        }
+        e->run_ids = q;
+        e->run_ids_cap = (size_t)n;
+    }
+    for (int k = 0; k < n; k++)
+        e->run_ids[k] = index[k];
+    if (eng_on(e, p->queue) < 0)
+        return -1;
+    rc = drv_write_now(p, p->queue, p->dev_raw, sizeof(double) * len * (size_t)a0,
+                       sizeof(double) * len * (size_t)n, p->mirror_raw + len * (size_t)a0);
+    if (rc == 0)
+        rc = drv_write_now(p, p->queue, p->dev_ids, sizeof(int32_t) * (size_t)a0,
+                           sizeof(int32_t) * (size_t)n, e->run_ids);
+    return rc == 0 ? 0 : eng_fail(e, "copying a run of j-records", rc, 0);
+}
+
+/* Device memory: any number of j-records into the device's buffers: a batch larger than one
+ * scatter on consecutive addresses (a tree code's list, a first upload) in two copies,
+ * others scatter_max at a time (in order, so that a repeated address keeps its last
+ * record). 0, or -1 (error set). */
 static int eng_copy_j(Engine *e, int n, const int *address, const int *index,
                       const double *rec, int nrec)
 {
     const int m = e->jside.scatter_max;
+    int run = n > m;
+    for (int k = 1; k < n && run; k++)
+        run = address[k] == address[0] + k;
+    if (run)
+        return eng_copy_j_run(e, n, address[0], index);
     for (int k = 0; k < n; k += m)
         if (eng_copy_j_batch(e, n - k < m ? n - k : m, address + k, index + k,
                              rec + 4 * (size_t)nrec * (size_t)k, nrec) < 0)
@@ -1354,6 +1406,7 @@ static void Engine_dealloc(Engine *self)
     PyMem_RawFree(self->rec);
     PyMem_RawFree(self->address);
     PyMem_RawFree(self->index);
+    PyMem_RawFree(self->run_ids);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

@@ -165,6 +165,20 @@ def test_parts_combined_by_the_reduce_kernel_and_large_batches(cl_backend, monke
         assert plan["nparts"] == 1  # nothing left to combine on the host
         assert slow._devs[0]._plan(0, 7, 3000, False).nparts > 1
         _near_reference(system, steps[-1], tj, order, precision)
+        # a run of consecutive addresses larger than one scatter (a tree code's list; on
+        # device memory two copies from the mirror): stored by the engine, the same bits
+        x, v, m, ids, a, jerk = system
+        run = np.arange(100, 900)
+        for lib in (fast, slow):
+            lib.set_j_particles(run, ids[run], 0.01, m[run], x[run] * 1.01, v[run],
+                                a=a[run], jerk=jerk[run])
+        assert not fast._dirty
+        np.testing.assert_array_equal(_device_records(fast)[100:900],
+                                      fast._raw[100:900, : fast._devs[0].raw_n])
+        sel = np.arange(20, 40)
+        extra = {"jerk": jerk[sel]} if order >= 8 else {}
+        _same(*[lib.compute(x[sel], v[sel], ids[sel], EPS2,
+                            a=a[sel] if order >= 6 else None, **extra) for lib in (fast, slow)])
     finally:
         fast.close()
         slow.close()
