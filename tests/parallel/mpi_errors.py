@@ -144,7 +144,11 @@ def main() -> None:
     elif mode == "uncaught":
         if RANK == one:
             xi[0, 0] = np.inf
-        pl.compute(xi, v, ids, 1e-4)
+        try:
+            pl.compute(xi, v, ids, 1e-4)
+        except SapporoError as exc:  # noted where it is raised, then left uncaught
+            say(f"RAISED rank {RANK}: {type(exc).__name__}: {exc}")
+            raise
         say(f"UNREACHED rank {RANK}")
     f = pl.compute(x, v, ids, 1e-4)
     say(f"OK rank {RANK} {float(np.abs(f.acc).sum())!r}")
