@@ -62,30 +62,8 @@ static int g5_is_open;        /* g5_open was called (guarded by shim_lock) */
 static double g5_eps;         /* g5_set_eps_to_all's eps, for every context (atomic) */
 static char g5_open_error[512]; /* why the last g5_open failed ("" if it did not) */
 
-/* ------------------------------------------------------------------- errors and locking */
-
-/* A call into Python, or into the error record: under the process-wide lock, with the
- * function named in messages. */
-static void g5_lock(const char *fn)
-{
-    pthread_mutex_lock(&shim_lock);
-    current_fn = fn;
-}
-
-static int g5_unlock(int rc)
-{
-    int stop = abort_code;
-    abort_code = 0;
-    current_fn = "sapporo";
-    pthread_mutex_unlock(&shim_lock);
-    if (stop != 0) {
-        fprintf(stderr, "sapporo: stopping the program (SAPPORO_ON_ERROR=abort)\n");
-        fflush(stderr);
-        exit(1);
-    }
-    return rc;
-}
-
+/* An error of a GRAPE-5 call, recorded under the C API's lock (enter/leave, as every call
+ * into Python or into the error record). */
 static int g5_fail(const char *fn, int code, const char *fmt, ...)
 {
     char message[768];
@@ -93,9 +71,9 @@ static int g5_fail(const char *fn, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
-    g5_lock(fn);
+    enter(fn);
     record_error(code, message, 0);
-    return g5_unlock(code);
+    return leave(code);
 }
 
 /* The context of an id, locked; NULL (and an error) when the id is out of range. */
@@ -125,19 +103,19 @@ static int g5_ready_for(const char *fn, struct g5_context *c, int forces)
     void *api = NULL, *engine = NULL;
     if (c->open)
         return SAPPORO_OK;
-    g5_lock(fn);
+    enter(fn);
     if (!g5_is_open && g5_open_error[0] != '\0' && forces) {
         char message[768];
         snprintf(message, sizeof message, "no forces computed, GRAPE-5 could not be opened: "
                  "%s", g5_open_error);
         record_error(SAPPORO_ERR_STATE, message, 1);
-        return g5_unlock(SAPPORO_ERR_STATE);
+        return leave(SAPPORO_ERR_STATE);
     }
     if (!g5_is_open) {
         rc = g5_open_error[0] != '\0'
             ? fail(SAPPORO_ERR_STATE, "GRAPE-5 is not open: %s", g5_open_error)
             : fail(SAPPORO_ERR_STATE, "GRAPE-5 is not open (call g5_open first)");
-        return g5_unlock(rc);
+        return leave(rc);
     }
     rc = shim_py_g5_open((int)(c - g5c), &c->max_address, &api, &engine);
     if (rc == SAPPORO_OK) {
@@ -150,7 +128,7 @@ static int g5_ready_for(const char *fn, struct g5_context *c, int forces)
             c->eng = engine;
         }
     }
-    return g5_unlock(rc);
+    return leave(rc);
 }
 
 static int g5_ready(const char *fn, struct g5_context *c)
@@ -224,20 +202,20 @@ static int do_g5_open(void)
     int rc;
     struct g5_context *c = &g5c[0];
     pthread_mutex_lock(&c->lock);
-    g5_lock("g5_open");
+    enter("g5_open");
     rc = python_up();
     if (rc == SAPPORO_OK)
         g5_is_open = 1;
-    g5_unlock(rc);
+    leave(rc);
     if (rc == SAPPORO_OK)
         rc = g5_ready("g5_open", c);
-    g5_lock("g5_open");
+    enter("g5_open");
     g5_open_error[0] = '\0';
     if (rc < 0) {
         g5_is_open = 0;
         snprintf(g5_open_error, sizeof g5_open_error, "%s", last_error);
     }
-    g5_unlock(rc);
+    leave(rc);
     return g5_put(c, rc);
 }
 
@@ -254,9 +232,9 @@ static int do_g5_close(void)
             c->eng = NULL;
             c->api = NULL;
             c->open = 0;
-            g5_lock("g5_close");
+            enter("g5_close");
             r = shim_py_g5_close(id);
-            g5_unlock(r);
+            leave(r);
             if (r < 0)
                 rc = r;
         }
@@ -266,9 +244,9 @@ static int do_g5_close(void)
         c->epsj_cap = 0;
         pthread_mutex_unlock(&c->lock);
     }
-    g5_lock("g5_close");
+    enter("g5_close");
     g5_is_open = 0;
-    return g5_unlock(rc);
+    return leave(rc);
 }
 
 /* Context 0's j-capacity; 0 (and a message) before g5_open. */
@@ -287,9 +265,9 @@ static int do_g5_jmemsize(void)
 static int do_g5_pipelines(void)
 {
     int n;
-    g5_lock("g5_get_number_of_pipelines");
+    enter("g5_get_number_of_pipelines");
     n = npipes_for_client();
-    return g5_unlock(n);
+    return leave(n);
 }
 
 static int do_g5_set_eps_to_all(double eps)
@@ -365,8 +343,8 @@ static int do_g5_set_xmj(const char *fn, int id, int adr, int nj, const double *
         && (rc = c->api->put_j(c->eng, nj, c->jaddr, c->jidx, c->jrec, G5_RECORDS)) < 0)
         return g5_put(c, g5_fail(fn, SAPPORO_ERR_BACKEND, "%s", c->api->error(c->eng)));
     if (rc == 0) {  /* the library's way: new addresses, or what the engine does not take */
-        g5_lock(fn);
-        rc = g5_unlock(shim_py_g5_set_j(id, nj, c->jaddr, c->jidx, c->jrec));
+        enter(fn);
+        rc = leave(shim_py_g5_set_j(id, nj, c->jaddr, c->jidx, c->jrec));
         if (rc < 0)
             return g5_put(c, rc);
     }
@@ -498,8 +476,8 @@ static int g5_force(const char *fn, struct g5_context *c, int ni, const double *
             return SAPPORO_OK;
         }
     }
-    g5_lock(fn);
-    return g5_unlock(shim_py_g5_force((int)(c - g5c), c->n, ni, x, eps2, acc, pot));
+    enter(fn);
+    return leave(shim_py_g5_force((int)(c - g5c), c->n, ni, x, eps2, acc, pot));
 }
 
 /* The forces on the i-particles set, into c->acc, c->pot: one force call per softening
