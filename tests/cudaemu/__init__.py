@@ -151,6 +151,19 @@ def _compiler_id() -> str:
     return out.stdout
 
 
+def _build(compiler_args: Sequence[str], lib: Path, what: str) -> None:
+    """Run a compiler whose arguments end with ``-o`` (the output is appended: a temporary
+    file beside ``lib``, which then replaces ``lib`` at once, so that processes building
+    the same library at the same time never load half of one)."""
+    tmp = lib.with_name(f"{lib.name}.{os.getpid()}.tmp")
+    cmd = [*compiler_args, str(tmp)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise EmulatorError(f"{what} build failed: {' '.join(cmd)}", proc.stdout + proc.stderr)
+    os.replace(tmp, lib)
+
+
 def compile_module(source: str, options: Sequence[str] = (),
                    include_dirs: Sequence[str] = ()) -> Module:
     """Compile a CUDA source for the emulation (cached on disk by content and options)."""
@@ -169,14 +182,8 @@ def compile_module(source: str, options: Sequence[str] = (),
     if not lib.exists():
         src = cache_dir / f"{digest}.cu"
         src.write_text(source + _launchers(names))
-        tmp = cache_dir / f"{digest}.{os.getpid()}.so"
-        cmd = [str(CXX), *flags, "-include", str(HEADER), "-x", "c++", str(src), "-o", str(tmp)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            tmp.unlink(missing_ok=True)
-            raise EmulatorError(f"emulator build failed: {' '.join(cmd)}",
-                                proc.stdout + proc.stderr)
-        os.replace(tmp, lib)
+        _build([str(CXX), *flags, "-include", str(HEADER), "-x", "c++", str(src), "-o"], lib,
+               "emulator")
     return Module(lib, names)
 
 
@@ -199,15 +206,8 @@ def driver_library() -> ctypes.CDLL | None:
     lib = folder / "libcuda.so.1"
     if not lib.exists():
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f"libcuda.{os.getpid()}.so"
-        cmd = [cc, "-std=gnu11", "-O1", "-fPIC", "-shared", "-Wall", "-Wl,-soname,libcuda.so.1",
-               str(DRIVER_SOURCE), "-o", str(tmp), "-ldl"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            tmp.unlink(missing_ok=True)
-            raise EmulatorError(f"emulated driver build failed: {' '.join(cmd)}",
-                                proc.stdout + proc.stderr)
-        os.replace(tmp, lib)
+        _build([cc, "-std=gnu11", "-O1", "-fPIC", "-shared", "-Wall", "-Wl,-soname,libcuda.so.1",
+                str(DRIVER_SOURCE), "-ldl", "-o"], lib, "emulated driver")
     driver = ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
     driver.cuemu_driver_calls.restype = ctypes.c_long
     driver.cuemu_driver_calls.argtypes = [ctypes.c_int]
