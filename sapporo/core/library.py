@@ -675,12 +675,25 @@ class Library:
         eng = self._engine
         if eng is None:
             return
+        self._engine_call(eng.wait)
+        self._take_back_args(eng)
+
+    def _engine_call(self, method: Callable[..., Any], *args: Any) -> Any:
+        """A method of the engine; its RuntimeError (a launch failed: the engine is off from
+        now on) as a :class:`BackendError` naming the device."""
         try:
-            eng.wait()
+            return method(*args)
         except RuntimeError as exc:
             self._drop_engine()
             raise BackendError(f"{self._devs[0].info.name}: {exc}") from None
-        self._take_back_args(eng)
+
+    def _engine_takes(self, nj: Any) -> bool:
+        """Whether a force call may be offered to the engine (made the first time): there
+        is one, nothing is pending, and nj is None or an int (the engine checks its range)."""
+        if not self._engine_tried:
+            self._engine_start()
+        return (self._engine is not None and self._pending is None
+                and (nj is None or type(nj) is int))
 
     def _engine_compute(self, x: Any, v: Any, index: Any, eps2: Any, h2: Any, a: Any,
                         jerk: Any, nj: int | None) -> ForceResult | None:
@@ -689,15 +702,12 @@ class Library:
         stored)."""
         ph = self._phases
         t0 = _now() if ph is not None else 0.0
-        try:
-            r = self._engine.compute(x, v, index, eps2, a, jerk, self._time,
-                                     self._n_stored if nj is None else nj, h2)
-        except RuntimeError as exc:  # a launch failed: the engine is off from now on
-            self._drop_engine()
-            raise BackendError(f"{self._devs[0].info.name}: {exc}") from None
+        eng = self._engine
+        r = self._engine_call(eng.compute, x, v, index, eps2, a, jerk, self._time,
+                              self._n_stored if nj is None else nj, h2)
         if r == 0:
             return None
-        res = self._engine_result(r, len(x) if r < 0 else r, index, h2 is not None)
+        res = self._engine_result(eng, r, len(x) if r < 0 else r, index, h2 is not None)
         if ph is not None:
             ph["step"] += _now() - t0
             ph["calls"] += 1
@@ -706,32 +716,24 @@ class Library:
     def _engine_begin(self, x: Any, v: Any, index: Any, eps2: Any, h2: Any, a: Any,
                       jerk: Any, nj: int | None) -> PendingForce | None:
         """:meth:`start_compute` in C, or None: the Python way must do it."""
-        try:
-            ni = self._engine.start(x, v, index, eps2, a, jerk, self._time,
-                                    self._n_stored if nj is None else nj, h2)
-        except RuntimeError as exc:
-            self._drop_engine()
-            raise BackendError(f"{self._devs[0].info.name}: {exc}") from None
+        eng = self._engine
+        ni = self._engine_call(eng.start, x, v, index, eps2, a, jerk, self._time,
+                               self._n_stored if nj is None else nj, h2)
         if ni == 0:
             return None
-        eng = self._engine
         ids = np.array(index, dtype=np.int64).reshape(-1)  # the caller may reuse its array
 
         def finish() -> ForceResult:
-            try:
-                r = eng.finish(ni)
-            except RuntimeError as exc:
-                self._drop_engine()
-                raise BackendError(f"{self._devs[0].info.name}: {exc}") from None
-            return self._engine_result(r, ni, ids, h2 is not None)
+            r = self._engine_call(eng.finish, ni)
+            return self._engine_result(eng, r, ni, ids, h2 is not None)
 
         pending = PendingForce(self._lock, finish, self._collected)
         self._pending = pending
         return pending
 
-    def _engine_result(self, r: int, ni: int, index: Any, lists: bool) -> ForceResult:
-        """The :class:`ForceResult` of the engine's rows for ni i-particles (r = ni, or -1:
-        a result is not finite, named here), with its neighbour lists when asked for."""
+    def _engine_result(self, eng: Any, r: int, ni: int, index: Any, lists: bool) -> ForceResult:
+        """The :class:`ForceResult` of engine ``eng``'s rows for ni i-particles (r = ni, or
+        -1: a result is not finite, named here), with its neighbour lists when asked for."""
         nco = self._nco
         out = self._engine_out[: nco * ni].reshape(nco, ni)  # type: ignore[index]
         if r < 0:
@@ -741,7 +743,7 @@ class Library:
             return self._one_result(col, int(col[OC_NNID]))
         if not lists:
             return self._result(out, index)
-        csr = self._engine.lists()
+        csr = eng.lists()
         offsets, counts32, ids = (np.frombuffer(b, dtype=np.intc) for b in csr)
         stored = np.diff(offsets)
         table = np.full((ni, max(self.nb_capacity, 1)), -1, dtype=np.int32)
@@ -792,10 +794,7 @@ class Library:
                 nj: int | None = None, jerk: Any = None) -> ForceResult:
         """Forces on i-particles from j-addresses [0, nj); blocking. See :meth:`start_compute`."""
         self._check_open()
-        if not self._engine_tried:
-            self._engine_start()
-        if (self._engine is not None and self._pending is None
-                and (nj is None or type(nj) is int)):
+        if self._engine_takes(nj):
             res = self._engine_compute(x, v, index, eps2, h2, a, jerk, nj)
             if res is not None:
                 return res
@@ -825,10 +824,7 @@ class Library:
             Predicted jerks of the i-particles (required for order 8).
         """
         self._check_open()
-        if not self._engine_tried:
-            self._engine_start()
-        if (self._engine is not None and self._pending is None
-                and (nj is None or type(nj) is int)):
+        if self._engine_takes(nj):
             pending = self._engine_begin(x, v, index, eps2, h2, a, jerk, nj)
             if pending is not None:
                 return pending
