@@ -565,10 +565,11 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
         return 0
 
     @extern
-    def shim_py_g5_open(context, max_address, api_out, engine_out) -> int:
+    def shim_py_g5_open(context, max_address, api_out, engine_out, one_out) -> int:
         lib = state.g5_open(context)
         api, engine = _engine_of(lib)
         max_address[0] = lib.max_address
+        one_out[0] = int(any(d.ctx.one_kernel_at_a_time for d in getattr(lib, "_devs", ())))
         api_out[0] = ffi.cast("void *", api)
         engine_out[0] = ffi.cast("void *", engine)
         return 0

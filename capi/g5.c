@@ -8,10 +8,10 @@
  *
  * Each context id (the first argument of the MC calls; 0 for the others) has its own
  * library of order 2 with its own engine, j-memory, n, i-particles and results, and its own
- * mutex, so calls with different ids run at once from several threads.  The engine runs
- * without the GIL; a call into Python (opening a context, j-particles at addresses the
- * library has not held yet, a force the engine leaves to the library) takes shim.c's
- * process-wide lock, which also guards the error record.  Lock order: a context's mutex,
+ * mutex, so calls with different ids run at once from several threads (on PoCL one at a
+ * time: g5_engine_enter).  The engine runs without the GIL; a call into Python (opening a
+ * context, j-particles at addresses the library has not held yet, a force the engine leaves
+ * to the library) takes shim.c's process-wide lock, which also guards the error record.  Lock order: a context's mutex,
  * then shim_lock; never the other way round.
  *
  * The potential comes back as PG5 returns it: positive, sum m_j / sqrt(r^2 + eps^2) (the
@@ -37,6 +37,8 @@ struct g5_context {
     int stored;               /* addresses [0, stored) may be used by g5_set_n */
     const struct sapporo_engine_api *api;
     void *eng;                /* its library's engine; NULL: everything through Python */
+    int one_at_a_time;        /* its engine runs under shim_lock, never beside another
+                               * thread's (PoCL: Context.one_kernel_at_a_time) */
     int n;                    /* g5_set_n: j-particles [0, n) in the next force call */
     int ni;                   /* i-particles set (0: none) */
     int icap;                 /* room for this many in the i-arrays */
@@ -94,6 +96,22 @@ static int g5_put(struct g5_context *c, int rc)
     return rc;
 }
 
+/* Around a call of the context's engine: on a runtime whose kernels must not run at once
+ * from two contexts (PoCL's CPU drivers abort in pocl_release_dlhandle_cache when two
+ * threads run one kernel with different grid sizes), the call takes shim_lock, so that it
+ * runs beside no other context's engine nor any call into Python.  Elsewhere the contexts'
+ * engines run at once, as PG5's do.  The error, if any, is recorded after leaving. */
+static void g5_engine_enter(const char *fn, const struct g5_context *c)
+{
+    if (c->one_at_a_time)
+        enter(fn);
+}
+
+static int g5_engine_leave(const struct g5_context *c, int rc)
+{
+    return c->one_at_a_time ? leave(rc) : rc;
+}
+
 /* Open the context's library unless it is (the context is locked).  forces: a force call,
  * which says on every call that g5_open failed (as the GRAPE-6 force calls do), so that a
  * client that never checks codes does not run on without forces after a few lines. */
@@ -117,7 +135,7 @@ static int g5_ready_for(const char *fn, struct g5_context *c, int forces)
             : fail(SAPPORO_ERR_STATE, "GRAPE-5 is not open (call g5_open first)");
         return leave(rc);
     }
-    rc = shim_py_g5_open((int)(c - g5c), &c->max_address, &api, &engine);
+    rc = shim_py_g5_open((int)(c - g5c), &c->max_address, &api, &engine, &c->one_at_a_time);
     if (rc == SAPPORO_OK) {
         c->open = 1;
         c->stored = 0;
@@ -339,9 +357,13 @@ static int do_g5_set_xmj(const char *fn, int id, int adr, int nj, const double *
         r[3] = mj[adr + k];
     }
     rc = 0;
-    if (c->eng != NULL
-        && (rc = c->api->put_j(c->eng, nj, c->jaddr, c->jidx, c->jrec, G5_RECORDS)) < 0)
-        return g5_put(c, g5_fail(fn, SAPPORO_ERR_BACKEND, "%s", c->api->error(c->eng)));
+    if (c->eng != NULL) {
+        g5_engine_enter(fn, c);
+        rc = g5_engine_leave(c, c->api->put_j(c->eng, nj, c->jaddr, c->jidx, c->jrec,
+                                              G5_RECORDS));
+        if (rc < 0)
+            return g5_put(c, g5_fail(fn, SAPPORO_ERR_BACKEND, "%s", c->api->error(c->eng)));
+    }
     if (rc == 0) {  /* the library's way: new addresses, or what the engine does not take */
         enter(fn);
         rc = leave(shim_py_g5_set_j(id, nj, c->jaddr, c->jidx, c->jrec));
@@ -458,10 +480,12 @@ static int g5_force(const char *fn, struct g5_context *c, int ni, const double *
         return SAPPORO_OK;
     }
     if (c->eng != NULL) {
+        g5_engine_enter(fn, c);
         rc = c->api->start(c->eng, c->n, ni, c->ones, x, c->zeros, NULL, NULL, eps2, NULL, 0,
                            0.0);
         if (rc > 0)
             rc = c->api->finish(c->eng, ni, c->rows);
+        rc = g5_engine_leave(c, rc);
         if (rc < 0)
             return g5_fail(fn, SAPPORO_ERR_BACKEND, "%s", c->api->error(c->eng));
         if (rc > 0) {

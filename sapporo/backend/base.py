@@ -215,6 +215,11 @@ class Context(ABC):
     """
 
     small_pairs: int = 0
+    #: kernels of this runtime must not run at once from two contexts of one process:
+    #: PoCL's CPU drivers (3.1 to at least 5.0) abort (``pocl_release_dlhandle_cache:
+    #: Assertion `found->ref_count > 0'``) when two threads run one kernel at once with
+    #: different grid sizes, as the GRAPE-5 calls of a threaded tree code do
+    one_kernel_at_a_time: bool = False
     #: runtime commands queued so far (kernel launches, copies, fills): the latency budget
     #: counts them per block step
     commands: int = 0

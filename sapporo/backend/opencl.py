@@ -474,6 +474,7 @@ class CLContext(Context):
         self.small_queue = (None if companion is None
                             else cl.CommandQueue(self.cl_context, companion, properties=props))
         self.small_pairs = 0 if companion is None else small
+        self.one_kernel_at_a_time = "portable computing language" in info.platform.lower()
         self._companion = companion
         self._last_small: Any = None
         self._device = device

@@ -42,6 +42,14 @@ def test_device_info_fields():
     assert d.key.startswith("opencl:")
 
 
+def test_pocl_runs_one_kernel_at_a_time(ctx):
+    """PoCL's CPU drivers abort when two threads run one kernel at once with different grid
+    sizes; its contexts say so, and the GRAPE-5 calls then run their engines one at a time
+    (capi/g5.c, g5_engine_enter). Other platforms' contexts run at once."""
+    pocl = "portable computing language" in ctx.info.platform.lower()
+    assert ctx.one_kernel_at_a_time is pocl
+
+
 def test_buffer_round_trip_and_offsets(ctx):
     host = np.arange(1000, dtype=np.float64)
     buf = ctx.alloc(host.nbytes)
