@@ -75,6 +75,16 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 _now = time.perf_counter
 
 
+def _h2_rows(h2: Any, x: Any) -> Any:
+    """A scalar neighbour radius squared as one per i-particle, as the engine takes it (it
+    checks the values); anything else as it is."""
+    if isinstance(h2, (float, int, np.floating, np.integer)) and not isinstance(h2, bool):
+        shape = np.shape(x)
+        if len(shape) == 2:
+            return np.full(shape[0], float(h2))
+    return h2
+
+
 def _serialised(method: _F) -> _F:
     """Run ``method`` under the library's lock: one call at a time, whatever the thread."""
 
@@ -703,20 +713,82 @@ class Library:
         ph = self._phases
         t0 = _now() if ph is not None else 0.0
         eng = self._engine
-        r = self._engine_call(eng.compute, x, v, index, eps2, a, jerk, self._time,
-                              self._n_stored if nj is None else nj, h2)
-        if r == 0:
-            return None
-        res = self._engine_result(eng, r, len(x) if r < 0 else r, index, h2 is not None)
+        if np.shape(x)[:1] > (NI_CHUNK,):
+            res = self._engine_chunks(x, v, index, eps2, h2, a, jerk, nj)
+            if res is None:
+                return None
+        else:
+            r = self._engine_call(eng.compute, x, v, index, eps2, a, jerk, self._time,
+                                  self._n_stored if nj is None else nj, h2)
+            if r == 0:
+                return None
+            res = self._engine_result(eng, r, len(x) if r < 0 else r, index, h2 is not None)
         if ph is not None:
             ph["step"] += _now() - t0
             ph["calls"] += 1
         return res
 
+    def _engine_chunks(self, x: Any, v: Any, index: Any, eps2: Any, h2: Any, a: Any,
+                       jerk: Any, nj: int | None) -> ForceResult | None:
+        """:meth:`compute` of more than ``NI_CHUNK`` i-particles in C, one engine call per
+        chunk of ``NI_CHUNK``; or None: the Python way must do it (a chunk the engine did
+        not take, which the Python way then names)."""
+        eng = self._engine
+        try:
+            xs, vs, ids = np.asarray(x), np.asarray(v), np.asarray(index)
+            ai, ji = (None if u is None else np.asarray(u) for u in (a, jerk))
+            h2s = None if h2 is None else np.asarray(h2)
+        except (TypeError, ValueError):
+            return None
+        ni, nco, lists = xs.shape[0], self._nco, h2 is not None
+        if not all(u is None or u.shape[:1] == (ni,) for u in (vs, ids, ai, ji)):
+            return None
+        out = np.empty((nco, ni))
+        counts = np.zeros(ni, dtype=np.int64) if lists else None
+        table = (np.full((ni, max(self.nb_capacity, 1)), -1, dtype=np.int32) if lists
+                 else None)
+
+        def part(u: np.ndarray | None, c0: int, c1: int) -> Any:
+            return None if u is None or u.ndim == 0 else u[c0:c1]
+
+        for c0 in range(0, ni, NI_CHUNK):
+            c1 = min(ni, c0 + NI_CHUNK)
+            r = self._engine_call(eng.compute, xs[c0:c1], vs[c0:c1], ids[c0:c1], eps2,
+                                  part(ai, c0, c1), part(ji, c0, c1), self._time,
+                                  self._n_stored if nj is None else nj,
+                                  h2 if h2s is None or h2s.ndim == 0 else h2s[c0:c1])
+            if r == 0:
+                return None
+            out[:, c0:c1] = self._engine_out[: nco * (c1 - c0)].reshape(nco, c1 - c0)
+            if lists:
+                counts[c0:c1], table[c0:c1] = self._engine_lists(eng, c1 - c0)
+        if not lists:
+            return self._result(out, ids)
+        return self._result(out, ids, counts, [(counts, table)])
+
+    def _engine_lists(self, eng: Any, ni: int) -> tuple[np.ndarray, np.ndarray]:
+        """The neighbour counts (ni,) and lists (ni, capacity; -1 past a list's end) of
+        engine ``eng``'s last call."""
+        offsets, counts32, ids = (np.frombuffer(b, dtype=np.intc) for b in eng.lists())
+        stored = np.diff(offsets)
+        table = np.full((ni, max(self.nb_capacity, 1)), -1, dtype=np.int32)
+        rows = np.repeat(np.arange(ni), stored)
+        table[rows, np.arange(ids.size) - np.repeat(offsets[:-1], stored)] = ids
+        return counts32.astype(np.int64), table
+
     def _engine_begin(self, x: Any, v: Any, index: Any, eps2: Any, h2: Any, a: Any,
                       jerk: Any, nj: int | None) -> PendingForce | None:
-        """:meth:`start_compute` in C, or None: the Python way must do it."""
+        """:meth:`start_compute` in C, or None: the Python way must do it. More than
+        ``NI_CHUNK`` i-particles are computed here and now, chunk by chunk; the pending
+        call then only hands the result over."""
         eng = self._engine
+        if np.shape(x)[:1] > (NI_CHUNK,):
+            res = self._engine_chunks(x, v, index, eps2, h2, a, jerk, nj)
+            if res is None:
+                return None
+            pending = PendingForce(self._lock, lambda: res, self._collected)
+            self._pending = pending
+            return pending
         ni = self._engine_call(eng.start, x, v, index, eps2, a, jerk, self._time,
                                self._n_stored if nj is None else nj, h2)
         if ni == 0:
@@ -743,13 +815,7 @@ class Library:
             return self._one_result(col, int(col[OC_NNID]))
         if not lists:
             return self._result(out, index)
-        csr = eng.lists()
-        offsets, counts32, ids = (np.frombuffer(b, dtype=np.intc) for b in csr)
-        stored = np.diff(offsets)
-        table = np.full((ni, max(self.nb_capacity, 1)), -1, dtype=np.int32)
-        rows = np.repeat(np.arange(ni), stored)
-        table[rows, np.arange(ids.size) - np.repeat(offsets[:-1], stored)] = ids
-        counts = counts32.astype(np.int64)
+        counts, table = self._engine_lists(eng, ni)
         return self._result(out, index, counts, [(counts, table)])
 
     def _sync_j(self, small: list[bool] | None = None) -> None:
@@ -795,7 +861,7 @@ class Library:
         """Forces on i-particles from j-addresses [0, nj); blocking. See :meth:`start_compute`."""
         self._check_open()
         if self._engine_takes(nj):
-            res = self._engine_compute(x, v, index, eps2, h2, a, jerk, nj)
+            res = self._engine_compute(x, v, index, eps2, _h2_rows(h2, x), a, jerk, nj)
             if res is not None:
                 return res
         with self._hold():  # one context switch for the whole call (CUDA)
@@ -825,7 +891,7 @@ class Library:
         """
         self._check_open()
         if self._engine_takes(nj):
-            pending = self._engine_begin(x, v, index, eps2, h2, a, jerk, nj)
+            pending = self._engine_begin(x, v, index, eps2, _h2_rows(h2, x), a, jerk, nj)
             if pending is not None:
                 return pending
         ph = self._phases
