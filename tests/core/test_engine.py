@@ -20,6 +20,7 @@ from sapporo.core import engine
 from sapporo.errors import InputError, NonFiniteError
 
 EPS2 = 1e-4
+H2_LISTS = 0.01  #: neighbour radius^2 of the steps with lists (a few neighbours each)
 
 
 @pytest.fixture
@@ -72,11 +73,12 @@ def _engine_used(lib) -> bool:
     return lib._engine is not None and lib._engine.ran
 
 
-def _steps(fast, slow, system, order: int, sizes, rng) -> tuple[list, np.ndarray]:
+def _steps(fast, slow, system, order: int, sizes, rng,
+           h2: float | None = None) -> tuple[list, np.ndarray]:
     """Block steps on both libraries (the j-particles stored, a new time, the forces on
-    them), each result the bits of the other's. Returns per step (sel, t, the fast
-    library's result, whether the engine stored the batch, whether it computed the step)
-    and the particles' times."""
+    them, with neighbour lists of radius^2 ``h2`` if given), each result the bits of the
+    other's. Returns per step (sel, t, the fast library's result, whether the engine stored
+    the batch, whether it computed the step) and the particles' times."""
     x, v, m, ids, a, jerk = system
     n = len(x)
     tj = np.zeros(n)
@@ -97,28 +99,45 @@ def _steps(fast, slow, system, order: int, sizes, rng) -> tuple[list, np.ndarray
                 if fast._engine is not None:
                     fast._engine.ran = False  # (set again by any launch of the engine)
             lib.set_time(t)
+            if h2 is not None:
+                extra["h2"] = np.full(ni, h2)
             results.append(lib.compute(x[sel], v[sel], ids[sel], EPS2,
                                        a=a[sel] if order >= 6 else None, **extra))
         _same(*results)
+        if h2 is not None:
+            np.testing.assert_array_equal(*(r.neighbour_counts for r in results))
+            for i in range(ni):
+                np.testing.assert_array_equal(*(r.neighbours(i) for r in results))
         out.append((sel, t, results[0], stored, _engine_used(fast)))
     assert slow._engine is None
     return out, tj
 
 
-def _near_reference(system, step, tj, order: int, precision: str) -> None:
-    """A step's result against the float64 reference (j-particles predicted from tj)."""
+def _near_reference(system, step, tj, order: int, precision: str,
+                    h2: float | None = None) -> None:
+    """A step's result against the float64 reference (j-particles predicted from tj); with
+    ``h2``, its neighbour lists too (double-single may differ at near-ties only)."""
     x, v, m, ids, a, jerk = system
     sel, t, res = step[:3]
     xp, vp, ap = ref.predict(t, tj, x, v, a, jerk)
     want = ref.forces(x[sel], v[sel], ids[sel], xp, vp, m, ids, EPS2, order=order,
                       ai=a[sel] if order >= 6 else None, aj=ap if order >= 6 else None,
-                      ji=jerk[sel] if order >= 8 else None, jj=jerk if order >= 8 else None)
+                      ji=jerk[sel] if order >= 8 else None, jj=jerk if order >= 8 else None,
+                      h2=None if h2 is None else np.full(len(sel), h2))
     tol = 1e-4 if precision == "double-single" else 1e-10
     pairs = [(res.acc, want.acc), (res.pot, want.pot)]
     if order >= 4:
         pairs.append((res.jerk, want.jerk))
     for got, exp in pairs:
         assert np.abs(got - exp).max() <= tol * np.abs(exp).max()
+    if h2 is None:
+        return
+    assert sum(w.size for w in want.neighbours) > 0  # the lists were not all empty
+    id_row = {int(q): k for k, q in enumerate(ids)}
+    for i in range(len(sel)):
+        for j in np.setxor1d(res.neighbours(i), want.neighbours[i]):
+            r2 = float(((xp[id_row[int(j)]] - x[sel[i]]) ** 2).sum())
+            assert precision == "double-single" and abs(r2 - h2) <= 1e-5 * h2, (i, j, r2)
 
 
 @pytest.mark.parametrize("precision", ["double-single", "double"])
@@ -206,7 +225,8 @@ def test_cuda_road_on_the_emulation(order, precision):
             if fast._devs[0].ctx.native_entry_points() is None:
                 pytest.skip("a real CUDA driver is loaded: the emulated contexts are not its")
             launches = driver.cuemu_driver_calls(0)
-            steps, tj = _steps(fast, slow, system, order, sizes, np.random.default_rng(9))
+            steps, tj = _steps(fast, slow, system, order, sizes, np.random.default_rng(9),
+                               h2=H2_LISTS)
             assert all(s[4] for s in steps), "a block not run by the engine"
             assert driver.cuemu_driver_calls(0) > launches + 2 * len(sizes)
             plan = fast._direct_plan(2500, 7)
@@ -214,11 +234,12 @@ def test_cuda_road_on_the_emulation(order, precision):
         finally:
             fast.close()
             slow.close()
-    _near_reference(system, steps[-1], tj, order, precision)
+    _near_reference(system, steps[-1], tj, order, precision, h2=H2_LISTS)
     # the same steps through OpenCL
     cl, slow = _pair(order, precision, "opencl")
     try:
-        cl_steps, _ = _steps(cl, slow, system, order, sizes, np.random.default_rng(9))
+        cl_steps, _ = _steps(cl, slow, system, order, sizes, np.random.default_rng(9),
+                             h2=H2_LISTS)
     finally:
         cl.close()
         slow.close()
