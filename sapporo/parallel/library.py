@@ -698,49 +698,38 @@ class ParallelLibrary:
         return pending
 
     def _ncols(self) -> int:
-        """Doubles per i-particle in the exchanged partial results."""
-        return (6 + (3 if self.order >= 4 else 0) + (3 if self.order >= 6 else 0)
-                + (3 if self.order >= 8 else 0) + 1)
+        """Doubles per i-particle in the exchanged partial results: the library's result
+        rows (``layout.h``: acc, pot, jerk, snap, crackle, nearest neighbour) and the
+        neighbour count."""
+        return layout.nco(self.order) + 1
 
     def _pack(self, res: Any, n: int) -> np.ndarray:
-        """(n, K) partial results: acc, pot, nn_r2, nn_id, [jerk], [snap], [crackle],
-        counts."""
-        k = self._ncols()
-        buf = np.zeros((n, k))
+        """(n, K) partial results: the rows of ``res`` (None: no force, no neighbour) and
+        the neighbour counts, per i-particle."""
+        buf = np.zeros((n, self._ncols()))
+        buf[:, layout.OC_NNID] = -1.0
+        buf[:, layout.OC_NNR2] = np.inf
         if res is None:
-            buf[:, 4] = np.inf
-            buf[:, 5] = -1.0
             return buf
-        buf[:, 0:3] = res.acc
-        buf[:, 3] = res.pot
-        buf[:, 4] = res.nn_r2
-        buf[:, 5] = res.nn_index
-        c = 6
-        if self.order >= 4:
-            buf[:, c:c + 3] = res.jerk
-            c += 3
-        if self.order >= 6:
-            buf[:, c:c + 3] = res.snap
-            c += 3
-        if self.order >= 8:
-            buf[:, c:c + 3] = res.crackle
-            c += 3
+        buf[:, layout.ACC_ROWS] = res.acc
+        buf[:, layout.OC_POT] = res.pot
+        buf[:, layout.OC_NNID] = res.nn_index
+        buf[:, layout.OC_NNR2] = res.nn_r2
+        for name, rows in (("jerk", layout.JERK_ROWS), ("snap", layout.SNAP_ROWS),
+                           ("crackle", layout.CRACKLE_ROWS)):
+            if getattr(res, name) is not None:
+                buf[:, rows] = getattr(res, name)
         if res.neighbour_counts is not None:
-            buf[:, c] = res.neighbour_counts
+            buf[:, -1] = res.neighbour_counts
         return buf
 
     def _combine(self, parts: np.ndarray) -> np.ndarray:
-        """Combine (ncols, n, K) partials of a row in column order."""
-        out = parts[0].copy()
-        for p in parts[1:]:
-            out += p  # the nearest-neighbour columns are redone below
-        r2 = np.where(parts[:, :, 5] >= 0, parts[:, :, 4], np.inf)
-        best = r2.min(axis=0)
-        nid = np.where((parts[:, :, 5] >= 0) & (r2 == best), parts[:, :, 5], np.inf).min(axis=0)
-        found = nid < np.inf
-        out[:, 4] = np.where(found, best, np.inf)
-        out[:, 5] = np.where(found, nid, -1.0)
-        return out
+        """Combine (ncols, n, K) partials of a row, as a library combines its devices'
+        (:func:`~sapporo.core.device.combine_parts`: one order of the sums, the nearest
+        neighbour of the smallest r^2, ties to the lower id)."""
+        from sapporo.core.device import combine_parts
+
+        return combine_parts(np.ascontiguousarray(parts.transpose(0, 2, 1))).T
 
     def _reduce_scatter(self, flag: float, part: np.ndarray) -> tuple[bool, np.ndarray]:
         """Combine the row's partials (n, K) for large blocks: each rank of the row combines
@@ -775,8 +764,6 @@ class ParallelLibrary:
 
     def _finish(self, state: dict[str, Any]) -> Any:
         """Collect the local partials, combine them along the rows, gather the rows."""
-        from sapporo import ForceResult
-
         ni, lo, hi, ngb = state["ni"], state["lo"], state["hi"], state["ngb"]
         n = hi - lo
         k = self._ncols()
@@ -839,39 +826,18 @@ class ParallelLibrary:
                                                constant_values=_NO_ID) for p in pieces])
             else:
                 lens, lists = row_lists
-        return self._result(ForceResult, full, ngb, lens, lists, state["index"])
+        return self._result(full, ngb, lens, lists, state["index"])
 
-    def _result(self, ForceResult: Any, full: np.ndarray, ngb: bool, lens: Any,
-                lists: Any, index: Any) -> Any:
-        c = 6
-        jerk = snap = crackle = None
-        if self.order >= 4:
-            jerk = full[:, c:c + 3].copy()
-            c += 3
-        if self.order >= 6:
-            snap = full[:, c:c + 3].copy()
-            c += 3
-        if self.order >= 8:
-            crackle = full[:, c:c + 3].copy()
-            c += 3
-        acc, pot = full[:, 0:3].copy(), full[:, 3].copy()
-        checked = [acc, pot[:, None]] + [q for q in (jerk, snap, crackle) if q is not None]
-        finite = np.isfinite(np.hstack(checked)).all(axis=1)
-        if not finite.all():
-            bad = np.flatnonzero(~finite)
-            ids = np.asarray(index).reshape(-1)
-            which = f" (id {int(ids[bad[0]])})" if ids.size == full.shape[0] else ""
-            raise _everywhere(NonFiniteError(
-                f"non-finite force on i-particle {int(bad[0])}{which} and {bad.size - 1} "
-                "other(s) after summing the ranks' partial forces (overflow?)"))
-        counts = full[:, c].astype(np.int64) if ngb else None
-        return ForceResult(
-            acc=acc, jerk=jerk, snap=snap, crackle=crackle, pot=pot,
-            nn_index=full[:, 5].astype(np.int64),
-            nn_r2=full[:, 4].copy(), neighbour_counts=counts,
-            overflow=bool(ngb and (counts > self.nb_capacity).any()),
-            capacity=self.nb_capacity, _lists=[(lens, lists)] if ngb else [],
-        )
+    def _result(self, full: np.ndarray, ngb: bool, lens: Any, lists: Any, index: Any) -> Any:
+        """The :class:`~sapporo.ForceResult` of the combined (ni, K) rows, as the local
+        library reads its own; a force that is not finite raises on every rank."""
+        counts = full[:, -1].astype(np.int64) if ngb else None
+        try:
+            return self._lib._result(np.ascontiguousarray(full[:, :-1].T),
+                                     np.asarray(index).reshape(-1), counts,
+                                     [(lens, lists)] if ngb else None)
+        except NonFiniteError as exc:
+            raise _everywhere(exc) from None
 
 
 # ---------------------------------------------------------------------- the command line
