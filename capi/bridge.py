@@ -21,7 +21,6 @@ import numpy as np
 
 from sapporo import config
 from sapporo.core.layout import raw_n
-from sapporo.core.validate import COORD_LIMIT, vec3
 from sapporo.errors import (
     BackendError,
     ConfigError,
@@ -211,46 +210,6 @@ class Bridge:
         return api, engine
 
     # ------------------------------------------------------------------------ j-particles
-    def set_j(
-        self,
-        address: np.ndarray,
-        index: np.ndarray,
-        t: np.ndarray,
-        mass: np.ndarray,
-        x: np.ndarray,
-        v: np.ndarray,
-        a: np.ndarray,
-        jerk: np.ndarray,
-        snap: np.ndarray | None,
-        crackle: np.ndarray | None,
-        pop: np.ndarray | None = None,
-        d5: np.ndarray | None = None,
-    ) -> None:
-        """Store a batch of j-particles (unscaled derivatives; None means zero; ``pop`` and
-        ``d5``, the 4th and 5th derivatives, at order 8 only).
-
-        The C half has checked them (finite values, addresses within the device memory,
-        indices >= 0), so they go to the library's checked path: only what C does not
-        check is checked here (the magnitude of positions, and in double-single the
-        range of masses)."""
-        n = int(address.shape[0])
-        if n == 0:
-            self._open_lib()
-            return
-        if not (x.size and float(np.abs(x).max()) < COORD_LIMIT):
-            vec3("x", x, n, limit=COORD_LIMIT)  # raises, naming the row
-        rec = np.zeros((n, JB_RECORDS, 4), dtype=np.float64)
-        rec[:, 0, :3] = x
-        rec[:, 0, 3] = mass
-        rec[:, 1, :3] = v
-        rec[:, 1, 3] = t
-        given = 1
-        for q, val in enumerate((a, jerk, snap, crackle, pop, d5), start=2):
-            if val is not None:
-                rec[:, q, :3] = val
-                given = q
-        self.set_j_records(address, index, rec, given)
-
     def set_j_records(self, address: np.ndarray, index: np.ndarray, records: np.ndarray,
                       given: int) -> None:
         """Store a batch of j-particles given as raw records, (n, JB_RECORDS, 4) in the

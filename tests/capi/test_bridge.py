@@ -11,6 +11,19 @@ from sapporo.capi.bridge import DEFAULT_NPIPES, MAX_NPIPES, Bridge, open_setting
 from sapporo.errors import ConfigError, SapporoError
 
 
+def _set_j(bridge: Bridge, ids: np.ndarray, m: np.ndarray, x: np.ndarray, v: np.ndarray,
+           a: np.ndarray | None = None, jerk: np.ndarray | None = None) -> None:
+    """j-particles at addresses ``ids`` (times 0) as the C half hands them over: raw
+    records (layout.h: x|m, v|t, a, jerk, ...)."""
+    rec = np.zeros((len(ids), 8, 4))
+    rec[:, 0, :3], rec[:, 0, 3], rec[:, 1, :3] = x, m, v
+    given = 1
+    for q, d in ((2, a), (3, jerk)):
+        if d is not None:
+            rec[:, q, :3], given = d, q
+    bridge.set_j_records(np.asarray(ids, np.int32), np.asarray(ids, np.int32), rec, given)
+
+
 @pytest.fixture(autouse=True)
 def _no_sapporo_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for name in ("ORDER", "PRECISION", "BACKEND", "DEVICES", "CONFIG", "NPIPES"):
@@ -98,7 +111,7 @@ def test_negative_h2_of_one_particle_gives_an_empty_list() -> None:
         x = np.array([[0.0, 0, 0], [1.0, 0, 0], [0, 1.0, 0]])
         z = np.zeros((3, 3))
         ids = np.arange(3, dtype=np.int32)
-        bridge.set_j(ids, ids, np.zeros(3), np.ones(3), x, z, z, z, None, None)
+        _set_j(bridge, ids, np.ones(3), x, z)
         bridge.set_time(0.0)
         bridge.start(3, ids, x, z, None, 0.0, np.array([4.0, -1.0, 4.0]))
         res = bridge.finish(3)
@@ -155,7 +168,7 @@ def test_non_finite_h2_means_no_list_and_forces_all_the_same() -> None:
         x = np.array([[0.0, 0, 0], [1.0, 0, 0]])
         z = np.zeros((2, 3))
         ids = np.arange(2, dtype=np.int32)
-        bridge.set_j(ids, ids, np.zeros(2), np.ones(2), x, z, z, z, None, None)
+        _set_j(bridge, ids, np.ones(2), x, z)
         bridge.set_time(0.0)
         bridge.start(2, ids, x, z, None, 0.0, None)
         plain = bridge.finish(2)
@@ -221,9 +234,9 @@ def test_c_buffer_matches_the_layout() -> None:
     assert "r[3] = mass;" in shim and "r[7] = t;" in shim
 
 
-def test_records_path_matches_the_columns_path() -> None:
-    """set_j (columns, the Python side of tests) and set_j_records (the C buffer's raw
-    records) store the same particles: the same forces, bitwise."""
+def test_records_path_matches_the_python_api() -> None:
+    """set_j_records (the C buffer's raw records) stores what the Python API's
+    set_j_particles stores: the same forces, bitwise."""
     rng = np.random.default_rng(3)
     n = 40
     x, v, a, j = (rng.normal(size=(n, 3)) for _ in range(4))
@@ -235,12 +248,9 @@ def test_records_path_matches_the_columns_path() -> None:
         bridge.open(order=4, precision="double")
         try:
             if packed:
-                rec = np.zeros((n, 8, 4))
-                rec[:, 0, :3], rec[:, 0, 3], rec[:, 1, :3] = x, m, v
-                rec[:, 2, :3], rec[:, 3, :3] = a, j
-                bridge.set_j_records(ids, ids, rec, 3)
+                _set_j(bridge, ids, m, x, v, a, j)
             else:
-                bridge.set_j(ids, ids, np.zeros(n), m, x, v, a, j, None, None)
+                bridge._open_lib().set_j_particles(ids, ids, 0.0, m, x, v, a=a, jerk=j)
             bridge.set_time(0.01)
             bridge.start(n, ids[:5], x[:5], v[:5], None, 1e-4, None)
             out.append(bridge.finish(5))

@@ -153,8 +153,9 @@ def test_engine_and_plans_from_python(monkeypatch) -> None:
         assert plan["ni_args"][1] == lib._devs[0].ni_arg
         # j-particles stored the library's way: no plan holds until the next is made
         lgen = int(lib._lgen[0])
-        bridge.set_j(np.array([1]), np.array([1]), np.zeros(1), np.full(1, 0.5),
-                     np.zeros((1, 3)), np.zeros((1, 3)), None, None, None, None)
+        rec = np.zeros((1, 8, 4))
+        rec[0, 0, 3] = 0.5
+        bridge.set_j_records(np.array([1], np.int32), np.array([1], np.int32), rec, 1)
         assert lib._lgen[0] > lgen
     finally:
         bridge.close()
