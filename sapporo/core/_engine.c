@@ -1510,8 +1510,9 @@ done:
 
 /* The arguments of start and compute, (x, v, index, eps2, a, jerk, t, nj, h2), started as
  * the library would take them: 1 started (*ni set), 0 the library's way (nothing queued),
- * -1 with an exception set. h2: None, or (ni,) float64 radii finite, >= 0 and not all 0
- * (anything else the library's way, which gives its answer or error). */
+ * -1 with an exception set. h2: None, or (ni,) float64 radii finite and >= 0 (anything
+ * else the library's way, which gives its answer or error); all 0: no lists computed, and
+ * lists() says None (the caller's lists are all empty). */
 static int start_args(Engine *self, PyObject *const *args, Py_ssize_t nargs, const char *name,
                       Py_ssize_t *ni_out)
 {
@@ -1565,8 +1566,8 @@ static int start_args(Engine *self, PyObject *const *args, Py_ssize_t nargs, con
                 goto done;
             any |= h2[i] > 0.0;
         }
-        if (!any)
-            goto done;
+        if (!any)  /* lists asked for, none wanted: every list empty (the caller's) */
+            h2 = NULL;
     }
     rc = eng_start_ids(self, (int)nj, (int)ni, ids, wide, xv, vv, av, jv, eps2, h2, 1, t);
     *ni_out = ni;

@@ -769,9 +769,12 @@ class Library:
     def _engine_lists(self, eng: Any, ni: int) -> tuple[np.ndarray, np.ndarray]:
         """The neighbour counts (ni,) and lists (ni, capacity; -1 past a list's end) of
         engine ``eng``'s last call."""
-        offsets, counts32, ids = (np.frombuffer(b, dtype=np.intc) for b in eng.lists())
-        stored = np.diff(offsets)
+        csr = eng.lists()
         table = np.full((ni, max(self.nb_capacity, 1)), -1, dtype=np.int32)
+        if csr is None:  # no i-particle wanted a list (every h2 zero)
+            return np.zeros(ni, dtype=np.int64), table
+        offsets, counts32, ids = (np.frombuffer(b, dtype=np.intc) for b in csr)
+        stored = np.diff(offsets)
         rows = np.repeat(np.arange(ni), stored)
         table[rows, np.arange(ids.size) - np.repeat(offsets[:-1], stored)] = ids
         return counts32.astype(np.int64), table

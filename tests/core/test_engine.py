@@ -254,7 +254,7 @@ def test_cuda_road_on_the_emulation(order, precision):
 def test_neighbour_lists_and_the_asynchronous_pair_run_in_c(cl_backend, precision):
     """compute with h2 and start_compute/result run in the engine: the bits, nearest
     neighbours, neighbour lists, exact counts and overflow of the Python way (capacity 8,
-    so that some lists overflow); h2 of zero or nothing asks the Python way; j-particles
+    so that some lists overflow); radii of zero give empty lists; j-particles
     stored between start and result count from the next call on, as in the Python way."""
     n = 900
     x, v, m, ids, a, jerk = _system(n, seed=4)
@@ -301,11 +301,13 @@ def test_neighbour_lists_and_the_asynchronous_pair_run_in_c(cl_backend, precisio
                 got = set(res[0].neighbours(i).tolist())
                 assert sure <= got <= maybe
         assert overflowed  # exact counts past the capacity were seen
-        ran = fast._engine.ran
-        fast._engine.ran = False
-        fast.compute(x[:2], v[:2], ids[:2], EPS2, h2=np.zeros(2))  # no radius: Python's way
-        assert not fast._engine.ran
-        fast._engine.ran = ran
+        fast._engine.ran = False  # radii of zero: lists asked for, all empty, in C too
+        got, want = (lib.compute(x[:2], v[:2], ids[:2], EPS2, h2=np.zeros(2))
+                     for lib in (fast, slow))
+        assert fast._engine.ran
+        _same(got, want)
+        assert got.neighbour_counts.tolist() == want.neighbour_counts.tolist() == [0, 0]
+        assert got.neighbours(1).size == 0 and not got.overflow
     finally:
         fast.close()
         slow.close()
