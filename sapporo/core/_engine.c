@@ -19,6 +19,11 @@
  * range, addresses already stored, derivatives the predictor already reads, masses
  * double-single can hold.  Anything else returns "the library's way" with nothing changed,
  * and the library's own code gives its usual answer or error.
+ *
+ * A library that profiles gives plans with DP_SECONDS_AT: every launch queued here is then
+ * timed by the runtime (OpenCL: the launch's event; CUDA: events recorded around it), read
+ * at the next wait and added to that float64 (the device's kernel_seconds).  Without it no
+ * event is made or read for timing.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -764,7 +769,8 @@ static int eng_wait(void *engine)
     e->busy_queue = NULL;
     e->staged = 0;  /* the copies that read the staging arrays are done */
     if (rc != 0) {
-        eng_timed_collect(e, 0);
+        if (e->ntimed > 0)
+            eng_timed_collect(e, 0);
         return eng_fail(e, "waiting for the device", rc, status);
     }
     if (e->ntimed > 0 && (rc = eng_timed_collect(e, 1)) != 0)
