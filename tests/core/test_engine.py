@@ -254,11 +254,14 @@ def test_profiling_library_steps_run_in_c_and_are_timed(cl_backend, order, preci
     and on device memory when tests/core/test_device_memory.py runs this file again with
     SAPPORO_NATIVE_MEMORY=device), with the bits of a library that does not profile, and
     the engine adds its kernels' device time to kernel_seconds: more than zero, and more
-    for a call four times larger. A library that does not profile has no timing in its
-    plans and reads 0."""
+    for a call four times larger. A library that profiles the Python way counts too; one
+    that does not profile has no timing in its plans and reads 0."""
     system = _system(2000, seed=13)
     prof = sapporo.Library(order=order, precision=precision, backend=cl_backend,
                            profiling=True)
+    py_prof = sapporo.Library(order=order, precision=precision, backend=cl_backend,
+                              profiling=True)
+    py_prof._engine_tried = True  # never starts an engine
     plain, slow = _pair(order, precision, cl_backend)
     try:
         assert prof.kernel_seconds == 0.0
@@ -270,6 +273,8 @@ def test_profiling_library_steps_run_in_c_and_are_timed(cl_backend, order, preci
         _near_reference(system, steps[-1], tj, order, precision)
         _steps(plain, slow, system, order, [1, 3], np.random.default_rng(17))
         assert _engine_used(plain) and plain.kernel_seconds == 0.0
+        _steps(py_prof, slow, system, order, [1, 3], np.random.default_rng(17))
+        assert py_prof._engine is None and py_prof.kernel_seconds > 0.0  # the Python way's
         plan = prof._direct_plan(2000, 3)
         assert plan["seconds_at"] != 0 and plain._direct_plan(2000, 3)["seconds_at"] == 0
         if config.from_environment().native_memory == "device":
@@ -279,7 +284,7 @@ def test_profiling_library_steps_run_in_c_and_are_timed(cl_backend, order, preci
         _kernel_time_grows(prof, system, order, 256, 1024)
         assert prof._engine.launches >= launches + 6
     finally:
-        for lib in (prof, plain, slow):
+        for lib in (prof, py_prof, plain, slow):
             lib.close()
 
 
