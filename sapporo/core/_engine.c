@@ -697,7 +697,7 @@ static int eng_room(Engine *e, int lists, int n)
 /* A timed launch's events released (the handles that were made). */
 static void eng_timed_free(const struct dplan *p, const struct eng_timed *t)
 {
-    dcl_int rc;
+    dcl_int rc = 0;
     if (!is_cuda(p)) {
         if (t->end != NULL)
             p->release(t->end);
