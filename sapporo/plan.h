@@ -28,7 +28,14 @@
  * set: DP_FN_CU_* are cuLaunchKernel, cuMemcpyHtoDAsync_v2, cuMemcpyDtoHAsync_v2,
  * cuStreamSynchronize, cuStreamQuery, cuCtxPushCurrent_v2 and cuCtxPopCurrent_v2, DP_CONTEXT
  * the CUcontext made current around every call, queues are streams, kernels CUfunctions and
- * buffers CUdeviceptrs (always device memory).  Plain C enums only: Python parses them.
+ * buffers CUdeviceptrs (always device memory).
+ *
+ * Kernel timing (a library opened with profiling): DP_SECONDS_AT is the address of the
+ * float64 to which the engine adds the device time of its launches (0: no timing, and no
+ * events made for it); OpenCL reads it with DP_FN_PROFILING_INFO (clGetEventProfilingInfo)
+ * from the launches' events, CUDA with DP_FN_CU_EVENT_* (cuEventCreate, cuEventRecord,
+ * cuEventElapsedTime, cuEventDestroy_v2) from events recorded around each launch.  Plain C
+ * enums only: Python parses them.
  */
 #ifndef SAPPORO_PLAN_H
 #define SAPPORO_PLAN_H
@@ -43,10 +50,12 @@ enum {
     DP_NB_LISTS_BUF, DP_SCATTER_MAX, DP_SCATTER_ADDR, DP_SCATTER_RAW, DP_SCATTER_IDS,
     DP_SCATTER_ADDR_BUF, DP_SCATTER_RAW_BUF, DP_SCATTER_IDS_BUF, DP_CONTEXT, DP_FN_CU_LAUNCH,
     DP_FN_CU_HTOD, DP_FN_CU_DTOH, DP_FN_CU_SYNC, DP_FN_CU_QUERY, DP_FN_CU_PUSH, DP_FN_CU_POP,
+    DP_SECONDS_AT, DP_FN_PROFILING_INFO, DP_FN_CU_EVENT_CREATE, DP_FN_CU_EVENT_RECORD,
+    DP_FN_CU_EVENT_ELAPSED, DP_FN_CU_EVENT_DESTROY,
     DP_LAUNCHES
 };
 enum { DL_QUEUE, DL_KERNEL, DL_CALL_ARG, DL_NI_ARG, DL_DIMS, DL_G0, DL_G1, DL_L0, DL_L1,
        DL_NARGS, DL_ARGS };
-enum { DP_MAX_ARGS = 32, DP_LAUNCH_WORDS = 74, DP_WORDS = 355 };
+enum { DP_MAX_ARGS = 32, DP_LAUNCH_WORDS = 74, DP_WORDS = 361 };
 
 #endif

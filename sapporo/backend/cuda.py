@@ -99,7 +99,9 @@ _ENGINE_ENTRY_POINTS = {
     "cu_launch": "cuLaunchKernel", "cu_htod": "cuMemcpyHtoDAsync_v2",
     "cu_dtoh": "cuMemcpyDtoHAsync_v2", "cu_sync": "cuStreamSynchronize",
     "cu_query": "cuStreamQuery", "cu_push": "cuCtxPushCurrent_v2",
-    "cu_pop": "cuCtxPopCurrent_v2",
+    "cu_pop": "cuCtxPopCurrent_v2", "cu_event_create": "cuEventCreate",
+    "cu_event_record": "cuEventRecord", "cu_event_elapsed": "cuEventElapsedTime",
+    "cu_event_destroy": "cuEventDestroy_v2",
 }
 
 

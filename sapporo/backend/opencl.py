@@ -637,7 +637,7 @@ _ENTRY_POINTS: dict[str, int] | None = None
 _ENTRY_NAMES = {"set_arg": "clSetKernelArg", "enqueue": "clEnqueueNDRangeKernel",
                 "flush": "clFlush", "finish": "clFinish", "event_info": "clGetEventInfo",
                 "release": "clReleaseEvent", "write": "clEnqueueWriteBuffer",
-                "read": "clEnqueueReadBuffer"}
+                "read": "clEnqueueReadBuffer", "profiling_info": "clGetEventProfilingInfo"}
 
 
 def _icd_loader_path() -> str | None:

@@ -19,6 +19,11 @@
  * range, addresses already stored, derivatives the predictor already reads, masses
  * double-single can hold.  Anything else returns "the library's way" with nothing changed,
  * and the library's own code gives its usual answer or error.
+ *
+ * A library that profiles gives plans with DP_SECONDS_AT: every launch queued here is then
+ * timed by the runtime (OpenCL: the launch's event; CUDA: events recorded around it), read
+ * at the next wait and added to that float64 (the device's kernel_seconds).  Without it no
+ * event is made or read for timing.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -35,6 +40,9 @@
 
 #define ENG_NI_MAX 8192   /* i-particles per call (sapporo.core.launch.NI_CHUNK) */
 #define ENG_NJ_KEEP 256   /* put_j's buffers from Python are kept up to this many records */
+/* timed launches (profiling) between two waits: at most a scatter, or a prediction, a force
+ * and a reduce (every store of a batch and every force call waits for the previous one) */
+#define ENG_TIMED_MAX 8
 /* the smallest normal float: double-single loses smaller non-zero masses (library.FLT_MIN) */
 #define ENGINE_FLT_MIN 1.1754943508222875e-38
 
@@ -55,6 +63,8 @@ typedef dcl_int (*dcl_copy_fn)(void *queue, void *mem, uint32_t blocking, size_t
                                size_t size, void *ptr, uint32_t nev, const void *events,
                                void **event);
 #define DCL_EVENT_COMMAND_EXECUTION_STATUS 0x11D3
+#define DCL_PROFILING_COMMAND_START 0x1282
+#define DCL_PROFILING_COMMAND_END 0x1283
 
 /* The CUDA driver API's entry points (no CUDA headers needed: CUresult is an int, handles
  * are pointers, device memory a 64-bit CUdeviceptr). */
@@ -66,6 +76,10 @@ typedef int (*dcu_dtoh_fn)(void *dst, uint64_t src, size_t size, void *stream);
 typedef int (*dcu_stream_fn)(void *stream);
 typedef int (*dcu_push_fn)(void *context);
 typedef int (*dcu_pop_fn)(void **context);
+/* cuEventCreate, cuEventRecord and cuEventElapsedTime (cuEventDestroy_v2: a dcu_stream_fn) */
+typedef int (*dcu_event_create_fn)(void **event, unsigned flags);
+typedef int (*dcu_event_record_fn)(void *event, void *stream);
+typedef int (*dcu_event_elapsed_fn)(float *ms, void *start, void *end);
 #define DCU_ERROR_NOT_READY 600
 
 /* The plan table: DP_* words and, for each of the four launches (prediction, force, scatter,
@@ -111,6 +125,14 @@ struct dplan {
     dcu_stream_fn cu_sync, cu_query;
     dcu_push_fn cu_push;
     dcu_pop_fn cu_pop;
+    /* kernel timing (profiling): the device time of each launch is added to *seconds_at
+     * (NULL: no timing), read with profiling_info (OpenCL) or the cu_event_* (CUDA) */
+    double *seconds_at;
+    dcl_event_info_fn profiling_info;
+    dcu_event_create_fn cu_event_create;
+    dcu_event_record_fn cu_event_record;
+    dcu_event_elapsed_fn cu_event_elapsed;
+    dcu_stream_fn cu_event_destroy;
     /* device memory (memory 1): the buffers behind idata, out and the lists, and the queue
      * of the j-records' copies; dev_raw and dev_ids are then device buffers too */
     int memory;
@@ -199,6 +221,12 @@ static int plan_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int li
     p->cu_query = (dcu_stream_fn)(intptr_t)w[DP_FN_CU_QUERY];
     p->cu_push = (dcu_push_fn)(intptr_t)w[DP_FN_CU_PUSH];
     p->cu_pop = (dcu_pop_fn)(intptr_t)w[DP_FN_CU_POP];
+    p->seconds_at = (double *)(intptr_t)w[DP_SECONDS_AT];
+    p->profiling_info = (dcl_event_info_fn)(intptr_t)w[DP_FN_PROFILING_INFO];
+    p->cu_event_create = (dcu_event_create_fn)(intptr_t)w[DP_FN_CU_EVENT_CREATE];
+    p->cu_event_record = (dcu_event_record_fn)(intptr_t)w[DP_FN_CU_EVENT_RECORD];
+    p->cu_event_elapsed = (dcu_event_elapsed_fn)(intptr_t)w[DP_FN_CU_EVENT_ELAPSED];
+    p->cu_event_destroy = (dcu_stream_fn)(intptr_t)w[DP_FN_CU_EVENT_DESTROY];
     p->memory = (int)w[DP_MEMORY];
     p->queue = (void *)(intptr_t)w[DP_QUEUE];
     p->idata_buf = (void *)(intptr_t)w[DP_IDATA_BUF];
@@ -233,6 +261,11 @@ static int plan_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int li
              : (p->set_arg == NULL || p->enqueue == NULL || p->flush == NULL
                 || p->finish == NULL || p->event_info == NULL || p->release == NULL
                 || (p->memory && (p->write == NULL || p->read == NULL))))
+        return -1;
+    if (p->seconds_at != NULL
+        && (cuda ? (p->cu_event_create == NULL || p->cu_event_record == NULL
+                    || p->cu_event_elapsed == NULL || p->cu_event_destroy == NULL)
+                 : p->profiling_info == NULL))
         return -1;
     if (p->predict.nargs < 0 || p->force.nargs < 0 || p->nparts < 1
         || p->ni_pad < ni || p->nco > NCO_ORDER8 || p->nci > NCI_ORDER8
@@ -378,8 +411,8 @@ static int drv_busy(const struct dplan *p, void *queue, void *ev, dcl_int *statu
 }
 
 /* Wait for a launch queued on queue (its event ev, or NULL), polling for p->spin_ns before
- * sleeping (a sleeping wait costs a thread wake-up, tens of us); releases ev. 0 when it
- * completed; else the OpenCL error, and *status its execution status. */
+ * sleeping (a sleeping wait costs a thread wake-up, tens of us); ev is not released. 0 when
+ * it completed; else the OpenCL error, and *status its execution status. */
 static dcl_int plan_wait(const struct dplan *p, void *queue, void *ev, dcl_int *status)
 {
     dcl_int rc;
@@ -399,8 +432,6 @@ static dcl_int plan_wait(const struct dplan *p, void *queue, void *ev, dcl_int *
     if (is_cuda(p))
         *status = 0;
     rc = drv_finish(p, queue);
-    if (ev != NULL)
-        p->release(ev);
     return rc != 0 ? rc : (*status < 0 ? *status : 0);
 }
 
@@ -571,6 +602,14 @@ static int result_row(const struct dplan *p, int i, double *v)
 
 /* ---------------------------------------------------------------------------- the engine */
 
+/* A launch timed for a library that profiles: OpenCL, the launch's event (end); CUDA, two
+ * events recorded before (start) and after (end) it on its stream.  Its device time goes to
+ * *cell once it has run. */
+struct eng_timed {
+    void *start, *end;
+    double *cell;
+};
+
 typedef struct {
     PyObject_HEAD
     int ready;               /* __init__ ran */
@@ -598,6 +637,9 @@ typedef struct {
     void *inflight_queue, *inflight_event;
     int last_ni, last_nj;
     double last_eps2;
+    /* profiling: the launches queued since the last wait, timed (eng_timed_collect) */
+    struct eng_timed timed[ENG_TIMED_MAX];
+    int ntimed;
     /* the neighbour lists of the last finished call, as CSR */
     int lists_ni, lists_valid;
     int *nb_offsets, *nb_counts, *nb_ids;
@@ -652,6 +694,60 @@ static int eng_room(Engine *e, int lists, int n)
     return 0;
 }
 
+/* A timed launch's events released (the handles that were made). */
+static void eng_timed_free(const struct dplan *p, const struct eng_timed *t)
+{
+    dcl_int rc = 0;
+    if (!is_cuda(p)) {
+        if (t->end != NULL)
+            p->release(t->end);
+        return;
+    }
+    if (t->start != NULL)
+        CU_CALL(p, rc, p->cu_event_destroy(t->start));
+    if (t->end != NULL)
+        CU_CALL(p, rc, p->cu_event_destroy(t->end));
+    (void)rc;
+}
+
+/* The timed launches, all of which have run when read is 1: their device time added to
+ * their cells (read 0, after an error: not read), their events released. 0, or the
+ * runtime's error reading a time (every event is released either way). */
+static dcl_int eng_timed_collect(Engine *e, int read)
+{
+    const struct dplan *p = &e->jside;
+    dcl_int rc = 0;
+    void *prev;
+    if (is_cuda(p) && p->cu_push(p->cu_context) != 0)
+        rc = -1;  /* (no context to read or free them in: the events went with it) */
+    else if (is_cuda(p)) {
+        for (int k = 0; k < e->ntimed; k++) {
+            struct eng_timed *t = &e->timed[k];
+            float ms = 0.0f;
+            if (read && rc == 0 && (rc = p->cu_event_elapsed(&ms, t->start, t->end)) == 0)
+                *t->cell += 1e-3 * (double)ms;
+            p->cu_event_destroy(t->start);
+            p->cu_event_destroy(t->end);
+        }
+        p->cu_pop(&prev);
+    }
+    else {
+        for (int k = 0; k < e->ntimed; k++) {
+            struct eng_timed *t = &e->timed[k];
+            uint64_t t0 = 0, t1 = 0;
+            if (read && rc == 0
+                && (rc = p->profiling_info(t->end, DCL_PROFILING_COMMAND_START, sizeof t0,
+                                           &t0, NULL)) == 0
+                && (rc = p->profiling_info(t->end, DCL_PROFILING_COMMAND_END, sizeof t1, &t1,
+                                           NULL)) == 0)
+                *t->cell += t1 > t0 ? 1e-9 * (double)(t1 - t0) : 0.0;
+            p->release(t->end);
+        }
+    }
+    e->ntimed = 0;
+    return rc;
+}
+
 /* Wait for the force call in flight, if any, and for every other command the engine
  * queued: 0, or -1 (error set). */
 static int eng_wait(void *engine)
@@ -662,6 +758,8 @@ static int eng_wait(void *engine)
     if (p != NULL) {
         e->inflight = NULL;
         rc = plan_wait(p, e->inflight_queue, e->inflight_event, &status);
+        if (e->inflight_event != NULL && p->seconds_at == NULL)
+            p->release(e->inflight_event);  /* (timed, the timing releases it) */
         e->inflight_event = NULL;
         if (e->busy_queue == e->inflight_queue)
             e->busy_queue = NULL;
@@ -670,8 +768,13 @@ static int eng_wait(void *engine)
         rc = drv_finish(&e->jside, e->busy_queue);
     e->busy_queue = NULL;
     e->staged = 0;  /* the copies that read the staging arrays are done */
-    if (rc != 0)
+    if (rc != 0) {
+        if (e->ntimed > 0)
+            eng_timed_collect(e, 0);
         return eng_fail(e, "waiting for the device", rc, status);
+    }
+    if (e->ntimed > 0 && (rc = eng_timed_collect(e, 1)) != 0)
+        return eng_fail(e, "reading a kernel's device time", rc, 0);
     return 0;
 }
 
@@ -688,10 +791,44 @@ static int eng_on(Engine *e, void *queue)
     return 0;
 }
 
+/* Queue a launch (see plan_launch; event, when not NULL, receives its OpenCL event); timed
+ * when the library profiles (p->seconds_at), read at the next wait. 0, or -1 (error set). */
 static int eng_launch(Engine *e, struct dplan *p, struct dlaunch *l, uint64_t call_value,
                       int ni, void **event, const char *what)
 {
-    dcl_int rc = plan_launch(p, l, call_value, ni, event);
+    struct eng_timed *t = NULL;
+    void *ev = NULL;
+    dcl_int rc = 0;
+    if (p->seconds_at != NULL) {
+        if (e->ntimed == ENG_TIMED_MAX) {
+            snprintf(e->error, sizeof e->error, "more than %d timed launches between two "
+                     "waits; block steps take the library's way from now on", ENG_TIMED_MAX);
+            e->off = 1;
+            return -1;
+        }
+        t = &e->timed[e->ntimed];
+        t->start = t->end = NULL;
+        t->cell = p->seconds_at;
+        if (is_cuda(p)) {
+            CU_CALL(p, rc, p->cu_event_create(&t->start, 0));
+            if (rc == 0)
+                CU_CALL(p, rc, p->cu_event_create(&t->end, 0));
+            if (rc == 0)
+                CU_CALL(p, rc, p->cu_event_record(t->start, l->queue));
+        }
+    }
+    if (rc == 0)
+        rc = plan_launch(p, l, call_value, ni, event != NULL || t != NULL ? &ev : NULL);
+    if (t != NULL && is_cuda(p) && rc == 0)
+        CU_CALL(p, rc, p->cu_event_record(t->end, l->queue));
+    if (t != NULL && !is_cuda(p))
+        t->end = ev;  /* OpenCL: the launch's event, released by the timing */
+    if (t != NULL && rc == 0)
+        e->ntimed++;
+    else if (t != NULL)
+        eng_timed_free(p, t);
+    if (event != NULL)
+        *event = ev;
     e->ran = 1;
     if (rc != 0)
         return eng_fail(e, what, rc, 0);
@@ -982,7 +1119,7 @@ static int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
             rc = drv_read(p, p->force.queue, p->nb_lists_buf,
                           sizeof(int32_t) * (size_t)p->ni_pad * (size_t)p->nb_cap, p->nb_lists);
         if (rc != 0) {
-            if (ev != NULL)
+            if (ev != NULL && p->seconds_at == NULL)  /* (timed, the timing releases it) */
                 p->release(ev);
             return eng_fail(e, "queueing the results' copy", rc, 0);
         }

@@ -132,7 +132,10 @@ class Device:
         self.h_raw: np.ndarray | None = None
         self.h_id: np.ndarray | None = None
         self.bufs: dict[str, Buffer] = {}
-        self.kernel_seconds = 0.0
+        # the device time of the kernels run for the library (profiling): the kernels'
+        # events of the Python way (``events``, summed at finish) and the native engine's
+        # launches, which it adds through the cell's address (see kernel_seconds)
+        self.seconds_cell = np.zeros(1, dtype=np.float64)
         self.events: list[Event] = []
         self._kernels: dict[tuple[LaunchConfig, bool, bool], tuple[Kernel, Kernel]] = {}
         self.hosts: dict[str, HostBuffer] = {}
@@ -247,10 +250,10 @@ class Device:
         for host, nbytes in ((addr, n * 4), (packed, raw.nbytes), (pid, n * 4)):
             host.to_device(nbytes)
         scatter = self._predict_prog(False, terms).kernel("scatter_j")
-        scatter(*_linear(n), *layout.kernel_args(layout.SCATTER_ARGS, {
+        self._record(scatter(*_linear(n), *layout.kernel_args(layout.SCATTER_ARGS, {
             "n": np.int32(n), "addr": addr.buffer, "packed": packed.buffer,
             "packed_id": pid.buffer, "raw": self.j["raw"], "jid": self.j["id"]},
-            self.variant.order, self.variant.ds))
+            self.variant.order, self.variant.ds)))
 
     def ni_pad(self, ni: int) -> int:
         """``ni`` i-particles padded to whole work-groups of their launch configuration."""
@@ -461,10 +464,16 @@ class Device:
             self._kernels[key] = (prog.kernel("force"), prog.kernel("reduce"))
         return self._kernels[key]
 
+    @property
+    def kernel_seconds(self) -> float:
+        """Device time of the kernels run for the library so far (with profiling; 0.0
+        without): see :attr:`sapporo.Library.kernel_seconds`."""
+        return float(self.seconds_cell[0])
+
     def finish(self) -> None:
         self.ctx.finish()
         if self.events:
-            self.kernel_seconds += sum(ev.elapsed or 0.0 for ev in self.events)
+            self.seconds_cell[0] += sum(ev.elapsed or 0.0 for ev in self.events)
             self.events.clear()
 
     def _free_j(self) -> None:

@@ -6,7 +6,9 @@ engine (``sapporo.core._engine``, compiled from ``_engine.c`` when the package i
 runs the same steps in C on plans the library made (the launches of
 :mod:`sapporo.core.device`), for the Python API and the C API alike, with the library's
 checks and the same bits. What it does not take as it is goes the library's own way, with
-the usual results and errors. ``SAPPORO_NATIVE=0`` sends every step the Python way.
+the usual results and errors. A library that profiles has the engine time its launches
+into :attr:`Library.kernel_seconds <sapporo.Library.kernel_seconds>` (the plan's
+``seconds_at``). ``SAPPORO_NATIVE=0`` sends every step the Python way.
 
 A plan is a table of int64 words whose layout is written once, in ``sapporo/plan.h``:
 :func:`plan_enums` reads it from there and :func:`plan_words` fills it.

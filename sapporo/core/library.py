@@ -254,7 +254,17 @@ class Library:
 
     @property
     def kernel_seconds(self) -> float:
-        """Device time spent in kernels so far (only with ``profiling=True``)."""
+        """Device time spent in kernels so far, in seconds (only with ``profiling=True``;
+        0.0 without).
+
+        It counts the kernels that the library's calls run, each timed by the runtime
+        (OpenCL's event profiling, CUDA's events): the prediction of the j-particles, the
+        force, the reduce that combines its j-parts where a kernel does that, and the
+        scatter of stored j-particles into device memory; not the copies between host and
+        device, nor any time on the host. Block steps in the native engine and calls the
+        library runs itself add to the same sum, each device's, once the call's work has
+        finished (a pending :meth:`start_compute` counts when its result is collected).
+        """
         return sum(d.kernel_seconds for d in self._devs)
 
     def launch_tables(self) -> list[LaunchTable]:
@@ -522,8 +532,9 @@ class Library:
         """A force call of ``ni`` i-particles on j-addresses [0, nj), with neighbour lists or
         not, as the native engine runs it (``sapporo/core/_engine.c``, for the Python API
         and the C API), or why not: 0 (not for this shape: more i- or j-particles than
-        planned for) or -1 (not for this library: several devices, profiling, a backend
-        without native launches or buffer handles).
+        planned for) or -1 (not for this library: several devices, a backend without
+        native launches or buffer handles). A library that profiles has the engine time
+        its launches (``seconds_at``: the device's :attr:`kernel_seconds` cell).
 
         The library is brought up to date with the device first (records uploaded,
         predicted, the queues finished), so that C starts from a consistent state. The
@@ -533,7 +544,7 @@ class Library:
         :meth:`_engine_wait` has them set their arguments again before Python launches
         them.
         """
-        if self.ndev != 1 or self._devs[0].variant.profiling:
+        if self.ndev != 1:
             return -1
         dev = self._devs[0]
         entry = dev.ctx.native_entry_points()
@@ -621,6 +632,7 @@ class Library:
                 "gen": dev._gen, "gen_at": dev.gen_cell.ctypes.data,
                 "lgen": int(self._lgen[0]), "lgen_at": self._lgen.ctypes.data,
                 "ni_lo": lo, "ni_hi": hi, "entry": entry,
+                "seconds_at": dev.seconds_cell.ctypes.data if dev.variant.profiling else 0,
                 "context": dev.ctx.native_context() or 0,
                 "nb_counts": 0 if plan.counts is None else plan.counts.ctypes.data,
                 "nb_lists": 0 if plan.lists is None else plan.lists.ctypes.data,
@@ -632,10 +644,9 @@ class Library:
 
     def _engine_start(self) -> None:
         """Make the native engine for this library, where it can run: one device with
-        native launches, no profiling (decided once)."""
+        native launches (decided once)."""
         self._engine_tried = True
-        if (self.ndev != 1 or self.profiling
-                or self._devs[0].ctx.native_entry_points() is None):
+        if self.ndev != 1 or self._devs[0].ctx.native_entry_points() is None:
             return
         from sapporo.core import engine
 

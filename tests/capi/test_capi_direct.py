@@ -126,7 +126,7 @@ def test_engine_and_plans_from_python(monkeypatch) -> None:
         assert isinstance(plan, dict)
         assert plan["n_stored"] == n and plan["ni_pad"] >= 5 and plan["nparts"] >= 1
         assert set(plan["entry"]) == {"set_arg", "enqueue", "flush", "finish", "event_info",
-                                      "release", "write", "read"}
+                                      "release", "write", "read", "profiling_info"}
         dev = lib._devs[0]
         if dev.h_raw is not None:  # host memory: the engine writes the device's records
             assert plan["memory"] == 0 and plan["dev_raw"] == dev.h_raw.ctypes.data

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import sapporo
+from sapporo import config
 from sapporo import reference as ref
 from sapporo.core import engine
 from sapporo.errors import InputError, NonFiniteError
@@ -248,6 +249,103 @@ def test_cuda_road_on_the_emulation(order, precision):
         for name in ("acc", "pot"):
             scale = np.abs(getattr(want, name)).max()
             assert np.abs(getattr(res, name) - getattr(want, name)).max() <= tol * scale
+
+
+def _kernel_time_grows(lib, system, order: int, small: int, big: int) -> None:
+    """A profiling library's kernel time: more than zero for every call, and more for a call
+    of ``big`` i-particles than for one of ``small`` (the least of three each: a busy host
+    only adds time; no figures asserted)."""
+    x, v, m, ids, a, jerk = system
+    times: dict[int, list[float]] = {small: [], big: []}
+    for k in range(3):
+        for ni in (small, big):
+            lib.set_time(0.5 + 1e-3 * k)
+            k0 = lib.kernel_seconds
+            lib.compute(x[:ni], v[:ni], ids[:ni], EPS2, a=a[:ni] if order >= 6 else None,
+                        jerk=jerk[:ni] if order >= 8 else None)
+            times[ni].append(lib.kernel_seconds - k0)
+    assert all(t > 0 for ts in times.values() for t in ts), times
+    assert min(times[big]) > min(times[small]), times
+
+
+@pytest.mark.parametrize("precision", ["double-single", "double"])
+@pytest.mark.parametrize("order", [2, 4, 6, 8])
+def test_profiling_library_steps_run_in_c_and_are_timed(cl_backend, order, precision):
+    """A library opened with profiling runs its block steps in the engine (on host memory,
+    and on device memory when tests/core/test_device_memory.py runs this file again with
+    SAPPORO_NATIVE_MEMORY=device), with the bits of a library that does not profile, and
+    the engine adds its kernels' device time to kernel_seconds: more than zero, and more
+    for a call four times larger. A library that profiles the Python way counts too; one
+    that does not profile has no timing in its plans and reads 0."""
+    system = _system(2000, seed=13)
+    prof = sapporo.Library(order=order, precision=precision, backend=cl_backend,
+                           profiling=True)
+    py_prof = sapporo.Library(order=order, precision=precision, backend=cl_backend,
+                              profiling=True)
+    py_prof._engine_tried = True  # never starts an engine
+    plain, slow = _pair(order, precision, cl_backend)
+    try:
+        assert prof.kernel_seconds == 0.0
+        steps, tj = _steps(prof, slow, system, order, [1, 3, 1, 40, 7],
+                           np.random.default_rng(17))
+        assert all(s[4] for s in steps), "a block not run by the engine"
+        assert all(s[3] for s in steps[1:]), "a batch not stored by the engine"
+        assert prof.kernel_seconds > 0.0
+        _near_reference(system, steps[-1], tj, order, precision)
+        _steps(plain, slow, system, order, [1, 3], np.random.default_rng(17))
+        assert _engine_used(plain) and plain.kernel_seconds == 0.0
+        _steps(py_prof, slow, system, order, [1, 3], np.random.default_rng(17))
+        assert py_prof._engine is None and py_prof.kernel_seconds > 0.0  # the Python way's
+        plan = prof._direct_plan(2000, 3)
+        assert plan["seconds_at"] != 0 and plain._direct_plan(2000, 3)["seconds_at"] == 0
+        if config.from_environment().native_memory == "device":
+            assert plan["memory"] == 1  # the engine queued the copies and scatters
+        # larger calls, in the engine too (a force launch each at least)
+        launches = prof._engine.launches
+        _kernel_time_grows(prof, system, order, 256, 1024)
+        assert prof._engine.launches >= launches + 6
+    finally:
+        for lib in (prof, py_prof, plain, slow):
+            lib.close()
+
+
+@pytest.mark.parametrize("order", [4, 8])
+def test_profiling_on_the_cuda_road(order):
+    """The engine's CUDA road times its launches with events recorded around each on the
+    stream (cuEventCreate, cuEventRecord, cuEventElapsedTime, cuEventDestroy_v2 of the
+    emulated driver): the steps run in C with the bits of the library's own way, the time
+    grows with the work, every event made is destroyed, and a library that does not
+    profile makes none."""
+    import cudaemu
+    from cudaemu.fake_pycuda import emulated_cuda
+
+    system = _system(1500, seed=23)
+    with emulated_cuda():
+        driver = cudaemu.driver_library()
+        if driver is None:
+            pytest.skip("no C compiler for the emulated CUDA driver")
+        prof = sapporo.Library(order=order, precision="double-single", backend="cuda",
+                               profiling=True)
+        plain, slow = _pair(order, "double-single", "cuda")
+        try:
+            if prof._devs[0].ctx.native_entry_points() is None:
+                pytest.skip("a real CUDA driver is loaded: the emulated contexts are not its")
+            made, live = driver.cuemu_driver_calls(4), driver.cuemu_driver_calls(5)
+            _steps(plain, slow, system, order, [3, 1, 20], np.random.default_rng(3))
+            assert _engine_used(plain) and plain.kernel_seconds == 0.0
+            assert driver.cuemu_driver_calls(4) == made  # no events without profiling
+            steps, _ = _steps(prof, slow, system, order, [3, 1, 20, 7],
+                              np.random.default_rng(3))
+            assert all(s[4] for s in steps), "a block not run by the engine"
+            assert prof.kernel_seconds > 0.0
+            # two events per launch: a prediction, a force and a reduce per step or so
+            assert driver.cuemu_driver_calls(4) >= made + 2 * 2 * len(steps)
+            _kernel_time_grows(prof, system, order, 16, 64)
+            prof._engine_wait()
+            assert driver.cuemu_driver_calls(5) == live  # every event destroyed
+        finally:
+            for lib in (prof, plain, slow):
+                lib.close()
 
 
 @pytest.mark.parametrize("precision", ["double-single", "double"])

@@ -6,18 +6,26 @@
  * "Device memory" is host memory (the stand-in PyCUDA allocates it), a module is the
  * emulation's compiled kernel library, its image the text "cuemu:<path>", a function the
  * emulator's launcher of one kernel.  Work runs when it is queued, so streams are always
- * done.  What a GPU would refuse is refused here too: every call but the context stack's
- * needs a current context (CUDA_ERROR_INVALID_CONTEXT otherwise), pops need pushes.
+ * done, and an event records the host's clock when it is recorded (the time between two
+ * events around a launch is the time the emulated kernel took).  What a GPU would refuse is
+ * refused here too: every call but the context stack's needs a current context
+ * (CUDA_ERROR_INVALID_CONTEXT otherwise), pops need pushes, an elapsed time needs two
+ * recorded events made with timing.
  */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_INVALID_IMAGE 200
 #define CUDA_ERROR_INVALID_CONTEXT 201
+#define CUDA_ERROR_INVALID_HANDLE 400
+#define CUDA_ERROR_NOT_READY 600
+#define CU_EVENT_DISABLE_TIMING 0x2
 #define CUDA_ERROR_NOT_FOUND 500
 #define CUDA_ERROR_LAUNCH_FAILED 719
 
@@ -27,8 +35,15 @@ typedef int (*launcher_fn)(const unsigned *grid, const unsigned *block, void **a
 
 static __thread void *stack[64];
 static __thread int depth;
-/* calls by kind, over the process: launches, copies to and from the device, waits */
-static long n_launch, n_htod, n_dtoh, n_sync;
+/* calls by kind, over the process: launches, copies to and from the device, waits; events
+ * made, and events not yet destroyed */
+static long n_launch, n_htod, n_dtoh, n_sync, n_event, n_event_live;
+
+/* an event: the clock when it was last recorded */
+struct event {
+    int timing, recorded;
+    double seconds;
+};
 
 static int current(void)
 {
@@ -139,8 +154,66 @@ EXPORT int cuStreamQuery(void *stream)
     return stream == NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
-/* The calls made so far: what = 0 launches, 1 copies to the device, 2 from it, 3 waits. */
+EXPORT int cuEventCreate(void **event, unsigned flags)
+{
+    struct event *ev;
+    if (!current())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (event == NULL || (ev = calloc(1, sizeof *ev)) == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    ev->timing = !(flags & CU_EVENT_DISABLE_TIMING);
+    n_event++;
+    n_event_live++;
+    *event = ev;
+    return CUDA_SUCCESS;
+}
+
+EXPORT int cuEventRecord(void *event, void *stream)
+{
+    struct event *ev = event;
+    struct timespec now;
+    if (!current())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (ev == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (stream == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    ev->seconds = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+    ev->recorded = 1;
+    return CUDA_SUCCESS;
+}
+
+EXPORT int cuEventElapsedTime(float *ms, void *start, void *end)
+{
+    const struct event *a = start, *b = end;
+    if (!current())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (a == NULL || b == NULL || ms == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!a->timing || !b->timing)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!a->recorded || !b->recorded)
+        return CUDA_ERROR_NOT_READY;
+    *ms = (float)(1e3 * (b->seconds - a->seconds));
+    return CUDA_SUCCESS;
+}
+
+EXPORT int cuEventDestroy_v2(void *event)
+{
+    if (!current())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (event == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    free(event);
+    n_event_live--;
+    return CUDA_SUCCESS;
+}
+
+/* The calls made so far: what = 0 launches, 1 copies to the device, 2 from it, 3 waits, 4
+ * events made; 5 the events not yet destroyed. */
 EXPORT long cuemu_driver_calls(int what)
 {
-    return what == 0 ? n_launch : what == 1 ? n_htod : what == 2 ? n_dtoh : n_sync;
+    const long n[] = {n_launch, n_htod, n_dtoh, n_sync, n_event, n_event_live};
+    return what >= 0 && what < 6 ? n[what] : -1;
 }
