@@ -11,6 +11,12 @@
  * parts combined in the order of sapporo.core.device.combine_parts (the same bits as the
  * library's own way), the results into the caller's rows.
  *
+ * A library with several devices gets one plan per device for each shape (a block of plans,
+ * plan.h): each device's records (address a on device a % ndev at local address a / ndev),
+ * prediction, force and reduce are its own, every device's launches are queued before any
+ * is waited for, and the devices' rows are combined as sapporo.core.library.Library._assemble
+ * does (each device's parts, then the devices' rows in the same order; struct edev).
+ *
  * One engine per library holds all of this native state: the plans, the generations of
  * the memory they point at, the prediction, the call in flight, the last neighbour lists.
  * The Python API uses it through the Engine type below; the C API through the function
