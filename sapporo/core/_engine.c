@@ -1107,11 +1107,14 @@ static int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
     if (!e->pred_valid || e->pred_time != t) {
         memcpy(&bits, &t, sizeof bits);
         e->pred_valid = 0;
-        for (int d = 0; d < nd; d++)
+        for (int d = 0; d < nd; d++) {
             if (eng_on(e, d, p[d].predict.queue) < 0
                 || eng_launch(e, &p[d], &p[d].predict, bits, ni, NULL,
                               "queueing the prediction") < 0)
                 return -1;
+            if (nd > 1 && !is_cuda(&p[d]))  /* under way while another device is waited for */
+                p[d].flush(p[d].predict.queue);
+        }
         e->pred_valid = 1;
         e->pred_time = t;
     }
