@@ -597,7 +597,7 @@ typedef struct {
     struct dplan *unpacked;  /* ndev plans: a block being installed */
     int have_j;              /* the devices' j-sides are those of the current plans */
     struct edev dev[ENG_MAX_DEV];
-    /* the device's predicted records: valid for pred_time (set by the library too) */
+    /* the devices' predicted records: valid for pred_time (set by the library too) */
     int pred_valid;
     double pred_time;
     int ran;                 /* launched since the library last worked its own way */

@@ -555,6 +555,14 @@ def test_module_refuses_misuse():
         eng = mod.Engine(out, planner)
         assert eng.compute(*args, 5, None) == 0 and eng.off == 1
         assert eng.compute(*args, 5, None) == 0
+    # a device count it does not serve; a plan of one block for an engine of two devices
+    for ndev in (0, -1, mod.MAX_DEV + 1):
+        with pytest.raises(ValueError, match="ndev"):
+            mod.Engine(out, lambda *a: 0, ndev)
+    one_block = engine.plan_words(0)
+    one_block[0] = 1
+    eng = mod.Engine(out, lambda *a: one_block, 2)
+    assert eng.compute(*args, 5, None) == 0 and eng.off == 1
 
 
 def test_launch_failure_is_a_backend_error_and_the_python_way_goes_on(cl_backend):

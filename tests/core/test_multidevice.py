@@ -142,6 +142,15 @@ ENGINE_SCRIPT = textwrap.dedent(
             for lib in (fast, slow):
                 lib.set_j_particles(np.arange(n), ids[addr], 0.0, m[addr], x[addr], v[addr],
                                     a=a[addr], jerk=jerk[addr])
+            # a plan per device: its own records and force on its local addresses, the
+            # library's mirror, addresses and block sizes
+            plans = fast._direct_plan(n, 5)
+            plans_ok = (len(plans) == 2 and plans[0]["dev_raw"] != plans[1]["dev_raw"]
+                        and plans[0]["mirror_raw"] == plans[1]["mirror_raw"]
+                        and plans[0]["launches"][1] is not plans[1]["launches"][1]
+                        and all(p["n_stored"] == n for p in plans)
+                        and plans[0]["ni_lo"] == plans[1]["ni_lo"] <= 5
+                        and plans[0]["ni_hi"] == plans[1]["ni_hi"] >= 5)
             mismatch, ran, stored, overflow, predicted = [], 0, 0, False, 0
             # (ni, lists, part of the j-range): the largest block first (the buffers
             # grow), then shapes again, whose plans the engine has (it predicts itself)
@@ -198,8 +207,9 @@ ENGINE_SCRIPT = textwrap.dedent(
                       for p, q in [(f.acc, r.acc), (f.pot, r.pot)]
                       + ([(f.jerk, r.jerk)] if order >= 4 else []))
             out[f"{order}-{prec}"] = {
-                "ndev": fast.ndev, "mismatch": mismatch, "steps": len(steps), "ran": ran,
-                "stored": stored, "predicted": predicted, "overflow": overflow,
+                "ndev": fast.ndev, "plans": plans_ok, "mismatch": mismatch,
+                "steps": len(steps), "ran": ran, "stored": stored, "predicted": predicted,
+                "overflow": overflow,
                 "last_ran": last_ran, "err": err, "nn": bool((f.nn_index == r.nn_index).all()),
             }
             fast.close()
@@ -219,7 +229,7 @@ def test_block_steps_on_two_devices_run_in_the_engine(memory):
     within the float64 reference's tolerance (``auto``: host memory on a CPU)."""
     res = _two_devices(ENGINE_SCRIPT, SAPPORO_NATIVE_MEMORY=memory, SAPPORO_NATIVE="1")
     for key, r in res.items():
-        assert r["ndev"] == 2, key
+        assert r["ndev"] == 2 and r["plans"], key
         assert r["mismatch"] == [], (key, r["mismatch"])
         # every step in C, every store after the first step (the engine starts at the
         # first force call), and on shapes planned before the devices' predictions too
