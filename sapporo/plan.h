@@ -3,7 +3,13 @@
  * as the library's Python side prepared it (sapporo.core.engine.plan_words writes them, reading
  * the enums below from this text; sapporo/engine.h reads them into struct dplan).
  *
- * DP_* words, then four launches of DL_* words each: the prediction, the force, (device
+ * A plan is one block per device of the library: DP_WORDS words for each, device d's in block
+ * d (addresses spread round-robin: global address a on device a % ndev at local address a /
+ * ndev).  Every block holds the library's words (the order, DP_N_STORED, the host mirror
+ * DP_MIRROR_*, DP_LGEN, the range DP_NI_LO .. DP_NI_HI served by every device) and its
+ * device's own (its records, buffers, queues, launches on its local addresses, DP_GEN).
+ *
+ * A block: DP_* words, then four launches of DL_* words each: the prediction, the force, (device
  * memory only; zeros otherwise) the scatter of j-records, and (where a kernel combines the
  * force's j-parts; zeros otherwise) the reduce, whose argument ni is at DL_NI_ARG.
  * DP_NPARTS is the number of parts the engine combines on the host (1 after a reduce).  A plan

@@ -11,6 +11,12 @@
  * parts combined in the order of sapporo.core.device.combine_parts (the same bits as the
  * library's own way), the results into the caller's rows.
  *
+ * A library with several devices gets one plan per device for each shape (a block of plans,
+ * plan.h): each device's records (address a on device a % ndev at local address a / ndev),
+ * prediction, force and reduce are its own, every device's launches are queued before any
+ * is waited for, and the devices' rows are combined as sapporo.core.library.Library._assemble
+ * does (each device's parts, then the devices' rows in the same order; struct edev).
+ *
  * One engine per library holds all of this native state: the plans, the generations of
  * the memory they point at, the prediction, the call in flight, the last neighbour lists.
  * The Python API uses it through the Engine type below; the C API through the function
@@ -40,9 +46,11 @@
 
 #define ENG_NI_MAX 8192   /* i-particles per call (sapporo.core.launch.NI_CHUNK) */
 #define ENG_NJ_KEEP 256   /* put_j's buffers from Python are kept up to this many records */
+#define ENG_MAX_DEV 16    /* devices of one library (more: the library's way) */
 /* timed launches (profiling) between two waits: at most a scatter, or a prediction, a force
- * and a reduce (every store of a batch and every force call waits for the previous one) */
-#define ENG_TIMED_MAX 8
+ * and a reduce per device (every store of a batch and every force call waits for the
+ * previous one) */
+#define ENG_TIMED_MAX (4 * ENG_MAX_DEV)
 /* the smallest normal float: double-single loses smaller non-zero masses (library.FLT_MIN) */
 #define ENGINE_FLT_MIN 1.1754943508222875e-38
 
@@ -100,6 +108,7 @@ struct dlaunch {
 
 struct dplan {
     int status, nj, ni, lists;  /* status 1: usable; -1: this shape goes the library's way */
+    int dev;                    /* the device of the library it is for (0 .. ndev - 1) */
     int64_t gen, lgen;          /* the generations of the device's and the library's memory */
     const int64_t *gen_at, *lgen_at;  /* ... and where their current values are */
     int32_t *nb_counts, *nb_lists;  /* with lists: (ni_pad) counts, (ni_pad, nb_cap) ids */
@@ -455,33 +464,6 @@ static int records_ok(int n, const int *address, const double *rec, int nrec, in
     return 1;
 }
 
-/* n j-records into the host mirror and, on a device that computes on host memory (dev_raw
- * not NULL), the device's records (in order: a repeated address keeps its last record, as
- * in the library). Only the records the predictor reads (x|m, v|t and read_terms
- * derivatives) are written: the others are zero in every stored record (records_ok, and
- * the library raises read_terms when it stores a non-zero one), and stay so. */
-static void records_write(int n, const int *address, const int *index, const double *rec,
-                          int nrec, double *mirror_raw, int64_t *mirror_ids, double *dev_raw,
-                          int32_t *dev_ids, int raw_n, int read_terms)
-{
-    const size_t len = 4 * (size_t)raw_n;
-    const int used = read_terms + 2 < raw_n ? read_terms + 2 : raw_n;
-    const size_t given = sizeof(double) * 4 * (size_t)(nrec < used ? nrec : used);
-    const size_t zeros = sizeof(double) * 4 * (size_t)(used - (nrec < used ? nrec : used));
-    for (int k = 0; k < n; k++) {
-        size_t a = (size_t)address[k];
-        const double *r = rec + 4 * (size_t)nrec * k;
-        memcpy(mirror_raw + a * len, r, given);
-        memset((char *)(mirror_raw + a * len) + given, 0, zeros);
-        mirror_ids[a] = index[k];
-        if (dev_raw != NULL) {
-            memcpy(dev_raw + a * len, r, given);
-            memset((char *)(dev_raw + a * len) + given, 0, zeros);
-            dev_ids[a] = index[k];
-        }
-    }
-}
-
 /* i-particle i's id: index holds int64 (wide) or int values. */
 static long id_at(const void *index, int wide, int i)
 {
@@ -543,22 +525,21 @@ static void i_pack(const struct dplan *p, int ni, const void *index, int wide, c
     }
 }
 
-/* The parts of row r, i-particle i, combined as sapporo.core.device.combine_parts does: lane l
- * adds parts l, l + L, l + 2L, ... in order, then lane l + s is added into lane l for
- * s = L/2, ..., 1 (where that lane holds parts). */
-static double combine_sum(const struct dplan *p, int r, int i)
+/* The sum of n values x[0], x[stride], ... in the order of sapporo.core.device.combine_parts
+ * (and of the reduce kernel): lane l adds values l, l + L, l + 2L, ... in order, then lane
+ * l + s is added into lane l for s = L/2, ..., 1 (where that lane holds values).  The parts
+ * of one device's force call are combined so, and then the devices' rows. */
+static double lanes_sum(const double *x, size_t stride, int n)
 {
     double lane[REDUCE_LANES];
-    const size_t part = (size_t)p->nco * (size_t)p->ni_pad;
-    const double *o = p->out + (size_t)r * (size_t)p->ni_pad + (size_t)i;
-    int n = p->nparts, lanes = n < REDUCE_LANES ? n : REDUCE_LANES;
+    int lanes = n < REDUCE_LANES ? n : REDUCE_LANES;
     if (n == 1)
-        return o[0];
+        return x[0];
     for (int l = 0; l < lanes; l++) {
-        double x = o[part * (size_t)l];
+        double y = x[stride * (size_t)l];
         for (int k = l + REDUCE_LANES; k < n; k += REDUCE_LANES)
-            x += o[part * (size_t)k];
-        lane[l] = x;
+            y += x[stride * (size_t)k];
+        lane[l] = y;
     }
     for (int s = REDUCE_LANES / 2; s >= 1; s /= 2)
         for (int l = 0; l < s && l + s < lanes; l++)
@@ -566,37 +547,54 @@ static double combine_sum(const struct dplan *p, int r, int i)
     return lane[0];
 }
 
-/* i-particle i's result rows v[0 .. nco - 1], combined over the parts; the nearest neighbour
- * is the smallest r^2 among the parts that found one, ties to the lower id (none found:
- * id -1, r^2 inf). 0 when a checked row (p->check_rows) is not finite, else 1 (the rows
- * are written either way). */
-static int result_row(const struct dplan *p, int i, double *v)
+/* The nearest neighbour among n candidates (ids id[0], id[stride], ..., r^2 likewise): the
+ * smallest r^2 among those that found one (id >= 0), ties to the lower id; none found: id
+ * -1, r^2 inf.  Order-independent, so parts and devices alike. */
+static void nearest(const double *id, const double *r2, size_t stride, int n, double *v)
+{
+    double best = INFINITY, bid = INFINITY;
+    for (int k = 0; k < n; k++) {
+        double pid = id[stride * (size_t)k], q = r2[stride * (size_t)k];
+        if (pid >= 0.0 && (q < best || (q == best && pid < bid))) {
+            best = q;
+            bid = pid;
+        }
+    }
+    v[OC_NNID] = bid < INFINITY ? bid : -1.0;
+    v[OC_NNR2] = bid < INFINITY ? best : INFINITY;
+}
+
+/* i-particle i's result rows v[0 .. nco - 1] on one device, combined over its parts. */
+static void device_row(const struct dplan *p, int i, double *v)
 {
     const size_t part = (size_t)p->nco * (size_t)p->ni_pad;
     const double *o = p->out + (size_t)i;
-    double best = INFINITY, id = INFINITY;
-    for (int k = 0; k < p->nparts; k++) {
-        double pid = o[part * k + (size_t)OC_NNID * p->ni_pad];
-        double r2 = o[part * k + (size_t)OC_NNR2 * p->ni_pad];
-        if (pid >= 0.0 && (r2 < best || (r2 == best && pid < id))) {
-            best = r2;
-            id = pid;
-        }
-    }
-    int finite = 1;
     for (int r = 0; r < p->nco; r++)
-        v[r] = combine_sum(p, r, i);
+        v[r] = lanes_sum(o + (size_t)r * (size_t)p->ni_pad, part, p->nparts);
+    nearest(o + (size_t)OC_NNID * p->ni_pad, o + (size_t)OC_NNR2 * p->ni_pad, part, p->nparts,
+            v);
+}
+
+/* i-particle i's result rows v[0 .. nco - 1] of a force call on nd devices (plans p[0 ..
+ * nd - 1]), as sapporo.core.library.Library._assemble combines them: each device's parts,
+ * then the devices' rows as if they were parts.  0 when a checked row (check_rows) is not
+ * finite, else 1 (the rows are written either way). */
+static int result_row(const struct dplan *p, int nd, int i, double *v)
+{
+    double by_dev[ENG_MAX_DEV][NCO_ORDER8];
+    int finite = 1;
+    if (nd == 1)
+        device_row(p, i, v);
+    else {
+        for (int d = 0; d < nd; d++)
+            device_row(&p[d], i, by_dev[d]);
+        for (int r = 0; r < p->nco; r++)
+            v[r] = lanes_sum(&by_dev[0][r], NCO_ORDER8, nd);
+        nearest(&by_dev[0][OC_NNID], &by_dev[0][OC_NNR2], NCO_ORDER8, nd, v);
+    }
     for (int r = 0; r < p->nco; r++)
         if ((p->check_rows >> r) & 1 && !isfinite(v[r]))
             finite = 0;
-    if (id < INFINITY) {
-        v[OC_NNID] = id;
-        v[OC_NNR2] = best;
-    }
-    else {
-        v[OC_NNID] = -1.0;
-        v[OC_NNR2] = INFINITY;
-    }
     return finite;
 }
 
@@ -604,10 +602,29 @@ static int result_row(const struct dplan *p, int i, double *v)
 
 /* A launch timed for a library that profiles: OpenCL, the launch's event (end); CUDA, two
  * events recorded before (start) and after (end) it on its stream.  Its device time goes to
- * *cell once it has run. */
+ * *cell once it has run; p: its plan (the runtime, and CUDA's context). */
 struct eng_timed {
     void *start, *end;
     double *cell;
+    const struct dplan *p;
+    int dev;
+};
+
+/* One device's share of the engine.  A library with several devices spreads its addresses
+ * round-robin (address a on device a % ndev, at its local address a / ndev); each device has
+ * its own plan in every plan block (sapporo.core.engine: one block of DP_WORDS per device),
+ * its own j-records, queues and force launch, and the engine combines the devices' rows on
+ * the host. */
+struct edev {
+    /* the j-side of the device's current plans, as the last plan installed has it (they
+     * all share it): the memory put_j writes, its generations, the order, the device's
+     * memory and the scatter that places j-records there */
+    struct dplan jside;
+    int staged;              /* a scatter may still read the staging arrays */
+    void *busy_queue;        /* a queue with copies or kernels of the engine not yet finished */
+    void *force_queue;       /* the queue of the last force launch (NULL: none yet) */
+    struct dplan *inflight;  /* the device's plan of the force call in flight (or NULL) */
+    void *inflight_event;    /* ... and its launch's event (OpenCL; may be NULL) */
 };
 
 typedef struct {
@@ -615,26 +632,22 @@ typedef struct {
     int ready;               /* __init__ ran */
     int off;                 /* 1: every call goes the library's way (disable()) */
     PyObject *planner;       /* planner(nj, ni, lists) -> plan words, 0 or -1 */
-    struct dplan *plans[2];  /* by [lists][ni]; nplans[lists] of them */
+    int ndev;                /* the library's devices: ndev plans per block */
+    /* plan blocks by [lists][ni], block k the ndev plans at [k * ndev]; nplans[lists] of
+     * them */
+    struct dplan *plans[2];
     int nplans[2];
-    /* the j-side of the current plans, as the last plan installed has it (they all share
-     * it): the memory put_j writes, its generations, the order, the device's memory and
-     * the scatter that places j-records there; staged: a scatter may still read its
-     * staging arrays */
-    int have_j;
-    struct dplan jside;
-    int staged;
-    void *busy_queue;        /* a queue with copies or kernels of the engine not yet finished */
-    void *force_queue;       /* the queue of the last force launch (NULL: none yet) */
-    /* the device's predicted records: valid for pred_time (set by the library too) */
+    struct dplan *unpacked;  /* ndev plans: a block being installed */
+    int have_j;              /* the devices' j-sides are those of the current plans */
+    struct edev dev[ENG_MAX_DEV];
+    /* the devices' predicted records: valid for pred_time (set by the library too) */
     int pred_valid;
     double pred_time;
     int ran;                 /* launched since the library last worked its own way */
     long launches;           /* kernels queued, over the engine's life */
-    /* the force call in flight, and the last one started */
-    struct dplan *inflight, *last;
+    /* the last force call started (its block of plans) */
+    struct dplan *last;
     int uncollected;         /* the last started call's results are still to be collected */
-    void *inflight_queue, *inflight_event;
     int last_ni, last_nj;
     double last_eps2;
     /* profiling: the launches queued since the last wait, timed (eng_timed_collect) */
@@ -651,15 +664,18 @@ typedef struct {
     double *rec;
     int *address, *index;
     size_t put_cap;          /* records rec, address and index hold */
-    int32_t *run_ids;        /* device memory: the ids of a run of addresses, staged */
-    size_t run_ids_cap;
+    /* device memory: a run of addresses staged (their ids; with several devices, their
+     * records too, gathered from the mirror) */
+    int32_t *run_ids;
+    double *run_raw;
+    size_t run_cap;
 } Engine;
 
 static int eng_fail(Engine *e, const char *what, dcl_int rc, dcl_int status)
 {
     snprintf(e->error, sizeof e->error, "%s error %d %s (status %d); block steps take "
-             "the library's way from now on", is_cuda(&e->jside) ? "CUDA" : "OpenCL", (int)rc,
-             what, (int)status);
+             "the library's way from now on", is_cuda(&e->dev[0].jside) ? "CUDA" : "OpenCL",
+             (int)rc, what, (int)status);
     e->off = 1;
     return -1;
 }
@@ -667,28 +683,35 @@ static int eng_fail(Engine *e, const char *what, dcl_int rc, dcl_int status)
 static void eng_clear_plans(Engine *e)
 {
     for (int l = 0; l < 2; l++)
-        for (int k = 0; k < e->nplans[l]; k++)
+        for (int k = 0; k < e->nplans[l] * e->ndev; k++)
             e->plans[l][k].status = 0;
     e->have_j = 0;
-    e->force_queue = NULL;
+    for (int d = 0; d < e->ndev; d++)
+        e->dev[d].force_queue = NULL;
 }
 
 /* Whether the memory the current plans point at is still where they were made. */
 static int eng_fresh(const Engine *e)
 {
-    const struct dplan *j = &e->jside;
-    return *j->gen_at == j->gen && *j->lgen_at == j->lgen;
+    for (int d = 0; d < e->ndev; d++) {
+        const struct dplan *j = &e->dev[d].jside;
+        if (*j->gen_at != j->gen || *j->lgen_at != j->lgen)
+            return 0;
+    }
+    return 1;
 }
 
-/* Room for plans[lists][0 .. n - 1]; 0, or -1 when out of memory. */
+/* Room for the plan blocks plans[lists][0 .. n - 1]; 0, or -1 when out of memory. */
 static int eng_room(Engine *e, int lists, int n)
 {
     struct dplan *q;
+    const size_t nd = (size_t)e->ndev;
     if (n <= e->nplans[lists])
         return 0;
-    if ((q = PyMem_RawRealloc(e->plans[lists], sizeof *q * (size_t)n)) == NULL)
+    if ((q = PyMem_RawRealloc(e->plans[lists], sizeof *q * nd * (size_t)n)) == NULL)
         return -1;
-    memset(q + e->nplans[lists], 0, sizeof *q * (size_t)(n - e->nplans[lists]));
+    memset(q + nd * (size_t)e->nplans[lists], 0,
+           sizeof *q * nd * (size_t)(n - e->nplans[lists]));
     e->plans[lists] = q;
     e->nplans[lists] = n;
     return 0;
@@ -710,30 +733,34 @@ static void eng_timed_free(const struct dplan *p, const struct eng_timed *t)
     (void)rc;
 }
 
-/* The timed launches, all of which have run when read is 1: their device time added to
- * their cells (read 0, after an error: not read), their events released. 0, or the
- * runtime's error reading a time (every event is released either way). */
-static dcl_int eng_timed_collect(Engine *e, int read)
+/* Device d's timed launches, all of which have run when read is 1: their device time added
+ * to their cells (read 0, after an error: not read), their events released, the others
+ * kept. 0, or the runtime's error reading a time (every event is released either way). */
+static dcl_int eng_timed_collect(Engine *e, int d, int read)
 {
-    const struct dplan *p = &e->jside;
     dcl_int rc = 0;
-    void *prev;
-    if (is_cuda(p) && p->cu_push(p->cu_context) != 0)
-        rc = -1;  /* (no context to read or free them in: the events went with it) */
-    else if (is_cuda(p)) {
-        for (int k = 0; k < e->ntimed; k++) {
-            struct eng_timed *t = &e->timed[k];
+    int kept = 0;
+    for (int k = 0; k < e->ntimed; k++) {
+        struct eng_timed *t = &e->timed[k];
+        const struct dplan *p = t->p;
+        void *prev;
+        if (t->dev != d) {
+            e->timed[kept++] = *t;
+            continue;
+        }
+        if (is_cuda(p)) {
             float ms = 0.0f;
+            if (p->cu_push(p->cu_context) != 0) {  /* (the events went with the context) */
+                rc = rc != 0 ? rc : -1;
+                continue;
+            }
             if (read && rc == 0 && (rc = p->cu_event_elapsed(&ms, t->start, t->end)) == 0)
                 *t->cell += 1e-3 * (double)ms;
             p->cu_event_destroy(t->start);
             p->cu_event_destroy(t->end);
+            p->cu_pop(&prev);
         }
-        p->cu_pop(&prev);
-    }
-    else {
-        for (int k = 0; k < e->ntimed; k++) {
-            struct eng_timed *t = &e->timed[k];
+        else {
             uint64_t t0 = 0, t1 = 0;
             if (read && rc == 0
                 && (rc = p->profiling_info(t->end, DCL_PROFILING_COMMAND_START, sizeof t0,
@@ -744,50 +771,72 @@ static dcl_int eng_timed_collect(Engine *e, int read)
             p->release(t->end);
         }
     }
-    e->ntimed = 0;
+    e->ntimed = kept;
     return rc;
 }
 
-/* Wait for the force call in flight, if any, and for every other command the engine
- * queued: 0, or -1 (error set). */
-static int eng_wait(void *engine)
+/* Wait for device d's part of the force call in flight, if any, and for every other
+ * command the engine queued on it: 0, or -1 (error set). */
+static int eng_wait_dev(Engine *e, int d)
 {
-    Engine *e = engine;
-    struct dplan *p = e->inflight;
+    struct edev *ed = &e->dev[d];
+    struct dplan *p = ed->inflight;
     dcl_int rc = 0, status = 0;
     if (p != NULL) {
-        e->inflight = NULL;
-        rc = plan_wait(p, e->inflight_queue, e->inflight_event, &status);
-        if (e->inflight_event != NULL && p->seconds_at == NULL)
-            p->release(e->inflight_event);  /* (timed, the timing releases it) */
-        e->inflight_event = NULL;
-        if (e->busy_queue == e->inflight_queue)
-            e->busy_queue = NULL;
+        ed->inflight = NULL;
+        rc = plan_wait(p, p->force.queue, ed->inflight_event, &status);
+        if (ed->inflight_event != NULL && p->seconds_at == NULL)
+            p->release(ed->inflight_event);  /* (timed, the timing releases it) */
+        ed->inflight_event = NULL;
+        if (ed->busy_queue == p->force.queue)
+            ed->busy_queue = NULL;
     }
-    if (rc == 0 && e->busy_queue != NULL)
-        rc = drv_finish(&e->jside, e->busy_queue);
-    e->busy_queue = NULL;
-    e->staged = 0;  /* the copies that read the staging arrays are done */
+    if (rc == 0 && ed->busy_queue != NULL)
+        rc = drv_finish(&ed->jside, ed->busy_queue);
+    ed->busy_queue = NULL;
+    ed->staged = 0;  /* the copies that read the staging arrays are done */
     if (rc != 0) {
-        if (e->ntimed > 0)
-            eng_timed_collect(e, 0);
+        eng_timed_collect(e, d, 0);
         return eng_fail(e, "waiting for the device", rc, status);
     }
-    if (e->ntimed > 0 && (rc = eng_timed_collect(e, 1)) != 0)
+    if ((rc = eng_timed_collect(e, d, 1)) != 0)
         return eng_fail(e, "reading a kernel's device time", rc, 0);
     return 0;
 }
 
-/* Before queueing on queue: the engine's commands on another queue finished first (two
- * queues of one context, such as PoCL's companion device's, share the buffers). */
-static int eng_on(Engine *e, void *queue)
+/* Wait for the force call in flight, if any, and for every other command the engine
+ * queued, on every device: 0, or -1 (error set). */
+static int eng_wait(void *engine)
 {
+    Engine *e = engine;
+    int rc = 0;
+    for (int d = 0; d < e->ndev; d++)
+        if (eng_wait_dev(e, d) < 0)
+            rc = -1;
+    return rc;
+}
+
+/* Whether a force call is in flight on any device. */
+static int eng_in_flight(const Engine *e)
+{
+    for (int d = 0; d < e->ndev; d++)
+        if (e->dev[d].inflight != NULL)
+            return 1;
+    return 0;
+}
+
+/* Before queueing on queue of device d: the engine's commands on another queue of the
+ * device finished first (two queues of one context, such as PoCL's companion device's,
+ * share the buffers). */
+static int eng_on(Engine *e, int d, void *queue)
+{
+    struct edev *ed = &e->dev[d];
     dcl_int rc;
-    if (e->busy_queue != NULL && e->busy_queue != queue) {
-        if ((rc = drv_finish(&e->jside, e->busy_queue)) != 0)
+    if (ed->busy_queue != NULL && ed->busy_queue != queue) {
+        if ((rc = drv_finish(&ed->jside, ed->busy_queue)) != 0)
             return eng_fail(e, "waiting for the other queue", rc, 0);
     }
-    e->busy_queue = queue;
+    ed->busy_queue = queue;
     return 0;
 }
 
@@ -809,6 +858,8 @@ static int eng_launch(Engine *e, struct dplan *p, struct dlaunch *l, uint64_t ca
         t = &e->timed[e->ntimed];
         t->start = t->end = NULL;
         t->cell = p->seconds_at;
+        t->p = p;
+        t->dev = p->dev;
         if (is_cuda(p)) {
             CU_CALL(p, rc, p->cu_event_create(&t->start, 0));
             if (rc == 0)
@@ -836,42 +887,31 @@ static int eng_launch(Engine *e, struct dplan *p, struct dlaunch *l, uint64_t ca
     return 0;
 }
 
-/* Device memory: n j-records (already in the mirror, n <= scatter_max) into the device's
- * buffers: staged in the plan's host arrays, copied to the device and placed by one scatter
- * launch (one or two records: copied in place), all queued on the j-records' queue. 0, or
- * -1 (error set). */
-static int eng_copy_j_batch(Engine *e, int n, const int *address, const int *index,
-                            const double *rec, int nrec)
+/* Device memory: the n j-records staged in device d's plan arrays (n <= scatter_max) into
+ * its buffers: copied to the device and placed by one scatter launch (one or two records:
+ * copied in place), all queued. 0, or -1 (error set). */
+static int eng_send_staged(Engine *e, int d, int n)
 {
-    struct dplan *p = &e->jside;
+    struct edev *ed = &e->dev[d];
+    struct dplan *p = &ed->jside;
     const size_t len = 4 * (size_t)p->raw_n;
     /* one or two records are plain copies, which any queue of the context can make: the
      * one the next force call most likely uses, the last one's (on PoCL, the companion
      * device's for small blocks, which runs them in this thread) */
-    void *queue = n <= 2 && e->force_queue != NULL ? e->force_queue : p->queue;
-    dcl_int rc;
-    if (e->staged && eng_wait(e) < 0)  /* an earlier scatter may still read the arrays */
+    void *queue = n <= 2 && ed->force_queue != NULL ? ed->force_queue : p->queue;
+    dcl_int rc = 0;
+    if (eng_on(e, d, queue) < 0)
         return -1;
-    if (eng_on(e, queue) < 0)
-        return -1;
-    for (int k = 0; k < n; k++) {
-        p->scatter_addr[k] = address[k];
-        p->scatter_ids[k] = index[k];
-        const size_t given = (size_t)(nrec < p->raw_n ? nrec : p->raw_n);
-        memcpy(p->scatter_raw + len * (size_t)k, rec + 4 * (size_t)nrec * k,
-               sizeof(double) * 4 * given);
-        memset(p->scatter_raw + len * (size_t)k + 4 * given, 0,
-               sizeof(double) * (len - 4 * given));
-    }
-    e->staged = 1;
+    ed->staged = 1;
     if (n <= 2) {  /* as few commands as the scatter's four: each record and id in place */
-        rc = 0;
         for (int k = 0; k < n && rc == 0; k++) {
-            rc = drv_write(p, queue, p->dev_raw, sizeof(double) * len * (size_t)address[k],
-                           sizeof(double) * len, p->scatter_raw + len * (size_t)k);
+            rc = drv_write(p, queue, p->dev_raw,
+                           sizeof(double) * len * (size_t)p->scatter_addr[k], sizeof(double) * len,
+                           p->scatter_raw + len * (size_t)k);
             if (rc == 0)
-                rc = drv_write(p, queue, p->dev_ids, sizeof(int32_t) * (size_t)address[k],
-                               sizeof(int32_t), p->scatter_ids + k);
+                rc = drv_write(p, queue, p->dev_ids,
+                               sizeof(int32_t) * (size_t)p->scatter_addr[k], sizeof(int32_t),
+                               p->scatter_ids + k);
         }
         return rc == 0 ? 0 : eng_fail(e, "queueing a j-record's copy", rc, 0);
     }
@@ -888,71 +928,149 @@ static int eng_copy_j_batch(Engine *e, int n, const int *address, const int *ind
     return eng_launch(e, p, &p->scatter, 0, n, NULL, "queueing the scatter of j-records");
 }
 
-/* Device memory: n > 0 records at the consecutive addresses a0 .. a0 + n - 1, already in the
- * host mirror, copied from it in one copy, and their ids in another (made now, so that
- * neither the mirror nor the staged ids are read later). 0, or -1 (error set). */
-static int eng_copy_j_run(Engine *e, int n, int a0, const int *index)
+/* Device memory: device d's n > 0 records at its consecutive local addresses l0 .. l0 + n
+ * - 1, already in the host mirror, copied from it in one copy (several devices: gathered
+ * first, the device's every ndev-th address), and their ids in another (made now, so that
+ * neither the mirror nor the staged arrays are read later). 0, or -1 (error set). */
+static int eng_copy_j_run(Engine *e, int d, int n, int l0)
 {
-    struct dplan *p = &e->jside;
-    const size_t len = 4 * (size_t)p->raw_n;
+    struct dplan *p = &e->dev[d].jside;
+    const size_t len = 4 * (size_t)p->raw_n, nd = (size_t)e->ndev;
+    const double *raw = p->mirror_raw + len * (size_t)l0;  /* one device: the mirror's run */
     dcl_int rc;
-    if ((size_t)n > e->run_ids_cap) {
+    if ((size_t)n > e->run_cap) {
         int32_t *q = PyMem_RawRealloc(e->run_ids, sizeof(int32_t) * (size_t)n);
-        if (q == NULL) {
-            snprintf(e->error, sizeof e->error, "out of memory for %d j-particle ids", n);
+        double *r = q == NULL ? NULL : PyMem_RawRealloc(e->run_raw, sizeof(double) * len * (size_t)n);
+        if (q != NULL)
+            e->run_ids = q;
+        if (r == NULL) {
+            snprintf(e->error, sizeof e->error, "out of memory for %d j-particles", n);
             return -1;
         }
-        e->run_ids = q;
-        e->run_ids_cap = (size_t)n;
+        e->run_raw = r;
+        e->run_cap = (size_t)n;
     }
-    for (int k = 0; k < n; k++)
-        e->run_ids[k] = index[k];
-    if (eng_on(e, p->queue) < 0)
+    for (int k = 0; k < n; k++) {
+        const size_t a = ((size_t)l0 + (size_t)k) * nd + (size_t)d;  /* the global address */
+        e->run_ids[k] = (int32_t)p->mirror_ids[a];
+        if (nd > 1)
+            memcpy(e->run_raw + len * (size_t)k, p->mirror_raw + len * a, sizeof(double) * len);
+    }
+    if (nd > 1)
+        raw = e->run_raw;
+    if (eng_on(e, d, p->queue) < 0)
         return -1;
-    rc = drv_write_now(p, p->queue, p->dev_raw, sizeof(double) * len * (size_t)a0,
-                       sizeof(double) * len * (size_t)n, p->mirror_raw + len * (size_t)a0);
+    rc = drv_write_now(p, p->queue, p->dev_raw, sizeof(double) * len * (size_t)l0,
+                       sizeof(double) * len * (size_t)n, raw);
     if (rc == 0)
-        rc = drv_write_now(p, p->queue, p->dev_ids, sizeof(int32_t) * (size_t)a0,
+        rc = drv_write_now(p, p->queue, p->dev_ids, sizeof(int32_t) * (size_t)l0,
                            sizeof(int32_t) * (size_t)n, e->run_ids);
     return rc == 0 ? 0 : eng_fail(e, "copying a run of j-records", rc, 0);
 }
 
-/* Device memory: any number of j-records into the device's buffers: a batch larger than one
- * scatter on consecutive addresses (a tree code's list, a first upload) in two copies,
- * others scatter_max at a time (in order, so that a repeated address keeps its last
- * record). 0, or -1 (error set). */
-static int eng_copy_j(Engine *e, int n, const int *address, const int *index,
+/* Device memory: device d's share of n j-records (global addresses; already in the mirror)
+ * into its buffers: a batch larger than one scatter on consecutive addresses (a tree
+ * code's list, a first upload) in two copies, others scatter_max at a time (in order, so
+ * that a repeated address keeps its last record). 0, or -1 (error set). */
+static int eng_copy_j(Engine *e, int d, int n, const int *address, const int *index,
                       const double *rec, int nrec)
 {
-    const int m = e->jside.scatter_max;
-    int run = n > m;
+    struct edev *ed = &e->dev[d];
+    struct dplan *p = &ed->jside;
+    const int nd = e->ndev, m = p->scatter_max;
+    const size_t len = 4 * (size_t)p->raw_n;
+    const size_t given = (size_t)(nrec < p->raw_n ? nrec : p->raw_n);
+    int run = n > m, s = 0;
     for (int k = 1; k < n && run; k++)
         run = address[k] == address[0] + k;
-    if (run)
-        return eng_copy_j_run(e, n, address[0], index);
-    for (int k = 0; k < n; k += m)
-        if (eng_copy_j_batch(e, n - k < m ? n - k : m, address + k, index + k,
-                             rec + 4 * (size_t)nrec * (size_t)k, nrec) < 0)
+    if (run) {  /* the device's addresses among a0 .. last: from its first one, g0 */
+        const int a0 = address[0], last = address[0] + n - 1;
+        const int g0 = a0 + (d - a0 % nd + nd) % nd;
+        return g0 > last ? 0 : eng_copy_j_run(e, d, (last - g0) / nd + 1, g0 / nd);
+    }
+    for (int k = 0; k < n; k++) {
+        if (address[k] % nd != d)
+            continue;
+        if (s == 0 && ed->staged && eng_wait_dev(e, d) < 0)  /* the arrays may still be read */
             return -1;
-    return 0;
+        p->scatter_addr[s] = address[k] / nd;
+        p->scatter_ids[s] = index[k];
+        memcpy(p->scatter_raw + len * (size_t)s, rec + 4 * (size_t)nrec * (size_t)k,
+               sizeof(double) * 4 * given);
+        memset(p->scatter_raw + len * (size_t)s + 4 * given, 0,
+               sizeof(double) * (len - 4 * given));
+        if (++s == m) {
+            if (eng_send_staged(e, d, s) < 0)
+                return -1;
+            s = 0;
+        }
+    }
+    return s > 0 ? eng_send_staged(e, d, s) : 0;
 }
 
-/* Install a plan's words for ni i-particles (and the block sizes it serves), made by the
- * library for the memory as it is now; the old plans go when the j-side moved. */
+/* n j-records into the host mirror (global addresses) and, on devices that compute on host
+ * memory, into their records (address a: device a % ndev, local address a / ndev), in
+ * order: a repeated address keeps its last record, as in the library. Only the records the
+ * predictor reads (x|m, v|t and pred_terms derivatives) are written: the others are zero
+ * in every stored record (records_ok, and the library raises pred_terms when it stores a
+ * non-zero one), and stay so. */
+static void records_write(Engine *e, int n, const int *address, const int *index,
+                          const double *rec, int nrec)
+{
+    const struct dplan *j = &e->dev[0].jside;
+    const int nd = e->ndev, raw_n = j->raw_n;
+    const size_t len = 4 * (size_t)raw_n;
+    const int used = j->pred_terms + 2 < raw_n ? j->pred_terms + 2 : raw_n;
+    const size_t given = sizeof(double) * 4 * (size_t)(nrec < used ? nrec : used);
+    const size_t zeros = sizeof(double) * 4 * (size_t)(used - (nrec < used ? nrec : used));
+    for (int k = 0; k < n; k++) {
+        const size_t a = (size_t)address[k];
+        const double *r = rec + 4 * (size_t)nrec * k;
+        memcpy(j->mirror_raw + a * len, r, given);
+        memset((char *)(j->mirror_raw + a * len) + given, 0, zeros);
+        j->mirror_ids[a] = index[k];
+        if (!j->memory) {
+            const struct dplan *q = &e->dev[a % (size_t)nd].jside;
+            const size_t l = a / (size_t)nd;
+            memcpy(q->dev_raw + l * len, r, given);
+            memset((char *)(q->dev_raw + l * len) + given, 0, zeros);
+            q->dev_ids[l] = index[k];
+        }
+    }
+}
+
+/* Install a plan block's words (ndev plans) for ni i-particles (and the block sizes it
+ * serves), made by the library for the memory as it is now; the old plans go when a
+ * device's j-side moved. */
 static struct dplan *eng_install(Engine *e, const int64_t *w, int nj, int ni, int lists)
 {
-    struct dplan p;
-    int lo = (int)w[DP_NI_LO], hi = (int)w[DP_NI_HI];
-    if (w[DP_STATUS] != 1 || plan_unpack(&p, w, nj, ni, lists) < 0 || lo < 1 || hi < ni) {
-        snprintf(e->error, sizeof e->error, "a plan this engine does not understand");
-        e->off = 1;
-        return NULL;
+    const int nd = e->ndev;
+    struct dplan *p = e->unpacked;
+    int lo = (int)w[DP_NI_LO], hi = (int)w[DP_NI_HI], moved = 0;
+    for (int d = 0; d < nd; d++) {
+        const int64_t *wd = w + (size_t)d * DP_WORDS;
+        const struct dplan *j = &e->dev[d].jside;
+        if (wd[DP_STATUS] == 1 && plan_unpack(&p[d], wd, nj, ni, lists) == 0)
+            p[d].dev = d;
+        else
+            p[d].status = 0;
+        if (p[d].status != 1 || lo < 1
+            || hi < ni || wd[DP_NI_LO] != lo || wd[DP_NI_HI] != hi
+            || p[d].order != p[0].order || p[d].nco != p[0].nco || p[d].raw_n != p[0].raw_n
+            || p[d].n_stored != p[0].n_stored || p[d].pred_terms != p[0].pred_terms
+            || p[d].mirror_raw != p[0].mirror_raw || p[d].mirror_ids != p[0].mirror_ids
+            || p[d].memory != p[0].memory || p[d].lgen_at != p[0].lgen_at) {
+            snprintf(e->error, sizeof e->error, "a plan this engine does not understand");
+            e->off = 1;
+            return NULL;
+        }
+        moved |= e->have_j && (p[d].gen != j->gen || p[d].lgen != j->lgen
+                               || p[d].mirror_raw != j->mirror_raw || p[d].dev_raw != j->dev_raw
+                               || p[d].mirror_ids != j->mirror_ids || p[d].dev_ids != j->dev_ids
+                               || p[d].n_stored != j->n_stored
+                               || p[d].pred_terms != j->pred_terms || p[d].raw_n != j->raw_n);
     }
-    const struct dplan *j = &e->jside;
-    if (e->have_j && (p.gen != j->gen || p.lgen != j->lgen || p.mirror_raw != j->mirror_raw
-                      || p.dev_raw != j->dev_raw || p.mirror_ids != j->mirror_ids
-                      || p.dev_ids != j->dev_ids || p.n_stored != j->n_stored
-                      || p.pred_terms != j->pred_terms || p.raw_n != j->raw_n))
+    if (moved)
         eng_clear_plans(e);
     if (eng_room(e, lists, hi + 1) < 0) {
         hi = lo = ni;
@@ -960,25 +1078,29 @@ static struct dplan *eng_install(Engine *e, const int64_t *w, int nj, int ni, in
             return NULL;
     }
     e->have_j = 1;
-    e->jside = p;
-    for (int k = lo; k <= hi; k++) {
-        e->plans[lists][k] = p;
-        e->plans[lists][k].ni = k;
-    }
-    return &e->plans[lists][ni];
+    for (int d = 0; d < nd; d++)
+        e->dev[d].jside = p[d];
+    for (int k = lo; k <= hi; k++)
+        for (int d = 0; d < nd; d++) {
+            struct dplan *q = &e->plans[lists][(size_t)k * nd + d];
+            *q = p[d];
+            q->ni = k;
+        }
+    return &e->plans[lists][(size_t)ni * nd];
 }
 
-/* The plan for ni i-particles on nj j-addresses: from those made, else asked of the
+/* The plan block for ni i-particles on nj j-addresses: from those made, else asked of the
  * library (the planner, with the GIL); NULL: this call goes the library's way. */
 static struct dplan *eng_plan(Engine *e, int nj, int ni, int lists)
 {
     struct dplan *p = NULL;
+    const size_t nd = (size_t)e->ndev;
     PyGILState_STATE gil;
     PyObject *r;
     if (e->have_j && !eng_fresh(e))
         eng_clear_plans(e);  /* the library's memory moved: no plan holds */
     if (ni < e->nplans[lists]) {
-        p = &e->plans[lists][ni];
+        p = &e->plans[lists][(size_t)ni * nd];
         if (p->status != 0 && p->nj == nj)
             return p->status > 0 ? p : NULL;
     }
@@ -997,7 +1119,7 @@ static struct dplan *eng_plan(Engine *e, int nj, int ni, int lists)
         if (status < 0)
             e->off = 1;  /* never for this library */
         else if (eng_room(e, lists, ni + 1) == 0) {
-            struct dplan *q = &e->plans[lists][ni];
+            struct dplan *q = &e->plans[lists][(size_t)ni * nd];
             memset(q, 0, sizeof *q);
             q->status = -1;  /* not this shape, until the plans go */
             q->nj = nj;
@@ -1011,7 +1133,7 @@ static struct dplan *eng_plan(Engine *e, int nj, int ni, int lists)
             e->off = 1;
         }
         else {
-            if (w.len == (Py_ssize_t)sizeof(int64_t) * DP_WORDS)
+            if (w.len == (Py_ssize_t)(sizeof(int64_t) * DP_WORDS * nd))
                 p = eng_install(e, w.buf, nj, ni, lists);
             else
                 e->off = 1;
@@ -1029,7 +1151,7 @@ static int eng_put_j(void *engine, int n, const int *address, const int *index,
                      const double *rec, int nrec)
 {
     Engine *e = engine;
-    const struct dplan *j = &e->jside;
+    const struct dplan *j = &e->dev[0].jside;
     if (nrec < 2 || nrec > JB_RECORDS) {
         snprintf(e->error, sizeof e->error, "put_j: %d records per j-particle (2 to %d)",
                  nrec, JB_RECORDS);
@@ -1043,53 +1165,27 @@ static int eng_put_j(void *engine, int n, const int *address, const int *index,
     }
     if (!records_ok(n, address, rec, nrec, j->n_stored, j->raw_n, j->pred_terms, j->ds))
         return 0;
-    if (e->inflight != NULL && eng_wait(e) < 0)  /* the force call reads the records */
+    if (eng_in_flight(e) && eng_wait(e) < 0)  /* the force call reads the records */
         return -1;
-    records_write(n, address, index, rec, nrec, j->mirror_raw, j->mirror_ids,
-                  j->memory ? NULL : j->dev_raw, j->memory ? NULL : j->dev_ids, j->raw_n,
-                  j->pred_terms);
+    records_write(e, n, address, index, rec, nrec);
     e->pred_valid = 0;
-    if (j->memory && eng_copy_j(e, n, address, index, rec, nrec) < 0)
-        return -1;
+    for (int d = 0; d < e->ndev && j->memory; d++)
+        if (eng_copy_j(e, d, n, address, index, rec, nrec) < 0)
+            return -1;
     return 1;
 }
 
-/* start; index holds int64 ids when wide, else int */
-static int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
-                         const double *x, const double *v, const double *a, const double *jerk,
-                         double eps2, const double *h2, int have_t, double t)
+/* Queue device d's force call (plan p): the i-particles packed (and, on device memory,
+ * copied), the force launch, the reduce where a kernel combines the parts, the results'
+ * copies back.  0, or -1 (error set). */
+static int eng_start_dev(Engine *e, int d, struct dplan *p, int ni, const void *index,
+                         int wide, const double *x, const double *v, const double *a,
+                         const double *jerk, double eps2, const double *h2, int lists)
 {
-    struct dplan *p;
-    int lists = 0;
+    struct edev *ed = &e->dev[d];
     void *ev = NULL;
     uint64_t bits;
-    if (e->off || nj < 1 || ni < 1)
-        return 0;
-    e->uncollected = 0;  /* a new call: the previous one's results are gone */
-    for (int i = 0; h2 != NULL && i < ni && !lists; i++)
-        lists = wants_list(h2[i]);
-    if (eng_wait(e) < 0)  /* nothing in flight from here on (plans may be made) */
-        return -1;
-    if ((p = eng_plan(e, nj, ni, lists)) == NULL)
-        return 0;
-    if (p->order < 6)
-        a = NULL;
-    if (p->order < 8)
-        jerk = NULL;
-    if (nj > p->n_stored || !i_ok(p, ni, index, wide, x, v, a, jerk, eps2, h2))
-        return 0;
-    if (!have_t)
-        t = p->time0;
-    if (!e->pred_valid || e->pred_time != t) {
-        memcpy(&bits, &t, sizeof bits);
-        e->pred_valid = 0;
-        if (eng_on(e, p->predict.queue) < 0
-            || eng_launch(e, p, &p->predict, bits, ni, NULL, "queueing the prediction") < 0)
-            return -1;
-        e->pred_valid = 1;
-        e->pred_time = t;
-    }
-    if (eng_on(e, p->force.queue) < 0)
+    if (eng_on(e, d, p->force.queue) < 0)
         return -1;
     i_pack(p, ni, index, wide, x, v, a, jerk, h2, lists);
     if (lists)
@@ -1124,10 +1220,62 @@ static int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
             return eng_fail(e, "queueing the results' copy", rc, 0);
         }
     }
-    e->inflight = e->last = p;
+    ed->inflight = p;
+    ed->inflight_event = ev;
+    ed->force_queue = p->force.queue;
+    return 0;
+}
+
+/* start; index holds int64 ids when wide, else int.  Every device's prediction (where
+ * needed) is queued first, then every device's force call; with several devices each
+ * queue is flushed, so that they all work at once. */
+static int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
+                         const double *x, const double *v, const double *a, const double *jerk,
+                         double eps2, const double *h2, int have_t, double t)
+{
+    struct dplan *p;
+    const int nd = e->ndev;
+    int lists = 0;
+    uint64_t bits;
+    if (e->off || nj < 1 || ni < 1)
+        return 0;
+    e->uncollected = 0;  /* a new call: the previous one's results are gone */
+    for (int i = 0; h2 != NULL && i < ni && !lists; i++)
+        lists = wants_list(h2[i]);
+    if (eng_wait(e) < 0)  /* nothing in flight from here on (plans may be made) */
+        return -1;
+    if ((p = eng_plan(e, nj, ni, lists)) == NULL)
+        return 0;
+    if (p->order < 6)
+        a = NULL;
+    if (p->order < 8)
+        jerk = NULL;
+    if (nj > p->n_stored || !i_ok(p, ni, index, wide, x, v, a, jerk, eps2, h2))
+        return 0;
+    if (!have_t)
+        t = p->time0;
+    if (!e->pred_valid || e->pred_time != t) {
+        memcpy(&bits, &t, sizeof bits);
+        e->pred_valid = 0;
+        for (int d = 0; d < nd; d++) {
+            if (eng_on(e, d, p[d].predict.queue) < 0
+                || eng_launch(e, &p[d], &p[d].predict, bits, ni, NULL,
+                              "queueing the prediction") < 0)
+                return -1;
+            if (nd > 1 && !is_cuda(&p[d]))  /* under way while another device is waited for */
+                p[d].flush(p[d].predict.queue);
+        }
+        e->pred_valid = 1;
+        e->pred_time = t;
+    }
+    for (int d = 0; d < nd; d++)
+        if (eng_start_dev(e, d, &p[d], ni, index, wide, x, v, a, jerk, eps2, h2, lists) < 0)
+            return -1;
+    for (int d = 0; d < nd && nd > 1; d++)  /* one device: flushed when waited for */
+        if (!is_cuda(&p[d]))
+            p[d].flush(p[d].force.queue);
+    e->last = p;
     e->uncollected = 1;
-    e->inflight_queue = e->force_queue = p->force.queue;
-    e->inflight_event = ev;
     e->last_ni = ni;
     e->last_nj = nj;
     e->last_eps2 = eps2;
@@ -1148,15 +1296,18 @@ static int cmp_int(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The neighbour lists the kernel wrote, as the library gives them: per i-particle the
- * stored ids ascending, at most the capacity, and the full count. */
+/* The neighbour lists the kernels wrote on the nd devices (plans p[0 .. nd - 1]), as the
+ * library gives them: per i-particle the ids every device stored (at most the capacity
+ * each), ascending, the first capacity of them, and the full count (the devices' sum). */
 static int eng_collect_lists(Engine *e, const struct dplan *p, int ni)
 {
+    const int nd = e->ndev, cap = p->nb_cap;
     size_t total = 0;
-    for (int i = 0; i < ni; i++) {
-        int c = p->nb_counts[i];
-        total += (size_t)(c < p->nb_cap ? (c > 0 ? c : 0) : p->nb_cap);
-    }
+    for (int d = 0; d < nd; d++)
+        for (int i = 0; i < ni; i++) {
+            int c = p[d].nb_counts[i];
+            total += (size_t)(c < cap ? (c > 0 ? c : 0) : cap);
+        }
     if ((size_t)ni + 1 > e->nb_rows_cap) {
         int *o = PyMem_RawRealloc(e->nb_offsets, sizeof(int) * ((size_t)ni + 1));
         int *c = o == NULL ? NULL : PyMem_RawRealloc(e->nb_counts, sizeof(int) * ((size_t)ni + 1));
@@ -1180,12 +1331,17 @@ static int eng_collect_lists(Engine *e, const struct dplan *p, int ni)
     }
     e->nb_offsets[0] = 0;
     for (int i = 0; i < ni; i++) {
-        int c = p->nb_counts[i], stored = c < p->nb_cap ? (c > 0 ? c : 0) : p->nb_cap;
-        int *dst = e->nb_ids + e->nb_offsets[i];
-        memcpy(dst, p->nb_lists + (size_t)i * (size_t)p->nb_cap, sizeof(int) * (size_t)stored);
-        qsort(dst, (size_t)stored, sizeof(int), cmp_int);
-        e->nb_counts[i] = c;
-        e->nb_offsets[i + 1] = e->nb_offsets[i] + stored;
+        int *dst = e->nb_ids + e->nb_offsets[i], found = 0, count = 0;
+        for (int d = 0; d < nd; d++) {
+            int c = p[d].nb_counts[i], stored = c < cap ? (c > 0 ? c : 0) : cap;
+            memcpy(dst + found, p[d].nb_lists + (size_t)i * (size_t)cap,
+                   sizeof(int) * (size_t)stored);
+            found += stored;
+            count += c;
+        }
+        qsort(dst, (size_t)found, sizeof(int), cmp_int);
+        e->nb_counts[i] = count;
+        e->nb_offsets[i + 1] = e->nb_offsets[i] + (found < cap ? found : cap);
     }
     e->lists_ni = ni;
     e->lists_valid = 1;
@@ -1207,7 +1363,7 @@ static int eng_finish(void *engine, int ni, double *rows)
         return -1;
     for (int i = 0; i < ni; i++) {
         double v[NCO_ORDER8];
-        finite &= result_row(p, i, v);
+        finite &= result_row(p, e->ndev, i, v);
         for (int r = 0; r < p->nco; r++)
             rows[(size_t)r * (size_t)ni + (size_t)i] = v[r];
     }
@@ -1235,7 +1391,7 @@ static void eng_inputs(void *engine, int ni, int *index, double *x, double *v, d
                        double *jerk, double *eps2, int *nj)
 {
     Engine *e = engine;
-    const struct dplan *p = e->last;
+    const struct dplan *p = e->last;  /* every device's plan packed the same particles */
     const size_t st = p == NULL ? 0 : (size_t)p->ni_pad;
     for (int i = 0; i < ni && p != NULL; i++) {
         const double *d = p->idata + i;
@@ -1253,7 +1409,7 @@ static void eng_inputs(void *engine, int ni, int *index, double *x, double *v, d
 
 static int eng_order(void *engine)
 {
-    return ((Engine *)engine)->jside.order;
+    return ((Engine *)engine)->dev[0].jside.order;
 }
 
 static const char *eng_error(void *engine)
@@ -1497,15 +1653,26 @@ static int ready(Engine *self)
 static int Engine_init(Engine *self, PyObject *args, PyObject *kwds)
 {
     PyObject *out, *planner;
-    static char *names[] = {"out", "planner", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO", names, &out, &planner))
+    int ndev = 1;
+    struct dplan *unpacked;
+    static char *names[] = {"out", "planner", "ndev", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|i", names, &out, &planner, &ndev))
         return -1;
     if (!PyCallable_Check(planner)) {
         PyErr_SetString(PyExc_TypeError, "planner: a callable planner(nj, ni, lists)");
         return -1;
     }
+    if (ndev < 1 || ndev > ENG_MAX_DEV) {
+        PyErr_Format(PyExc_ValueError, "ndev: %d devices (1 to %d)", ndev, ENG_MAX_DEV);
+        return -1;
+    }
     if (put_room(self, ENG_NJ_KEEP) < 0)
         return -1;
+    if ((unpacked = PyMem_RawRealloc(self->unpacked, sizeof *unpacked * (size_t)ndev)) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->unpacked = unpacked;
     if (self->have_out) {
         PyBuffer_Release(&self->out);
         self->have_out = 0;
@@ -1524,19 +1691,31 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds)
     }
     Py_INCREF(planner);
     Py_XSETREF(self->planner, planner);
+    if (self->ready)
+        eng_wait(self);
+    for (int l = 0; l < 2; l++) {  /* plan blocks of ndev plans from now on */
+        PyMem_RawFree(self->plans[l]);
+        self->plans[l] = NULL;
+        self->nplans[l] = 0;
+    }
+    self->ndev = ndev;
     eng_clear_plans(self);
+    self->last = NULL;
+    self->uncollected = 0;
     self->ready = 1;
     return 0;
 }
 
 static void Engine_dealloc(Engine *self)
 {
-    eng_wait(self);
+    if (self->ready)
+        eng_wait(self);
     if (self->have_out)
         PyBuffer_Release(&self->out);
     Py_CLEAR(self->planner);
     PyMem_RawFree(self->plans[0]);
     PyMem_RawFree(self->plans[1]);
+    PyMem_RawFree(self->unpacked);
     PyMem_RawFree(self->nb_offsets);
     PyMem_RawFree(self->nb_counts);
     PyMem_RawFree(self->nb_ids);
@@ -1544,6 +1723,7 @@ static void Engine_dealloc(Engine *self)
     PyMem_RawFree(self->address);
     PyMem_RawFree(self->index);
     PyMem_RawFree(self->run_ids);
+    PyMem_RawFree(self->run_raw);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1613,7 +1793,7 @@ static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t na
     vv = b->buf;
     for (int q = 0; q < 6; q++) {
         /* a record the library does not have (pop, d5 below order 8): its error */
-        if (args[6 + q] != Py_None && q + 2 >= self->jside.raw_n)
+        if (args[6 + q] != Py_None && q + 2 >= self->dev[0].jside.raw_n)
             goto done;
         if (!finite_rows(args[6 + q], n, &s, &dv[q]))
             goto done;
@@ -1853,8 +2033,8 @@ static PyMethodDef Engine_methods[] = {
 static PyTypeObject EngineType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "sapporo.core._engine.Engine",
-    .tp_doc = "Engine(out, planner): block steps of one library, run in C on the plans its "
-              "planner(nj, ni, lists) makes.",
+    .tp_doc = "Engine(out, planner, ndev=1): block steps of one library on ndev devices, run "
+              "in C on the plans its planner(nj, ni, lists) makes.",
     .tp_basicsize = sizeof(Engine),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
@@ -1883,6 +2063,7 @@ PyMODINIT_FUNC PyInit__engine(void)
     if (api == NULL || PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0
         || PyModule_AddObject(m, "C_API", api) < 0
         || PyModule_AddIntConstant(m, "NI_MAX", ENG_NI_MAX) < 0
+        || PyModule_AddIntConstant(m, "MAX_DEV", ENG_MAX_DEV) < 0
 
         || PyModule_AddIntConstant(m, "NCO_MAX", NCO_ORDER8) < 0) {
         Py_XDECREF(api);

@@ -11,7 +11,8 @@ into :attr:`Library.kernel_seconds <sapporo.Library.kernel_seconds>` (the plan's
 ``seconds_at``). ``SAPPORO_NATIVE=0`` sends every step the Python way.
 
 A plan is a table of int64 words whose layout is written once, in ``sapporo/plan.h``:
-:func:`plan_enums` reads it from there and :func:`plan_words` fills it.
+:func:`plan_enums` reads it from there and :func:`plan_words` fills it. A library with
+several devices hands the engine one such table per device, one after the other.
 """
 
 from __future__ import annotations
@@ -82,9 +83,10 @@ def plan_keys() -> list[str]:
 
 
 def plan_words(plan: dict[str, Any] | int) -> np.ndarray:
-    """The words of a plan (``plan.h``'s layout) from :meth:`Library._direct_plan
-    <sapporo.core.library.Library._direct_plan>`'s answer: its status alone (0: the Python way,
-    -1: never) when it is a number, or when a launch does not fit the table."""
+    """The words of one device's plan (``plan.h``'s layout: one block of a plan) from
+    :meth:`Library._direct_plan <sapporo.core.library.Library._direct_plan>`'s answer: its
+    status alone (0: the Python way, -1: never) when it is a number, or when a launch does
+    not fit the table."""
     e = plan_enums()
     w = np.zeros(e["DP_WORDS"], dtype=np.int64)
     if not isinstance(plan, dict):

@@ -528,30 +528,28 @@ class Library:
                 for d, dev in enumerate(self._devs)]
 
     # -- small block steps in C (sapporo.core.engine)
-    def _direct_plan(self, nj: int, ni: int, lists: bool = False) -> int | dict[str, Any]:
+    def _direct_plan(self, nj: int, ni: int, lists: bool = False) -> int | list[dict[str, Any]]:
         """A force call of ``ni`` i-particles on j-addresses [0, nj), with neighbour lists or
         not, as the native engine runs it (``sapporo/core/_engine.c``, for the Python API
-        and the C API), or why not: 0 (not for this shape: more i- or j-particles than
-        planned for) or -1 (not for this library: several devices, a backend without
-        native launches or buffer handles). A library that profiles has the engine time
-        its launches (``seconds_at``: the device's :attr:`kernel_seconds` cell).
+        and the C API): one plan per device, or why not: 0 (not for this shape: more i- or
+        j-particles than planned for, fewer addresses stored than devices) or -1 (not for
+        this library: a backend without native launches or buffer handles). A library that
+        profiles has the engine time its launches (``seconds_at``: each device's
+        :attr:`kernel_seconds` cell).
 
-        The library is brought up to date with the device first (records uploaded,
-        predicted, the queues finished), so that C starts from a consistent state. The
-        plan carries the generations of the device's and the library's memory and where
+        The library is brought up to date with the devices first (records uploaded,
+        predicted, the queues finished), so that C starts from a consistent state. Each
+        plan carries the generations of its device's and the library's memory and where
         their current values are: the engine never uses a plan whose memory moved. The
         launches whose arguments the engine sets are kept in ``_native_launches``;
         :meth:`_engine_wait` has them set their arguments again before Python launches
         them.
         """
-        if self.ndev != 1:
+        entries = [dev.ctx.native_entry_points() for dev in self._devs]
+        if None in entries:
             return -1
-        dev = self._devs[0]
-        entry = dev.ctx.native_entry_points()
-        if entry is None:
-            return -1
-        if not 1 <= nj <= self._n_stored or ni > NI_CHUNK:
-            return 0
+        if not 1 <= nj <= self._n_stored or self._n_stored < self.ndev or ni > NI_CHUNK:
+            return 0  # (every device predicts some addresses)
         with self._lock:
             self._check_open()
             if self._pending is not None:  # collect what nobody waited for
@@ -561,97 +559,116 @@ class Library:
                     pass
             small = self._predict_on_companion(ni, nj)
             self._sync_j(small)
-            plan = dev._plan(0, ni, nj, bool(lists))
-            terms = self._pred_terms
-            predict = dev.predict_launch(self._n_stored, terms, small[0])
-            dev.finish()
-            reduce = None if plan.reduce is None else plan.reduce.native()
-            launches = [predict.native(), plan.force.native(), None, reduce]
-            if None in launches[:2] or (plan.reduce is not None and reduce is None):
-                return -1
-            if dev.h_raw is not None:  # the device computes on these host arrays
-                memory = {"memory": 0, "dev_raw": dev.h_raw.ctypes.data,
-                          "dev_ids": dev.h_id.ctypes.data, "queue": 0, "idata_buf": 0,
-                          "out_buf": 0, "out_bytes": 0, "nb_counts_buf": 0,
-                          "nb_lists_buf": 0, "scatter_max": 0, "scatter_addr": 0,
-                          "scatter_raw": 0, "scatter_ids": 0, "scatter_addr_buf": 0,
-                          "scatter_raw_buf": 0, "scatter_ids_buf": 0}
-            else:  # its own memory: the engine queues the copies
-                scatter, s_addr, s_raw, s_ids = dev.scatter_launch(terms)
-                handles = [dev.j["raw"].native(), dev.j["id"].native(), dev.ctx.native_queue(),
-                           plan.h_in.buffer.native(), plan.h_out.buffer.native(),
-                           s_addr.buffer.native(), s_raw.buffer.native(), s_ids.buffer.native(),
-                           scatter.native()]
-                if None in handles:
+            plans: list[dict[str, Any]] = []
+            for d in range(self.ndev):
+                plan = self._device_plan(d, nj, ni, bool(lists), small[d])
+                if plan is None:
                     return -1
-                if all(scatter is not x for x in self._native_launches):
-                    self._native_launches.append(scatter)
-                memory = {"memory": 1, "dev_raw": handles[0], "dev_ids": handles[1],
-                          "queue": handles[2], "idata_buf": handles[3], "out_buf": handles[4],
-                          "out_bytes": plan.out.nbytes,
-                          "nb_counts_buf": 0 if plan.h_cnt is None else plan.h_cnt.buffer.native(),
-                          "nb_lists_buf": 0 if plan.h_lst is None else plan.h_lst.buffer.native(),
-                          "scatter_max": SCATTER_MAX, "scatter_addr": s_addr.array.ctypes.data,
-                          "scatter_raw": s_raw.array.ctypes.data,
-                          "scatter_ids": s_ids.array.ctypes.data,
-                          "scatter_addr_buf": handles[5], "scatter_raw_buf": handles[6],
-                          "scatter_ids_buf": handles[7]}
-                launches[2] = handles[8]
-            for launch in (predict, plan.force, plan.reduce):
-                if launch is not None and all(launch is not x for x in self._native_launches):
-                    self._native_launches.append(launch)
-            rows = 0
-            for r in self._rows:
-                rows |= 1 << int(r)
-            # the block sizes this launch serves as it is, but for its argument ni: the same
-            # configuration, padded size and device (so the same parts and buffers)
-            cfg = plan.cfg
-            lo = hi = ni
-            while (lo > 1 and dev.table.for_ni(lo - 1) == cfg
-                   and dev.ni_pad(lo - 1) == plan.ni_pad
-                   and dev.small_launch(lo - 1, nj) == dev.small_launch(ni, nj)):
-                lo -= 1
-            while (hi < min(plan.ni_pad, NI_CHUNK) and dev.table.for_ni(hi + 1) == cfg
-                   and dev.small_launch(hi + 1, nj) == dev.small_launch(ni, nj)):
-                hi += 1
-            if reduce is not None:  # rows for the largest block served (rows past ni idle)
-                rows_hi = -(-hi // REDUCE_ROWS) * REDUCE_ROWS
-                launches[3] = dataclasses.replace(
-                    reduce, global_size=(reduce.global_size[0], rows_hi))
-            return {
-                "order": self.order, "nci": layout.nci(self.order),
-                "nco": layout.nco(self.order), "ni_pad": plan.ni_pad,
-                "nparts": plan.out.shape[0],  # the parts left to combine on the host
-                "raw_n": dev.raw_n, "pred_terms": terms, "n_stored": self._n_stored,
-                "ds": int(self.precision == "double-single"), "check_rows": rows,
-                "spin_ns": int(getattr(dev.ctx, "spin_seconds", 0.0) * 1e9),
-                "time_bits": int(np.float64(self._time).view(np.int64)), "max_id": MAX_ID,
-                "idata": plan.idata.ctypes.data, "out": plan.out.ctypes.data,
-                "mirror_raw": self._raw.ctypes.data, "mirror_ids": self._ids.ctypes.data,
-                **memory,
-                "gen": dev._gen, "gen_at": dev.gen_cell.ctypes.data,
-                "lgen": int(self._lgen[0]), "lgen_at": self._lgen.ctypes.data,
-                "ni_lo": lo, "ni_hi": hi, "entry": entry,
-                "seconds_at": dev.seconds_cell.ctypes.data if dev.variant.profiling else 0,
-                "context": dev.ctx.native_context() or 0,
-                "nb_counts": 0 if plan.counts is None else plan.counts.ctypes.data,
-                "nb_lists": 0 if plan.lists is None else plan.lists.ctypes.data,
-                "nb_cap": self.nb_capacity if lists else 0,
-                "launches": launches,
-                "call_args": (dev.t_arg, dev.eps2_arg, -1, -1),
-                "ni_args": (-1, dev.ni_arg, 0, 0),  # the scatter's n, the reduce's ni: argument 0
-            }
+                plans.append(plan)
+            # the block sizes every device's launch serves as it is (C sets ni)
+            lo, hi = max(p["ni_lo"] for p in plans), min(p["ni_hi"] for p in plans)
+            for plan, entry in zip(plans, entries, strict=True):
+                plan.update(ni_lo=lo, ni_hi=hi, entry=entry)
+            return plans
+
+    def _device_plan(self, d: int, nj: int, ni: int, lists: bool,
+                     small: bool) -> dict[str, Any] | None:
+        """Device ``d``'s plan of a force call (see :meth:`_direct_plan`; the j-particles
+        synchronised), on its local addresses [0, ``_n_local(nj, d)``); None when a launch
+        or a buffer has no native handle."""
+        dev = self._devs[d]
+        nj_loc = self._n_local(nj, d)
+        plan = dev._plan(0, ni, nj_loc, lists)
+        terms = self._pred_terms
+        predict = dev.predict_launch(self._n_local(self._n_stored, d), terms, small)
+        dev.finish()
+        reduce = None if plan.reduce is None else plan.reduce.native()
+        launches = [predict.native(), plan.force.native(), None, reduce]
+        if None in launches[:2] or (plan.reduce is not None and reduce is None):
+            return None
+        if dev.h_raw is not None:  # the device computes on these host arrays
+            memory = {"memory": 0, "dev_raw": dev.h_raw.ctypes.data,
+                      "dev_ids": dev.h_id.ctypes.data, "queue": 0, "idata_buf": 0,
+                      "out_buf": 0, "out_bytes": 0, "nb_counts_buf": 0,
+                      "nb_lists_buf": 0, "scatter_max": 0, "scatter_addr": 0,
+                      "scatter_raw": 0, "scatter_ids": 0, "scatter_addr_buf": 0,
+                      "scatter_raw_buf": 0, "scatter_ids_buf": 0}
+        else:  # its own memory: the engine queues the copies
+            scatter, s_addr, s_raw, s_ids = dev.scatter_launch(terms)
+            handles = [dev.j["raw"].native(), dev.j["id"].native(), dev.ctx.native_queue(),
+                       plan.h_in.buffer.native(), plan.h_out.buffer.native(),
+                       s_addr.buffer.native(), s_raw.buffer.native(), s_ids.buffer.native(),
+                       scatter.native()]
+            if None in handles:
+                return None
+            if all(scatter is not x for x in self._native_launches):
+                self._native_launches.append(scatter)
+            memory = {"memory": 1, "dev_raw": handles[0], "dev_ids": handles[1],
+                      "queue": handles[2], "idata_buf": handles[3], "out_buf": handles[4],
+                      "out_bytes": plan.out.nbytes,
+                      "nb_counts_buf": 0 if plan.h_cnt is None else plan.h_cnt.buffer.native(),
+                      "nb_lists_buf": 0 if plan.h_lst is None else plan.h_lst.buffer.native(),
+                      "scatter_max": SCATTER_MAX, "scatter_addr": s_addr.array.ctypes.data,
+                      "scatter_raw": s_raw.array.ctypes.data,
+                      "scatter_ids": s_ids.array.ctypes.data,
+                      "scatter_addr_buf": handles[5], "scatter_raw_buf": handles[6],
+                      "scatter_ids_buf": handles[7]}
+            launches[2] = handles[8]
+        for launch in (predict, plan.force, plan.reduce):
+            if launch is not None and all(launch is not x for x in self._native_launches):
+                self._native_launches.append(launch)
+        rows = 0
+        for r in self._rows:
+            rows |= 1 << int(r)
+        # the block sizes this launch serves as it is, but for its argument ni: the same
+        # configuration, padded size and device (so the same parts and buffers)
+        cfg = plan.cfg
+        lo = hi = ni
+        while (lo > 1 and dev.table.for_ni(lo - 1) == cfg
+               and dev.ni_pad(lo - 1) == plan.ni_pad
+               and dev.small_launch(lo - 1, nj_loc) == dev.small_launch(ni, nj_loc)):
+            lo -= 1
+        while (hi < min(plan.ni_pad, NI_CHUNK) and dev.table.for_ni(hi + 1) == cfg
+               and dev.small_launch(hi + 1, nj_loc) == dev.small_launch(ni, nj_loc)):
+            hi += 1
+        if reduce is not None:  # rows for the largest block served (rows past ni idle)
+            rows_hi = -(-hi // REDUCE_ROWS) * REDUCE_ROWS
+            launches[3] = dataclasses.replace(
+                reduce, global_size=(reduce.global_size[0], rows_hi))
+        return {
+            "order": self.order, "nci": layout.nci(self.order),
+            "nco": layout.nco(self.order), "ni_pad": plan.ni_pad,
+            "nparts": plan.out.shape[0],  # the parts left to combine on the host
+            "raw_n": dev.raw_n, "pred_terms": terms, "n_stored": self._n_stored,
+            "ds": int(self.precision == "double-single"), "check_rows": rows,
+            "spin_ns": int(getattr(dev.ctx, "spin_seconds", 0.0) * 1e9),
+            "time_bits": int(np.float64(self._time).view(np.int64)), "max_id": MAX_ID,
+            "idata": plan.idata.ctypes.data, "out": plan.out.ctypes.data,
+            "mirror_raw": self._raw.ctypes.data, "mirror_ids": self._ids.ctypes.data,
+            **memory,
+            "gen": dev._gen, "gen_at": dev.gen_cell.ctypes.data,
+            "lgen": int(self._lgen[0]), "lgen_at": self._lgen.ctypes.data,
+            "ni_lo": lo, "ni_hi": hi,
+            "seconds_at": dev.seconds_cell.ctypes.data if dev.variant.profiling else 0,
+            "context": dev.ctx.native_context() or 0,
+            "nb_counts": 0 if plan.counts is None else plan.counts.ctypes.data,
+            "nb_lists": 0 if plan.lists is None else plan.lists.ctypes.data,
+            "nb_cap": self.nb_capacity if lists else 0,
+            "launches": launches,
+            "call_args": (dev.t_arg, dev.eps2_arg, -1, -1),
+            "ni_args": (-1, dev.ni_arg, 0, 0),  # the scatter's n, the reduce's ni: argument 0
+        }
 
     def _engine_start(self) -> None:
-        """Make the native engine for this library, where it can run: one device with
-        native launches (decided once)."""
+        """Make the native engine for this library, where it can run: devices with native
+        launches (at most the engine's ``MAX_DEV``; decided once)."""
         self._engine_tried = True
-        if self.ndev != 1 or self._devs[0].ctx.native_entry_points() is None:
+        if any(d.ctx.native_entry_points() is None for d in self._devs):
             return
         from sapporo.core import engine
 
         module = engine.load()
-        if module is None:
+        if module is None or self.ndev > module.MAX_DEV:
             return
         self._engine_out = np.zeros(module.NCO_MAX * module.NI_MAX)
         me = weakref.ref(self)  # the engine must not keep its library alive (no GC there)
@@ -660,7 +677,7 @@ class Library:
             lib = me()
             return -1 if lib is None else lib._engine_planner(nj, ni, lists)
 
-        self._engine = module.Engine(self._engine_out, planner)
+        self._engine = module.Engine(self._engine_out, planner, self.ndev)
         self._engine.predicted = self._predicted
 
     def _drop_engine(self) -> None:
@@ -682,13 +699,15 @@ class Library:
             eng.ran = False
 
     def _engine_planner(self, nj: int, ni: int, lists: int) -> Any:
-        """The engine's planner: the words of the plan for ``ni`` i-particles on
-        j-addresses [0, nj) (:func:`sapporo.core.engine.plan_words`), or 0 (not this shape)
-        or -1 (never for this library)."""
+        """The engine's planner: the words of the plans for ``ni`` i-particles on
+        j-addresses [0, nj), one block per device (:func:`sapporo.core.engine.plan_words`),
+        or 0 (not this shape) or -1 (never for this library)."""
         from sapporo.core.engine import plan_words
 
-        plan = self._direct_plan(nj, ni, bool(lists))
-        return plan_words(plan) if isinstance(plan, dict) else plan
+        plans = self._direct_plan(nj, ni, bool(lists))
+        if isinstance(plans, int):
+            return plans
+        return np.concatenate([plan_words(p) for p in plans])
 
     def _engine_wait(self) -> None:
         """Before the library works its own way: the engine's call in flight finished (the
@@ -706,7 +725,7 @@ class Library:
             return method(*args)
         except RuntimeError as exc:
             self._drop_engine()
-            raise BackendError(f"{self._devs[0].info.name}: {exc}") from None
+            raise BackendError(f"{self.device_name}: {exc}") from None
 
     def _engine_takes(self, nj: Any) -> bool:
         """Whether a force call may be offered to the engine (made the first time): there

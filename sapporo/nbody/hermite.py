@@ -22,7 +22,7 @@ particles with the smallest ``t_i + dt_i`` (the *active block*):
 The block steps run in the native core ``sapporo.nbody._hermite`` (``_hermite.c``): the
 block from a queue of the times due ``t_i + dt_i``, the force call through the library's native
 engine in-process (the C table of ``sapporo/engine_api.h``), or through the library's
-Python API where the engine cannot take it or the library has none (several devices, MPI,
+Python API where the engine cannot take it or the library has none (MPI,
 stand-ins).
 This module is the Python layer: parameters, the start, snapshots, energies, callbacks.
 

@@ -40,6 +40,31 @@ def test_direct_and_python_steps_give_the_same_bits(capi: CApi, tmp_path: Path, 
     _check_sequence(out_py, out_c, calls_py, calls_c)
 
 
+def test_two_devices_direct_and_python_alike(capi: CApi, tmp_path: Path) -> None:
+    """The same sequence on two devices (PoCL's two CPU devices, opened through
+    ``SAPPORO_DEVICES``): the engine runs the block steps on both without Python, with the
+    bits of the library's own way; on device memory too."""
+    from sapporo.backend import get_backend
+    from sapporo.errors import BackendError
+
+    try:
+        names = [d.name for d in get_backend("opencl").devices()]
+    except BackendError as exc:
+        pytest.skip(f"no OpenCL: {exc}")
+    if not any(n.startswith("pthread") for n in names):
+        pytest.skip(f"not PoCL's CPU driver ({names}): POCL_DEVICES cannot make two devices")
+    # device 1 exists only when PoCL made two: the open fails otherwise
+    two = {"POCL_DEVICES": "pthread pthread", "SAPPORO_BACKEND": "opencl",
+           "SAPPORO_DEVICES": "0,1", "SAPPORO_NB_CAPACITY": "4"}
+    for memory in ("auto", "device"):
+        out_py, calls_py = _run(capi, tmp_path, 4, "double", "0", **two,
+                                SAPPORO_NATIVE_MEMORY=memory)
+        out_c, calls_c = _run(capi, tmp_path, 4, "double", "1", **two,
+                              SAPPORO_NATIVE_MEMORY=memory)
+        assert "read_neighbour_list 1" in out_c  # lists merged past the capacity
+        _check_sequence(out_py, out_c, calls_py, calls_c)
+
+
 def test_overflowing_lists_alike(capi: CApi, tmp_path: Path) -> None:
     """Lists beyond a capacity of 4: the same stored ids, counts and overflow flag."""
     out_py, calls_py = _run(capi, tmp_path, 4, "double", "0", SAPPORO_NB_CAPACITY="4")
@@ -122,8 +147,7 @@ def test_engine_and_plans_from_python(monkeypatch) -> None:
         rng = np.random.default_rng(3)
         lib.set_j_particles(np.arange(n), np.arange(n), 0.0, np.full(n, 1 / n),
                             rng.normal(size=(n, 3)), rng.normal(size=(n, 3)))
-        plan = lib._direct_plan(n, 5)
-        assert isinstance(plan, dict)
+        (plan,) = lib._direct_plan(n, 5)  # one device: one plan
         assert plan["n_stored"] == n and plan["ni_pad"] >= 5 and plan["nparts"] >= 1
         assert set(plan["entry"]) == {"set_arg", "enqueue", "flush", "finish", "event_info",
                                       "release", "write", "read", "profiling_info"}
@@ -139,8 +163,8 @@ def test_engine_and_plans_from_python(monkeypatch) -> None:
         assert plan["call_args"][:2] == (lib._devs[0].t_arg, lib._devs[0].eps2_arg)
         # a larger block reallocates the i- and result buffers: the device's generation
         # moves on, and the engine reads it where the plan says before using a plan
-        big = lib._direct_plan(n, 128)
-        assert isinstance(big, dict) and big["gen"] > plan["gen"]
+        (big,) = lib._direct_plan(n, 128)
+        assert big["gen"] > plan["gen"]
         assert lib._devs[0].gen_cell[0] == big["gen"]
         assert big["gen_at"] == lib._devs[0].gen_cell.ctypes.data
         assert big["lgen_at"] == lib._lgen.ctypes.data

@@ -180,8 +180,8 @@ def test_parts_combined_by_the_reduce_kernel_and_large_batches(cl_backend, monke
         # every batch but the first (the engine makes its plans at the first force call),
         # the 600 records too
         assert [s[3] for s in steps] == [False, True, True, True, True]
-        plan = fast._direct_plan(3000, 7)
-        assert isinstance(plan, dict) and plan["launches"][3] is not None  # the reduce
+        (plan,) = fast._direct_plan(3000, 7)  # one device: one plan
+        assert plan["launches"][3] is not None  # the reduce
         assert plan["nparts"] == 1  # nothing left to combine on the host
         assert slow._devs[0]._plan(0, 7, 3000, False).nparts > 1
         _near_reference(system, steps[-1], tj, order, precision)
@@ -230,8 +230,8 @@ def test_cuda_road_on_the_emulation(order, precision):
                                h2=H2_LISTS)
             assert all(s[4] for s in steps), "a block not run by the engine"
             assert driver.cuemu_driver_calls(0) > launches + 2 * len(sizes)
-            plan = fast._direct_plan(2500, 7)
-            assert isinstance(plan, dict) and plan["launches"][3] is not None  # reduce
+            (plan,) = fast._direct_plan(2500, 7)
+            assert plan["launches"][3] is not None  # reduce
         finally:
             fast.close()
             slow.close()
@@ -296,8 +296,8 @@ def test_profiling_library_steps_run_in_c_and_are_timed(cl_backend, order, preci
         assert _engine_used(plain) and plain.kernel_seconds == 0.0
         _steps(py_prof, slow, system, order, [1, 3], np.random.default_rng(17))
         assert py_prof._engine is None and py_prof.kernel_seconds > 0.0  # the Python way's
-        plan = prof._direct_plan(2000, 3)
-        assert plan["seconds_at"] != 0 and plain._direct_plan(2000, 3)["seconds_at"] == 0
+        (plan,) = prof._direct_plan(2000, 3)
+        assert plan["seconds_at"] != 0 and plain._direct_plan(2000, 3)[0]["seconds_at"] == 0
         if config.from_environment().native_memory == "device":
             assert plan["memory"] == 1  # the engine queued the copies and scatters
         # larger calls, in the engine too (a force launch each at least)
@@ -619,8 +619,7 @@ def test_plan_table_written_once(cl_backend):
     try:
         x, v, m, ids, _, _ = _system(64)
         lib.set_j_particles(np.arange(64), ids, 0.0, m, x, v)
-        plan = lib._direct_plan(64, 1)
-        assert isinstance(plan, dict)
+        (plan,) = lib._direct_plan(64, 1)
         keys = set(engine.plan_keys())
         extra = {"launches", "call_args", "ni_args", "entry"}
         assert set(plan) - extra == keys
@@ -677,6 +676,14 @@ def test_module_refuses_misuse():
         eng = mod.Engine(out, planner)
         assert eng.compute(*args, 5, None) == 0 and eng.off == 1
         assert eng.compute(*args, 5, None) == 0
+    # a device count it does not serve; a plan of one block for an engine of two devices
+    for ndev in (0, -1, mod.MAX_DEV + 1):
+        with pytest.raises(ValueError, match="ndev"):
+            mod.Engine(out, lambda *a: 0, ndev)
+    one_block = engine.plan_words(0)
+    one_block[0] = 1
+    eng = mod.Engine(out, lambda *a: one_block, 2)
+    assert eng.compute(*args, 5, None) == 0 and eng.off == 1
 
 
 def test_launch_failure_is_a_backend_error_and_the_python_way_goes_on(cl_backend):

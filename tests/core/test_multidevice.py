@@ -1,9 +1,10 @@
 """Several devices: PoCL shows two CPU devices with POCL_DEVICES="pthread pthread".
 
-The variable must be set before PoCL initialises, so the check runs in a subprocess.
+The variable must be set before PoCL initialises, so the checks run in subprocesses.
 Addresses are spread round-robin over the devices and the partial results combined on the
 host; the combined forces must meet the same tolerances as one device, and nearest
-neighbours and neighbour lists must be exact in double precision.
+neighbours and neighbour lists must be exact in double precision. Block steps run in the
+native engine on both devices at once, with the bits of the library's own way.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_two_pocl_devices():
+def _two_devices(script: str, **env_extra: str) -> dict:
+    """Run ``script`` with PoCL's two CPU devices; its JSON output (skips without PoCL)."""
     from sapporo.backend import get_backend
     from sapporo.errors import BackendError
 
@@ -75,15 +77,20 @@ def test_two_pocl_devices():
         pytest.skip(f"no OpenCL: {exc}")
     if not any(n.startswith("pthread") for n in names):
         pytest.skip(f"not PoCL's CPU driver ({names}): POCL_DEVICES cannot make two devices")
-    env = dict(os.environ, POCL_DEVICES="pthread pthread", SAPPORO_BACKEND="opencl")
+    env = dict(os.environ, POCL_DEVICES="pthread pthread", SAPPORO_BACKEND="opencl",
+               **env_extra)
     env.pop("SAPPORO_DEVICES", None)
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=600)
     if proc.returncode != 0:
         if "PoCL" in proc.stderr and "pthread" in proc.stderr:  # pragma: no cover
             pytest.skip(f"PoCL did not create two devices: {proc.stderr[-300:]}")
         raise AssertionError(proc.stderr)
-    res = json.loads(proc.stdout)
+    return json.loads(proc.stdout)
+
+
+def test_two_pocl_devices():
+    res = _two_devices(SCRIPT)
     for key, r in res.items():
         assert r["ndev"] == 2, key
         tol = 1e-12 if "double-single" not in key else 1e-5
@@ -92,3 +99,185 @@ def test_two_pocl_devices():
         if "double-single" not in key:
             assert r["nn"] and r["lists"], key
         assert r["nn_near"] and r["lists_near"], key
+
+
+ENGINE_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import sapporo
+    from sapporo import reference as ref
+
+    EPS2 = 1e-4
+    n = 701  # odd: the devices hold 351 and 350 addresses
+    x, v, m = ref.plummer(n, seed=5)
+    rng = np.random.default_rng(5)
+    ids = rng.permutation(n) * 2 + 1
+    a = rng.normal(scale=0.5, size=(n, 3))
+    jerk = rng.normal(scale=0.5, size=(n, 3))
+    names = ("acc", "jerk", "snap", "crackle", "pot", "nn_index", "nn_r2", "neighbour_counts")
+    out = {}
+
+    def same(r1, r2):
+        for name in names:
+            p, q = getattr(r1, name), getattr(r2, name)
+            if (p is None) != (q is None) or (p is not None and not (
+                    p.dtype == q.dtype and np.array_equal(p, q))):
+                return name
+        if r1.overflow != r2.overflow:
+            return "overflow"
+        if r1.neighbour_counts is not None and not all(
+                np.array_equal(r1.neighbours(i), r2.neighbours(i)) for i in range(r1.ni)):
+            return "neighbours"
+        return None
+
+    for order in (2, 4, 6, 8):
+        for prec in ("double-single", "double"):
+            # the engine's library, and one held to the library's way (as SAPPORO_NATIVE=0)
+            fast, slow = (sapporo.Library(order=order, precision=prec, devices="all",
+                                          nb_capacity=8) for _ in range(2))
+            slow._engine_tried = True
+            addr = rng.permutation(n)  # particle addr[k] at address k
+            tj = np.zeros(n)
+            for lib in (fast, slow):
+                lib.set_j_particles(np.arange(n), ids[addr], 0.0, m[addr], x[addr], v[addr],
+                                    a=a[addr], jerk=jerk[addr])
+            # a plan per device: its own records and force on its local addresses, the
+            # library's mirror, addresses and block sizes
+            plans = fast._direct_plan(n, 5)
+            plans_ok = (len(plans) == 2 and plans[0]["dev_raw"] != plans[1]["dev_raw"]
+                        and plans[0]["mirror_raw"] == plans[1]["mirror_raw"]
+                        and plans[0]["launches"][1] is not plans[1]["launches"][1]
+                        and all(p["n_stored"] == n for p in plans)
+                        and plans[0]["ni_lo"] == plans[1]["ni_lo"] <= 5
+                        and plans[0]["ni_hi"] == plans[1]["ni_hi"] >= 5)
+            mismatch, ran, stored, overflow, predicted = [], 0, 0, False, 0
+            # (ni, lists, part of the j-range): the largest block first (the buffers
+            # grow), then shapes again, whose plans the engine has (it predicts itself)
+            steps = [(130, 0, 0), (1, 0, 0), (2, 0, 0), (1, 0, 0), (5, 1, 0), (1, 0, 0),
+                     (16, 0, 1), (1, 0, 0), (5, 1, 0), (16, 0, 1), (2, 0, 0), (1, 0, 0),
+                     (3, 1, 1)]
+            for k, (ni, lists, part) in enumerate(steps):
+                sel = np.sort(rng.choice(n, ni, replace=False))  # addresses
+                t = 1e-3 * (k + 1)
+                tj[sel] = t - 1e-3
+                kw = {"a": a[addr[sel]] if order >= 6 else None,
+                      "jerk": jerk[addr[sel]] if order >= 8 else None}
+                if lists:
+                    kw["h2"] = np.full(ni, 0.06)
+                if part:
+                    kw["nj"] = 600
+                before = fast._engine.launches if fast._engine is not None else 0
+                res = []
+                for lib in (fast, slow):
+                    # the block's j-particles stored again, moved on in time
+                    lib.set_j_particles(sel, ids[addr[sel]], t - 1e-3, m[addr[sel]],
+                                        x[addr[sel]], v[addr[sel]], a=a[addr[sel]],
+                                        jerk=jerk[addr[sel]])
+                    if lib is fast:
+                        stored += not fast._dirty
+                        if fast._engine is not None:
+                            fast._engine.ran = False
+                    lib.set_time(t)
+                    xi, vi, ii = x[addr[sel]], v[addr[sel]], ids[addr[sel]]
+                    if k % 3 == 2:
+                        res.append(lib.start_compute(xi, vi, ii, EPS2, **kw).result())
+                    else:
+                        res.append(lib.compute(xi, vi, ii, EPS2, **kw))
+                ran += bool(fast._engine is not None and fast._engine.ran)
+                # a prediction and a force per device (host memory: nothing else)
+                predicted += fast._engine.launches - before >= 4
+                overflow |= bool(res[0].overflow)
+                if (bad := same(*res)) is not None:
+                    mismatch.append((k, bad))
+            # the last step against the float64 reference (every address, no lists)
+            sel = np.sort(rng.choice(n, 9, replace=False))
+            fast.set_time(0.02)
+            kw = {"a": a[addr[sel]] if order >= 6 else None,
+                  "jerk": jerk[addr[sel]] if order >= 8 else None}
+            fast._engine.ran = False
+            f = fast.compute(x[addr[sel]], v[addr[sel]], ids[addr[sel]], EPS2, **kw)
+            last_ran = bool(fast._engine.ran)
+            xp, vp, ap = ref.predict(0.02, tj, x[addr], v[addr], a[addr], jerk[addr])
+            r = ref.forces(x[addr[sel]], v[addr[sel]], ids[addr[sel]], xp, vp, m[addr],
+                           ids[addr], EPS2, order=order, ai=kw["a"],
+                           aj=ap if order >= 6 else None, ji=kw["jerk"],
+                           jj=jerk[addr] if order >= 8 else None)
+            err = max(float(np.abs(p - q).max() / np.abs(q).max())
+                      for p, q in [(f.acc, r.acc), (f.pot, r.pot)]
+                      + ([(f.jerk, r.jerk)] if order >= 4 else []))
+            out[f"{order}-{prec}"] = {
+                "ndev": fast.ndev, "plans": plans_ok, "mismatch": mismatch,
+                "steps": len(steps), "ran": ran, "stored": stored, "predicted": predicted,
+                "overflow": overflow,
+                "last_ran": last_ran, "err": err, "nn": bool((f.nn_index == r.nn_index).all()),
+            }
+            fast.close()
+            slow.close()
+    json.dump(out, sys.stdout)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("memory", ["auto", "device"])
+def test_block_steps_on_two_devices_run_in_the_engine(memory):
+    """Block steps on two devices (orders 2 to 8, both precisions; neighbour lists, part
+    of the j-range, the asynchronous pair, j-particles stored between steps), on host
+    memory and on device memory (``SAPPORO_NATIVE_MEMORY=device``): run by the native
+    engine, with every result the bits of the library's own way, and the last step
+    within the float64 reference's tolerance (``auto``: host memory on a CPU)."""
+    res = _two_devices(ENGINE_SCRIPT, SAPPORO_NATIVE_MEMORY=memory, SAPPORO_NATIVE="1")
+    for key, r in res.items():
+        assert r["ndev"] == 2 and r["plans"], key
+        assert r["mismatch"] == [], (key, r["mismatch"])
+        # every step in C, every store after the first step (the engine starts at the
+        # first force call), and on shapes planned before the devices' predictions too
+        assert r["ran"] == r["steps"] and r["last_ran"], (key, r)
+        assert r["stored"] == r["steps"] - 1, (key, r)
+        assert r["predicted"] >= 3, (key, r)
+        assert r["overflow"], key  # capacity 8: the merged counts went past it
+        assert r["err"] <= (1e-4 if "double-single" in key else 1e-10), (key, r["err"])
+        if "double-single" not in key:
+            assert r["nn"], key
+
+
+PROFILING_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import sapporo
+    from sapporo import reference as ref
+
+    x, v, m = ref.plummer(2000, seed=3)
+    ids = np.arange(2000)
+    out = {}
+    for profiling in (True, False):
+        with sapporo.Library(order=4, precision="double", backend="opencl", devices="all",
+                             profiling=profiling) as lib:
+            lib.set_j_particles(ids, ids, 0.0, m, x, v)
+            lib.compute(x[:3], v[:3], ids[:3], 1e-4)
+            ran = 0
+            for k in range(5):
+                lib.set_j_particles(ids[k:k + 3], ids[k:k + 3], 0.0, m[k:k + 3],
+                                    x[k:k + 3] * 1.001, v[k:k + 3])
+                lib.set_time(1e-3 * (k + 1))
+                lib._engine.ran = False
+                r = lib.compute(x[:40], v[:40], ids[:40], 1e-4, h2=np.full(40, 0.01))
+                ran += lib._engine.ran
+            out[str(profiling)] = {"ndev": lib.ndev, "ran": ran, "seconds": lib.kernel_seconds,
+                                   "acc": r.acc.tolist(), "counts": r.neighbour_counts.tolist()}
+    json.dump(out, sys.stdout)
+    """
+)
+
+
+def test_two_devices_profiled_in_the_engine():
+    """A library on two devices that profiles: its steps run in the engine, which times
+    both devices' launches (kernel_seconds > 0), with the bits of one that does not."""
+    res = _two_devices(PROFILING_SCRIPT)
+    timed, plain = res["True"], res["False"]
+    assert timed["ndev"] == plain["ndev"] == 2
+    assert timed["ran"] == plain["ran"] == 5
+    assert timed["seconds"] > 0.0 and plain["seconds"] == 0.0
+    assert timed["acc"] == plain["acc"] and timed["counts"] == plain["counts"]
