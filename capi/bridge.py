@@ -200,8 +200,7 @@ class Bridge:
     def engine(self) -> tuple[int, int]:
         """The addresses of the native engine's C function table (``engine_api.h``) and of
         the open library's engine, for the C half to run block steps without Python; (0, 0)
-        when the library has none (``SAPPORO_NATIVE=0``, a backend without native
-        launches). The engine stays alive until close."""
+        for a stand-in library (tests). The engine stays alive until close."""
         lib = self.lib
         if lib is None:
             raise SapporoError("the library is not open (call g6_open first)")
@@ -350,8 +349,7 @@ class Bridge:
 
 def _engine_of(lib: Any) -> tuple[int, int]:
     """The addresses of the native engine's C function table (``engine_api.h``) and of the
-    library's engine; (0, 0) when it has none (``SAPPORO_NATIVE=0``, a backend without
-    native launches, a stand-in library)."""
+    library's engine; (0, 0) for a stand-in library (tests)."""
     if not hasattr(lib, "_engine_start"):  # a stand-in library (tests)
         return 0, 0
     if not lib._engine_tried:

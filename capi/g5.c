@@ -364,7 +364,7 @@ static int do_g5_set_xmj(const char *fn, int id, int adr, int nj, const double *
         if (rc < 0)
             return g5_put(c, g5_fail(fn, SAPPORO_ERR_BACKEND, "%s", c->api->error(c->eng)));
     }
-    if (rc == 0) {  /* the library's way: new addresses, or what the engine does not take */
+    if (rc == 0) {  /* through Python: new addresses, or what the engine does not take */
         enter(fn);
         rc = leave(shim_py_g5_set_j(id, nj, c->jaddr, c->jidx, c->jrec));
         if (rc < 0)

@@ -82,8 +82,8 @@ const char *sapporo_version(void);
 
 /* How many force calls of this process ran on the direct path: block steps (and GRAPE-5
  * force calls) run in C on the native engine, from a plan made once per launch shape,
- * without Python (one OpenCL device, any order, neighbour lists or not; SAPPORO_NATIVE=0
- * turns it off). A diagnostic: 0 means every call went through Python. */
+ * without Python (the calls that store new addresses or that Python must check cross into
+ * Python first). A diagnostic. */
 long sapporo_direct_calls(void);
 
 /* Whether the embedded Python has started in this process (1) or not (0): g6_open starts

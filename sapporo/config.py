@@ -30,9 +30,6 @@ variable                   meaning
                            with a collective of its own, that every rank passed the same
                            arguments (a CRC-32) and that no rank failed (default 0: one
                            collective per block step, errors reported with the forces)
-``SAPPORO_NATIVE``         0: every block step, of the Python API and of the C API, takes
-                           the Python way (default 1: the native engine runs the steps
-                           the library has planned; see :mod:`sapporo.core.engine`)
 ``SAPPORO_NATIVE_MEMORY``  ``device``: the library keeps its data in device buffers with
                            explicit copies even on a device that could compute on host
                            memory (a CPU); the default ``auto`` uses host memory there
@@ -282,7 +279,6 @@ class Settings:
     decomposition: str | None = None
     rank_output: bool = False
     mpi_check: bool = False
-    native: bool = True
     native_memory: str = "auto"
 
 
@@ -306,7 +302,6 @@ def from_environment() -> Settings:
         decomposition=_get("SAPPORO_DECOMPOSITION"),
         rank_output=(_get("SAPPORO_RANK_OUTPUT") or "0").lower() not in ("0", "no", "false"),
         mpi_check=(_get("SAPPORO_MPI_CHECK") or "0").lower() not in ("0", "no", "false", "off"),
-        native=(_get("SAPPORO_NATIVE") or "1").lower() not in ("0", "no", "false", "off"),
         native_memory=parse_memory(_get("SAPPORO_NATIVE_MEMORY")),
     )
 

@@ -34,10 +34,10 @@ struct sapporo_engine_api {
     int version;
     /* n records into the library's j-memory, nrec double4 each (2 <= nrec <= JB_RECORDS:
      * x|m, v|t, then as many derivatives as the caller has; those it does not give are
-     * zero): 1 stored, 0 the library's way (nothing stored), < 0 error */
+     * zero): 1 stored, 0 not here (nothing stored: the library's Python stores them), < 0 error */
     int (*put_j)(void *engine, int n, const int *address, const int *index, const double *rec,
                  int nrec);
-    /* start a force call on j-addresses [0, nj): 1 started, 0 the library's way, < 0 error.
+    /* start a force call on j-addresses [0, nj): 1 started, 0 not here (Python checks), < 0 error.
      * index: int ids; a (orders 6, 8) and jerk (order 8) may be NULL below those orders; h2
      * may be NULL (no lists); t: the time to predict to, or the library's when !have_t. */
     int (*start)(void *engine, int nj, int ni, const int *index, const double *x,
@@ -52,7 +52,7 @@ struct sapporo_engine_api {
     int (*lists)(void *engine, int *ni, const int **offsets, const int **counts,
                  const int **ids);
     /* the last started call's i-particles and eps2 and nj as the kernel saw them (to run it
-     * again the library's way); a and jerk are filled with zeros below orders 6 and 8 */
+     * again through the library); a and jerk are filled with zeros below orders 6 and 8 */
     void (*inputs)(void *engine, int ni, int *index, double *x, double *v, double *a,
                    double *jerk, double *eps2, int *nj);
     /* wait for anything in flight: 0, or < 0 (error) */

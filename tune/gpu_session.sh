@@ -16,10 +16,10 @@
 #   bench     sapporo bench at N = 131072: order 4 double-single and double (with the CuPy
 #             and PyTorch peers), order 6 double-single; N_active sweep 1..1024 at the powers
 #             of two and one past each (9, 33, 65, 129, 257, 513: padding cliffs)
-#   latency   the small-call costs: tune/host_overhead.py (sapporo's Python on this CPU,
-#             driver calls counted, no GPU), then N_active 1..64 at N = 131072 (order 4
-#             double-single) with the parts combined by the reduce kernel (the default) and
-#             on the host (GPU_HOST_REDUCE_MAX = 65536)
+#   latency   the small-call costs: block steps at N = 16k and 64k with 1, 16 and 256
+#             active (Python API and C API, host time = wall - kernels), then N_active
+#             1..64 at N = 131072 (order 4 double-single) with the parts combined by the
+#             reduce kernel (the default) and on the host (GPU_HOST_REDUCE_MAX = 65536)
 #   tune      sapporo tune for the variants in TUNE_VARIANTS; profiles into the files archive
 #   sanitize  a small force computation under compute-sanitizer memcheck, racecheck,
 #             synccheck and initcheck
@@ -394,14 +394,10 @@ stage_bench() {
 }
 
 stage_latency() {
-    step "host overhead (PyCUDA stand-in, no GPU)" "$PY" tune/host_overhead.py
-    local native
-    for native in 1 0; do  # the native engine's CUDA road against the Python way
-        step "block steps, SAPPORO_NATIVE=$native (Python API and C API)" \
-            env SAPPORO_NATIVE=$native "${SAPPORO[@]}" bench --block-step --capi \
-            --backend cuda --orders 4 --precisions double-single --n 16k,64k \
-            --n-active 1,16,256 --no-plots --out "$ST/block-step-native-$native"
-    done
+    step "block steps on the engine's CUDA road (Python API and C API)" \
+        "${SAPPORO[@]}" bench --block-step --capi --backend cuda --orders 4 \
+        --precisions double-single --n 16k,64k --n-active 1,16,256 --no-plots \
+        --out "$ST/block-step"
     local limit sweep=(bench --backend cuda --orders 4 --precisions double-single --n 16k
         --sweep-n 131072 --n-active 1,2,4,8,9,16,32,33,64 --peers none --no-plots
         --launch "${BENCH_LAUNCH:-auto}")

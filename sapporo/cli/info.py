@@ -83,7 +83,7 @@ def _capi_line(env: config.Settings) -> str:
 
 
 def _step_status() -> str:
-    """Whether block steps run on the native engine (sapporo.core.engine), and why not."""
+    """The native engine (sapporo.core.engine) that runs every force call, or why it cannot."""
     from sapporo.core import engine
 
     return engine.status()

@@ -1,21 +1,21 @@
 /*
- * _engine.c -- the native block-step engine: module sapporo.core._engine, compiled when the
- * package is installed (setup.py), loaded by sapporo/core/engine.py.
+ * _engine.c -- the native engine, the one executor of force calls: module
+ * sapporo.core._engine, compiled when the package is installed (setup.py), loaded by
+ * sapporo/core/engine.py.
  *
- * A block step of an integrator (a few j-particles stored, a new time, the forces on a few
- * i-particles) spends 50-100 us in Python's checks, bookkeeping and launches around 5-25 us
- * of kernels on a CPU.  Here the same step runs in C on plans the library made (one per
- * launch shape, made by sapporo.core.library.Library._direct_plan when the engine asks its
- * planner): j-particles written into the library's mirror and the device's records, the
- * prediction and force kernels queued through the OpenCL entry points PyOpenCL uses, the
- * parts combined in the order of sapporo.core.device.combine_parts (the same bits as the
- * library's own way), the results into the caller's rows.
+ * A force call (a few j-particles stored, a new time, the forces on a block of
+ * i-particles) runs here in C on plans the library made (one per launch shape, made by
+ * sapporo.core.library.Library._direct_plan when the engine asks its planner): j-particles
+ * written into the library's mirror and the device's records, the prediction, force and
+ * reduce kernels queued through the runtime's entry points (OpenCL's, or CUDA's driver
+ * API), the parts combined in one fixed order (the reduce kernel's), the results into the
+ * caller's rows.
  *
  * A library with several devices gets one plan per device for each shape (a block of plans,
  * plan.h): each device's records (address a on device a % ndev at local address a / ndev),
  * prediction, force and reduce are its own, every device's launches are queued before any
- * is waited for, and the devices' rows are combined as sapporo.core.library.Library._assemble
- * does (each device's parts, then the devices' rows in the same order; struct edev).
+ * is waited for, and the devices' rows are combined on the host (each device's parts, then
+ * the devices' rows in the same order; struct edev).
  *
  * One engine per library holds all of this native state: the plans, the generations of
  * the memory they point at, the prediction, the call in flight, the last neighbour lists.
@@ -23,13 +23,9 @@
  * table of sapporo/engine_api.h (the capsule C_API).  Only what the library would accept
  * as it is runs here: float64 and int arrays of the expected shapes, finite values in
  * range, addresses already stored, derivatives the predictor already reads, masses
- * double-single can hold.  Anything else returns "the library's way" with nothing changed,
- * and the library's own code gives its usual answer or error.
- *
- * A library that profiles gives plans with DP_SECONDS_AT: every launch queued here is then
- * timed by the runtime (OpenCL: the launch's event; CUDA: events recorded around it), read
- * at the next wait and added to that float64 (the device's kernel_seconds).  Without it no
- * event is made or read for timing.
+ * double-single can hold.  Anything else returns 0 ("not here") with nothing changed: the
+ * library's Python checks and converts the arguments, or stores new j-particles, names
+ * any error, and hands the call back.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -46,7 +42,7 @@
 
 #define ENG_NI_MAX 8192   /* i-particles per call (sapporo.core.launch.NI_CHUNK) */
 #define ENG_NJ_KEEP 256   /* put_j's buffers from Python are kept up to this many records */
-#define ENG_MAX_DEV 16    /* devices of one library (more: the library's way) */
+#define ENG_MAX_DEV 16    /* devices of one library (more: refused) */
 /* timed launches (profiling) between two waits: at most a scatter, or a prediction, a force
  * and a reduce per device (every store of a batch and every force call waits for the
  * previous one) */
@@ -107,7 +103,7 @@ struct dlaunch {
 };
 
 struct dplan {
-    int status, nj, ni, lists;  /* status 1: usable; -1: this shape goes the library's way */
+    int status, nj, ni, lists;  /* status 1: usable; -1: never for this library */
     int dev;                    /* the device of the library it is for (0 .. ndev - 1) */
     int64_t gen, lgen;          /* the generations of the device's and the library's memory */
     const int64_t *gen_at, *lgen_at;  /* ... and where their current values are */
@@ -576,8 +572,7 @@ static void device_row(const struct dplan *p, int i, double *v)
 }
 
 /* i-particle i's result rows v[0 .. nco - 1] of a force call on nd devices (plans p[0 ..
- * nd - 1]), as sapporo.core.library.Library._assemble combines them: each device's parts,
- * then the devices' rows as if they were parts.  0 when a checked row (check_rows) is not
+ * nd - 1]): each device's parts, then the devices' rows as if they were parts.  0 when a checked row (check_rows) is not
  * finite, else 1 (the rows are written either way). */
 static int result_row(const struct dplan *p, int nd, int i, double *v)
 {
@@ -630,7 +625,7 @@ struct edev {
 typedef struct {
     PyObject_HEAD
     int ready;               /* __init__ ran */
-    int off;                 /* 1: every call goes the library's way (disable()) */
+    int off;                 /* 1: no call from now on (disable(), or a runtime error) */
     PyObject *planner;       /* planner(nj, ni, lists) -> plan words, 0 or -1 */
     int ndev;                /* the library's devices: ndev plans per block */
     /* plan blocks by [lists][ni], block k the ndev plans at [k * ndev]; nplans[lists] of
@@ -674,7 +669,7 @@ typedef struct {
 static int eng_fail(Engine *e, const char *what, dcl_int rc, dcl_int status)
 {
     snprintf(e->error, sizeof e->error, "%s error %d %s (status %d); block steps take "
-             "the library's way from now on", is_cuda(&e->dev[0].jside) ? "CUDA" : "OpenCL",
+             "no force call from now on", is_cuda(&e->dev[0].jside) ? "CUDA" : "OpenCL",
              (int)rc, what, (int)status);
     e->off = 1;
     return -1;
@@ -851,7 +846,7 @@ static int eng_launch(Engine *e, struct dplan *p, struct dlaunch *l, uint64_t ca
     if (p->seconds_at != NULL) {
         if (e->ntimed == ENG_TIMED_MAX) {
             snprintf(e->error, sizeof e->error, "more than %d timed launches between two "
-                     "waits; block steps take the library's way from now on", ENG_TIMED_MAX);
+                     "waits; no force call from now on", ENG_TIMED_MAX);
             e->off = 1;
             return -1;
         }
@@ -1090,7 +1085,7 @@ static struct dplan *eng_install(Engine *e, const int64_t *w, int nj, int ni, in
 }
 
 /* The plan block for ni i-particles on nj j-addresses: from those made, else asked of the
- * library (the planner, with the GIL); NULL: this call goes the library's way. */
+ * library (the planner, with the GIL); NULL: not this call (Python's). */
 static struct dplan *eng_plan(Engine *e, int nj, int ni, int lists)
 {
     struct dplan *p = NULL;
@@ -1106,6 +1101,8 @@ static struct dplan *eng_plan(Engine *e, int nj, int ni, int lists)
     }
     if (e->planner == NULL || ni > ENG_NI_MAX)
         return NULL;
+    if (eng_wait(e) < 0)  /* nothing queued while the library plans (it may reallocate) */
+        return NULL;
     gil = PyGILState_Ensure();
     r = PyObject_CallFunction(e->planner, "iii", nj, ni, lists);
     p = NULL;
@@ -1116,8 +1113,10 @@ static struct dplan *eng_plan(Engine *e, int nj, int ni, int lists)
     }
     else if (PyLong_Check(r)) {
         long status = PyLong_AsLong(r);
-        if (status < 0)
-            e->off = 1;  /* never for this library */
+        if (status < 0) {  /* never for this library */
+            snprintf(e->error, sizeof e->error, "the library has no plan for its engine");
+            e->off = 1;
+        }
         else if (eng_room(e, lists, ni + 1) == 0) {
             struct dplan *q = &e->plans[lists][(size_t)ni * nd];
             memset(q, 0, sizeof *q);
@@ -1130,13 +1129,17 @@ static struct dplan *eng_plan(Engine *e, int nj, int ni, int lists)
         Py_buffer w;
         if (PyObject_GetBuffer(r, &w, PyBUF_C_CONTIGUOUS) < 0) {
             PyErr_Clear();
+            snprintf(e->error, sizeof e->error, "the library's plan is not a buffer");
             e->off = 1;
         }
         else {
             if (w.len == (Py_ssize_t)(sizeof(int64_t) * DP_WORDS * nd))
                 p = eng_install(e, w.buf, nj, ni, lists);
-            else
+            else {
+                snprintf(e->error, sizeof e->error, "a plan of %zd bytes for %d device(s)",
+                         w.len, e->ndev);
                 e->off = 1;
+            }
             PyBuffer_Release(&w);
         }
     }
@@ -1242,10 +1245,12 @@ static int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
     e->uncollected = 0;  /* a new call: the previous one's results are gone */
     for (int i = 0; h2 != NULL && i < ni && !lists; i++)
         lists = wants_list(h2[i]);
-    if (eng_wait(e) < 0)  /* nothing in flight from here on (plans may be made) */
+    /* the last call collected (its i-particles' and results' arrays are reused); the
+     * j-records' copies may still run: the queues keep the order, and a new plan waits */
+    if (eng_in_flight(e) && eng_wait(e) < 0)
         return -1;
     if ((p = eng_plan(e, nj, ni, lists)) == NULL)
-        return 0;
+        return e->off ? -1 : 0;
     if (p->order < 6)
         a = NULL;
     if (p->order < 8)
@@ -1826,9 +1831,9 @@ done:
 }
 
 /* The arguments of start and compute, (x, v, index, eps2, a, jerk, t, nj, h2), started as
- * the library would take them: 1 started (*ni set), 0 the library's way (nothing queued),
+ * the library would take them: 1 started (*ni set), 0 not here (nothing queued: Python's),
  * -1 with an exception set. h2: None, or (ni,) float64 radii finite and >= 0 (anything
- * else the library's way, which gives its answer or error); all 0: no lists computed, and
+ * else not here: the library checks and gives its answer or error); all 0: no lists computed, and
  * lists() says None (the caller's lists are all empty). */
 static int start_args(Engine *self, PyObject *const *args, Py_ssize_t nargs, const char *name,
                       Py_ssize_t *ni_out)
@@ -2002,7 +2007,7 @@ static PyMemberDef Engine_members[] = {
     {"launches", T_LONG, offsetof(Engine, launches), READONLY,
      "kernels the engine queued, over its life"},
     {"off", T_INT, offsetof(Engine, off), READONLY,
-     "1 when every call goes the library's way"},
+     "1 when the engine takes no call any more"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -2026,7 +2031,7 @@ static PyMethodDef Engine_methods[] = {
      "lists() -> (offsets, counts, ids) as bytes of C ints, or None"},
     {"wait", (PyCFunction)Engine_wait, METH_NOARGS, "wait for the force call in flight"},
     {"disable", (PyCFunction)Engine_disable, METH_NOARGS,
-     "every call the library's way from now on"},
+     "take no call from now on"},
     {NULL, NULL, 0, NULL},
 };
 

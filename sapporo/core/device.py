@@ -1,10 +1,11 @@
-"""Per-device work of the force library: buffers, programs, launch plans, combining parts.
+"""Per-device work of the force library: buffers, programs, launch plans.
 
 A :class:`Device` owns one open backend context: the device copy of the j-particles (local
 addresses), the predicted records, the kernels built for the library's :class:`Variant`,
-and cached launch plans. The library (:mod:`sapporo.core.library`) spreads addresses over its
-devices and combines their partial results with :func:`combine_parts`, in the same order
-as the ``reduce`` kernel, so that host and device give the same bits.
+and cached launch plans, which the native engine runs (:mod:`sapporo.core.engine`).
+:func:`combine_parts` combines partial results in the order of the ``reduce`` kernel and
+of the engine's host combination (``_engine.c``); ``ParallelLibrary`` combines its ranks'
+results with it.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ HOST_REDUCE_MAX = 1 << 16
 GPU_HOST_REDUCE_MAX = 0
 J_SLACK = 16  # j-records past the capacity, read (masked) by the j-vector kernels
 #: j-records the native engine places with one scatter launch on device memory (larger
-#: batches are stored the library's way)
+#: batches take several, or two copies when their addresses are consecutive)
 SCATTER_MAX = 256
 
 
@@ -403,54 +404,6 @@ class Device:
             self._plans.clear()
         self._plans[key] = plan
         return plan
-
-    def launch_force(self, slot: int, xi: np.ndarray, vi: np.ndarray, ids: np.ndarray,
-                     h2: np.ndarray | None, ai: np.ndarray | None, nj_local: int,
-                     eps2: float, ji: np.ndarray | None = None,
-                     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """Enqueue the forces on one chunk of i-particles (``ai``: predicted accelerations,
-        orders 6 and 8; ``ji``: predicted jerks, order 8).
-
-        Returns host arrays (results by part, neighbour counts, neighbour lists) that hold
-        the results once the queue has finished, until the next call with the same
-        ``slot``. On CPU devices they are the memory the kernels work on (no copies).
-        """
-        ni = xi.shape[0]
-        ngb = h2 is not None
-        plan = self._plan(slot, ni, nj_local, ngb)
-        idata = plan.idata
-        if ni == 1:  # one active particle (frequent): one assignment from Python floats
-            col = [*xi[0].tolist(), float(h2[0]) if ngb else 0.0, *vi[0].tolist(), float(ids[0])]
-            if ai is not None:
-                col += ai[0].tolist()
-            if ji is not None:
-                col += ji[0].tolist()
-            idata[:, 0] = col
-        else:
-            idata[layout.IPOS_ROWS, :ni] = xi.T
-            idata[layout.LAYOUT["IC_H2"], :ni] = h2 if ngb else 0.0
-            idata[layout.IVEL_ROWS, :ni] = vi.T
-            idata[layout.LAYOUT["IC_ID"], :ni] = ids
-            if ai is not None:
-                idata[layout.IACC_ROWS, :ni] = ai.T
-            if ji is not None:
-                idata[layout.IJERK_ROWS, :ni] = ji.T
-        if ni < plan.ni_pad:
-            idata[:, ni:] = idata[:, ni - 1 : ni]  # padding repeats the last particle
-        plan.h_in.to_device(idata.nbytes)
-        if plan.force.args[self._eps2_arg] != eps2:
-            plan.force.set(self._eps2_arg, np.float64(eps2))
-        if ngb:
-            plan.counts[:] = 0
-            plan.h_cnt.to_device(plan.counts.nbytes)
-        self._record(plan.force())
-        if plan.reduce is not None:
-            self._record(plan.reduce())
-        plan.h_out.from_device(plan.out.nbytes)
-        if ngb:
-            plan.h_cnt.from_device(plan.counts.nbytes)
-            plan.h_lst.from_device(plan.lists.nbytes)
-        return plan.out, plan.counts, plan.lists
 
     def kernels(self, cfg: LaunchConfig, ngb: bool,
                 small: bool = False) -> tuple[Kernel, Kernel]:

@@ -1,14 +1,12 @@
 """The native block-step engine's Python side: loading it, and the plans it runs.
 
-:class:`~sapporo.Library` runs a block step of a few particles (``set_j_particles``,
-``set_time``, ``compute``) in Python in 50-100 us on a CPU, around 5-25 us of kernels. The
-engine (``sapporo.core._engine``, compiled from ``_engine.c`` when the package is installed)
-runs the same steps in C on plans the library made (the launches of
-:mod:`sapporo.core.device`), for the Python API and the C API alike, with the library's
-checks and the same bits. What it does not take as it is goes the library's own way, with
-the usual results and errors. A library that profiles has the engine time its launches
-into :attr:`Library.kernel_seconds <sapporo.Library.kernel_seconds>` (the plan's
-``seconds_at``). ``SAPPORO_NATIVE=0`` sends every step the Python way.
+The engine (``sapporo.core._engine``, compiled from ``_engine.c`` when the package is
+installed) is the one executor of force calls: it stores j-particles, predicts, queues the
+force and reduce launches, waits and combines the parts, for the Python API and the C API
+alike, on plans the library made (the launches of :mod:`sapporo.core.device`). Python
+checks what the engine does not take as it is, and names the error. A library that
+profiles has the engine time its launches into :attr:`Library.kernel_seconds
+<sapporo.Library.kernel_seconds>` (the plan's ``seconds_at``).
 
 A plan is a table of int64 words whose layout is written once, in ``sapporo/plan.h``:
 :func:`plan_enums` reads it from there and :func:`plan_words` fills it. A library with
@@ -25,8 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from sapporo import config
-
 log = logging.getLogger(__name__)
 
 __all__ = ["PLAN_HEADER", "load", "plan_enums", "plan_keys", "plan_words", "status"]
@@ -37,24 +33,25 @@ PLAN_HEADER = Path(__file__).resolve().parents[1] / "plan.h"
 _STATE: dict[str, object] = {}  # "module", or "why" it is not there (once per process)
 
 
-def load() -> ModuleType | None:
-    """The engine module, or None: ``SAPPORO_NATIVE=0``, or the package was installed
-    without it. Decided once per process; why not: :func:`status`."""
-    if "module" in _STATE:
-        return _STATE["module"]  # type: ignore[return-value]
-    module: ModuleType | None = None
-    try:
-        if not config.from_environment().native:
-            raise RuntimeError("SAPPORO_NATIVE=0")
-        from sapporo.core import _engine as module  # type: ignore[attr-defined,no-redef]
+def load() -> ModuleType:
+    """The engine module (imported once per process).
 
-        _STATE["why"] = f"native ({Path(module.__file__).name})"
-    except (ImportError, RuntimeError) as exc:
-        module = None
-        _STATE["why"] = f"the Python way: {exc}"
-        log.info("block steps take the Python way: %s", exc)
-    _STATE["module"] = module
-    return module
+    Raises
+    ------
+    BackendError
+        When the package was installed without it (its C compiler failed, say).
+    """
+    if "module" not in _STATE:
+        try:
+            from sapporo.core import _engine as module  # type: ignore[attr-defined]
+        except ImportError as exc:
+            from sapporo.errors import BackendError
+
+            raise BackendError(f"the native engine sapporo.core._engine cannot be imported "
+                               f"({exc}): reinstall sapporo-nbody with a C compiler "
+                               "(pip install --force-reinstall --no-cache-dir ...)") from None
+        _STATE["module"] = module
+    return _STATE["module"]  # type: ignore[return-value]
 
 
 def plan_enums() -> dict[str, int]:
@@ -123,6 +120,10 @@ def plan_words(plan: dict[str, Any] | int) -> np.ndarray:
 
 
 def status() -> str:
-    """Whether this process runs small block steps in C, and why not (after :func:`load`)."""
-    load()
-    return str(_STATE["why"])
+    """The engine's file, as ``sapporo info`` shows it (or why it cannot be imported)."""
+    from sapporo.errors import BackendError
+
+    try:
+        return f"native ({Path(load().__file__).name})"
+    except BackendError as exc:
+        return str(exc)

@@ -6,13 +6,15 @@ derivatives of the acceleration. A j-particle whose id equals the i-particle's i
 (no force, not a neighbour), so eps2 = 0 is allowed.
 
 Memory model (as on a GRAPE board): j-particles live in numbered memory slots
-("addresses"); the host keeps a mirror and sends only changed addresses, batched, before the
-next force call. Before each force call the j-particles are predicted on the device to the
-time given by :meth:`Library.set_time`. With several devices, addresses are spread round-robin
-(address ``a`` lives on device ``a % ndev``), each device computes partial forces
-(:mod:`sapporo.core.device`), and the host combines them in a fixed order (that of the parts, see
-:func:`sapporo.core.device.combine_parts`). Arguments are checked by :mod:`sapporo.core.validate`;
-results are :class:`~sapporo.core.results.ForceResult`.
+("addresses"); the host keeps a mirror and the device's records follow it. Before each force
+call the j-particles are predicted on the device to the time given by
+:meth:`Library.set_time`. With several devices, addresses are spread round-robin (address
+``a`` lives on device ``a % ndev``), each device computes partial forces, and they are
+combined in a fixed order. Every force call runs in the native engine
+(:mod:`sapporo.core.engine`) on the launches this library plans
+(:mod:`sapporo.core.device`); Python checks the arguments the engine does not take as they
+are (:mod:`sapporo.core.validate`) and reads its results into a
+:class:`~sapporo.core.results.ForceResult`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import math
 import threading
 import time
 import weakref
@@ -33,7 +34,7 @@ import numpy as np
 from sapporo import config
 from sapporo.backend import DeviceInfo, get_backend
 from sapporo.core import layout
-from sapporo.core.device import SCATTER_MAX, Device, Variant, combine_parts, j_bytes
+from sapporo.core.device import SCATTER_MAX, Device, Variant, j_bytes
 from sapporo.core.launch import NI_CHUNK, LaunchTable, check_table
 from sapporo.core.layout import (
     ACC_ROWS,
@@ -660,16 +661,18 @@ class Library:
         }
 
     def _engine_start(self) -> None:
-        """Make the native engine for this library, where it can run: devices with native
-        launches (at most the engine's ``MAX_DEV``; decided once)."""
+        """Make the native engine for this library (once; not when it is opened)."""
         self._engine_tried = True
-        if any(d.ctx.native_entry_points() is None for d in self._devs):
-            return
+        for dev in self._devs:
+            if dev.ctx.native_entry_points() is None:
+                raise BackendError(f"{dev.info.name}: the {self.backend_name} runtime gives no "
+                                   "entry points for the native engine (see 'sapporo info')")
         from sapporo.core import engine
 
         module = engine.load()
-        if module is None or self.ndev > module.MAX_DEV:
-            return
+        if self.ndev > module.MAX_DEV:
+            raise BackendError(f"{self.ndev} devices: the native engine serves at most "
+                               f"{module.MAX_DEV} per library")
         self._engine_out = np.zeros(module.NCO_MAX * module.NI_MAX)
         me = weakref.ref(self)  # the engine must not keep its library alive (no GC there)
 
@@ -680,8 +683,17 @@ class Library:
         self._engine = module.Engine(self._engine_out, planner, self.ndev)
         self._engine.predicted = self._predicted
 
+    def _engine_ready(self) -> None:
+        """The engine made, or why there is none (a device that failed before)."""
+        if not self._engine_tried:
+            self._engine_start()
+        if self._engine is None:
+            raise BackendError(f"{self._devs[0].info.name}: the device failed earlier (see "
+                               "the first error); open a new Library")
+
     def _drop_engine(self) -> None:
-        """Every step the Python way from now on (the engine's call in flight finished)."""
+        """No force call from now on (a runtime error: the device's state is unknown); the
+        engine's call in flight finished."""
         eng = self._engine
         if eng is None:
             return
@@ -737,9 +749,9 @@ class Library:
 
     def _engine_compute(self, x: Any, v: Any, index: Any, eps2: Any, h2: Any, a: Any,
                         jerk: Any, nj: int | None) -> ForceResult | None:
-        """:meth:`compute` in C, or None: the Python way must do it (the engine did not take
-        the arguments as they are: among them nj, which it takes from 1 to the addresses
-        stored)."""
+        """:meth:`compute` in C, or None: the engine did not take the arguments as they are
+        (among them nj, which it takes from 1 to the addresses stored); Python checks and
+        converts them, and hands them over again."""
         ph = self._phases
         t0 = _now() if ph is not None else 0.0
         eng = self._engine
@@ -761,8 +773,8 @@ class Library:
     def _engine_chunks(self, x: Any, v: Any, index: Any, eps2: Any, h2: Any, a: Any,
                        jerk: Any, nj: int | None) -> ForceResult | None:
         """:meth:`compute` of more than ``NI_CHUNK`` i-particles in C, one engine call per
-        chunk of ``NI_CHUNK``; or None: the Python way must do it (a chunk the engine did
-        not take, which the Python way then names)."""
+        chunk of ``NI_CHUNK``; or None: a chunk the engine did not take (Python checks and
+        converts the arguments, and names what is wrong)."""
         eng = self._engine
         try:
             xs, vs, ids = np.asarray(x), np.asarray(v), np.asarray(index)
@@ -811,7 +823,8 @@ class Library:
 
     def _engine_begin(self, x: Any, v: Any, index: Any, eps2: Any, h2: Any, a: Any,
                       jerk: Any, nj: int | None) -> PendingForce | None:
-        """:meth:`start_compute` in C, or None: the Python way must do it. More than
+        """:meth:`start_compute` in C, or None: the engine did not take the arguments as
+        they are. More than
         ``NI_CHUNK`` i-particles are computed here and now, chunk by chunk; the pending
         call then only hands the result over."""
         eng = self._engine
@@ -963,77 +976,36 @@ class Library:
         """:meth:`start_compute` after its checks: (ni, 3) float64 arrays, ids int64 in
         range, eps2 >= 0, h2v (ni,) >= 0 or None, ai (orders 6, 8) or None, ji (order 8)
         or None, 0 <= nj <= stored. The caller holds the lock and has checked that the
-        library is open."""
-        ph = self._phases
+        library is open. The engine computes it (no j-particle: no force, and no launch)."""
         if self._pending is not None:
             # Collect an earlier computation nobody waited for; its buffers are reused.
             try:
                 self._pending.result()
             except SapporoError:
                 pass
-        t0 = _now() if ph is not None else 0.0
-        ni = xi.shape[0]
-        ngb = h2v is not None
-        with self._hold():
-            self._sync_j(self._predict_on_companion(ni, nj))
-            t1 = _now() if ph is not None else 0.0
-            chunks = []
-            for k, c0 in enumerate(range(0, ni, NI_CHUNK)):
-                c1 = min(ni, c0 + NI_CHUNK)
-                per_dev = [
-                    dev.launch_force(k, xi[c0:c1], vi[c0:c1], ids[c0:c1],
-                                     None if h2v is None else h2v[c0:c1],
-                                     None if ai is None else ai[c0:c1], self._n_local(nj, d), eps2,
-                                     None if ji is None else ji[c0:c1])
-                    for d, dev in enumerate(self._devs)
-                ]
-                chunks.append((c0, c1, per_dev))
-        if ph is not None:
-            t2 = _now()
-            ph["sync"] += t1 - t0
-            ph["launch"] += t2 - t1
-
-        def finish() -> ForceResult:
-            if ph is None:
-                for dev in self._devs:
-                    dev.finish()
-                return self._assemble(chunks, ni, ids, ngb)
-            t3 = _now()
-            for dev in self._devs:
-                dev.finish()
-            t4 = _now()
-            res = self._assemble(chunks, ni, ids, ngb)
-            ph["wait"] += t4 - t3
-            ph["combine"] += _now() - t4
-            ph["calls"] += 1
-            return res
-
-        pending = PendingForce(self._lock, finish, self._collected)
+        if nj == 0:
+            res = self._no_force(ids, h2v is not None)
+            pending = PendingForce(self._lock, lambda: res, self._collected)
+        else:
+            self._engine_ready()
+            pending = self._engine_begin(xi, vi, ids, eps2, h2v, ai, ji, nj)
+            if pending is None:  # the arguments were checked: the engine must take them
+                raise BackendError(f"{self._devs[0].info.name}: the native engine declined "
+                                   f"a checked force call of {xi.shape[0]} i-particles on "
+                                   f"{nj} j-addresses (a bug: please report it)")
         self._pending = pending
         return pending
 
-    def _assemble(self, chunks: list, ni: int, ids: np.ndarray, ngb: bool) -> ForceResult:
-        if len(chunks) == 1 and self.ndev == 1:  # the common case, without copies
-            out = combine_parts(chunks[0][2][0][0][:, :, :ni])
-        else:
-            out = np.empty((layout.nco(self.order), ni), dtype=np.float64)
-            for c0, c1, per_dev in chunks:
-                nic = c1 - c0
-                by_dev = [combine_parts(o[:, :, :nic]) for o, _, _ in per_dev]
-                out[:, c0:c1] = (combine_parts(np.stack(by_dev)) if len(by_dev) > 1
-                                 else by_dev[0])
-        if ni == 1 and not ngb:
-            return self._assemble_one(out, ids)
-        counts = None
-        lists: list[tuple[np.ndarray, np.ndarray]] = []
-        if ngb:
-            counts = np.zeros(ni, dtype=np.int64)
-            for d in range(self.ndev):
-                dev_counts = np.concatenate([pd[d][1][: c1 - c0] for c0, c1, pd in chunks])
-                dev_lists = np.concatenate([pd[d][2][: c1 - c0] for c0, c1, pd in chunks])
-                counts += dev_counts
-                lists.append((dev_counts, dev_lists))
-        return self._result(out, ids, counts, lists)
+    def _no_force(self, ids: np.ndarray, lists: bool) -> ForceResult:
+        """The result of a call on no j-particle: no force, no neighbour, empty lists."""
+        ni = ids.shape[0]
+        out = np.zeros((self._nco, ni))
+        out[OC_NNID] = -1.0
+        if not lists:
+            return self._result(out, ids)
+        counts = np.zeros(ni, dtype=np.int64)
+        table = np.full((ni, max(self.nb_capacity, 1)), -1, dtype=np.int32)
+        return self._result(out, ids, counts, [(counts, table)])
 
     def _result(self, out: np.ndarray, ids: Any,
                 counts: np.ndarray | None = None,
@@ -1059,19 +1031,6 @@ class Library:
             nn_r2=nn_r2, neighbour_counts=counts, overflow=overflow, capacity=self.nb_capacity,
             _lists=lists or [],
         )
-
-    def _assemble_one(self, out: np.ndarray, ids: np.ndarray) -> ForceResult:
-        """:meth:`_assemble` for a single i-particle without neighbour lists (frequent in
-        block steps): one copy of the twelve numbers, and the results as views of it (no
-        two overlap)."""
-        col = out[:, 0].copy()
-        r = col.tolist()
-        if not all(math.isfinite(r[k]) for k in self._rows):
-            self._raise_non_finite(out, ids)
-        nn_id = int(r[OC_NNID])
-        if nn_id < 0:
-            col[OC_NNR2] = math.inf
-        return self._one_result(col, nn_id)
 
     def _one_result(self, col: np.ndarray, nn_id: int) -> ForceResult:
         """The :class:`ForceResult` of one i-particle's rows ``col`` (a copy of its own)."""

@@ -13,15 +13,11 @@ force launch, copies), waiting for the device, combining the partial results.
   steps (profiling events would disturb the wall times);
 - ``host_us``: wall minus device, the fixed cost a user cannot avoid by a faster device;
 - the phases of the call as timed inside the library (medians over the steps): ``checks``
-  (argument checks), ``store`` (j-particles into the host mirror; with the native engine,
-  checked and stored in C), ``step`` (the whole force call in C, with the native engine:
-  :mod:`sapporo.core.engine`), ``sync`` (uploads and prediction queued), ``launch``
-  (i-particles packed, force launch queued), ``wait`` (until the device is done),
-  ``combine`` (partial results merged into a :class:`ForceResult`); on PoCL's
-  single-threaded companion device a kernel runs inside its enqueue, so there ``sync``,
-  ``launch`` and ``step`` hold device time too;
-- ``commands``: runtime commands queued per step;
-- ``native``: whether the steps ran in C (:mod:`sapporo.core.engine`).
+  (argument checks Python makes, when the engine did not take the arguments as they are),
+  ``store`` (j-particles checked and stored, by the native engine), ``step`` (the force
+  call in C: :mod:`sapporo.core.engine`); on PoCL's single-threaded companion device a
+  kernel runs inside its enqueue, so there ``step`` holds device time too;
+- ``commands``: runtime commands queued per step.
 """
 
 from __future__ import annotations
@@ -44,7 +40,7 @@ __all__ = ["PHASES", "block_step_budget", "budget_table", "capi_steps", "run_swe
            "write_sweep"]
 
 #: the phases timed inside the library, in call order
-PHASES = ("checks", "store", "step", "sync", "launch", "wait", "combine")
+PHASES = ("checks", "store", "step")
 
 
 def _steps(lib: Any, x: np.ndarray, v: np.ndarray, m: np.ndarray, ids: np.ndarray,
@@ -132,7 +128,6 @@ def block_step_budget(
         _steps(lib, x, v, m, ids, a, jerk, n_active, steps, seed, eps2, times, per_phase)
         commands = queued() - commands0
         lib._phases = None
-        out["native"] = lib._engine is not None
     with Library(order=order, precision=precision, backend=backend, devices=devices,
                  profiling=True) as prof:
         prof.set_j_particles(ids, ids, 0.0, m, x, v, a=a, jerk=jerk)
@@ -165,8 +160,8 @@ def budget_table(rows: Sequence[dict[str, Any]]) -> str:
     head = ("| N | N_active | wall | device | host | " + " | ".join(PHASES)
             + " | commands | interactions/s |")
     if capi:
-        head += " C API | C API through Python |"
-    lines = [head, "|" + "---|" * (7 + len(PHASES) + (2 if capi else 0))]
+        head += " C API |"
+    lines = [head, "|" + "---|" * (7 + len(PHASES) + (1 if capi else 0))]
     for r in rows:
         line = (
             f"| {r['n']} | {r['n_active']} | {r['wall_us']:.0f} | {r['device_us']:.0f} | "
@@ -174,7 +169,7 @@ def budget_table(rows: Sequence[dict[str, Any]]) -> str:
             + f" | {r['commands']:.1f} | {r['interactions_per_s']:.3g} |"
         )
         if capi:
-            line += f" {r['capi_us']:.0f} | {r['capi_python_us']:.0f} |"
+            line += f" {r['capi_us']:.0f} |"
         lines.append(line)
     return "\n".join(lines)
 
@@ -184,7 +179,7 @@ SWEEP_N = (1024, 4096, 16384)
 SWEEP_N_ACTIVE = (1, 4, 16, 64, 128, 256)
 COLUMNS = ("n", "n_active", "order", "precision", "device", "steps", "wall_us",
            "wall_min_us", "device_us", "host_us", *(f"{p}_us" for p in PHASES), "commands",
-           "interactions_per_s", "gflops", "native", "capi_us", "capi_python_us")
+           "interactions_per_s", "gflops", "capi_us")
 
 
 def run_sweep(n_list: Sequence[int] = SWEEP_N, n_active: Sequence[int] = SWEEP_N_ACTIVE,
@@ -211,8 +206,7 @@ def capi_steps(rows: Sequence[dict[str, Any]], steps: int = 300, backend: str | 
                devices: Any = None, progress: Any = None) -> dict[str, float]:
     """Time the same block steps through the C API, in place: each row of :func:`run_sweep`
     gets ``capi_us`` (the median step of ``tune/capi_block_step.c``: ``g6_set_j_particle``
-    for the block, ``g6_set_ti``, firsthalf, lasthalf) on the C API's direct path, and
-    ``capi_python_us`` with every call through Python (``SAPPORO_NATIVE=0``).
+    for the block, ``g6_set_ti``, firsthalf, lasthalf).
 
     Returns the start-up: ``open_ms``, the median ``g6_open`` (N = 1024, 3 runs), which
     starts the embedded Python.
@@ -267,20 +261,17 @@ def capi_steps(rows: Sequence[dict[str, Any]], steps: int = 300, backend: str | 
             if progress is not None:
                 progress(f"C API block step {k}/{len(rows)}: N = {r['n']}, "
                          f"N_active = {r['n_active']}")
-            for key, direct in (("capi_us", "1"), ("capi_python_us", "0")):
-                run_env = {**env, "SAPPORO_ORDER": str(r["order"]),
-                           "SAPPORO_PRECISION": str(r["precision"]),
-                           "SAPPORO_NPIPES": str(max(int(r["n_active"]), 128)),
-                           "SAPPORO_NATIVE": direct}
-                proc = subprocess.run([str(exe), str(r["n"]), str(r["n_active"]), str(steps)],
-                                      capture_output=True, text=True, env=run_env,
-                                      timeout=600)
-                fields = proc.stdout.split()
-                if proc.returncode != 0 or "step_us" not in fields:
-                    raise SapporoError(f"{CAPI_DRIVER} {r['n']} {r['n_active']} failed "
-                                       f"(status {proc.returncode}): "
-                                       f"{(proc.stderr or proc.stdout).strip()[-500:]}")
-                r[key] = float(fields[fields.index("step_us") + 1])
+            run_env = {**env, "SAPPORO_ORDER": str(r["order"]),
+                       "SAPPORO_PRECISION": str(r["precision"]),
+                       "SAPPORO_NPIPES": str(max(int(r["n_active"]), 128))}
+            proc = subprocess.run([str(exe), str(r["n"]), str(r["n_active"]), str(steps)],
+                                  capture_output=True, text=True, env=run_env, timeout=600)
+            fields = proc.stdout.split()
+            if proc.returncode != 0 or "step_us" not in fields:
+                raise SapporoError(f"{CAPI_DRIVER} {r['n']} {r['n_active']} failed "
+                                   f"(status {proc.returncode}): "
+                                   f"{(proc.stderr or proc.stdout).strip()[-500:]}")
+            r["capi_us"] = float(fields[fields.index("step_us") + 1])
         if progress is not None:
             progress("C API start-up: g6_open ...")
         return _open_times(exe, {**env, "SAPPORO_ORDER": str(rows[0]["order"]),

@@ -1,9 +1,9 @@
 /*
- * direct_ab.c -- a block-step sequence whose every result is printed bit for bit (%a), run
- * with SAPPORO_NATIVE=1 (block steps in C) and =0 (every step through Python): the two
- * outputs must be equal.  The sequence also walks through what the direct path leaves to
- * Python: a new address, neighbour lists, a field point, part of the j-range, a derivative
- * the predictor did not read yet, refused input and a non-finite force.
+ * direct_ab.c -- a block-step sequence whose every result is printed bit for bit (%a): two
+ * runs must print the same, and a run with other j-parts the same forces to rounding
+ * (tests/capi/test_capi_direct.py).  The sequence also walks through what makes new plans:
+ * a new address, neighbour lists, a field point, part of the j-range, a derivative the
+ * predictor did not read yet; and through refused input and a non-finite force.
  *
  * usage: direct_ab ORDER PRECISION
  */

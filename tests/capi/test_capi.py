@@ -423,23 +423,17 @@ def _check_garbage_forces(stdout: str, bodies: tuple, capacity: int, order: int 
     assert (want_len[wants] == n - 1).all()  # the last kind, 1e300: everyone
 
 
-@pytest.mark.parametrize("direct", ["1", "0"])
-def test_garbage_h2_and_unread_arrays_cost_no_forces(capi: CApi, tmp_path: Path,
-                                                     direct: str) -> None:
+def test_garbage_h2_and_unread_arrays_cost_no_forces(capi: CApi, tmp_path: Path) -> None:
     """Sapporo2's example integrator passes h2 it never set, and aold, j6old, phiold, which
     4th order does not read: NaN there, and h2 = 1e300 (everyone a neighbour: the lists
     overflow as usual), leave the forces as the float64 reference has them, every call
-    returns 0, and a throttled warning names the first particle whose h2 is not finite.
-    The same on the direct path and through Python (SAPPORO_NATIVE=0)."""
-    out, err, bodies = _garbage_run(capi, tmp_path, SAPPORO_NATIVE=direct,
-                                    SAPPORO_NB_CAPACITY="8")
+    returns 0, and a throttled warning names the first particle whose h2 is not finite."""
+    out, err, bodies = _garbage_run(capi, tmp_path, SAPPORO_NB_CAPACITY="8")
     assert "open 0" in out
     _check_garbage_forces(out, bodies, capacity=8)
     calls = [int(ln.split()[-1]) for ln in out.splitlines() if ln.startswith("RC ")]
-    if direct == "1":  # the second call of each kind runs on the direct path
-        assert all(calls[k] > calls[k - 1] for k in (1, 3, 5)), calls
-    else:
-        assert calls[-1] == 0, calls
+    # the second call of each kind runs on the direct path
+    assert all(calls[k] > calls[k - 1] for k in (1, 3, 5)), calls
     warnings = [ln for ln in err.splitlines() if "warning" in ln]
     # 4 calls with a non-finite h2 (2 "nan", 2 "mixed"): one kind per value printed (nan,
     # inf), each the 1st time only
@@ -450,12 +444,11 @@ def test_garbage_h2_and_unread_arrays_cost_no_forces(capi: CApi, tmp_path: Path,
     assert "code -" not in err, err  # no error at all
 
 
-@pytest.mark.parametrize("direct", ["1", "0"])
-def test_order2_reads_no_i_velocities(capi: CApi, tmp_path: Path, direct: str) -> None:
+def test_order2_reads_no_i_velocities(capi: CApi, tmp_path: Path) -> None:
     """At order 2 (no jerk) the i-particles' velocities are not read: NaN there costs
     nothing either."""
     out, err, bodies = _garbage_run(capi, tmp_path, "nanv", SAPPORO_ORDER="2",
-                                    SAPPORO_NATIVE=direct, SAPPORO_NB_CAPACITY="8")
+                                    SAPPORO_NB_CAPACITY="8")
     _check_garbage_forces(out, bodies, capacity=8, order=2)
     assert "code -" not in err, err
 

@@ -423,11 +423,11 @@ def test_reset_then_sparse_addresses(make_lib):
         lib.close()
 
 
-@pytest.mark.parametrize("compiled", [False, True], ids=["python-step", "compiled-step"])
+@pytest.mark.parametrize("compiled", [False, True], ids=["stored-pending", "stored-in-c"])
 def test_only_changed_addresses_travel(make_lib, monkeypatch, compiled):
     """After the first upload, a call sends just the addresses set since the last one (the
     native engine, sapporo.core.engine, writes them into the device's records itself: nothing
-    to send)."""
+    to send; stored while a call is pending, they go with the next plan)."""
     sent: list[int] = []
     upload = sapporo.core.device.Device.upload_j
 
@@ -437,8 +437,6 @@ def test_only_changed_addresses_travel(make_lib, monkeypatch, compiled):
 
     monkeypatch.setattr(sapporo.core.device.Device, "upload_j", counted)
     lib = make_lib(4, "double", fresh=True)
-    if not compiled:
-        lib._engine_tried = True  # held to the Python way
     try:
         x, v, m, ids, _, _ = system(3000, seed=59)
         load(lib, x, v, m, ids)
@@ -450,6 +448,8 @@ def test_only_changed_addresses_travel(make_lib, monkeypatch, compiled):
         changed = np.array([7, 1000, 1001, 2999, 7])  # 7 twice: sent once, last value
         x2 = x.copy()
         x2[changed] += 0.01 * np.arange(1, 6)[:, None]
+        if not compiled:  # stored while a call is pending: uploaded with the next plan
+            lib.start_compute(x[:1], v[:1], ids[:1], EPS2)
         lib.set_j_particles(changed, ids[changed], 0.0, m[changed], x2[changed], v[changed])
         res = lib.compute(x[:50], v[:50], ids[:50], EPS2)
         assert sum(sent) == (0 if compiled else 4), sent
@@ -997,12 +997,14 @@ def test_address_array_reused_by_the_caller(make_lib):
     """The library keeps the addresses to upload: an array the caller changes afterwards
     must not change what is uploaded (it did, when an int64 array was kept as given)."""
     lib = make_lib(4, "double", fresh=True)
-    lib._engine_tried = True  # the Python way keeps the addresses (the native engine stores)
     try:
         n = 64
         x, v, m, ids, _, _ = system(n, seed=61)
         load(lib, x, v, m, ids)
         lib.compute(x[:1], v[:1], ids[:1], EPS2)
+        # stored while a call is pending: the library keeps the addresses to upload them
+        # with the next plan (the native engine stores a batch at once otherwise)
+        lib.start_compute(x[:1], v[:1], ids[:1], EPS2)
         addr = np.array([40, 41, 42])
         moved = x[40:43] + 0.25
         lib.set_j_particles(addr, ids[40:43], 0.0, m[40:43], moved, v[40:43])

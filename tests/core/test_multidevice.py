@@ -118,25 +118,36 @@ ENGINE_SCRIPT = textwrap.dedent(
     names = ("acc", "jerk", "snap", "crackle", "pot", "nn_index", "nn_r2", "neighbour_counts")
     out = {}
 
-    def same(r1, r2):
+    def same(r1, r2, tol):
+        # the sums to their precision's rounding (another order); the rest exact
         for name in names:
             p, q = getattr(r1, name), getattr(r2, name)
-            if (p is None) != (q is None) or (p is not None and not (
-                    p.dtype == q.dtype and np.array_equal(p, q))):
+            if (p is None) != (q is None):
+                return name
+            if p is None:
+                continue
+            if p.dtype != q.dtype or p.shape != q.shape:
+                return name
+            if name in ("nn_index", "nn_r2", "neighbour_counts"):
+                if not np.array_equal(p, q):
+                    return name
+            elif np.abs(p - q).max() > tol * max(np.abs(q).max(), 1e-300):
                 return name
         if r1.overflow != r2.overflow:
             return "overflow"
+        # every list that fits (which ids an overflowing one keeps is not defined)
         if r1.neighbour_counts is not None and not all(
-                np.array_equal(r1.neighbours(i), r2.neighbours(i)) for i in range(r1.ni)):
+                np.array_equal(r1.neighbours(i), r2.neighbours(i)) for i in range(r1.ni)
+                if r1.neighbour_counts[i] <= 8):
             return "neighbours"
         return None
 
     for order in (2, 4, 6, 8):
         for prec in ("double-single", "double"):
-            # the engine's library, and one held to the library's way (as SAPPORO_NATIVE=0)
-            fast, slow = (sapporo.Library(order=order, precision=prec, devices="all",
-                                          nb_capacity=8) for _ in range(2))
-            slow._engine_tried = True
+            # the library on two devices, and one on the first device alone
+            fast, slow = (sapporo.Library(order=order, precision=prec, devices=d,
+                                          nb_capacity=8) for d in ("all", [0]))
+            tol = 1e-6 if prec == "double-single" else 1e-12
             addr = rng.permutation(n)  # particle addr[k] at address k
             tj = np.zeros(n)
             for lib in (fast, slow):
@@ -188,7 +199,7 @@ ENGINE_SCRIPT = textwrap.dedent(
                 # a prediction and a force per device (host memory: nothing else)
                 predicted += fast._engine.launches - before >= 4
                 overflow |= bool(res[0].overflow)
-                if (bad := same(*res)) is not None:
+                if (bad := same(*res, tol)) is not None:
                     mismatch.append((k, bad))
             # the last step against the float64 reference (every address, no lists)
             sel = np.sort(rng.choice(n, 9, replace=False))
@@ -225,9 +236,10 @@ def test_block_steps_on_two_devices_run_in_the_engine(memory):
     """Block steps on two devices (orders 2 to 8, both precisions; neighbour lists, part
     of the j-range, the asynchronous pair, j-particles stored between steps), on host
     memory and on device memory (``SAPPORO_NATIVE_MEMORY=device``): run by the native
-    engine, with every result the bits of the library's own way, and the last step
-    within the float64 reference's tolerance (``auto``: host memory on a CPU)."""
-    res = _two_devices(ENGINE_SCRIPT, SAPPORO_NATIVE_MEMORY=memory, SAPPORO_NATIVE="1")
+    engine, every result that of one device (the sums to their precision's rounding, the
+    nearest neighbours and the lists exact), and the last step within the float64
+    reference's tolerance (``auto``: host memory on a CPU)."""
+    res = _two_devices(ENGINE_SCRIPT, SAPPORO_NATIVE_MEMORY=memory)
     for key, r in res.items():
         assert r["ndev"] == 2 and r["plans"], key
         assert r["mismatch"] == [], (key, r["mismatch"])
