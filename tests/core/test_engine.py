@@ -633,6 +633,26 @@ def test_built_with_the_package():
     assert engine.status().startswith("native (")
 
 
+def test_a_missing_engine_is_said(cl_backend, monkeypatch):
+    """Without the compiled module (an install whose C compiler failed) there is nothing to
+    compute with: a library says so at its first call, naming the fix, and `sapporo info`
+    shows the same line."""
+    import sys
+
+    import sapporo.core
+    from sapporo.errors import BackendError
+
+    monkeypatch.setattr(engine, "_STATE", {})
+    monkeypatch.setitem(sys.modules, "sapporo.core._engine", None)  # import fails
+    monkeypatch.delattr(sapporo.core, "_engine", raising=False)
+    assert "reinstall sapporo-nbody with a C compiler" in engine.status()
+    x, v, m, ids, _, _ = _system(20)
+    with sapporo.Library(order=4, backend=cl_backend) as lib:
+        lib.set_j_particles(np.arange(20), ids, 0.0, m, x, v)
+        with pytest.raises(BackendError, match="native engine .* cannot be imported"):
+            lib.compute(x[:2], v[:2], ids[:2], EPS2)
+
+
 def test_plan_table_written_once(cl_backend):
     """plan.h is the one definition of a plan's words: the plan the library makes has a
     value for every DP_* word of it (no more, no fewer), and its entry points are the
