@@ -2,20 +2,20 @@
  * CUDA twin of kernels_opencl/predict.cl (same names, arguments and arithmetic). */
 #include "common.cuh"
 
-/* Copy n packed records (RAW_N double4 each) and their ids to their addresses. */
+/* Copy n packed records to their addresses: each RAW_N double4, then one more that holds
+ * its address and id (.x, .y, as doubles: exact for ints), so that a batch is one copy. */
 extern "C" __global__ void scatter_j(const int n,
-                                     const int *__restrict__ addr,
                                      const dbl4 *__restrict__ packed,
-                                     const int *__restrict__ packed_id,
                                      dbl4 *__restrict__ raw,
                                      int *__restrict__ jid)
 {
     const int k = blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= n) return;
-    const int a = addr[k];
+    const dbl4 *p = packed + (size_t)k * (RAW_N + 1);
+    const int a = (int)p[RAW_N].x;
 #pragma unroll
-    for (int q = 0; q < RAW_N; q++) raw[(size_t)a * RAW_N + q] = packed[(size_t)k * RAW_N + q];
-    jid[a] = packed_id[k];
+    for (int q = 0; q < RAW_N; q++) raw[(size_t)a * RAW_N + q] = p[q];
+    jid[a] = (int)p[RAW_N].y;
 }
 
 /* The Taylor polynomials of the prediction, one helper per quantity, evaluated per component

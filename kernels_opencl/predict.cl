@@ -1,19 +1,19 @@
 /* j-particle memory: scatter of changed addresses, and prediction to the current time. */
 #include "common.h"
 
-/* Copy n packed records (RAW_N double4 each) and their ids to their addresses. */
+/* Copy n packed records to their addresses: each RAW_N double4, then one more that holds
+ * its address and id (.x, .y, as doubles: exact for ints), so that a batch is one copy. */
 __kernel void scatter_j(const int n,
-                        __global const int *addr,
                         __global const double4 *packed,
-                        __global const int *packed_id,
                         __global double4 *raw,
                         __global int *jid)
 {
     const int k = get_global_id(0);
     if (k >= n) return;
-    const int a = addr[k];
-    for (int q = 0; q < RAW_N; q++) raw[a * RAW_N + q] = packed[k * RAW_N + q];
-    jid[a] = packed_id[k];
+    __global const double4 *p = packed + k * (RAW_N + 1);
+    const int a = (int)p[RAW_N].x;
+    for (int q = 0; q < RAW_N; q++) raw[a * RAW_N + q] = p[q];
+    jid[a] = (int)p[RAW_N].y;
 }
 
 /* Taylor prediction of every stored address to time t, one polynomial for all orders

@@ -24,9 +24,10 @@
  * device has memory of its own; DP_DEV_RAW and DP_DEV_IDS are then the j-records' device
  * buffers, DP_*_BUF the device buffers behind the host arrays DP_IDATA, DP_OUT and DP_NB_*,
  * and the engine queues their copies with DP_FN_WRITE and DP_FN_READ on the force
- * launch's queue; j-records go, up to DP_SCATTER_MAX at a time, through the host arrays
- * DP_SCATTER_ADDR, _RAW and _IDS, copied to their device buffers DP_SCATTER_*_BUF on
- * DP_QUEUE and placed by the scatter launch (its argument n at DL_NI_ARG).
+ * launch's queue; j-records go, up to DP_SCATTER_MAX at a time, through the host array
+ * DP_SCATTER_BATCH (per record its DP_RAW_N double4, then one with its address and id as
+ * doubles), copied in one copy to its device buffer DP_SCATTER_BATCH_BUF on DP_QUEUE and
+ * placed by the scatter launch (its argument n at DL_NI_ARG).
  *
  * The runtime: OpenCL through DP_FN_SET_ARG .. DP_FN_READ (clSetKernelArg,
  * clEnqueueNDRangeKernel, clFlush, clFinish, clGetEventInfo, clReleaseEvent,
@@ -53,8 +54,7 @@ enum {
     DP_FN_FLUSH, DP_FN_FINISH, DP_FN_EVENT_INFO, DP_FN_RELEASE, DP_FN_WRITE, DP_FN_READ,
     DP_GEN, DP_GEN_AT, DP_LGEN, DP_LGEN_AT, DP_NI_LO, DP_NI_HI, DP_NB_COUNTS, DP_NB_LISTS,
     DP_NB_CAP, DP_MEMORY, DP_QUEUE, DP_IDATA_BUF, DP_OUT_BUF, DP_OUT_BYTES, DP_NB_COUNTS_BUF,
-    DP_NB_LISTS_BUF, DP_SCATTER_MAX, DP_SCATTER_ADDR, DP_SCATTER_RAW, DP_SCATTER_IDS,
-    DP_SCATTER_ADDR_BUF, DP_SCATTER_RAW_BUF, DP_SCATTER_IDS_BUF, DP_CONTEXT, DP_FN_CU_LAUNCH,
+    DP_NB_LISTS_BUF, DP_SCATTER_MAX, DP_SCATTER_BATCH, DP_SCATTER_BATCH_BUF, DP_CONTEXT, DP_FN_CU_LAUNCH,
     DP_FN_CU_HTOD, DP_FN_CU_DTOH, DP_FN_CU_SYNC, DP_FN_CU_QUERY, DP_FN_CU_PUSH, DP_FN_CU_POP,
     DP_SECONDS_AT, DP_FN_PROFILING_INFO, DP_FN_CU_EVENT_CREATE, DP_FN_CU_EVENT_RECORD,
     DP_FN_CU_EVENT_ELAPSED, DP_FN_CU_EVENT_DESTROY,
@@ -62,6 +62,6 @@ enum {
 };
 enum { DL_QUEUE, DL_KERNEL, DL_CALL_ARG, DL_NI_ARG, DL_DIMS, DL_G0, DL_G1, DL_L0, DL_L1,
        DL_NARGS, DL_ARGS };
-enum { DP_MAX_ARGS = 32, DP_LAUNCH_WORDS = 74, DP_WORDS = 361 };
+enum { DP_MAX_ARGS = 32, DP_LAUNCH_WORDS = 74, DP_WORDS = 357 };
 
 #endif

@@ -146,9 +146,8 @@ struct dplan {
     /* device memory: up to scatter_max j-records staged in these host arrays, copied to
      * their device buffers and placed by the scatter launch */
     int scatter_max;
-    int32_t *scatter_addr, *scatter_ids;
-    double *scatter_raw;
-    void *scatter_addr_buf, *scatter_raw_buf, *scatter_ids_buf;
+    double *scatter_batch;   /* per record raw_n double4, then (address, id, 0, 0) */
+    void *scatter_batch_buf;
     /* the launches: the prediction, the force, the scatter (device memory) and the reduce
      * (where a kernel combines the force's j-parts; kernel NULL otherwise) */
     struct dlaunch predict, force, scatter, reduce;
@@ -240,12 +239,8 @@ static int plan_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int li
     p->nb_counts_buf = (void *)(intptr_t)w[DP_NB_COUNTS_BUF];
     p->nb_lists_buf = (void *)(intptr_t)w[DP_NB_LISTS_BUF];
     p->scatter_max = (int)w[DP_SCATTER_MAX];
-    p->scatter_addr = (int32_t *)(intptr_t)w[DP_SCATTER_ADDR];
-    p->scatter_raw = (double *)(intptr_t)w[DP_SCATTER_RAW];
-    p->scatter_ids = (int32_t *)(intptr_t)w[DP_SCATTER_IDS];
-    p->scatter_addr_buf = (void *)(intptr_t)w[DP_SCATTER_ADDR_BUF];
-    p->scatter_raw_buf = (void *)(intptr_t)w[DP_SCATTER_RAW_BUF];
-    p->scatter_ids_buf = (void *)(intptr_t)w[DP_SCATTER_IDS_BUF];
+    p->scatter_batch = (double *)(intptr_t)w[DP_SCATTER_BATCH];
+    p->scatter_batch_buf = (void *)(intptr_t)w[DP_SCATTER_BATCH_BUF];
     p->gen = w[DP_GEN];
     p->gen_at = (const int64_t *)(intptr_t)w[DP_GEN_AT];
     p->lgen = w[DP_LGEN];
@@ -281,10 +276,8 @@ static int plan_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int li
                           || p->out_bytes < sizeof(double) * (size_t)p->nco * (size_t)p->ni_pad
                           || (lists && (p->nb_counts_buf == NULL || p->nb_lists_buf == NULL))
                           || p->scatter_max < 1 || p->scatter.kernel == NULL
-                          || p->scatter.ni_arg < 0 || p->scatter_addr == NULL
-                          || p->scatter_raw == NULL || p->scatter_ids == NULL
-                          || p->scatter_addr_buf == NULL || p->scatter_raw_buf == NULL
-                          || p->scatter_ids_buf == NULL))
+                          || p->scatter.ni_arg < 0 || p->scatter_batch == NULL
+                          || p->scatter_batch_buf == NULL))
         || (lists && (p->nb_counts == NULL || p->nb_lists == NULL || p->nb_cap < 1))
         || (p->reduce.kernel != NULL && (p->reduce.ni_arg < 0 || p->nparts != 1)))
         return -1;
@@ -616,6 +609,7 @@ struct edev {
      * memory and the scatter that places j-records there */
     struct dplan jside;
     int staged;              /* a scatter may still read the staging arrays */
+    int32_t ids_now[2];      /* the ids of one or two records copied in place (staged) */
     void *busy_queue;        /* a queue with copies or kernels of the engine not yet finished */
     void *force_queue;       /* the queue of the last force launch (NULL: none yet) */
     struct dplan *inflight;  /* the device's plan of the force call in flight (or NULL) */
@@ -898,26 +892,21 @@ static int eng_send_staged(Engine *e, int d, int n)
     if (eng_on(e, d, queue) < 0)
         return -1;
     ed->staged = 1;
-    if (n <= 2) {  /* as few commands as the scatter's four: each record and id in place */
+    if (n <= 2) {  /* as few commands as the scatter's two: each record and id in place */
         for (int k = 0; k < n && rc == 0; k++) {
-            rc = drv_write(p, queue, p->dev_raw,
-                           sizeof(double) * len * (size_t)p->scatter_addr[k], sizeof(double) * len,
-                           p->scatter_raw + len * (size_t)k);
+            const double *r = p->scatter_batch + (len + 4) * (size_t)k;
+            const size_t a = (size_t)r[len];
+            ed->ids_now[k] = (int32_t)r[len + 1];
+            rc = drv_write(p, queue, p->dev_raw, sizeof(double) * len * a,
+                           sizeof(double) * len, r);
             if (rc == 0)
-                rc = drv_write(p, queue, p->dev_ids,
-                               sizeof(int32_t) * (size_t)p->scatter_addr[k], sizeof(int32_t),
-                               p->scatter_ids + k);
+                rc = drv_write(p, queue, p->dev_ids, sizeof(int32_t) * a, sizeof(int32_t),
+                               &ed->ids_now[k]);
         }
         return rc == 0 ? 0 : eng_fail(e, "queueing a j-record's copy", rc, 0);
     }
-    rc = drv_write(p, p->queue, p->scatter_addr_buf, 0, sizeof(int32_t) * (size_t)n,
-                   p->scatter_addr);
-    if (rc == 0)
-        rc = drv_write(p, p->queue, p->scatter_raw_buf, 0, sizeof(double) * len * (size_t)n,
-                       p->scatter_raw);
-    if (rc == 0)
-        rc = drv_write(p, p->queue, p->scatter_ids_buf, 0, sizeof(int32_t) * (size_t)n,
-                       p->scatter_ids);
+    rc = drv_write(p, p->queue, p->scatter_batch_buf, 0,
+                   sizeof(double) * (len + 4) * (size_t)n, p->scatter_batch);
     if (rc != 0)
         return eng_fail(e, "queueing the j-records' copy", rc, 0);
     return eng_launch(e, p, &p->scatter, 0, n, NULL, "queueing the scatter of j-records");
@@ -988,12 +977,12 @@ static int eng_copy_j(Engine *e, int d, int n, const int *address, const int *in
             continue;
         if (s == 0 && ed->staged && eng_wait_dev(e, d) < 0)  /* the arrays may still be read */
             return -1;
-        p->scatter_addr[s] = address[k] / nd;
-        p->scatter_ids[s] = index[k];
-        memcpy(p->scatter_raw + len * (size_t)s, rec + 4 * (size_t)nrec * (size_t)k,
-               sizeof(double) * 4 * given);
-        memset(p->scatter_raw + len * (size_t)s + 4 * given, 0,
-               sizeof(double) * (len - 4 * given));
+        double *r = p->scatter_batch + (len + 4) * (size_t)s;
+        memcpy(r, rec + 4 * (size_t)nrec * (size_t)k, sizeof(double) * 4 * given);
+        memset(r + 4 * given, 0, sizeof(double) * (len - 4 * given));
+        r[len] = (double)(address[k] / nd);
+        r[len + 1] = (double)index[k];
+        r[len + 2] = r[len + 3] = 0.0;
         if (++s == m) {
             if (eng_send_staged(e, d, s) < 0)
                 return -1;

@@ -242,19 +242,17 @@ class Device:
             return
         # host buffers: asynchronous copies (page-locked on CUDA), written only here, after
         # the previous call's work has been waited for
-        addr = self._host("scatter_addr", n * 4)
-        packed = self._host("scatter_raw", n * self.raw_n * 32)
-        pid = self._host("scatter_id", n * 4)
-        addr.view(np.int32, (n,))[:] = local_addr
-        packed.view(np.float64, raw.shape)[:] = raw
-        pid.view(np.int32, (n,))[:] = ids
-        for host, nbytes in ((addr, n * 4), (packed, raw.nbytes), (pid, n * 4)):
-            host.to_device(nbytes)
+        packed = self._host("scatter_batch", n * (self.raw_n + 1) * 32)
+        batch = packed.view(np.float64, (n, self.raw_n + 1, 4))
+        batch[:, :-1] = raw
+        batch[:, -1, 0] = local_addr
+        batch[:, -1, 1] = ids
+        batch[:, -1, 2:] = 0.0
+        packed.to_device(batch.nbytes)
         scatter = self._predict_prog(False, terms).kernel("scatter_j")
         self._record(scatter(*_linear(n), *layout.kernel_args(layout.SCATTER_ARGS, {
-            "n": np.int32(n), "addr": addr.buffer, "packed": packed.buffer,
-            "packed_id": pid.buffer, "raw": self.j["raw"], "jid": self.j["id"]},
-            self.variant.order, self.variant.ds)))
+            "n": np.int32(n), "packed": packed.buffer, "raw": self.j["raw"],
+            "jid": self.j["id"]}, self.variant.order, self.variant.ds)))
 
     def ni_pad(self, ni: int) -> int:
         """``ni`` i-particles padded to whole work-groups of their launch configuration."""
@@ -294,21 +292,19 @@ class Device:
             launch = self._predicts[key] = (self._gen, kernel.prepare(*_linear(n_local), *args))
         return launch[1]
 
-    def scatter_launch(self, terms: int) -> tuple[Launch, HostBuffer, HostBuffer, HostBuffer]:
+    def scatter_launch(self, terms: int) -> tuple[Launch, HostBuffer]:
         """Device memory: the prepared scatter of up to :data:`SCATTER_MAX` packed j-records
-        (its argument ``n`` set per call, at position 0) and its staging host buffers
-        (addresses, records, ids), for the native engine's stores; the buffers are those
-        :meth:`upload_j` scatters through."""
-        addr = self._host("scatter_addr", SCATTER_MAX * 4)
-        packed = self._host("scatter_raw", SCATTER_MAX * self.raw_n * 32)
-        pid = self._host("scatter_id", SCATTER_MAX * 4)
+        (its argument ``n`` set per call, at position 0) and its staging host buffer (per
+        record its ``raw_n`` double4, then its address and id in one more), for the
+        native engine's stores; the buffer is the one :meth:`upload_j` scatters through."""
+        packed = self._host("scatter_batch", SCATTER_MAX * (self.raw_n + 1) * 32)
         kernel = self._predict_prog(False, terms).kernel("scatter_j")
         launch = kernel.prepare(*_linear(SCATTER_MAX), *layout.kernel_args(
             layout.SCATTER_ARGS, {
-                "n": np.int32(0), "addr": addr.buffer, "packed": packed.buffer,
-                "packed_id": pid.buffer, "raw": self.j["raw"], "jid": self.j["id"]},
+                "n": np.int32(0), "packed": packed.buffer, "raw": self.j["raw"],
+                "jid": self.j["id"]},
             self.variant.order, self.variant.ds))
-        return launch, addr, packed, pid
+        return launch, packed
 
     @property
     def t_arg(self) -> int:

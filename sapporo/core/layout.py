@@ -172,7 +172,7 @@ PREDICT_ARGS = _args(
     ("jerk", "order>=8"),
 )
 #: ``scatter_j`` (predict.cl / predict.cu)
-SCATTER_ARGS = _args("n", "addr", "packed", "packed_id", "raw", "jid")
+SCATTER_ARGS = _args("n", "packed", "raw", "jid")
 
 #: every kernel's table, by kernel name
 KERNELS: dict[str, tuple[KernelArg, ...]] = {

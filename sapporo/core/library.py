@@ -591,15 +591,13 @@ class Library:
             memory = {"memory": 0, "dev_raw": dev.h_raw.ctypes.data,
                       "dev_ids": dev.h_id.ctypes.data, "queue": 0, "idata_buf": 0,
                       "out_buf": 0, "out_bytes": 0, "nb_counts_buf": 0,
-                      "nb_lists_buf": 0, "scatter_max": 0, "scatter_addr": 0,
-                      "scatter_raw": 0, "scatter_ids": 0, "scatter_addr_buf": 0,
-                      "scatter_raw_buf": 0, "scatter_ids_buf": 0}
+                      "nb_lists_buf": 0, "scatter_max": 0, "scatter_batch": 0,
+                      "scatter_batch_buf": 0}
         else:  # its own memory: the engine queues the copies
-            scatter, s_addr, s_raw, s_ids = dev.scatter_launch(terms)
+            scatter, batch = dev.scatter_launch(terms)
             handles = [dev.j["raw"].native(), dev.j["id"].native(), dev.ctx.native_queue(),
                        plan.h_in.buffer.native(), plan.h_out.buffer.native(),
-                       s_addr.buffer.native(), s_raw.buffer.native(), s_ids.buffer.native(),
-                       scatter.native()]
+                       batch.buffer.native(), scatter.native()]
             if None in handles:
                 return None
             if all(scatter is not x for x in self._native_launches):
@@ -609,12 +607,9 @@ class Library:
                       "out_bytes": plan.out.nbytes,
                       "nb_counts_buf": 0 if plan.h_cnt is None else plan.h_cnt.buffer.native(),
                       "nb_lists_buf": 0 if plan.h_lst is None else plan.h_lst.buffer.native(),
-                      "scatter_max": SCATTER_MAX, "scatter_addr": s_addr.array.ctypes.data,
-                      "scatter_raw": s_raw.array.ctypes.data,
-                      "scatter_ids": s_ids.array.ctypes.data,
-                      "scatter_addr_buf": handles[5], "scatter_raw_buf": handles[6],
-                      "scatter_ids_buf": handles[7]}
-            launches[2] = handles[8]
+                      "scatter_max": SCATTER_MAX, "scatter_batch": batch.array.ctypes.data,
+                      "scatter_batch_buf": handles[5]}
+            launches[2] = handles[6]
         for launch in (predict, plan.force, plan.reduce):
             if launch is not None and all(launch is not x for x in self._native_launches):
                 self._native_launches.append(launch)

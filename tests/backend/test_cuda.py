@@ -613,16 +613,18 @@ def run_forces(ctx: Any, ext: str, variant: tuple[int, ...], n: int = 700, ni: i
     pred = ctx.build(f"predict.{ext}", base)
     force_prog = ctx.build(f"force.{ext}", {**base, **shape})
     rs = 4 if precision == 1 else 8
+    # the scatter's batch: per record its raw double4, then its address and id
+    batch = np.zeros((n, raw.shape[1] + 1, 4))
+    batch[:, :-1] = raw
+    batch[:, -1, 0], batch[:, -1, 1] = addr, ids
     bufs = {name: ctx.alloc(size) for name, size in [
-        ("addr", n * 4), ("packed", raw.nbytes), ("pid", n * 4), ("raw", raw.nbytes),
+        ("packed", batch.nbytes), ("raw", raw.nbytes),
         ("jid", n * 4), ("pos", n * 4 * rs), ("pos_lo", n * 16), ("vel", n * 4 * rs),
         ("acc", n * 4 * rs), ("jerk", n * 4 * rs)]}
-    bufs["addr"].upload(addr)
-    bufs["packed"].upload(raw)
-    bufs["pid"].upload(ids.astype(np.int32))
+    bufs["packed"].upload(batch)
     n64 = -(-n // 64) * 64
-    pred.kernel("scatter_j")((n64,), (64,), np.int32(n), bufs["addr"], bufs["packed"],
-                             bufs["pid"], bufs["raw"], bufs["jid"])
+    pred.kernel("scatter_j")((n64,), (64,), np.int32(n), bufs["packed"], bufs["raw"],
+                             bufs["jid"])
     args: list[Any] = [np.int32(n), np.float64(t), bufs["raw"], bufs["pos"]]
     if precision == 1:
         args.append(bufs["pos_lo"])
