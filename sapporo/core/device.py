@@ -289,7 +289,9 @@ class Device:
                 self.variant.order, self.variant.ds)
             if len(self._predicts) > 64:
                 self._predicts.clear()
-            launch = self._predicts[key] = (self._gen, kernel.prepare(*_linear(n_local), *args))
+            # (no address: one idle work-group, so that the engine can queue it as any other)
+            launch = self._predicts[key] = (self._gen,
+                                            kernel.prepare(*_linear(max(n_local, 1)), *args))
         return launch[1]
 
     def scatter_launch(self, terms: int) -> tuple[Launch, HostBuffer]:

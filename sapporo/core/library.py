@@ -533,7 +533,7 @@ class Library:
         """A force call of ``ni`` i-particles on j-addresses [0, nj), with neighbour lists or
         not, as the native engine runs it (``sapporo/core/_engine.c``, for the Python API
         and the C API): one plan per device, or why not: 0 (not for this shape: more i- or
-        j-particles than planned for, fewer addresses stored than devices) or -1 (not for
+        j-particles than planned for) or -1 (not for
         this library: a backend without native launches or buffer handles). A library that
         profiles has the engine time its launches (``seconds_at``: each device's
         :attr:`kernel_seconds` cell).
@@ -549,8 +549,8 @@ class Library:
         entries = [dev.ctx.native_entry_points() for dev in self._devs]
         if None in entries:
             return -1
-        if not 1 <= nj <= self._n_stored or self._n_stored < self.ndev or ni > NI_CHUNK:
-            return 0  # (every device predicts some addresses)
+        if not 1 <= nj <= self._n_stored or ni > NI_CHUNK:
+            return 0
         with self._lock:
             self._check_open()
             if self._pending is not None:  # collect what nobody waited for

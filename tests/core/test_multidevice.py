@@ -293,3 +293,40 @@ def test_two_devices_profiled_in_the_engine():
     assert timed["ran"] == plain["ran"] == 5
     assert timed["seconds"] > 0.0 and plain["seconds"] == 0.0
     assert timed["acc"] == plain["acc"] and timed["counts"] == plain["counts"]
+
+
+TINY_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import sapporo
+    from sapporo import reference as ref
+
+    out = []
+    x, v, m = ref.plummer(8, seed=1)
+    xi, vi, idi = np.array([[0.3, 0.1, -0.2]]), np.zeros((1, 3)), np.array([99])
+    for n in (1, 2, 3):
+        with sapporo.Library(order=4, precision="double", devices="all") as lib:
+            lib.set_j_particles(np.arange(n), np.arange(n), 0.0, m[:n], x[:n], v[:n])
+            for nj in range(1, n + 1):
+                r = lib.compute(xi, vi, idi, 1e-4, nj=nj, h2=np.array([10.0]))
+                want = ref.forces(xi, vi, idi, x[:nj], v[:nj], m[:nj], np.arange(nj), 1e-4,
+                                  order=4, h2=10.0)
+                out.append({"n": n, "nj": nj, "ndev": lib.ndev, "ran": lib._engine.ran,
+                            "err": float(np.abs(r.acc - want.acc).max()
+                                         / np.abs(want.acc).max()),
+                            "list": r.neighbours(0).tolist(),
+                            "count": int(r.neighbour_counts[0])})
+    json.dump(out, sys.stdout)
+    """
+)
+
+
+@pytest.mark.parametrize("memory", ["auto", "device"])
+def test_fewer_addresses_than_devices(memory):
+    """One, two or three j-particles on two devices, all of them or fewer (nj): a device
+    without an address adds nothing; the engine computes every call, as the reference."""
+    for r in _two_devices(TINY_SCRIPT, SAPPORO_NATIVE_MEMORY=memory):
+        assert r["ndev"] == 2 and r["ran"], r
+        assert r["err"] <= 1e-12, r
+        assert r["count"] == r["nj"] and r["list"] == list(range(r["nj"])), r
