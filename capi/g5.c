@@ -165,14 +165,21 @@ static int g5_grow(void **p, size_t elem, int cap)
     return 0;
 }
 
+/* A capacity of at least need: cap doubled (first when it is 0) as often as needed. */
+static int g5_capacity(int cap, int need, int first)
+{
+    while (cap < need)
+        cap = cap ? 2 * cap : first;
+    return cap;
+}
+
 /* Room for ni i-particles (their indices ones, their velocities zeros). */
 static int g5_i_room(const char *fn, struct g5_context *c, int ni)
 {
-    int cap = c->icap;
-    if (ni <= cap)
+    int cap;
+    if (ni <= c->icap)
         return SAPPORO_OK;
-    while (cap < ni)
-        cap = cap ? 2 * cap : 256;
+    cap = g5_capacity(c->icap, ni, 256);
     if (g5_grow((void **)&c->xi, 3 * sizeof(double), cap)
         || g5_grow((void **)&c->eps2i, sizeof(double), cap)
         || g5_grow((void **)&c->zeros, 3 * sizeof(double), cap)
@@ -196,11 +203,10 @@ static int g5_i_room(const char *fn, struct g5_context *c, int ni)
 /* Room for a batch of n j-particles; the records' other rows stay zero. */
 static int g5_j_room(const char *fn, struct g5_context *c, int n)
 {
-    int cap = c->jcap;
-    if (n <= cap)
+    int cap;
+    if (n <= c->jcap)
         return SAPPORO_OK;
-    while (cap < n)
-        cap = cap ? 2 * cap : 1024;
+    cap = g5_capacity(c->jcap, n, 1024);
     free(c->jrec);
     c->jrec = calloc((size_t)cap, 4 * G5_RECORDS * sizeof(double));
     if (c->jrec == NULL || g5_grow((void **)&c->jaddr, sizeof(int), cap)

@@ -7,9 +7,9 @@
  * library it opened from its Python half once, at g6_open, and calls these functions
  * without the GIL; the engine takes the GIL itself when it must ask the library for a plan.
  *
- * Every function returns what the library would do: stored/started (> 0), "not here, the
- * library's own way" (0: nothing changed), or an error (< 0, with a message from
- * error()).  The engine never computes from memory that may have moved: each plan carries
+ * Every function returns what the library would do: stored/started (> 0), "not here"
+ * (0: nothing changed; the library's Python checks, converts or stores, and names the
+ * error), or an error (< 0, with a message from error()).  The engine never computes from memory that may have moved: each plan carries
  * the generations of the library's and the device's memory, and is checked against them
  * before every use.
  */

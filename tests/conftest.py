@@ -71,6 +71,21 @@ def backend(request: pytest.FixtureRequest):
         yield "cuda"
 
 
+@pytest.fixture
+def two_pocl_devices() -> None:
+    """Skip unless PoCL's threaded CPU driver is here: a process started with
+    ``POCL_DEVICES="pthread pthread"`` then sees two devices of it."""
+    from sapporo.backend import get_backend
+    from sapporo.errors import BackendError
+
+    try:
+        names = [d.name for d in get_backend("opencl").devices()]
+    except BackendError as exc:
+        pytest.skip(f"no OpenCL: {exc}")
+    if not any(n.startswith("pthread") for n in names):
+        pytest.skip(f"not PoCL's CPU driver ({names}): POCL_DEVICES cannot make two devices")
+
+
 def cuda_usable() -> tuple[bool, str]:
     """Whether a CUDA device is usable, and why not."""
     for name, reason in _BACKENDS:

@@ -133,9 +133,9 @@ class Device:
         self.h_raw: np.ndarray | None = None
         self.h_id: np.ndarray | None = None
         self.bufs: dict[str, Buffer] = {}
-        # the device time of the kernels run for the library (profiling): the kernels'
-        # events of the Python way (``events``, summed at finish) and the native engine's
-        # launches, which it adds through the cell's address (see kernel_seconds)
+        # the device time of the kernels run for the library (profiling): the events of
+        # the launches Python queues while planning (``events``, summed at finish) and the
+        # native engine's launches, which it adds through the cell's address
         self.seconds_cell = np.zeros(1, dtype=np.float64)
         self.events: list[Event] = []
         self._kernels: dict[tuple[LaunchConfig, bool, bool], tuple[Kernel, Kernel]] = {}
@@ -476,14 +476,6 @@ def combine_parts(parts: np.ndarray) -> np.ndarray:
             x[:m] += x[s : s + m]
         s //= 2
     out = x[0]
-    if n == 1 and nparts <= 16:  # one i-particle over a few parts: plain Python
-        best_r2, best_id = float(parts[0, OC_NNR2, 0]), -1.0
-        for r2, pid in zip(parts[:, OC_NNR2, 0].tolist(), parts[:, OC_NNID, 0].tolist(),
-                           strict=True):
-            if pid >= 0 and (best_id < 0 or r2 < best_r2 or (r2 == best_r2 and pid < best_id)):
-                best_r2, best_id = r2, pid
-        out[OC_NNR2, 0], out[OC_NNID, 0] = best_r2, best_id
-        return out
     r2, pid = parts[:, OC_NNR2], parts[:, OC_NNID]
     valid = pid >= 0
     r2v = np.where(valid, r2, np.inf)

@@ -82,7 +82,7 @@ def plan_keys() -> list[str]:
 def plan_words(plan: dict[str, Any] | int) -> np.ndarray:
     """The words of one device's plan (``plan.h``'s layout: one block of a plan) from
     :meth:`Library._direct_plan <sapporo.core.library.Library._direct_plan>`'s answer: its
-    status alone (0: the Python way, -1: never) when it is a number, or when a launch does
+    status alone (0: not this shape, -1: never) when it is a number, or when a launch does
     not fit the table."""
     e = plan_enums()
     w = np.zeros(e["DP_WORDS"], dtype=np.int64)

@@ -757,8 +757,9 @@ class HermiteIntegrator:
 
     @contextmanager
     def _engine_errors(self) -> Iterator[None]:
-        """The native core's RuntimeError (the engine failed: it takes the library's way from
-        now on) as a :class:`BackendError` naming the device; the library's own errors pass."""
+        """The native core's RuntimeError (the engine failed: the library takes no force call
+        from now on) as a :class:`BackendError` naming the device; the library's own errors
+        pass."""
         try:
             yield
         except SapporoError:

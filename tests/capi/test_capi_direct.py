@@ -38,19 +38,10 @@ def test_direct_path_sequence(capi: CApi, tmp_path: Path, order: int, precision:
     assert _run(capi, tmp_path, order, precision) == (out, calls)  # the same bits again
 
 
-def test_two_devices(capi: CApi, tmp_path: Path) -> None:
+def test_two_devices(capi: CApi, tmp_path: Path, two_pocl_devices: None) -> None:
     """The same sequence on two devices (PoCL's two CPU devices, opened through
     ``SAPPORO_DEVICES``): the engine runs the block steps on both without Python, with the
     forces of one device to double's rounding; on device memory too."""
-    from sapporo.backend import get_backend
-    from sapporo.errors import BackendError
-
-    try:
-        names = [d.name for d in get_backend("opencl").devices()]
-    except BackendError as exc:
-        pytest.skip(f"no OpenCL: {exc}")
-    if not any(n.startswith("pthread") for n in names):
-        pytest.skip(f"not PoCL's CPU driver ({names}): POCL_DEVICES cannot make two devices")
     one, _ = _run(capi, tmp_path, 4, "double", SAPPORO_NB_CAPACITY="4")
     # device 1 exists only when PoCL made two: the open fails otherwise
     two = {"POCL_DEVICES": "pthread pthread", "SAPPORO_BACKEND": "opencl",

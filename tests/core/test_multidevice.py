@@ -17,6 +17,8 @@ import textwrap
 
 import pytest
 
+pytestmark = pytest.mark.usefixtures("two_pocl_devices")
+
 SCRIPT = textwrap.dedent(
     """
     import json, sys
@@ -67,16 +69,8 @@ SCRIPT = textwrap.dedent(
 
 
 def _two_devices(script: str, **env_extra: str) -> dict:
-    """Run ``script`` with PoCL's two CPU devices; its JSON output (skips without PoCL)."""
-    from sapporo.backend import get_backend
-    from sapporo.errors import BackendError
-
-    try:
-        names = [d.name for d in get_backend("opencl").devices()]
-    except BackendError as exc:
-        pytest.skip(f"no OpenCL: {exc}")
-    if not any(n.startswith("pthread") for n in names):
-        pytest.skip(f"not PoCL's CPU driver ({names}): POCL_DEVICES cannot make two devices")
+    """Run ``script`` with PoCL's two CPU devices; its JSON output (the module's tests skip
+    without PoCL: the ``two_pocl_devices`` fixture)."""
     env = dict(os.environ, POCL_DEVICES="pthread pthread", SAPPORO_BACKEND="opencl",
                **env_extra)
     env.pop("SAPPORO_DEVICES", None)

@@ -375,7 +375,7 @@ json.dump(out, sys.stdout)
 """
 
 
-def test_two_pocl_devices_order8() -> None:
+def test_two_pocl_devices_order8(two_pocl_devices: None) -> None:
     """Order 8 over two PoCL devices (addresses round-robin, parts combined on the host):
     the reference's bounds, exact neighbours (as tests/core/test_multidevice.py for the others)."""
     import json
@@ -383,15 +383,6 @@ def test_two_pocl_devices_order8() -> None:
     import subprocess
     import sys
 
-    from sapporo.backend import get_backend
-    from sapporo.errors import BackendError
-
-    try:
-        names = [dev.name for dev in get_backend("opencl").devices()]
-    except BackendError as exc:
-        pytest.skip(f"no OpenCL: {exc}")
-    if not any(name.startswith("pthread") for name in names):
-        pytest.skip(f"not PoCL's CPU driver ({names})")
     env = dict(os.environ, POCL_DEVICES="pthread pthread", SAPPORO_BACKEND="opencl")
     env.pop("SAPPORO_DEVICES", None)
     proc = subprocess.run([sys.executable, "-c", _TWO_DEVICES], env=env, capture_output=True,
