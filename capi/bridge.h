@@ -13,8 +13,9 @@ int shim_py_set_time(double t);
 int shim_py_start(int nj, int ni, const int *index, const double *x, const double *v,
                   const double *a, const double *jerk, double eps2, const double *h2,
                   int set_time, double ti);
-int shim_py_finish(int ni, double *acc, double *jerk, double *snap, double *crackle,
-                   double *pot, int *nnb, double *nn_r2);
+/* the result rows (layout.h: nco(order) rows of ni) into rows, the library's order into
+ * *order */
+int shim_py_finish(int ni, double *rows, int *order);
 int shim_py_read_neighbours(int *ni, const int **offsets, const int **counts,
                             const int **ids);
 int shim_py_device_count(void);
@@ -23,8 +24,8 @@ int shim_py_device_count(void);
 int shim_py_engine(void **api, void **engine);
 /* GRAPE-5 (capi/g5.c): one library of order 2 per context id, each with its own engine
  * (NULL: none).  j-particles come as raw records of two double4 (x|m, v|t), every index 0;
- * force: the i-particles' forces from addresses [0, nj) with one softening (i-index 1, so
- * no j-particle is excluded), the potential positive as PG5 gives it.  one_at_a_time: 1 when
+ * force: the result rows (as shim_py_finish's, order 2) of the i-particles' forces from
+ * addresses [0, nj) with one softening (i-index 1, so no j-particle is excluded).  one_at_a_time: 1 when
  * the context's engine must not run beside another thread's (a runtime whose kernels must not
  * run at once from two contexts: Context.one_kernel_at_a_time). */
 int shim_py_g5_open(int context, int *max_address, void **api, void **engine,
@@ -32,5 +33,5 @@ int shim_py_g5_open(int context, int *max_address, void **api, void **engine,
 int shim_py_g5_close(int context);
 int shim_py_g5_set_j(int context, int n, const int *address, const int *index,
                      const double *records);
-int shim_py_g5_force(int context, int nj, int ni, const double *x, double eps2, double *acc,
-                     double *pot);
+int shim_py_g5_force(int context, int nj, int ni, const double *x, double eps2,
+                     double *rows);

@@ -374,13 +374,6 @@ def _store(lib: Any, address: np.ndarray, index: np.ndarray, records: np.ndarray
     if given >= 6 and lib.order < 8:
         raise InputError("pop: the 4th and 5th derivatives are taken at order 8 only "
                          f"(the library has order {lib.order})")
-    if not hasattr(lib, "_store_checked"):  # a stand-in library (tests)
-        high = {"pop": records[:, 6, :3], "d5": records[:, 7, :3]} if given >= 6 else {}
-        lib.set_j_particles(address, index, records[:, 1, 3], records[:, 0, 3],
-                            records[:, 0, :3], records[:, 1, :3], records[:, 2, :3],
-                            records[:, 3, :3], records[:, 4, :3], records[:, 5, :3],
-                            **high)
-        return
     with lib._lock:
         lib._check_open()
         if lib.precision == "double-single":
@@ -501,17 +494,9 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
         return 0
 
     @extern
-    def shim_py_finish(ni, acc, jerk, snap, crackle, pot, nnb, nn_r2) -> int:
-        res = state.finish(ni)
-        crackle_ = getattr(res, "crackle", None)
-        zeros = np.zeros_like(res.acc) if crackle_ is None else None  # below their order
-        put(acc, res.acc)
-        put(jerk, zeros if res.jerk is None else res.jerk)
-        put(snap, zeros if res.snap is None else res.snap)
-        put(crackle, zeros if crackle_ is None else crackle_)
-        put(pot, res.pot)
-        put(nnb, res.nn_index, np.int32)
-        put(nn_r2, res.nn_r2)
+    def shim_py_finish(ni, rows, order) -> int:
+        put(rows, state.finish(ni)._rows)  # read in C, as the engine's rows are
+        order[0] = state.lib.order
         return 0
 
     @extern
@@ -539,18 +524,14 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
     @extern
     def shim_py_g5_set_j(context, n, address, index, records) -> int:
         # two double4 per particle (x|m, v|t: GRAPE-5 has no derivatives)
-        rec = np.zeros((n, JB_RECORDS, 4))
-        rec[:, :2] = np.frombuffer(ffi.buffer(records, 8 * 4 * 2 * n),
-                                   dtype=np.float64).reshape(n, 2, 4)
+        rec = np.frombuffer(ffi.buffer(records, 8 * 4 * 2 * n), dtype=np.float64)
         _store(state.g5_lib(context), scalars(address, n, np.int32),
-               scalars(index, n, np.int32), rec, 1)
+               scalars(index, n, np.int32), rec.reshape(n, 2, 4), 1)
         return 0
 
     @extern
-    def shim_py_g5_force(context, nj, ni, x, eps2, acc, pot) -> int:
-        res = state.g5_force(context, nj, vectors(x, ni), eps2)
-        put(acc, res.acc)
-        put(pot, -res.pot)  # PG5's sign: positive
+    def shim_py_g5_force(context, nj, ni, x, eps2, rows) -> int:
+        put(rows, state.g5_force(context, nj, vectors(x, ni), eps2)._rows)
         return 0
 
     @extern

@@ -354,13 +354,9 @@ static int do_g5_set_xmj(const char *fn, int id, int adr, int nj, const double *
     if ((rc = g5_j_room(fn, c, nj)) < 0)
         return g5_put(c, rc);
     for (int k = 0; k < nj; k++) {
-        double *r = c->jrec + 4 * (size_t)G5_RECORDS * k;
-        const double *x = xj + 3 * ((size_t)adr + k);
         c->jaddr[k] = adr + k;
-        r[0] = x[0];
-        r[1] = x[1];
-        r[2] = x[2];
-        r[3] = mj[adr + k];
+        put_record(c->jrec + 4 * (size_t)G5_RECORDS * k, G5_RECORDS,
+                   xj + 3 * ((size_t)adr + k), mj[adr + k], NULL, 0.0, NULL, NULL);
     }
     rc = 0;
     if (c->eng != NULL) {
@@ -479,7 +475,7 @@ static int do_g5_set_eps(const char *fn, int id, int ni, const double *eps)
 static int g5_force(const char *fn, struct g5_context *c, int ni, const double *x, double eps2,
                     double *acc, double *pot)
 {
-    int rc;
+    int rc = 0;
     if (c->n == 0) {  /* no j-particles: no force */
         memset(acc, 0, sizeof(double) * 3 * (size_t)ni);
         memset(pot, 0, sizeof(double) * (size_t)ni);
@@ -494,20 +490,18 @@ static int g5_force(const char *fn, struct g5_context *c, int ni, const double *
         rc = g5_engine_leave(c, rc);
         if (rc < 0)
             return g5_fail(fn, SAPPORO_ERR_BACKEND, "%s", c->api->error(c->eng));
-        if (rc > 0) {
-            const double *r = c->rows;
-            for (int i = 0; i < ni; i++) {
-                acc[3 * i] = r[(size_t)OC_AX * ni + i];
-                acc[3 * i + 1] = r[(size_t)(OC_AX + 1) * ni + i];
-                acc[3 * i + 2] = r[(size_t)(OC_AX + 2) * ni + i];
-                pot[i] = -r[(size_t)OC_POT * ni + i];  /* PG5's sign: positive */
-            }
+        if (rc > 0)
             __atomic_add_fetch(&direct_calls, 1, __ATOMIC_RELAXED);
-            return SAPPORO_OK;
-        }
     }
-    enter(fn);
-    return leave(shim_py_g5_force((int)(c - g5c), c->n, ni, x, eps2, acc, pot));
+    if (rc == 0) {  /* through Python, which names what is wrong */
+        enter(fn);
+        if ((rc = leave(shim_py_g5_force((int)(c - g5c), c->n, ni, x, eps2, c->rows))) < 0)
+            return rc;
+    }
+    rows_out(c->rows, ni, 2, acc, NULL, NULL, NULL, pot, NULL, NULL);
+    for (int i = 0; i < ni; i++)
+        pot[i] = -pot[i];  /* PG5's sign: positive */
+    return SAPPORO_OK;
 }
 
 /* The forces on the i-particles set, into c->acc, c->pot: one force call per softening

@@ -396,17 +396,10 @@ static void jb_clear(void)
     jb.any_snap = jb.any_crackle = jb.any_pop = 0;
 }
 
-/* Copy scale * p (or zeros) into dst; return whether any component is non-zero. */
-static int put3(double *dst, const double *p, double scale)
+/* Whether a 3-vector has a non-zero component. */
+static int nonzero3(const double *p)
 {
-    if (p == NULL) {
-        dst[0] = dst[1] = dst[2] = 0.0;
-        return 0;
-    }
-    dst[0] = scale * p[0];
-    dst[1] = scale * p[1];
-    dst[2] = scale * p[2];
-    return dst[0] != 0.0 || dst[1] != 0.0 || dst[2] != 0.0;
+    return p[0] != 0.0 || p[1] != 0.0 || p[2] != 0.0;
 }
 
 /* Buffer one j-particle; a, jerk and snap are multiplied by the given factors (2, 6 and 18
@@ -453,17 +446,12 @@ static int jb_put8(int address, int index, double t, double mass, const double *
     if (index > max_j_index)
         max_j_index = index;
     r = jb.rec + (size_t)JB_DOUBLES * k;
-    put3(r, x, 1.0);
-    r[3] = mass;
-    put3(r + 4, v, 1.0);
-    r[7] = t;
-    put3(r + 8, a, fa);
-    put3(r + 12, jerk, fj);
-    jb.any_snap |= put3(r + 16, snap, fs);
-    jb.any_crackle |= put3(r + 20, crackle, 1.0);
-    jb.any_pop |= put3(r + 24, pop, 1.0);
-    jb.any_pop |= put3(r + 28, d5, 1.0);
-    r[11] = r[15] = r[19] = r[23] = r[27] = r[31] = 0.0;
+    put_record(r, JB_RECORDS, x, mass, v, t, (const double *const[6]){a, jerk, snap, crackle,
+                                                                     pop, d5},
+               (const double[6]){fa, fj, fs, 1.0, 1.0, 1.0});
+    jb.any_snap |= nonzero3(r + 16);
+    jb.any_crackle |= nonzero3(r + 20);
+    jb.any_pop |= nonzero3(r + 24) | nonzero3(r + 28);
     return SAPPORO_OK;
 }
 
@@ -611,48 +599,34 @@ static void warn_h2(int ni, const int *index, const double *h2)
              "computed", bad, ni, first, h2[first], index[first]);
 }
 
+/* Room for the result rows of ni i-particles in rows_buf: 0, or < 0 (error set). */
+static int rows_room(int ni)
+{
+    if (NCO_ORDER8 * ni > rows_cap) {
+        double *q = realloc(rows_buf, sizeof(double) * NCO_ORDER8 * (size_t)ni);
+        if (q == NULL)
+            return fail(SAPPORO_ERR_INTERNAL, "out of memory for %d results", ni);
+        rows_buf = q;
+        rows_cap = NCO_ORDER8 * ni;
+    }
+    return 0;
+}
+
 /* The engine's result rows into the client's arrays (zeros past the library's order): 1, or
  * 0 when a result is not finite (to be redone through Python), or < 0. */
 static int engine_finish(int ni, double *acc, double *jerk, double *snap, double *crackle,
                          double *pot, int *nnb, double *nn_r2)
 {
-    int rc, order;
-    const double *r;
-    if (NCO_ORDER8 * ni > rows_cap) {
-        double *q = realloc(rows_buf, sizeof(double) * NCO_ORDER8 * (size_t)ni);
-        if (q == NULL) {
-            eng_api->wait(eng);
-            return fail(SAPPORO_ERR_INTERNAL, "out of memory for %d results", ni);
-        }
-        rows_buf = q;
-        rows_cap = NCO_ORDER8 * ni;
+    int rc;
+    if ((rc = rows_room(ni)) < 0) {
+        eng_api->wait(eng);
+        return rc;
     }
     if ((rc = eng_api->finish(eng, ni, rows_buf)) < 0)
         return fail(SAPPORO_ERR_BACKEND, "%s", eng_api->error(eng));
     if (rc == 0)
         return 0;
-    order = eng_api->order(eng);
-    r = rows_buf;
-#define ROW(k, i) r[(size_t)(k) * (size_t)ni + (size_t)(i)]
-    for (int i = 0; i < ni; i++) {
-        for (int c = 0; c < 3; c++) {
-            if (acc != NULL)
-                acc[3 * i + c] = ROW(OC_AX + c, i);
-            if (jerk != NULL)
-                jerk[3 * i + c] = order >= 4 ? ROW(OC_JX + c, i) : 0.0;
-            if (snap != NULL)
-                snap[3 * i + c] = order >= 6 ? ROW(OC_SX + c, i) : 0.0;
-            if (crackle != NULL)
-                crackle[3 * i + c] = order >= 8 ? ROW(OC_CX + c, i) : 0.0;
-        }
-        if (pot != NULL)
-            pot[i] = ROW(OC_POT, i);
-        if (nnb != NULL)
-            nnb[i] = (int)ROW(OC_NNID, i);
-        if (nn_r2 != NULL)
-            nn_r2[i] = ROW(OC_NNR2, i);
-    }
-#undef ROW
+    rows_out(rows_buf, ni, eng_api->order(eng), acc, jerk, snap, crackle, pot, nnb, nn_r2);
     __atomic_add_fetch(&direct_calls, 1, __ATOMIC_RELAXED);  /* GRAPE-5 contexts count too */
     return 1;
 }
@@ -783,7 +757,7 @@ static void do_firsthalf(int nj, int ni, const int *index, const double *xi, con
 static int do_lasthalf8(int ni, double *acc, double *jerk, double *snap, double *crackle,
                         double *pot, int *nnb, double *nn_r2)
 {
-    int rc;
+    int rc, order;
     if (!pending)
         return fail(SAPPORO_ERR_STATE, "no force call pending (call g6calc_firsthalf first)");
     pending = 0;
@@ -806,7 +780,8 @@ static int do_lasthalf8(int ni, double *acc, double *jerk, double *snap, double 
         if ((rc = engine_redo(ni)) < 0)
             return rc;
     }
-    rc = shim_py_finish(ni, acc, jerk, snap, crackle, pot, nnb, nn_r2);
+    if ((rc = rows_room(ni)) == 0 && (rc = shim_py_finish(ni, rows_buf, &order)) == 0)
+        rows_out(rows_buf, ni, order, acc, jerk, snap, crackle, pot, nnb, nn_r2);
     have_result = rc >= 0;
     return rc;
 }

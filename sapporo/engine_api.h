@@ -76,4 +76,48 @@ static inline int finite3(const double *p)
     return p == NULL || (isfinite(p[0]) && isfinite(p[1]) && isfinite(p[2]));
 }
 
+/* The one packer of j-records: a j-particle as nrec double4 at r (2 <= nrec <= JB_RECORDS):
+ * x|mass, v|t (v NULL: zero), then d[q] (a, jerk, snap, crackle, pop, d5; d NULL or d[q]
+ * NULL: zero) times scale[q] (scale NULL: 1), each with a zero .w.  The engine's put_j from
+ * Python, its pack_j (Python's own stores), and the C API's GRAPE-6 and GRAPE-5 calls. */
+static inline void put_record(double *r, int nrec, const double *x, double mass,
+                              const double *v, double t, const double *const *d,
+                              const double *scale)
+{
+    for (int q = 0; q < nrec; q++) {
+        const double *p = q == 0 ? x : q == 1 ? v : d == NULL ? NULL : d[q - 2];
+        const double f = q < 2 || scale == NULL ? 1.0 : scale[q - 2];
+        double *o = r + 4 * q;
+        o[0] = p == NULL ? 0.0 : f * p[0];
+        o[1] = p == NULL ? 0.0 : f * p[1];
+        o[2] = p == NULL ? 0.0 : f * p[2];
+        o[3] = q == 0 ? mass : q == 1 ? t : 0.0;
+    }
+}
+
+/* The one reader of result rows in C: the rows of ni i-particles (layout.h: OC_* rows of ni
+ * values each, as the engine's finish writes them for a library of this order) into a
+ * client's arrays of ni 3-vectors or values; any may be NULL; a derivative the order does
+ * not compute (jerk below 4, snap below 6, crackle below 8) comes out as zeros. */
+static inline void rows_out(const double *rows, int ni, int order, double *acc, double *jerk,
+                            double *snap, double *crackle, double *pot, int *nnb,
+                            double *nn_r2)
+{
+    double *const vec[4] = {acc, jerk, snap, crackle};
+    const int row0[4] = {OC_AX, OC_JX, OC_SX, OC_CX}, from[4] = {2, 4, 6, 8};
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; vec[k] != NULL && i < ni; i++)
+            for (int c = 0; c < 3; c++)
+                vec[k][3 * i + c] = order >= from[k]
+                    ? rows[(size_t)(row0[k] + c) * (size_t)ni + (size_t)i] : 0.0;
+    for (int i = 0; i < ni; i++) {
+        if (pot != NULL)
+            pot[i] = rows[(size_t)OC_POT * (size_t)ni + (size_t)i];
+        if (nnb != NULL)
+            nnb[i] = (int)rows[(size_t)OC_NNID * (size_t)ni + (size_t)i];
+        if (nn_r2 != NULL)
+            nn_r2[i] = rows[(size_t)OC_NNR2 * (size_t)ni + (size_t)i];
+    }
+}
+
 #endif

@@ -514,10 +514,10 @@ static void i_pack(const struct dplan *p, int ni, const void *index, int wide, c
     }
 }
 
-/* The sum of n values x[0], x[stride], ... in the order of sapporo.core.device.combine_parts
- * (and of the reduce kernel): lane l adds values l, l + L, l + 2L, ... in order, then lane
- * l + s is added into lane l for s = L/2, ..., 1 (where that lane holds values).  The parts
- * of one device's force call are combined so, and then the devices' rows. */
+/* The sum of n values x[0], x[stride], ... in the reduce kernel's order: lane l adds values
+ * l, l + L, l + 2L, ... in order, then lane l + s is added into lane l for s = L/2, ..., 1
+ * (where that lane holds values).  The parts of one device's force call are combined so,
+ * then the devices' rows, and the MPI layer's ranks (combine). */
 static double lanes_sum(const double *x, size_t stride, int n)
 {
     double lane[REDUCE_LANES];
@@ -1793,20 +1793,14 @@ static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t na
             goto done;
     }
     for (Py_ssize_t k = 0; k < n; k++) {
-        double *r = rec + (size_t)JB_DOUBLES * k;
-        const double *x = xv + 3 * k, *v = vv + 3 * k;
+        const double *x = xv + 3 * k, *v = vv + 3 * k, *d[6];
         double t = tv != NULL ? tv[k] : t0, m = mv != NULL ? mv[k] : m0;
         if (!(isfinite(t) && isfinite(m) && finite3(v) && fabs(x[0]) < COORD_LIMIT
               && fabs(x[1]) < COORD_LIMIT && fabs(x[2]) < COORD_LIMIT))
             goto done;
-        memset(r, 0, sizeof(double) * JB_DOUBLES);
-        memcpy(r, x, sizeof(double) * 3);
-        r[3] = m;
-        memcpy(r + 4, v, sizeof(double) * 3);
-        r[7] = t;
         for (int q = 0; q < 6; q++)
-            if (dv[q] != NULL)
-                memcpy(r + 4 * (q + 2), dv[q] + 3 * k, sizeof(double) * 3);
+            d[q] = dv[q] == NULL ? NULL : dv[q] + 3 * k;
+        put_record(rec + (size_t)JB_DOUBLES * k, JB_RECORDS, x, m, v, t, d, NULL);
     }
     ok = eng_put_j(self, (int)n, address, index, rec, JB_RECORDS);
 done:
@@ -2008,6 +2002,115 @@ static PyGetSetDef Engine_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+/* pack_j(out, t, mass, x, v, a, jerk, snap, crackle, pop, d5): the j-records of n
+ * particles checked by the library (float64: t and mass (n,), x, v and the derivatives
+ * (n, 3) or None) packed into out, a writable (n, nrec, 4) float64 array, by put_record. */
+static PyObject *engine_pack_j(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    struct views s = {.n = 0};
+    Py_buffer out;
+    const Py_buffer *b[4];
+    const double *d[6];
+    Py_ssize_t n, nrec;
+    int ok = 1;
+    (void)module;
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "pack_j takes 11 arguments");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &out, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE)
+        < 0)
+        return NULL;
+    n = out.ndim == 3 ? out.shape[0] : -1;
+    nrec = out.ndim == 3 ? out.shape[1] : 0;
+    ok = n >= 0 && nrec >= 2 && nrec <= JB_RECORDS && out.shape[2] == 4
+         && out.itemsize == 8 && strcmp(fmt_core(out.format), "d") == 0;
+    for (int k = 0; k < 4 && ok; k++)
+        ok = (b[k] = f64_view(args[1 + k], n, k < 2 ? 0 : 3, &s)) != NULL;
+    for (int q = 0; q < 6 && ok; q++) {
+        const Py_buffer *v = NULL;
+        ok = args[5 + q] == Py_None
+             || (q + 2 < nrec && (v = f64_view(args[5 + q], n, 3, &s)) != NULL);
+        d[q] = v == NULL ? NULL : v->buf;
+    }
+    if (!ok)
+        PyErr_SetString(PyExc_TypeError, "pack_j: out must be a writable (n, 2..8, 4) float64 "
+                        "array, t and mass (n,) float64, x, v and the derivatives (n, 3) "
+                        "float64 (None: zero; none past out's records)");
+    for (Py_ssize_t k = 0; k < n && ok; k++) {
+        const double *dk[6];
+        for (int q = 0; q < 6; q++)
+            dk[q] = d[q] == NULL ? NULL : d[q] + 3 * k;
+        put_record((double *)out.buf + 4 * nrec * k, (int)nrec,
+                   (const double *)b[2]->buf + 3 * k, ((const double *)b[1]->buf)[k],
+                   (const double *)b[3]->buf + 3 * k, ((const double *)b[0]->buf)[k], dk,
+                   NULL);
+    }
+    views_release(&s);
+    PyBuffer_Release(&out);
+    if (!ok)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* combine(parts, out): partial results (nparts, nrows, n) float64, rows as layout.h's (and
+ * any more after them, summed) combined into out (nrows, n) as the engine combines the
+ * parts of a force call and its devices (lanes_sum, nearest): the MPI layer's ranks. */
+static PyObject *engine_combine(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer in, out;
+    Py_ssize_t nparts = 0, nrows = 0, n = 0;
+    int ok;
+    (void)module;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "combine takes 2 arguments");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &in, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &out, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE)
+        < 0) {
+        PyBuffer_Release(&in);
+        return NULL;
+    }
+    if (in.ndim == 3) {
+        nparts = in.shape[0];
+        nrows = in.shape[1];
+        n = in.shape[2];
+    }
+    ok = in.ndim == 3 && nparts >= 1 && nrows > OC_NNID && nrows <= 64 && out.ndim == 2
+         && out.shape[0] == nrows && out.shape[1] == n && in.itemsize == 8
+         && out.itemsize == 8 && strcmp(fmt_core(in.format), "d") == 0
+         && strcmp(fmt_core(out.format), "d") == 0 && nparts <= INT_MAX;
+    if (!ok)
+        PyErr_SetString(PyExc_TypeError, "combine: parts must be (nparts >= 1, nrows, n) and "
+                        "out (nrows, n), float64, with the rows of layout.h (at most 64)");
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        const double *x = (const double *)in.buf + i;
+        const size_t stride = (size_t)nrows * (size_t)n;
+        double v[64];
+        for (Py_ssize_t r = 0; r < nrows; r++)
+            v[r] = lanes_sum(x + (size_t)r * (size_t)n, stride, (int)nparts);
+        nearest(x + (size_t)OC_NNID * (size_t)n, x + (size_t)OC_NNR2 * (size_t)n, stride,
+                (int)nparts, v);
+        for (Py_ssize_t r = 0; r < nrows; r++)
+            ((double *)out.buf)[(size_t)r * (size_t)n + (size_t)i] = v[r];
+    }
+    PyBuffer_Release(&in);
+    PyBuffer_Release(&out);
+    if (!ok)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"pack_j", (PyCFunction)(void (*)(void))engine_pack_j, METH_FASTCALL,
+     "pack_j(out, t, mass, x, v, a, jerk, snap, crackle, pop, d5): j-records into out"},
+    {"combine", (PyCFunction)(void (*)(void))engine_combine, METH_FASTCALL,
+     "combine(parts, out): (nparts, nrows, n) partial results combined into out (nrows, n)"},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyMethodDef Engine_methods[] = {
     {"put_j", (PyCFunction)(void (*)(void))Engine_put_j, METH_FASTCALL,
      "put_j(address, index, t, mass, x, v, a, jerk, snap, crackle, pop, d5) -> bool"},
@@ -2041,8 +2144,8 @@ static PyTypeObject EngineType = {
 
 static struct PyModuleDef engine_module = {
     PyModuleDef_HEAD_INIT, "sapporo.core._engine",
-    "The native block-step engine (see sapporo/core/engine.py).", -1, NULL, NULL, NULL, NULL,
-    NULL,
+    "The native block-step engine (see sapporo/core/engine.py).", -1, module_methods, NULL,
+    NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__engine(void)

@@ -3,9 +3,6 @@
 A :class:`Device` owns one open backend context: the device copy of the j-particles (local
 addresses), the predicted records, the kernels built for the library's :class:`Variant`,
 and cached launch plans, which the native engine runs (:mod:`sapporo.core.engine`).
-:func:`combine_parts` combines partial results in the order of the ``reduce`` kernel and
-of the engine's host combination (``_engine.c``); ``ParallelLibrary`` combines its ranks'
-results with it.
 """
 
 from __future__ import annotations
@@ -29,9 +26,9 @@ from sapporo.backend import (
 )
 from sapporo.core import layout
 from sapporo.core.launch import NI_CHUNK, LaunchConfig, LaunchTable, load_table, split_j
-from sapporo.core.layout import OC_NNID, OC_NNR2, RAW_N, REDUCE_LANES, REDUCE_ROWS
+from sapporo.core.layout import RAW_N, REDUCE_LANES, REDUCE_ROWS
 
-__all__ = ["Device", "Plan", "Variant", "combine_parts", "j_bytes"]
+__all__ = ["Device", "Plan", "Variant", "j_bytes"]
 
 J_BYTES = RAW_N * 32 + 8  # bytes per j-address (orders 2 to 6): raw records, id (int64)
 #: work-group size of the one-particle-per-work-item kernels (scatter, predict, reduce);
@@ -447,44 +444,6 @@ class Device:
         self._predict_progs.clear()
         self._predicts.clear()
         self.ctx.close()
-
-
-def combine_parts(parts: np.ndarray) -> np.ndarray:
-    """Combine (nparts, nco, n) partial results as the ``reduce`` kernel does. Also combines
-    the results of several devices (as if they were parts).
-
-    Sums: lane l (of REDUCE_LANES) sums parts l, l + REDUCE_LANES, ... in order, then a
-    halving tree adds lane l + s into lane l (s = 16, 8, 4, 2, 1) where that lane holds
-    parts: the kernel's order, so the host and the device give the same bits. Nearest
-    neighbour: minimum r^2, ties to the lower id (order-independent)."""
-    nparts, n = parts.shape[0], parts.shape[2]
-    if nparts == 1:
-        return parts[0]
-    lanes = min(nparts, REDUCE_LANES)
-    full = nparts // REDUCE_LANES * REDUCE_LANES
-    if full:  # whole rows of lanes: one reduction over the outer axis adds them in order
-        x = np.add.reduce(parts[:full].reshape(-1, REDUCE_LANES, parts.shape[1], n), axis=0)
-        rest = nparts - full
-        if rest:
-            x[:rest] += parts[full:]
-    else:
-        x = parts.copy()
-    s = REDUCE_LANES // 2
-    while s >= 1:
-        m = min(s, lanes - s)  # lanes l < s whose partner l + s holds parts
-        if m > 0:
-            x[:m] += x[s : s + m]
-        s //= 2
-    out = x[0]
-    r2, pid = parts[:, OC_NNR2], parts[:, OC_NNID]
-    valid = pid >= 0
-    r2v = np.where(valid, r2, np.inf)
-    best = r2v.min(axis=0)
-    nid = np.where(valid & (r2v == best), pid, np.inf).min(axis=0)
-    found = nid < np.inf
-    out[OC_NNR2] = np.where(found, best, parts[0, OC_NNR2])
-    out[OC_NNID] = np.where(found, nid, -1.0)
-    return out
 
 
 def _round_up(n: int, m: int) -> int:

@@ -33,7 +33,7 @@ import numpy as np
 
 from sapporo import config
 from sapporo.backend import DeviceInfo, get_backend
-from sapporo.core import layout
+from sapporo.core import engine, layout
 from sapporo.core.device import SCATTER_MAX, Device, Variant, j_bytes
 from sapporo.core.launch import NI_CHUNK, LaunchTable, check_table
 from sapporo.core.layout import (
@@ -207,7 +207,7 @@ class Library:
         # the launches of the plans handed to the engine, whose kernels' arguments it sets
         self._native_launches: list[Any] = []
         # result rows this order fills: acc, pot (+ jerk) (+ snap); the others stay zero
-        self._rows = layout.result_rows(self.order)
+        self._filled_rows = layout.result_rows(self.order)
         self._nco = layout.nco(self.order)
         log.info(
             "sapporo: order %d, %s, %s on %s", self.order, self.precision, self.backend_name,
@@ -392,22 +392,20 @@ class Library:
         m = scalars("mass", mass, n)
         if self.precision == "double-single":
             self._check_float_masses(m)
-        rec = np.zeros((n, self._raw_n, 4), dtype=np.float64)
-        rec[:, 0, :3] = vec3("x", x, n, limit=COORD_LIMIT)
-        rec[:, 0, 3] = m
-        rec[:, 1, :3] = vec3("v", v, n)
-        rec[:, 1, 3] = tj
-        derivs = [("a", a), ("jerk", jerk), ("snap", snap), ("crackle", crackle)]
-        if self.order >= 8:
-            derivs += [("pop", pop), ("d5", d5)]
-        elif pop is not None or d5 is not None:
+        xj = vec3("x", x, n, limit=COORD_LIMIT)
+        vj = vec3("v", v, n)
+        if self.order < 8 and (pop is not None or d5 is not None):
             raise InputError(f"{'pop' if pop is not None else 'd5'}: the 4th and 5th "
                              "derivatives are taken at order 8 only")
-        given = 1  # the highest record given (1: x and v only)
-        for q, (name, val) in enumerate(derivs, start=2):
-            if val is not None:
-                rec[:, q, :3] = vec3(name, val, n)
-                given = q
+        derivs = [None if val is None else vec3(name, val, n) for name, val in
+                  zip(("a", "jerk", "snap", "crackle", "pop", "d5"),
+                      (a, jerk, snap, crackle, pop, d5), strict=True)]
+        # the highest record given (1: x and v only)
+        given = max((q for q, val in enumerate(derivs, start=2) if val is not None), default=1)
+        rec = np.empty((n, self._raw_n, 4))
+        engine.load().pack_j(rec, np.ascontiguousarray(tj), np.ascontiguousarray(m),
+                             *(None if u is None else np.ascontiguousarray(u)
+                               for u in (xj, vj, *derivs)))
         if ph is not None:
             ph["checks"] += _now() - t0
         self._store_checked(addr, ids, rec, given)
@@ -415,13 +413,14 @@ class Library:
     def _store_checked(self, addr: np.ndarray, ids: np.ndarray, rec: np.ndarray,
                        given: int | None = None) -> None:
         """:meth:`set_j_particles` after its checks: ``addr`` and ``ids`` int64 in range,
-        ``rec`` the (n, raw_n(order), 4) raw records, finite (the C API checks them in C),
+        ``rec`` (n, k, 4): the first k <= raw_n(order) raw records (the others are zero),
+        finite (the C API checks them in C),
         ``given``: the highest record that may be non-zero (None: any). The caller holds
         the lock and has checked that the library is open."""
         ph = self._phases
         t0 = _now() if ph is not None else 0.0
         terms = self._pred_terms
-        top_q = self._raw_n - 1 if given is None else min(given, self._raw_n - 1)
+        top_q = rec.shape[1] - 1 if given is None else min(given, rec.shape[1] - 1)
         if terms < top_q - 1:
             # derivative records the predictor must read from now on: the highest that
             # holds a non-zero value (the records just stored make the next call predict)
@@ -433,12 +432,15 @@ class Library:
         top = (int(addr[0]) if n == 1 else int(addr.max())) + 1
         if top > self._raw.shape[0]:
             self._grow(top)
+        k = rec.shape[1]  # records given (GRAPE-5's two: x|m and v|t); the others zero
+        if k < self._raw_n:
+            self._raw[addr, k:] = 0.0
         if n == 1:
             a0 = int(addr[0])
-            self._raw[a0] = rec[0]
+            self._raw[a0, :k] = rec[0]
             self._ids[a0] = ids[0]
         else:
-            self._raw[addr] = rec
+            self._raw[addr, :k] = rec
             self._ids[addr] = ids
         self._dirty.append(addr)
         self._native_moved()  # stored here, to be uploaded before the engine steps again
@@ -614,7 +616,7 @@ class Library:
             if launch is not None and all(launch is not x for x in self._native_launches):
                 self._native_launches.append(launch)
         rows = 0
-        for r in self._rows:
+        for r in self._filled_rows:
             rows |= 1 << int(r)
         # the block sizes this launch serves as it is, but for its argument ni: the same
         # configuration, padded size and device (so the same parts and buffers)
@@ -662,8 +664,6 @@ class Library:
             if dev.ctx.native_entry_points() is None:
                 raise BackendError(f"{dev.info.name}: the {self.backend_name} runtime gives no "
                                    "entry points for the native engine (see 'sapporo info')")
-        from sapporo.core import engine
-
         module = engine.load()
         if self.ndev > module.MAX_DEV:
             raise BackendError(f"{self.ndev} devices: the native engine serves at most "
@@ -709,12 +709,10 @@ class Library:
         """The engine's planner: the words of the plans for ``ni`` i-particles on
         j-addresses [0, nj), one block per device (:func:`sapporo.core.engine.plan_words`),
         or 0 (not this shape) or -1 (never for this library)."""
-        from sapporo.core.engine import plan_words
-
         plans = self._direct_plan(nj, ni, bool(lists))
         if isinstance(plans, int):
             return plans
-        return np.concatenate([plan_words(p) for p in plans])
+        return np.concatenate([engine.plan_words(p) for p in plans])
 
     def _engine_wait(self) -> None:
         """Before the library works its own way: the engine's call in flight finished (the
@@ -851,13 +849,10 @@ class Library:
         out = self._engine_out[: nco * ni].reshape(nco, ni)  # type: ignore[index]
         if r < 0:
             self._raise_non_finite(out, np.atleast_1d(np.asarray(index)))
-        if ni == 1 and not lists:  # rows finite, with r^2 inf where no neighbour
-            col = out[:, 0].copy()
-            return self._one_result(col, int(col[OC_NNID]))
-        if not lists:
-            return self._result(out, index)
+        if not lists:  # (the engine found the rows finite)
+            return self._result(out, index, finite=True)
         counts, table = self._engine_lists(eng, ni)
-        return self._result(out, index, counts, [(counts, table)])
+        return self._result(out, index, counts, [(counts, table)], finite=True)
 
     def _sync_j(self, small: list[bool] | None = None) -> None:
         """Send changed addresses and predict, where needed (``small[d]``: on device d's
@@ -1004,42 +999,46 @@ class Library:
 
     def _result(self, out: np.ndarray, ids: Any,
                 counts: np.ndarray | None = None,
-                lists: list[tuple[np.ndarray, np.ndarray]] | None = None) -> ForceResult:
+                lists: list[tuple[np.ndarray, np.ndarray]] | None = None,
+                finite: bool = False) -> ForceResult:
         """The :class:`ForceResult` of the combined rows ``out`` (nco, ni), with the
-        neighbour counts and each device's lists when they were asked for."""
+        neighbour counts and each device's lists when they were asked for; ``finite``: the
+        engine has checked the rows. The one reader of result rows in Python."""
         # (The nearest-neighbour rows are not checked: r^2 is inf when there is no
         # neighbour.)
-        if not all_finite(out[self._rows]):
+        if not finite and not all_finite(out[self._filled_rows]):
             self._raise_non_finite(out, ids)
-        acc = out[ACC_ROWS].T.copy()
-        pot = out[OC_POT].copy()
-        jerk = out[JERK_ROWS].T.copy() if self.order >= 4 else None
-        snap = out[SNAP_ROWS].T.copy() if self.order >= 6 else None
-        crackle = out[CRACKLE_ROWS].T.copy() if self.order >= 8 else None
+        out = out.copy()  # (the engine's rows are its buffer)
+        if out.shape[1] == 1:  # one i-particle (a block step's usual): views of the copy
+            if out[OC_NNID, 0] < 0:
+                out[OC_NNR2, 0] = np.inf
+
+            def vec(rows: slice) -> np.ndarray:
+                return out[rows].reshape(1, 3)
+
+            pot, nn_r2 = out[OC_POT], out[OC_NNR2]
+        else:
+            out[OC_NNR2, out[OC_NNID] < 0] = np.inf
+
+            def vec(rows: slice) -> np.ndarray:
+                return out[rows].T.copy()
+
+            pot, nn_r2 = out[OC_POT].copy(), out[OC_NNR2].copy()
+        acc = vec(ACC_ROWS)
+        jerk = vec(JERK_ROWS) if self.order >= 4 else None
+        snap = vec(SNAP_ROWS) if self.order >= 6 else None
+        crackle = vec(CRACKLE_ROWS) if self.order >= 8 else None
         nn_id = out[OC_NNID].astype(np.int64)
-        nn_r2 = out[OC_NNR2].copy()
-        nn_r2[nn_id < 0] = np.inf
         ngb = counts is not None
         overflow = bool(ngb and (counts > self.nb_capacity).any())
         return ForceResult(
             acc=acc, jerk=jerk, snap=snap, crackle=crackle, pot=pot, nn_index=nn_id,
             nn_r2=nn_r2, neighbour_counts=counts, overflow=overflow, capacity=self.nb_capacity,
-            _lists=lists or [],
-        )
-
-    def _one_result(self, col: np.ndarray, nn_id: int) -> ForceResult:
-        """The :class:`ForceResult` of one i-particle's rows ``col`` (a copy of its own)."""
-        return ForceResult(
-            acc=col[ACC_ROWS].reshape(1, 3), pot=col[OC_POT : OC_POT + 1],
-            jerk=col[JERK_ROWS].reshape(1, 3) if self.order >= 4 else None,
-            snap=col[SNAP_ROWS].reshape(1, 3) if self.order >= 6 else None,
-            crackle=col[CRACKLE_ROWS].reshape(1, 3) if self.order >= 8 else None,
-            nn_index=np.array([nn_id], dtype=np.int64), nn_r2=col[OC_NNR2 : OC_NNR2 + 1],
-            neighbour_counts=None, overflow=False, capacity=self.nb_capacity,
+            _lists=lists or [], _rows=out,
         )
 
     def _raise_non_finite(self, out: np.ndarray, ids: np.ndarray) -> None:
-        finite = np.isfinite(out[self._rows]).all(axis=0)
+        finite = np.isfinite(out[self._filled_rows]).all(axis=0)
         if finite.all():  # the sum overflowed, not a term
             return
         bad = np.flatnonzero(~finite)

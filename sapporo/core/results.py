@@ -57,6 +57,9 @@ class ForceResult:
     #: per device (or part): (counts (ni,), lists (ni, >= capacity) of ids); the lists of
     #: i-particle k are the first min(count, width) entries of each
     _lists: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list, repr=False)
+    #: the library's result rows these were read from (sapporo/layout.h: (nco, ni)), which
+    #: the C API and the MPI layer pass on as they are
+    _rows: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def ni(self) -> int:

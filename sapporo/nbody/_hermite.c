@@ -441,18 +441,9 @@ static int force_block(Core *self, int k, double tb)
             return -1;
         }
         if (rc > 0) {
-            const double *r = self->rows;
-            for (int q = 0; q < k; q++) {
-                for (int d = 0; d < 3; d++) {
-                    self->r_acc[3 * q + d] = r[(size_t)(OC_AX + d) * k + q];
-                    self->r_jerk[3 * q + d] = r[(size_t)(OC_JX + d) * k + q];
-                    if (self->p.order >= 6)
-                        self->r_snap[3 * q + d] = r[(size_t)(OC_SX + d) * k + q];
-                    if (self->p.order >= 8)
-                        self->r_crackle[3 * q + d] = r[(size_t)(OC_CX + d) * k + q];
-                }
-                self->r_pot[q] = r[(size_t)OC_POT * k + q];
-            }
+            rows_out(self->rows, k, self->p.order, self->r_acc, self->r_jerk,
+                     self->p.order >= 6 ? self->r_snap : NULL,
+                     self->p.order >= 8 ? self->r_crackle : NULL, self->r_pot, NULL, NULL);
             self->library_seconds += now() - t0;
             self->force_calls++;
             self->interactions += (long long)k * self->n;
@@ -478,26 +469,15 @@ static int send_block(Core *self, int k, double tb)
         const int nrec = self->p.order >= 8 ? RAW_D5 + 1 : self->p.order >= 6 ? RAW_C + 1
                                                                              : RAW_J + 1;
         int rc;
-        memset(self->rec, 0, sizeof(double) * 4 * (size_t)nrec * (size_t)k);
         for (int q = 0; q < k; q++) {
             const int i = self->act[q];
-            double *r = self->rec + 4 * (size_t)nrec * q;
-            for (int d = 0; d < 3; d++) {
-                r[4 * RAW_XM + d] = self->x[3 * i + d];
-                r[4 * RAW_VT + d] = self->v[3 * i + d];
-                r[4 * RAW_A + d] = self->a[3 * i + d];
-                r[4 * RAW_J + d] = self->jk[3 * i + d];
-                if (self->p.order >= 6) {
-                    r[4 * RAW_S + d] = self->s[3 * i + d];
-                    r[4 * RAW_C + d] = self->c[3 * i + d];
-                }
-                if (self->p.order >= 8) {
-                    r[4 * RAW_P + d] = self->pop[3 * i + d];
-                    r[4 * RAW_D5 + d] = self->d5[3 * i + d];
-                }
-            }
-            r[4 * RAW_XM + 3] = self->m[i];
-            r[4 * RAW_VT + 3] = tb;
+            const double *d[6] = {self->a + 3 * i, self->jk + 3 * i,
+                                  self->p.order >= 6 ? self->s + 3 * i : NULL,
+                                  self->p.order >= 6 ? self->c + 3 * i : NULL,
+                                  self->p.order >= 8 ? self->pop + 3 * i : NULL,
+                                  self->p.order >= 8 ? self->d5 + 3 * i : NULL};
+            put_record(self->rec + 4 * (size_t)nrec * q, nrec, self->x + 3 * i, self->m[i],
+                       self->v + 3 * i, tb, d, NULL);
             self->index32[q] = (int)self->ids[i];
         }
         rc = self->api->put_j(eng, k, self->act, self->index32, self->rec, nrec);

@@ -711,25 +711,21 @@ class ParallelLibrary:
         buf[:, layout.OC_NNR2] = np.inf
         if res is None:
             return buf
-        buf[:, layout.ACC_ROWS] = res.acc
-        buf[:, layout.OC_POT] = res.pot
-        buf[:, layout.OC_NNID] = res.nn_index
-        buf[:, layout.OC_NNR2] = res.nn_r2
-        for name, rows in (("jerk", layout.JERK_ROWS), ("snap", layout.SNAP_ROWS),
-                           ("crackle", layout.CRACKLE_ROWS)):
-            if getattr(res, name) is not None:
-                buf[:, rows] = getattr(res, name)
+        buf[:, :-1] = res._rows.T
         if res.neighbour_counts is not None:
             buf[:, -1] = res.neighbour_counts
         return buf
 
     def _combine(self, parts: np.ndarray) -> np.ndarray:
-        """Combine (ncols, n, K) partials of a row, as a library combines its devices'
-        (:func:`~sapporo.core.device.combine_parts`: one order of the sums, the nearest
-        neighbour of the smallest r^2, ties to the lower id)."""
-        from sapporo.core.device import combine_parts
+        """Combine (ncols, n, K) partials of a row as a library combines its devices (the
+        native engine's ``combine``: one order of the sums, the nearest neighbour of the
+        smallest r^2, ties to the lower id; the neighbour counts summed)."""
+        from sapporo.core import engine
 
-        return combine_parts(np.ascontiguousarray(parts.transpose(0, 2, 1))).T
+        k, n = parts.shape[2], parts.shape[1]
+        out = np.empty((k, n))
+        engine.load().combine(np.ascontiguousarray(parts.transpose(0, 2, 1)), out)
+        return out.T
 
     def _reduce_scatter(self, flag: float, part: np.ndarray) -> tuple[bool, np.ndarray]:
         """Combine the row's partials (n, K) for large blocks: each rank of the row combines

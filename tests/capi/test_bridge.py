@@ -209,6 +209,7 @@ def test_c_buffer_matches_the_layout() -> None:
 
     from sapporo.capi import bridge
 
+    from sapporo.core import engine as native
     from sapporo.core import layout, library, validate
 
     shim = (Path(bridge.__file__).with_name("shim.c")).read_text()
@@ -220,18 +221,28 @@ def test_c_buffer_matches_the_layout() -> None:
     assert library.MAX_ID == 2**31 - 1 == layout.LAYOUT["LIMIT_MAX_ID"]
     assert "LIMIT_MAX_ID" in core and "2147483647" not in core
     assert float(re.search(r"#define ENGINE_FLT_MIN (\S+)", core).group(1)) == library.FLT_MIN
-    rows = {"x": 0, "mass": 3, "v": 4, "t": 7, "a": 8, "jerk": 12, "snap": 16, "crackle": 20,
-            "pop": 24, "d5": 28}
+    # the one packer (engine_api.h's put_record, which shim.c and g5.c call too), through
+    # the engine's pack_j: each column in its layout.h record, .w zero past x|m and v|t
     L = layout.LAYOUT
-    assert rows["a"] // 4 == L["RAW_A"] and rows["jerk"] // 4 == L["RAW_J"]
-    assert rows["snap"] // 4 == L["RAW_S"] and rows["crackle"] // 4 == L["RAW_C"]
-    assert rows["pop"] // 4 == L["RAW_P"] and rows["d5"] // 4 == L["RAW_D5"]
-    assert rows["x"] // 4 == L["RAW_XM"] and rows["v"] // 4 == L["RAW_VT"]
-    for name, offset in rows.items():
-        if name in ("mass", "t"):
-            continue
-        assert re.search(rf"put3\(r( \+ {offset})?, {name}", shim), name
-    assert "r[3] = mass;" in shim and "r[7] = t;" in shim
+    rng = np.random.default_rng(1)
+    names = ("x", "v", "a", "jerk", "snap", "crackle", "pop", "d5")
+    cols = {name: rng.normal(size=(3, 3)) for name in names}
+    t, m = rng.random(3), rng.random(3)
+    out = np.full((3, bridge.JB_RECORDS, 4), np.nan)
+    native.load().pack_j(out, t, m, *(cols[k] for k in names))
+    for name, rec in zip(names, ("RAW_XM", "RAW_VT", "RAW_A", "RAW_J", "RAW_S", "RAW_C",
+                                 "RAW_P", "RAW_D5"), strict=True):
+        np.testing.assert_array_equal(out[:, L[rec], :3], cols[name], err_msg=name)
+    np.testing.assert_array_equal(out[:, L["RAW_XM"], 3], m)
+    np.testing.assert_array_equal(out[:, L["RAW_VT"], 3], t)
+    assert not out[:, 2:, 3].any()
+    short = np.full((3, 2, 4), np.nan)  # GRAPE-5's two records; no velocity: zero
+    native.load().pack_j(short, t, m, cols["x"], np.zeros((3, 3)), *[None] * 6)
+    np.testing.assert_array_equal(short[:, 0], out[:, 0])
+    assert not short[:, 1, :3].any()
+    with pytest.raises(TypeError, match="pack_j"):  # a derivative past its records
+        native.load().pack_j(short, t, m, cols["x"], cols["v"], cols["a"], *[None] * 5)
+    assert "put_record(" in shim and "put_record(" in core
 
 
 def test_records_path_matches_the_python_api() -> None:

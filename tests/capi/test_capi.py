@@ -594,6 +594,7 @@ STUB = '''\
 """Replaces sapporo.core.library.Library by an instant stub (C API tests only)."""
 import json
 import sys
+import threading
 
 import numpy as np
 import sapporo.core.library as L
@@ -609,7 +610,9 @@ class _Pending:
 
 class StubLibrary:
     order = 4
+    precision = "double"
     max_address = L.MAX_ADDRESS
+    _lock = threading.RLock()
 
     def __init__(self, **kwargs):
         self._results = {}
@@ -617,7 +620,10 @@ class StubLibrary:
         with open("embedded-modules.json", "w") as fh:
             json.dump({"executable": sys.executable, **seen}, fh)
 
-    def set_j_particles(self, *args, **kwargs):
+    def _check_open(self):
+        pass
+
+    def _store_checked(self, *args):
         pass
 
     def set_time(self, t):
@@ -629,7 +635,8 @@ class StubLibrary:
             z = np.zeros((ni, 3))
             self._results[ni] = L.ForceResult(
                 acc=z, jerk=z, snap=None, pot=np.zeros(ni),
-                nn_index=np.zeros(ni, np.int64), nn_r2=np.zeros(ni))
+                nn_index=np.zeros(ni, np.int64), nn_r2=np.zeros(ni),
+                _rows=np.zeros((L.layout.nco(self.order), ni)))
         return _Pending(self._results[ni])
 
     def close(self):

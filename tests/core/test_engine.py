@@ -648,7 +648,8 @@ def test_a_missing_engine_is_said(cl_backend, monkeypatch):
     assert "reinstall sapporo-nbody with a C compiler" in engine.status()
     x, v, m, ids, _, _ = _system(20)
     with sapporo.Library(order=4, backend=cl_backend) as lib:
-        lib.set_j_particles(np.arange(20), ids, 0.0, m, x, v)
+        with pytest.raises(BackendError, match="native engine .* cannot be imported"):
+            lib.set_j_particles(np.arange(20), ids, 0.0, m, x, v)
         with pytest.raises(BackendError, match="native engine .* cannot be imported"):
             lib.compute(x[:2], v[:2], ids[:2], EPS2)
 

@@ -894,15 +894,24 @@ def lane_tree_sum(values: list[float]) -> float:
     return acc[0]
 
 
+def _combine_parts(parts: np.ndarray) -> np.ndarray:
+    """The engine's combine of (nparts, nrows, n) partial results."""
+    from sapporo.core import engine
+
+    out = np.empty(parts.shape[1:])
+    engine.load().combine(parts, out)
+    return out
+
+
 @pytest.mark.parametrize(("nparts", "n"), [(7, 40), (7, 1), (2, 3), (32, 5), (33, 2),
                                            (100, 3), (512, 1), (64, 1)])
-def test_combine_parts_matches_the_lane_tree_order(nparts, n):
-    """The host-side merge of partial results: sums in the reduce kernel's lane-and-tree
-    order (bitwise as a scalar loop), nearest neighbour by minimum r^2 with ties to the
-    lower id, -1 when no part has one; and within float64 rounding of an exact sum."""
+def test_combine_matches_the_lane_tree_order(nparts, n):
+    """The engine's merge of partial results (devices, MPI ranks): sums in the reduce
+    kernel's lane-and-tree order (bitwise as a scalar loop), nearest neighbour by minimum
+    r^2 with ties to the lower id, -1 when no part has one; and within float64 rounding of
+    an exact sum."""
     from fractions import Fraction
 
-    from sapporo.core.device import combine_parts as _combine_parts
     from sapporo.core.layout import NCO, OC_NNID, OC_NNR2
 
     rng = np.random.default_rng(5 + n + nparts)
@@ -927,14 +936,19 @@ def test_combine_parts_matches_the_lane_tree_order(nparts, n):
         assert (out[OC_NNR2, k], out[OC_NNID, k]) == want, k
 
 
-def test_combine_parts_single_particle_without_neighbour():
-    from sapporo.core.device import combine_parts as _combine_parts
+def test_combine_single_particle_without_neighbour():
     from sapporo.core.layout import NCO, OC_NNID, OC_NNR2
 
     parts = np.zeros((3, NCO, 1))
     parts[:, OC_NNR2], parts[:, OC_NNID] = np.inf, -1.0
     out = _combine_parts(parts)
     assert out[OC_NNR2, 0] == np.inf and out[OC_NNID, 0] == -1.0
+    from sapporo.core import engine
+
+    with pytest.raises(TypeError, match="combine"):  # too few rows for layout.h's
+        engine.load().combine(parts[:, :OC_NNID].copy(), np.empty((OC_NNID, 1)))
+    with pytest.raises(TypeError, match="combine"):  # out of another shape
+        engine.load().combine(parts, np.empty((NCO, 2)))
 
 
 @pytest.mark.parametrize("order", [2, 4, 6])
