@@ -261,16 +261,6 @@ class Device:
             return False
         return self.ni_pad(ni) * max(nj_local, 1) <= self.ctx.small_pairs
 
-    def predict(self, n_local: int, t: float, terms: int, small: bool = False) -> None:
-        """Predict the first ``n_local`` addresses to ``t`` reading ``terms`` derivative
-        records (on the companion device when the force launch that follows goes there: no
-        hand-off between the two)."""
-        if n_local == 0:
-            return
-        launch = self.predict_launch(n_local, terms, small)
-        launch.set(self._t_arg, np.float64(t))
-        self._record(launch())
-
     def predict_launch(self, n_local: int, terms: int, small: bool = False) -> Launch:
         """The prepared prediction of the first ``n_local`` addresses (argument ``t`` set
         per call, at position :attr:`t_arg`); cached while no buffer is reallocated."""

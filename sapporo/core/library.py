@@ -191,7 +191,6 @@ class Library:
         self._pred_terms = 0
         self._n_stored = 0
         self._time = 0.0
-        self._predicted: float | None = None  # see _predicted_time
         # time spent per phase of a call, when measured (see sapporo.perf.latency)
         self._phases: dict[str, float] | None = None
         self._pending: PendingForce | None = None
@@ -213,19 +212,6 @@ class Library:
             "sapporo: order %d, %s, %s on %s", self.order, self.precision, self.backend_name,
             ", ".join(d.info.name for d in self._devs),
         )
-
-    # -- the native engine's share of the state
-    @property
-    def _predicted_time(self) -> float | None:
-        """The time the devices' records are predicted to (None: not predicted); the
-        engine's, which predicts too, when there is one."""
-        return self._predicted if self._engine is None else self._engine.predicted
-
-    @_predicted_time.setter
-    def _predicted_time(self, t: float | None) -> None:
-        self._predicted = t
-        if self._engine is not None:
-            self._engine.predicted = t
 
     def _native_moved(self) -> None:
         """The engine's plans no longer hold (they are made again when next needed)."""
@@ -540,8 +526,8 @@ class Library:
         profiles has the engine time its launches (``seconds_at``: each device's
         :attr:`kernel_seconds` cell).
 
-        The library is brought up to date with the devices first (records uploaded,
-        predicted, the queues finished), so that C starts from a consistent state. Each
+        The library is brought up to date with the devices first (records uploaded, the
+        queues finished), so that C starts from a consistent state; the engine predicts. Each
         plan carries the generations of its device's and the library's memory and where
         their current values are: the engine never uses a plan whose memory moved. The
         launches whose arguments the engine sets are kept in ``_native_launches``;
@@ -560,8 +546,8 @@ class Library:
                     self._pending.result()
                 except SapporoError:
                     pass
+            self._sync_j()
             small = self._predict_on_companion(ni, nj)
-            self._sync_j(small)
             plans: list[dict[str, Any]] = []
             for d in range(self.ndev):
                 plan = self._device_plan(d, nj, ni, bool(lists), small[d])
@@ -676,7 +662,6 @@ class Library:
             return -1 if lib is None else lib._engine_planner(nj, ni, lists)
 
         self._engine = module.Engine(self._engine_out, planner, self.ndev)
-        self._engine.predicted = self._predicted
 
     def _engine_ready(self) -> None:
         """The engine made, or why there is none (a device that failed before)."""
@@ -692,7 +677,6 @@ class Library:
         eng = self._engine
         if eng is None:
             return
-        self._predicted = None if eng.ran else eng.predicted
         self._engine = None
         eng.disable()
         self._take_back_args(eng)
@@ -854,41 +838,27 @@ class Library:
         counts, table = self._engine_lists(eng, ni)
         return self._result(out, index, counts, [(counts, table)], finite=True)
 
-    def _sync_j(self, small: list[bool] | None = None) -> None:
-        """Send changed addresses and predict, where needed (``small[d]``: on device d's
-        companion, because the force launch that follows goes there)."""
+    def _sync_j(self) -> None:
+        """Send the addresses Python stored (new ones, or what the engine did not take) to
+        the devices; the engine then predicts again before its next force call."""
         self._engine_wait()
+        if not self._dirty:
+            return
         nd = self.ndev
-        changed = False
-        if self._dirty:
-            # each changed address once, in increasing order (the last write is in _raw)
-            dirty = self._dirty[0] if len(self._dirty) == 1 else None
-            if dirty is not None and dirty.size <= 64:
-                # a block step's few addresses: in Python ints, already increasing and
-                # stored (the usual case) or not
-                vals = dirty.tolist()
-                if not (vals and vals[-1] < self._n_stored
-                        and all(p < q for p, q in zip(vals, vals[1:], strict=False))):
-                    dirty = None
-            if dirty is None:
-                dirty = np.unique(np.concatenate(self._dirty))
-                dirty = dirty[: np.searchsorted(dirty, self._n_stored)]
-            for d, dev in enumerate(self._devs):
-                n_loc = self._n_local(self._n_stored, d)
-                if dev.ensure_j_capacity(n_loc):
-                    sel = np.arange(d, self._n_stored, nd)  # everything, after a reallocation
-                else:
-                    sel = dirty if nd == 1 else dirty[dirty % nd == d]
-                if sel.size:
-                    dev.upload_j(sel if nd == 1 else sel // nd, self._raw[sel], self._ids[sel],
-                                 self._pred_terms)
-            self._dirty.clear()
-            changed = True
-        if changed or self._predicted_time != self._time:
-            for d, dev in enumerate(self._devs):
-                n_loc = self._n_local(self._n_stored, d)
-                dev.predict(n_loc, self._time, self._pred_terms, bool(small and small[d]))
-            self._predicted_time = self._time
+        # each changed address once, in increasing order (the last write is in _raw)
+        dirty = np.unique(np.concatenate(self._dirty))
+        dirty = dirty[: np.searchsorted(dirty, self._n_stored)]
+        for d, dev in enumerate(self._devs):
+            if dev.ensure_j_capacity(self._n_local(self._n_stored, d)):
+                sel = np.arange(d, self._n_stored, nd)  # everything, after a reallocation
+            else:
+                sel = dirty if nd == 1 else dirty[dirty % nd == d]
+            if sel.size:
+                dev.upload_j(sel if nd == 1 else sel // nd, self._raw[sel], self._ids[sel],
+                             self._pred_terms)
+        self._dirty.clear()
+        if self._engine is not None:
+            self._engine.predicted = None
 
     # -- forces
     @_serialised
