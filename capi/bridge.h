@@ -9,7 +9,6 @@ int shim_py_open(int order, const char *precision, const char *backend, int ndev
 int shim_py_close(void);
 int shim_py_set_j(int n, const int *address, const int *index, const double *records,
                   int given);
-int shim_py_set_time(double t);
 int shim_py_start(int nj, int ni, const int *index, const double *x, const double *v,
                   const double *a, const double *jerk, double eps2, const double *h2,
                   int set_time, double ti);

@@ -476,11 +476,6 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
         return 0
 
     @extern
-    def shim_py_set_time(t: float) -> int:
-        state.set_time(t)
-        return 0
-
-    @extern
     def shim_py_start(nj, ni, index, x, v, a, jerk, eps2, h2, set_time, ti) -> int:
         if set_time:  # g6_set_ti's time, kept by C until the force call
             state.set_time(ti)

@@ -361,24 +361,7 @@ def build(
     (inst.lib_dir / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
     if not keep_dir:
         shutil.rmtree(work, ignore_errors=True)
-    _remove_old_recipes()
     return inst
-
-
-def _remove_old_recipes() -> None:
-    """Delete the start-up recipes that versions before 0.2 left in the cache folders
-    (``<kernel cache>/warm``, ``~/.cache/sapporo/capi-warm``): nothing reads them now."""
-    from sapporo import config
-
-    cache = config.kernel_cache_dir()
-    folders = [cache / "warm"] if cache is not None else []
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    base = Path(xdg) if xdg.startswith("/") else Path.home() / ".cache"
-    folders.append(base / "sapporo" / "capi-warm")
-    for folder in folders:
-        if folder.is_dir():
-            shutil.rmtree(folder, ignore_errors=True)
-            logger.info("removed %s (start-up recipes of an earlier version)", folder)
 
 
 def _pkgconfig_possible(prefix: Path) -> bool:

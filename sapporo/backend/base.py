@@ -8,7 +8,6 @@ size); the CUDA backend converts them to grid and block dimensions.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
 import os
@@ -111,10 +110,9 @@ class Kernel(ABC):
     def prepare(
         self, global_size: tuple[int, ...], local_size: tuple[int, ...] | None, *args: Any
     ) -> Launch:
-        """A launch of this kernel with these sizes and arguments, to be repeated.
-
-        Backends check the sizes and pack the arguments once here, so that a repeated launch
-        costs only the driver call (the library's launch plans use this)."""
+        """A launch of this kernel with these sizes and arguments, for the native engine to
+        queue (:meth:`Launch.native`): backends check the sizes and pack the arguments
+        here."""
         return Launch(self, global_size, local_size, args)
 
 
@@ -123,20 +121,17 @@ class NativeLaunch:
     """A prepared launch as C code can queue it itself (the C API's direct path): the
     runtime's handles and every argument as (size in bytes, value): the value is the 64-bit
     word whose first ``size`` bytes in memory are the argument (a buffer handle, a scalar);
-    an empty ``local_size`` lets the runtime choose; ``buffer_args[k]``: whether argument k
-    is a buffer handle (or a null one)."""
+    an empty ``local_size`` lets the runtime choose."""
 
     queue: int
     kernel: int
     global_size: tuple[int, ...]
     local_size: tuple[int, ...]
     args: tuple[tuple[int, int], ...]
-    buffer_args: tuple[bool, ...] = ()
 
 
 class Launch:
-    """A prepared kernel launch: :meth:`__call__` enqueues it, :meth:`set` replaces one
-    argument by a value of the same kind (a scalar that changes from call to call)."""
+    """A prepared kernel launch, which the native engine queues (:meth:`native`)."""
 
     def __init__(self, kernel: Kernel, global_size: tuple[int, ...],
                  local_size: tuple[int, ...] | None, args: tuple[Any, ...]):
@@ -144,22 +139,11 @@ class Launch:
         self.global_size, self.local_size = global_size, local_size
         self.args = list(args)
 
-    def set(self, position: int, value: Any) -> None:
-        """Replace argument ``position`` for the following launches."""
-        self.args[position] = value
-
-    def __call__(self) -> Event:
-        """Enqueue the launch; returns its completion."""
-        return self.kernel(self.global_size, self.local_size, *self.args)
-
     def native(self) -> NativeLaunch | None:
         """This launch for C callers, or None where the backend has no such form. A C
-        caller sets the kernel's arguments itself: call :meth:`forget_args` before the
-        next launch from Python."""
+        caller sets the kernel's arguments itself (a kernel called from Python sets them
+        all again)."""
         return None
-
-    def forget_args(self) -> None:
-        """Someone else (C) may have set the kernel's arguments: set them all next time."""
 
 
 class Program(ABC):
@@ -225,11 +209,6 @@ class Context(ABC):
     commands: int = 0
 
     info: DeviceInfo
-
-    def hold(self) -> contextlib.AbstractContextManager[None]:
-        """Within the block, keep the device ready for a series of operations (CUDA: its
-        context stays current instead of being made current by every operation)."""
-        return contextlib.nullcontext()
 
     @abstractmethod
     def alloc(self, nbytes: int) -> Buffer:

@@ -17,8 +17,7 @@ Mapping of the OpenCL-style interface:
 * A context is a PyCUDA context (``Device.make_context``) with one stream; every operation
   pushes the context for its duration and pops it afterwards, so several devices can be
   driven from one thread and no context stays current between calls. Within
-  ``Context.hold()`` (the library holds it for a whole force call) the context stays
-  current and the operations push nothing.
+  ``Context.active()`` the context stays current and the operations push nothing.
 * Events are recorded only where they are needed: kernel timing when profiling. Waiting
   for an operation otherwise waits for the stream (one stream, in order: the operation
   is done then too).
@@ -444,8 +443,7 @@ class CUKernel(Kernel):
 
 
 class CULaunch(Launch):
-    """A checked, packed launch of a :class:`CUKernel`: each call is the driver call alone
-    (and a check that no buffer argument has been freed since)."""
+    """A checked, packed launch of a :class:`CUKernel`."""
 
     kernel: CUKernel
 
@@ -454,29 +452,6 @@ class CULaunch(Launch):
         super().__init__(kernel, global_size, local_size, args)
         self._grid, self._block = kernel._shape(global_size, local_size)
         self._fmt, self._values = kernel._args(tuple(args))
-        self._buffers = [a for a in args if isinstance(a, CUBuffer)]
-
-    def set(self, position: int, value: Any) -> None:
-        if type(value) is np.float64 and self._fmt[position] == "d":  # the usual case
-            self.args[position] = self._values[position] = value
-            return
-        letter, packed = self.kernel._arg(position, value)
-        if letter != self._fmt[position]:
-            raise BackendError(
-                f"kernel {self.kernel.name}: argument {position} was prepared as "
-                f"{self._fmt[position]!r}, not {letter!r} ({type(value).__name__})"
-            )
-        self.args[position] = value
-        self._values[position] = packed
-        if isinstance(value, CUBuffer):
-            self._buffers = [a for a in self.args if isinstance(a, CUBuffer)]
-
-    def __call__(self) -> Event:
-        for buf in self._buffers:
-            if buf.mem is None:
-                raise BackendError(f"kernel {self.kernel.name}: a prepared buffer argument "
-                                   "has been freed")
-        return self.kernel._launch(self._grid, self._block, self._fmt, self._values, False)
 
     _NATIVE = {"P": ("<Q", 8), "i": ("<i", 4), "I": ("<I", 4), "d": ("<d", 8), "f": ("<f", 4)}
 
@@ -493,8 +468,7 @@ class CULaunch(Launch):
             args.append((size, int(word[0])))
         dims = len(self.global_size)
         return NativeLaunch(int(ctx.stream.handle), handle, tuple(self.global_size),
-                            tuple(self._block[:dims]), tuple(args),
-                            tuple(c == "P" for c in self._fmt))
+                            tuple(self._block[:dims]), tuple(args))
 
 
 class CUProgram(Program):
@@ -607,10 +581,6 @@ class CUContext(Context):
 
     def active(self) -> _Activation:
         """``with ctx.active():`` this context is current on this thread within the block."""
-        return self._activation
-
-    def hold(self) -> _Activation:
-        """Keep this context current across a series of operations (one push, one pop)."""
         return self._activation
 
     def record(self, timing: bool = False) -> Any:

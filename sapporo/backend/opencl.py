@@ -342,11 +342,9 @@ class CLKernel(Kernel):
         self.name = name
         self._small = small
         self._arg_types: tuple | None = None
-        self._owner: Any = None  # the CLLaunch whose arguments the kernel holds
 
     def __call__(self, global_size, local_size, *args, wait=False) -> Event:
         self._load_args(_scalar_types(args), [_raw_arg(a) for a in args])
-        self._owner = None
         ev = self._enqueue(tuple(map(int, global_size)),
                            None if local_size is None else tuple(map(int, local_size)))
         if wait:
@@ -383,39 +381,20 @@ def _raw_arg(a: Any) -> Any:
 
 
 class CLLaunch(Launch):
-    """A prepared launch: sizes converted and argument types found once; the kernel's
-    arguments are set only when another launch of the same kernel ran in between or
-    :meth:`set` changed one (a block step changes the time or eps2)."""
+    """A prepared launch: sizes converted and arguments packed once."""
 
     def __init__(self, kernel: CLKernel, global_size: tuple[int, ...],
                  local_size: tuple[int, ...] | None, args: tuple[Any, ...]):
         super().__init__(kernel, global_size, local_size, args)
         self._gs = tuple(map(int, global_size))
         self._ls = None if local_size is None else tuple(map(int, local_size))
-        self._types = _scalar_types(args)
         self._raw = [_raw_arg(a) for a in args]
-        self._changed = False
-
-    def set(self, position: int, value: Any) -> None:
-        super().set(position, value)
-        self._raw[position] = _raw_arg(value)
-        self._changed = True
-
-    def __call__(self) -> Event:
-        k: CLKernel = self.kernel  # type: ignore[assignment]
-        if k._owner is not self or self._changed:
-            k._load_args(self._types, self._raw)
-            k._owner = self
-            self._changed = False
-        return CLEvent(k._enqueue(self._gs, self._ls), k._ctx.profiling)
 
     def native(self) -> NativeLaunch | None:
         k: CLKernel = self.kernel  # type: ignore[assignment]
         queue = k._ctx.small_queue if k._small else k._ctx.queue
         args = []
-        buffers = []
         for a in self._raw:
-            buffers.append(a is None or isinstance(a, cl.MemoryObjectHolder))
             if a is None:
                 args.append((8, 0))  # a NULL buffer
             elif isinstance(a, cl.MemoryObjectHolder):
@@ -426,14 +405,8 @@ class CLLaunch(Launch):
                                                       sys.byteorder)))
             else:
                 return None
-        k._owner = None  # the C caller sets the arguments
         return NativeLaunch(int(queue.int_ptr), int(k._kernel.int_ptr), self._gs,
-                            self._ls if self._ls is not None else (), tuple(args),
-                            tuple(buffers))
-
-    def forget_args(self) -> None:
-        k: CLKernel = self.kernel  # type: ignore[assignment]
-        k._owner = None
+                            self._ls if self._ls is not None else (), tuple(args))
 
 
 class CLProgram(Program):

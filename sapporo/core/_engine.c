@@ -629,10 +629,10 @@ typedef struct {
     struct dplan *unpacked;  /* ndev plans: a block being installed */
     int have_j;              /* the devices' j-sides are those of the current plans */
     struct edev dev[ENG_MAX_DEV];
-    /* the devices' predicted records: valid for pred_time (set by the library too) */
+    /* the devices' predicted records: valid for pred_time (stale() clears it) */
     int pred_valid;
     double pred_time;
-    int ran;                 /* launched since the library last worked its own way */
+    int ran;                 /* launched since this was last cleared (tests read it) */
     long launches;           /* kernels queued, over the engine's life */
     /* the last force call started (its block of plans) */
     struct dplan *last;
@@ -1134,8 +1134,8 @@ static struct dplan *eng_plan(Engine *e, int nj, int ni, int lists)
     }
     Py_XDECREF(r);
     PyGILState_Release(gil);
-    /* making a plan brings the library up to date with the device: it may have predicted
-     * (it says so through the predicted attribute) and set its own kernels' arguments */
+    /* making a plan brings the library up to date with the device (records it stored are
+     * uploaded; stale() then says that they must be predicted again) */
     return e->off ? NULL : p;
 }
 
@@ -1947,27 +1947,13 @@ static PyObject *Engine_lists(Engine *self, PyObject *unused)
                          (Py_ssize_t)sizeof(int) * offsets[ni]);
 }
 
-static PyObject *Engine_get_predicted(Engine *self, void *closure)
+/* stale(): the devices' records changed behind the engine (the library uploaded the records
+ * it stored): predict before the next force call. */
+static PyObject *Engine_stale(Engine *self, PyObject *unused)
 {
-    (void)closure;
-    if (!self->pred_valid)
-        Py_RETURN_NONE;
-    return PyFloat_FromDouble(self->pred_time);
-}
-
-static int Engine_set_predicted(Engine *self, PyObject *value, void *closure)
-{
-    (void)closure;
-    if (value == NULL || value == Py_None) {
-        self->pred_valid = 0;
-        return 0;
-    }
-    double t = PyFloat_AsDouble(value);
-    if (t == -1.0 && PyErr_Occurred())
-        return -1;
-    self->pred_valid = 1;
-    self->pred_time = t;
-    return 0;
+    (void)unused;
+    self->pred_valid = 0;
+    Py_RETURN_NONE;
 }
 
 static PyObject *Engine_get_ran(Engine *self, void *closure)
@@ -1995,10 +1981,8 @@ static PyMemberDef Engine_members[] = {
 };
 
 static PyGetSetDef Engine_getset[] = {
-    {"predicted", (getter)Engine_get_predicted, (setter)Engine_set_predicted,
-     "the time the device's records are predicted to, or None", NULL},
     {"ran", (getter)Engine_get_ran, (setter)Engine_set_ran,
-     "whether the engine queued kernels since the library last cleared this", NULL},
+     "whether the engine queued kernels since this was last cleared", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -2124,6 +2108,8 @@ static PyMethodDef Engine_methods[] = {
     {"wait", (PyCFunction)Engine_wait, METH_NOARGS, "wait for the force call in flight"},
     {"disable", (PyCFunction)Engine_disable, METH_NOARGS,
      "take no call from now on"},
+    {"stale", (PyCFunction)Engine_stale, METH_NOARGS,
+     "the devices' records changed: predict before the next force call"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -95,8 +95,7 @@ class Plan:
     idata: np.ndarray
     h_out: HostBuffer
     out: np.ndarray
-    partial: Buffer
-    force: Launch  # argument eps2_d is set per call
+    force: Launch  # (the engine sets eps2_d and ni per call)
     reduce: Launch | None  # None: the host combines the parts
     h_cnt: HostBuffer | None
     h_lst: HostBuffer | None
@@ -115,9 +114,11 @@ class Device:
         self.ext = capabilities(self.info.backend).kernel_ext
         ds = variant.ds
         # the arguments set per call, by name in the kernels' parameter tables
-        self._t_arg = layout.arg_index(layout.PREDICT_ARGS, "t", variant.order, ds)
-        self._eps2_arg = layout.arg_index(layout.FORCE_ARGS, "eps2_d", variant.order, ds)
-        self._ni_arg = layout.arg_index(layout.FORCE_ARGS, "ni", variant.order, ds)
+        # the positions of the arguments the engine sets per call: the prediction's time,
+        # the force's eps2 and ni
+        self.t_arg = layout.arg_index(layout.PREDICT_ARGS, "t", variant.order, ds)
+        self.eps2_arg = layout.arg_index(layout.FORCE_ARGS, "eps2_d", variant.order, ds)
+        self.ni_arg = layout.arg_index(layout.FORCE_ARGS, "ni", variant.order, ds)
         # predict.cl/.cu programs (scatter_j and predict) by (companion device, derivative
         # records the predictor reads: PRED_TERMS), built when first needed
         self._predict_progs: dict[tuple[bool, int], Program] = {}
@@ -295,21 +296,6 @@ class Device:
             self.variant.order, self.variant.ds))
         return launch, packed
 
-    @property
-    def t_arg(self) -> int:
-        """Position of the time among the prediction's arguments."""
-        return self._t_arg
-
-    @property
-    def ni_arg(self) -> int:
-        """Position of ni among the force kernel's arguments."""
-        return self._ni_arg
-
-    @property
-    def eps2_arg(self) -> int:
-        """Position of eps2 among the force kernel's arguments."""
-        return self._eps2_arg
-
     def _predict_prog(self, small: bool, terms: int) -> Program:
         """The predict program for the device or its companion, reading ``terms``
         derivative records (built once)."""
@@ -325,9 +311,9 @@ class Device:
             self.events.append(ev)
 
     # -- forces
-    def _plan(self, slot: int, ni: int, nj_local: int, ngb: bool) -> Plan:
+    def _plan(self, ni: int, nj_local: int, ngb: bool) -> Plan:
         """Launch shape, buffers, views and arguments of a force launch (cached)."""
-        key = (slot, ni, nj_local, ngb)
+        key = (ni, nj_local, ngb)
         plan = self._plans.get(key)
         if plan is not None and plan.gen == self._gen and plan.table is self.table:
             return plan
@@ -336,7 +322,7 @@ class Device:
         ni_pad = self.ni_pad(ni)
         nci = layout.nci(var.order)
         nco = layout.nco(var.order)
-        h_in = self._host(f"idata{slot}", nci * ni_pad * 8)
+        h_in = self._host("idata", nci * ni_pad * 8)
         # small launches run on the companion device where there is one (PoCL's
         # single-threaded device: no hand-off to worker threads); it runs the work-groups
         # one after the other, so there the j-range stays in one part (parts would only
@@ -351,12 +337,12 @@ class Device:
         limit = HOST_REDUCE_MAX if self.h_raw is not None else GPU_HOST_REDUCE_MAX
         host_reduce = nparts == 1 or nparts * nco * ni_pad <= limit  # one part: nothing to do
         out_shape = (nparts if host_reduce else 1, nco, ni_pad)
-        h_out = self._host(f"out{slot}", math.prod(out_shape) * 8)
+        h_out = self._host("out", math.prod(out_shape) * 8)
         partial = h_out.buffer if host_reduce else self._buf("partial", nparts * nco * ni_pad * 8)
         h_cnt = h_lst = None
         if ngb:
-            h_cnt = self._host(f"nbcount{slot}", ni_pad * 4)
-            h_lst = self._host(f"nblist{slot}", ni_pad * var.nb_capacity * 4)
+            h_cnt = self._host("nbcount", ni_pad * 4)
+            h_lst = self._host("nblist", ni_pad * var.nb_capacity * 4)
         j = self.j
         args = layout.kernel_args(layout.FORCE_ARGS, {
             "nj": np.int32(nj_local), "ni": np.int32(ni), "ni_pad": np.int32(ni_pad),
@@ -380,7 +366,7 @@ class Device:
         plan = Plan(
             gen=self._gen, table=self.table, cfg=cfg, ni_pad=ni_pad, nparts=nparts,
             h_in=h_in, idata=h_in.view(np.float64, (nci, ni_pad)), h_out=h_out,
-            out=h_out.view(np.float64, out_shape), partial=partial, force=force,
+            out=h_out.view(np.float64, out_shape), force=force,
             reduce=reduce, h_cnt=h_cnt, h_lst=h_lst,
             counts=None if h_cnt is None else h_cnt.view(np.int32, (ni_pad,)),
             lists=None if h_lst is None else h_lst.view(np.int32, (ni_pad, var.nb_capacity)),

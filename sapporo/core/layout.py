@@ -25,10 +25,6 @@ __all__ = [
     "ACC_ROWS",
     "COORD_LIMIT",
     "CRACKLE_ROWS",
-    "IACC_ROWS",
-    "IJERK_ROWS",
-    "IPOS_ROWS",
-    "IVEL_ROWS",
     "JERK_ROWS",
     "SNAP_ROWS",
     "LAYOUT",
@@ -90,11 +86,6 @@ ACC_ROWS = slice(LAYOUT["OC_AX"], LAYOUT["OC_AZ"] + 1)
 JERK_ROWS = slice(LAYOUT["OC_JX"], LAYOUT["OC_JZ"] + 1)
 SNAP_ROWS = slice(LAYOUT["OC_SX"], LAYOUT["OC_SZ"] + 1)
 CRACKLE_ROWS = slice(LAYOUT["OC_CX"], LAYOUT["OC_CZ"] + 1)
-#: the i-particle rows of each vector (slices of the IC_* rows)
-IPOS_ROWS = slice(LAYOUT["IC_X"], LAYOUT["IC_Z"] + 1)
-IVEL_ROWS = slice(LAYOUT["IC_VX"], LAYOUT["IC_VZ"] + 1)
-IACC_ROWS = slice(LAYOUT["IC_AX"], LAYOUT["IC_AZ"] + 1)
-IJERK_ROWS = slice(LAYOUT["IC_JX"], LAYOUT["IC_JZ"] + 1)
 REDUCE_LANES = LAYOUT["REDUCE_LANES"]  #: the reduce kernel's lanes per i-particle
 REDUCE_ROWS = LAYOUT["REDUCE_ROWS"]  #: and its i-particles per group
 

@@ -203,8 +203,6 @@ class Library:
         # every change that moves it or that the engine must not step over (more
         # addresses or derivative terms, j-particles stored here, a reset, a launch table)
         self._lgen = np.zeros(1, dtype=np.int64)
-        # the launches of the plans handed to the engine, whose kernels' arguments it sets
-        self._native_launches: list[Any] = []
         # result rows this order fills: acc, pot (+ jerk) (+ snap); the others stay zero
         self._filled_rows = layout.result_rows(self.order)
         self._nco = layout.nco(self.order)
@@ -290,7 +288,6 @@ class Library:
         self._closed = True
         self._pending = None
         self._drop_engine()
-        self._native_launches = []
         for d in self._devs:
             try:
                 d.close()
@@ -495,15 +492,6 @@ class Library:
         self._check_open()
         self._time = scalar("t", t)
 
-    def _hold(self) -> contextlib.AbstractContextManager[Any]:
-        """Keep every device ready for the operations of one call (see Context.hold)."""
-        if len(self._devs) == 1:
-            return self._devs[0].ctx.hold()
-        stack = contextlib.ExitStack()
-        for dev in self._devs:
-            stack.enter_context(dev.ctx.hold())
-        return stack
-
     def _n_local(self, n: int, d: int) -> int:
         """Local addresses of device d among global addresses [0, n)."""
         return max(0, -(-(n - d) // self.ndev))
@@ -529,10 +517,7 @@ class Library:
         The library is brought up to date with the devices first (records uploaded, the
         queues finished), so that C starts from a consistent state; the engine predicts. Each
         plan carries the generations of its device's and the library's memory and where
-        their current values are: the engine never uses a plan whose memory moved. The
-        launches whose arguments the engine sets are kept in ``_native_launches``;
-        :meth:`_engine_wait` has them set their arguments again before Python launches
-        them.
+        their current values are: the engine never uses a plan whose memory moved.
         """
         entries = [dev.ctx.native_entry_points() for dev in self._devs]
         if None in entries:
@@ -567,7 +552,7 @@ class Library:
         or a buffer has no native handle."""
         dev = self._devs[d]
         nj_loc = self._n_local(nj, d)
-        plan = dev._plan(0, ni, nj_loc, lists)
+        plan = dev._plan(ni, nj_loc, lists)
         terms = self._pred_terms
         predict = dev.predict_launch(self._n_local(self._n_stored, d), terms, small)
         dev.finish()
@@ -588,8 +573,6 @@ class Library:
                        batch.buffer.native(), scatter.native()]
             if None in handles:
                 return None
-            if all(scatter is not x for x in self._native_launches):
-                self._native_launches.append(scatter)
             memory = {"memory": 1, "dev_raw": handles[0], "dev_ids": handles[1],
                       "queue": handles[2], "idata_buf": handles[3], "out_buf": handles[4],
                       "out_bytes": plan.out.nbytes,
@@ -598,9 +581,6 @@ class Library:
                       "scatter_max": SCATTER_MAX, "scatter_batch": batch.array.ctypes.data,
                       "scatter_batch_buf": handles[5]}
             launches[2] = handles[6]
-        for launch in (predict, plan.force, plan.reduce):
-            if launch is not None and all(launch is not x for x in self._native_launches):
-                self._native_launches.append(launch)
         rows = 0
         for r in self._filled_rows:
             rows |= 1 << int(r)
@@ -679,15 +659,6 @@ class Library:
             return
         self._engine = None
         eng.disable()
-        self._take_back_args(eng)
-
-    def _take_back_args(self, eng: Any) -> None:
-        """After the engine launched: the launches it set arguments of set them again the
-        next time Python launches them."""
-        if eng.ran:
-            for launch in self._native_launches:
-                launch.forget_args()
-            eng.ran = False
 
     def _engine_planner(self, nj: int, ni: int, lists: int) -> Any:
         """The engine's planner: the words of the plans for ``ni`` i-particles on
@@ -700,12 +671,11 @@ class Library:
 
     def _engine_wait(self) -> None:
         """Before the library works its own way: the engine's call in flight finished (the
-        C API's firsthalf leaves one), and the kernels' arguments it set forgotten."""
+        C API's firsthalf leaves one)."""
         eng = self._engine
         if eng is None:
             return
         self._engine_call(eng.wait)
-        self._take_back_args(eng)
 
     def _engine_call(self, method: Callable[..., Any], *args: Any) -> Any:
         """A method of the engine; its RuntimeError (a launch failed: the engine is off from
@@ -744,7 +714,6 @@ class Library:
             res = self._engine_result(eng, r, len(x) if r < 0 else r, index, h2 is not None)
         if ph is not None:
             ph["step"] += _now() - t0
-            ph["calls"] += 1
         return res
 
     def _engine_chunks(self, x: Any, v: Any, index: Any, eps2: Any, h2: Any, a: Any,
@@ -858,7 +827,7 @@ class Library:
                              self._pred_terms)
         self._dirty.clear()
         if self._engine is not None:
-            self._engine.predicted = None
+            self._engine.stale()
 
     # -- forces
     @_serialised
@@ -870,8 +839,7 @@ class Library:
             res = self._engine_compute(x, v, index, eps2, _h2_rows(h2, x), a, jerk, nj)
             if res is not None:
                 return res
-        with self._hold():  # one context switch for the whole call (CUDA)
-            return self.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj, jerk=jerk).result()
+        return self.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj, jerk=jerk).result()
 
     @_serialised
     def start_compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None,

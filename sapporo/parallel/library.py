@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 import zlib
 from typing import Any
@@ -51,6 +52,7 @@ import numpy as np
 
 from sapporo import config, errors
 from sapporo.core import layout
+from sapporo.core.results import PendingForce
 from sapporo.errors import ConfigError, InputError, NonFiniteError, SapporoError
 from sapporo.parallel.launcher import (  # noqa: F401 (re-exported: part of this module's interface)
     LOCAL_RANK_VARIABLES,
@@ -239,32 +241,6 @@ class _Done:
         return self._result
 
 
-class _Pending:
-    """A force computation started by :meth:`ParallelLibrary.start_compute`."""
-
-    def __init__(self, finish: Any):
-        self._finish = finish
-        self._result: Any = None
-        self._error: BaseException | None = None
-
-    def done(self) -> bool:
-        """True once :meth:`result` has been collected."""
-        return self._result is not None or self._error is not None
-
-    def result(self) -> Any:
-        """Wait for the ranks and return the combined :class:`~sapporo.ForceResult`."""
-        if self._error is not None:
-            raise self._error
-        if self._result is None:
-            finish, self._finish = self._finish, None
-            try:
-                self._result = finish()
-            except BaseException as exc:
-                self._error = exc
-                raise
-        return self._result
-
-
 class ParallelLibrary:
     """:class:`sapporo.Library` spread over the ranks of an MPI communicator (SPMD).
 
@@ -323,7 +299,7 @@ class ParallelLibrary:
         self._closed = False
         self._n_stored = 0
         self._time = 0.0
-        self._pending: _Pending | None = None
+        self._pending: PendingForce | None = None
         self._lib: Any = None
         node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
         self.node_rank = node.Get_rank()
@@ -624,7 +600,7 @@ class ParallelLibrary:
         return self.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj, jerk=jerk).result()
 
     def start_compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None,
-                      a: Any = None, nj: int | None = None, jerk: Any = None) -> _Pending:
+                      a: Any = None, nj: int | None = None, jerk: Any = None) -> PendingForce:
         """Start the forces (as :meth:`sapporo.Library.start_compute`). Every rank makes
         the call; the :meth:`result` of what it returns is the step's collective, and it
         raises on every rank what failed on any rank since the last result (here, or in
@@ -693,7 +669,7 @@ class ParallelLibrary:
         state = self._step("", prepare, start, x, v, index, eps2, h2, a, nj, jerk,
                            self._time, self._n_stored)
         state.pop("x", None)
-        pending = _Pending(lambda: self._finish(state))
+        pending = PendingForce(threading.RLock(), lambda: self._finish(state))
         self._pending = pending
         return pending
 

@@ -174,7 +174,7 @@ def test_parts_combined_by_the_reduce_kernel_and_large_batches(cl_backend, monke
         (plan,) = lib._direct_plan(3000, 7)  # one device: one plan
         assert plan["launches"][3] is not None  # the reduce
         assert plan["nparts"] == 1  # nothing left to combine on the host
-        assert lib._devs[0]._plan(0, 7, 3000, False).nparts > 1
+        assert lib._devs[0]._plan(7, 3000, False).nparts > 1
         # a run of consecutive addresses larger than one scatter (a tree code's list; on
         # device memory two copies from the mirror): stored by the engine
         run = np.arange(100, 900)
