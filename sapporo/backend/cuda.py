@@ -23,18 +23,15 @@ Mapping of the OpenCL-style interface:
   is done then too).
 * Launch sizes are given OpenCL-style (``global_size``, ``local_size``): block =
   ``local_size``, grid = ``global_size / local_size`` per dimension.
-* Transfers are stream-ordered. Downloads with ``wait=False`` go through a page-locked
-  staging buffer, so that they really are asynchronous (a copy into pageable memory would
-  block until the queued kernels have finished); the caller's array is filled when the
-  returned event is waited for or when the context finishes. Uploads from pageable memory
-  are staged by the driver itself and return as soon as the source has been read.
+* Transfers are stream-ordered. A download into the caller's (pageable) array returns
+  once it is filled, ``wait=False`` too; uploads from pageable memory are staged by the
+  driver itself and return as soon as the source has been read.
 * Host buffers (``alloc_host``) are page-locked: the per-call i-particle data and results
   travel by asynchronous DMA in both directions, without staging copies.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import hashlib
 import logging
@@ -42,7 +39,6 @@ import math
 import os
 import threading
 import weakref
-from collections.abc import Callable
 from pathlib import PurePath
 from typing import Any
 
@@ -151,29 +147,14 @@ class CUEvent(Event):
 
     ``end`` is a recorded ``pycuda.driver.Event``; without one, waiting waits for the
     whole stream (in order, so the work is done then too). No context: already done.
-    ``then`` runs once, on the host, after the work has completed (used to copy a staged
-    download into the caller's array).
     """
 
-    def __init__(
-        self,
-        ctx: CUContext | None,
-        end: Any = None,
-        start: Any = None,
-        then: Callable[[], None] | None = None,
-    ):
-        self._ctx, self._end, self._start, self._then = ctx, end, start, then
+    def __init__(self, ctx: CUContext | None, end: Any = None, start: Any = None):
+        self._ctx, self._end, self._start = ctx, end, start
 
     def wait(self) -> None:
         if self._ctx is not None:
             self._ctx.synchronize(self._end)
-        self.completed()
-
-    def completed(self) -> None:
-        """The stream has been synchronized past this work: run ``then``, forget the rest."""
-        then, self._then = self._then, None
-        if then is not None:
-            then()
 
     @property
     def elapsed(self) -> float | None:
@@ -231,27 +212,12 @@ class CUBuffer(Buffer):
         self._check(host, offset)
         if host.nbytes == 0:
             return CUEvent(None)
-        ctx = self._ctx
-        if wait:
-            with ctx.active():
-                ctx.commands += 1
-                ctx.drv.memcpy_dtoh_async(host, int(self.mem) + offset, ctx.stream)
-            ctx.synchronize()
-            return CUEvent(None)
-        n = host.nbytes
+        ctx = self._ctx  # (into pageable memory: complete on return, wait or not)
         with ctx.active():
-            stage = ctx.staging_acquire(n)
             ctx.commands += 1
-            ctx.drv.memcpy_dtoh_async(stage[:n], int(self.mem) + offset, ctx.stream)
-        target = host.reshape(-1).view(np.uint8)
-
-        def copy_out() -> None:
-            np.copyto(target, stage[:n])
-            ctx.staging_release(stage, event)
-
-        event = CUEvent(ctx, then=copy_out)
-        ctx.pending.append(event)
-        return event
+            ctx.drv.memcpy_dtoh_async(host, int(self.mem) + offset, ctx.stream)
+        ctx.synchronize()
+        return CUEvent(None)
 
     def fill(self, value: int = 0) -> Event:
         if self.mem is None:
@@ -553,8 +519,6 @@ class CUContext(Context):
         self.drv = drv
         self.info = info
         self.profiling = profiling
-        self.pending: list[CUEvent] = []  # staged downloads not yet copied out
-        self._staging: list[np.ndarray] = []  # free page-locked staging areas
         self._programs: dict[str, CUProgram] = {}
         self._buffers: weakref.WeakSet[CUBuffer] = weakref.WeakSet()
         self._hosts: weakref.WeakSet[CUHostBuffer] = weakref.WeakSet()
@@ -589,26 +553,6 @@ class CUContext(Context):
         ev = self.drv.Event() if timing else self.drv.Event(self._no_timing)
         ev.record(self.stream)
         return ev
-
-    def staging_acquire(self, nbytes: int) -> np.ndarray:
-        """A free page-locked byte array of at least ``nbytes`` (call with the context active)."""
-        fits = [k for k, a in enumerate(self._staging) if a.nbytes >= nbytes]
-        if fits:
-            # by position: list.remove would compare numpy arrays element by element
-            return self._staging.pop(min(fits, key=lambda k: self._staging[k].nbytes))
-        size = max(1 << 16, 1 << (nbytes - 1).bit_length())
-        try:
-            return self.drv.pagelocked_empty(size, np.uint8)
-        except self.drv.Error as exc:
-            raise BackendError(
-                f"cannot allocate {size} bytes of page-locked memory: {exc}"
-            ) from exc
-
-    def staging_release(self, area: np.ndarray, event: CUEvent) -> None:
-        """Return a staging area once the download ``event`` has been copied out."""
-        self._staging.append(area)
-        with contextlib.suppress(ValueError):
-            self.pending.remove(event)
 
     def alloc(self, nbytes: int) -> Buffer:
         buf = CUBuffer(self, nbytes)
@@ -724,9 +668,6 @@ class CUContext(Context):
 
     def finish(self) -> None:
         self.synchronize()
-        pending, self.pending = self.pending, []
-        for ev in pending:
-            ev.completed()
 
     def close(self) -> None:
         if getattr(self, "_ctx", None) is None:
@@ -740,11 +681,7 @@ class CUContext(Context):
             with self.active():
                 for prog in self._programs.values():
                     prog.release_native()
-                for area in self._staging:
-                    if hasattr(area.base, "free"):
-                        area.base.free()
             self._programs.clear()
-            self._staging.clear()
             self.stream = None
         finally:
             ctx, self._ctx = self._ctx, None

@@ -241,24 +241,17 @@ def test_transfers_and_fill(fake_ctx: tuple[Any, Any]) -> None:
     assert drv.state["depth"] == 0
 
 
-def test_async_download_is_staged(fake_ctx: tuple[Any, Any]) -> None:
+def test_download_is_complete_on_return(fake_ctx: tuple[Any, Any]) -> None:
+    """A download into the caller's array is filled when it returns, wait=False too (a
+    copy into pageable memory waits for the stream anyway)."""
     ctx, drv = fake_ctx
     buf = ctx.alloc(80)
     buf.upload(np.arange(10, dtype=np.float64))
     first, second = np.zeros(10), np.zeros((2, 2))
-    ev = buf.download(first, wait=False)
-    buf.download(second, offset=8, wait=False)
-    assert not first.any(), "filled before the event completed"
-    ev.wait()
+    buf.download(first, wait=False)
     np.testing.assert_array_equal(first, np.arange(10.0))
-    assert not second.any()
-    ctx.finish()  # completes every pending staged download
+    buf.download(second, offset=8, wait=False).wait()
     np.testing.assert_array_equal(second, [[1.0, 2.0], [3.0, 4.0]])
-    assert ctx.pending == []
-    pinned = drv.state["calls"]["pinned"]
-    buf.download(np.zeros(3), wait=False)
-    ctx.finish()
-    assert drv.state["calls"]["pinned"] == pinned, "staging areas are reused"
 
 
 def test_launch_sizes_and_arguments(fake_ctx: tuple[Any, Any]) -> None:
