@@ -41,8 +41,13 @@
  * float64 to which the engine adds the device time of its launches (0: no timing, and no
  * events made for it); OpenCL reads it with DP_FN_PROFILING_INFO (clGetEventProfilingInfo)
  * from the launches' events, CUDA with DP_FN_CU_EVENT_* (cuEventCreate, cuEventRecord,
- * cuEventElapsedTime, cuEventDestroy_v2) from events recorded around each launch.  Plain C
- * enums only: Python parses them.
+ * cuEventElapsedTime, cuEventDestroy_v2) from events recorded around each launch.
+ *
+ * DP_UPLOAD and DP_NUPLOAD: the global addresses (ascending, int32) whose records the
+ * library stored itself since its last plan (new addresses, new derivative terms; all of
+ * them after a device's memory was reallocated), which the engine copies from the host
+ * mirror into the devices' records when it installs the plan.  Plain C enums only: Python
+ * parses them.
  */
 #ifndef SAPPORO_PLAN_H
 #define SAPPORO_PLAN_H
@@ -57,11 +62,11 @@ enum {
     DP_NB_LISTS_BUF, DP_SCATTER_MAX, DP_SCATTER_BATCH, DP_SCATTER_BATCH_BUF, DP_CONTEXT, DP_FN_CU_LAUNCH,
     DP_FN_CU_HTOD, DP_FN_CU_DTOH, DP_FN_CU_SYNC, DP_FN_CU_QUERY, DP_FN_CU_PUSH, DP_FN_CU_POP,
     DP_SECONDS_AT, DP_FN_PROFILING_INFO, DP_FN_CU_EVENT_CREATE, DP_FN_CU_EVENT_RECORD,
-    DP_FN_CU_EVENT_ELAPSED, DP_FN_CU_EVENT_DESTROY,
+    DP_FN_CU_EVENT_ELAPSED, DP_FN_CU_EVENT_DESTROY, DP_UPLOAD, DP_NUPLOAD,
     DP_LAUNCHES
 };
 enum { DL_QUEUE, DL_KERNEL, DL_CALL_ARG, DL_NI_ARG, DL_DIMS, DL_G0, DL_G1, DL_L0, DL_L1,
        DL_NARGS, DL_ARGS };
-enum { DP_MAX_ARGS = 32, DP_LAUNCH_WORDS = 74, DP_WORDS = 357 };
+enum { DP_MAX_ARGS = 32, DP_LAUNCH_WORDS = 74, DP_WORDS = 359 };
 
 #endif

@@ -115,6 +115,8 @@ struct dplan {
     long max_id;
     double *idata, *out, *mirror_raw, *dev_raw;
     int64_t *mirror_ids;
+    const int32_t *upload;      /* addresses the library stored itself, to copy at install */
+    int nupload;
     int32_t *dev_ids;
     dcl_set_arg_fn set_arg;
     dcl_enqueue_fn enqueue;
@@ -245,6 +247,8 @@ static int plan_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int li
     p->gen_at = (const int64_t *)(intptr_t)w[DP_GEN_AT];
     p->lgen = w[DP_LGEN];
     p->lgen_at = (const int64_t *)(intptr_t)w[DP_LGEN_AT];
+    p->upload = (const int32_t *)(intptr_t)w[DP_UPLOAD];
+    p->nupload = (int)w[DP_NUPLOAD];
     for (int k = 0; k < 4; k++)
         if (w[DL_NARGS + DP_LAUNCHES + k * DP_LAUNCH_WORDS] > DP_MAX_ARGS)
             return -1;
@@ -272,6 +276,7 @@ static int plan_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int li
         || p->raw_n < 2 || p->raw_n > JB_RECORDS
         || !(w[DP_NI_LO] <= ni && ni <= w[DP_NI_HI] && w[DP_NI_HI] <= p->ni_pad)
         || p->gen_at == NULL || p->lgen_at == NULL || p->memory < 0 || p->memory > 1
+        || p->nupload < 0 || (p->nupload > 0 && p->upload == NULL)
         || (p->memory && (p->queue == NULL || p->idata_buf == NULL || p->out_buf == NULL
                           || p->out_bytes < sizeof(double) * (size_t)p->nco * (size_t)p->ni_pad
                           || (lists && (p->nb_counts_buf == NULL || p->nb_lists_buf == NULL))
@@ -629,7 +634,7 @@ typedef struct {
     struct dplan *unpacked;  /* ndev plans: a block being installed */
     int have_j;              /* the devices' j-sides are those of the current plans */
     struct edev dev[ENG_MAX_DEV];
-    /* the devices' predicted records: valid for pred_time (stale() clears it) */
+    /* the devices' predicted records: valid for pred_time */
     int pred_valid;
     double pred_time;
     int ran;                 /* launched since this was last cleared (tests read it) */
@@ -912,16 +917,20 @@ static int eng_send_staged(Engine *e, int d, int n)
     return eng_launch(e, p, &p->scatter, 0, n, NULL, "queueing the scatter of j-records");
 }
 
-/* Device memory: device d's n > 0 records at its consecutive local addresses l0 .. l0 + n
- * - 1, already in the host mirror, copied from it in one copy (several devices: gathered
- * first, the device's every ndev-th address), and their ids in another (made now, so that
- * neither the mirror nor the staged arrays are read later). 0, or -1 (error set). */
-static int eng_copy_j_run(Engine *e, int d, int n, int l0)
+/* Device memory: device d's records among the consecutive global addresses a0 .. a0 + m - 1,
+ * already in the host mirror, copied from it in one copy (several devices: gathered first,
+ * the device's every ndev-th address), and their ids in another (made now, so that neither
+ * the mirror nor the staged arrays are read later). 0, or -1 (error set). */
+static int eng_copy_j_run(Engine *e, int d, int a0, int m)
 {
     struct dplan *p = &e->dev[d].jside;
     const size_t len = 4 * (size_t)p->raw_n, nd = (size_t)e->ndev;
+    const int g0 = a0 + (d - a0 % (int)nd + (int)nd) % (int)nd;  /* its first address */
+    const int n = g0 > a0 + m - 1 ? 0 : (a0 + m - 1 - g0) / (int)nd + 1, l0 = g0 / (int)nd;
     const double *raw = p->mirror_raw + len * (size_t)l0;  /* one device: the mirror's run */
     dcl_int rc;
+    if (n == 0)
+        return 0;
     if ((size_t)n > e->run_cap) {
         int32_t *q = PyMem_RawRealloc(e->run_ids, sizeof(int32_t) * (size_t)n);
         double *r = q == NULL ? NULL : PyMem_RawRealloc(e->run_raw, sizeof(double) * len * (size_t)n);
@@ -967,11 +976,8 @@ static int eng_copy_j(Engine *e, int d, int n, const int *address, const int *in
     int run = n > m, s = 0;
     for (int k = 1; k < n && run; k++)
         run = address[k] == address[0] + k;
-    if (run) {  /* the device's addresses among a0 .. last: from its first one, g0 */
-        const int a0 = address[0], last = address[0] + n - 1;
-        const int g0 = a0 + (d - a0 % nd + nd) % nd;
-        return g0 > last ? 0 : eng_copy_j_run(e, d, (last - g0) / nd + 1, g0 / nd);
-    }
+    if (run)
+        return eng_copy_j_run(e, d, address[0], n);
     for (int k = 0; k < n; k++) {
         if (address[k] % nd != d)
             continue;
@@ -1023,6 +1029,31 @@ static void records_write(Engine *e, int n, const int *address, const int *index
     }
 }
 
+/* The n addresses (ascending, global) the library stored itself, copied from the host mirror
+ * into the devices' records, run by run (a plan's DP_UPLOAD, at its install: nothing is in
+ * flight); they are to be predicted again. 0, or -1 (error set). */
+static int eng_upload(Engine *e, int n, const int32_t *address)
+{
+    const struct dplan *j = &e->dev[0].jside;
+    const int nd = e->ndev;
+    const size_t len = 4 * (size_t)j->raw_n;
+    for (int k = 0, m; k < n; k += m) {
+        for (m = 1; k + m < n && address[k + m] == address[k] + m; m++)
+            ;
+        for (int d = 0; d < nd && j->memory; d++)
+            if (eng_copy_j_run(e, d, address[k], m) < 0)
+                return -1;
+        for (int a = address[k]; a < address[k] + m && !j->memory; a++) {
+            const struct dplan *q = &e->dev[a % nd].jside;
+            memcpy(q->dev_raw + (size_t)(a / nd) * len, j->mirror_raw + (size_t)a * len,
+                   sizeof(double) * len);
+            q->dev_ids[a / nd] = (int32_t)j->mirror_ids[a];
+        }
+    }
+    e->pred_valid = 0;
+    return 0;
+}
+
 /* Install a plan block's words (ndev plans) for ni i-particles (and the block sizes it
  * serves), made by the library for the memory as it is now; the old plans go when a
  * device's j-side moved. */
@@ -1043,7 +1074,8 @@ static struct dplan *eng_install(Engine *e, const int64_t *w, int nj, int ni, in
             || p[d].order != p[0].order || p[d].nco != p[0].nco || p[d].raw_n != p[0].raw_n
             || p[d].n_stored != p[0].n_stored || p[d].pred_terms != p[0].pred_terms
             || p[d].mirror_raw != p[0].mirror_raw || p[d].mirror_ids != p[0].mirror_ids
-            || p[d].memory != p[0].memory || p[d].lgen_at != p[0].lgen_at) {
+            || p[d].memory != p[0].memory || p[d].lgen_at != p[0].lgen_at
+            || p[d].nupload != p[0].nupload || p[d].upload != p[0].upload) {
             snprintf(e->error, sizeof e->error, "a plan this engine does not understand");
             e->off = 1;
             return NULL;
@@ -1064,6 +1096,10 @@ static struct dplan *eng_install(Engine *e, const int64_t *w, int nj, int ni, in
     e->have_j = 1;
     for (int d = 0; d < nd; d++)
         e->dev[d].jside = p[d];
+    if (p[0].nupload > 0 && eng_upload(e, p[0].nupload, p[0].upload) < 0) {
+        e->off = 1;  /* the devices' records are not what the library holds */
+        return NULL;
+    }
     for (int k = lo; k <= hi; k++)
         for (int d = 0; d < nd; d++) {
             struct dplan *q = &e->plans[lists][(size_t)k * nd + d];
@@ -1134,8 +1170,7 @@ static struct dplan *eng_plan(Engine *e, int nj, int ni, int lists)
     }
     Py_XDECREF(r);
     PyGILState_Release(gil);
-    /* making a plan brings the library up to date with the device (records it stored are
-     * uploaded; stale() then says that they must be predicted again) */
+    /* the plan brought the devices up to date with the library (eng_upload) */
     return e->off ? NULL : p;
 }
 
@@ -1947,15 +1982,6 @@ static PyObject *Engine_lists(Engine *self, PyObject *unused)
                          (Py_ssize_t)sizeof(int) * offsets[ni]);
 }
 
-/* stale(): the devices' records changed behind the engine (the library uploaded the records
- * it stored): predict before the next force call. */
-static PyObject *Engine_stale(Engine *self, PyObject *unused)
-{
-    (void)unused;
-    self->pred_valid = 0;
-    Py_RETURN_NONE;
-}
-
 static PyObject *Engine_get_ran(Engine *self, void *closure)
 {
     (void)closure;
@@ -2108,8 +2134,7 @@ static PyMethodDef Engine_methods[] = {
     {"wait", (PyCFunction)Engine_wait, METH_NOARGS, "wait for the force call in flight"},
     {"disable", (PyCFunction)Engine_disable, METH_NOARGS,
      "take no call from now on"},
-    {"stale", (PyCFunction)Engine_stale, METH_NOARGS,
-     "the devices' records changed: predict before the next force call"},
+
     {NULL, NULL, 0, NULL},
 };
 

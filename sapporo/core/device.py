@@ -218,40 +218,6 @@ class Device:
         self.cap = cap
         return True
 
-    def upload_j(self, local_addr: np.ndarray, raw: np.ndarray, ids: np.ndarray,
-                 terms: int) -> None:
-        """Send records for the given local addresses (contiguous block or scatter);
-        ``terms``: the derivative records the predictor reads (PRED_TERMS)."""
-        n = local_addr.size
-        if n == 0:
-            return
-        if self.h_raw is not None:  # the kernels read these host arrays themselves
-            self.h_raw[local_addr] = raw
-            self.h_id[local_addr] = ids
-            return
-        lo, hi = int(local_addr[0]), int(local_addr[-1])
-        if hi - lo + 1 == n:  # one contiguous block: plain copies
-            # not waited for: the sources are fresh arrays (raw comes from fancy indexing)
-            # that nothing else writes, and the backends keep them alive until copied
-            self.j["raw"].upload(np.ascontiguousarray(raw), offset=lo * self.raw_n * 32,
-                                wait=False)
-            self.j["id"].upload(np.ascontiguousarray(ids, dtype=np.int32), offset=lo * 4,
-                                wait=False)
-            return
-        # host buffers: asynchronous copies (page-locked on CUDA), written only here, after
-        # the previous call's work has been waited for
-        packed = self._host("scatter_batch", n * (self.raw_n + 1) * 32)
-        batch = packed.view(np.float64, (n, self.raw_n + 1, 4))
-        batch[:, :-1] = raw
-        batch[:, -1, 0] = local_addr
-        batch[:, -1, 1] = ids
-        batch[:, -1, 2:] = 0.0
-        packed.to_device(batch.nbytes)
-        scatter = self._predict_prog(False, terms).kernel("scatter_j")
-        self._record(scatter(*_linear(n), *layout.kernel_args(layout.SCATTER_ARGS, {
-            "n": np.int32(n), "packed": packed.buffer, "raw": self.j["raw"],
-            "jid": self.j["id"]}, self.variant.order, self.variant.ds)))
-
     def ni_pad(self, ni: int) -> int:
         """``ni`` i-particles padded to whole work-groups of their launch configuration."""
         return _round_up(ni, self.table.for_ni(ni).i_per_group)
@@ -286,7 +252,7 @@ class Device:
         """Device memory: the prepared scatter of up to :data:`SCATTER_MAX` packed j-records
         (its argument ``n`` set per call, at position 0) and its staging host buffer (per
         record its ``raw_n`` double4, then its address and id in one more), for the
-        native engine's stores; the buffer is the one :meth:`upload_j` scatters through."""
+        native engine's stores."""
         packed = self._host("scatter_batch", SCATTER_MAX * (self.raw_n + 1) * 32)
         kernel = self._predict_prog(False, terms).kernel("scatter_j")
         launch = kernel.prepare(*_linear(SCATTER_MAX), *layout.kernel_args(

@@ -203,6 +203,10 @@ class Library:
         # every change that moves it or that the engine must not step over (more
         # addresses or derivative terms, j-particles stored here, a reset, a launch table)
         self._lgen = np.zeros(1, dtype=np.int64)
+        # the addresses Python stored, for the engine to upload with the next plan it
+        # installs (DP_UPLOAD), and those of the last plan (kept until it has read them)
+        self._upload = np.zeros(0, dtype=np.int32)
+        self._uploaded = self._upload
         # result rows this order fills: acc, pot (+ jerk) (+ snap); the others stay zero
         self._filled_rows = layout.result_rows(self.order)
         self._nco = layout.nco(self.order)
@@ -383,12 +387,18 @@ class Library:
         derivs = [None if val is None else vec3(name, val, n) for name, val in
                   zip(("a", "jerk", "snap", "crackle", "pop", "d5"),
                       (a, jerk, snap, crackle, pop, d5), strict=True)]
-        # the highest record given (1: x and v only)
+        cols = [None if u is None else np.ascontiguousarray(u)
+                for u in (tj, m, xj, vj, *derivs)]
+        if (eng is not None and not self._dirty and self._pending is None
+                and eng.put_j(addr, ids, *cols)):
+            # converted (lists, other dtypes, one value for all): stored in C after all
+            if ph is not None:
+                ph["checks"] += _now() - t0
+            return
+        # new addresses, new derivative terms: stored here, uploaded with the next plan
         given = max((q for q, val in enumerate(derivs, start=2) if val is not None), default=1)
         rec = np.empty((n, self._raw_n, 4))
-        engine.load().pack_j(rec, np.ascontiguousarray(tj), np.ascontiguousarray(m),
-                             *(None if u is None else np.ascontiguousarray(u)
-                               for u in (xj, vj, *derivs)))
+        engine.load().pack_j(rec, *cols)
         if ph is not None:
             ph["checks"] += _now() - t0
         self._store_checked(addr, ids, rec, given)
@@ -612,6 +622,7 @@ class Library:
             **memory,
             "gen": dev._gen, "gen_at": dev.gen_cell.ctypes.data,
             "lgen": int(self._lgen[0]), "lgen_at": self._lgen.ctypes.data,
+            "upload": self._upload.ctypes.data, "nupload": self._upload.size,
             "ni_lo": lo, "ni_hi": hi,
             "seconds_at": dev.seconds_cell.ctypes.data if dev.variant.profiling else 0,
             "context": dev.ctx.native_context() or 0,
@@ -667,7 +678,10 @@ class Library:
         plans = self._direct_plan(nj, ni, bool(lists))
         if isinstance(plans, int):
             return plans
-        return np.concatenate([engine.plan_words(p) for p in plans])
+        words = np.concatenate([engine.plan_words(p) for p in plans])
+        # the engine uploads them as it installs the plan: none for the next one
+        self._uploaded, self._upload = self._upload, np.zeros(0, dtype=np.int32)
+        return words
 
     def _engine_wait(self) -> None:
         """Before the library works its own way: the engine's call in flight finished (the
@@ -808,26 +822,21 @@ class Library:
         return self._result(out, index, counts, [(counts, table)], finite=True)
 
     def _sync_j(self) -> None:
-        """Send the addresses Python stored (new ones, or what the engine did not take) to
-        the devices; the engine then predicts again before its next force call."""
+        """Room on the devices for the addresses stored, and the addresses Python stored (new
+        ones, or what the engine did not take) listed for the engine to upload with the next
+        plan (every address after a device's memory was reallocated)."""
         self._engine_wait()
         if not self._dirty:
             return
-        nd = self.ndev
-        # each changed address once, in increasing order (the last write is in _raw)
-        dirty = np.unique(np.concatenate(self._dirty))
-        dirty = dirty[: np.searchsorted(dirty, self._n_stored)]
-        for d, dev in enumerate(self._devs):
-            if dev.ensure_j_capacity(self._n_local(self._n_stored, d)):
-                sel = np.arange(d, self._n_stored, nd)  # everything, after a reallocation
-            else:
-                sel = dirty if nd == 1 else dirty[dirty % nd == d]
-            if sel.size:
-                dev.upload_j(sel if nd == 1 else sel // nd, self._raw[sel], self._ids[sel],
-                             self._pred_terms)
+        moved = [dev.ensure_j_capacity(self._n_local(self._n_stored, d))
+                 for d, dev in enumerate(self._devs)]
+        if any(moved):
+            up = np.arange(self._n_stored)
+        else:  # each changed address once, in increasing order (the last write is in _raw)
+            up = np.unique(np.concatenate([self._upload, *self._dirty]))
+            up = up[: np.searchsorted(up, self._n_stored)]
+        self._upload = up.astype(np.int32)
         self._dirty.clear()
-        if self._engine is not None:
-            self._engine.stale()
 
     # -- forces
     @_serialised

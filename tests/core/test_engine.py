@@ -413,7 +413,8 @@ def test_neighbour_lists_and_the_asynchronous_pair_run_in_c(cl_backend, precisio
 
 def test_inputs_of_other_forms_are_converted(cl_backend):
     """Scalars, lists, int32 ids, Fortran-ordered arrays: the bits of the same values given
-    as the engine takes them."""
+    as the engine takes them; j-particles at stored addresses, once Python has converted
+    them, are stored by the engine (no new plan, nothing left for Python to upload)."""
     n = 300
     x, v, m, ids, a, jerk = _system(n)
     odd, plain = (_open(4, "double-single", cl_backend) for _ in range(2))
@@ -429,7 +430,10 @@ def test_inputs_of_other_forms_are_converted(cl_backend):
             lib.set_j_particles(np.arange(n), ids, 0.0, m, x, v)
         for k, form in enumerate(forms * 2):
             sel = np.array([10 + k]) if k % 4 == 0 else np.arange(20 + k, 23 + k)
+            gen = int(odd._lgen[0])
             odd.set_j_particles(*form(sel))
+            if k:  # (the first call made the engine)
+                assert int(odd._lgen[0]) == gen and not odd._dirty, k
             plain.set_j_particles(sel, ids[sel], np.zeros(len(sel)), m[sel], x[sel], v[sel])
             res = []
             for lib in (odd, plain):

@@ -427,15 +427,17 @@ def test_reset_then_sparse_addresses(make_lib):
 def test_only_changed_addresses_travel(make_lib, monkeypatch, compiled):
     """After the first upload, a call sends just the addresses set since the last one (the
     native engine, sapporo.core.engine, writes them into the device's records itself: nothing
-    to send; stored while a call is pending, they go with the next plan)."""
+    to send; stored while a call is pending, they go with the next plan, each once)."""
     sent: list[int] = []
-    upload = sapporo.core.device.Device.upload_j
+    planner = L.Library._engine_planner
 
-    def counted(self, local_addr, raw, ids, terms):
-        sent.append(int(local_addr.size))
-        return upload(self, local_addr, raw, ids, terms)
+    def counted(self, nj, ni, lists):
+        words = planner(self, nj, ni, lists)
+        if not isinstance(words, int):  # the engine uploads the plan's list as it installs
+            sent.append(int(self._uploaded.size))
+        return words
 
-    monkeypatch.setattr(sapporo.core.device.Device, "upload_j", counted)
+    monkeypatch.setattr(L.Library, "_engine_planner", counted)
     lib = make_lib(4, "double", fresh=True)
     try:
         x, v, m, ids, _, _ = system(3000, seed=59)
