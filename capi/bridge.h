@@ -15,6 +15,9 @@ int shim_py_start(int nj, int ni, const int *index, const double *x, const doubl
 /* the result rows (layout.h: nco(order) rows of ni) into rows, the library's order into
  * *order */
 int shim_py_finish(int ni, double *rows, int *order);
+/* the error of the engine's rows of ni i-particles (ids index) with a force that is not
+ * finite, named by the library */
+int shim_py_non_finite(int ni, const double *rows, const int *index);
 int shim_py_read_neighbours(int *ni, const int **offsets, const int **counts,
                             const int **ids);
 int shim_py_device_count(void);

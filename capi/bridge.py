@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from sapporo import config
-from sapporo.core.layout import raw_n
+from sapporo.core.layout import nco, raw_n
 from sapporo.errors import (
     BackendError,
     ConfigError,
@@ -315,6 +315,14 @@ class Bridge:
                              f"{self._pending_ni}")
         return self._result
 
+    def non_finite(self, rows: np.ndarray, index: np.ndarray) -> None:
+        """Raise the library's :class:`NonFiniteError` for the engine's result rows (nco x
+        ni, flat) of a call whose force is not finite (the C API's lasthalf)."""
+        lib = self._open_lib()
+        out = rows.reshape(-1, index.size)
+        lib._raise_non_finite(out, index)
+        raise NonFiniteError(f"non-finite force sum on {index.size} i-particle(s) (overflow)")
+
     def read_neighbours(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
         """Neighbour lists of the last force call as int32 CSR arrays.
 
@@ -492,6 +500,13 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
     def shim_py_finish(ni, rows, order) -> int:
         put(rows, state.finish(ni)._rows)  # read in C, as the engine's rows are
         order[0] = state.lib.order
+        return 0
+
+    @extern
+    def shim_py_non_finite(ni, rows, index) -> int:
+        order = state._open_lib().order
+        state.non_finite(scalars(rows, ni * nco(order), np.float64),
+                         scalars(index, ni, np.int32))
         return 0
 
     @extern

@@ -631,26 +631,16 @@ static int engine_finish(int ni, double *acc, double *jerk, double *snap, double
     return 1;
 }
 
-/* An engine call whose result is not finite, started again through Python (with the
- * i-particles the kernel saw), so that the library diagnoses it as usual. */
-static int engine_redo(int ni)
+/* An engine call whose result is not finite (its rows in rows_buf): the library names the
+ * particle from the rows, as for the Python API.  The error code. */
+static int engine_non_finite(int ni)
 {
-    int rc, nj, *index = malloc(sizeof(int) * (size_t)ni);
-    double eps2, *x = malloc(sizeof(double) * 12 * (size_t)ni);
-    if (index == NULL || x == NULL) {
-        free(index);
-        free(x);
+    int rc, *index = malloc(sizeof(int) * (size_t)ni);
+    if (index == NULL)
         return fail(SAPPORO_ERR_INTERNAL, "out of memory for %d i-particles", ni);
-    }
-    {
-        double *v = x + 3 * ni, *a = x + 6 * ni, *j = x + 9 * ni;
-        int order = eng_api->order(eng);
-        eng_api->inputs(eng, ni, index, x, v, a, j, &eps2, &nj);
-        rc = shim_py_start(nj, ni, index, x, v, order >= 6 ? a : NULL, order >= 8 ? j : NULL,
-                           eps2, NULL, have_time, cur_time);
-    }
+    eng_api->ids(eng, ni, index);
+    rc = shim_py_non_finite(ni, rows_buf, index);
     free(index);
-    free(x);
     return rc;
 }
 
@@ -776,9 +766,7 @@ static int do_lasthalf8(int ni, double *acc, double *jerk, double *snap, double 
             direct_result = rc > 0;
             return rc > 0 ? SAPPORO_OK : rc;
         }
-        /* a non-finite result: the call again, Python's way, for its diagnosis */
-        if ((rc = engine_redo(ni)) < 0)
-            return rc;
+        return engine_non_finite(ni);  /* a result that is not finite */
     }
     if ((rc = rows_room(ni)) == 0 && (rc = shim_py_finish(ni, rows_buf, &order)) == 0)
         rows_out(rows_buf, ni, order, acc, jerk, snap, crackle, pot, nnb, nn_r2);

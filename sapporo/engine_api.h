@@ -28,7 +28,7 @@
 /* positions at or beyond this magnitude are refused */
 #define COORD_LIMIT LIMIT_COORD
 
-#define SAPPORO_ENGINE_API_VERSION 2
+#define SAPPORO_ENGINE_API_VERSION 3
 
 struct sapporo_engine_api {
     int version;
@@ -51,10 +51,9 @@ struct sapporo_engine_api {
      * counts whole), as CSR: 1 when it had lists, else 0 */
     int (*lists)(void *engine, int *ni, const int **offsets, const int **counts,
                  const int **ids);
-    /* the last started call's i-particles and eps2 and nj as the kernel saw them (to run it
-     * again through the library); a and jerk are filled with zeros below orders 6 and 8 */
-    void (*inputs)(void *engine, int ni, int *index, double *x, double *v, double *a,
-                   double *jerk, double *eps2, int *nj);
+    /* the ids of the last started call's ni i-particles, as the kernel saw them (for the
+     * library to name a particle whose force is not finite) */
+    void (*ids)(void *engine, int ni, int *index);
     /* wait for anything in flight: 0, or < 0 (error) */
     int (*wait)(void *engine);
     /* the library's order, and the message of the last error */

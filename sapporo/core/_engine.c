@@ -642,8 +642,7 @@ typedef struct {
     /* the last force call started (its block of plans) */
     struct dplan *last;
     int uncollected;         /* the last started call's results are still to be collected */
-    int last_ni, last_nj;
-    double last_eps2;
+    int last_ni;
     /* profiling: the launches queued since the last wait, timed (eng_timed_collect) */
     struct eng_timed timed[ENG_TIMED_MAX];
     int ntimed;
@@ -1306,8 +1305,6 @@ static int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
     e->last = p;
     e->uncollected = 1;
     e->last_ni = ni;
-    e->last_nj = nj;
-    e->last_eps2 = eps2;
     e->lists_valid = 0;
     return 1;
 }
@@ -1416,24 +1413,12 @@ static int eng_lists(void *engine, int *ni, const int **offsets, const int **cou
     return 1;
 }
 
-static void eng_inputs(void *engine, int ni, int *index, double *x, double *v, double *a,
-                       double *jerk, double *eps2, int *nj)
+static void eng_ids(void *engine, int ni, int *index)
 {
     Engine *e = engine;
     const struct dplan *p = e->last;  /* every device's plan packed the same particles */
-    const size_t st = p == NULL ? 0 : (size_t)p->ni_pad;
-    for (int i = 0; i < ni && p != NULL; i++) {
-        const double *d = p->idata + i;
-        for (int c = 0; c < 3; c++) {
-            x[3 * i + c] = d[(IC_X + c) * st];
-            v[3 * i + c] = d[(IC_VX + c) * st];
-            a[3 * i + c] = p->order >= 6 ? d[(IC_AX + c) * st] : 0.0;
-            jerk[3 * i + c] = p->order >= 8 ? d[(IC_JX + c) * st] : 0.0;
-        }
-        index[i] = (int)d[IC_ID * st];
-    }
-    *eps2 = e->last_eps2;
-    *nj = e->last_nj;
+    for (int i = 0; i < ni && p != NULL; i++)
+        index[i] = (int)p->idata[(size_t)IC_ID * (size_t)p->ni_pad + (size_t)i];
 }
 
 static int eng_order(void *engine)
@@ -1447,7 +1432,7 @@ static const char *eng_error(void *engine)
 }
 
 static const struct sapporo_engine_api engine_api = {
-    SAPPORO_ENGINE_API_VERSION, eng_put_j, eng_start, eng_finish, eng_lists, eng_inputs,
+    SAPPORO_ENGINE_API_VERSION, eng_put_j, eng_start, eng_finish, eng_lists, eng_ids,
     eng_wait, eng_order, eng_error,
 };
 
