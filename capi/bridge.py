@@ -440,9 +440,9 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
             return None
         return np.frombuffer(ffi.buffer(p, np.dtype(dtype).itemsize * n), dtype=dtype)
 
-    def put(p: Any, values: np.ndarray, dtype: type = np.float64) -> None:
+    def put(p: Any, values: np.ndarray) -> None:
         if p != ffi.NULL:
-            src = np.ascontiguousarray(values, dtype=dtype)
+            src = np.ascontiguousarray(values, dtype=np.float64)
             ffi.memmove(p, src, src.nbytes)
 
     @extern

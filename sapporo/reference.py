@@ -77,9 +77,6 @@ def _ids(name: str, value: object, n: int) -> np.ndarray:
     return validate.ints(name, value, n, -(2**63), 2**63 - 1).copy()
 
 
-_scalar_or_per_particle = _scalars
-
-
 # --------------------------------------------------------------------------- prediction
 
 
@@ -128,7 +125,7 @@ def predict(
     t_arr = np.asarray(t)
     if t_arr.dtype.kind not in "biuf" or t_arr.ndim != 0:
         raise InputError(f"t must be a real scalar, got {t!r}")
-    dt = (float(t_arr) - _scalar_or_per_particle("tj", tj, n))[:, None]
+    dt = (float(t_arr) - _scalars("tj", tj, n))[:, None]
 
     xp = (
         x
@@ -288,7 +285,7 @@ def forces(
     eps2 = float(eps2_arr)
     if not (np.isfinite(eps2) and eps2 >= 0.0):
         raise InputError(f"eps2 must be finite and >= 0, got {eps2!r}")
-    h2_arr = None if h2 is None else _scalar_or_per_particle("h2", h2, ni)
+    h2_arr = None if h2 is None else _scalars("h2", h2, ni)
     if isinstance(chunk_elements, bool) or not isinstance(chunk_elements, (int, np.integer)):
         raise InputError(f"chunk_elements must be an integer, got {chunk_elements!r}")
     if chunk_elements < 1:

@@ -410,12 +410,10 @@ class CLLaunch(Launch):
 
 
 class CLProgram(Program):
-    def __init__(self, ctx: CLContext, program: Any, small: bool = False,
-                 options: str = ""):
+    def __init__(self, ctx: CLContext, program: Any, small: bool = False):
         self._ctx = ctx
         self._program = program
         self._small = small
-        self.options = options  # as built (C code may build its binary again)
         self._kernels: dict[str, CLKernel] = {}
 
     def kernel(self, name: str) -> Kernel:
@@ -518,11 +516,17 @@ class CLContext(Context):
             log.warning("cached kernel binary %s holds no kernels; building from source",
                         cache_file)
             program = None
-        if program is not None:
-            prog = CLProgram(self, program, small, " ".join(options))
-            self._programs[key] = self._programs[fast_key] = prog
-            return prog
-        program = self._build_source(source_name, source, options, device)
+        if program is None:
+            program = self._build_source(source_name, source, options, device)
+            self._check_kernels(program, source_name, source, options)
+            _save_binary(program, cache_file)
+        prog = CLProgram(self, program, small)
+        self._programs[key] = self._programs[fast_key] = prog
+        return prog
+
+    def _check_kernels(self, program: Any, source_name: str, source: str,
+                       options: list[str]) -> None:
+        """A freshly built program must hold kernels."""
         if not _kernel_names(program):
             # seen with PoCL's wheel (LLVM 14) on AMD Zen 4: no error, and no kernel
             path = save_failed_source(source, ".cl")
@@ -533,10 +537,6 @@ class CLContext(Context):
                 "than its LLVM, use another PoCL (Debian/Ubuntu: apt install "
                 "pocl-opencl-icd) or another device (SAPPORO_DEVICES; `sapporo info` lists "
                 "them)", options, "", path)
-        _save_binary(program, cache_file)
-        prog = CLProgram(self, program, small, " ".join(options))
-        self._programs[key] = self._programs[fast_key] = prog
-        return prog
 
     def _build_source(self, source_name: str, source: str, options: list[str],
                       device: Any) -> Any:

@@ -1,6 +1,6 @@
 """The ``sapporo`` command: one dispatcher, one module per sub-command.
 
-Each module ``sapporo/cli_<name>.py`` provides ``add_parser(subparsers)``, which registers the
+Each module ``sapporo/cli/<name>.py`` provides ``add_parser(subparsers)``, which registers the
 sub-command and sets ``func`` (taking the parsed arguments, returning an exit code).
 
 Conventions shared by every sub-command:
@@ -248,13 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"sapporo.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"sapporo.cli.{name}":
-                raise
-            continue
-        module.add_parser(sub)
+        importlib.import_module(f"sapporo.cli.{name}").add_parser(sub)
     for name, command in sub.choices.items():
         _one_line_errors(command, f"sapporo {name}")
     return parser

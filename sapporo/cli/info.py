@@ -8,6 +8,7 @@ import sys
 
 from sapporo import __version__, config
 from sapporo.backend import get_backend, probe_backends
+from sapporo.core import engine
 from sapporo.errors import BackendError
 
 
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
             ],
             "selected": None if chosen_dev is None else chosen_dev.as_dict(),
             "error": error,
-            "native": _step_status(),
+            "native": engine.status(),
         }
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
         return 0 if error is None else 1
@@ -63,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
         for why in getattr(s.backend, "skipped", []):
             w(f"  skipped: {why}\n")
     w("\n")
-    w(_capi_line(env))
-    w(_step_line())
+    w(_capi_line())
+    w(f"block steps: {engine.status()}\n")
     if error is None:
         w(f"selected: {chosen_name} device 0: {chosen_dev.name}\n")
         return 0
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     return 1
 
 
-def _capi_line(env: config.Settings) -> str:
+def _capi_line() -> str:
     """The C API's state: built for this version or not."""
     from sapporo.capi import build
 
@@ -80,17 +81,6 @@ def _capi_line(env: config.Settings) -> str:
     built = (f"built in {inst.prefix}" if inst.is_current()
              else "not built for this version (sapporo capi build)")
     return f"C API: {built}\n"
-
-
-def _step_status() -> str:
-    """The native engine (sapporo.core.engine) that runs every force call, or why it cannot."""
-    from sapporo.core import engine
-
-    return engine.status()
-
-
-def _step_line() -> str:
-    return f"block steps: {_step_status()}\n"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -43,7 +43,7 @@
 enum { CRIT_AARSETH = 0, CRIT_GENERALISED = 1, CRIT_AVERAGE = 2 };
 
 /* Steps never go below FLOOR_FRACTION of the fallback; a derivative counts as resolved
- * above RESOLVED_FACTOR times its force-noise bound (hermite.py holds the same values). */
+ * above RESOLVED_FACTOR times its force-noise bound. */
 #define FLOOR_FRACTION 0.125
 #define RESOLVED_FACTOR 2.0
 

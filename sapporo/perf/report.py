@@ -183,6 +183,8 @@ class BenchReport:
 
 
 def bench_system(n: int, seed: int, order: int) -> dict[str, Any]:
+    """A Plummer sphere with velocities, (random, orders 6, 8) accelerations and (order 8)
+    jerks, and ids."""
     from sapporo.reference import plummer
 
     x, v, m = plummer(n, seed=seed)

@@ -46,6 +46,7 @@ from sapporo.core.launch import (
     user_profile_dir,
 )
 from sapporo.errors import InputError, SapporoError
+from sapporo.perf.report import bench_system
 
 log = logging.getLogger(__name__)
 
@@ -247,18 +248,6 @@ def parse_config(text: str) -> LaunchConfig:
 # the sweep
 
 
-def _system(n: int, order: int, seed: int = 11) -> dict[str, np.ndarray]:
-    """A Plummer sphere with velocities and (random, orders 6, 8) accelerations (and, order 8,
-    jerks)."""
-    from sapporo.reference import plummer
-
-    x, v, m = plummer(n, seed=seed)
-    rng = np.random.default_rng(seed + 1)
-    a = rng.normal(scale=0.3, size=(n, 3)) if order >= 6 else None
-    jerk = rng.normal(scale=0.3, size=(n, 3)) if order >= 8 else None
-    return {"x": x, "v": v, "m": m, "a": a, "jerk": jerk, "id": np.arange(n, dtype=np.int64)}
-
-
 def _launch_key(cfg: LaunchConfig, info: DeviceInfo, ni: int, nj: int) -> tuple:
     """Configurations with the same key launch identically for this ``ni``/``nj``."""
     ni_pad = -(-min(ni, NI_CHUNK) // cfg.i_per_group) * cfg.i_per_group
@@ -304,7 +293,7 @@ def verify_config(lib: Any, cfg: LaunchConfig, n_active: Sequence[int], nj: int 
     from sapporo.reference import forces, relative_vector_error
 
     nj = max(nj, 2 * cfg.jt)
-    s = _system(nj, lib.order, seed=seed)
+    s = bench_system(nj, seed, lib.order)
     lib.reset()
     lib.set_time(0.0)
     lib.set_j_particles(np.arange(nj), s["id"], 0.0, s["m"], s["x"], s["v"], a=s["a"],
@@ -475,7 +464,7 @@ def tune(
         say(f"{tag} tuning on {info.name} ({info.backend}), N = {n}, "
             f"{len(cands)} candidates x {len(pts)} active-particle counts, "
             f"{repeats} repeat(s), metric {metric}")
-        sysd = _system(n, order)
+        sysd = bench_system(n, 11, order)
         lib.set_j_particles(np.arange(n), sysd["id"], 0.0, sysd["m"], sysd["x"], sysd["v"],
                             a=sysd["a"])
 
