@@ -27,9 +27,10 @@ int shim_py_engine(void **api, void **engine);
 /* GRAPE-5 (capi/g5.c): one library of order 2 per context id, each with its own engine
  * (NULL: none).  j-particles come as raw records of two double4 (x|m, v|t), every index 0;
  * force: the result rows (as shim_py_finish's, order 2) of the i-particles' forces from
- * addresses [0, nj) with one softening (i-index 1, so no j-particle is excluded).  one_at_a_time: 1 when
- * the context's engine must not run beside another thread's (a runtime whose kernels must not
- * run at once from two contexts: Context.one_kernel_at_a_time). */
+ * addresses [0, nj) with one softening (i-index 1, so no j-particle is excluded).
+ * one_at_a_time: 1 when the context's engine must not run beside another thread's (a
+ * runtime whose kernels must not run at once from two contexts:
+ * Context.one_kernel_at_a_time). */
 int shim_py_g5_open(int context, int *max_address, void **api, void **engine,
                     int *one_at_a_time);
 int shim_py_g5_close(int context);

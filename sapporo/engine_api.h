@@ -9,9 +9,9 @@
  *
  * Every function returns what the library would do: stored/started (> 0), "not here"
  * (0: nothing changed; the library's Python checks, converts or stores, and names the
- * error), or an error (< 0, with a message from error()).  The engine never computes from memory that may have moved: each plan carries
- * the generations of the library's and the device's memory, and is checked against them
- * before every use.
+ * error), or an error (< 0, with a message from error()).  The engine never computes from
+ * memory that may have moved: each plan carries the generations of the library's and the
+ * device's memory, and is checked against them before every use.
  */
 #ifndef SAPPORO_ENGINE_API_H
 #define SAPPORO_ENGINE_API_H

@@ -570,8 +570,8 @@ static void device_row(const struct dplan *p, int i, double *v)
 }
 
 /* i-particle i's result rows v[0 .. nco - 1] of a force call on nd devices (plans p[0 ..
- * nd - 1]): each device's parts, then the devices' rows as if they were parts.  0 when a checked row (check_rows) is not
- * finite, else 1 (the rows are written either way). */
+ * nd - 1]): each device's parts, then the devices' rows as if they were parts.  0 when a
+ * checked row (check_rows) is not finite, else 1 (the rows are written either way). */
 static int result_row(const struct dplan *p, int nd, int i, double *v)
 {
     double by_dev[ENG_MAX_DEV][NCO_ORDER8];
@@ -932,7 +932,8 @@ static int eng_copy_j_run(Engine *e, int d, int a0, int m)
         return 0;
     if ((size_t)n > e->run_cap) {
         int32_t *q = PyMem_RawRealloc(e->run_ids, sizeof(int32_t) * (size_t)n);
-        double *r = q == NULL ? NULL : PyMem_RawRealloc(e->run_raw, sizeof(double) * len * (size_t)n);
+        double *r = q == NULL ? NULL
+                              : PyMem_RawRealloc(e->run_raw, sizeof(double) * len * (size_t)n);
         if (q != NULL)
             e->run_ids = q;
         if (r == NULL) {

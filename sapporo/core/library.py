@@ -746,9 +746,7 @@ class Library:
         if not all(u is None or u.shape[:1] == (ni,) for u in (vs, ids, ai, ji)):
             return None
         out = np.empty((nco, ni))
-        counts = np.zeros(ni, dtype=np.int64) if lists else None
-        table = (np.full((ni, max(self.nb_capacity, 1)), -1, dtype=np.int32) if lists
-                 else None)
+        counts, table = self._no_lists(ni) if lists else (None, None)
 
         def part(u: np.ndarray | None, c0: int, c1: int) -> Any:
             return None if u is None or u.ndim == 0 else u[c0:c1]
@@ -768,13 +766,18 @@ class Library:
             return self._result(out, ids)
         return self._result(out, ids, counts, [(counts, table)])
 
+    def _no_lists(self, ni: int) -> tuple[np.ndarray, np.ndarray]:
+        """Neighbour counts (ni,) of zero and lists (ni, capacity) of -1: no neighbour."""
+        return (np.zeros(ni, dtype=np.int64),
+                np.full((ni, max(self.nb_capacity, 1)), -1, dtype=np.int32))
+
     def _engine_lists(self, eng: Any, ni: int) -> tuple[np.ndarray, np.ndarray]:
         """The neighbour counts (ni,) and lists (ni, capacity; -1 past a list's end) of
         engine ``eng``'s last call."""
         csr = eng.lists()
-        table = np.full((ni, max(self.nb_capacity, 1)), -1, dtype=np.int32)
+        counts, table = self._no_lists(ni)
         if csr is None:  # no i-particle wanted a list (every h2 zero)
-            return np.zeros(ni, dtype=np.int64), table
+            return counts, table
         offsets, counts32, ids = (np.frombuffer(b, dtype=np.intc) for b in csr)
         stored = np.diff(offsets)
         rows = np.repeat(np.arange(ni), stored)
@@ -940,8 +943,7 @@ class Library:
         out[OC_NNID] = -1.0
         if not lists:
             return self._result(out, ids)
-        counts = np.zeros(ni, dtype=np.int64)
-        table = np.full((ni, max(self.nb_capacity, 1)), -1, dtype=np.int32)
+        counts, table = self._no_lists(ni)
         return self._result(out, ids, counts, [(counts, table)])
 
     def _result(self, out: np.ndarray, ids: Any,
