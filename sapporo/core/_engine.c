@@ -963,8 +963,9 @@ static int eng_copy_j_run(Engine *e, int d, int a0, int m)
 
 /* Device memory: device d's share of n j-records (global addresses; already in the mirror)
  * into its buffers: a batch larger than one scatter on consecutive addresses (a tree
- * code's list, a first upload) in two copies, others scatter_max at a time (in order, so
- * that a repeated address keeps its last record). 0, or -1 (error set). */
+ * code's list, a first upload) in two copies, others scatter_max addresses at a time, in
+ * order (an address repeated within a batch keeps its slot, with its last record). 0, or
+ * -1 (error set). */
 static int eng_copy_j(Engine *e, int d, int n, const int *address, const int *index,
                       const double *rec, int nrec)
 {
@@ -983,13 +984,22 @@ static int eng_copy_j(Engine *e, int d, int n, const int *address, const int *in
             continue;
         if (s == 0 && ed->staged && eng_wait_dev(e, d) < 0)  /* the arrays may still be read */
             return -1;
-        double *r = p->scatter_batch + (len + 4) * (size_t)s;
+        /* an address staged already takes the later record in its slot: the threads of one
+         * scatter write in no fixed order, so a batch names each address once */
+        const double local = (double)(address[k] / nd);
+        double *r = NULL;
+        for (int q = s - 1; q >= 0 && r == NULL; q--)
+            if (p->scatter_batch[(len + 4) * (size_t)q + len] == local)
+                r = p->scatter_batch + (len + 4) * (size_t)q;
+        const int fresh = r == NULL;
+        if (fresh)
+            r = p->scatter_batch + (len + 4) * (size_t)s;
         memcpy(r, rec + 4 * (size_t)nrec * (size_t)k, sizeof(double) * 4 * given);
         memset(r + 4 * given, 0, sizeof(double) * (len - 4 * given));
-        r[len] = (double)(address[k] / nd);
+        r[len] = local;
         r[len + 1] = (double)index[k];
         r[len + 2] = r[len + 3] = 0.0;
-        if (++s == m) {
+        if (fresh && ++s == m) {
             if (eng_send_staged(e, d, s) < 0)
                 return -1;
             s = 0;

@@ -252,6 +252,50 @@ def test_cuda_road_on_the_emulation(order, precision):
             assert np.abs(getattr(res, name) - getattr(want, name)).max() <= tol * scale
 
 
+def test_a_batch_that_names_an_address_twice_keeps_its_last_record():
+    """An address may stand several times in one store; its last record counts. The threads
+    of one scatter launch write in no fixed order on a GPU, so the engine must not send an
+    address twice in one batch: on the emulated CUDA, with the threads of each block run in
+    reverse, the device keeps the last record and the forces follow it."""
+    import cudaemu
+    from cudaemu.fake_pycuda import emulated_cuda
+
+    x, v, m, ids, _, _ = _system(3000, seed=23)
+    addr = np.array([7, 1000, 7, 2999, 1001, 7])
+    xs = x[addr] + 0.01 * np.arange(1, 7)[:, None]
+    want = x.copy()
+    for k, q in enumerate(addr):  # the last record of each address
+        want[q] = xs[k]
+    with emulated_cuda():
+        if cudaemu.driver_library() is None:
+            pytest.skip("no C compiler for the emulated CUDA driver")
+        lib = _open(4, "double", "cuda")
+        try:
+            if lib._devs[0].ctx.native_entry_points() is None:
+                pytest.skip("a real CUDA driver is loaded: the emulated contexts are not its")
+            lib.set_j_particles(np.arange(3000), ids, 0.0, m, x, v)
+            lib.compute(x[:2], v[:2], ids[:2], EPS2)  # the plans made, the records stored
+            state = lib._devs[0].ctx.drv.state
+            state["schedule"] = (cudaemu.REVERSE, 1)
+            cudaemu.schedule_all(cudaemu.REVERSE)
+            try:
+                lib.set_j_particles(addr, ids[addr], 0.0, m[addr], xs, v[addr])
+                assert not lib._dirty  # stored by the engine (a scatter of the batch)
+                res = lib.compute(x[:50], v[:50], ids[:50], EPS2)
+            finally:
+                state["schedule"] = (cudaemu.FORWARD, 1)
+                cudaemu.schedule_all(cudaemu.FORWARD)
+            raw_n = lib._devs[0].raw_n
+            np.testing.assert_array_equal(_device_records(lib)[:3000], lib._raw[:3000, :raw_n])
+            np.testing.assert_array_equal(lib._raw[addr, 0, :3], want[addr])
+        finally:
+            lib.close()
+    r = ref.forces(x[:50], v[:50], ids[:50], want, v, m, ids, EPS2, order=4)
+    for name in ("acc", "jerk", "pot"):
+        got, exp = getattr(res, name), getattr(r, name)
+        assert np.abs(got - exp).max() <= 1e-10 * np.abs(exp).max(), name
+
+
 def _kernel_time_grows(lib, system, order: int, small: int, big: int) -> None:
     """A profiling library's kernel time: more than zero for every call, and more for a call
     of ``big`` i-particles than for one of ``small`` (the least of three each: a busy host

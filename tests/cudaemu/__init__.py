@@ -129,6 +129,9 @@ class Kernel:
             raise EmulatorError(f"kernel {self.name}: {self._error().decode()}")
 
 
+_LOADED: list[Module] = []  #: every module loaded (see schedule_all)
+
+
 class Module:
     """A compiled source: its kernels by name, and the fiber schedule of its launches."""
 
@@ -137,10 +140,18 @@ class Module:
         self._lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_LOCAL)
         self._lib.cuemu_set_schedule.argtypes = [ctypes.c_int, ctypes.c_uint]
         self.kernels = {n: Kernel(self._lib, n) for n in names}
+        _LOADED.append(self)
 
     def set_schedule(self, mode: int, seed: int = 1) -> None:
         """Fiber order of later launches: FORWARD, REVERSE or SHUFFLED (with ``seed``)."""
         self._lib.cuemu_set_schedule(int(mode), int(seed))
+
+
+def schedule_all(mode: int, seed: int = 1) -> None:
+    """Set the fiber schedule of every module loaded so far, for the launches the native
+    engine makes through the emulated driver too (the driver runs the same libraries)."""
+    for module in _LOADED:
+        module.set_schedule(mode, seed)
 
 
 @cache
