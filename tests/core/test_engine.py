@@ -215,7 +215,8 @@ def test_cuda_road_on_the_emulation(order, precision):
     """The engine's CUDA road (the driver API over the CPU emulation of tests/cudaemu):
     block steps stored, predicted, computed and combined by the reduce kernel in C through
     cuLaunchKernel and the asynchronous copies, with neighbour lists; every result within
-    tolerance of the float64 reference and of OpenCL."""
+    tolerance of the float64 reference and of OpenCL, and the same bits whatever the order
+    in which the threads of a block run."""
     import cudaemu
     from cudaemu.fake_pycuda import emulated_cuda
 
@@ -238,6 +239,22 @@ def test_cuda_road_on_the_emulation(order, precision):
             assert plan["launches"][3] is not None  # reduce
         finally:
             lib.close()
+        # the threads of every block run in other orders: the same bits (no result depends
+        # on which thread writes or sums first)
+        for schedule in (cudaemu.REVERSE, cudaemu.SHUFFLED):
+            cudaemu.schedule_all(schedule, 5)
+            other = _open(order, precision, "cuda")
+            other._devs[0].ctx.drv.state["schedule"] = (schedule, 5)
+            try:
+                again = _steps(other, system, order, precision, sizes,
+                               np.random.default_rng(9), h2=H2_LISTS)
+            finally:
+                other.close()
+                cudaemu.schedule_all(cudaemu.FORWARD)
+            for (_, _, res, *_), (_, _, want, *_) in zip(again, steps, strict=True):
+                _same(res, want)
+                for k in range(len(want.acc)):
+                    np.testing.assert_array_equal(res.neighbours(k), want.neighbours(k))
     # the same steps through OpenCL
     cl = _open(order, precision, "opencl")
     try:
