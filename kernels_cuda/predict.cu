@@ -3,7 +3,8 @@
 #include "common.cuh"
 
 /* Copy n packed records to their addresses: each RAW_N double4, then one more that holds
- * its address and id (.x, .y, as doubles: exact for ints), so that a batch is one copy. */
+ * its address and id (.x, .y, as doubles: exact for ints), so that a batch is one copy. A
+ * batch names each address once (the threads write in no fixed order). */
 extern "C" __global__ void scatter_j(const int n,
                                      const dbl4 *__restrict__ packed,
                                      dbl4 *__restrict__ raw,

@@ -2,7 +2,9 @@
 #include "common.h"
 
 /* Copy n packed records to their addresses: each RAW_N double4, then one more that holds
- * its address and id (.x, .y, as doubles: exact for ints), so that a batch is one copy. */
+ * its address and id (.x, .y, as doubles: exact for ints), so that a batch is one copy. A
+ * batch names each address once (the work-items write in no fixed order). Offsets are
+ * size_t: addresses times RAW_N pass 2^31 on large devices. */
 __kernel void scatter_j(const int n,
                         __global const double4 *packed,
                         __global double4 *raw,
@@ -10,9 +12,9 @@ __kernel void scatter_j(const int n,
 {
     const int k = get_global_id(0);
     if (k >= n) return;
-    __global const double4 *p = packed + k * (RAW_N + 1);
+    __global const double4 *p = packed + (size_t)k * (RAW_N + 1);
     const int a = (int)p[RAW_N].x;
-    for (int q = 0; q < RAW_N; q++) raw[a * RAW_N + q] = p[q];
+    for (int q = 0; q < RAW_N; q++) raw[(size_t)a * RAW_N + q] = p[q];
     jid[a] = (int)p[RAW_N].y;
 }
 
@@ -36,7 +38,7 @@ __kernel void predict(const int n, const double t,
 {
     const int a = get_global_id(0);
     if (a >= n) return;
-    __global const double4 *r = raw + a * RAW_N;
+    __global const double4 *r = raw + (size_t)a * RAW_N;
     /* whole double4 records (x|m, v|t, ...): one AVX2 register per term on CPUs, where
      * double3 arithmetic is scalarised; the .w lanes compute junk that is not stored */
     const double4 xm = r[RAW_XM], vt = r[RAW_VT];
