@@ -30,7 +30,7 @@ def _usable_backends() -> list[tuple[str, str]]:
 _BACKENDS = _usable_backends()
 
 EMULATED = "cuda-emulated"
-EMULATED_MODULES = {"test_library.py", "test_order8.py"}
+EMULATED_MODULES = {"test_library.py", "test_order8.py", "test_engine.py"}
 
 
 def _emulate(module_file: str) -> bool:

@@ -25,14 +25,6 @@ EPS2 = 1e-4
 H2_LISTS = 0.01  #: neighbour radius^2 of the steps with lists (a few neighbours each)
 
 
-@pytest.fixture
-def cl_backend(backend):
-    """The backend, for tests of the native engine (which runs OpenCL launches)."""
-    if backend != "opencl":
-        pytest.skip("the native engine runs OpenCL launches")
-    return backend
-
-
 def _system(n: int, seed: int = 3):
     x, v, m = ref.plummer(n, seed=seed)
     rng = np.random.default_rng(seed)
@@ -132,11 +124,11 @@ def _near_reference(system, step, tj, order: int, precision: str,
 
 @pytest.mark.parametrize("precision", ["double-single", "double"])
 @pytest.mark.parametrize("order", [2, 4, 6, 8])
-def test_block_steps_against_the_reference(cl_backend, order, precision):
+def test_block_steps_against_the_reference(backend, order, precision):
     """Blocks of 1 to 130 particles, stored, moved on and computed in C: every result within
     the float64 reference's tolerance."""
     system = _system(700)
-    lib = _open(order, precision, cl_backend)
+    lib = _open(order, precision, backend)
     try:
         steps = _steps(lib, system, order, precision, [1, 2, 1, 5, 16, 1, 130, 3] * 3,
                        np.random.default_rng(7))
@@ -148,7 +140,7 @@ def test_block_steps_against_the_reference(cl_backend, order, precision):
 
 @pytest.mark.parametrize("precision", ["double-single", "double"])
 @pytest.mark.parametrize("order", [2, 4, 6, 8])
-def test_parts_combined_by_the_reduce_kernel_and_large_batches(cl_backend, monkeypatch,
+def test_parts_combined_by_the_reduce_kernel_and_large_batches(backend, monkeypatch,
                                                                order, precision):
     """As on a GPU: the j-range in several parts combined by the reduce kernel, which the
     engine queues after the force; batches of j-particles of any size stored by the
@@ -158,10 +150,10 @@ def test_parts_combined_by_the_reduce_kernel_and_large_batches(cl_backend, monke
 
     system = _system(3000, seed=11)
     x, v, m, ids, a, jerk = system
-    host = _open(order, precision, cl_backend)  # the parts combined on the host (in C)
+    host = _open(order, precision, backend)  # the parts combined on the host (in C)
     monkeypatch.setattr(sapporo.core.device, "HOST_REDUCE_MAX", 0)
     monkeypatch.setattr(sapporo.core.device, "GPU_HOST_REDUCE_MAX", 0)
-    lib = _open(order, precision, cl_backend)
+    lib = _open(order, precision, backend)
     try:
         for one in (lib, host):
             one._devs[0].ctx.small_pairs = 0  # no companion device: every launch in parts
@@ -337,7 +329,7 @@ def _same_steps(steps, other) -> None:
 
 @pytest.mark.parametrize("precision", ["double-single", "double"])
 @pytest.mark.parametrize("order", [2, 4, 6, 8])
-def test_profiling_library_steps_run_in_c_and_are_timed(cl_backend, order, precision):
+def test_profiling_library_steps_run_in_c_and_are_timed(backend, order, precision):
     """A library opened with profiling runs its block steps in the engine (on host memory,
     and on device memory when tests/core/test_device_memory.py runs this file again with
     SAPPORO_NATIVE_MEMORY=device), with the bits of a library that does not profile, and
@@ -345,8 +337,8 @@ def test_profiling_library_steps_run_in_c_and_are_timed(cl_backend, order, preci
     for a call four times larger. One that does not profile has no timing in its plans and
     reads 0."""
     system = _system(2000, seed=13)
-    prof = _open(order, precision, cl_backend, profiling=True)
-    plain = _open(order, precision, cl_backend)
+    prof = _open(order, precision, backend, profiling=True)
+    plain = _open(order, precision, backend)
     try:
         assert prof.kernel_seconds == 0.0
         steps = _steps(prof, system, order, precision, [1, 3, 1, 40, 7],
@@ -412,14 +404,14 @@ def test_profiling_on_the_cuda_road(order):
 
 
 @pytest.mark.parametrize("precision", ["double-single", "double"])
-def test_neighbour_lists_and_the_asynchronous_pair_run_in_c(cl_backend, precision):
+def test_neighbour_lists_and_the_asynchronous_pair_run_in_c(backend, precision):
     """compute with h2 and start_compute/result run in the engine: forces, nearest
     neighbours, neighbour lists and their exact counts against float64 distances, overflow
     past the capacity (8, so that some lists overflow); radii of zero give empty lists;
     j-particles stored between start and result count from the next call on."""
     n = 900
     x, v, m, ids, a, jerk = _system(n, seed=4)
-    lib = _open(4, precision, cl_backend, nb_capacity=8)
+    lib = _open(4, precision, backend, nb_capacity=8)
     rng = np.random.default_rng(2)
     near = 1e-6 if precision == "double-single" else 1e-12
     try:
@@ -472,13 +464,13 @@ def test_neighbour_lists_and_the_asynchronous_pair_run_in_c(cl_backend, precisio
         lib.close()
 
 
-def test_inputs_of_other_forms_are_converted(cl_backend):
+def test_inputs_of_other_forms_are_converted(backend):
     """Scalars, lists, int32 ids, Fortran-ordered arrays: the bits of the same values given
     as the engine takes them; j-particles at stored addresses, once Python has converted
     them, are stored by the engine (no new plan, nothing left for Python to upload)."""
     n = 300
     x, v, m, ids, a, jerk = _system(n)
-    odd, plain = (_open(4, "double-single", cl_backend) for _ in range(2))
+    odd, plain = (_open(4, "double-single", backend) for _ in range(2))
     forms = [
         lambda s: (int(s[0]), int(ids[s][0]), 0.0, float(m[s][0]), x[s], v[s]),
         lambda s: (s.astype(np.int32), ids[s].astype(np.int32), np.zeros(len(s)), m[s],
@@ -508,12 +500,12 @@ def test_inputs_of_other_forms_are_converted(cl_backend):
         plain.close()
 
 
-def test_python_ints_where_numbers_go_run_in_c(cl_backend):
+def test_python_ints_where_numbers_go_run_in_c(backend):
     """t, mass and eps2 given as Python ints (eps2=0 is common) run in C, with the bits of
     the same values as floats; an int beyond int64 gets the library's error."""
     n = 100
     x, v, m, ids, a, jerk = _system(n)
-    ints, floats = (_open(4, "double", cl_backend) for _ in range(2))
+    ints, floats = (_open(4, "double", backend) for _ in range(2))
     try:
         for lib, zero in ((ints, 0), (floats, 0.0)):
             lib.set_j_particles(np.arange(n), ids, zero, m, x, v)
@@ -550,8 +542,8 @@ def _ready(order: int = 4, precision: str = "double-single", backend: str = "ope
 @pytest.mark.parametrize("case", [
     "x_nan", "x_huge", "v_inf", "eps2_negative", "id_negative", "id_huge", "a_nan_order4",
 ])
-def test_bad_i_input_gets_the_python_error(cl_backend, case):
-    lib, (x, v, m, ids, a, jerk) = _ready(backend=cl_backend)
+def test_bad_i_input_gets_the_python_error(backend, case):
+    lib, (x, v, m, ids, a, jerk) = _ready(backend=backend)
     s = np.array([4])
     xi, vi, idi, eps2, ai = x[s].copy(), v[s].copy(), ids[s].copy(), EPS2, None
     if case == "x_nan":
@@ -580,8 +572,8 @@ def test_bad_i_input_gets_the_python_error(cl_backend, case):
 
 @pytest.mark.parametrize("case", ["x_nan", "t_inf", "mass_tiny", "pop_at_order4", "id_huge",
                                   "address_negative"])
-def test_bad_j_input_gets_the_python_error(cl_backend, case):
-    lib, (x, v, m, ids, a, jerk) = _ready(backend=cl_backend)
+def test_bad_j_input_gets_the_python_error(backend, case):
+    lib, (x, v, m, ids, a, jerk) = _ready(backend=backend)
     s = np.array([5])
     args = dict(address=s, index=ids[s], t=0.0, mass=m[s].copy(), x=x[s].copy(), v=v[s])
     if case == "x_nan":
@@ -604,9 +596,9 @@ def test_bad_j_input_gets_the_python_error(cl_backend, case):
         lib.close()
 
 
-def test_non_finite_force_is_diagnosed(cl_backend):
+def test_non_finite_force_is_diagnosed(backend):
     """Two particles at the same place with eps2 = 0: the Python way names the particle."""
-    lib, (x, v, m, ids, a, jerk) = _ready(backend=cl_backend)
+    lib, (x, v, m, ids, a, jerk) = _ready(backend=backend)
     try:
         s = np.array([7])
         lib.set_j_particles(s, ids[s], 0.0, m[s], x[8:9], v[s])  # on top of particle 8
@@ -616,13 +608,13 @@ def test_non_finite_force_is_diagnosed(cl_backend):
         lib.close()
 
 
-def test_state_changes_make_new_plans(cl_backend):
+def test_state_changes_make_new_plans(backend):
     """More addresses, higher derivatives, a reset, a pending result, a launch table, lists
     and subsets between steps: every result that of the state the test keeps itself, by the
     float64 reference (double precision)."""
     n = 400
     x, v, m, ids, a, jerk = _system(n)
-    lib = _open(4, "double", cl_backend)
+    lib = _open(4, "double", backend)
     # the j-memory as the test keeps it: per address position, velocity, a, jerk, time, id
     mem = {"x": np.zeros((n, 3)), "v": np.zeros((n, 3)), "a": np.zeros((n, 3)),
            "jerk": np.zeros((n, 3)), "t": np.zeros(n), "m": np.zeros(n),
@@ -698,7 +690,7 @@ def test_built_with_the_package():
     assert engine.status().startswith("native (")
 
 
-def test_a_missing_engine_is_said(cl_backend, monkeypatch):
+def test_a_missing_engine_is_said(backend, monkeypatch):
     """Without the compiled module (an install whose C compiler failed) there is nothing to
     compute with: a library says so at its first call, naming the fix, and `sapporo info`
     shows the same line."""
@@ -712,18 +704,18 @@ def test_a_missing_engine_is_said(cl_backend, monkeypatch):
     monkeypatch.delattr(sapporo.core, "_engine", raising=False)
     assert "reinstall sapporo-nbody with a C compiler" in engine.status()
     x, v, m, ids, _, _ = _system(20)
-    with sapporo.Library(order=4, backend=cl_backend) as lib:
+    with sapporo.Library(order=4, backend=backend) as lib:
         with pytest.raises(BackendError, match="native engine .* cannot be imported"):
             lib.set_j_particles(np.arange(20), ids, 0.0, m, x, v)
         with pytest.raises(BackendError, match="native engine .* cannot be imported"):
             lib.compute(x[:2], v[:2], ids[:2], EPS2)
 
 
-def test_plan_table_written_once(cl_backend):
+def test_plan_table_written_once(backend):
     """plan.h is the one definition of a plan's words: the plan the library makes has a
     value for every DP_* word of it (no more, no fewer), and its entry points are the
     DP_FN_* words of one runtime (OpenCL's, or CUDA's DP_FN_CU_*)."""
-    lib = sapporo.Library(order=4, precision="double-single", backend=cl_backend)
+    lib = sapporo.Library(order=4, precision="double-single", backend=backend)
     try:
         x, v, m, ids, _, _ = _system(64)
         lib.set_j_particles(np.arange(64), ids, 0.0, m, x, v)
@@ -799,13 +791,13 @@ def test_module_refuses_misuse():
     assert eng.off == 1
 
 
-def test_launch_failure_is_a_backend_error_that_stays(cl_backend):
+def test_launch_failure_is_a_backend_error_that_stays(backend):
     """An OpenCL error inside the native engine raises BackendError naming the device; the
     library then refuses every force call with a BackendError that says so (its device
     state is unknown), and closes cleanly."""
     from sapporo.errors import BackendError
 
-    lib, (x, v, m, ids, a, jerk) = _ready(backend=cl_backend)
+    lib, (x, v, m, ids, a, jerk) = _ready(backend=backend)
     real = lib._engine
 
     class Failing:
@@ -847,13 +839,13 @@ def test_install_without_a_compiler_says_what_to_install(tmp_path):
     assert "apt install gcc python3-dev" in proc.stderr
 
 
-def test_a_library_dropped_without_close_is_freed(cl_backend):
+def test_a_library_dropped_without_close_is_freed(backend):
     """The engine calls back into its library for plans, but does not keep it alive: a
     library that goes out of scope unclosed is freed (its device memory with it)."""
     import gc
     import weakref
 
-    lib, _ = _ready(backend=cl_backend)
+    lib, _ = _ready(backend=backend)
     ref = weakref.ref(lib)
     del lib
     gc.collect()
