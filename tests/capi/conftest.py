@@ -151,3 +151,33 @@ def pc_file_flags(path: Path) -> list[str]:
         elif m := re.match(r"^(\w[\w.]*):\s*(.*)$", line):
             fields[m[1]] = expand(m[2].strip())
     return [*shlex.split(fields.get("Cflags", "")), *shlex.split(fields.get("Libs", ""))]
+
+
+#: a test program's embedded interpreter imports this (as sitecustomize) and then runs on
+#: the emulated CUDA: the fake PyCUDA in sys.modules, the emulated driver loaded
+_EMULATE = """
+import sys
+sys.path.insert(0, {tests!r})
+from cudaemu import driver_library
+from cudaemu.fake_pycuda import make_fake_pycuda
+sys.modules.update(make_fake_pycuda(execute=True))
+driver_library()
+sys.stderr.write("cudaemu: the emulated CUDA\\n")
+"""
+
+
+@pytest.fixture
+def cuda_emulation_env(tmp_path: Path) -> dict[str, str]:
+    """The environment (for :meth:`CApi.env`) in which a test program opens the CUDA
+    backend on the emulation of tests/cudaemu (the only PyCUDA there: with
+    ``SAPPORO_BACKEND=cuda`` the program runs on it or fails to open); its stderr says
+    ``cudaemu: the emulated CUDA``."""
+    import cudaemu
+
+    if not cudaemu.available()[0] or cudaemu.driver_library() is None:
+        pytest.skip("no C/C++ compiler for the CUDA emulation")
+    site = tmp_path / "emulated-site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        _EMULATE.format(tests=str(Path(__file__).resolve().parents[1])))
+    return {"SAPPORO_BACKEND": "cuda", "PYTHONPATH": str(site)}

@@ -38,36 +38,15 @@ def test_direct_path_sequence(capi: CApi, tmp_path: Path, order: int, precision:
     assert _run(capi, tmp_path, order, precision) == (out, calls)  # the same bits again
 
 
-#: the embedded interpreter of a test program imports this (as sitecustomize) and then runs
-#: on the emulated CUDA: the fake PyCUDA in sys.modules, the emulated driver loaded
-_EMULATE = """
-import sys
-sys.path.insert(0, {tests!r})
-from cudaemu import driver_library
-from cudaemu.fake_pycuda import make_fake_pycuda
-sys.modules.update(make_fake_pycuda(execute=True))
-driver_library()
-sys.stderr.write("cudaemu: the emulated CUDA\\n")
-"""
-
-
 @pytest.mark.parametrize("order", [4, 8])
-def test_direct_path_on_the_emulated_cuda(capi: CApi, tmp_path: Path, order: int) -> None:
+def test_direct_path_on_the_emulated_cuda(capi: CApi, tmp_path: Path, order: int,
+                                          cuda_emulation_env: dict[str, str]) -> None:
     """The C API's block steps on CUDA: the same sequence, run by the engine through the
     CUDA driver's entry points (the emulated driver, over kernels_cuda/ compiled for the
     CPU), with no Python per step; the forces of OpenCL's run to double's rounding."""
-    import cudaemu
-
-    if not cudaemu.available()[0] or cudaemu.driver_library() is None:
-        pytest.skip("no C/C++ compiler for the CUDA emulation")
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(
-        _EMULATE.format(tests=str(Path(__file__).resolve().parents[1])))
     cl, _ = _run(capi, tmp_path, order, "double")
-    # SAPPORO_BACKEND=cuda: CUDA or a failed open (the emulation's is the only PyCUDA)
     proc = capi.run(capi.program("direct_ab.c"), order, "double", cwd=tmp_path,
-                    env=capi.env(SAPPORO_BACKEND="cuda", PYTHONPATH=str(site)))
+                    env=capi.env(**cuda_emulation_env))
     assert "cudaemu: the emulated CUDA" in proc.stderr
     cu, calls = proc.stdout, int(re.search(r"direct_calls (\d+)", proc.stderr).group(1))
     _check_sequence(cu, calls)
