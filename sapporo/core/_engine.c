@@ -1683,6 +1683,10 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds)
     static char *names[] = {"out", "planner", "ndev", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|i", names, &out, &planner, &ndev))
         return -1;
+    if (self->ready || self->have_out) {  /* its plans and rows are in use */
+        PyErr_SetString(PyExc_RuntimeError, "Engine is initialised once");
+        return -1;
+    }
     if (!PyCallable_Check(planner)) {
         PyErr_SetString(PyExc_TypeError, "planner: a callable planner(nj, ni, lists)");
         return -1;
@@ -1698,10 +1702,6 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     self->unpacked = unpacked;
-    if (self->have_out) {
-        PyBuffer_Release(&self->out);
-        self->have_out = 0;
-    }
     if (PyObject_GetBuffer(out, &self->out, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE)
         < 0)
         return -1;
@@ -1716,14 +1716,7 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds)
     }
     Py_INCREF(planner);
     Py_XSETREF(self->planner, planner);
-    if (self->ready)
-        eng_wait(self);
-    for (int l = 0; l < 2; l++) {  /* plan blocks of ndev plans from now on */
-        PyMem_RawFree(self->plans[l]);
-        self->plans[l] = NULL;
-        self->nplans[l] = 0;
-    }
-    self->ndev = ndev;
+    self->ndev = ndev;  /* plan blocks of ndev plans */
     eng_clear_plans(self);
     self->last = NULL;
     self->uncollected = 0;

@@ -363,7 +363,8 @@ class Library:
         t0 = _now() if ph is not None else 0.0
         eng = self._engine
         if (eng is not None and not self._dirty and self._pending is None
-                and eng.put_j(address, index, t, mass, x, v, a, jerk, snap, crackle, pop, d5)):
+                and self._engine_call(eng.put_j, address, index, t, mass, x, v, a, jerk,
+                                      snap, crackle, pop, d5)):
             # checked and stored in C, into the mirror and the device's records
             if ph is not None:
                 ph["store"] += _now() - t0
@@ -390,7 +391,7 @@ class Library:
         cols = [None if u is None else np.ascontiguousarray(u)
                 for u in (tj, m, xj, vj, *derivs)]
         if (eng is not None and not self._dirty and self._pending is None
-                and eng.put_j(addr, ids, *cols)):
+                and self._engine_call(eng.put_j, addr, ids, *cols)):
             # converted (lists, other dtypes, one value for all): stored in C after all
             if ph is not None:
                 ph["checks"] += _now() - t0

@@ -771,6 +771,12 @@ def test_module_refuses_misuse():
     with pytest.raises(RuntimeError, match="no force call"):
         eng.finish(1)  # nothing started
     assert eng.lists() is None
+    # initialised once: its plans and rows stay as they are (a second __init__ with a
+    # rejected buffer left it writing there)
+    for bad in (np.zeros(3), out):
+        with pytest.raises(RuntimeError, match="initialised once"):
+            eng.__init__(bad, lambda *a: 0)
+    assert eng.compute(*args, 5, None) == 0 and len(asked) == 1
     # plans it cannot read, and a planner that raises: an error, and no call from then on
     for planner, why in ((lambda *a: np.zeros(3, dtype=np.int64), "a plan of 24 bytes"),
                          (lambda *a: 1 / 0, "could not make a plan"),
@@ -818,6 +824,27 @@ def test_launch_failure_is_a_backend_error_that_stays(backend):
             lib.compute(x[9:11], v[9:11], ids[9:11], EPS2)
         with pytest.raises(BackendError, match="failed earlier"):
             lib.start_compute(x[9:11], v[9:11], ids[9:11], EPS2)
+    finally:
+        lib.close()
+    # a store that fails in the engine (a copy to the device): the same
+    lib, (x, v, m, ids, a, jerk) = _ready(backend=backend)
+    real = lib._engine
+
+    class FailingStore(Failing):
+        def put_j(self, *args):
+            if isinstance(args[0], list):
+                return False  # not as given: Python converts it and hands it over again
+            raise RuntimeError("OpenCL error -5 copying a run of j-records (status 0)")
+
+    try:
+        lib._engine = FailingStore()
+        for addr in ([3], np.array([3])):  # converted by Python, and as given
+            lib._engine = lib._engine or FailingStore()
+            with pytest.raises(BackendError, match="copying a run of j-records"):
+                lib.set_j_particles(addr, ids[3:4], 0.0, m[3:4], x[3:4], v[3:4])
+            assert lib._engine is None
+        with pytest.raises(BackendError, match="failed earlier"):
+            lib.compute(x[9:11], v[9:11], ids[9:11], EPS2)
     finally:
         lib.close()
 
