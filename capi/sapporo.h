@@ -74,7 +74,8 @@ int sapporo_calc_lasthalf8(int ni, double acc[][3], double jerk[][3], double sna
 /* Send buffered j-particles now (done anyway by g6_set_ti and every force call). */
 int sapporo_flush(void);
 
-/* The message of the most recent error ("" when none yet); valid until the next error. */
+/* The message of the calling thread's most recent error ("" when none yet); valid until its
+ * next error. */
 const char *sapporo_last_error(void);
 
 /* The version of the sapporo Python package behind the library ("" if Python failed). */

@@ -31,7 +31,7 @@ static void shim_mark_ready(void);
 
 static pthread_mutex_t shim_lock = PTHREAD_MUTEX_INITIALIZER;
 static const char *current_fn = "sapporo";   /* API function being served, for messages */
-static char last_error[1024];
+static _Thread_local char last_error[1024];  /* per thread, as dlerror(): read unlocked */
 static char open_error[512];                 /* why the last open failed ("" if it did not) */
 static char version[64];
 static int python_ready;                     /* set by the embedded init code when done */
