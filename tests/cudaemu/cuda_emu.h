@@ -7,9 +7,10 @@
  *  - Every CUDA thread of a block is a fiber (ucontext) with its own stack; a block runs
  *    to completion before the next one starts. A fiber runs until it reaches a barrier
  *    (__syncthreads, a warp shuffle or vote, __syncwarp) or returns; the scheduler then runs the
- *    next fiber. The order in which the fibers of one round run is a schedule: forward,
- *    reverse or shuffled (cuemu_set_schedule), so a missing barrier shows up as a wrong
- *    result under one schedule or another instead of passing by luck.
+ *    next fiber. The order in which the fibers of one round run, and the blocks of a grid,
+ *    is a schedule: forward, reverse or shuffled (cuemu_set_schedule), so a missing barrier
+ *    or two blocks writing one place shows up as a wrong result under one schedule or
+ *    another instead of passing by luck.
  *  - __syncthreads is released only when every thread of the block waits at it; a thread
  *    that returned while others wait is reported (undefined on a GPU, a hang or garbage).
  *  - A warp shuffle or vote (__any_sync) is released when every lane named in its mask
@@ -36,6 +37,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -371,12 +373,20 @@ inline int launch(const unsigned *grid, const unsigned *block, std::function<voi
     Launch *saved_l = L;
     Fiber *saved_f = F;
     L = &l;
-    for (unsigned z = 0; z < l.grid.z && l.error.empty(); z++)
-        for (unsigned y = 0; y < l.grid.y && l.error.empty(); y++)
-            for (unsigned x = 0; x < l.grid.x && l.error.empty(); x++) {
-                l.bid = {x, y, z};
-                run_block(order, rng);
-            }
+    /* the blocks run in the schedule's order too (forward, reverse or shuffled), so that a
+     * result that depends on which block writes last shows up */
+    std::vector<uint3> blocks;
+    blocks.reserve((size_t)l.grid.x * l.grid.y * l.grid.z);
+    for (unsigned z = 0; z < l.grid.z; z++)
+        for (unsigned y = 0; y < l.grid.y; y++)
+            for (unsigned x = 0; x < l.grid.x; x++)
+                blocks.push_back({x, y, z});
+    if (schedule_mode == 1) std::reverse(blocks.begin(), blocks.end());
+    if (schedule_mode == 2) std::shuffle(blocks.begin(), blocks.end(), rng);
+    for (size_t b = 0; b < blocks.size() && l.error.empty(); b++) {
+        l.bid = blocks[b];
+        run_block(order, rng);
+    }
     L = saved_l;
     F = saved_f;
     if (!l.error.empty()) {

@@ -2,10 +2,10 @@
 
 The CUDA kernels are tested without a GPU on this emulation (tests/backend/test_cuda.py,
 the ``cuda-emulated`` backend of tests/core/test_library.py). These tests show, on small
-kernels written here, that it gives CUDA's results for warp shuffles and votes, and that it turns
-the mistakes a GPU lets pass silently (a missing barrier, a wrong shuffle mask, a barrier
-not reached by every thread, a write past an allocation, arguments packed with the wrong
-types) into failures.
+kernels written here, that it gives CUDA's results for warp shuffles and votes, and that it
+turns the mistakes a GPU lets pass silently (a missing barrier, blocks that race, a wrong
+shuffle mask, a barrier not reached by every thread, a write past an allocation, arguments
+packed with the wrong types) into failures.
 """
 
 from __future__ import annotations
@@ -48,6 +48,12 @@ extern "C" __global__ void rotate(const int sync, int *out)
     s[threadIdx.x] = 3 * (int)threadIdx.x + (int)blockIdx.x;
     if (sync) __syncthreads();
     out[blockIdx.x * blockDim.x + threadIdx.x] = s[(threadIdx.x + 1) % blockDim.x];
+}
+
+/* every block writes its index to one place: the last block run wins (a race on a GPU) */
+extern "C" __global__ void last_block(int *out)
+{
+    if (threadIdx.x == 0) out[0] = (int)blockIdx.x;
 }
 
 /* the mistakes: 0 none, 1 barrier after an early return, 2 mask without the caller,
@@ -137,6 +143,22 @@ def test_missing_barrier_is_caught_by_every_schedule(module: cudaemu.Module,
     assert (racy != want).any()
     # what went wrong is visible: unwritten shared memory reads as 0xff bytes
     assert (racy[racy != want] == -1).all()
+
+
+def test_blocks_run_in_the_schedules_order(module: cudaemu.Module) -> None:
+    """Blocks, too, run forward, reversed or shuffled, so that two blocks writing one place
+    (whose result a GPU leaves open) give another result under another schedule."""
+    grid = 16
+    last = {}
+    for schedule, seed in ((cudaemu.FORWARD, 1), (cudaemu.REVERSE, 1),
+                           *((cudaemu.SHUFFLED, s) for s in range(1, 6))):
+        module.set_schedule(schedule, seed)
+        try:
+            last[schedule, seed] = int(run(module, "last_block", grid, 32, "", n_out=1)[0])
+        finally:
+            module.set_schedule(cudaemu.FORWARD)
+    assert last[cudaemu.FORWARD, 1] == grid - 1 and last[cudaemu.REVERSE, 1] == 0
+    assert len({v for (mode, _), v in last.items() if mode == cudaemu.SHUFFLED}) > 1
 
 
 @pytest.mark.parametrize(("which", "block", "message"), [
