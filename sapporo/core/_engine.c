@@ -974,35 +974,42 @@ static int eng_copy_j(Engine *e, int d, int n, const int *address, const int *in
     const int nd = e->ndev, m = p->scatter_max;
     const size_t len = 4 * (size_t)p->raw_n;
     const size_t given = (size_t)(nrec < p->raw_n ? nrec : p->raw_n);
-    int run = n > m, s = 0;
+    int run = n > m, s = 0, bits = 1;
     for (int k = 1; k < n && run; k++)
         run = address[k] == address[0] + k;
     if (run)
         return eng_copy_j_run(e, d, address[0], n);
+    /* the threads of one scatter write in no fixed order, so a batch names each address
+     * once: an address staged already takes the later record in its slot, found through
+     * a hash table of the batch's slots (slot + 1; 0: free) */
+    while ((1 << bits) < 2 * m)
+        bits++;
+    int slot_of[1 << bits];
+    memset(slot_of, 0, sizeof slot_of);
     for (int k = 0; k < n; k++) {
         if (address[k] % nd != d)
             continue;
         if (s == 0 && ed->staged && eng_wait_dev(e, d) < 0)  /* the arrays may still be read */
             return -1;
-        /* an address staged already takes the later record in its slot: the threads of one
-         * scatter write in no fixed order, so a batch names each address once */
-        const double local = (double)(address[k] / nd);
-        double *r = NULL;
-        for (int q = s - 1; q >= 0 && r == NULL; q--)
-            if (p->scatter_batch[(len + 4) * (size_t)q + len] == local)
-                r = p->scatter_batch + (len + 4) * (size_t)q;
-        const int fresh = r == NULL;
+        const int local = address[k] / nd;
+        unsigned h = ((unsigned)local * 2654435761u) >> (32 - bits);
+        while (slot_of[h] != 0
+               && p->scatter_batch[(len + 4) * (size_t)(slot_of[h] - 1) + len] != local)
+            h = (h + 1) & ((1u << bits) - 1);
+        const int fresh = slot_of[h] == 0;
         if (fresh)
-            r = p->scatter_batch + (len + 4) * (size_t)s;
+            slot_of[h] = s + 1;
+        double *r = p->scatter_batch + (len + 4) * (size_t)(slot_of[h] - 1);
         memcpy(r, rec + 4 * (size_t)nrec * (size_t)k, sizeof(double) * 4 * given);
         memset(r + 4 * given, 0, sizeof(double) * (len - 4 * given));
-        r[len] = local;
+        r[len] = (double)local;
         r[len + 1] = (double)index[k];
         r[len + 2] = r[len + 3] = 0.0;
         if (fresh && ++s == m) {
             if (eng_send_staged(e, d, s) < 0)
                 return -1;
             s = 0;
+            memset(slot_of, 0, sizeof slot_of);
         }
     }
     return s > 0 ? eng_send_staged(e, d, s) : 0;

@@ -288,13 +288,19 @@ def test_a_batch_that_names_an_address_twice_keeps_its_last_record():
             state["schedule"] = (cudaemu.REVERSE, 1)
             cudaemu.schedule_all(cudaemu.REVERSE)
             try:
+                # more than one batch, in no order, with repeats: the device as the mirror
+                many = np.random.default_rng(4).integers(0, 3000, 700)
+                lib.set_j_particles(many, ids[many], 0.0, m[many], x[::-1][many], v[many])
+                lib.set_j_particles(many, ids[many], 0.0, m[many], x[many], v[many])
+                raw_n = lib._devs[0].raw_n
+                np.testing.assert_array_equal(_device_records(lib)[:3000],
+                                              lib._raw[:3000, :raw_n])
                 lib.set_j_particles(addr, ids[addr], 0.0, m[addr], xs, v[addr])
                 assert not lib._dirty  # stored by the engine (a scatter of the batch)
                 res = lib.compute(x[:50], v[:50], ids[:50], EPS2)
             finally:
                 state["schedule"] = (cudaemu.FORWARD, 1)
                 cudaemu.schedule_all(cudaemu.FORWARD)
-            raw_n = lib._devs[0].raw_n
             np.testing.assert_array_equal(_device_records(lib)[:3000], lib._raw[:3000, :raw_n])
             np.testing.assert_array_equal(lib._raw[addr, 0, :3], want[addr])
         finally:
