@@ -94,6 +94,12 @@ def cuda_usable() -> tuple[bool, str]:
     return (False, "cuda backend not probed")
 
 
+@pytest.fixture(scope="session")
+def cuda_gpu() -> bool:
+    """Whether a real CUDA device is usable (not the emulation)."""
+    return cuda_usable()[0]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     ok, reason = cuda_usable()
     if ok:

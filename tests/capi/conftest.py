@@ -167,13 +167,15 @@ sys.stderr.write("cudaemu: the emulated CUDA\\n")
 
 
 @pytest.fixture
-def cuda_emulation_env(tmp_path: Path) -> dict[str, str]:
+def cuda_env(tmp_path: Path, cuda_gpu: bool) -> dict[str, str]:
     """The environment (for :meth:`CApi.env`) in which a test program opens the CUDA
-    backend on the emulation of tests/cudaemu (the only PyCUDA there: with
-    ``SAPPORO_BACKEND=cuda`` the program runs on it or fails to open); its stderr says
-    ``cudaemu: the emulated CUDA``."""
+    backend: a real GPU's where one is usable, else the emulation of tests/cudaemu (the
+    only PyCUDA there: with ``SAPPORO_BACKEND=cuda`` the program runs on it or fails to
+    open; its stderr then says ``cudaemu: the emulated CUDA``)."""
     import cudaemu
 
+    if cuda_gpu:
+        return {"SAPPORO_BACKEND": "cuda"}
     if not cudaemu.available()[0] or cudaemu.driver_library() is None:
         pytest.skip("no C/C++ compiler for the CUDA emulation")
     site = tmp_path / "emulated-site"

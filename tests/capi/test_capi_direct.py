@@ -39,15 +39,16 @@ def test_direct_path_sequence(capi: CApi, tmp_path: Path, order: int, precision:
 
 
 @pytest.mark.parametrize("order", [4, 8])
-def test_direct_path_on_the_emulated_cuda(capi: CApi, tmp_path: Path, order: int,
-                                          cuda_emulation_env: dict[str, str]) -> None:
+def test_direct_path_on_cuda(capi: CApi, tmp_path: Path, order: int,
+                             cuda_env: dict[str, str]) -> None:
     """The C API's block steps on CUDA: the same sequence, run by the engine through the
-    CUDA driver's entry points (the emulated driver, over kernels_cuda/ compiled for the
-    CPU), with no Python per step; the forces of OpenCL's run to double's rounding."""
-    cl, _ = _run(capi, tmp_path, order, "double")
+    CUDA driver's entry points (a GPU's, or the emulated driver over kernels_cuda/ compiled
+    for the CPU), with no Python per step; the forces of OpenCL's run to double's
+    rounding."""
+    cl, _ = _run(capi, tmp_path, order, "double", SAPPORO_BACKEND="opencl")
     proc = capi.run(capi.program("direct_ab.c"), order, "double", cwd=tmp_path,
-                    env=capi.env(**cuda_emulation_env))
-    assert "cudaemu: the emulated CUDA" in proc.stderr
+                    env=capi.env(**cuda_env))
+    assert "PYTHONPATH" not in cuda_env or "cudaemu: the emulated CUDA" in proc.stderr
     cu, calls = proc.stdout, int(re.search(r"direct_calls (\d+)", proc.stderr).group(1))
     _check_sequence(cu, calls)
     _same_forces(cl, cu)
