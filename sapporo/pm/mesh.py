@@ -193,10 +193,17 @@ class ParticleMesh:
 
         self._ctx: Context | None = None
         self._ctx = self._open(backend, devices)
-        if self.precision == "double" and not self._ctx.info.double_support:
-            name = self._ctx.info.name
+        info = self._ctx.info
+        lacks = None
+        if self.precision == "double" and not info.double_support:
+            lacks = "precision 'double' needs fp64"
+        elif not info.int64_atomics:
+            lacks = ("the mass assignment needs 64-bit integer atomics "
+                     "(cl_khr_int64_base_atomics)")
+        if lacks is not None:
             self.close()
-            raise ConfigError(f"precision 'double': device {name} has no fp64")
+            raise ConfigError(f"{lacks}, which device {info.name} lacks; choose another "
+                              "device (`sapporo info` lists them)")
         ext = "cl" if self._ctx.info.backend == "opencl" else "cu"
         defines = {"PRECISION": 2 if self.precision == "double" else 1,
                    "WINDOW": WINDOWS.index(self.window),

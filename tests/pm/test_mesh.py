@@ -304,6 +304,28 @@ def test_bad_construction(backend) -> None:
         ParticleMesh(16, 1.0, backend=backend, devices=99)
 
 
+@pytest.mark.parametrize(("lacking", "precision", "match"), [
+    ("double_support", "double", "needs fp64"),
+    ("int64_atomics", "single", "cl_khr_int64_base_atomics")])
+def test_a_device_without_what_the_kernels_need_is_refused(backend, monkeypatch, lacking,
+                                                           precision, match) -> None:
+    """A device without fp64 (for double) or 64-bit integer atomics (the mass assignment;
+    Apple's OpenCL has none) is refused with what it lacks, before any kernel is built."""
+    import dataclasses
+
+    real_open = ParticleMesh._open
+
+    def opened_without(backend, devices):
+        ctx = real_open(backend, devices)
+        ctx.info = dataclasses.replace(ctx.info, **{lacking: False})
+        return ctx
+
+    monkeypatch.setattr(ParticleMesh, "_open", staticmethod(opened_without))
+    with pytest.raises(ConfigError, match=match) as err:
+        ParticleMesh(16, 1.0, precision=precision, backend=backend)
+    assert "lacks" in str(err.value)
+
+
 def test_bad_particles(backend, meshes) -> None:
     pm = meshes(backend, 16, 2.0, window="cic", stencil=2)
     lo, hi = pm.usable_region()
