@@ -855,6 +855,120 @@ def test_launch_failure_is_a_backend_error_that_stays(backend):
         lib.close()
 
 
+#: the entry points of the emulated driver that the next test makes fail, and whether the
+#: library profiles (the engine calls the events' entry points only then)
+_CUDA_FAILURES = [("cuLaunchKernel", False), ("cuMemcpyHtoDAsync_v2", False),
+                  ("cuMemcpyDtoHAsync_v2", False), ("cuStreamSynchronize", False),
+                  ("cuCtxPushCurrent_v2", False), ("cuEventCreate", True),
+                  ("cuEventRecord", True), ("cuEventElapsedTime", True)]
+
+
+@pytest.mark.parametrize(("entry", "profiling"), _CUDA_FAILURES)
+def test_a_cuda_error_in_the_engine_fails_the_step_and_nothing_else(entry, profiling):
+    """The engine's CUDA error paths, on the emulation (cuemu_fail of tests/cudaemu's driver):
+    an entry point that fails at any one of its calls in a block step (the stores of one
+    record, of a batch and of a run, the prediction, the force, the reduce, the copies of
+    the i-particles, the results and the lists, the waits) makes the step raise a
+    BackendError naming the device and the error's code; no context is left current
+    (PyCUDA's nor the engine's), no event undestroyed; the library refuses every later force
+    call and closes; and the next library of the process computes as before."""
+    import ctypes
+    import re
+
+    import cudaemu
+    from cudaemu.fake_pycuda import emulated_cuda
+
+    from sapporo.errors import BackendError
+
+    code = 700  # CUDA_ERROR_ILLEGAL_ADDRESS, as a kernel's bad access gives it
+    system = _system(2500, seed=29)  # (the j-range in parts: the reduce kernel runs too)
+    x, v, m, ids, a, jerk = system
+    sel = np.sort(np.random.default_rng(2).choice(2500, 10, replace=False))
+    one, run = np.array([7]), np.arange(100, 900)
+    h2 = np.full(len(sel), H2_LISTS)
+    with emulated_cuda():
+        driver = cudaemu.driver_library()
+        if driver is None:
+            pytest.skip("no C compiler for the emulated CUDA driver")
+        driver.cuemu_fail.restype = ctypes.c_long
+        driver.cuemu_fail.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
+
+        def current() -> int | None:
+            ctx = ctypes.c_void_p()
+            assert driver.cuCtxGetCurrent(ctypes.byref(ctx)) == 0
+            return ctx.value
+
+        def ready() -> tuple[sapporo.Library, np.ndarray]:
+            """A new library after three steps in C (each near the reference), and the
+            times of its j-particles."""
+            lib = _open(4, "double", "cuda", profiling=profiling)
+            if lib._devs[0].ctx.native_entry_points() is None:
+                lib.close()
+                pytest.skip("a real CUDA driver is loaded: the emulated contexts are not its")
+            steps = _steps(lib, system, 4, "double", [3, 10, 1], np.random.default_rng(9),
+                           h2=H2_LISTS)
+            assert all(s[4] for s in steps), "a block not run by the engine"
+            tj = np.zeros(2500)
+            for s_sel, t, *_ in steps:
+                tj[s_sel] = t - 1e-3
+            return lib, tj
+
+        def step(lib) -> sapporo.ForceResult:
+            """The next step: one j-particle stored, ten, and a run of 800 (each copied to
+            the device its own way), and the forces on ten with neighbour lists (shapes
+            planned before: the engine calls no planner, and PyCUDA pushes no context)."""
+            for s in (one, sel, run):
+                lib.set_j_particles(s, ids[s], 0.003, m[s], x[s], v[s], a=a[s], jerk=jerk[s])
+                assert not lib._dirty  # stored by the engine
+            lib.set_time(0.004)
+            return lib.compute(x[sel], v[sel], ids[sel], EPS2, h2=h2)
+
+        assert current() is None
+        # the entry point's calls in the step (counted by a failure that never comes)
+        lib, tj = ready()
+        try:
+            pushes = lib._devs[0].ctx.drv.state["calls"]["push"]
+            driver.cuemu_fail(entry.encode(), 10**6, code)
+            try:
+                res = step(lib)
+            finally:
+                calls = 10**6 - driver.cuemu_fail(None, 0, 0)
+            assert lib._devs[0].ctx.drv.state["calls"]["push"] == pushes  # all the engine's
+            tj[np.concatenate([one, sel, run])] = 0.003
+            _near_reference(system, (sel, 0.004, res), tj, 4, "double", h2=H2_LISTS)
+            assert lib._direct_plan(2500, len(sel))[0]["launches"][3] is not None  # a reduce
+        finally:
+            lib.close()
+        assert calls >= (4 if entry == "cuLaunchKernel" else 1), calls
+        for k in range(calls):  # the k-th call fails
+            lib, _ = ready()  # (the library before it, and its failure, spoilt nothing)
+            name = re.escape(lib.device_name)
+            events = driver.cuemu_driver_calls(5)
+            driver.cuemu_fail(entry.encode(), k, code)
+            try:
+                with pytest.raises(BackendError, match=f"^{name}: CUDA error {code} "):
+                    step(lib)
+                assert driver.cuemu_fail(None, 0, 0) == -1  # it did fail
+                assert lib._engine is None
+                assert lib._devs[0].ctx.drv.state["depth"] == 0 and current() is None, k
+                for again in (lib.compute, lib.start_compute):
+                    with pytest.raises(BackendError, match=f"^{name}: .*failed earlier"):
+                        again(x[sel], v[sel], ids[sel], EPS2)
+            finally:
+                driver.cuemu_fail(None, 0, 0)
+                lib.close()
+            assert driver.cuemu_driver_calls(5) == events, k  # every event destroyed
+        # a library opened after the failures: as before
+        lib, tj = ready()
+        try:
+            res = step(lib)
+        finally:
+            lib.close()
+        tj[np.concatenate([one, sel, run])] = 0.003
+        _near_reference(system, (sel, 0.004, res), tj, 4, "double", h2=H2_LISTS)
+        assert current() is None
+
+
 def test_install_without_a_compiler_says_what_to_install(tmp_path):
     """The package build compiles the engine; without a C compiler it stops with a message
     that names what to install (setup.py), not a bare compiler error."""

@@ -10,7 +10,8 @@
  * events around a launch is the time the emulated kernel took).  What a GPU would refuse is
  * refused here too: every call but the context stack's needs a current context
  * (CUDA_ERROR_INVALID_CONTEXT otherwise), pops need pushes, an elapsed time needs two
- * recorded events made with timing.
+ * recorded events made with timing.  For the tests of the callers' error paths, cuemu_fail
+ * makes one entry point fail once (see there).
  */
 #include <dlfcn.h>
 #include <stdint.h>
@@ -38,12 +39,43 @@ static __thread int depth;
 /* calls by kind, over the process: launches, copies to and from the device, waits; events
  * made, and events not yet destroyed */
 static long n_launch, n_htod, n_dtoh, n_sync, n_event, n_event_live;
+/* the failure to inject (cuemu_fail): the entry point's name ("" none), the calls of it
+ * still to succeed first, the error code to return */
+static char fail_entry[64];
+static long fail_after;
+static int fail_code;
 
 /* an event: the clock when it was last recorded */
 struct event {
     int timing, recorded;
     double seconds;
 };
+
+/* Failure injection, for the tests: the entry point named entry (its exported name, as
+ * "cuLaunchKernel" or "cuMemcpyHtoDAsync_v2") succeeds for its next after calls, then
+ * returns code once, having done nothing (a push pushes nothing, a copy copies nothing), and
+ * from then on behaves as usual.  cuemu_fail(NULL, 0, 0) clears it.  One entry point at a
+ * time; calls counted over the process (every thread's, PyCUDA's pushes and pops too).
+ * Returns how many calls the failure it replaces still let succeed (-1: it has happened, or
+ * there was none), which counts an entry point's calls: cuemu_fail(entry, N, 0), the calls,
+ * then N - cuemu_fail(NULL, 0, 0). */
+EXPORT long cuemu_fail(const char *entry, int after, int code)
+{
+    const long left = fail_entry[0] != '\0' ? fail_after : -1;
+    snprintf(fail_entry, sizeof fail_entry, "%s", entry != NULL ? entry : "");
+    fail_after = after;
+    fail_code = code;
+    return left;
+}
+
+/* Whether the entry point named entry is to fail now (it then returns fail_code). */
+static int failing(const char *entry)
+{
+    if (fail_entry[0] == '\0' || strcmp(entry, fail_entry) != 0 || fail_after-- > 0)
+        return 0;
+    fail_entry[0] = '\0';
+    return 1;
+}
 
 static int current(void)
 {
@@ -52,6 +84,8 @@ static int current(void)
 
 EXPORT int cuCtxPushCurrent_v2(void *ctx)
 {
+    if (failing(__func__))
+        return fail_code;
     if (ctx == NULL || depth == 64)
         return CUDA_ERROR_INVALID_VALUE;
     stack[depth++] = ctx;
@@ -60,6 +94,8 @@ EXPORT int cuCtxPushCurrent_v2(void *ctx)
 
 EXPORT int cuCtxPopCurrent_v2(void **ctx)
 {
+    if (failing(__func__))
+        return fail_code;
     if (depth == 0)
         return CUDA_ERROR_INVALID_CONTEXT;
     depth--;
@@ -108,6 +144,8 @@ EXPORT int cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz,
 {
     const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
     (void)shared;
+    if (failing(__func__))
+        return fail_code;
     if (!current())
         return CUDA_ERROR_INVALID_CONTEXT;
     if (function == NULL || stream == NULL || params == NULL || extra != NULL)
@@ -119,6 +157,8 @@ EXPORT int cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz,
 
 EXPORT int cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t size, void *stream)
 {
+    if (failing(__func__))
+        return fail_code;
     if (!current())
         return CUDA_ERROR_INVALID_CONTEXT;
     if (dst == 0 || src == NULL || stream == NULL)
@@ -130,6 +170,8 @@ EXPORT int cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t size, void
 
 EXPORT int cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t size, void *stream)
 {
+    if (failing(__func__))
+        return fail_code;
     if (!current())
         return CUDA_ERROR_INVALID_CONTEXT;
     if (src == 0 || dst == NULL || stream == NULL)
@@ -141,6 +183,8 @@ EXPORT int cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t size, void *stre
 
 EXPORT int cuStreamSynchronize(void *stream)
 {
+    if (failing(__func__))
+        return fail_code;
     if (!current())
         return CUDA_ERROR_INVALID_CONTEXT;
     n_sync++;
@@ -149,6 +193,8 @@ EXPORT int cuStreamSynchronize(void *stream)
 
 EXPORT int cuStreamQuery(void *stream)
 {
+    if (failing(__func__))
+        return fail_code;
     if (!current())
         return CUDA_ERROR_INVALID_CONTEXT;
     return stream == NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
@@ -157,6 +203,8 @@ EXPORT int cuStreamQuery(void *stream)
 EXPORT int cuEventCreate(void **event, unsigned flags)
 {
     struct event *ev;
+    if (failing(__func__))
+        return fail_code;
     if (!current())
         return CUDA_ERROR_INVALID_CONTEXT;
     if (event == NULL || (ev = calloc(1, sizeof *ev)) == NULL)
@@ -172,6 +220,8 @@ EXPORT int cuEventRecord(void *event, void *stream)
 {
     struct event *ev = event;
     struct timespec now;
+    if (failing(__func__))
+        return fail_code;
     if (!current())
         return CUDA_ERROR_INVALID_CONTEXT;
     if (ev == NULL)
@@ -187,6 +237,8 @@ EXPORT int cuEventRecord(void *event, void *stream)
 EXPORT int cuEventElapsedTime(float *ms, void *start, void *end)
 {
     const struct event *a = start, *b = end;
+    if (failing(__func__))
+        return fail_code;
     if (!current())
         return CUDA_ERROR_INVALID_CONTEXT;
     if (a == NULL || b == NULL || ms == NULL)
@@ -201,6 +253,8 @@ EXPORT int cuEventElapsedTime(float *ms, void *start, void *end)
 
 EXPORT int cuEventDestroy_v2(void *event)
 {
+    if (failing(__func__))
+        return fail_code;
     if (!current())
         return CUDA_ERROR_INVALID_CONTEXT;
     if (event == NULL)
