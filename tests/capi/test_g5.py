@@ -158,16 +158,22 @@ def test_program_written_for_pg5_links_unchanged(capi: CApi, tmp_path: Path, lib
 # ----------------------------------------------------------------------------- contexts
 
 
-@pytest.mark.parametrize("precision", ["double", "double-single"])
+@pytest.mark.parametrize(("precision", "runtime"), [("double", "default"),
+                                                    ("double-single", "default"),
+                                                    ("double", "cuda")])
 def test_contexts_from_two_threads_bitwise_as_serial(capi: CApi, tmp_path: Path,
-                                                     precision: str) -> None:
+                                                     precision: str, runtime: str,
+                                                     request: pytest.FixtureRequest) -> None:
     """Contexts 1 and 3 from two OpenMP threads at once: the same bits as the same calls
-    made one after the other; and the last interaction list agrees with the reference."""
+    made one after the other; and the last interaction list agrees with the reference. On
+    CUDA (a GPU, or the emulation) the two contexts' engines run at the same time (on PoCL
+    they take turns)."""
     n = 1000
     x, m = write_ic(tmp_path / "ic.txt", n)
     exe = capi.program("g5_threads.c", extra=("-fopenmp",))
+    cuda = request.getfixturevalue("cuda_env") if runtime == "cuda" else {}
     proc = capi.run(exe, "ic.txt", 40, cwd=tmp_path,
-                    env=capi.env(SAPPORO_PRECISION=precision, OMP_NUM_THREADS="2"))
+                    env=capi.env(SAPPORO_PRECISION=precision, OMP_NUM_THREADS="2", **cuda))
     assert "rc 0" in proc.stdout and "threads 2" in proc.stdout, proc.stdout + proc.stderr
     assert "same 1" in proc.stdout
     first, nj = (int(v) for v in re.search(r"^j (\d+) (\d+)", proc.stdout, re.M).groups())

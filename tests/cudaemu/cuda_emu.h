@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -148,6 +149,9 @@ struct Launch {
 
 inline thread_local Launch *L = nullptr;
 inline thread_local Fiber *F = nullptr;
+/* __shared__ variables are statics of this library: one launch at a time, whichever
+ * thread (the fake PyCUDA's, the native engine's through the emulated driver) makes it */
+inline std::mutex launch_mutex;
 inline int schedule_mode = 0; /* 0 forward, 1 reverse, 2 shuffled */
 inline unsigned schedule_seed = 1;
 inline thread_local std::string last_error;
@@ -350,6 +354,7 @@ inline void run_block(std::vector<int> &order, std::mt19937 &rng)
  * message in last_error. */
 inline int launch(const unsigned *grid, const unsigned *block, std::function<void()> body)
 {
+    std::lock_guard<std::mutex> hold(launch_mutex);
     Launch l;
     l.grid = {grid[0], grid[1], grid[2]};
     l.block = {block[0], block[1], block[2]};

@@ -36,8 +36,8 @@ typedef int (*launcher_fn)(const unsigned *grid, const unsigned *block, void **a
 
 static __thread void *stack[64];
 static __thread int depth;
-/* calls by kind, over the process: launches, copies to and from the device, waits; events
- * made, and events not yet destroyed */
+/* calls by kind, over the process (every thread's; atomic): launches, copies to and from the
+ * device, waits; events made, and events not yet destroyed */
 static long n_launch, n_htod, n_dtoh, n_sync, n_event, n_event_live;
 /* the failure to inject (cuemu_fail): the entry point's name ("" none), the calls of it
  * still to succeed first, the error code to return */
@@ -150,7 +150,7 @@ EXPORT int cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz,
         return CUDA_ERROR_INVALID_CONTEXT;
     if (function == NULL || stream == NULL || params == NULL || extra != NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    n_launch++;
+    __atomic_add_fetch(&n_launch, 1, __ATOMIC_RELAXED);
     return ((launcher_fn)function)(grid, block, params) == 0 ? CUDA_SUCCESS
                                                             : CUDA_ERROR_LAUNCH_FAILED;
 }
@@ -163,7 +163,7 @@ EXPORT int cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t size, void
         return CUDA_ERROR_INVALID_CONTEXT;
     if (dst == 0 || src == NULL || stream == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    n_htod++;
+    __atomic_add_fetch(&n_htod, 1, __ATOMIC_RELAXED);
     memcpy((void *)(uintptr_t)dst, src, size);
     return CUDA_SUCCESS;
 }
@@ -176,7 +176,7 @@ EXPORT int cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t size, void *stre
         return CUDA_ERROR_INVALID_CONTEXT;
     if (src == 0 || dst == NULL || stream == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    n_dtoh++;
+    __atomic_add_fetch(&n_dtoh, 1, __ATOMIC_RELAXED);
     memcpy(dst, (const void *)(uintptr_t)src, size);
     return CUDA_SUCCESS;
 }
@@ -187,7 +187,7 @@ EXPORT int cuStreamSynchronize(void *stream)
         return fail_code;
     if (!current())
         return CUDA_ERROR_INVALID_CONTEXT;
-    n_sync++;
+    __atomic_add_fetch(&n_sync, 1, __ATOMIC_RELAXED);
     return stream == NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
@@ -210,8 +210,8 @@ EXPORT int cuEventCreate(void **event, unsigned flags)
     if (event == NULL || (ev = calloc(1, sizeof *ev)) == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     ev->timing = !(flags & CU_EVENT_DISABLE_TIMING);
-    n_event++;
-    n_event_live++;
+    __atomic_add_fetch(&n_event, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&n_event_live, 1, __ATOMIC_RELAXED);
     *event = ev;
     return CUDA_SUCCESS;
 }
@@ -260,7 +260,7 @@ EXPORT int cuEventDestroy_v2(void *event)
     if (event == NULL)
         return CUDA_ERROR_INVALID_HANDLE;
     free(event);
-    n_event_live--;
+    __atomic_sub_fetch(&n_event_live, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 
@@ -268,6 +268,11 @@ EXPORT int cuEventDestroy_v2(void *event)
  * events made; 5 the events not yet destroyed. */
 EXPORT long cuemu_driver_calls(int what)
 {
-    const long n[] = {n_launch, n_htod, n_dtoh, n_sync, n_event, n_event_live};
+    const long n[] = {__atomic_load_n(&n_launch, __ATOMIC_RELAXED),
+                      __atomic_load_n(&n_htod, __ATOMIC_RELAXED),
+                      __atomic_load_n(&n_dtoh, __ATOMIC_RELAXED),
+                      __atomic_load_n(&n_sync, __ATOMIC_RELAXED),
+                      __atomic_load_n(&n_event, __ATOMIC_RELAXED),
+                      __atomic_load_n(&n_event_live, __ATOMIC_RELAXED)};
     return what >= 0 && what < 6 ? n[what] : -1;
 }

@@ -273,7 +273,8 @@ def make_fake_pycuda(
                 if c == "P" and int(a) != 0:
                     locate(int(a), 1)  # a pointer into some allocation
             try:
-                with _LAUNCH_LOCK:  # shared memory is per compiled module, not per launch
+                with _LAUNCH_LOCK:  # this launch's schedule with it (the module runs one
+                    # launch at a time itself: its shared memory is the library's)
                     self._module.set_schedule(*state["schedule"])
                     self._kernel(grid, block, self.arg_format, args)
             except EmulatorError as exc:
