@@ -11,8 +11,10 @@
  * mutex, so calls with different ids run at once from several threads (on PoCL one at a
  * time: g5_engine_enter).  The engine runs without the GIL; a call into Python (opening a
  * context, j-particles at addresses the library has not held yet, a force the engine leaves
- * to the library) takes shim.c's process-wide lock, which also guards the error record.
- * Lock order: a context's mutex, then shim_lock; never the other way round.
+ * to the library) takes shim.c's process-wide lock, which also guards the error record.  The
+ * exception is the engine's own call of its library's planner for a shape it has no plan
+ * for: that takes the GIL and runs under the context's mutex only (the planner works on its
+ * own library).  Lock order: a context's mutex, then shim_lock; never the other way round.
  *
  * The potential comes back as PG5 returns it: positive, sum m_j / sqrt(r^2 + eps^2) (the
  * library's is negative), the i-particle's own term m/eps included.
