@@ -1690,7 +1690,7 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds)
     static char *names[] = {"out", "planner", "ndev", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|i", names, &out, &planner, &ndev))
         return -1;
-    if (self->ready || self->have_out) {  /* its plans and rows are in use */
+    if (self->ready) {  /* its plans and rows are in use */
         PyErr_SetString(PyExc_RuntimeError, "Engine is initialised once");
         return -1;
     }
@@ -1723,10 +1723,7 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds)
     }
     Py_INCREF(planner);
     Py_XSETREF(self->planner, planner);
-    self->ndev = ndev;  /* plan blocks of ndev plans */
-    eng_clear_plans(self);
-    self->last = NULL;
-    self->uncollected = 0;
+    self->ndev = ndev;  /* plan blocks of ndev plans (none yet: the object starts zeroed) */
     self->ready = 1;
     return 0;
 }
@@ -2130,7 +2127,6 @@ static PyMethodDef Engine_methods[] = {
     {"wait", (PyCFunction)Engine_wait, METH_NOARGS, "wait for the force call in flight"},
     {"disable", (PyCFunction)Engine_disable, METH_NOARGS,
      "take no call from now on"},
-
     {NULL, NULL, 0, NULL},
 };
 

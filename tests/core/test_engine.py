@@ -210,7 +210,7 @@ def test_cuda_road_on_the_emulation(order, precision):
     tolerance of the float64 reference and of OpenCL, and the same bits whatever the order
     in which the threads of a block run."""
     import cudaemu
-    from cudaemu.fake_pycuda import emulated_cuda
+    from cudaemu.fake_pycuda import emulated_cuda, scheduled
 
     system = _system(2500, seed=21)
     sizes = [3, 1, 40, 7]
@@ -234,15 +234,13 @@ def test_cuda_road_on_the_emulation(order, precision):
         # the threads of every block run in other orders: the same bits (no result depends
         # on which thread writes or sums first)
         for schedule in (cudaemu.REVERSE, cudaemu.SHUFFLED):
-            cudaemu.schedule_all(schedule, 5)
             other = _open(order, precision, "cuda")
-            other._devs[0].ctx.drv.state["schedule"] = (schedule, 5)
             try:
-                again = _steps(other, system, order, precision, sizes,
-                               np.random.default_rng(9), h2=H2_LISTS)
+                with scheduled(schedule, 5):
+                    again = _steps(other, system, order, precision, sizes,
+                                   np.random.default_rng(9), h2=H2_LISTS)
             finally:
                 other.close()
-                cudaemu.schedule_all(cudaemu.FORWARD)
             for (_, _, res, *_), (_, _, want, *_) in zip(again, steps, strict=True):
                 _same(res, want)
                 for k in range(len(want.acc)):
@@ -267,7 +265,7 @@ def test_a_batch_that_names_an_address_twice_keeps_its_last_record():
     address twice in one batch: on the emulated CUDA, with the threads of each block run in
     reverse, the device keeps the last record and the forces follow it."""
     import cudaemu
-    from cudaemu.fake_pycuda import emulated_cuda
+    from cudaemu.fake_pycuda import emulated_cuda, scheduled
 
     x, v, m, ids, _, _ = _system(3000, seed=23)
     addr = np.array([7, 1000, 7, 2999, 1001, 7])
@@ -284,10 +282,7 @@ def test_a_batch_that_names_an_address_twice_keeps_its_last_record():
                 pytest.skip("a real CUDA driver is loaded: the emulated contexts are not its")
             lib.set_j_particles(np.arange(3000), ids, 0.0, m, x, v)
             lib.compute(x[:2], v[:2], ids[:2], EPS2)  # the plans made, the records stored
-            state = lib._devs[0].ctx.drv.state
-            state["schedule"] = (cudaemu.REVERSE, 1)
-            cudaemu.schedule_all(cudaemu.REVERSE)
-            try:
+            with scheduled(cudaemu.REVERSE):
                 # more than one batch, in no order, with repeats: the device as the mirror
                 many = np.random.default_rng(4).integers(0, 3000, 700)
                 lib.set_j_particles(many, ids[many], 0.0, m[many], x[::-1][many], v[many])
@@ -298,9 +293,6 @@ def test_a_batch_that_names_an_address_twice_keeps_its_last_record():
                 lib.set_j_particles(addr, ids[addr], 0.0, m[addr], xs, v[addr])
                 assert not lib._dirty  # stored by the engine (a scatter of the batch)
                 res = lib.compute(x[:50], v[:50], ids[:50], EPS2)
-            finally:
-                state["schedule"] = (cudaemu.FORWARD, 1)
-                cudaemu.schedule_all(cudaemu.FORWARD)
             np.testing.assert_array_equal(_device_records(lib)[:3000], lib._raw[:3000, :raw_n])
             np.testing.assert_array_equal(lib._raw[addr, 0, :3], want[addr])
         finally:

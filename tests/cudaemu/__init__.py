@@ -129,7 +129,7 @@ class Kernel:
             raise EmulatorError(f"kernel {self.name}: {self._error().decode()}")
 
 
-_LOADED: list[Module] = []  #: every module loaded (see schedule_all)
+_LOADED: list[Module] = []  #: every module loaded (see fake_pycuda.scheduled)
 
 
 class Module:
@@ -145,13 +145,6 @@ class Module:
     def set_schedule(self, mode: int, seed: int = 1) -> None:
         """Fiber order of later launches: FORWARD, REVERSE or SHUFFLED (with ``seed``)."""
         self._lib.cuemu_set_schedule(int(mode), int(seed))
-
-
-def schedule_all(mode: int, seed: int = 1) -> None:
-    """Set the fiber schedule of every module loaded so far, for the launches the native
-    engine makes through the emulated driver too (the driver runs the same libraries)."""
-    for module in _LOADED:
-        module.set_schedule(mode, seed)
 
 
 @cache

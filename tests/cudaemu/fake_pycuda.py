@@ -378,3 +378,25 @@ def emulated_cuda() -> Iterator[types.ModuleType]:
                 _EMULATED["backend"] = made
             backend_mod._cache.clear()
             backend_mod._cache.update(saved)
+
+
+@contextlib.contextmanager
+def scheduled(mode: int, seed: int = 1) -> Iterator[None]:
+    """Within ``emulated_cuda()``: every launch of the block runs its threads and blocks in
+    schedule ``mode`` (FORWARD, REVERSE, or SHUFFLED with ``seed``), the fake PyCUDA's and
+    those the native engine makes through the emulated driver (which runs the same
+    modules); forward again after."""
+    from . import _LOADED, FORWARD
+
+    state = _EMULATED["modules"]["pycuda.driver"].state
+
+    def apply(m: int, s: int) -> None:
+        state["schedule"] = (m, s)
+        for module in _LOADED:
+            module.set_schedule(m, s)
+
+    apply(mode, seed)
+    try:
+        yield
+    finally:
+        apply(FORWARD, 1)
