@@ -39,9 +39,10 @@ setup(
     ext_modules=[
         Extension(
             "sapporo.core._engine",
-            sources=["sapporo/core/_engine.c"],
+            sources=["sapporo/core/_engine.c", "sapporo/core/plan.c"],
             include_dirs=["sapporo"],
-            depends=["sapporo/engine_api.h", "sapporo/plan.h", "sapporo/layout.h"],
+            depends=["sapporo/engine_api.h", "sapporo/plan.h", "sapporo/layout.h",
+                     "sapporo/core/engine.h"],
             extra_compile_args=["-O2", "-std=gnu11"],
         ),
         Extension(

@@ -29,7 +29,7 @@
 
 #define G5_CONTEXTS 64        /* context ids 0 .. G5_CONTEXTS - 1 (PG5 has 24) */
 #define G5_RECORDS 2          /* double4 per j-record: x|m, v|t (no velocity, no derivative) */
-#define G5_NI_CHUNK 8192      /* i-particles per force call of g5_calculate_force_on_x* (the
+#define G5_NI_CHUNK LIMIT_NI_CHUNK /* i-particles per force call of g5_calculate_force_on_x* (the
                                * engine's ENG_NI_MAX) */
 
 struct g5_context {

@@ -16,6 +16,10 @@
 #define LIMIT_MAX_ADDRESS 2147483646
 #define LIMIT_MAX_ID 2147483647
 #define LIMIT_COORD 1e150
+/* i-particles per force launch (larger blocks go in chunks of this many), and the most
+ * parts a force launch cuts its j-range into */
+#define LIMIT_NI_CHUNK 8192
+#define LIMIT_MAX_PARTS 4096
 
 /* Raw j-particle record: RAW_N double4 per address, as the host packs them. The 4th and
  * 5th derivatives of the acceleration exist at order 8 only (its predictor needs them). */

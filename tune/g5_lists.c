@@ -3,17 +3,20 @@
  *
  * usage: g5_lists NI NJ CALLS [THREADS]
  *
- * A pool of 4 NJ particles (a deterministic cloud in a unit sphere, equal masses).  Each
- * call sends a fresh list: NJ j-particles (a slice of the pool that moves from call to
- * call) with g5_set_xmj(0, NJ, ...) and g5_set_n(NJ), then the forces on NI i-particles
- * with g5_calculate_force_on_x.  With THREADS > 1, every OpenMP thread t makes CALLS calls
- * of its own on context t (g5_set_xmjMC, g5_set_nMC, g5_calculate_force_on_xMC) at the
- * same time.  After 10 untimed calls per thread, prints
+ * NI and NJ are a number, or a range LO-HI: then each call draws its own, uniformly in
+ * LO .. HI (the same sequence on every run), as a tree walk's groups and lists come (for
+ * example 8-63 and 200-1999).  A pool of 4 NJ particles (the largest NJ; a deterministic
+ * cloud in a unit sphere, equal masses).  Each call sends a fresh list: nj j-particles (a
+ * slice of the pool that moves from call to call) with g5_set_xmj(0, nj, ...) and
+ * g5_set_n(nj), then the forces on ni i-particles with g5_calculate_force_on_x.  With
+ * THREADS > 1, every OpenMP thread t makes CALLS calls of its own on context t
+ * (g5_set_xmjMC, g5_set_nMC, g5_calculate_force_on_xMC) at the same time.  After 10
+ * untimed calls per thread, prints
  *
  *   ni <NI> nj <NJ> calls <CALLS> threads <T> call_us <median per call> \
  *   set_us <median of the list's copy, g5_set_xmj and g5_set_n> \
  *   force_us <median of g5_calculate_force_on_x> \
- *   interactions_per_s <all threads' NI * NJ * CALLS over the wall time> check <sum>
+ *   interactions_per_s <all threads' ni * nj over the wall time> check <sum>
  *
  * It declares the calls as Phantom-GRAPE's PG5 does (void), so the same file links against
  * sapporo and against PG5's libpg5.a (built by hand from PG5/newton/libpg5, outside this
@@ -54,16 +57,26 @@ static double uniform(unsigned long long *s)
     return (double)(*s >> 11) / 9007199254740992.0;
 }
 
+/* "N" or "LO-HI" into lo, hi: 1, or 0 when it is neither */
+static int range(const char *s, int *lo, int *hi)
+{
+    int k = sscanf(s, "%d-%d", lo, hi);
+    if (k == 1)
+        *hi = *lo;
+    return k >= 1 && *lo >= 1 && *hi >= *lo;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 4) {
-        fprintf(stderr, "usage: %s NI NJ CALLS [THREADS]\n", argv[0]);
+    int ni_lo, ni_hi, nj_lo, nj_hi;
+    if (argc < 4 || !range(argv[1], &ni_lo, &ni_hi) || !range(argv[2], &nj_lo, &nj_hi)) {
+        fprintf(stderr, "usage: %s NI NJ CALLS [THREADS] (NI, NJ: N or LO-HI)\n", argv[0]);
         return 2;
     }
-    int ni = atoi(argv[1]), nj = atoi(argv[2]), calls = atoi(argv[3]);
-    int threads = argc > 4 ? atoi(argv[4]) : 1, pool = 4 * nj;
-    if (ni < 1 || nj < 1 || calls < 1 || threads < 1 || ni > pool) {
-        fprintf(stderr, "need NI, NJ, CALLS, THREADS >= 1 and NI <= 4 NJ\n");
+    int calls = atoi(argv[3]), threads = argc > 4 ? atoi(argv[4]) : 1, pool = 4 * nj_hi;
+    double pairs = 0.0;
+    if (calls < 1 || threads < 1 || ni_hi > pool) {
+        fprintf(stderr, "need CALLS, THREADS >= 1 and NI <= 4 NJ\n");
         return 2;
     }
     double (*x)[3] = malloc(sizeof(double[3]) * pool), *m = malloc(sizeof(double) * pool);
@@ -83,12 +96,15 @@ int main(int argc, char **argv)
     g5_open();
     g5_set_eps_to_all(1.0 / 64);
     double t0 = 0.0, t1;
-#pragma omp parallel num_threads(threads) reduction(+ : check)
+#pragma omp parallel num_threads(threads) reduction(+ : check, pairs)
     {
         int t = omp_get_thread_num();
-        double (*xj)[3] = malloc(sizeof(double[3]) * nj), *mj = malloc(sizeof(double) * nj);
-        double (*a)[3] = malloc(sizeof(double[3]) * ni), *p = malloc(sizeof(double) * ni);
+        unsigned long long draw = 777 + (unsigned long long)t;
+        double (*xj)[3] = malloc(sizeof(double[3]) * nj_hi), *mj = malloc(sizeof(double) * nj_hi);
+        double (*a)[3] = malloc(sizeof(double[3]) * ni_hi), *p = malloc(sizeof(double) * ni_hi);
         for (int c = -10; c < calls; c++) {
+            const int ni = ni_lo + (int)(uniform(&draw) * (ni_hi - ni_lo + 1));
+            const int nj = nj_lo + (int)(uniform(&draw) * (nj_hi - nj_lo + 1));
             int first = (int)(((long long)(c + 10) * 7919 + 104729LL * t) % (pool - nj));
             int ifirst = (int)(((long long)(c + 10) * 4099 + 1009LL * t) % (pool - ni + 1));
             if (c == 0) {
@@ -113,6 +129,7 @@ int main(int argc, char **argv)
                 set_times[(size_t)t * calls + c] = f - s;
                 force_times[(size_t)t * calls + c] = e - f;
                 check += a[ni / 2][0] + p[0];
+                pairs += (double)ni * nj;
             }
         }
         free(xj);
@@ -125,10 +142,10 @@ int main(int argc, char **argv)
     qsort(times, total, sizeof *times, cmp);
     qsort(set_times, total, sizeof *times, cmp);
     qsort(force_times, total, sizeof *times, cmp);
-    printf("ni %d nj %d calls %d threads %d call_us %.2f set_us %.2f force_us %.2f "
-           "interactions_per_s %.4g check %.6g\n", ni, nj, calls, threads,
+    printf("ni %s nj %s calls %d threads %d call_us %.2f set_us %.2f force_us %.2f "
+           "interactions_per_s %.4g check %.6g\n", argv[1], argv[2], calls, threads,
            1e6 * times[total / 2], 1e6 * set_times[total / 2], 1e6 * force_times[total / 2],
-           (double)ni * nj * calls * threads / (t1 - t0), check);
+           pairs / (t1 - t0), check);
     g5_close();
     return 0;
 }

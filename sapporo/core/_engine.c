@@ -36,11 +36,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine.h"
 #include "engine_api.h"
-#include "layout.h"
-#include "plan.h"
 
-#define ENG_NI_MAX 8192   /* i-particles per call (sapporo.core.launch.NI_CHUNK) */
 #define ENG_NJ_KEEP 256   /* put_j's buffers from Python are kept up to this many records */
 #define ENG_MAX_DEV 16    /* devices of one library (more: refused) */
 /* timed launches (profiling) between two waits: at most a scatter, or a prediction, a force
@@ -49,245 +47,6 @@
 #define ENG_TIMED_MAX (4 * ENG_MAX_DEV)
 /* the smallest normal float: double-single loses smaller non-zero masses (library.FLT_MIN) */
 #define ENGINE_FLT_MIN 1.1754943508222875e-38
-
-/* ------------------------------------------------------------------------ plans */
-
-/* The OpenCL 1.2 entry points used here (no OpenCL headers needed: handles are pointers). */
-typedef int32_t dcl_int;
-typedef dcl_int (*dcl_set_arg_fn)(void *kernel, uint32_t index, size_t size, const void *value);
-typedef dcl_int (*dcl_enqueue_fn)(void *queue, void *kernel, uint32_t dims, const size_t *offset,
-                                 const size_t *global, const size_t *local, uint32_t nwait,
-                                 const void *wait, void **event);
-typedef dcl_int (*dcl_queue_fn)(void *queue);
-typedef dcl_int (*dcl_event_info_fn)(void *event, uint32_t param, size_t size, void *value,
-                                    size_t *size_ret);
-typedef dcl_int (*dcl_event_fn)(void *event);
-/* clEnqueueWriteBuffer and clEnqueueReadBuffer */
-typedef dcl_int (*dcl_copy_fn)(void *queue, void *mem, uint32_t blocking, size_t offset,
-                               size_t size, void *ptr, uint32_t nev, const void *events,
-                               void **event);
-#define DCL_EVENT_COMMAND_EXECUTION_STATUS 0x11D3
-#define DCL_PROFILING_COMMAND_START 0x1282
-#define DCL_PROFILING_COMMAND_END 0x1283
-
-/* The CUDA driver API's entry points (no CUDA headers needed: CUresult is an int, handles
- * are pointers, device memory a 64-bit CUdeviceptr). */
-typedef int (*dcu_launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                             unsigned by, unsigned bz, unsigned shared, void *stream,
-                             void **params, void **extra);
-typedef int (*dcu_htod_fn)(uint64_t dst, const void *src, size_t size, void *stream);
-typedef int (*dcu_dtoh_fn)(void *dst, uint64_t src, size_t size, void *stream);
-typedef int (*dcu_stream_fn)(void *stream);
-typedef int (*dcu_push_fn)(void *context);
-typedef int (*dcu_pop_fn)(void **context);
-/* cuEventCreate, cuEventRecord and cuEventElapsedTime (cuEventDestroy_v2: a dcu_stream_fn) */
-typedef int (*dcu_event_create_fn)(void **event, unsigned flags);
-typedef int (*dcu_event_record_fn)(void *event, void *stream);
-typedef int (*dcu_event_elapsed_fn)(float *ms, void *start, void *end);
-#define DCU_ERROR_NOT_READY 600
-
-/* The plan table: DP_* words and, for each of the four launches (prediction, force, scatter,
- * reduce), DL_*:
- * queue, kernel, the argument set per call and its position, dims, global[2], local[2],
- * nargs, then nargs pairs (size, value bits). The enums are in plan.h, which Python reads
- * too. */
-_Static_assert(DP_LAUNCH_WORDS == DL_ARGS + 2 * DP_MAX_ARGS, "plan.h: DP_LAUNCH_WORDS");
-_Static_assert(DP_WORDS == DP_LAUNCHES + 4 * DP_LAUNCH_WORDS, "plan.h: DP_WORDS");
-
-struct dlaunch {
-    void *queue, *kernel;
-    int call_arg, ni_arg, dims, nargs;
-    size_t global[2], local[2];
-    size_t arg_size[DP_MAX_ARGS];
-    uint64_t arg_value[DP_MAX_ARGS];
-};
-
-struct dplan {
-    int status, nj, ni, lists;  /* status 1: usable; -1: never for this library */
-    int dev;                    /* the device of the library it is for (0 .. ndev - 1) */
-    int64_t gen, lgen;          /* the generations of the device's and the library's memory */
-    const int64_t *gen_at, *lgen_at;  /* ... and where their current values are */
-    int32_t *nb_counts, *nb_lists;  /* with lists: (ni_pad) counts, (ni_pad, nb_cap) ids */
-    int nb_cap;
-    int order, nci, nco, ni_pad, nparts, raw_n, pred_terms, n_stored, ds, check_rows;
-    long spin_ns;
-    double time0;     /* the library's time when the plan was made */
-    long max_id;
-    double *idata, *out, *mirror_raw, *dev_raw;
-    int64_t *mirror_ids;
-    const int32_t *upload;      /* addresses the library stored itself, to copy at install */
-    int nupload;
-    int32_t *dev_ids;
-    dcl_set_arg_fn set_arg;
-    dcl_enqueue_fn enqueue;
-    dcl_queue_fn flush, finish;
-    dcl_event_info_fn event_info;
-    dcl_event_fn release;
-    dcl_copy_fn write, read;
-    /* CUDA's driver API instead of OpenCL where cu_launch is set (see plan.h) */
-    void *cu_context;
-    dcu_launch_fn cu_launch;
-    dcu_htod_fn cu_htod;
-    dcu_dtoh_fn cu_dtoh;
-    dcu_stream_fn cu_sync, cu_query;
-    dcu_push_fn cu_push;
-    dcu_pop_fn cu_pop;
-    /* kernel timing (profiling): the device time of each launch is added to *seconds_at
-     * (NULL: no timing), read with profiling_info (OpenCL) or the cu_event_* (CUDA) */
-    double *seconds_at;
-    dcl_event_info_fn profiling_info;
-    dcu_event_create_fn cu_event_create;
-    dcu_event_record_fn cu_event_record;
-    dcu_event_elapsed_fn cu_event_elapsed;
-    dcu_stream_fn cu_event_destroy;
-    /* device memory (memory 1): the buffers behind idata, out and the lists, and the queue
-     * of the j-records' copies; dev_raw and dev_ids are then device buffers too */
-    int memory;
-    void *queue, *idata_buf, *out_buf, *nb_counts_buf, *nb_lists_buf;
-    size_t out_bytes;
-    /* device memory: up to scatter_max j-records staged in these host arrays, copied to
-     * their device buffers and placed by the scatter launch */
-    int scatter_max;
-    double *scatter_batch;   /* per record raw_n double4, then (address, id, 0, 0) */
-    void *scatter_batch_buf;
-    /* the launches: the prediction, the force, the scatter (device memory) and the reduce
-     * (where a kernel combines the force's j-parts; kernel NULL otherwise) */
-    struct dlaunch predict, force, scatter, reduce;
-};
-
-static double bits_to_double(int64_t w)
-{
-    double d;
-    memcpy(&d, &w, sizeof d);
-    return d;
-}
-
-static void unpack_launch(struct dlaunch *l, const int64_t *w)
-{
-    l->queue = (void *)(intptr_t)w[DL_QUEUE];
-    l->kernel = (void *)(intptr_t)w[DL_KERNEL];
-    l->call_arg = (int)w[DL_CALL_ARG];
-    l->ni_arg = (int)w[DL_NI_ARG];
-    l->dims = (int)w[DL_DIMS];
-    l->global[0] = (size_t)w[DL_G0];
-    l->global[1] = (size_t)w[DL_G1];
-    l->local[0] = (size_t)w[DL_L0];
-    l->local[1] = (size_t)w[DL_L1];
-    l->nargs = (int)w[DL_NARGS];
-    for (int k = 0; k < l->nargs && k < DP_MAX_ARGS; k++) {
-        l->arg_size[k] = (size_t)w[DL_ARGS + 2 * k];
-        l->arg_value[k] = (uint64_t)w[DL_ARGS + 2 * k + 1];
-    }
-}
-
-/* A plan's words into *p, for ni i-particles on nj j-addresses; 0, or -1 for a table this
- * code does not understand. */
-static int plan_unpack(struct dplan *p, const int64_t *w, int nj, int ni, int lists)
-{
-    memset(p, 0, sizeof *p);
-    p->nj = nj;
-    p->ni = ni;
-    p->lists = lists;
-    p->status = (int)w[DP_STATUS];
-    p->order = (int)w[DP_ORDER];
-    p->nci = (int)w[DP_NCI];
-    p->nco = (int)w[DP_NCO];
-    p->ni_pad = (int)w[DP_NI_PAD];
-    p->nparts = (int)w[DP_NPARTS];
-    p->raw_n = (int)w[DP_RAW_N];
-    p->pred_terms = (int)w[DP_PRED_TERMS];
-    p->n_stored = (int)w[DP_N_STORED];
-    p->ds = (int)w[DP_DS];
-    p->check_rows = (int)w[DP_CHECK_ROWS];
-    p->spin_ns = (long)w[DP_SPIN_NS];
-    p->time0 = bits_to_double(w[DP_TIME_BITS]);
-    p->max_id = (long)w[DP_MAX_ID];
-    p->idata = (double *)(intptr_t)w[DP_IDATA];
-    p->out = (double *)(intptr_t)w[DP_OUT];
-    p->mirror_raw = (double *)(intptr_t)w[DP_MIRROR_RAW];
-    p->mirror_ids = (int64_t *)(intptr_t)w[DP_MIRROR_IDS];
-    p->dev_raw = (double *)(intptr_t)w[DP_DEV_RAW];
-    p->dev_ids = (int32_t *)(intptr_t)w[DP_DEV_IDS];
-    p->nb_counts = (int32_t *)(intptr_t)w[DP_NB_COUNTS];
-    p->nb_lists = (int32_t *)(intptr_t)w[DP_NB_LISTS];
-    p->nb_cap = (int)w[DP_NB_CAP];
-    p->set_arg = (dcl_set_arg_fn)(intptr_t)w[DP_FN_SET_ARG];
-    p->enqueue = (dcl_enqueue_fn)(intptr_t)w[DP_FN_ENQUEUE];
-    p->flush = (dcl_queue_fn)(intptr_t)w[DP_FN_FLUSH];
-    p->finish = (dcl_queue_fn)(intptr_t)w[DP_FN_FINISH];
-    p->event_info = (dcl_event_info_fn)(intptr_t)w[DP_FN_EVENT_INFO];
-    p->release = (dcl_event_fn)(intptr_t)w[DP_FN_RELEASE];
-    p->write = (dcl_copy_fn)(intptr_t)w[DP_FN_WRITE];
-    p->read = (dcl_copy_fn)(intptr_t)w[DP_FN_READ];
-    p->cu_context = (void *)(intptr_t)w[DP_CONTEXT];
-    p->cu_launch = (dcu_launch_fn)(intptr_t)w[DP_FN_CU_LAUNCH];
-    p->cu_htod = (dcu_htod_fn)(intptr_t)w[DP_FN_CU_HTOD];
-    p->cu_dtoh = (dcu_dtoh_fn)(intptr_t)w[DP_FN_CU_DTOH];
-    p->cu_sync = (dcu_stream_fn)(intptr_t)w[DP_FN_CU_SYNC];
-    p->cu_query = (dcu_stream_fn)(intptr_t)w[DP_FN_CU_QUERY];
-    p->cu_push = (dcu_push_fn)(intptr_t)w[DP_FN_CU_PUSH];
-    p->cu_pop = (dcu_pop_fn)(intptr_t)w[DP_FN_CU_POP];
-    p->seconds_at = (double *)(intptr_t)w[DP_SECONDS_AT];
-    p->profiling_info = (dcl_event_info_fn)(intptr_t)w[DP_FN_PROFILING_INFO];
-    p->cu_event_create = (dcu_event_create_fn)(intptr_t)w[DP_FN_CU_EVENT_CREATE];
-    p->cu_event_record = (dcu_event_record_fn)(intptr_t)w[DP_FN_CU_EVENT_RECORD];
-    p->cu_event_elapsed = (dcu_event_elapsed_fn)(intptr_t)w[DP_FN_CU_EVENT_ELAPSED];
-    p->cu_event_destroy = (dcu_stream_fn)(intptr_t)w[DP_FN_CU_EVENT_DESTROY];
-    p->memory = (int)w[DP_MEMORY];
-    p->queue = (void *)(intptr_t)w[DP_QUEUE];
-    p->idata_buf = (void *)(intptr_t)w[DP_IDATA_BUF];
-    p->out_buf = (void *)(intptr_t)w[DP_OUT_BUF];
-    p->out_bytes = (size_t)w[DP_OUT_BYTES];
-    p->nb_counts_buf = (void *)(intptr_t)w[DP_NB_COUNTS_BUF];
-    p->nb_lists_buf = (void *)(intptr_t)w[DP_NB_LISTS_BUF];
-    p->scatter_max = (int)w[DP_SCATTER_MAX];
-    p->scatter_batch = (double *)(intptr_t)w[DP_SCATTER_BATCH];
-    p->scatter_batch_buf = (void *)(intptr_t)w[DP_SCATTER_BATCH_BUF];
-    p->gen = w[DP_GEN];
-    p->gen_at = (const int64_t *)(intptr_t)w[DP_GEN_AT];
-    p->lgen = w[DP_LGEN];
-    p->lgen_at = (const int64_t *)(intptr_t)w[DP_LGEN_AT];
-    p->upload = (const int32_t *)(intptr_t)w[DP_UPLOAD];
-    p->nupload = (int)w[DP_NUPLOAD];
-    for (int k = 0; k < 4; k++)
-        if (w[DL_NARGS + DP_LAUNCHES + k * DP_LAUNCH_WORDS] > DP_MAX_ARGS)
-            return -1;
-    unpack_launch(&p->predict, w + DP_LAUNCHES);
-    unpack_launch(&p->force, w + DP_LAUNCHES + DP_LAUNCH_WORDS);
-    unpack_launch(&p->scatter, w + DP_LAUNCHES + 2 * DP_LAUNCH_WORDS);
-    unpack_launch(&p->reduce, w + DP_LAUNCHES + 3 * DP_LAUNCH_WORDS);
-    const int cuda = p->cu_launch != NULL;
-    if (cuda ? (p->cu_context == NULL || p->cu_htod == NULL || p->cu_dtoh == NULL
-                || p->cu_sync == NULL || p->cu_query == NULL || p->cu_push == NULL
-                || p->cu_pop == NULL || !p->memory || p->predict.local[0] == 0
-                || p->force.local[0] == 0 || p->scatter.local[0] == 0
-                || (p->reduce.kernel != NULL && p->reduce.local[0] == 0))
-             : (p->set_arg == NULL || p->enqueue == NULL || p->flush == NULL
-                || p->finish == NULL || p->event_info == NULL || p->release == NULL
-                || (p->memory && (p->write == NULL || p->read == NULL))))
-        return -1;
-    if (p->seconds_at != NULL
-        && (cuda ? (p->cu_event_create == NULL || p->cu_event_record == NULL
-                    || p->cu_event_elapsed == NULL || p->cu_event_destroy == NULL)
-                 : p->profiling_info == NULL))
-        return -1;
-    if (p->predict.nargs < 0 || p->force.nargs < 0 || p->nparts < 1
-        || p->ni_pad < ni || p->nco > NCO_ORDER8 || p->nci > NCI_ORDER8
-        || p->raw_n < 2 || p->raw_n > JB_RECORDS
-        || !(w[DP_NI_LO] <= ni && ni <= w[DP_NI_HI] && w[DP_NI_HI] <= p->ni_pad)
-        || p->gen_at == NULL || p->lgen_at == NULL || p->memory < 0 || p->memory > 1
-        || p->nupload < 0 || (p->nupload > 0 && p->upload == NULL)
-        || (p->memory && (p->queue == NULL || p->idata_buf == NULL || p->out_buf == NULL
-                          || p->out_bytes < sizeof(double) * (size_t)p->nco * (size_t)p->ni_pad
-                          || (lists && (p->nb_counts_buf == NULL || p->nb_lists_buf == NULL))
-                          || p->scatter_max < 1 || p->scatter.kernel == NULL
-                          || p->scatter.ni_arg < 0 || p->scatter_batch == NULL
-                          || p->scatter_batch_buf == NULL))
-        || (lists && (p->nb_counts == NULL || p->nb_lists == NULL || p->nb_cap < 1))
-        || (p->reduce.kernel != NULL && (p->reduce.ni_arg < 0 || p->nparts != 1)))
-        return -1;
-    return 0;
-}
 
 /* ---------------------------------------------- the runtime: OpenCL or CUDA's driver API */
 
@@ -625,19 +384,21 @@ typedef struct {
     PyObject_HEAD
     int ready;               /* __init__ ran */
     int off;                 /* 1: no call from now on (disable(), or a runtime error) */
-    PyObject *planner;       /* planner(nj, ni, lists) -> plan words, 0 or -1 */
-    int ndev;                /* the library's devices: ndev plans per block */
-    /* plan blocks by [lists][ni], block k the ndev plans at [k * ndev]; nplans[lists] of
-     * them */
-    struct dplan *plans[2];
-    int nplans[2];
-    struct dplan *unpacked;  /* ndev plans: a block being installed */
+    PyObject *planner;       /* planner(lists) -> the plans' words, or -1 */
+    int ndev;                /* the library's devices */
+    /* the plans without and with lists (every device's, for every entry of its launch
+     * table; ntpl[lists] of them, none until asked for), and the block of ndev plans
+     * shaped for the call in flight or last made */
+    struct dplan *tpl[2];
+    int ntpl[2];
+    struct dplan call[ENG_MAX_DEV];
     int have_j;              /* the devices' j-sides are those of the current plans */
     struct edev dev[ENG_MAX_DEV];
     /* the devices' predicted records: valid for pred_time */
     int pred_valid;
     double pred_time;
     int ran;                 /* launched since this was last cleared (tests read it) */
+    long planner_calls;      /* the library asked for plans, over the engine's life */
     long launches;           /* kernels queued, over the engine's life */
     /* the last force call started (its block of plans) */
     struct dplan *last;
@@ -675,9 +436,7 @@ static int eng_fail(Engine *e, const char *what, dcl_int rc, dcl_int status)
 
 static void eng_clear_plans(Engine *e)
 {
-    for (int l = 0; l < 2; l++)
-        for (int k = 0; k < e->nplans[l] * e->ndev; k++)
-            e->plans[l][k].status = 0;
+    e->ntpl[0] = e->ntpl[1] = 0;
     e->have_j = 0;
     for (int d = 0; d < e->ndev; d++)
         e->dev[d].force_queue = NULL;
@@ -692,22 +451,6 @@ static int eng_fresh(const Engine *e)
             return 0;
     }
     return 1;
-}
-
-/* Room for the plan blocks plans[lists][0 .. n - 1]; 0, or -1 when out of memory. */
-static int eng_room(Engine *e, int lists, int n)
-{
-    struct dplan *q;
-    const size_t nd = (size_t)e->ndev;
-    if (n <= e->nplans[lists])
-        return 0;
-    if ((q = PyMem_RawRealloc(e->plans[lists], sizeof *q * nd * (size_t)n)) == NULL)
-        return -1;
-    memset(q + nd * (size_t)e->nplans[lists], 0,
-           sizeof *q * nd * (size_t)(n - e->nplans[lists]));
-    e->plans[lists] = q;
-    e->nplans[lists] = n;
-    return 0;
 }
 
 /* A timed launch's events released (the handles that were made). */
@@ -1071,124 +814,135 @@ static int eng_upload(Engine *e, int n, const int32_t *address)
     return 0;
 }
 
-/* Install a plan block's words (ndev plans) for ni i-particles (and the block sizes it
- * serves), made by the library for the memory as it is now; the old plans go when a
- * device's j-side moved. */
-static struct dplan *eng_install(Engine *e, const int64_t *w, int nj, int ni, int lists)
+/* Install the words of n plans (every device's, for every entry of its launch table; with
+ * lists or not), made by the library for the memory as it is now; the old plans go when a
+ * device's j-side moved.  0, or -1 (error set, the engine off). */
+static int eng_install(Engine *e, const int64_t *w, int n, int lists)
 {
     const int nd = e->ndev;
-    struct dplan *p = e->unpacked;
-    int lo = (int)w[DP_NI_LO], hi = (int)w[DP_NI_HI], moved = 0;
-    for (int d = 0; d < nd; d++) {
-        const int64_t *wd = w + (size_t)d * DP_WORDS;
-        const struct dplan *j = &e->dev[d].jside;
-        if (wd[DP_STATUS] == 1 && plan_unpack(&p[d], wd, nj, ni, lists) == 0)
-            p[d].dev = d;
-        else
-            p[d].status = 0;
-        if (p[d].status != 1 || lo < 1
-            || hi < ni || wd[DP_NI_LO] != lo || wd[DP_NI_HI] != hi
-            || p[d].order != p[0].order || p[d].nco != p[0].nco || p[d].raw_n != p[0].raw_n
-            || p[d].n_stored != p[0].n_stored || p[d].pred_terms != p[0].pred_terms
-            || p[d].mirror_raw != p[0].mirror_raw || p[d].mirror_ids != p[0].mirror_ids
-            || p[d].memory != p[0].memory || p[d].lgen_at != p[0].lgen_at
-            || p[d].nupload != p[0].nupload || p[d].upload != p[0].upload) {
+    struct dplan *p = PyMem_RawRealloc(e->tpl[lists], sizeof *p * (size_t)(n > 0 ? n : 1));
+    int moved = 0, bad = 0, first[ENG_MAX_DEV];
+    if (p == NULL) {
+        snprintf(e->error, sizeof e->error, "out of memory for %d plans", n);
+        e->off = 1;
+        return -1;
+    }
+    e->tpl[lists] = p;
+    e->ntpl[lists] = 0;
+    for (int d = 0; d < nd; d++)
+        first[d] = -1;
+    for (int k = 0; k < n; k++) {
+        const int d = (int)w[(size_t)k * DP_WORDS + DP_DEV];
+        if (plan_unpack(&p[k], w + (size_t)k * DP_WORDS, lists) < 0 || d < 0 || d >= nd
+            || p[k].order != p[0].order || p[k].nco != p[0].nco || p[k].raw_n != p[0].raw_n
+            || p[k].n_stored != p[0].n_stored || p[k].pred_terms != p[0].pred_terms
+            || p[k].mirror_raw != p[0].mirror_raw || p[k].mirror_ids != p[0].mirror_ids
+            || p[k].memory != p[0].memory || p[k].lgen_at != p[0].lgen_at
+            || p[k].nupload != p[0].nupload || p[k].upload != p[0].upload
+            || (first[d] >= 0 && (p[k].dev_raw != p[first[d]].dev_raw
+                                  || p[k].gen_at != p[first[d]].gen_at)))
+            bad = 1;
+        else if (first[d] < 0)
+            first[d] = k;
+    }
+    for (int d = 0; d < nd; d++)
+        if (bad || first[d] < 0) {
             snprintf(e->error, sizeof e->error, "a plan this engine does not understand");
             e->off = 1;
-            return NULL;
+            return -1;
         }
-        moved |= e->have_j && (p[d].gen != j->gen || p[d].lgen != j->lgen
-                               || p[d].mirror_raw != j->mirror_raw || p[d].dev_raw != j->dev_raw
-                               || p[d].mirror_ids != j->mirror_ids || p[d].dev_ids != j->dev_ids
-                               || p[d].n_stored != j->n_stored
-                               || p[d].pred_terms != j->pred_terms || p[d].raw_n != j->raw_n);
+    for (int d = 0; d < nd; d++) {
+        const struct dplan *j = &e->dev[d].jside, *q = &p[first[d]];
+        moved |= e->have_j && (q->gen != j->gen || q->lgen != j->lgen
+                               || q->mirror_raw != j->mirror_raw || q->dev_raw != j->dev_raw
+                               || q->mirror_ids != j->mirror_ids || q->dev_ids != j->dev_ids
+                               || q->n_stored != j->n_stored
+                               || q->pred_terms != j->pred_terms || q->raw_n != j->raw_n);
     }
     if (moved)
         eng_clear_plans(e);
-    if (eng_room(e, lists, hi + 1) < 0) {
-        hi = lo = ni;
-        if (eng_room(e, lists, ni + 1) < 0)
-            return NULL;
-    }
     e->have_j = 1;
     for (int d = 0; d < nd; d++)
-        e->dev[d].jside = p[d];
+        e->dev[d].jside = p[first[d]];
+    e->ntpl[lists] = n;
     if (p[0].nupload > 0 && eng_upload(e, p[0].nupload, p[0].upload) < 0) {
         e->off = 1;  /* the devices' records are not what the library holds */
-        return NULL;
+        return -1;
     }
-    for (int k = lo; k <= hi; k++)
-        for (int d = 0; d < nd; d++) {
-            struct dplan *q = &e->plans[lists][(size_t)k * nd + d];
-            *q = p[d];
-            q->ni = k;
-        }
-    return &e->plans[lists][(size_t)ni * nd];
+    return 0;
 }
 
-/* The plan block for ni i-particles on nj j-addresses: from those made, else asked of the
- * library (the planner, with the GIL); NULL: not this call (Python's). */
-static struct dplan *eng_plan(Engine *e, int nj, int ni, int lists)
+/* The plans with lists or not asked of the library (the planner, with the GIL); nothing in
+ * flight.  0, or -1 (error set, the engine off). */
+static int eng_ask(Engine *e, int lists)
 {
-    struct dplan *p = NULL;
-    const size_t nd = (size_t)e->ndev;
     PyGILState_STATE gil;
     PyObject *r;
-    if (e->have_j && !eng_fresh(e))
-        eng_clear_plans(e);  /* the library's memory moved: no plan holds */
-    if (ni < e->nplans[lists]) {
-        p = &e->plans[lists][(size_t)ni * nd];
-        if (p->status != 0 && p->nj == nj)
-            return p->status > 0 ? p : NULL;
-    }
-    if (e->planner == NULL || ni > ENG_NI_MAX)
-        return NULL;
+    Py_buffer w;
+    int rc = -1;
     if (eng_wait(e) < 0)  /* nothing queued while the library plans (it may reallocate) */
-        return NULL;
+        return -1;
+    e->planner_calls++;
     gil = PyGILState_Ensure();
-    r = PyObject_CallFunction(e->planner, "iii", nj, ni, lists);
-    p = NULL;
+    r = PyObject_CallFunction(e->planner, "i", lists);
     if (r == NULL) {
         PyErr_WriteUnraisable(e->planner);
         snprintf(e->error, sizeof e->error, "the library could not make a plan");
-        e->off = 1;
     }
-    else if (PyLong_Check(r)) {
-        long status = PyLong_AsLong(r);
-        if (status < 0) {  /* never for this library */
-            snprintf(e->error, sizeof e->error, "the library has no plan for its engine");
-            e->off = 1;
-        }
-        else if (eng_room(e, lists, ni + 1) == 0) {
-            struct dplan *q = &e->plans[lists][(size_t)ni * nd];
-            memset(q, 0, sizeof *q);
-            q->status = -1;  /* not this shape, until the plans go */
-            q->nj = nj;
-            q->ni = ni;
-        }
+    else if (PyLong_Check(r))
+        snprintf(e->error, sizeof e->error, "the library has no plan for its engine");
+    else if (PyObject_GetBuffer(r, &w, PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        snprintf(e->error, sizeof e->error, "the library's plan is not a buffer");
     }
     else {
-        Py_buffer w;
-        if (PyObject_GetBuffer(r, &w, PyBUF_C_CONTIGUOUS) < 0) {
-            PyErr_Clear();
-            snprintf(e->error, sizeof e->error, "the library's plan is not a buffer");
-            e->off = 1;
-        }
-        else {
-            if (w.len == (Py_ssize_t)(sizeof(int64_t) * DP_WORDS * nd))
-                p = eng_install(e, w.buf, nj, ni, lists);
-            else {
-                snprintf(e->error, sizeof e->error, "a plan of %zd bytes for %d device(s)",
-                         w.len, e->ndev);
-                e->off = 1;
-            }
-            PyBuffer_Release(&w);
-        }
+        const size_t one = sizeof(int64_t) * DP_WORDS;
+        if (w.len > 0 && (size_t)w.len % one == 0)
+            rc = eng_install(e, w.buf, (int)((size_t)w.len / one), lists);
+        else
+            snprintf(e->error, sizeof e->error, "plans of %zd bytes", w.len);
+        PyBuffer_Release(&w);
     }
     Py_XDECREF(r);
     PyGILState_Release(gil);
-    /* the plan brought the devices up to date with the library (eng_upload) */
-    return e->off ? NULL : p;
+    if (rc < 0)
+        e->off = 1;
+    return rc;
+}
+
+/* The block of ndev plans shaped for ni i-particles on addresses [0, nj), into call[0 ..
+ * ndev - 1]; NULL: not this call (nj beyond the addresses stored: the library names the
+ * error), or an error (the engine off).  The library is asked for plans only when it has
+ * none for these lists, or its memory moved. */
+static struct dplan *eng_plan(Engine *e, int nj, int ni, int lists, struct dplan *call)
+{
+    const int nd = e->ndev;
+    if (e->have_j && !eng_fresh(e))
+        eng_clear_plans(e);  /* the library's memory moved: no plan holds */
+    if (e->ntpl[lists] == 0 && (e->planner == NULL || eng_ask(e, lists) < 0))
+        return NULL;
+    if (nj > e->dev[0].jside.n_stored || ni > ENG_NI_MAX)
+        return NULL;
+    for (int d = 0; d < nd; d++) {
+        const struct dplan *t = e->tpl[lists], *big = NULL, *small = NULL;
+        const int nj_local = nj > d ? (nj - d + nd - 1) / nd : 0;
+        for (int k = 0; k < e->ntpl[lists]; k++)
+            if (t[k].dev == d && t[k].ni_lo <= ni && ni <= t[k].ni_hi) {
+                if (t[k].small)
+                    small = &t[k];
+                else
+                    big = &t[k];
+            }
+        if (big != NULL && small != NULL && plan_small(big, ni, nj_local))
+            big = small;
+        if (big == NULL || (call[d] = *big, plan_shape(&call[d], nj, nj_local, ni)) < 0) {
+            snprintf(e->error, sizeof e->error, "no plan of device %d for %d i-particles", d,
+                     ni);
+            e->off = 1;
+            return NULL;
+        }
+    }
+    return call;
 }
 
 static int eng_put_j(void *engine, int n, const int *address, const int *index,
@@ -1290,7 +1044,7 @@ static int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
      * j-records' copies may still run: the queues keep the order, and a new plan waits */
     if (eng_in_flight(e) && eng_wait(e) < 0)
         return -1;
-    if ((p = eng_plan(e, nj, ni, lists)) == NULL)
+    if ((p = eng_plan(e, nj, ni, lists, e->call)) == NULL)
         return e->off ? -1 : 0;
     if (p->order < 6)
         a = NULL;
@@ -1686,7 +1440,6 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds)
 {
     PyObject *out, *planner;
     int ndev = 1;
-    struct dplan *unpacked;
     static char *names[] = {"out", "planner", "ndev", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|i", names, &out, &planner, &ndev))
         return -1;
@@ -1695,7 +1448,7 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     if (!PyCallable_Check(planner)) {
-        PyErr_SetString(PyExc_TypeError, "planner: a callable planner(nj, ni, lists)");
+        PyErr_SetString(PyExc_TypeError, "planner: a callable planner(lists)");
         return -1;
     }
     if (ndev < 1 || ndev > ENG_MAX_DEV) {
@@ -1704,11 +1457,6 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds)
     }
     if (put_room(self, ENG_NJ_KEEP) < 0)
         return -1;
-    if ((unpacked = PyMem_RawRealloc(self->unpacked, sizeof *unpacked * (size_t)ndev)) == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    self->unpacked = unpacked;
     if (PyObject_GetBuffer(out, &self->out, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE)
         < 0)
         return -1;
@@ -1735,9 +1483,8 @@ static void Engine_dealloc(Engine *self)
     if (self->have_out)
         PyBuffer_Release(&self->out);
     Py_CLEAR(self->planner);
-    PyMem_RawFree(self->plans[0]);
-    PyMem_RawFree(self->plans[1]);
-    PyMem_RawFree(self->unpacked);
+    PyMem_RawFree(self->tpl[0]);
+    PyMem_RawFree(self->tpl[1]);
     PyMem_RawFree(self->nb_offsets);
     PyMem_RawFree(self->nb_counts);
     PyMem_RawFree(self->nb_ids);
@@ -1996,6 +1743,8 @@ static PyMemberDef Engine_members[] = {
      "kernels the engine queued, over its life"},
     {"off", T_INT, offsetof(Engine, off), READONLY,
      "1 when the engine takes no call any more"},
+    {"planner_calls", T_LONG, offsetof(Engine, planner_calls), READONLY,
+     "times the engine asked the library for plans, over its life"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -2106,7 +1855,25 @@ static PyObject *engine_combine(PyObject *module, PyObject *const *args, Py_ssiz
     Py_RETURN_NONE;
 }
 
+/* split(i_per_group, j_align, min_jchunk, target, ni_pad, nj) -> (nparts, jchunk): the
+ * j-range of a force launch cut into parts, as the engine cuts it (plan_split) */
+static PyObject *engine_split(PyObject *module, PyObject *args)
+{
+    int ipg, align, min_jchunk, target, ni_pad, nj, nparts, jchunk;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "iiiiii", &ipg, &align, &min_jchunk, &target, &ni_pad, &nj))
+        return NULL;
+    if (ipg < 1 || align < 1 || target < 1 || ni_pad < 1 || nj < 0) {
+        PyErr_SetString(PyExc_ValueError, "split: sizes must be positive (nj >= 0)");
+        return NULL;
+    }
+    plan_split(ipg, align, min_jchunk, target, ni_pad, nj, &nparts, &jchunk);
+    return Py_BuildValue("ii", nparts, jchunk);
+}
+
 static PyMethodDef module_methods[] = {
+    {"split", engine_split, METH_VARARGS,
+     "split(i_per_group, j_align, min_jchunk, target, ni_pad, nj) -> (nparts, jchunk)"},
     {"pack_j", (PyCFunction)(void (*)(void))engine_pack_j, METH_FASTCALL,
      "pack_j(out, t, mass, x, v, a, jerk, snap, crackle, pop, d5): j-records into out"},
     {"combine", (PyCFunction)(void (*)(void))engine_combine, METH_FASTCALL,
@@ -2114,7 +1881,43 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* shape(nj, ni, lists) -> per device (small, ni_pad, parts, jchunk, reduce) of the launches
+ * a force call of this shape would make (its plans made if need be), or None when the
+ * engine would not take it */
+static PyObject *Engine_shape(Engine *self, PyObject *args)
+{
+    int nj, ni, lists;
+    struct dplan *call;
+    PyObject *out = NULL;
+    if (!PyArg_ParseTuple(args, "iip", &nj, &ni, &lists) || !ready(self))
+        return NULL;
+    if (nj < 1 || ni < 1 || self->off)
+        Py_RETURN_NONE;
+    if ((call = PyMem_RawMalloc(sizeof *call * (size_t)self->ndev)) == NULL)
+        return PyErr_NoMemory();
+    if (eng_plan(self, nj, ni, lists, call) == NULL) {
+        PyMem_RawFree(call);
+        if (self->off)
+            return raise_error(self);
+        Py_RETURN_NONE;
+    }
+    if ((out = PyList_New(self->ndev)) != NULL)
+        for (int d = 0; d < self->ndev; d++) {
+            const struct dplan *p = &call[d];
+            int32_t jchunk;
+            memcpy(&jchunk, &p->force.arg_value[FA_JCHUNK], sizeof jchunk);
+            PyList_SET_ITEM(out, d, Py_BuildValue(
+                "{s:O,s:i,s:i,s:i,s:O}", "small", p->small ? Py_True : Py_False,
+                "ni_pad", p->ni_pad, "parts", (int)(p->force.global[1] / (size_t)p->lj),
+                "jchunk", (int)jchunk, "reduce", p->reduce.kernel != NULL ? Py_True : Py_False));
+        }
+    PyMem_RawFree(call);
+    return out;
+}
+
 static PyMethodDef Engine_methods[] = {
+    {"shape", (PyCFunction)Engine_shape, METH_VARARGS,
+     "shape(nj, ni, lists) -> [{small, ni_pad, parts, jchunk, reduce} per device] or None"},
     {"put_j", (PyCFunction)(void (*)(void))Engine_put_j, METH_FASTCALL,
      "put_j(address, index, t, mass, x, v, a, jerk, snap, crackle, pop, d5) -> bool"},
     {"compute", (PyCFunction)(void (*)(void))Engine_compute, METH_FASTCALL,

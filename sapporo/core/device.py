@@ -7,7 +7,6 @@ and cached launch plans, which the native engine runs (:mod:`sapporo.core.engine
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +24,8 @@ from sapporo.backend import (
     capabilities,
 )
 from sapporo.core import layout
-from sapporo.core.launch import NI_CHUNK, LaunchConfig, LaunchTable, load_table, split_j
-from sapporo.core.layout import RAW_N, REDUCE_LANES, REDUCE_ROWS
+from sapporo.core.launch import NI_CHUNK, LaunchConfig, LaunchTable, load_table
+from sapporo.core.layout import MAX_PARTS, RAW_N, REDUCE_LANES, REDUCE_ROWS
 
 __all__ = ["Device", "Plan", "Variant", "j_bytes"]
 
@@ -84,19 +83,25 @@ class Variant:
 
 @dataclass
 class Plan:
-    """Everything about one force launch except the particle data (see Device._plan)."""
+    """The launches of one entry of a device's launch table, for any shape it serves: the
+    force call of ``ni_lo .. ni_hi`` i-particles on any number of j-addresses, on the device
+    or (``small``) on its companion of small launches. The engine derives each call's
+    launch from it by arithmetic (``sapporo/core/_plan.c``): the padded block, the parts of
+    the j-range, whether the host or the reduce kernel combines them; the buffers are sized
+    for the largest of these (see :meth:`Device.plans`)."""
 
-    gen: int
-    table: LaunchTable
     cfg: LaunchConfig
-    ni_pad: int
-    nparts: int
+    ni_lo: int
+    ni_hi: int
+    small: bool
+    ni_pad_max: int
     h_in: HostBuffer
     idata: np.ndarray
     h_out: HostBuffer
-    out: np.ndarray
-    force: Launch  # (the engine sets eps2_d and ni per call)
-    reduce: Launch | None  # None: the host combines the parts
+    out: np.ndarray  # (doubles,): the parts the host combines, or the reduce's rows
+    force: Launch  # (the engine sets nj, ni, ni_pad, jchunk, eps2 and out per call)
+    reduce: Launch | None  # None: the host combines every call's parts
+    partial: Buffer | None  # the force's parts for the reduce kernel
     h_cnt: HostBuffer | None
     h_lst: HostBuffer | None
     counts: np.ndarray | None
@@ -218,15 +223,11 @@ class Device:
         self.cap = cap
         return True
 
-    def ni_pad(self, ni: int) -> int:
-        """``ni`` i-particles padded to whole work-groups of their launch configuration."""
-        return _round_up(ni, self.table.for_ni(ni).i_per_group)
-
-    def small_launch(self, ni: int, nj_local: int) -> bool:
-        """Whether a force launch on ``ni`` i-particles goes to the companion device."""
-        if self.ctx.small_pairs <= 0 or ni > NI_CHUNK:
-            return False
-        return self.ni_pad(ni) * max(nj_local, 1) <= self.ctx.small_pairs
+    @property
+    def host_reduce_max(self) -> int:
+        """Parts of at most this many doubles are combined on the host, larger ones by the
+        reduce kernel."""
+        return HOST_REDUCE_MAX if self.h_raw is not None else GPU_HOST_REDUCE_MAX
 
     def predict_launch(self, n_local: int, terms: int, small: bool = False) -> Launch:
         """The prepared prediction of the first ``n_local`` addresses (argument ``t`` set
@@ -277,70 +278,86 @@ class Device:
             self.events.append(ev)
 
     # -- forces
-    def _plan(self, ni: int, nj_local: int, ngb: bool) -> Plan:
-        """Launch shape, buffers, views and arguments of a force launch (cached)."""
-        key = (ni, nj_local, ngb)
-        plan = self._plans.get(key)
-        if plan is not None and plan.gen == self._gen and plan.table is self.table:
-            return plan
+    def _ranges(self) -> list[tuple[LaunchConfig, int, int]]:
+        """The table's entries with the block sizes each serves (``for_ni``): (config,
+        ni_lo, ni_hi), blocks up to :data:`NI_CHUNK`; entries that serve none left out."""
+        out, lo = [], 1
+        entries = self.table.entries
+        for k, (ni_max, cfg) in enumerate(entries):
+            hi = NI_CHUNK if k == len(entries) - 1 else min(ni_max, NI_CHUNK)
+            if lo <= hi:
+                out.append((cfg, lo, hi))
+            lo = max(lo, hi + 1)
+        return out
+
+    def _max_parts(self, cfg: LaunchConfig, ni_lo: int, ni_hi: int) -> int:
+        """The most doubles of j-parts (parts times padded block) a launch of ``cfg`` on
+        ``ni_lo .. ni_hi`` i-particles writes per result row, on any number of j-addresses
+        (split_j's parts are at most this many)."""
+        step = cfg.i_per_group
+        target = self.info.compute_units * cfg.groups_per_cu
+        return max(pad * min(-(-target // max(1, pad // step)), MAX_PARTS)
+                   for pad in range(_round_up(ni_lo, step), _round_up(ni_hi, step) + 1, step))
+
+    def plans(self, ngb: bool) -> list[Plan]:
+        """A :class:`Plan` for every entry of the launch table, on the device and (where
+        there is one) on its companion of small launches: every force kernel the table
+        names, built now, and the buffers the largest call needs, allocated before any
+        launch holds them (no buffer is reallocated while they are made)."""
         var = self.variant
-        cfg = self.table.for_ni(ni)
-        ni_pad = self.ni_pad(ni)
-        nci = layout.nci(var.order)
-        nco = layout.nco(var.order)
-        h_in = self._host("idata", nci * ni_pad * 8)
-        # small launches run on the companion device where there is one (PoCL's
-        # single-threaded device: no hand-off to worker threads); it runs the work-groups
-        # one after the other, so there the j-range stays in one part (parts would only
-        # add partial results to merge: N = 4k, one active particle, 10 -> 3 us)
-        small = self.small_launch(ni, nj_local)
-        if small:
-            nparts, jchunk = 1, _round_up(max(nj_local, 1), cfg.j_align)
-        else:
-            nparts, jchunk = split_j(cfg, self.info, ni_pad, nj_local)
-        kernel, reduce_k = self.kernels(cfg, ngb, small)
-        # few results: the host combines the parts (one kernel launch less)
-        limit = HOST_REDUCE_MAX if self.h_raw is not None else GPU_HOST_REDUCE_MAX
-        host_reduce = nparts == 1 or nparts * nco * ni_pad <= limit  # one part: nothing to do
-        out_shape = (nparts if host_reduce else 1, nco, ni_pad)
-        h_out = self._host("out", math.prod(out_shape) * 8)
-        partial = h_out.buffer if host_reduce else self._buf("partial", nparts * nco * ni_pad * 8)
+        nci, nco = layout.nci(var.order), layout.nco(var.order)
+        limit = self.host_reduce_max
+        shapes = []
+        for cfg, lo, hi in self._ranges():
+            for small in (False, True) if self.ctx.small_pairs > 0 else (False,):
+                pad = _round_up(hi, cfg.i_per_group)
+                parts = pad * nco if small else self._max_parts(cfg, lo, hi) * nco
+                shapes.append((cfg, lo, hi, small, pad, parts))
+        pad_max = max(s[4] for s in shapes)
+        # the force writes its parts to "out" when the host combines them (one part, or at
+        # most `limit` doubles), else to "partial" for the reduce kernel
+        out_n = max(max(min(s[5], limit), nco * s[4]) for s in shapes)
+        partial_n = max((s[5] for s in shapes if s[5] > limit), default=0)
+        h_in = self._host("idata", nci * pad_max * 8)
+        h_out = self._host("out", out_n * 8)
+        partial = self._buf("partial", partial_n * 8) if partial_n else None
         h_cnt = h_lst = None
         if ngb:
-            h_cnt = self._host("nbcount", ni_pad * 4)
-            h_lst = self._host("nblist", ni_pad * var.nb_capacity * 4)
+            h_cnt = self._host("nbcount", pad_max * 4)
+            h_lst = self._host("nblist", pad_max * var.nb_capacity * 4)
+        if self.h_raw is None:
+            self._host("scatter_batch", SCATTER_MAX * (self.raw_n + 1) * 32)
         j = self.j
-        args = layout.kernel_args(layout.FORCE_ARGS, {
-            "nj": np.int32(nj_local), "ni": np.int32(ni), "ni_pad": np.int32(ni_pad),
-            "jchunk": np.int32(jchunk), "eps2_d": np.float64(0.0),  # set per call
-            "jpos": j["pos"], "jpos_lo": j.get("pos_lo"), "jvel": j["vel"],
-            "jacc": j.get("acc"),
-            "jjerk": j.get("jerk"), "jid": j["id"], "idata": h_in.buffer, "out": partial,
-            "nb_count": None if h_cnt is None else h_cnt.buffer,
-            "nb_list": None if h_lst is None else h_lst.buffer,
-        }, var.order, var.ds, ngb)
-        force = kernel.prepare((ni_pad // cfg.i_per_item, nparts * cfg.lj), (cfg.li, cfg.lj),
-                               *args)
-        reduce = None
-        if not host_reduce:
-            reduce = reduce_k.prepare(
-                (REDUCE_LANES, _round_up(ni, REDUCE_ROWS)), (REDUCE_LANES, REDUCE_ROWS),
-                *layout.kernel_args(layout.REDUCE_ARGS, {
-                    "ni": np.int32(ni), "ni_pad": np.int32(ni_pad),
-                    "nparts": np.int32(nparts), "partial": partial, "out": h_out.buffer},
-                    var.order, var.ds))
-        plan = Plan(
-            gen=self._gen, table=self.table, cfg=cfg, ni_pad=ni_pad, nparts=nparts,
-            h_in=h_in, idata=h_in.view(np.float64, (nci, ni_pad)), h_out=h_out,
-            out=h_out.view(np.float64, out_shape), force=force,
-            reduce=reduce, h_cnt=h_cnt, h_lst=h_lst,
-            counts=None if h_cnt is None else h_cnt.view(np.int32, (ni_pad,)),
-            lists=None if h_lst is None else h_lst.view(np.int32, (ni_pad, var.nb_capacity)),
-        )
-        if len(self._plans) > 512:
-            self._plans.clear()
-        self._plans[key] = plan
-        return plan
+        plans = []
+        for cfg, lo, hi, small, pad, parts in shapes:
+            kernel, reduce_k = self.kernels(cfg, ngb, small)
+            args = layout.kernel_args(layout.FORCE_ARGS, {
+                "nj": np.int32(0), "ni": np.int32(0), "ni_pad": np.int32(0),
+                "jchunk": np.int32(0), "eps2_d": np.float64(0.0),  # set per call
+                "jpos": j["pos"], "jpos_lo": j.get("pos_lo"), "jvel": j["vel"],
+                "jacc": j.get("acc"), "jjerk": j.get("jerk"), "jid": j["id"],
+                "idata": h_in.buffer, "out": h_out.buffer,
+                "nb_count": None if h_cnt is None else h_cnt.buffer,
+                "nb_list": None if h_lst is None else h_lst.buffer,
+            }, var.order, var.ds, ngb)
+            force = kernel.prepare((pad // cfg.i_per_item, cfg.lj), (cfg.li, cfg.lj), *args)
+            reduce = None
+            if parts > limit:
+                reduce = reduce_k.prepare(
+                    (REDUCE_LANES, _round_up(hi, REDUCE_ROWS)), (REDUCE_LANES, REDUCE_ROWS),
+                    *layout.kernel_args(layout.REDUCE_ARGS, {
+                        "ni": np.int32(0), "ni_pad": np.int32(0), "nparts": np.int32(1),
+                        "partial": partial, "out": h_out.buffer}, var.order, var.ds))
+            plans.append(Plan(
+                cfg=cfg, ni_lo=lo, ni_hi=hi, small=small, ni_pad_max=pad, h_in=h_in,
+                idata=h_in.view(np.float64, (nci * pad_max,)), h_out=h_out,
+                out=h_out.view(np.float64, (out_n,)), force=force, reduce=reduce,
+                partial=partial if reduce is not None else None, h_cnt=h_cnt, h_lst=h_lst,
+                counts=None if h_cnt is None else h_cnt.view(np.int32, (pad_max,)),
+                lists=None if h_lst is None else h_lst.view(np.int32,
+                                                            (pad_max, var.nb_capacity)),
+            ))
+        return plans
 
     def kernels(self, cfg: LaunchConfig, ngb: bool,
                 small: bool = False) -> tuple[Kernel, Kernel]:

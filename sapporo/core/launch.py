@@ -19,12 +19,13 @@ from typing import Any
 from sapporo import config
 from sapporo.backend import capabilities
 from sapporo.backend.base import DeviceInfo
+from sapporo.core import layout
 from sapporo.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 #: i-particles per kernel launch; larger blocks are cut into chunks of this size.
-NI_CHUNK = 8192
+NI_CHUNK = layout.NI_CHUNK
 
 
 @dataclass(frozen=True)
@@ -261,18 +262,12 @@ def load_table(info: DeviceInfo, order: int, precision: str) -> LaunchTable:
     return default_table(info, order, precision)
 
 
-def parts_for(cfg: LaunchConfig, info: DeviceInfo, ni_pad: int, nj: int) -> int:
-    """How many parts to cut the j-range into for a launch of ``ni_pad`` i-particles."""
-    groups_i = max(1, ni_pad // cfg.i_per_group)
-    target = info.compute_units * cfg.groups_per_cu
-    want = -(-target // groups_i)
-    return int(max(1, min(want, nj // max(cfg.min_jchunk, 1), 4096)))
-
-
 def split_j(cfg: LaunchConfig, info: DeviceInfo, ni_pad: int, nj: int) -> tuple[int, int]:
-    """The j-range of a launch cut into parts: ``(nparts, jchunk)``, parts starting at
-    multiples of ``cfg.j_align`` (the last one may be shorter)."""
-    nparts = parts_for(cfg, info, ni_pad, nj)
-    align = cfg.j_align
-    jchunk = -(-max(1, -(-nj // nparts)) // align) * align
-    return max(1, -(-nj // jchunk)), jchunk
+    """The j-range of a launch of ``ni_pad`` i-particles on ``nj`` j-addresses cut into parts,
+    as the native engine cuts it: ``(nparts, jchunk)``, parts starting at multiples of
+    ``cfg.j_align`` (the last one may be shorter), about ``cfg.groups_per_cu`` work-groups
+    per compute unit, none shorter than ``cfg.min_jchunk`` (``sapporo/core/plan.c``)."""
+    from sapporo.core import engine
+
+    return engine.load().split(cfg.i_per_group, cfg.j_align, cfg.min_jchunk,
+                               info.compute_units * cfg.groups_per_cu, ni_pad, nj)

@@ -36,6 +36,8 @@ __all__ = [
     "OC_POT",
     "PREDICT_ARGS",
     "RAW_N",
+    "MAX_PARTS",
+    "NI_CHUNK",
     "REDUCE_ARGS",
     "REDUCE_LANES",
     "REDUCE_ROWS",
@@ -71,6 +73,9 @@ LAYOUT: dict[str, int] = read_layout()
 #: the largest j-address, the largest id and the coordinate limit (layout.h's LIMIT_*)
 MAX_ADDRESS = LAYOUT["LIMIT_MAX_ADDRESS"]
 MAX_ID = LAYOUT["LIMIT_MAX_ID"]
+#: i-particles per force launch, and the most parts it cuts its j-range into (LIMIT_*)
+NI_CHUNK = LAYOUT["LIMIT_NI_CHUNK"]
+MAX_PARTS = LAYOUT["LIMIT_MAX_PARTS"]
 COORD_LIMIT = float(re.search(r"^#define\s+LIMIT_COORD\s+(\S+)", LAYOUT_HEADER.read_text(),
                               re.MULTILINE)[1])
 

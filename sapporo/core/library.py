@@ -20,7 +20,6 @@ are (:mod:`sapporo.core.validate`) and reads its results into a
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import logging
 import threading
@@ -43,7 +42,6 @@ from sapporo.core.layout import (
     OC_NNID,
     OC_NNR2,
     OC_POT,
-    REDUCE_ROWS,
     SNAP_ROWS,
 )
 from sapporo.core.results import DEFAULT_NB_CAPACITY, ForceResult, PendingForce
@@ -507,34 +505,25 @@ class Library:
         """Local addresses of device d among global addresses [0, n)."""
         return max(0, -(-(n - d) // self.ndev))
 
-    def _predict_on_companion(self, ni: int, nj: int) -> list[bool]:
-        """Per device, whether the prediction before a force call of ``ni`` i-particles on
-        addresses [0, nj) goes to the companion device: with a small force launch, unless
-        the prediction is itself large (it is O(N); one core against all of them)."""
-        return [dev.small_launch(ni, self._n_local(nj, d))
-                and self._n_local(self._n_stored, d) <= SMALL_PREDICT_MAX
-                for d, dev in enumerate(self._devs)]
+    # -- force calls in C (sapporo.core.engine)
+    def _plans(self, lists: bool) -> int | list[dict[str, Any]]:
+        """The plans of the native engine (``sapporo/core/_engine.c``, for the Python API and
+        the C API): for every device, one per entry of its launch table (and per companion
+        of small launches), with neighbour lists or not; each serves its block sizes on any
+        number of j-addresses, the engine shaping every call from it by arithmetic
+        (``sapporo/core/plan.c``). -1 when there can be none for this library (a backend
+        without native launches or buffer handles). A library that profiles has the engine
+        time its launches (``seconds_at``: each device's :attr:`kernel_seconds` cell).
 
-    # -- small block steps in C (sapporo.core.engine)
-    def _direct_plan(self, nj: int, ni: int, lists: bool = False) -> int | list[dict[str, Any]]:
-        """A force call of ``ni`` i-particles on j-addresses [0, nj), with neighbour lists or
-        not, as the native engine runs it (``sapporo/core/_engine.c``, for the Python API
-        and the C API): one plan per device, or why not: 0 (not for this shape: more i- or
-        j-particles than planned for) or -1 (not for
-        this library: a backend without native launches or buffer handles). A library that
-        profiles has the engine time its launches (``seconds_at``: each device's
-        :attr:`kernel_seconds` cell).
-
-        The library is brought up to date with the devices first (records uploaded, the
-        queues finished), so that C starts from a consistent state; the engine predicts. Each
-        plan carries the generations of its device's and the library's memory and where
-        their current values are: the engine never uses a plan whose memory moved.
+        The library is brought up to date with the devices first (room for the addresses
+        stored, the queues finished), so that C starts from a consistent state; the engine
+        uploads what Python stored and predicts. Each plan carries the generations of its
+        device's and the library's memory and where their current values are: the engine
+        never uses a plan whose memory moved, and asks again.
         """
         entries = [dev.ctx.native_entry_points() for dev in self._devs]
         if None in entries:
             return -1
-        if not 1 <= nj <= self._n_stored or ni > NI_CHUNK:
-            return 0
         with self._lock:
             self._check_open()
             if self._pending is not None:  # collect what nobody waited for
@@ -543,40 +532,40 @@ class Library:
                 except SapporoError:
                     pass
             self._sync_j()
-            small = self._predict_on_companion(ni, nj)
-            plans: list[dict[str, Any]] = []
-            for d in range(self.ndev):
-                plan = self._device_plan(d, nj, ni, bool(lists), small[d])
-                if plan is None:
+            out: list[dict[str, Any]] = []
+            for d, dev in enumerate(self._devs):
+                plans = dev.plans(lists)
+                words = [self._plan_values(d, plan, lists) for plan in plans]
+                if None in words:
                     return -1
-                plans.append(plan)
-            # the block sizes every device's launch serves as it is (C sets ni)
-            lo, hi = max(p["ni_lo"] for p in plans), min(p["ni_hi"] for p in plans)
-            for plan, entry in zip(plans, entries, strict=True):
-                plan.update(ni_lo=lo, ni_hi=hi, entry=entry)
-            return plans
+                for w in words:  # (the generation once every buffer is there)
+                    w.update(entry=entries[d], gen=dev._gen)
+                out.extend(words)  # type: ignore[arg-type]
+            return out
 
-    def _device_plan(self, d: int, nj: int, ni: int, lists: bool,
-                     small: bool) -> dict[str, Any] | None:
-        """Device ``d``'s plan of a force call (see :meth:`_direct_plan`; the j-particles
-        synchronised), on its local addresses [0, ``_n_local(nj, d)``); None when a launch
-        or a buffer has no native handle."""
+    def _plan_values(self, d: int, plan: Any, lists: bool) -> dict[str, Any] | None:
+        """Device ``d``'s plan ``plan`` (:class:`~sapporo.core.device.Plan`) as the values
+        of its words (see :meth:`_plans`); None when a launch or a buffer has no native
+        handle."""
         dev = self._devs[d]
-        nj_loc = self._n_local(nj, d)
-        plan = dev._plan(ni, nj_loc, lists)
         terms = self._pred_terms
-        predict = dev.predict_launch(self._n_local(self._n_stored, d), terms, small)
+        n_pred = self._n_local(self._n_stored, d)
+        # the prediction before a small force launch goes to the companion too, unless it
+        # is itself large (it is O(N); one core against all of them)
+        predict = dev.predict_launch(n_pred, terms, plan.small and n_pred <= SMALL_PREDICT_MAX)
         dev.finish()
         reduce = None if plan.reduce is None else plan.reduce.native()
         launches = [predict.native(), plan.force.native(), None, reduce]
         if None in launches[:2] or (plan.reduce is not None and reduce is None):
             return None
+        partial = 0 if plan.partial is None else plan.partial.native()
+        if partial is None:
+            return None
         if dev.h_raw is not None:  # the device computes on these host arrays
             memory = {"memory": 0, "dev_raw": dev.h_raw.ctypes.data,
                       "dev_ids": dev.h_id.ctypes.data, "queue": 0, "idata_buf": 0,
-                      "out_buf": 0, "out_bytes": 0, "nb_counts_buf": 0,
-                      "nb_lists_buf": 0, "scatter_max": 0, "scatter_batch": 0,
-                      "scatter_batch_buf": 0}
+                      "out_buf": 0, "nb_counts_buf": 0, "nb_lists_buf": 0, "scatter_max": 0,
+                      "scatter_batch": 0, "scatter_batch_buf": 0}
         else:  # its own memory: the engine queues the copies
             scatter, batch = dev.scatter_launch(terms)
             handles = [dev.j["raw"].native(), dev.j["id"].native(), dev.ctx.native_queue(),
@@ -586,7 +575,6 @@ class Library:
                 return None
             memory = {"memory": 1, "dev_raw": handles[0], "dev_ids": handles[1],
                       "queue": handles[2], "idata_buf": handles[3], "out_buf": handles[4],
-                      "out_bytes": plan.out.nbytes,
                       "nb_counts_buf": 0 if plan.h_cnt is None else plan.h_cnt.buffer.native(),
                       "nb_lists_buf": 0 if plan.h_lst is None else plan.h_lst.buffer.native(),
                       "scatter_max": SCATTER_MAX, "scatter_batch": batch.array.ctypes.data,
@@ -595,36 +583,30 @@ class Library:
         rows = 0
         for r in self._filled_rows:
             rows |= 1 << int(r)
-        # the block sizes this launch serves as it is, but for its argument ni: the same
-        # configuration, padded size and device (so the same parts and buffers)
         cfg = plan.cfg
-        lo = hi = ni
-        while (lo > 1 and dev.table.for_ni(lo - 1) == cfg
-               and dev.ni_pad(lo - 1) == plan.ni_pad
-               and dev.small_launch(lo - 1, nj_loc) == dev.small_launch(ni, nj_loc)):
-            lo -= 1
-        while (hi < min(plan.ni_pad, NI_CHUNK) and dev.table.for_ni(hi + 1) == cfg
-               and dev.small_launch(hi + 1, nj_loc) == dev.small_launch(ni, nj_loc)):
-            hi += 1
-        if reduce is not None:  # rows for the largest block served (rows past ni idle)
-            rows_hi = -(-hi // REDUCE_ROWS) * REDUCE_ROWS
-            launches[3] = dataclasses.replace(
-                reduce, global_size=(reduce.global_size[0], rows_hi))
         return {
             "order": self.order, "nci": layout.nci(self.order),
-            "nco": layout.nco(self.order), "ni_pad": plan.ni_pad,
-            "nparts": plan.out.shape[0],  # the parts left to combine on the host
+            "nco": layout.nco(self.order), "ni_pad_max": plan.ni_pad_max,
             "raw_n": dev.raw_n, "pred_terms": terms, "n_stored": self._n_stored,
             "ds": int(self.precision == "double-single"), "check_rows": rows,
             "spin_ns": int(getattr(dev.ctx, "spin_seconds", 0.0) * 1e9),
             "time_bits": int(np.float64(self._time).view(np.int64)), "max_id": MAX_ID,
             "idata": plan.idata.ctypes.data, "out": plan.out.ctypes.data,
+            "out_bytes": plan.out.nbytes,
             "mirror_raw": self._raw.ctypes.data, "mirror_ids": self._ids.ctypes.data,
             **memory,
-            "gen": dev._gen, "gen_at": dev.gen_cell.ctypes.data,
+            "gen_at": dev.gen_cell.ctypes.data,
             "lgen": int(self._lgen[0]), "lgen_at": self._lgen.ctypes.data,
             "upload": self._upload.ctypes.data, "nupload": self._upload.size,
-            "ni_lo": lo, "ni_hi": hi,
+            "dev": d, "small": int(plan.small), "ni_lo": plan.ni_lo, "ni_hi": plan.ni_hi,
+            "i_per_group": cfg.i_per_group, "i_per_item": cfg.i_per_item, "lj": cfg.lj,
+            "j_align": cfg.j_align, "min_jchunk": cfg.min_jchunk,
+            "target_groups": dev.info.compute_units * cfg.groups_per_cu,
+            "small_pairs": dev.ctx.small_pairs,
+            "host_reduce_max": dev.host_reduce_max,
+            "out_arg": layout.arg_index(layout.FORCE_ARGS, "out", self.order,
+                                        self.precision == "double-single", lists),
+            "partial_buf": partial,
             "seconds_at": dev.seconds_cell.ctypes.data if dev.variant.profiling else 0,
             "context": dev.ctx.native_context() or 0,
             "nb_counts": 0 if plan.counts is None else plan.counts.ctypes.data,
@@ -649,9 +631,9 @@ class Library:
         self._engine_out = np.zeros(module.NCO_MAX * module.NI_MAX)
         me = weakref.ref(self)  # the engine must not keep its library alive (no GC there)
 
-        def planner(nj: int, ni: int, lists: int) -> Any:
+        def planner(lists: int) -> Any:
             lib = me()
-            return -1 if lib is None else lib._engine_planner(nj, ni, lists)
+            return -1 if lib is None else lib._engine_planner(lists)
 
         self._engine = module.Engine(self._engine_out, planner, self.ndev)
 
@@ -672,15 +654,15 @@ class Library:
         self._engine = None
         eng.disable()
 
-    def _engine_planner(self, nj: int, ni: int, lists: int) -> Any:
-        """The engine's planner: the words of the plans for ``ni`` i-particles on
-        j-addresses [0, nj), one block per device (:func:`sapporo.core.engine.plan_words`),
-        or 0 (not this shape) or -1 (never for this library)."""
-        plans = self._direct_plan(nj, ni, bool(lists))
+    def _engine_planner(self, lists: int) -> Any:
+        """The engine's planner: the words of every plan (:meth:`_plans`, with neighbour
+        lists or not; :func:`sapporo.core.engine.plan_words`), or -1 (never for this
+        library)."""
+        plans = self._plans(bool(lists))
         if isinstance(plans, int):
             return plans
         words = np.concatenate([engine.plan_words(p) for p in plans])
-        # the engine uploads them as it installs the plan: none for the next one
+        # the engine uploads them as it installs the plans: none for the next ones
         self._uploaded, self._upload = self._upload, np.zeros(0, dtype=np.int32)
         return words
 

@@ -431,11 +431,15 @@ static int force_block(Core *self, int k, double tb)
         int rc;
         for (int q = 0; q < k; q++)
             self->index32[q] = (int)self->w_ids[q];
+        /* without the GIL, as the C API calls the engine (other threads run meanwhile; the
+         * caller holds the library's lock) */
+        Py_BEGIN_ALLOW_THREADS
         rc = self->api->start(eng, self->nj, k, self->index32, self->w_x, self->w_v,
                               self->p.order >= 6 ? self->w_a : NULL,
                               self->p.order >= 8 ? self->w_j : NULL, self->eps2, NULL, 1, tb);
         if (rc > 0)
             rc = self->api->finish(eng, k, self->rows);
+        Py_END_ALLOW_THREADS
         if (rc < 0) {
             PyErr_Format(PyExc_RuntimeError, "%s", self->api->error(eng));
             return -1;
@@ -480,7 +484,9 @@ static int send_block(Core *self, int k, double tb)
                        self->v + 3 * i, tb, d, NULL);
             self->index32[q] = (int)self->ids[i];
         }
+        Py_BEGIN_ALLOW_THREADS
         rc = self->api->put_j(eng, k, self->act, self->index32, self->rec, nrec);
+        Py_END_ALLOW_THREADS
         if (rc < 0) {
             PyErr_Format(PyExc_RuntimeError, "%s", self->api->error(eng));
             return -1;

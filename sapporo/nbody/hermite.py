@@ -41,6 +41,7 @@ particles on their corrected positions.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import signal
@@ -757,15 +758,18 @@ class HermiteIntegrator:
 
     @contextmanager
     def _engine_errors(self) -> Iterator[None]:
-        """The native core's RuntimeError (the engine failed: the library takes no force call
-        from now on) as a :class:`BackendError` naming the device; the library's own errors
-        pass."""
-        try:
-            yield
-        except SapporoError:
-            raise
-        except RuntimeError as exc:
-            raise BackendError(f"{self.device_name}: {exc}") from None
+        """The native core's calls, under the library's lock (the core calls its engine
+        without the GIL: another thread's call of the library waits for the lock); their
+        RuntimeError (the engine failed: the library takes no force call from now on) as a
+        :class:`BackendError` naming the device; the library's own errors pass."""
+        lock = getattr(self.lib, "_lock", None)
+        with lock if lock is not None else contextlib.nullcontext():
+            try:
+                yield
+            except SapporoError:
+                raise
+            except RuntimeError as exc:
+                raise BackendError(f"{self.device_name}: {exc}") from None
 
     def _take_counters(self, core: Any) -> None:
         """Move what the core counted into the integrator's counters."""

@@ -308,7 +308,8 @@ def test_small_launches_on_the_companion_match(monkeypatch):
                 assert ref.relative_vector_error(f.jerk, r.jerk, r.jerk_abs).max() <= 1e-12
                 np.testing.assert_array_equal(f.nn_index, r.nn_index)
                 out.append(f)
-            assert any(k[2] for k in dev._kernels) == (pairs != "1")
+            (shape,) = lib._engine.shape(n, 1, False)
+            assert shape["small"] == (pairs != "1")
             results[pairs] = out
     for f1, f2 in zip(results["1"], results["131072"], strict=True):
         np.testing.assert_allclose(f1.acc, f2.acc, rtol=1e-14, atol=0)
@@ -329,19 +330,17 @@ def test_small_launches_keep_one_part(monkeypatch):
     ids = np.arange(n)
     with sapporo.Library(order=4, precision="double", backend="opencl") as lib:
         lib.set_j_particles(ids, ids, 0.0, m, x, v)
-        dev = lib._devs[0]
         f = lib.compute(x[:1], v[:1], ids[:1], 1e-4)
-        (plan,) = dev._plans.values()
-        assert dev.small_launch(1, n) and plan.nparts == 1
+        (shape,) = lib._engine.shape(n, 1, False)
+        assert shape["small"] and shape["parts"] == 1
         r = ref.forces(x[:1], v[:1], ids[:1], x, v, m, ids, 1e-4, order=4)
         assert ref.relative_vector_error(f.acc, r.acc, r.acc_abs).max() <= 1e-12
     monkeypatch.setenv("SAPPORO_SMALL_PAIRS", "0")  # the same launch on the threaded device
     with sapporo.Library(order=4, precision="double", backend="opencl") as lib:
         lib.set_j_particles(ids, ids, 0.0, m, x, v)
-        dev = lib._devs[0]
         g = lib.compute(x[:1], v[:1], ids[:1], 1e-4)
-        (plan,) = dev._plans.values()
-        assert not dev.small_launch(1, n) and plan.nparts > 1
+        (shape,) = lib._engine.shape(n, 1, False)
+        assert not shape["small"] and shape["parts"] > 1
         np.testing.assert_allclose(g.acc, f.acc, rtol=1e-14)
 
 

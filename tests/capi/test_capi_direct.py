@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 from sapporo.capi.bridge import Bridge
 
+from sapporo.core.launch import NI_CHUNK
+
 if TYPE_CHECKING:
     from conftest import CApi
 
@@ -162,34 +164,32 @@ def test_engine_and_plans_from_python() -> None:
         rng = np.random.default_rng(3)
         lib.set_j_particles(np.arange(n), np.arange(n), 0.0, np.full(n, 1 / n),
                             rng.normal(size=(n, 3)), rng.normal(size=(n, 3)))
-        (plan,) = lib._direct_plan(n, 5)  # one device: one plan
-        assert plan["n_stored"] == n and plan["ni_pad"] >= 5 and plan["nparts"] >= 1
+        plans = lib._plans(False)  # one device: a plan per entry of its launch table
+        dev = lib._devs[0]
+        (plan,) = [p for p in plans if p["ni_lo"] <= 5 <= p["ni_hi"] and not p["small"]]
+        assert plan["n_stored"] == n and plan["ni_pad_max"] >= 5 and plan["dev"] == 0
         assert set(plan["entry"]) == {"set_arg", "enqueue", "flush", "finish", "event_info",
                                       "release", "write", "read", "profiling_info"}
-        dev = lib._devs[0]
         if dev.h_raw is not None:  # host memory: the engine writes the device's records
             assert plan["memory"] == 0 and plan["dev_raw"] == dev.h_raw.ctypes.data
         else:  # device memory: it queues copies into the device's buffers
             assert plan["memory"] == 1 and plan["dev_raw"] == dev.j["raw"].native()
             assert plan["out_buf"] and plan["idata_buf"] and plan["queue"]
             assert plan["launches"][2] is not None and plan["scatter_max"] > 0  # scatter
-        predict, force = plan["launches"][:2]
-        assert len(force.args) == len(lib._devs[0]._plan(5, n, False).force.args)
-        assert plan["call_args"][:2] == (lib._devs[0].t_arg, lib._devs[0].eps2_arg)
-        # a larger block reallocates the i- and result buffers: the device's generation
-        # moves on, and the engine reads it where the plan says before using a plan
-        (big,) = lib._direct_plan(n, 128)
-        assert big["gen"] > plan["gen"]
-        assert lib._devs[0].gen_cell[0] == big["gen"]
-        assert big["gen_at"] == lib._devs[0].gen_cell.ctypes.data
-        assert big["lgen_at"] == lib._lgen.ctypes.data
-        assert lib._direct_plan(n + 1, 5) == 0  # more j-addresses than stored
-        # one plan serves the block sizes of the same launch shape (C sets ni)
-        cfg = lib._devs[0].table.for_ni(5)
-        assert plan["ni_lo"] <= 5 <= plan["ni_hi"] <= plan["ni_pad"]
-        assert all(lib._devs[0].table.for_ni(k) == cfg
-                   for k in range(plan["ni_lo"], plan["ni_hi"] + 1))
-        assert plan["ni_args"][1] == lib._devs[0].ni_arg
+        assert plan["call_args"][:2] == (dev.t_arg, dev.eps2_arg)
+        # every block size up to the chunk has a plan, whose buffers hold its largest block
+        for ni in range(1, NI_CHUNK + 1):
+            (p,) = [p for p in plans if p["ni_lo"] <= ni <= p["ni_hi"] and not p["small"]]
+            assert p["ni_pad_max"] >= ni and dev.table.for_ni(ni) == dev.table.for_ni(
+                p["ni_lo"])
+        assert all(p["gen"] == dev.gen_cell[0] for p in plans)
+        assert plan["gen_at"] == dev.gen_cell.ctypes.data
+        assert plan["lgen_at"] == lib._lgen.ctypes.data
+        assert plan["ni_args"][1] == dev.ni_arg
+        lib._engine_ready()
+        assert lib._engine.shape(n + 1, 5, False) is None  # more j-addresses than stored
+        (shape,) = lib._engine.shape(n, 5, False)
+        assert shape["ni_pad"] >= 5 and shape["parts"] >= 1
         # j-particles stored the library's way: no plan holds until the next is made
         lgen = int(lib._lgen[0])
         rec = np.zeros((1, 8, 4))

@@ -163,10 +163,8 @@ def test_parts_combined_by_the_reduce_kernel_and_large_batches(backend, monkeypa
         # every batch but the first (the engine makes its plans at the first force call),
         # the 600 records too
         assert [s[3] for s in steps] == [False, True, True, True, True]
-        (plan,) = lib._direct_plan(3000, 7)  # one device: one plan
-        assert plan["launches"][3] is not None  # the reduce
-        assert plan["nparts"] == 1  # nothing left to combine on the host
-        assert lib._devs[0]._plan(7, 3000, False).nparts > 1
+        (shape,) = lib._engine.shape(3000, 7, False)  # one device
+        assert shape["reduce"] and shape["parts"] > 1  # the parts combined by the kernel
         # a run of consecutive addresses larger than one scatter (a tree code's list; on
         # device memory two copies from the mirror): stored by the engine
         run = np.arange(100, 900)
@@ -189,10 +187,10 @@ def test_parts_combined_by_the_reduce_kernel_and_large_batches(backend, monkeypa
             one.set_time(0.002)
             results.append(one.compute(x[sel], v[sel], ids[sel], EPS2,
                                        a=a[sel] if order >= 6 else None, **extra))
-        plans = [one._direct_plan(3000, 20)[0] for one in (lib, host)]
-        assert plans[0]["launches"][3] is not None
+        shapes = [one._engine.shape(3000, 20, False)[0] for one in (lib, host)]
+        assert shapes[0]["reduce"]
         if host._devs[0].h_raw is not None:  # host memory: the engine combines the parts
-            assert plans[1]["launches"][3] is None and plans[1]["nparts"] > 1
+            assert not shapes[1]["reduce"] and shapes[1]["parts"] > 1
         _same(*results)  # the reduce kernel's order is the host's
         _near_reference((xs, v, m, ids, a, jerk), (sel, 0.002, results[0]), np.zeros(3000),
                         order, precision)
@@ -227,8 +225,7 @@ def test_cuda_road_on_the_emulation(order, precision):
                            h2=H2_LISTS)
             assert all(s[4] for s in steps), "a block not run by the engine"
             assert driver.cuemu_driver_calls(0) > launches + 2 * len(sizes)
-            (plan,) = lib._direct_plan(2500, 7)
-            assert plan["launches"][3] is not None  # reduce
+            assert lib._engine.shape(2500, 7, False)[0]["reduce"]
         finally:
             lib.close()
         # the threads of every block run in other orders: the same bits (no result depends
@@ -347,8 +344,8 @@ def test_profiling_library_steps_run_in_c_and_are_timed(backend, order, precisio
         _same_steps(steps, _steps(plain, system, order, precision, [1, 3, 1, 40, 7],
                                   np.random.default_rng(17)))
         assert _engine_used(plain) and plain.kernel_seconds == 0.0
-        (plan,) = prof._direct_plan(2000, 3)
-        assert plan["seconds_at"] != 0 and plain._direct_plan(2000, 3)[0]["seconds_at"] == 0
+        plan = prof._plans(False)[0]
+        assert plan["seconds_at"] != 0 and plain._plans(False)[0]["seconds_at"] == 0
         if config.from_environment().native_memory == "device":
             assert plan["memory"] == 1  # the engine queued the copies and scatters
         # larger calls, in the engine too (a force launch each at least)
@@ -717,7 +714,12 @@ def test_plan_table_written_once(backend):
     try:
         x, v, m, ids, _, _ = _system(64)
         lib.set_j_particles(np.arange(64), ids, 0.0, m, x, v)
-        (plan,) = lib._direct_plan(64, 1)
+        plans = lib._plans(False)
+        # one per entry of the launch table, and per companion of small launches
+        ranges = lib._devs[0]._ranges()
+        assert len(plans) == len(ranges) * (2 if lib._devs[0].ctx.small_pairs > 0 else 1)
+        assert {(p["ni_lo"], p["ni_hi"]) for p in plans} == {r[1:] for r in ranges}
+        plan = plans[0]
         keys = set(engine.plan_keys())
         extra = {"launches", "call_args", "ni_args", "entry"}
         assert set(plan) - extra == keys
@@ -756,16 +758,18 @@ def test_module_refuses_misuse():
     with pytest.raises(TypeError, match="planner"):
         mod.Engine(out, None)
     args = (np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None, 0.0)
-    # no plan: nothing stored, nothing computed (the planner says: not this shape)
+    # no plan: nothing stored, nothing computed; a planner that has none turns it off
     asked = []
-    eng = mod.Engine(out, lambda nj, ni, lists: asked.append((nj, ni, lists)) or 0)
+    eng = mod.Engine(out, lambda lists: asked.append(lists) or -1)
     with pytest.raises(TypeError):
         eng.compute(1, 2)
     assert eng.put_j(0, 0, 0.0, 1.0, np.zeros((1, 3)), np.zeros((1, 3)), None, None, None,
                      None, None, None) is False
-    assert eng.compute(*args, 5, None) == 0 and asked == [(5, 1, 0)]
-    assert eng.compute(*args, 5, None) == 0 and len(asked) == 1  # remembered
-    assert eng.start(*args, 5, None) == 0 and len(asked) == 1
+    with pytest.raises(RuntimeError, match="no plan"):
+        eng.compute(*args, 5, None)
+    assert asked == [0] and eng.off == 1 and eng.planner_calls == 1
+    assert eng.compute(*args, 5, None) == 0 and eng.start(*args, 5, None) == 0
+    assert len(asked) == 1  # never asked again
     with pytest.raises(RuntimeError, match="no force call"):
         eng.finish(1)  # nothing started
     assert eng.lists() is None
@@ -774,25 +778,22 @@ def test_module_refuses_misuse():
     for bad in (np.zeros(3), out):
         with pytest.raises(RuntimeError, match="initialised once"):
             eng.__init__(bad, lambda *a: 0)
-    assert eng.compute(*args, 5, None) == 0 and len(asked) == 1
     # plans it cannot read, and a planner that raises: an error, and no call from then on
-    for planner, why in ((lambda *a: np.zeros(3, dtype=np.int64), "a plan of 24 bytes"),
+    garbage = engine.plan_words(0)
+    garbage[0] = 1  # "usable", and nothing else
+    for planner, why in ((lambda *a: np.zeros(3, dtype=np.int64), "plans of 24 bytes"),
                          (lambda *a: 1 / 0, "could not make a plan"),
-                         (lambda *a: -1, "no plan")):
+                         (lambda *a: -1, "no plan"),
+                         (lambda *a: garbage, "does not understand"),
+                         (lambda *a: np.zeros(0, dtype=np.int64), "plans of 0 bytes")):
         eng = mod.Engine(out, planner)
         with pytest.raises(RuntimeError, match=why):
             eng.compute(*args, 5, None)
         assert eng.off == 1 and eng.compute(*args, 5, None) == 0
-    # a device count it does not serve; a plan of one block for an engine of two devices
+    # a device count it does not serve
     for ndev in (0, -1, mod.MAX_DEV + 1):
         with pytest.raises(ValueError, match="ndev"):
             mod.Engine(out, lambda *a: 0, ndev)
-    one_block = engine.plan_words(0)
-    one_block[0] = 1
-    eng = mod.Engine(out, lambda *a: one_block, 2)
-    with pytest.raises(RuntimeError, match="a plan of"):
-        eng.compute(*args, 5, None)
-    assert eng.off == 1
 
 
 def test_launch_failure_is_a_backend_error_that_stays(backend):
@@ -928,7 +929,7 @@ def test_a_cuda_error_in_the_engine_fails_the_step_and_nothing_else(entry, profi
             assert lib._devs[0].ctx.drv.state["calls"]["push"] == pushes  # all the engine's
             tj[np.concatenate([one, sel, run])] = 0.003
             _near_reference(system, (sel, 0.004, res), tj, 4, "double", h2=H2_LISTS)
-            assert lib._direct_plan(2500, len(sel))[0]["launches"][3] is not None  # a reduce
+            assert lib._engine.shape(2500, len(sel), True)[0]["reduce"]
         finally:
             lib.close()
         assert calls >= (4 if entry == "cuLaunchKernel" else 1), calls

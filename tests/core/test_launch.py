@@ -19,7 +19,6 @@ from sapporo.core.launch import (
     check_table,
     default_table,
     load_table,
-    parts_for,
     profile_name,
     split_j,
     table_from_json,
@@ -124,11 +123,14 @@ def test_parts_fill_the_device():
 
     info = DeviceInfo("opencl", 0, "dev", "v", "p", "gpu", 100, 1024, 65536, 2**30, True, "1")
     cfg = LaunchConfig(li=1, lj=128, w=1, jt=128, use_local=True, groups_per_cu=4)
-    assert parts_for(cfg, info, 1, 10**6) == 400  # one i-particle: 4 groups per CU
-    assert parts_for(cfg, info, 1, 1000) == 3  # but never parts shorter than min_jchunk
-    assert parts_for(cfg, info, 1, 0) == 1
+    assert split_j(cfg, info, 1, 10**6) == (400, 2500)  # one i-particle: 4 groups per CU
+    assert split_j(cfg, info, 1, 1000)[0] == 3  # but never parts shorter than min_jchunk
+    assert split_j(cfg, info, 1, 0) == (1, 1)
+    assert split_j(cfg, info, 1, 10**9)[0] == 400
     big = LaunchConfig(li=128, lj=1, w=1, jt=128, use_local=True)
-    assert parts_for(big, info, 128 * 1000, 10**6) == 1  # enough groups already
+    assert split_j(big, info, 128 * 1000, 10**6) == (1, 10**6)  # enough groups already
+    tiny = LaunchConfig(li=1, lj=1, w=1, jt=1, groups_per_cu=100, min_jchunk=1)
+    assert split_j(tiny, info, 1, 10**8)[0] == 4096  # never more parts than LIMIT_MAX_PARTS
     # parts of the j-lane kernels start at multiples of w; they cover nj, none empty
     jv = LaunchConfig(w=8, jv=True, min_jchunk=16)
     for nj in (0, 1, 7, 1000, 1031, 10**6):

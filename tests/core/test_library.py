@@ -431,8 +431,8 @@ def test_only_changed_addresses_travel(make_lib, monkeypatch, compiled):
     sent: list[int] = []
     planner = L.Library._engine_planner
 
-    def counted(self, nj, ni, lists):
-        words = planner(self, nj, ni, lists)
+    def counted(self, lists):
+        words = planner(self, lists)
         if not isinstance(words, int):  # the engine uploads the plan's list as it installs
             sent.append(int(self._uploaded.size))
         return words
@@ -491,8 +491,8 @@ def test_nearest_neighbour_ties_across_parts(backend, monkeypatch, precision):
                 lib.set_launch_table(LaunchTable([(NI_CHUNK, dataclasses.replace(
                     cfg, groups_per_cu=512, min_jchunk=8))], source="test: many parts"))
                 res = lib.compute([[0.0, 0, 0]], [[0.0, 0, 0]], [1], 0.0)
-                plan = next(iter(lib._devs[0]._plans.values()))
-                assert plan.nparts > 2 and (plan.reduce is not None) == (limit == 0)
+                (shape,) = lib._engine.shape(n, 1, False)
+                assert shape["parts"] > 2 and shape["reduce"] == (limit == 0)
                 assert res.nn_index[0] == 10 and res.nn_r2[0] == 1.0, (low_first, limit)
 
 
@@ -996,9 +996,9 @@ def test_device_reduce_matches_host_merge(backend, monkeypatch, many):
                 lib.set_launch_table(LaunchTable([(NI_CHUNK, dataclasses.replace(
                     cfg, groups_per_cu=512, min_jchunk=8))], source="test: many parts"))
             res = lib.compute(x[:20], v[:20], ids[:20], 0.0)
-            plan = next(iter(lib._devs[0]._plans.values()))
-            assert (plan.reduce is not None) == (limit == 0)
-            assert plan.nparts > (sapporo.core.layout.REDUCE_LANES if many else 1), plan.nparts
+            (shape,) = lib._engine.shape(n, 20, False)
+            assert shape["reduce"] == (limit == 0)
+            assert shape["parts"] > (sapporo.core.layout.REDUCE_LANES if many else 1), shape
             out.append(res)
     a, b = out
     assert np.array_equal(a.acc, b.acc) and np.array_equal(a.jerk, b.jerk)

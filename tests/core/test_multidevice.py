@@ -149,13 +149,13 @@ ENGINE_SCRIPT = textwrap.dedent(
                                     a=a[addr], jerk=jerk[addr])
             # a plan per device: its own records and force on its local addresses, the
             # library's mirror, addresses and block sizes
-            plans = fast._direct_plan(n, 5)
-            plans_ok = (len(plans) == 2 and plans[0]["dev_raw"] != plans[1]["dev_raw"]
-                        and plans[0]["mirror_raw"] == plans[1]["mirror_raw"]
-                        and plans[0]["launches"][1] is not plans[1]["launches"][1]
-                        and all(p["n_stored"] == n for p in plans)
-                        and plans[0]["ni_lo"] == plans[1]["ni_lo"] <= 5
-                        and plans[0]["ni_hi"] == plans[1]["ni_hi"] >= 5)
+            plans = fast._plans(False)
+            by_dev = [[p for p in plans if p["dev"] == d] for d in (0, 1)]
+            plans_ok = (len(by_dev[0]) == len(by_dev[1]) >= 1
+                        and by_dev[0][0]["dev_raw"] != by_dev[1][0]["dev_raw"]
+                        and by_dev[0][0]["mirror_raw"] == by_dev[1][0]["mirror_raw"]
+                        and by_dev[0][0]["launches"][1] is not by_dev[1][0]["launches"][1]
+                        and all(p["n_stored"] == n for p in plans))
             mismatch, ran, stored, overflow, predicted = [], 0, 0, False, 0
             # (ni, lists, part of the j-range): the largest block first (the buffers
             # grow), then shapes again, whose plans the engine has (it predicts itself)
