@@ -137,14 +137,15 @@ static int g5_ready_for(const char *fn, struct g5_context *c, int forces)
             : fail(SAPPORO_ERR_STATE, "GRAPE-5 is not open (call g5_open first)");
         return leave(rc);
     }
-    rc = shim_py_g5_open((int)(c - g5c), &c->max_address, &api, &engine, &c->one_at_a_time);
+    rc = PY(shim_py_g5_open((int)(c - g5c), &c->max_address, &api, &engine,
+                            &c->one_at_a_time));
     if (rc == SAPPORO_OK) {
         c->open = 1;
         c->stored = 0;
         c->n = c->ni = c->have_force = 0;
         if (api != NULL && engine != NULL
             && ((const struct sapporo_engine_api *)api)->version == SAPPORO_ENGINE_API_VERSION) {
-            c->api = api;
+            c->api = any_api = api;
             c->eng = engine;
         }
     }
@@ -259,7 +260,7 @@ static int do_g5_close(void)
             c->api = NULL;
             c->open = 0;
             enter("g5_close");
-            r = shim_py_g5_close(id);
+            r = PY(shim_py_g5_close(id));
             leave(r);
             if (r < 0)
                 rc = r;
@@ -370,7 +371,7 @@ static int do_g5_set_xmj(const char *fn, int id, int adr, int nj, const double *
     }
     if (rc == 0) {  /* through Python: new addresses, or what the engine does not take */
         enter(fn);
-        rc = leave(shim_py_g5_set_j(id, nj, c->jaddr, c->jidx, c->jrec));
+        rc = leave(PY(shim_py_g5_set_j(id, nj, c->jaddr, c->jidx, c->jrec)));
         if (rc < 0)
             return g5_put(c, rc);
     }
@@ -497,7 +498,8 @@ static int g5_force(const char *fn, struct g5_context *c, int ni, const double *
     }
     if (rc == 0) {  /* through Python, which names what is wrong */
         enter(fn);
-        if ((rc = leave(shim_py_g5_force((int)(c - g5c), c->n, ni, x, eps2, c->rows))) < 0)
+        rc = leave(PY(shim_py_g5_force((int)(c - g5c), c->n, ni, x, eps2, c->rows)));
+        if (rc < 0)
             return rc;
     }
     rows_out(c->rows, ni, 2, acc, NULL, NULL, NULL, pot, NULL, NULL);

@@ -87,6 +87,12 @@ const char *sapporo_version(void);
  * Python first). A diagnostic. */
 long sapporo_direct_calls(void);
 
+/* How many times this process's calls entered Python: the C API's own (opening, storing new
+ * addresses, what the engine does not take, errors) and the engine's (for its plans, made
+ * once per launch-table entry, and again only when the library's memory moved).  Force
+ * calls of any shape on memory already held enter none.  A diagnostic. */
+long sapporo_python_calls(void);
+
 /* Whether the embedded Python has started in this process (1) or not (0): g6_open starts
  * it; g6_npipes and the error queries do not. A diagnostic. */
 int sapporo_python_started(void);
@@ -123,6 +129,7 @@ int sapporo_flush_(void);
 void sapporo_last_error_(char *message, size_t message_len);
 void sapporo_version_(char *text, size_t text_len);
 long sapporo_direct_calls_(void);
+long sapporo_python_calls_(void);
 int sapporo_python_started_(void);
 
 #ifdef __cplusplus

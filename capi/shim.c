@@ -52,9 +52,15 @@ static int pending_direct;                   /* firsthalf ran on the engine (dir
 static int direct_ni;                        /* ... for this many i-particles */
 static int direct_result;                    /* the last result came from the engine */
 static long direct_calls;                    /* force calls the engine ran, in this process */
+static long python_calls;                    /* calls of the C API's Python half */
+/* A call into the C API's Python half (bridge.py), counted. */
+#define PY(call) (__atomic_add_fetch(&python_calls, 1, __ATOMIC_RELAXED), (call))
 /* The open library's native engine and its functions (sapporo/engine_api.h; NULL: none):
  * block steps run there without Python, the "direct path". */
 static const struct sapporo_engine_api *eng_api;
+/* the engine's table as the last open found it (the module stays loaded): its count of
+ * calls into Python */
+static const struct sapporo_engine_api *any_api;
 static void *eng;
 static double *rows_buf;                     /* the engine's result rows */
 static int rows_cap;
@@ -336,7 +342,7 @@ static int get_npipes(void)
         return npipes = rc;
     if ((rc = python_up()) < 0)
         return rc;
-    rc = shim_py_npipes();
+    rc = PY(shim_py_npipes());
     if (rc > 0)
         npipes = rc;
     return rc;
@@ -470,8 +476,8 @@ static int jb_flush(void)
     if (jb.n == 0)
         return SAPPORO_OK;
     /* the highest record that may hold data: the library then reads no more */
-    rc = shim_py_set_j(jb.n, jb.address, jb.index, jb.rec,
-                       jb.any_pop ? 7 : jb.any_crackle ? 5 : jb.any_snap ? 4 : 3);
+    rc = PY(shim_py_set_j(jb.n, jb.address, jb.index, jb.rec,
+                       jb.any_pop ? 7 : jb.any_crackle ? 5 : jb.any_snap ? 4 : 3));
     jb_clear();
     return rc;
 }
@@ -488,15 +494,16 @@ static int try_open(int order, const char *precision, const char *backend, int n
         return fail(SAPPORO_ERR_INPUT, "ndev = %d but devices is NULL", ndev);
     if ((rc = python_up()) < 0)
         return rc;
-    rc = shim_py_open(order, precision, backend, ndev, devices, &max_address);
+    rc = PY(shim_py_open(order, precision, backend, ndev, devices, &max_address));
     if (rc != SAPPORO_OK)
         return rc;
     is_open = 1;
     {
         void *api = NULL, *engine = NULL;
-        if (shim_py_engine(&api, &engine) == SAPPORO_OK && api != NULL && engine != NULL
+        if (PY(shim_py_engine(&api, &engine)) == SAPPORO_OK && api != NULL
+            && engine != NULL
             && ((const struct sapporo_engine_api *)api)->version == SAPPORO_ENGINE_API_VERSION) {
-            eng_api = api;
+            eng_api = any_api = api;
             eng = engine;
         }
     }
@@ -533,7 +540,7 @@ static int do_close(void)
     nb.valid = 0;
     if (is_open) {
         is_open = 0;
-        rc = shim_py_close();
+        rc = PY(shim_py_close());
     }
     return rc;
 }
@@ -639,7 +646,7 @@ static int engine_non_finite(int ni)
     if (index == NULL)
         return fail(SAPPORO_ERR_INTERNAL, "out of memory for %d i-particles", ni);
     eng_api->ids(eng, ni, index);
-    rc = shim_py_non_finite(ni, rows_buf, index);
+    rc = PY(shim_py_non_finite(ni, rows_buf, index));
     free(index);
     return rc;
 }
@@ -732,7 +739,7 @@ static void do_firsthalf8(int nj, int ni, const int *index, const double *xi,
         }
     }
     /* the time of the last g6_set_ti (the engine may have taken it since) */
-    rc = shim_py_start(nj, ni, index, xi, vi, ai, ji, eps2, h2, have_time, cur_time);
+    rc = PY(shim_py_start(nj, ni, index, xi, vi, ai, ji, eps2, h2, have_time, cur_time));
 done:
     pending_rc = rc;
 }
@@ -768,7 +775,8 @@ static int do_lasthalf8(int ni, double *acc, double *jerk, double *snap, double 
         }
         return engine_non_finite(ni);  /* a result that is not finite */
     }
-    if ((rc = rows_room(ni)) == 0 && (rc = shim_py_finish(ni, rows_buf, &order)) == 0)
+    if ((rc = rows_room(ni)) == 0
+        && (rc = PY(shim_py_finish(ni, rows_buf, &order))) == 0)
         rows_out(rows_buf, ni, order, acc, jerk, snap, crackle, pot, nnb, nn_r2);
     have_result = rc >= 0;
     return rc;
@@ -792,7 +800,7 @@ static int do_read_neighbours(void)
                             : "the last force call failed, or there was none");
     if (direct_result)
         return engine_lists();
-    rc = shim_py_read_neighbours(&nb.ni, &nb.offsets, &nb.counts, &nb.ids);
+    rc = PY(shim_py_read_neighbours(&nb.ni, &nb.offsets, &nb.counts, &nb.ids));
     if (rc < 0)
         return rc;
     nb.valid = 1;
@@ -850,7 +858,7 @@ static int do_device_count(void)
     int rc;
     if ((rc = python_up()) < 0)
         return 0;
-    rc = shim_py_device_count();
+    rc = PY(shim_py_device_count());
     return rc > 0 ? rc : 0;
 }
 
@@ -1286,7 +1294,7 @@ EXPORT const char *sapporo_version(void)
 {
     enter("sapporo_version");
     if (version[0] == '\0' && python_up() == 0)
-        shim_py_version(version, (int)sizeof version);
+        PY(shim_py_version(version, (int)sizeof version));
     leave(0);
     return version;
 }
@@ -1296,6 +1304,16 @@ EXPORT long sapporo_direct_calls(void)
     long n;
     enter("sapporo_direct_calls");
     n = __atomic_load_n(&direct_calls, __ATOMIC_RELAXED);
+    leave(0);
+    return n;
+}
+
+EXPORT long sapporo_python_calls(void)
+{
+    long n;
+    enter("sapporo_python_calls");
+    n = __atomic_load_n(&python_calls, __ATOMIC_RELAXED)
+        + (any_api != NULL ? any_api->python_calls() : 0);
     leave(0);
     return n;
 }
@@ -1421,6 +1439,11 @@ EXPORT void sapporo_last_error_(char *message, size_t message_len)
 EXPORT long sapporo_direct_calls_(void)
 {
     return sapporo_direct_calls();
+}
+
+EXPORT long sapporo_python_calls_(void)
+{
+    return sapporo_python_calls();
 }
 
 EXPORT int sapporo_python_started_(void)

@@ -28,7 +28,7 @@
 /* positions at or beyond this magnitude are refused */
 #define COORD_LIMIT LIMIT_COORD
 
-#define SAPPORO_ENGINE_API_VERSION 3
+#define SAPPORO_ENGINE_API_VERSION 4
 
 struct sapporo_engine_api {
     int version;
@@ -59,6 +59,8 @@ struct sapporo_engine_api {
     /* the library's order, and the message of the last error */
     int (*order)(void *engine);
     const char *(*error)(void *engine);
+    /* the engines' calls into Python (the library's planner), over the process */
+    long (*python_calls)(void);
 };
 
 /* Whether a neighbour radius squared asks for a list: finite and positive.  Anything else

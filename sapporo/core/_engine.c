@@ -41,6 +41,8 @@
 
 #define ENG_NJ_KEEP 256   /* put_j's buffers from Python are kept up to this many records */
 #define ENG_MAX_DEV 16    /* devices of one library (more: refused) */
+/* the engines' calls into Python (their libraries' planners), over the process */
+static long python_calls;
 /* timed launches (profiling) between two waits: at most a scatter, or a prediction, a force
  * and a reduce per device (every store of a batch and every force call waits for the
  * previous one) */
@@ -197,17 +199,14 @@ static dcl_int plan_wait(const struct dplan *p, void *queue, void *ev, dcl_int *
     return rc != 0 ? rc : (*status < 0 ? *status : 0);
 }
 
-/* Whether n j-records (nrec double4 each, at rec) can be stored as they are: addresses
- * below limit, no derivative record beyond read_terms + 1 (record q, a = 2, jerk = 3, ...,
+/* Whether n j-records (nrec double4 each, at rec) can be stored as they are: no derivative
+ * record beyond read_terms + 1 (record q, a = 2, jerk = 3, ...,
  * is read when q - 1 <= read_terms) nor beyond the library's raw_n records, masses
  * double-single (ds) can hold. */
-static int records_ok(int n, const int *address, const double *rec, int nrec, int limit,
-                      int raw_n, int read_terms, int ds)
+static int records_ok(int n, const double *rec, int nrec, int raw_n, int read_terms, int ds)
 {
     for (int k = 0; k < n; k++) {
         const double *r = rec + 4 * (size_t)nrec * k;
-        if (address[k] >= limit)
-            return 0;
         for (int q = nrec - 1; q > read_terms + 1 || q >= raw_n; q--)
             if (q >= 2 && (r[4 * q] != 0.0 || r[4 * q + 1] != 0.0 || r[4 * q + 2] != 0.0))
                 return 0;
@@ -835,7 +834,8 @@ static int eng_install(Engine *e, const int64_t *w, int n, int lists)
         const int d = (int)w[(size_t)k * DP_WORDS + DP_DEV];
         if (plan_unpack(&p[k], w + (size_t)k * DP_WORDS, lists) < 0 || d < 0 || d >= nd
             || p[k].order != p[0].order || p[k].nco != p[0].nco || p[k].raw_n != p[0].raw_n
-            || p[k].n_stored != p[0].n_stored || p[k].pred_terms != p[0].pred_terms
+            || p[k].n_stored_at != p[0].n_stored_at || p[k].mirror_cap != p[0].mirror_cap
+            || p[k].pred_terms != p[0].pred_terms
             || p[k].mirror_raw != p[0].mirror_raw || p[k].mirror_ids != p[0].mirror_ids
             || p[k].memory != p[0].memory || p[k].lgen_at != p[0].lgen_at
             || p[k].nupload != p[0].nupload || p[k].upload != p[0].upload
@@ -856,7 +856,8 @@ static int eng_install(Engine *e, const int64_t *w, int n, int lists)
         moved |= e->have_j && (q->gen != j->gen || q->lgen != j->lgen
                                || q->mirror_raw != j->mirror_raw || q->dev_raw != j->dev_raw
                                || q->mirror_ids != j->mirror_ids || q->dev_ids != j->dev_ids
-                               || q->n_stored != j->n_stored
+                               || q->n_stored_at != j->n_stored_at
+                               || q->mirror_cap != j->mirror_cap || q->j_cap != j->j_cap
                                || q->pred_terms != j->pred_terms || q->raw_n != j->raw_n);
     }
     if (moved)
@@ -883,6 +884,7 @@ static int eng_ask(Engine *e, int lists)
     if (eng_wait(e) < 0)  /* nothing queued while the library plans (it may reallocate) */
         return -1;
     e->planner_calls++;
+    __atomic_add_fetch(&python_calls, 1, __ATOMIC_RELAXED);
     gil = PyGILState_Ensure();
     r = PyObject_CallFunction(e->planner, "i", lists);
     if (r == NULL) {
@@ -910,6 +912,12 @@ static int eng_ask(Engine *e, int lists)
     return rc;
 }
 
+/* Device d's local addresses among global addresses [0, n) of nd devices. */
+static int n_local(int64_t n, int d, int nd)
+{
+    return n > d ? (int)((n - d + nd - 1) / nd) : 0;
+}
+
 /* The block of ndev plans shaped for ni i-particles on addresses [0, nj), into call[0 ..
  * ndev - 1]; NULL: not this call (nj beyond the addresses stored: the library names the
  * error), or an error (the engine off).  The library is asked for plans only when it has
@@ -921,11 +929,11 @@ static struct dplan *eng_plan(Engine *e, int nj, int ni, int lists, struct dplan
         eng_clear_plans(e);  /* the library's memory moved: no plan holds */
     if (e->ntpl[lists] == 0 && (e->planner == NULL || eng_ask(e, lists) < 0))
         return NULL;
-    if (nj > e->dev[0].jside.n_stored || ni > ENG_NI_MAX)
+    if (nj > *e->dev[0].jside.n_stored_at || ni > ENG_NI_MAX)
         return NULL;
     for (int d = 0; d < nd; d++) {
         const struct dplan *t = e->tpl[lists], *big = NULL, *small = NULL;
-        const int nj_local = nj > d ? (nj - d + nd - 1) / nd : 0;
+        const int nj_local = n_local(nj, d, nd);
         for (int k = 0; k < e->ntpl[lists]; k++)
             if (t[k].dev == d && t[k].ni_lo <= ni && ni <= t[k].ni_hi) {
                 if (t[k].small)
@@ -935,7 +943,8 @@ static struct dplan *eng_plan(Engine *e, int nj, int ni, int lists, struct dplan
             }
         if (big != NULL && small != NULL && plan_small(big, ni, nj_local))
             big = small;
-        if (big == NULL || (call[d] = *big, plan_shape(&call[d], nj, nj_local, ni)) < 0) {
+        if (big == NULL || (call[d] = *big, plan_shape(&call[d], nj, nj_local, ni)) < 0
+            || plan_predict(&call[d], n_local(*big->n_stored_at, d, nd)) < 0) {
             snprintf(e->error, sizeof e->error, "no plan of device %d for %d i-particles", d,
                      ni);
             e->off = 1;
@@ -945,11 +954,28 @@ static struct dplan *eng_plan(Engine *e, int nj, int ni, int lists, struct dplan
     return call;
 }
 
+/* Whether the memory holds n addresses (the host mirror, and each device's records: address
+ * a on device a % ndev at local a / ndev): the highest plus one, or 0 when one is beyond. */
+static int room_for(const Engine *e, int n, const int *address)
+{
+    const int nd = e->ndev, cap = e->dev[0].jside.mirror_cap;
+    int top = 0;
+    for (int k = 0; k < n; k++) {
+        const int a = address[k];
+        if (a < 0 || a >= cap || a / nd >= e->dev[a % nd].jside.j_cap)
+            return 0;
+        if (a >= top)
+            top = a + 1;
+    }
+    return top;
+}
+
 static int eng_put_j(void *engine, int n, const int *address, const int *index,
                      const double *rec, int nrec)
 {
     Engine *e = engine;
     const struct dplan *j = &e->dev[0].jside;
+    int top;
     if (nrec < 2 || nrec > JB_RECORDS) {
         snprintf(e->error, sizeof e->error, "put_j: %d records per j-particle (2 to %d)",
                  nrec, JB_RECORDS);
@@ -961,11 +987,14 @@ static int eng_put_j(void *engine, int n, const int *address, const int *index,
         eng_clear_plans(e);
         return 0;
     }
-    if (!records_ok(n, address, rec, nrec, j->n_stored, j->raw_n, j->pred_terms, j->ds))
+    if ((top = room_for(e, n, address)) == 0
+        || !records_ok(n, rec, nrec, j->raw_n, j->pred_terms, j->ds))
         return 0;
     if (eng_in_flight(e) && eng_wait(e) < 0)  /* the force call reads the records */
         return -1;
     records_write(e, n, address, index, rec, nrec);
+    if (top > *j->n_stored_at)  /* more addresses in use: the next prediction reads them */
+        *j->n_stored_at = top;
     e->pred_valid = 0;
     for (int d = 0; d < e->ndev && j->memory; d++)
         if (eng_copy_j(e, d, n, address, index, rec, nrec) < 0)
@@ -1050,7 +1079,7 @@ static int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
         a = NULL;
     if (p->order < 8)
         jerk = NULL;
-    if (nj > p->n_stored || !i_ok(p, ni, index, wide, x, v, a, jerk, eps2, h2))
+    if (nj > *p->n_stored_at || !i_ok(p, ni, index, wide, x, v, a, jerk, eps2, h2))
         return 0;
     if (!have_t)
         t = p->time0;
@@ -1193,6 +1222,11 @@ static void eng_ids(void *engine, int ni, int *index)
         index[i] = (int)p->idata[(size_t)IC_ID * (size_t)p->ni_pad + (size_t)i];
 }
 
+static long eng_python_calls(void)
+{
+    return __atomic_load_n(&python_calls, __ATOMIC_RELAXED);
+}
+
 static int eng_order(void *engine)
 {
     return ((Engine *)engine)->dev[0].jside.order;
@@ -1205,7 +1239,7 @@ static const char *eng_error(void *engine)
 
 static const struct sapporo_engine_api engine_api = {
     SAPPORO_ENGINE_API_VERSION, eng_put_j, eng_start, eng_finish, eng_lists, eng_ids,
-    eng_wait, eng_order, eng_error,
+    eng_wait, eng_order, eng_error, eng_python_calls,
 };
 
 /* ------------------------------------------------ arguments from Python, as the library takes them */

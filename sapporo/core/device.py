@@ -27,7 +27,7 @@ from sapporo.core import layout
 from sapporo.core.launch import NI_CHUNK, LaunchConfig, LaunchTable, load_table
 from sapporo.core.layout import MAX_PARTS, RAW_N, REDUCE_LANES, REDUCE_ROWS
 
-__all__ = ["Device", "Plan", "Variant", "j_bytes"]
+__all__ = ["J_MIN", "Device", "Plan", "Variant", "j_bytes"]
 
 J_BYTES = RAW_N * 32 + 8  # bytes per j-address (orders 2 to 6): raw records, id (int64)
 #: work-group size of the one-particle-per-work-item kernels (scatter, predict, reduce);
@@ -41,6 +41,10 @@ HOST_REDUCE_MAX = 1 << 16
 #: SAPPORO_NATIVE_MEMORY=device), where a launch costs a few us and the download of every
 #: part costs more (512 parts of 8 i-particles: 393 kB over PCIe)
 GPU_HOST_REDUCE_MAX = 0
+#: j-addresses memory holds at least (the host mirror, and each device's records): a tree
+#: code's lists of up to this many j-particles are stored by the engine from the first
+#: call, and larger sets grow by doubling (each growth one call into Python)
+J_MIN = 16384
 J_SLACK = 16  # j-records past the capacity, read (masked) by the j-vector kernels
 #: j-records the native engine places with one scatter launch on device memory (larger
 #: batches take several, or two copies when their addresses are consecutive)
@@ -164,12 +168,12 @@ class Device:
         """The buffer ``name`` of ``store``, reallocated with ``alloc`` when too small."""
         buf = store.get(name)
         if buf is None or buf.nbytes < nbytes:
-            if buf is not None:
+            if buf is not None:  # plans may hold it: they go (a first one moves nothing)
                 self.ctx.finish()  # queued work may still use it
                 buf.free()
+                self._gen += 1
             buf = alloc(max(nbytes, 64))
             store[name] = buf
-            self._gen += 1
         return buf
 
     def _buf(self, name: str, nbytes: int) -> Buffer:
@@ -183,7 +187,7 @@ class Device:
         for none); True when they were (re)allocated."""
         if n <= self.cap and self.j:
             return False
-        cap = max(n, 2 * self.cap, 1024)
+        cap = max(n, 2 * self.cap, J_MIN)
         self.ctx.finish()  # queued work may still use the old buffers
         self._free_j()
         self._gen += 1

@@ -86,7 +86,12 @@ struct dplan {
     const int64_t *gen_at, *lgen_at;  /* ... and where their current values are */
     int32_t *nb_counts, *nb_lists;  /* with lists: (ni_pad) counts, (ni_pad, nb_cap) ids */
     int nb_cap;
-    int order, nci, nco, ni_pad, nparts, raw_n, pred_terms, n_stored, ds, check_rows;
+    int order, nci, nco, ni_pad, nparts, raw_n, pred_terms, ds, check_rows;
+    /* the library's addresses in use (its one cell, which the engine raises as it stores
+     * beyond it), and the addresses the memory holds: the host mirror's (global) and this
+     * device's records (local) */
+    int64_t *n_stored_at;
+    int mirror_cap, j_cap;
     long spin_ns;
     double time0;     /* the library's time when the plan was made */
     long max_id;
@@ -148,5 +153,9 @@ int plan_small(const struct dplan *p, int ni, int nj_local);
  * of them on p's device: its force (and reduce) launches, padded block and parts to
  * combine.  0, or -1 when p's buffers are too small for it (a plan made wrong). */
 int plan_shape(struct dplan *p, int nj, int nj_local, int ni);
+
+/* Plan p's prediction shaped for the first n_local addresses of its device (the library's
+ * addresses in use); 0, or -1 when its device holds fewer. */
+int plan_predict(struct dplan *p, int n_local);
 
 #endif

@@ -33,7 +33,7 @@ import numpy as np
 from sapporo import config
 from sapporo.backend import DeviceInfo, get_backend
 from sapporo.core import engine, layout
-from sapporo.core.device import SCATTER_MAX, Device, Variant, j_bytes
+from sapporo.core.device import J_MIN, SCATTER_MAX, Device, Variant, j_bytes
 from sapporo.core.launch import NI_CHUNK, LaunchTable, check_table
 from sapporo.core.layout import (
     ACC_ROWS,
@@ -187,7 +187,9 @@ class Library:
         # derivative records (a, jerk, snap, crackle) the predictor reads: those past it are
         # zero in every record stored so far (grows, never shrinks)
         self._pred_terms = 0
-        self._n_stored = 0
+        # the addresses in use (the highest stored + 1): one cell, which the engine raises as
+        # it stores beyond it (within the memory held) and Python reads and sets
+        self._stored = np.zeros(1, dtype=np.int64)
         self._time = 0.0
         # time spent per phase of a call, when measured (see sapporo.perf.latency)
         self._phases: dict[str, float] | None = None
@@ -233,6 +235,14 @@ class Library:
     def n_stored(self) -> int:
         """Number of j-addresses in use (highest address set + 1)."""
         return self._n_stored
+
+    @property
+    def _n_stored(self) -> int:
+        return int(self._stored[0])
+
+    @_n_stored.setter
+    def _n_stored(self, value: int) -> None:
+        self._stored[0] = value
 
     @property
     def ndev(self) -> int:
@@ -488,7 +498,7 @@ class Library:
                 f"that fits is {self.max_address})"
             )
         # doubling, but never beyond what the devices hold
-        cap = min(max(top, 2 * self._raw.shape[0], 1024), limit)
+        cap = min(max(top, 2 * self._raw.shape[0], J_MIN), limit)
         raw = np.zeros((cap, self._raw_n, 4), dtype=np.float64)
         ids = np.full(cap, -1, dtype=np.int64)
         k = self._raw.shape[0]
@@ -587,7 +597,8 @@ class Library:
         return {
             "order": self.order, "nci": layout.nci(self.order),
             "nco": layout.nco(self.order), "ni_pad_max": plan.ni_pad_max,
-            "raw_n": dev.raw_n, "pred_terms": terms, "n_stored": self._n_stored,
+            "raw_n": dev.raw_n, "pred_terms": terms, "n_stored_at": self._stored.ctypes.data,
+            "mirror_cap": self._raw.shape[0], "j_cap": dev.cap,
             "ds": int(self.precision == "double-single"), "check_rows": rows,
             "spin_ns": int(getattr(dev.ctx, "spin_seconds", 0.0) * 1e9),
             "time_bits": int(np.float64(self._time).view(np.int64)), "max_id": MAX_ID,

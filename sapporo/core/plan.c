@@ -57,7 +57,9 @@ int plan_unpack(struct dplan *p, const int64_t *w, int lists)
     p->nco = (int)w[DP_NCO];
     p->raw_n = (int)w[DP_RAW_N];
     p->pred_terms = (int)w[DP_PRED_TERMS];
-    p->n_stored = (int)w[DP_N_STORED];
+    p->n_stored_at = (int64_t *)(intptr_t)w[DP_N_STORED_AT];
+    p->mirror_cap = (int)w[DP_MIRROR_CAP];
+    p->j_cap = (int)w[DP_J_CAP];
     p->ds = (int)w[DP_DS];
     p->check_rows = (int)w[DP_CHECK_ROWS];
     p->spin_ns = (long)w[DP_SPIN_NS];
@@ -144,7 +146,9 @@ int plan_unpack(struct dplan *p, const int64_t *w, int lists)
         || (p->reduce.kernel != NULL && (p->partial_buf == 0 || p->reduce.nargs <= RA_NPARTS
                                          || p->reduce.ni_arg != RA_NI))
         || p->force.ni_arg != FA_NI
-        || p->gen_at == NULL || p->lgen_at == NULL || p->memory < 0 || p->memory > 1
+        || p->gen_at == NULL || p->lgen_at == NULL || p->n_stored_at == NULL
+        || p->mirror_cap < *p->n_stored_at || p->j_cap < 0 || p->predict.nargs <= PA_N
+        || p->predict.local[0] < 1 || p->memory < 0 || p->memory > 1
         || p->nupload < 0 || (p->nupload > 0 && p->upload == NULL)
         || (p->memory && (p->queue == NULL || p->idata_buf == NULL || p->out_buf == NULL
                           || (lists && (p->nb_counts_buf == NULL || p->nb_lists_buf == NULL))
@@ -233,5 +237,15 @@ int plan_shape(struct dplan *p, int nj, int nj_local, int ni)
         p->nparts = 1;
     }
     p->out_bytes = sizeof(double) * (size_t)p->nparts * (size_t)p->nco * (size_t)ni_pad;
+    return 0;
+}
+
+int plan_predict(struct dplan *p, int n_local)
+{
+    const int n = n_local > 1 ? n_local : 1;  /* (none: one idle work-group) */
+    if (n_local > p->j_cap)
+        return -1;
+    set_i32(&p->predict, PA_N, n_local);
+    p->predict.global[0] = (size_t)round_up(n, (int)p->predict.local[0]);
     return 0;
 }

@@ -44,7 +44,7 @@ EXTENSIONS = [
     "sapporo_open", "sapporo_set_j_particle", "sapporo_calc_firsthalf",
     "sapporo_calc_lasthalf", "sapporo_flush", "sapporo_last_error", "sapporo_version",
     "sapporo_set_j_particle8", "sapporo_calc_firsthalf8", "sapporo_calc_lasthalf8",
-    "sapporo_direct_calls",
+    "sapporo_direct_calls", "sapporo_python_calls",
 ]
 
 

@@ -167,7 +167,8 @@ def test_engine_and_plans_from_python() -> None:
         plans = lib._plans(False)  # one device: a plan per entry of its launch table
         dev = lib._devs[0]
         (plan,) = [p for p in plans if p["ni_lo"] <= 5 <= p["ni_hi"] and not p["small"]]
-        assert plan["n_stored"] == n and plan["ni_pad_max"] >= 5 and plan["dev"] == 0
+        assert plan["n_stored_at"] == lib._stored.ctypes.data and lib.n_stored == n
+        assert plan["ni_pad_max"] >= 5 and plan["dev"] == 0 and plan["j_cap"] >= n
         assert set(plan["entry"]) == {"set_arg", "enqueue", "flush", "finish", "event_info",
                                       "release", "write", "read", "profiling_info"}
         if dev.h_raw is not None:  # host memory: the engine writes the device's records

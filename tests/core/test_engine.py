@@ -990,3 +990,47 @@ def test_a_library_dropped_without_close_is_freed(backend):
     del lib
     gc.collect()
     assert ref() is None
+
+
+@pytest.mark.parametrize("precision", ["double-single", "double"])
+def test_any_shape_without_the_planner(backend, precision):
+    """Force calls whose ni and nj change every call, with lists and without: the engine
+    asks the library for plans once per kind (lists or not), shapes every call itself, and
+    every result matches the float64 reference; stores beyond the addresses in use, within
+    the memory held, are the engine's too (no new plan)."""
+    order, n = 4, 3000
+    x, v, m, ids, a, jerk = system = _system(n, seed=71)
+    rng = np.random.default_rng(72)
+    lib = _open(order, precision, backend)
+    try:
+        lib.set_j_particles(np.arange(1000), ids[:1000], 0.0, m[:1000], x[:1000], v[:1000])
+        lib.compute(x[:3], v[:3], ids[:3], EPS2)
+        eng = lib._engine
+        assert eng.planner_calls == 1
+        # the other addresses, stored by the engine: the memory holds them already
+        lib.set_j_particles(np.arange(1000, n), ids[1000:], 0.0, m[1000:], x[1000:],
+                            v[1000:])
+        assert lib.n_stored == n and not lib._dirty
+        shapes = set()
+        for k in range(40):
+            ni, nj = int(rng.integers(1, 600)), int(rng.integers(1, n + 1))
+            sel = rng.choice(n, ni, replace=False)
+            lists = k % 4 == 3
+            res = lib.compute(x[sel], v[sel], ids[sel], EPS2, nj=nj,
+                              h2=H2_LISTS if lists else None)
+            shapes.add((ni, nj))
+            keep = np.arange(nj)
+            want = ref.forces(x[sel], v[sel], ids[sel], x[keep], v[keep], m[keep], ids[keep],
+                              EPS2, order=order, h2=np.full(ni, H2_LISTS) if lists else None)
+            tol = 1e-4 if precision == "double-single" else 1e-10
+            for got, exp in ((res.acc, want.acc), (res.jerk, want.jerk), (res.pot, want.pot)):
+                assert np.abs(got - exp).max() <= tol * np.abs(exp).max(), (ni, nj)
+            if lists and precision == "double":
+                for i in range(ni):
+                    np.testing.assert_array_equal(res.neighbours(i), want.neighbours[i])
+        assert len(shapes) == 40
+        assert eng.planner_calls == 2  # once without lists, once with
+        _near_reference(system, (np.arange(5), 0.0, lib.compute(x[:5], v[:5], ids[:5], EPS2)),
+                        np.zeros(n), order, precision)
+    finally:
+        lib.close()

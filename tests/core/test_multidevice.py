@@ -155,7 +155,7 @@ ENGINE_SCRIPT = textwrap.dedent(
                         and by_dev[0][0]["dev_raw"] != by_dev[1][0]["dev_raw"]
                         and by_dev[0][0]["mirror_raw"] == by_dev[1][0]["mirror_raw"]
                         and by_dev[0][0]["launches"][1] is not by_dev[1][0]["launches"][1]
-                        and all(p["n_stored"] == n for p in plans))
+                        and all(p["n_stored_at"] == fast._stored.ctypes.data for p in plans))
             mismatch, ran, stored, overflow, predicted = [], 0, 0, False, 0
             # (ni, lists, part of the j-range): the largest block first (the buffers
             # grow), then shapes again, whose plans the engine has (it predicts itself)
