@@ -1742,18 +1742,56 @@ static PyObject *Engine_compute(Engine *self, PyObject *const *args, Py_ssize_t 
 
 /* lists() -> (offsets, counts, ids) of the last finished call's neighbour lists as bytes of
  * C ints (CSR, ids ascending, at most the capacity per particle, counts whole), or None */
-static PyObject *Engine_lists(Engine *self, PyObject *unused)
+/* lists(counts, table) -> bool: the last finished call's neighbour lists into counts
+ * ((ni,) int64: each full count) and table ((ni, width) int32: the ids, ascending, at most
+ * width of them, then -1); without lists (none asked for, or every h2 zero) counts 0 and
+ * every entry -1, and False */
+static PyObject *Engine_lists(Engine *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    int ni;
-    const int *offsets, *counts, *ids;
-    (void)unused;
+    Py_buffer c, t;
+    int ni = 0, have;
+    const int *offsets = NULL, *counts = NULL, *ids = NULL;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "lists takes 2 arguments (counts, table)");
+        return NULL;
+    }
     if (!ready(self))
         return NULL;
-    if (!eng_lists(self, &ni, &offsets, &counts, &ids))
-        Py_RETURN_NONE;
-    return Py_BuildValue("(y#y#y#)", (const char *)offsets, (Py_ssize_t)sizeof(int) * (ni + 1),
-                         (const char *)counts, (Py_ssize_t)sizeof(int) * ni, (const char *)ids,
-                         (Py_ssize_t)sizeof(int) * offsets[ni]);
+    if (PyObject_GetBuffer(args[0], &c, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &t, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE)
+        < 0) {
+        PyBuffer_Release(&c);
+        return NULL;
+    }
+    have = eng_lists(self, &ni, &offsets, &counts, &ids);
+    if (c.ndim != 1 || c.itemsize != 8
+        || (strcmp(fmt_core(c.format), "l") != 0 && strcmp(fmt_core(c.format), "q") != 0)
+        || t.ndim != 2 || t.itemsize != 4 || strcmp(fmt_core(t.format), "i") != 0
+        || t.shape[0] != c.shape[0] || t.shape[1] < 1 || (have && c.shape[0] != ni)) {
+        PyBuffer_Release(&c);
+        PyBuffer_Release(&t);
+        PyErr_Format(PyExc_ValueError, "lists: counts (ni,) int64 and table (ni, width) int32 "
+                     "for the %d i-particles of the last call", have ? ni : -1);
+        return NULL;
+    }
+    {
+        int64_t *co = c.buf;
+        int32_t *ta = t.buf;
+        const Py_ssize_t n = c.shape[0], w = t.shape[1];
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const Py_ssize_t k = have ? offsets[i + 1] - offsets[i] : 0;
+            const Py_ssize_t m = k < w ? k : w;
+            co[i] = have ? counts[i] : 0;
+            for (Py_ssize_t q = 0; q < m; q++)
+                ta[i * w + q] = ids[offsets[i] + q];
+            for (Py_ssize_t q = m; q < w; q++)
+                ta[i * w + q] = -1;
+        }
+    }
+    PyBuffer_Release(&c);
+    PyBuffer_Release(&t);
+    return PyBool_FromLong(have);
 }
 
 static PyObject *Engine_get_ran(Engine *self, void *closure)
@@ -1959,8 +1997,8 @@ static PyMethodDef Engine_methods[] = {
     {"start", (PyCFunction)(void (*)(void))Engine_start, METH_FASTCALL,
      "start(x, v, index, eps2, a, jerk, t, nj, h2) -> ni or 0"},
     {"finish", (PyCFunction)Engine_finish, METH_O, "finish(ni) -> ni or -1"},
-    {"lists", (PyCFunction)Engine_lists, METH_NOARGS,
-     "lists() -> (offsets, counts, ids) as bytes of C ints, or None"},
+    {"lists", (PyCFunction)(void (*)(void))Engine_lists, METH_FASTCALL,
+     "lists(counts, table) -> bool: the last call's neighbour lists into the arrays"},
     {"wait", (PyCFunction)Engine_wait, METH_NOARGS, "wait for the force call in flight"},
     {"disable", (PyCFunction)Engine_disable, METH_NOARGS,
      "take no call from now on"},

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import threading
 import time
 import weakref
@@ -62,6 +63,7 @@ MAX_NB_CAPACITY = config.MAX_NB_CAPACITY
 #: 169-201 us with the prediction on the threaded device, N = 32k 208-215 against 241-245;
 #: at N = 64k and 4 active particles the threaded device wins (501-845 against 965 us)
 SMALL_PREDICT_MAX = 32768
+CLOSED = "the library has been closed"
 #: the smallest normal float: double-single computes pair terms in float, where a smaller
 #: non-zero mass is a denormal (or zero) and its force is silently lost
 FLT_MIN = 1.1754943508222875e-38
@@ -78,9 +80,12 @@ def _h2_rows(h2: Any, x: Any) -> Any:
     """A scalar neighbour radius squared as one per i-particle, as the engine takes it (it
     checks the values); anything else as it is."""
     if isinstance(h2, (float, int, np.floating, np.integer)) and not isinstance(h2, bool):
-        shape = np.shape(x)
-        if len(shape) == 2:
-            return np.full(shape[0], float(h2))
+        try:
+            rows = np.empty(len(x))
+        except TypeError:  # (x is no sequence: the library names it)
+            return h2
+        rows.fill(h2)
+        return rows
     return h2
 
 
@@ -284,7 +289,7 @@ class Library:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise SapporoError("the library has been closed")
+            raise SapporoError(CLOSED)
 
     # -- lifecycle
     @_serialised
@@ -331,7 +336,6 @@ class Library:
             pass
 
     # -- j-particles
-    @_serialised
     def set_j_particles(
         self,
         address: Any,
@@ -366,17 +370,32 @@ class Library:
             Order 8 only: the 4th and 5th derivatives of the acceleration (None: zero),
             which the 8th-order predictor adds (positions then err by O(dt^8)).
         """
-        self._check_open()
+        with self._lock:
+            if self._closed:
+                raise SapporoError(CLOSED)
+            ph = self._phases
+            t0 = _now() if ph is not None else 0.0
+            eng = self._engine
+            if eng is not None and not self._dirty and self._pending is None:
+                try:
+                    stored = eng.put_j(address, index, t, mass, x, v, a, jerk, snap, crackle,
+                                       pop, d5)
+                except RuntimeError as exc:
+                    raise self._engine_error(exc) from None
+                if stored:  # checked and stored in C, into the mirror and the devices
+                    if ph is not None:
+                        ph["store"] += _now() - t0
+                    return
+            self._store(address, index, t, mass, x, v, a, jerk, snap, crackle, pop, d5, t0)
+
+    def _store(self, address: Any, index: Any, t: Any, mass: Any, x: Any, v: Any, a: Any,
+               jerk: Any, snap: Any, crackle: Any, pop: Any, d5: Any, t0: float) -> None:
+        """:meth:`set_j_particles` of what the engine did not take as it is: checked and
+        converted here, then stored by the engine after all or, for addresses beyond the
+        memory held and new derivative terms, into the mirror (uploaded with the next
+        plans)."""
         ph = self._phases
-        t0 = _now() if ph is not None else 0.0
         eng = self._engine
-        if (eng is not None and not self._dirty and self._pending is None
-                and self._engine_call(eng.put_j, address, index, t, mass, x, v, a, jerk,
-                                      snap, crackle, pop, d5)):
-            # checked and stored in C, into the mirror and the device's records
-            if ph is not None:
-                ph["store"] += _now() - t0
-            return
         addr = ints("address", address, None, 0, MAX_ADDRESS)
         if addr is address:
             addr = addr.copy()  # kept until the upload: the caller may reuse the array
@@ -505,11 +524,12 @@ class Library:
         raw[:k], ids[:k] = self._raw, self._ids
         self._raw, self._ids = raw, ids
 
-    @_serialised
     def set_time(self, t: float) -> None:
         """Predict j-particles to time ``t`` before the next force call."""
-        self._check_open()
-        self._time = scalar("t", t)
+        with self._lock:
+            if self._closed:
+                raise SapporoError(CLOSED)
+            self._time = t if type(t) is float and math.isfinite(t) else scalar("t", t)
 
     def _n_local(self, n: int, d: int) -> int:
         """Local addresses of device d among global addresses [0, n)."""
@@ -628,8 +648,9 @@ class Library:
             "ni_args": (-1, dev.ni_arg, 0, 0),  # the scatter's n, the reduce's ni: argument 0
         }
 
-    def _engine_start(self) -> None:
-        """Make the native engine for this library (once; not when it is opened)."""
+    def _engine_start(self) -> Any:
+        """Make the native engine for this library (once; not when it is opened), and
+        return it."""
         self._engine_tried = True
         for dev in self._devs:
             if dev.ctx.native_entry_points() is None:
@@ -647,6 +668,7 @@ class Library:
             return -1 if lib is None else lib._engine_planner(lists)
 
         self._engine = module.Engine(self._engine_out, planner, self.ndev)
+        return self._engine
 
     def _engine_ready(self) -> None:
         """The engine made, or why there is none (a device that failed before)."""
@@ -691,38 +713,13 @@ class Library:
         try:
             return method(*args)
         except RuntimeError as exc:
-            self._drop_engine()
-            raise BackendError(f"{self.device_name}: {exc}") from None
+            raise self._engine_error(exc) from None
 
-    def _engine_takes(self, nj: Any) -> bool:
-        """Whether a force call may be offered to the engine (made the first time): there
-        is one, nothing is pending, and nj is None or an int (the engine checks its range)."""
-        if not self._engine_tried:
-            self._engine_start()
-        return (self._engine is not None and self._pending is None
-                and (nj is None or type(nj) is int))
-
-    def _engine_compute(self, x: Any, v: Any, index: Any, eps2: Any, h2: Any, a: Any,
-                        jerk: Any, nj: int | None) -> ForceResult | None:
-        """:meth:`compute` in C, or None: the engine did not take the arguments as they are
-        (among them nj, which it takes from 1 to the addresses stored); Python checks and
-        converts them, and hands them over again."""
-        ph = self._phases
-        t0 = _now() if ph is not None else 0.0
-        eng = self._engine
-        if np.shape(x)[:1] > (NI_CHUNK,):
-            res = self._engine_chunks(x, v, index, eps2, h2, a, jerk, nj)
-            if res is None:
-                return None
-        else:
-            r = self._engine_call(eng.compute, x, v, index, eps2, a, jerk, self._time,
-                                  self._n_stored if nj is None else nj, h2)
-            if r == 0:
-                return None
-            res = self._engine_result(eng, r, len(x) if r < 0 else r, index, h2 is not None)
-        if ph is not None:
-            ph["step"] += _now() - t0
-        return res
+    def _engine_error(self, exc: RuntimeError) -> BackendError:
+        """The engine's RuntimeError (a launch failed) as the :class:`BackendError` to raise,
+        naming the device; the engine takes no call from now on."""
+        self._drop_engine()
+        return BackendError(f"{self.device_name}: {exc}")
 
     def _engine_chunks(self, x: Any, v: Any, index: Any, eps2: Any, h2: Any, a: Any,
                        jerk: Any, nj: int | None) -> ForceResult | None:
@@ -766,17 +763,12 @@ class Library:
                 np.full((ni, max(self.nb_capacity, 1)), -1, dtype=np.int32))
 
     def _engine_lists(self, eng: Any, ni: int) -> tuple[np.ndarray, np.ndarray]:
-        """The neighbour counts (ni,) and lists (ni, capacity; -1 past a list's end) of
-        engine ``eng``'s last call."""
-        csr = eng.lists()
-        counts, table = self._no_lists(ni)
-        if csr is None:  # no i-particle wanted a list (every h2 zero)
-            return counts, table
-        offsets, counts32, ids = (np.frombuffer(b, dtype=np.intc) for b in csr)
-        stored = np.diff(offsets)
-        rows = np.repeat(np.arange(ni), stored)
-        table[rows, np.arange(ids.size) - np.repeat(offsets[:-1], stored)] = ids
-        return counts32.astype(np.int64), table
+        """The neighbour counts (ni,) and lists (ni, capacity; ascending, -1 past a list's
+        end) of engine ``eng``'s last call (none when no i-particle wanted a list)."""
+        counts = np.empty(ni, dtype=np.int64)
+        table = np.empty((ni, max(self.nb_capacity, 1)), dtype=np.int32)
+        eng.lists(counts, table)
+        return counts, table
 
     def _engine_begin(self, x: Any, v: Any, index: Any, eps2: Any, h2: Any, a: Any,
                       jerk: Any, nj: int | None) -> PendingForce | None:
@@ -785,21 +777,27 @@ class Library:
         ``NI_CHUNK`` i-particles are computed here and now, chunk by chunk; the pending
         call then only hands the result over."""
         eng = self._engine
-        if np.shape(x)[:1] > (NI_CHUNK,):
+        try:
+            ni = eng.start(x, v, index, eps2, a, jerk, self._time,
+                           self._stored[0] if nj is None else nj, h2)
+        except RuntimeError as exc:
+            raise self._engine_error(exc) from None
+        if ni == 0:
+            if np.shape(x)[:1] <= (NI_CHUNK,):
+                return None
             res = self._engine_chunks(x, v, index, eps2, h2, a, jerk, nj)
             if res is None:
                 return None
             pending = PendingForce(self._lock, lambda: res, self._collected)
             self._pending = pending
             return pending
-        ni = self._engine_call(eng.start, x, v, index, eps2, a, jerk, self._time,
-                               self._n_stored if nj is None else nj, h2)
-        if ni == 0:
-            return None
         ids = np.array(index, dtype=np.int64).reshape(-1)  # the caller may reuse its array
 
         def finish() -> ForceResult:
-            r = self._engine_call(eng.finish, ni)
+            try:
+                r = eng.finish(ni)
+            except RuntimeError as exc:
+                raise self._engine_error(exc) from None
             return self._engine_result(eng, r, ni, ids, h2 is not None)
 
         pending = PendingForce(self._lock, finish, self._collected)
@@ -836,16 +834,35 @@ class Library:
         self._dirty.clear()
 
     # -- forces
-    @_serialised
     def compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None, a: Any = None,
                 nj: int | None = None, jerk: Any = None) -> ForceResult:
         """Forces on i-particles from j-addresses [0, nj); blocking. See :meth:`start_compute`."""
-        self._check_open()
-        if self._engine_takes(nj):
-            res = self._engine_compute(x, v, index, eps2, _h2_rows(h2, x), a, jerk, nj)
-            if res is not None:
-                return res
-        return self.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj, jerk=jerk).result()
+        with self._lock:
+            if self._closed:
+                raise SapporoError(CLOSED)
+            eng = self._engine if self._engine_tried else self._engine_start()
+            if eng is not None and self._pending is None and (nj is None or type(nj) is int):
+                ph = self._phases
+                t0 = _now() if ph is not None else 0.0
+                if h2 is not None:
+                    h2 = _h2_rows(h2, x)
+                try:
+                    r = eng.compute(x, v, index, eps2, a, jerk, self._time,
+                                    self._stored[0] if nj is None else nj, h2)
+                except RuntimeError as exc:
+                    raise self._engine_error(exc) from None
+                if r != 0:
+                    res = self._engine_result(eng, r, r if r > 0 else len(x), index,
+                                              h2 is not None)
+                    if ph is not None:
+                        ph["step"] += _now() - t0
+                    return res
+                if np.shape(x)[:1] > (NI_CHUNK,):  # more than one launch: in chunks
+                    res = self._engine_chunks(x, v, index, eps2, h2, a, jerk, nj)
+                    if res is not None:
+                        return res
+            return self.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj,
+                                      jerk=jerk).result()
 
     @_serialised
     def start_compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None,
@@ -870,8 +887,10 @@ class Library:
             Predicted jerks of the i-particles (required for order 8).
         """
         self._check_open()
-        if self._engine_takes(nj):
-            pending = self._engine_begin(x, v, index, eps2, _h2_rows(h2, x), a, jerk, nj)
+        eng = self._engine if self._engine_tried else self._engine_start()
+        if eng is not None and self._pending is None and (nj is None or type(nj) is int):
+            pending = self._engine_begin(x, v, index, eps2,
+                                         None if h2 is None else _h2_rows(h2, x), a, jerk, nj)
             if pending is not None:
                 return pending
         ph = self._phases
@@ -952,28 +971,25 @@ class Library:
         if not finite and not all_finite(out[self._filled_rows]):
             self._raise_non_finite(out, ids)
         out = out.copy()  # (the engine's rows are its buffer)
+        order = self.order
         if out.shape[1] == 1:  # one i-particle (a block step's usual): views of the copy
             if out[OC_NNID, 0] < 0:
                 out[OC_NNR2, 0] = np.inf
-
-            def vec(rows: slice) -> np.ndarray:
-                return out[rows].reshape(1, 3)
-
+            acc = out[ACC_ROWS].reshape(1, 3)
+            jerk = out[JERK_ROWS].reshape(1, 3) if order >= 4 else None
+            snap = out[SNAP_ROWS].reshape(1, 3) if order >= 6 else None
+            crackle = out[CRACKLE_ROWS].reshape(1, 3) if order >= 8 else None
             pot, nn_r2 = out[OC_POT], out[OC_NNR2]
         else:
             out[OC_NNR2, out[OC_NNID] < 0] = np.inf
-
-            def vec(rows: slice) -> np.ndarray:
-                return out[rows].T.copy()
-
+            acc = out[ACC_ROWS].T.copy()
+            jerk = out[JERK_ROWS].T.copy() if order >= 4 else None
+            snap = out[SNAP_ROWS].T.copy() if order >= 6 else None
+            crackle = out[CRACKLE_ROWS].T.copy() if order >= 8 else None
             pot, nn_r2 = out[OC_POT].copy(), out[OC_NNR2].copy()
-        acc = vec(ACC_ROWS)
-        jerk = vec(JERK_ROWS) if self.order >= 4 else None
-        snap = vec(SNAP_ROWS) if self.order >= 6 else None
-        crackle = vec(CRACKLE_ROWS) if self.order >= 8 else None
         nn_id = out[OC_NNID].astype(np.int64)
         ngb = counts is not None
-        overflow = bool(ngb and (counts > self.nb_capacity).any())
+        overflow = bool(ngb and np.maximum.reduce(counts, initial=0) > self.nb_capacity)
         return ForceResult(
             acc=acc, jerk=jerk, snap=snap, crackle=crackle, pot=pot, nn_index=nn_id,
             nn_r2=nn_r2, neighbour_counts=counts, overflow=overflow, capacity=self.nb_capacity,

@@ -70,6 +70,10 @@ class ForceResult:
         """Ascending ids of the neighbours of the k-th i-particle (at most ``capacity``)."""
         if self.neighbour_counts is None:
             raise InputError("neighbours: no neighbour lists were computed (pass h2 to compute)")
+        if len(self._lists) == 1 and type(k) is int and -self.acc.shape[0] <= k < self.acc.shape[0]:
+            # the engine's lists: each ascending, the first `capacity` of them
+            counts, lists = self._lists[0]
+            return lists[k, : min(int(counts[k]), lists.shape[1], self.capacity)].astype(np.int64)
         k = int_arg("neighbours: k", k, -self.ni, self.ni - 1,
                     f" (out of range for {self.ni} i-particles)") % self.ni
         parts = [lists[k, : min(int(counts[k]), lists.shape[1])] for counts, lists in self._lists]

@@ -744,7 +744,8 @@ def test_module_refuses_misuse():
                                       0.0, 1, None),
                  lambda: bare.start(np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None,
                                     0.0, 1, None),
-                 lambda: bare.finish(1), bare.lists,
+                 lambda: bare.finish(1),
+                 lambda: bare.lists(np.zeros(1, np.int64), np.zeros((1, 1), np.int32)),
                  lambda: bare.put_j(0, 0, 0.0, 1.0, np.zeros((1, 3)), np.zeros((1, 3)),
                                     None, None, None, None, None, None),
                  bare.wait, bare.disable):
@@ -772,7 +773,13 @@ def test_module_refuses_misuse():
     assert len(asked) == 1  # never asked again
     with pytest.raises(RuntimeError, match="no force call"):
         eng.finish(1)  # nothing started
-    assert eng.lists() is None
+    counts, table = np.ones(2, np.int64), np.zeros((2, 3), np.int32)
+    assert eng.lists(counts, table) is False  # no lists: none found, every entry -1
+    assert not counts.any() and (table == -1).all()
+    for bad in ((np.zeros(2), table), (counts, np.zeros((2, 3))),
+                (counts, np.zeros((3, 3), np.int32)), (counts, np.zeros((2, 0), np.int32))):
+        with pytest.raises(ValueError, match="lists"):
+            eng.lists(*bad)
     # initialised once: its plans and rows stay as they are (a second __init__ with a
     # rejected buffer left it writing there)
     for bad in (np.zeros(3), out):
