@@ -11,7 +11,8 @@ file; the C compiler (``$CC``, default ``cc``) links it against this interpreter
 
 Installed layout under a prefix::
 
-    PREFIX/include/grape6.h  PREFIX/include/grape5.h  PREFIX/include/sapporo.h
+    PREFIX/include/grape6.h  PREFIX/include/grape5.h  PREFIX/include/gp5util.h
+    PREFIX/include/sapporo.h
     PREFIX/lib/libsapporo.so  PREFIX/lib/libg6.so, libg5.so, libpg5.so -> libsapporo.so
     PREFIX/lib/sapporo-capi.json   (what was built, for staleness checks)
     PREFIX/lib/pkgconfig/sapporo_light.pc, sapporo.pc, g6lib.pc, g5lib.pc
@@ -56,7 +57,7 @@ logger = logging.getLogger(__name__)
 MODULE_NAME = "_sapporo_capi"
 LIBRARY = "libsapporo.so"
 ALIASES = ("libg6.so", "libg5.so", "libpg5.so")
-HEADERS = ("grape6.h", "grape5.h", "sapporo.h")
+HEADERS = ("grape6.h", "grape5.h", "gp5util.h", "sapporo.h")
 #: pkg-config modules installed in PREFIX/lib/pkgconfig: name -> (library, description).
 PKGCONFIG = {
     "sapporo_light": ("sapporo", "sapporo-nbody's GRAPE-6 library, for codes that link "
@@ -68,7 +69,7 @@ PKGCONFIG = {
 }
 STAMP = "sapporo-capi.json"
 _SOURCES = ("shim.c", "g5.c", "bridge.h", "bridge.py", "grape6.h", "grape5.h",
-            "sapporo.h", "build.py")
+            "gp5util.h", "sapporo.h", "build.py")
 
 #: Exported ABI: ``g6*``, ``g5*``, ``sapporo_*`` and sapporo_light's ``get_device_count``;
 #: every other symbol (cffi's PyInit_, the bridge functions) becomes local.

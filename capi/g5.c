@@ -24,7 +24,16 @@
  * the i-particles have index 1, so no pair is excluded.  A particle that is both i and j
  * with zero softening then has a force that is not finite, reported as the GRAPE-6 calls
  * report it (SAPPORO_ERR_NONFINITE).
+ *
+ * Positions and masses may also come apart (g5_set_xj, g5_set_mj, the original GRAPE-5's
+ * calls).  Each context keeps a copy of the last position and the last mass given for every
+ * address, by any call (g5_set_xmj too), and which of the two it has had; the addresses that
+ * g5_set_xj and g5_set_mj touched are sent to the library at the next force call, each with
+ * the last of both.  A force call that would use an address given one of the two only is
+ * refused, naming it.
  */
+#include <limits.h>
+
 #include "grape5.h"
 
 #define G5_CONTEXTS 64        /* context ids 0 .. G5_CONTEXTS - 1 (PG5 has 24) */
@@ -57,13 +66,24 @@ struct g5_context {
     double *jrec;             /* ... raw records (G5_RECORDS double4 each: x|m, v|t = 0) */
     double *epsj2;            /* per-j softening squared by address (g5_set_xmje), or NULL */
     int epsj_cap;
+    int scap;                 /* room in the copy below: addresses [0, scap) */
+    double *sx, *sm;          /* the last position and mass given for each address */
+    unsigned char *given;     /* ... which of them it has had (G5_GIVEN_X | G5_GIVEN_M) */
+    int partial;              /* addresses that have had one of the two only */
+    int pend_lo, pend_hi;     /* addresses [pend_lo, pend_hi) may hold what g5_set_xj and
+                               * g5_set_mj gave since the last force call (none: lo >= hi) */
 };
+
+#define G5_GIVEN_X 1          /* an address has had a position ... */
+#define G5_GIVEN_M 2          /* ... a mass */
+#define G5_GIVEN (G5_GIVEN_X | G5_GIVEN_M)
 
 static struct g5_context g5c[G5_CONTEXTS] = {
     [0 ... G5_CONTEXTS - 1] = { .lock = PTHREAD_MUTEX_INITIALIZER },
 };
 static int g5_is_open;        /* g5_open was called (guarded by shim_lock) */
-static double g5_eps;         /* g5_set_eps_to_all's eps, for every context (atomic) */
+static double g5_eps2;        /* g5_set_eps_to_all's eps squared (or g5_set_eps2_to_all's
+                               * eps2), for every context (atomic) */
 static char g5_open_error[512]; /* why the last g5_open failed ("" if it did not) */
 
 /* An error of a GRAPE-5 call, recorded under the C API's lock (enter/leave, as every call
@@ -114,6 +134,14 @@ static int g5_engine_leave(const struct g5_context *c, int rc)
     return c->one_at_a_time ? leave(rc) : rc;
 }
 
+/* The context has had no position nor mass at any address (the context is locked). */
+static void g5_forget(struct g5_context *c)
+{
+    if (c->given != NULL)
+        memset(c->given, 0, (size_t)c->scap);
+    c->partial = c->pend_lo = c->pend_hi = 0;
+}
+
 /* Open the context's library unless it is (the context is locked).  forces: a force call,
  * which says on every call that g5_open failed (as the GRAPE-6 force calls do), so that a
  * client that never checks codes does not run on without forces after a few lines. */
@@ -143,6 +171,7 @@ static int g5_ready_for(const char *fn, struct g5_context *c, int forces)
         c->open = 1;
         c->stored = 0;
         c->n = c->ni = c->have_force = 0;
+        g5_forget(c);
         if (api != NULL && engine != NULL
             && ((const struct sapporo_engine_api *)api)->version == SAPPORO_ENGINE_API_VERSION) {
             c->api = any_api = api;
@@ -224,19 +253,19 @@ static int g5_j_room(const char *fn, struct g5_context *c, int n)
 
 /* ------------------------------------------------------------------------ the calls */
 
-static int do_g5_open(void)
+static int do_g5_open(const char *fn)
 {
     int rc;
     struct g5_context *c = &g5c[0];
     pthread_mutex_lock(&c->lock);
-    enter("g5_open");
+    enter(fn);
     rc = python_up();
     if (rc == SAPPORO_OK)
         g5_is_open = 1;
     leave(rc);
     if (rc == SAPPORO_OK)
-        rc = g5_ready("g5_open", c);
-    enter("g5_open");
+        rc = g5_ready(fn, c);
+    enter(fn);
     g5_open_error[0] = '\0';
     if (rc < 0) {
         g5_is_open = 0;
@@ -269,6 +298,13 @@ static int do_g5_close(void)
         free(c->epsj2);
         c->epsj2 = NULL;
         c->epsj_cap = 0;
+        free(c->sx);
+        free(c->sm);
+        free(c->given);
+        c->sx = c->sm = NULL;
+        c->given = NULL;
+        c->scap = 0;
+        g5_forget(c);
         pthread_mutex_unlock(&c->lock);
     }
     enter("g5_close");
@@ -297,12 +333,66 @@ static int do_g5_pipelines(void)
     return leave(n);
 }
 
-static int do_g5_set_eps_to_all(double eps)
+static int do_g5_set_eps_to_all(const char *fn, double eps)
 {
+    double eps2 = eps * eps;
     if (!isfinite(eps))
-        return g5_fail("g5_set_eps_to_all", SAPPORO_ERR_INPUT, "eps = %g is not finite", eps);
-    __atomic_store(&g5_eps, &eps, __ATOMIC_RELAXED);
+        return g5_fail(fn, SAPPORO_ERR_INPUT, "eps = %g is not finite", eps);
+    __atomic_store(&g5_eps2, &eps2, __ATOMIC_RELAXED);
     return SAPPORO_OK;
+}
+
+/* Sapporo2's g5_set_eps2_to_all: the same, given squared. */
+static int do_g5_set_eps2_to_all(const char *fn, double eps2)
+{
+    if (!(isfinite(eps2) && eps2 >= 0.0))
+        return g5_fail(fn, SAPPORO_ERR_INPUT, "eps2 = %g must be finite and >= 0", eps2);
+    __atomic_store(&g5_eps2, &eps2, __ATOMIC_RELAXED);
+    return SAPPORO_OK;
+}
+
+/* g5_set_range: the original GRAPE-5's fixed-point scaling of positions and masses; sapporo
+ * computes in floating point and needs none, so the values are not used.  What cannot be a
+ * range is said once (a warning, throttled like the errors), and accepted all the same, as
+ * PG5 and Sapporo2 accept anything. */
+static int do_g5_set_range(const char *fn, double xmin, double xmax, double mmin)
+{
+    if (!(isfinite(xmin) && isfinite(xmax) && isfinite(mmin) && xmin < xmax)) {
+        enter(fn);
+        warn("xmin = %g, xmax = %g, mmin = %g is not a range (finite values, xmin < xmax); "
+             "ignored all the same: sapporo computes in floating point and needs no range",
+             xmin, xmax, mmin);
+        leave(SAPPORO_OK);
+    }
+    return SAPPORO_OK;
+}
+
+/* Sapporo2's g5_open_special(ndev, list): ndev > 0 asks for the devices list[0 .. ndev - 1].
+ * A GRAPE-5 context opens on the devices of the SAPPORO_* settings (SAPPORO_DEVICES,
+ * sapporo2.config, the launcher's rank, else the first), as g5_open: the ids given are
+ * named in a warning, with the setting that chooses them.  ndev <= 0 (Sapporo2: the driver
+ * chooses) is g5_open. */
+static int do_g5_open_special(const char *fn, int ndev, const int *list)
+{
+    if (ndev > 0) {
+        char ids[160] = "";
+        size_t len = 0;
+        int shown = 0;
+        for (; list != NULL && shown < ndev && len + 16 < sizeof ids; shown++)
+            len += (size_t)snprintf(ids + len, sizeof ids - len, "%s%d", shown ? "," : "",
+                                    list[shown]);
+        enter(fn);
+        if (list == NULL)
+            warn("ndev = %d but list is NULL: opening as g5_open does (SAPPORO_DEVICES, "
+                 "sapporo2.config, else the first device)", ndev);
+        else
+            warn("device ids %s%s (ndev = %d) do not choose the devices: GRAPE-5 opens as "
+                 "g5_open does, on SAPPORO_DEVICES, else sapporo2.config, else the first "
+                 "device; set SAPPORO_DEVICES=%s to choose these", ids,
+                 shown < ndev ? ",..." : "", ndev, ids);
+        leave(SAPPORO_OK);
+    }
+    return do_g5_open(fn);
 }
 
 static int do_g5_set_n(const char *fn, int id, int n)
@@ -320,6 +410,93 @@ static int do_g5_set_n(const char *fn, int id, int n)
     return g5_put(c, SAPPORO_OK);
 }
 
+/* Whether addresses adr .. adr + nj - 1 lie in the j-memory. */
+static int g5_check_addresses(const char *fn, const struct g5_context *c, int adr, int nj)
+{
+    if (adr < 0 || nj < 0 || (long)adr + nj > (long)c->max_address + 1)
+        return g5_fail(fn, SAPPORO_ERR_INPUT, "adr = %d, nj = %d: the addresses must lie in "
+                       "0 .. g5_get_jmemsize() - 1 = %d", adr, nj, c->max_address);
+    return SAPPORO_OK;
+}
+
+/* Whether the j-particles at addresses adr .. adr + nj - 1 of xj, mj and epsj2 (indexed by
+ * address; each NULL: not given) may be stored: finite, positions below COORD_LIMIT,
+ * softening >= 0. */
+static int g5_check_j(const char *fn, int adr, int nj, const double *xj, const double *mj,
+                      const double *epsj2)
+{
+    for (int a = adr; a < adr + nj; a++) {
+        const double *x = xj != NULL ? xj + 3 * (size_t)a : NULL;
+        if (x == NULL && mj != NULL && !isfinite(mj[a]))  /* g5_set_mj */
+            return g5_fail(fn, SAPPORO_ERR_INPUT, "j-particle at address %d: mass %g is not "
+                           "finite", a, mj[a]);
+        if (!finite3(x) || (mj != NULL && !isfinite(mj[a]))
+            || (epsj2 != NULL && !(epsj2[a] >= 0.0 && isfinite(epsj2[a]))))
+            return g5_fail(fn, SAPPORO_ERR_INPUT, "j-particle at address %d has a NaN or "
+                           "infinite value%s", a,
+                           epsj2 != NULL ? " (or a negative softening)" : "");
+        if (x != NULL && !(fabs(x[0]) < COORD_LIMIT && fabs(x[1]) < COORD_LIMIT
+                           && fabs(x[2]) < COORD_LIMIT))
+            return g5_fail(fn, SAPPORO_ERR_INPUT, "j-particle at address %d: position (%g, "
+                           "%g, %g) too large; magnitudes must stay below %g", a, x[0], x[1],
+                           x[2], COORD_LIMIT);
+    }
+    return SAPPORO_OK;
+}
+
+/* Keep the positions xj and masses mj (indexed by address; each NULL: not given) of
+ * addresses adr .. adr + nj - 1 as the last given, and which of the two each has had. */
+static int g5_keep(const char *fn, struct g5_context *c, int adr, int nj, const double *xj,
+                   const double *mj)
+{
+    int end = adr + nj;
+    if (end > c->scap) {
+        int old = c->scap;
+        int cap = old > end / 2 ? (old > INT_MAX / 2 ? INT_MAX : 2 * old) : end;
+        if (g5_grow((void **)&c->sx, 3 * sizeof(double), cap)
+            || g5_grow((void **)&c->sm, sizeof(double), cap)
+            || g5_grow((void **)&c->given, 1, cap))
+            return g5_fail(fn, SAPPORO_ERR_INTERNAL, "out of memory for the positions and "
+                           "masses of %d j-particles", cap);
+        memset(c->given + old, 0, (size_t)(cap - old));
+        c->scap = cap;
+    }
+    for (int a = adr; a < end; a++) {
+        unsigned char was = c->given[a], now = was;
+        if (xj != NULL) {
+            memcpy(c->sx + 3 * (size_t)a, xj + 3 * (size_t)a, 3 * sizeof(double));
+            now |= G5_GIVEN_X;
+        }
+        if (mj != NULL) {
+            c->sm[a] = mj[a];
+            now |= G5_GIVEN_M;
+        }
+        c->partial += (now != 0 && now != G5_GIVEN) - (was != 0 && was != G5_GIVEN);
+        c->given[a] = now;
+    }
+    return SAPPORO_OK;
+}
+
+/* Send the batch of nj j-particles in c->jaddr, c->jrec to the context's library. */
+static int g5_send(const char *fn, struct g5_context *c, int nj)
+{
+    int rc = 0;
+    if (c->eng != NULL) {
+        g5_engine_enter(fn, c);
+        rc = g5_engine_leave(c, c->api->put_j(c->eng, nj, c->jaddr, c->jidx, c->jrec,
+                                              G5_RECORDS));
+        if (rc < 0)
+            return g5_fail(fn, SAPPORO_ERR_BACKEND, "%s", c->api->error(c->eng));
+    }
+    if (rc == 0) {  /* through Python: new addresses, or what the engine does not take */
+        enter(fn);
+        rc = leave(PY(shim_py_g5_set_j((int)(c - g5c), nj, c->jaddr, c->jidx, c->jrec)));
+        if (rc < 0)
+            return rc;
+    }
+    return SAPPORO_OK;
+}
+
 /* j-particles at addresses adr .. adr + nj - 1, read from xj[adr ..], mj[adr ..] (PG5
  * indexes the arrays by address); with_eps: epsj2 (per-j softening squared, also by
  * address) is given. */
@@ -330,51 +507,23 @@ static int do_g5_set_xmj(const char *fn, int id, int adr, int nj, const double *
     struct g5_context *c = g5_get(fn, id);
     if (c == NULL)
         return SAPPORO_ERR_INPUT;
-    if ((rc = g5_ready(fn, c)) < 0)
+    if ((rc = g5_ready(fn, c)) < 0 || (rc = g5_check_addresses(fn, c, adr, nj)) < 0)
         return g5_put(c, rc);
-    if (adr < 0 || nj < 0 || (long)adr + nj > (long)c->max_address + 1)
-        return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "adr = %d, nj = %d: the addresses "
-                                 "must lie in 0 .. g5_get_jmemsize() - 1 = %d", adr, nj,
-                                 c->max_address));
     if (nj == 0)
         return g5_put(c, SAPPORO_OK);
     if (xj == NULL || mj == NULL || (with_eps && epsj2 == NULL))
         return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "xj, mj%s must not be NULL",
                                  with_eps ? " and epsj2" : ""));
-    for (int a = adr; a < adr + nj; a++) {
-        const double *x = xj + 3 * (size_t)a;
-        if (!finite3(x) || !isfinite(mj[a]) || (epsj2 != NULL && !(epsj2[a] >= 0.0
-                                                                  && isfinite(epsj2[a]))))
-            return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "j-particle at address %d has a "
-                                     "NaN or infinite value%s", a,
-                                     epsj2 != NULL ? " (or a negative softening)" : ""));
-        if (!(fabs(x[0]) < COORD_LIMIT && fabs(x[1]) < COORD_LIMIT
-              && fabs(x[2]) < COORD_LIMIT))
-            return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "j-particle at address %d: "
-                                     "position (%g, %g, %g) too large; magnitudes must stay "
-                                     "below %g", a, x[0], x[1], x[2], COORD_LIMIT));
-    }
-    if ((rc = g5_j_room(fn, c, nj)) < 0)
+    if ((rc = g5_check_j(fn, adr, nj, xj, mj, epsj2)) < 0
+        || (rc = g5_j_room(fn, c, nj)) < 0)
         return g5_put(c, rc);
     for (int k = 0; k < nj; k++) {
         c->jaddr[k] = adr + k;
         put_record(c->jrec + 4 * (size_t)G5_RECORDS * k, G5_RECORDS,
                    xj + 3 * ((size_t)adr + k), mj[adr + k], NULL, 0.0, NULL, NULL);
     }
-    rc = 0;
-    if (c->eng != NULL) {
-        g5_engine_enter(fn, c);
-        rc = g5_engine_leave(c, c->api->put_j(c->eng, nj, c->jaddr, c->jidx, c->jrec,
-                                              G5_RECORDS));
-        if (rc < 0)
-            return g5_put(c, g5_fail(fn, SAPPORO_ERR_BACKEND, "%s", c->api->error(c->eng)));
-    }
-    if (rc == 0) {  /* through Python: new addresses, or what the engine does not take */
-        enter(fn);
-        rc = leave(PY(shim_py_g5_set_j(id, nj, c->jaddr, c->jidx, c->jrec)));
-        if (rc < 0)
-            return g5_put(c, rc);
-    }
+    if ((rc = g5_send(fn, c, nj)) < 0 || (rc = g5_keep(fn, c, adr, nj, xj, mj)) < 0)
+        return g5_put(c, rc);
     if (adr + nj > c->stored)
         c->stored = adr + nj;
     if (epsj2 != NULL || c->epsj2 != NULL) {
@@ -393,8 +542,68 @@ static int do_g5_set_xmj(const char *fn, int id, int adr, int nj, const double *
     return g5_put(c, SAPPORO_OK);
 }
 
+/* g5_set_xj (positions: xj) and g5_set_mj (masses: mj): of addresses adr .. adr + nj - 1,
+ * read from xj[adr ..] or mj[adr ..] as g5_set_xmj reads them.  Kept with the other half
+ * last given for each address, and sent to the library by the next force call. */
+static int do_g5_set_half(const char *fn, int id, int adr, int nj, int positions,
+                          const double *xj, const double *mj)
+{
+    int rc;
+    struct g5_context *c = g5_get(fn, id);
+    if (c == NULL)
+        return SAPPORO_ERR_INPUT;
+    if ((rc = g5_ready(fn, c)) < 0 || (rc = g5_check_addresses(fn, c, adr, nj)) < 0)
+        return g5_put(c, rc);
+    if (nj == 0)
+        return g5_put(c, SAPPORO_OK);
+    if (positions ? xj == NULL : mj == NULL)
+        return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "%s must not be NULL",
+                                 positions ? "xj" : "mj"));
+    if ((rc = g5_check_j(fn, adr, nj, xj, mj, NULL)) < 0
+        || (rc = g5_keep(fn, c, adr, nj, xj, mj)) < 0)
+        return g5_put(c, rc);
+    if (c->pend_lo >= c->pend_hi) {
+        c->pend_lo = adr;
+        c->pend_hi = adr + nj;
+    }
+    else {
+        c->pend_lo = adr < c->pend_lo ? adr : c->pend_lo;
+        c->pend_hi = adr + nj > c->pend_hi ? adr + nj : c->pend_hi;
+    }
+    return g5_put(c, SAPPORO_OK);
+}
+
+/* Before a force call: send the addresses g5_set_xj and g5_set_mj gave since the last one
+ * that have had both a position and a mass (the others wait for their other half). */
+static int g5_flush(const char *fn, struct g5_context *c)
+{
+    int rc, nj = 0, last = -1;
+    if (c->pend_lo >= c->pend_hi)
+        return SAPPORO_OK;
+    for (int a = c->pend_lo; a < c->pend_hi; a++)
+        nj += c->given[a] == G5_GIVEN;
+    if (nj > 0) {
+        if ((rc = g5_j_room(fn, c, nj)) < 0)
+            return rc;
+        nj = 0;
+        for (int a = c->pend_lo; a < c->pend_hi; a++) {
+            if (c->given[a] != G5_GIVEN)
+                continue;
+            c->jaddr[nj] = last = a;
+            put_record(c->jrec + 4 * (size_t)G5_RECORDS * nj++, G5_RECORDS,
+                       c->sx + 3 * (size_t)a, c->sm[a], NULL, 0.0, NULL, NULL);
+        }
+        if ((rc = g5_send(fn, c, nj)) < 0)
+            return rc;
+        if (last + 1 > c->stored)
+            c->stored = last + 1;
+    }
+    c->pend_lo = c->pend_hi = 0;
+    return SAPPORO_OK;
+}
+
 /* i-particles: positions, and softening squared per particle (eps2 NULL: g5_set_eps_to_all's
- * eps squared). */
+ * eps squared, or g5_set_eps2_to_all's eps2). */
 static int g5_set_i(const char *fn, struct g5_context *c, int ni, const double *xi,
                     const double *eps2)
 {
@@ -416,8 +625,7 @@ static int g5_set_i(const char *fn, struct g5_context *c, int ni, const double *
     }
     if ((rc = g5_i_room(fn, c, ni)) < 0)
         return rc;
-    __atomic_load(&g5_eps, &e2, __ATOMIC_RELAXED);
-    e2 *= e2;
+    __atomic_load(&g5_eps2, &e2, __ATOMIC_RELAXED);
     memcpy(c->xi, xi, sizeof(double) * 3 * (size_t)ni);
     for (int i = 0; i < ni; i++)
         c->eps2i[i] = eps2 != NULL ? eps2[i] : e2;
@@ -517,9 +725,21 @@ static int g5_compute(const char *fn, struct g5_context *c)
     c->have_force = 0;
     if (ni == 0)
         return g5_fail(fn, SAPPORO_ERR_STATE, "no i-particles (call g5_set_xi first)");
+    for (int a = 0, end = c->n < c->scap ? c->n : c->scap; c->partial > 0 && a < end; a++)
+        if (c->given[a] != 0 && c->given[a] != G5_GIVEN)
+            return g5_fail(fn, SAPPORO_ERR_INPUT, "j-particle at address %d has a %s (%s) but "
+                           "never had a %s: give it with %s, or both with g5_set_xmj, before "
+                           "a force call uses it (n = %d)", a,
+                           c->given[a] == G5_GIVEN_X ? "position" : "mass",
+                           c->given[a] == G5_GIVEN_X ? "g5_set_xj" : "g5_set_mj",
+                           c->given[a] == G5_GIVEN_X ? "mass" : "position",
+                           c->given[a] == G5_GIVEN_X ? "g5_set_mj" : "g5_set_xj", c->n);
+    if ((rc = g5_flush(fn, c)) < 0)
+        return rc;
     if (c->n > c->stored)
         return g5_fail(fn, SAPPORO_ERR_INPUT, "n = %d j-particles, but addresses were set "
-                       "up to %d only (g5_set_xmj)", c->n, c->stored - 1);
+                       "up to %d only (g5_set_xmj, or g5_set_xj and g5_set_mj)", c->n,
+                       c->stored - 1);
     if (c->epsj2 != NULL && c->n > 0) {
         epsj2 = c->epsj2[0];
         for (int a = 1; a < c->n; a++) {
@@ -642,11 +862,29 @@ typedef double g5vec[3];
 
 /* --------------------------------------------------------------------- GRAPE-5: C names */
 
-EXPORT int g5_open(void) { G5_CALL(do_g5_open()); }
+EXPORT int g5_open(void) { G5_CALL(do_g5_open("g5_open")); }
 EXPORT int g5_close(void) { G5_CALL(do_g5_close()); }
 EXPORT int g5_get_number_of_pipelines(void) { G5_CALL(do_g5_pipelines()); }
 EXPORT int g5_get_jmemsize(void) { G5_CALL(do_g5_jmemsize()); }
-EXPORT int g5_set_eps_to_all(double eps) { G5_CALL(do_g5_set_eps_to_all(eps)); }
+EXPORT int g5_set_eps_to_all(double eps)
+{
+    G5_CALL(do_g5_set_eps_to_all("g5_set_eps_to_all", eps));
+}
+
+EXPORT int g5_set_eps2_to_all(double eps2)
+{
+    G5_CALL(do_g5_set_eps2_to_all("g5_set_eps2_to_all", eps2));
+}
+
+EXPORT int g5_set_range(double xmin, double xmax, double mmin)
+{
+    G5_CALL(do_g5_set_range("g5_set_range", xmin, xmax, mmin));
+}
+
+EXPORT int g5_open_special(int ndev, int *list)
+{
+    G5_CALL(do_g5_open_special("g5_open_special", ndev, list));
+}
 
 EXPORT int g5_set_eps(int ni, double *eps)
 {
@@ -669,6 +907,21 @@ EXPORT int g5_set_xmj(int adr, int nj, g5vec *xj, double *mj)
 EXPORT int g5_set_xmjMC(int devid, int adr, int nj, g5vec *xj, double *mj)
 {
     G5_CALL(do_g5_set_xmj("g5_set_xmjMC", devid, adr, nj, (const double *)xj, mj, NULL, 0));
+}
+
+EXPORT int g5_set_jp(int adr, int nj, double *mj, g5vec *xj)
+{
+    G5_CALL(do_g5_set_xmj("g5_set_jp", 0, adr, nj, (const double *)xj, mj, NULL, 0));
+}
+
+EXPORT int g5_set_xj(int adr, int nj, g5vec *xj)
+{
+    G5_CALL(do_g5_set_half("g5_set_xj", 0, adr, nj, 1, (const double *)xj, NULL));
+}
+
+EXPORT int g5_set_mj(int adr, int nj, double *mj)
+{
+    G5_CALL(do_g5_set_half("g5_set_mj", 0, adr, nj, 0, NULL, mj));
 }
 
 EXPORT int g5_set_xmje(int adr, int nj, g5vec *xj, double *mj, double *epsj2)
@@ -744,14 +997,30 @@ EXPORT int g5_calculate_force_on_xeMC(int devid, g5vec *x, double *eps2, g5vec *
 /* A Fortran scalar argument; NULL (a C caller's mistake) reads as the given value. */
 static int g5_int(const int *p, int missing) { return p != NULL ? *p : missing; }
 
-EXPORT int g5_open_(void) { G5_CALL(do_g5_open()); }
+EXPORT int g5_open_(void) { G5_CALL(do_g5_open("g5_open_")); }
 EXPORT int g5_close_(void) { G5_CALL(do_g5_close()); }
 EXPORT int g5_get_number_of_pipelines_(void) { G5_CALL(do_g5_pipelines()); }
 EXPORT int g5_get_jmemsize_(void) { G5_CALL(do_g5_jmemsize()); }
 
 EXPORT int g5_set_eps_to_all_(double *eps)
 {
-    G5_CALL(do_g5_set_eps_to_all(eps != NULL ? *eps : NAN));
+    G5_CALL(do_g5_set_eps_to_all("g5_set_eps_to_all_", eps != NULL ? *eps : NAN));
+}
+
+EXPORT int g5_set_eps2_to_all_(double *eps2)
+{
+    G5_CALL(do_g5_set_eps2_to_all("g5_set_eps2_to_all_", eps2 != NULL ? *eps2 : NAN));
+}
+
+EXPORT int g5_set_range_(double *xmin, double *xmax, double *mmin)
+{
+    G5_CALL(do_g5_set_range("g5_set_range_", xmin != NULL ? *xmin : NAN,
+                            xmax != NULL ? *xmax : NAN, mmin != NULL ? *mmin : NAN));
+}
+
+EXPORT int g5_open_special_(int *ndev, int *list)
+{
+    G5_CALL(do_g5_open_special("g5_open_special_", g5_int(ndev, 0), list));
 }
 
 EXPORT int g5_set_eps_(int *ni, double *eps)
@@ -781,6 +1050,23 @@ EXPORT int g5_set_xmjMC_(int *devid, int *adr, int *nj, g5vec *xj, double *mj)
 {
     G5_CALL(do_g5_set_xmj("g5_set_xmjMC_", g5_int(devid, -1), g5_int(adr, -1),
                           g5_int(nj, -1), (const double *)xj, mj, NULL, 0));
+}
+
+EXPORT int g5_set_jp_(int *adr, int *nj, double *mj, g5vec *xj)
+{
+    G5_CALL(do_g5_set_xmj("g5_set_jp_", 0, g5_int(adr, -1), g5_int(nj, -1),
+                          (const double *)xj, mj, NULL, 0));
+}
+
+EXPORT int g5_set_xj_(int *adr, int *nj, g5vec *xj)
+{
+    G5_CALL(do_g5_set_half("g5_set_xj_", 0, g5_int(adr, -1), g5_int(nj, -1), 1,
+                           (const double *)xj, NULL));
+}
+
+EXPORT int g5_set_mj_(int *adr, int *nj, double *mj)
+{
+    G5_CALL(do_g5_set_half("g5_set_mj_", 0, g5_int(adr, -1), g5_int(nj, -1), 0, NULL, mj));
 }
 
 EXPORT int g5_set_xmje_(int *adr, int *nj, g5vec *xj, double *mj, double *epsj2)

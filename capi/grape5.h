@@ -12,8 +12,8 @@
  * potential is its negative; grape6.h's is negative).  No pair is excluded: a particle that
  * is both i and j adds m/eps to its own potential (PG5's clients subtract it), and with
  * eps = 0 its force is not finite (an error, SAPPORO_ERR_NONFINITE).  Softening is given as eps by
- * g5_set_eps_to_all and g5_set_eps, and as eps^2 by g5_set_xei, g5_calculate_force_on_xe
- * and g5_set_xmje.
+ * g5_set_eps_to_all and g5_set_eps, and as eps^2 by g5_set_eps2_to_all, g5_set_xei,
+ * g5_calculate_force_on_xe and g5_set_xmje.
  *
  * The MC calls take a context id (0 .. 63) first; the others use context 0.  Each context
  * has its own j-memory, n, i-particles, softening and results (its own library), so threads
@@ -23,7 +23,11 @@
  * PG5 declares these functions void; here they return 0, or a negative SAPPORO_ERR_* code
  * (sapporo.h) with the message printed on stderr and kept for sapporo_last_error(), so a
  * program written for PG5 links unchanged and a new one may check.
- * g5_get_number_of_pipelines and g5_get_jmemsize return counts.
+ * g5_get_number_of_pipelines and g5_get_jmemsize return counts.  gp5util.h, PG5's header
+ * name, includes this one.
+ *
+ * Beyond PG5's calls: the original GRAPE-5's g5_set_range, g5_set_xj and g5_set_mj, and
+ * Sapporo2's g5_open_special, g5_set_jp and g5_set_eps2_to_all.
  */
 #ifndef SAPPORO_GRAPE5_H
 #define SAPPORO_GRAPE5_H
@@ -37,6 +41,10 @@ extern "C" {
 /* Open (context 0 at once, the others on their first use); opening again does nothing.
  * Order 2; precision, backend and devices as for g6_open (SAPPORO_* variables). */
 int g5_open(void);
+/* Sapporo2's open with a device list: ndev <= 0 is g5_open.  For ndev > 0 the devices are
+ * still those of the SAPPORO_* settings, as for g5_open (SAPPORO_DEVICES chooses them): a
+ * warning names the ids given. */
+int g5_open_special(int ndev, int *list);
 /* Close every context: their j-particles are gone.  g5_open may follow. */
 int g5_close(void);
 /* Most i-particles g5_set_xi takes (SAPPORO_NPIPES, default 128; PG5: 4). */
@@ -48,6 +56,12 @@ int g5_get_jmemsize(void);
 /* Softening eps (not squared) of every i-particle set by the following g5_set_xi, in every
  * context. */
 int g5_set_eps_to_all(double eps);
+/* The same given squared (Sapporo2): eps2 >= 0. */
+int g5_set_eps2_to_all(double eps2);
+/* The original GRAPE-5's fixed-point range of positions and masses: not used (the devices
+ * compute in floating point).  Any values are accepted; non-finite ones, or xmin >= xmax,
+ * print a warning. */
+int g5_set_range(double xmin, double xmax, double mmin);
 /* Softening eps[i] (not squared) of i-particles 0 .. ni - 1 set by the last g5_set_xi. */
 int g5_set_eps(int ni, double *eps);
 /* j-particles in [0, n) take part in the next force. */
@@ -55,6 +69,15 @@ int g5_set_n(int n);
 /* Store j-particles at addresses adr .. adr + nj - 1, reading xj[adr] .. xj[adr + nj - 1]
  * and mj[adr] ..: the arrays are indexed by address (as PG5 reads them). */
 int g5_set_xmj(int adr, int nj, double (*xj)[3], double *mj);
+/* The same, arguments in Sapporo2's order (masses first). */
+int g5_set_jp(int adr, int nj, double *mj, double (*xj)[3]);
+/* Positions alone, or masses alone, of addresses adr .. adr + nj - 1 (read from xj[adr ..],
+ * mj[adr ..], as g5_set_xmj reads them).  A force call uses, for each address, the last
+ * position and the last mass given by any of these calls and g5_set_xmj; an address in
+ * [0, n) that has had a position but never a mass, or the other way round, makes the force
+ * call fail (SAPPORO_ERR_INPUT) naming it.  Sent to the device at the next force call. */
+int g5_set_xj(int adr, int nj, double (*xj)[3]);
+int g5_set_mj(int adr, int nj, double *mj);
 /* The same with a softening per j-particle (PG5 built with SYMMETRIC): a pair uses
  * eps_i^2 + epsj2[j]; sapporo takes one softening per call, so every j-particle in [0, n)
  * must have the same epsj2 (else the force call fails with SAPPORO_ERR_INPUT). */
@@ -95,16 +118,22 @@ int g5_calculate_force_on_xeMC(int devid, double (*x)[3], double *eps2, double (
  * for `call g5_set_xmjMC(...)`; PG5 has the mixed-case ones only. */
 
 int g5_open_(void);
+int g5_open_special_(int *ndev, int *list);
 int g5_close_(void);
 int g5_get_number_of_pipelines_(void);
 int g5_get_jmemsize_(void);
 int g5_set_eps_to_all_(double *eps);
+int g5_set_eps2_to_all_(double *eps2);
+int g5_set_range_(double *xmin, double *xmax, double *mmin);
 int g5_set_eps_(int *ni, double *eps);
 int g5_set_epsMC_(int *devid, int *ni, double *eps);
 int g5_set_n_(int *n);
 int g5_set_nMC_(int *devid, int *n);
 int g5_set_xmj_(int *adr, int *nj, double (*xj)[3], double *mj);
 int g5_set_xmjMC_(int *devid, int *adr, int *nj, double (*xj)[3], double *mj);
+int g5_set_jp_(int *adr, int *nj, double *mj, double (*xj)[3]);
+int g5_set_xj_(int *adr, int *nj, double (*xj)[3]);
+int g5_set_mj_(int *adr, int *nj, double *mj);
 int g5_set_xmje_(int *adr, int *nj, double (*xj)[3], double *mj, double *epsj2);
 int g5_set_xmjeMC_(int *devid, int *adr, int *nj, double (*xj)[3], double *mj, double *epsj2);
 int g5_set_xi_(int *ni, double (*xi)[3]);

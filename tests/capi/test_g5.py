@@ -9,8 +9,10 @@ no pair, so the reference gets distinct ids).
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -155,6 +157,63 @@ def test_program_written_for_pg5_links_unchanged(capi: CApi, tmp_path: Path, lib
         check_forces(proc.stdout, x, m, n, np.full(n, EPS**2), TOL["double-single"], key)
 
 
+def capi_flags(capi: CApi) -> list[str]:
+    """What ``sapporo capi flags`` prints for the test's library."""
+    out = subprocess.run([sys.executable, "-m", "sapporo.cli", "capi", "flags", "--prefix",
+                          str(capi.prefix)], capture_output=True, text=True, check=True).stdout
+    return shlex.split(out)
+
+
+@pytest.mark.parametrize("symmetric", [False, True], ids=["plain", "SYMMETRIC"])
+def test_program_written_against_gp5util_h_compiles_unchanged(capi: CApi, tmp_path: Path,
+                                                              symmetric: bool) -> None:
+    """PG5's header, ``#include <gp5util.h>``: a program written for PG5 (its calls as
+    statements, JMEMSIZE for its arrays, the original GRAPE-5's g5_set_range, g5_set_xj and
+    g5_set_mj) compiles with ``sapporo capi flags`` and -lg5 only, without a warning
+    (-Wextra -Werror: our calls return int where PG5's are void, which such a program never
+    sees), and gets PG5's forces; -DSYMMETRIC (the program's own choice, as for PG5's
+    SYMMETRIC build) makes g5_set_xmj take eps_j^2 per j-particle.  A new mass alone, then a
+    new position alone: each force call uses the last of both."""
+    n = 300
+    x, m = write_ic(tmp_path / "ic.txt", n)
+    define = ("-DSYMMETRIC",) if symmetric else ()
+    exe = capi.program("g5_gp5util.c", extra=("-Wextra", "-Werror", *define),
+                       flags=[*capi_flags(capi), "-lg5"])
+    epsj2 = 3e-4 if symmetric else 0.0
+    proc = capi.run(exe, "ic.txt", EPS, epsj2, cwd=tmp_path)
+    assert "sapporo:" not in proc.stderr, proc.stderr
+    eps2 = np.full(n, EPS**2 + epsj2)
+    heavier = m * (1 + np.arange(n) % 3)
+    tol = TOL["double-single"]  # the default precision
+    check_forces(proc.stdout, x, m, n, eps2, tol, "f")
+    check_forces(proc.stdout, x, heavier, n, eps2, tol, "c")
+    check_forces(proc.stdout, 1.5 * x, heavier, n, eps2, tol, "d")
+
+
+def test_gp5util_h_compiles_as_cplusplus(capi: CApi) -> None:
+    """The same program as C++ (PG5's header has extern "C"; so has ours)."""
+    if capi.cxx is None:
+        pytest.skip("no C++ compiler (c++, g++ or clang++) found")
+    cflags = [f for f in capi_flags(capi) if f.startswith("-I")]
+    for define in ([], ["-DSYMMETRIC"]):
+        cmd = [capi.cxx, "-fsyntax-only", "-Wall", "-Wextra", "-Werror", *define, "-x", "c++",
+               str(Path(__file__).parent / "g5_gp5util.c"), *cflags]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, f"{shlex.join(cmd)}\n{proc.stderr}"
+
+
+def test_fortran_client_of_the_calls_pg5_lacks(capi: CApi, tmp_path: Path) -> None:
+    """g5_open_special, g5_set_range, g5_set_eps2_to_all, g5_set_mj / g5_set_xj ("f") and
+    g5_set_jp ("g") by their Fortran names."""
+    n = 200
+    x, m = write_ic(tmp_path / "ic.txt", n)
+    proc = capi.run(capi.program("g5_split.f90", lib="g5"), cwd=tmp_path,
+                    env=capi.env(SAPPORO_PRECISION="double"))
+    assert "sapporo:" not in proc.stderr, proc.stderr
+    for key in ("f", "g"):
+        check_forces(proc.stdout, x, m, n, np.full(n, 1e-4), TOL["double"], key)
+
+
 # ----------------------------------------------------------------------------- contexts
 
 
@@ -225,6 +284,60 @@ def test_bad_calls_report_and_continue(capi: CApi, tmp_path: Path) -> None:
                      proc.stdout, re.M)
 
 
+#: what tests/capi/g5_split.c's calls must return, and its comparisons (1: the same bits)
+SPLIT_CALLS = {
+    "xj_before_open": -2, "range_before_open": 0, "open_special_none": 0,
+    "eps2_negative": -1, "eps2_nan": -1, "eps2": 0, "range": 0, "range_nan": 0,
+    "range_reversed": 0, "xj_null": -1, "mj_null": -1, "xj_negative_adr": -1,
+    "mj_past_jmemsize": -1, "xj_nan": -1, "xj_huge": -1, "mj_inf": -1, "xj_none": 0,
+    "xj": 0, "n": 0, "run_no_mass": -1, "mj_half": 0, "run_half_mass": -1, "n_half": 0,
+    "run_n_half": 0, "mj_past_n": 0, "n_past": 0, "mj_rest": 0, "run_no_position": -1,
+    "n_all": 0, "run_split": 0, "xmj": 0, "run_xmj": 0, "split_same": 1, "xmj_other": 0,
+    "jp": 0, "run_jp": 0, "jp_same": 1, "eps": 0, "run_eps": 0, "eps2_same": 1,
+    "xmj_moved": 0, "run_moved": 0, "xmj_heavier": 0, "run_heavier": 0, "xmj_back": 0,
+    "xj_after_xmj": 0, "run_xj_after_xmj": 0, "xj_after_xmj_same": 1, "mj_after_xj": 0,
+    "run_mj_after_xj": 0, "mj_after_xj_same": 1, "xj_pending": 0, "mj_pending": 0,
+    "xmj_after_pending": 0, "run_xmj_after_pending": 0, "xmj_after_pending_same": 1,
+    "close": 0, "open_special_device": 0, "eps_again": 0, "mj_reopened": 0,
+    "n_reopened": 0, "run_reopened": -1, "xj_reopened": 0, "run_reopened_both": 0,
+    "reopened_same": 1, "close_again": 0,
+}
+
+
+def test_positions_and_masses_apart(capi: CApi, tmp_path: Path) -> None:
+    """g5_set_xj / g5_set_mj: a force call uses the last position and the last mass given
+    for each address, by any call; an address in [0, n) that has had one of the two only is
+    refused by name, one past n is not looked at; g5_close forgets them.  g5_set_jp is
+    g5_set_xmj with the masses first, g5_set_eps2_to_all g5_set_eps_to_all squared;
+    g5_set_range takes anything (a warning when it is no range); g5_open_special opens."""
+    proc = capi.run(capi.program("g5_split.c"), cwd=tmp_path)
+    got = dict(ln.split()[:2] for ln in proc.stdout.splitlines())
+    assert {k: int(got[k]) for k in SPLIT_CALLS} == SPLIT_CALLS, proc.stdout + proc.stderr
+    err = proc.stderr
+    for message in [
+        "sapporo: g5_set_xj: GRAPE-5 is not open (call g5_open first) (code -2)",
+        "g5_set_eps2_to_all: eps2 = -1 must be finite and >= 0 (code -1)",
+        "g5_set_range: warning: xmin = nan, xmax = 2, mmin = 0.001 is not a range",
+        "g5_set_range: warning: xmin = 2, xmax = -2, mmin = 0.001 is not a range",
+        "g5_set_xj: xj must not be NULL (code -1)",
+        "g5_set_mj: mj must not be NULL (code -1)",
+        "g5_set_xj: adr = -1, nj = 4: the addresses must lie in 0 .. g5_get_jmemsize() - 1",
+        "g5_set_xj: j-particle at address 5 has a NaN or infinite value (code -1)",
+        "g5_set_xj: j-particle at address 1: position (0.764842, 0.963558, 1e+300) too large",
+        "g5_set_mj: j-particle at address 7: mass inf is not finite (code -1)",
+        "g5_run: j-particle at address 0 has a position (g5_set_xj) but never had a mass: "
+        "give it with g5_set_mj, or both with g5_set_xmj, before a force call uses it "
+        "(n = 64) (code -1)",
+        "g5_run: j-particle at address 64 has a mass (g5_set_mj) but never had a position: "
+        "give it with g5_set_xj",
+        "g5_open_special: warning: device ids 0 (ndev = 1) do not choose the devices",
+        "set SAPPORO_DEVICES=0 to choose these",
+    ]:
+        assert message in err, err
+    assert "mmin = 0.001 is not a range" in err
+    assert "xmin = -2, xmax = 2" not in err  # a range: no warning
+
+
 def test_failed_open_is_said_at_every_force_call(capi: CApi, tmp_path: Path) -> None:
     proc = capi.run(capi.program("g5_bad.c"), cwd=tmp_path,
                     env=capi.env(SAPPORO_BACKEND="nonsense"))
@@ -255,6 +368,9 @@ PG5_C = [
     "g5_calculate_force_on_xMC", "g5_calculate_force_on_xe", "g5_calculate_force_on_xeMC",
 ]
 OURS_C = ["g5_set_xmje", "g5_set_xmjeMC"]
+#: the original GRAPE-5's calls PG5 lacks, and Sapporo2's additions
+BEYOND_PG5_C = ["g5_set_range", "g5_set_xj", "g5_set_mj", "g5_set_jp", "g5_set_eps2_to_all",
+                "g5_open_special"]
 
 
 def test_every_pg5_call_is_exported_and_declared(capi: CApi) -> None:
@@ -265,7 +381,7 @@ def test_every_pg5_call_is_exported_and_declared(capi: CApi) -> None:
                          capture_output=True, text=True, check=True).stdout
     names = {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
     header = (capi.prefix / "include" / "grape5.h").read_text()
-    for c_name in PG5_C + OURS_C:
+    for c_name in PG5_C + OURS_C + BEYOND_PG5_C:
         fortran = [f"{c_name}_"] + ([f"{c_name.lower()}_"] if "MC" in c_name else [])
         for name in [c_name, *fortran]:
             assert name in names, f"{name} not exported"
@@ -273,3 +389,6 @@ def test_every_pg5_call_is_exported_and_declared(capi: CApi) -> None:
             assert re.search(rf"\bint {name}\(", header), f"{name} not declared in grape5.h"
     for alias in ("libg5.so", "libpg5.so"):
         assert (capi.lib_dir / alias).resolve() == capi.library.resolve()
+    # PG5's header name, beside grape5.h, which declares the calls
+    gp5util = (capi.prefix / "include" / "gp5util.h").read_text()
+    assert '#include "grape5.h"' in gp5util and re.search(r"#define JMEMSIZE\b", gp5util)
