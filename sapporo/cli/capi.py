@@ -1,8 +1,8 @@
 """``sapporo capi``: build the GRAPE-6 and GRAPE-5 library for C and Fortran, print its flags.
 
 ``sapporo capi build [--prefix DIR]`` compiles ``libsapporo.so`` (and its names
-``libg6.so``, ``libg5.so``, ``libpg5.so``) and installs it with ``grape6.h``, ``grape5.h``
-and ``sapporo.h`` into ``DIR/lib`` and ``DIR/include``, and pkg-config modules
+``libg6.so``, ``libg5.so``, ``libpg5.so``) and installs it with ``grape6.h``, ``grape5.h``,
+``gp5util.h`` and ``sapporo.h`` into ``DIR/lib`` and ``DIR/include``, and pkg-config modules
 (``sapporo_light``, ``sapporo``, ``g6lib``, ``g5lib``) into ``DIR/lib/pkgconfig``;
 ``sapporo capi flags [--prefix DIR]`` prints what a Makefile needs, building first when the
 library is missing or stale, so ``cc prog.c $(sapporo capi flags)`` just works.
