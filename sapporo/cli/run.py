@@ -1,5 +1,8 @@
 """``sapporo run``: integrate a star cluster with the block-time-step Hermite integrator.
 
+The cluster is a Plummer or King model (``--model``, :mod:`sapporo.nbody.ic`) or the
+particles of a file (``--ic FILE``, :mod:`sapporo.nbody.icfile`).
+
 Writes into ``--out``: ``summary.json``, ``diagnostics.csv`` (time, energy, energy error,
 angular-momentum error, Lagrangian radii, counters at every diagnostic time),
 ``snapshot_final.npz`` (resumable with ``--resume``), optional periodic snapshots and, when
@@ -29,9 +32,10 @@ import numpy as np
 from sapporo import config
 from sapporo.cli import add_device_options, ensure_writable_dir, os_error_message
 from sapporo.errors import ConfigError, InputError
+from sapporo.nbody import icfile
 from sapporo.nbody.fileio import write_text_atomic
 from sapporo.nbody.hermite import CRITERIA, DT_MAX, DT_MIN, HermiteIntegrator, default_eta
-from sapporo.nbody.ic import lagrangian_radii, star_cluster
+from sapporo.nbody.ic import KING_W0_RANGE, MODELS, lagrangian_radii, star_cluster
 from sapporo.nbody.snapshot import Snapshot, h5py_available
 from sapporo.nbody.snapshot import load as load_snapshot
 from sapporo.nbody.snapshot import save as save_snapshot
@@ -49,13 +53,19 @@ DEFAULT_MASS_RATIO = 10.0
 DEFAULT_LOG_FRACTION = 0.25
 #: How the equal-mass Plummer sphere is scaled (see :func:`sapporo.nbody.ic.plummer`).
 DEFAULT_IC_SCALING = "analytic"
+DEFAULT_MODEL = "plummer"
+#: King's central potential when --model king is given without --w0.
+DEFAULT_W0 = 6.0
 LAGRANGE_FRACTIONS = (0.1, 0.5, 0.9)
 #: Most diagnostic (and snapshot) times one run may ask for.
 MAX_OUTPUT_TIMES = 10**6
 
 #: Options that fix the trajectory; with --resume they come from the snapshot.
 _TRAJECTORY_OPTIONS = ("order", "eta", "eta4", "criterion", "eps", "dt_min", "dt_max")
-_IC_OPTIONS = ("n", "seed", "bh_mass", "heavy_fraction", "mass_ratio", "ic_scaling")
+_IC_OPTIONS = ("n", "seed", "bh_mass", "heavy_fraction", "mass_ratio", "ic_scaling", "model",
+               "w0")
+#: Options that say how a file given with --ic is read.
+_IC_FILE_OPTIONS = ("ic_format", "ic_columns", "ic_scale")
 
 
 # --------------------------------------------------------------------------- arguments
@@ -75,8 +85,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "run",
         help="integrate a star cluster (block-step Hermite) and report energy conservation",
         description=(
-            "Integrate a Plummer star cluster (optionally two-component, optionally with a "
-            "central black hole) with the 4th-, 6th- or 8th-order block-time-step Hermite "
+            "Integrate a Plummer or King star cluster (optionally two-component, optionally "
+            "with a central black hole), or the particles of a file (--ic), with the 4th-, "
+            "6th- or 8th-order block-time-step Hermite "
             "integrator on the sapporo library; write summary.json, diagnostics.csv, "
             "snapshots and plots into --out. Ctrl-C or SIGTERM stops after the current block "
             "step and still writes the final snapshot and summary. Exit codes: 0 done, 1 a "
@@ -84,6 +95,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         ),
     )
     g = p.add_argument_group("model")
+    g.add_argument("--model", default=None, choices=MODELS,
+                   help=f"the cluster model (default {DEFAULT_MODEL})")
+    g.add_argument("--w0", type=float, default=None,
+                   help=f"King model: central potential W0, {KING_W0_RANGE[0]:g} to "
+                        f"{KING_W0_RANGE[1]:g} (default {DEFAULT_W0:g})")
     g.add_argument("--n", type=int, default=None, help=f"particles (default {DEFAULT_N})")
     g.add_argument("--seed", type=int, default=None, help="random seed (default 0)")
     g.add_argument("--eps", type=float, default=None,
@@ -95,10 +111,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--mass-ratio", type=float, default=None,
                    help=f"heavy/light star mass ratio (default {DEFAULT_MASS_RATIO:g})")
     g.add_argument("--ic-scaling", default=None, choices=("analytic", "exact"),
-                   help="equal-mass Plummer sphere: analytic scaling to N-body units (energy "
-                        "-1/4 up to the sampling noise) or exact rescaling to E = -1/4 "
+                   help="equal-mass Plummer or King model: analytic scaling to N-body units "
+                        "(energy -1/4 up to the sampling noise) or exact rescaling to E = -1/4 "
                         f"(default {DEFAULT_IC_SCALING}; clusters with a black hole or two "
                         "components are always exact)")
+    g = p.add_argument_group("initial conditions from a file (instead of a model)")
+    g.add_argument("--ic", default=None, metavar="FILE",
+                   help="start a new run at t = 0 from the particles of FILE: text columns, "
+                        "Phantom-GRAPE banana or phiGRAPE input, a sapporo snapshot or an "
+                        "AMUSE HDF5 particle set (see --ic-format)")
+    g.add_argument("--ic-format", default=None, choices=icfile.FORMATS,
+                   help="the format of FILE (default auto: told apart by the content)")
+    g.add_argument("--ic-columns", default=None, metavar="LIST",
+                   help="the columns of a text file, comma-separated from "
+                        f"{','.join(icfile.COLUMN_NAMES)} (skip: ignore that column); "
+                        "default: 7 columns m,x,y,z,vx,vy,vz or 8 id,m,x,y,z,vx,vy,vz")
+    g.add_argument("--ic-scale", default=None, choices=icfile.SCALES,
+                   help="none: take the values as N-body units (G = 1; the default); nbody: "
+                        "change to Henon units (M = 1, E = -1/4, centre of mass at rest), "
+                        "keeping the virial ratio (needed for AMUSE files in S.I. units)")
     g = p.add_argument_group("integrator")
     g.add_argument("--order", type=int, default=None, help=f"4, 6 or 8 (default {DEFAULT_ORDER})")
     g.add_argument("--t-end", type=float, default=None,
@@ -180,6 +211,36 @@ def _check_args(args: argparse.Namespace) -> None:
         raise InputError(f"--mass-ratio must be >= 1, got {args.mass_ratio}")
     if args.snapshot_format == "hdf5" and not h5py_available():
         raise InputError("--snapshot-format hdf5 needs h5py (pip install h5py)")
+    _check_ic_args(args)
+
+
+def _check_ic_args(args: argparse.Namespace) -> None:
+    """Where the particles come from: a model (``--model`` and its options), a file
+    (``--ic`` and its options) or a snapshot being continued (``--resume``), one only."""
+    if args.ic is not None:
+        if args.resume is not None:
+            raise InputError("--ic and --resume exclude each other: --ic starts a new run "
+                             "from a file, --resume continues a run from its snapshot")
+        for name in _IC_OPTIONS:
+            if getattr(args, name) is not None:
+                hint = "; a file is scaled with --ic-scale" if name == "ic_scaling" else ""
+                raise InputError(f"--{name.replace('_', '-')} cannot be combined with --ic "
+                                 f"(the file gives the particles{hint})")
+        if args.ic_columns is not None:
+            if args.ic_format not in (None, "auto", "columns"):
+                raise InputError(f"--ic-columns is for text columns, not --ic-format "
+                                 f"{args.ic_format}")
+            args.ic_columns = icfile.parse_columns(args.ic_columns)
+        return
+    for name in _IC_FILE_OPTIONS:
+        if getattr(args, name) is not None:
+            raise InputError(f"--{name.replace('_', '-')} needs --ic FILE")
+    if args.w0 is not None:
+        lo, hi = KING_W0_RANGE
+        if not (math.isfinite(args.w0) and lo <= args.w0 <= hi):
+            raise InputError(f"--w0 must be from {lo:g} to {hi:g}, got {args.w0}")
+        if args.resume is None and args.model != "king":
+            raise InputError("--w0 is the King model's W0; give --model king")
 
 
 def _check_resume_meta(meta: dict[str, Any], path: str) -> None:
@@ -190,7 +251,7 @@ def _check_resume_meta(meta: dict[str, Any], path: str) -> None:
                 and math.isfinite(value))
 
     for name in ("energy0", "max_energy_error", "seed", "bh_mass", "heavy_fraction",
-                 "mass_ratio"):
+                 "mass_ratio", "w0"):
         value = meta.get(name)
         if value is not None and not number(value):
             raise InputError(f"snapshot {path}: meta.{name} must be a finite number, "
@@ -249,7 +310,8 @@ def _check_resume_conflicts(args: argparse.Namespace, snap: Snapshot) -> None:
         "dt_min": p.get("dt_min"), "dt_max": p.get("dt_max"), "n": snap.n,
         "seed": meta.get("seed"), "bh_mass": meta.get("bh_mass"),
         "heavy_fraction": meta.get("heavy_fraction"), "mass_ratio": meta.get("mass_ratio"),
-        "ic_scaling": meta.get("ic_scaling"),
+        "ic_scaling": meta.get("ic_scaling"), "model": meta.get("model"),
+        "w0": meta.get("w0"),
     }
     for name in (*_TRAJECTORY_OPTIONS, *_IC_OPTIONS):
         given = getattr(args, name)
@@ -554,6 +616,7 @@ def _run(args: argparse.Namespace) -> int:
         raise InputError(f"--out {out} exists and is not a directory")
 
     snap: Snapshot | None = None
+    ics: icfile.InitialConditions | None = None
     if args.resume is not None:
         snap = load_snapshot(args.resume)
         _check_resume_meta(snap.meta, args.resume)
@@ -570,7 +633,11 @@ def _run(args: argparse.Namespace) -> int:
         meta = {}
         dt_min = float(_value(args, "dt_min", DT_MIN))
         dt_max = float(_value(args, "dt_max", DT_MAX))
-        n = int(_value(args, "n", DEFAULT_N))
+        if args.ic is not None:
+            ics = _read_initial_conditions(args)
+            n = ics.n
+        else:
+            n = int(_value(args, "n", DEFAULT_N))
         default_log = dt_max * DEFAULT_LOG_FRACTION
     t_end = float(_value(args, "t_end", DEFAULT_T_END))
     if t_end <= t_start:
@@ -595,32 +662,62 @@ def _run(args: argparse.Namespace) -> int:
                       f"continuing in {args.precision}\n")
         meta.setdefault("run_id", uuid.uuid4().hex)
     else:
-        seed = int(_value(args, "seed", 0))
-        bh = float(_value(args, "bh_mass", 0.0))
-        heavy = float(_value(args, "heavy_fraction", 0.0))
-        ratio = float(_value(args, "mass_ratio", DEFAULT_MASS_RATIO))
-        scaling = _value(args, "ic_scaling", DEFAULT_IC_SCALING)
         order = int(_value(args, "order", DEFAULT_ORDER))
         criterion = args.criterion or ("aarseth" if order == 4 else "generalised")
         eps = float(_value(args, "eps", DEFAULT_EPS))
-        x, v, m = star_cluster(n, seed, heavy_fraction=heavy, mass_ratio=ratio, bh_mass=bh,
-                               exact=scaling == "exact")
+        if ics is not None:
+            x, v, m, ids = ics.x, ics.v, ics.m, ics.ids
+            meta = {"initial_conditions": ics.source}
+        else:
+            x, v, m, meta = _model(args, n)
+            ids = None
         lib_opts["precision"] = _value(args, "precision", DEFAULT_PRECISION)
         _building(args, err)
         startup0 = time.perf_counter()
         integ = HermiteIntegrator(
-            lib_opts, x, v, m, order=order, criterion=criterion,
+            lib_opts, x, v, m, ids=ids, order=order, criterion=criterion,
             eta=_value(args, "eta", default_eta(criterion, order)),
             eta4=_value(args, "eta4", 0.01), eps2=eps * eps,
             dt_min=_value(args, "dt_min", DT_MIN), dt_max=_value(args, "dt_max", DT_MAX),
         )
-        meta = {"seed": seed, "bh_mass": bh, "heavy_fraction": heavy, "mass_ratio": ratio,
-                "ic_scaling": scaling, "run_id": uuid.uuid4().hex}
+        meta["run_id"] = uuid.uuid4().hex
     meta["log_every"] = log_every
     startup = time.perf_counter() - startup0  # device, kernels, initial forces, first steps
     with integ:
         return _evolve(args, integ, meta, t_start, t_end, log_every, out, out_stream, err,
                        startup)
+
+
+def _read_initial_conditions(args: argparse.Namespace) -> icfile.InitialConditions:
+    """The particles of ``--ic FILE``; a bad file is one InputError naming it."""
+    try:
+        return icfile.read(args.ic, format=args.ic_format or "auto", columns=args.ic_columns,
+                           scale=args.ic_scale or "none")
+    except InputError as exc:
+        raise InputError(f"--ic {exc}") from None
+
+
+def _model(args: argparse.Namespace, n: int
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    """The model cluster of the options, and the run metadata that describes it."""
+    model = _value(args, "model", DEFAULT_MODEL)
+    seed = int(_value(args, "seed", 0))
+    bh = float(_value(args, "bh_mass", 0.0))
+    heavy = float(_value(args, "heavy_fraction", 0.0))
+    ratio = float(_value(args, "mass_ratio", DEFAULT_MASS_RATIO))
+    scaling = _value(args, "ic_scaling", DEFAULT_IC_SCALING)
+    w0 = float(_value(args, "w0", DEFAULT_W0))
+    x, v, m = star_cluster(n, seed, heavy_fraction=heavy, mass_ratio=ratio, bh_mass=bh,
+                           exact=scaling == "exact", model=model, w0=w0)
+    if model != "king":
+        w0 = None
+    meta: dict[str, Any] = {"seed": seed, "bh_mass": bh, "heavy_fraction": heavy,
+                            "mass_ratio": ratio, "ic_scaling": scaling, "model": model,
+                            "w0": w0}
+    meta["initial_conditions"] = {"model": model, "n": n, **{k: meta[k] for k in (
+        "w0", "seed", "bh_mass", "heavy_fraction", "mass_ratio", "ic_scaling")
+        if meta[k] is not None}}
+    return x, v, m, meta
 
 
 def _building(args: argparse.Namespace, err: TextIO) -> None:
@@ -774,6 +871,19 @@ def _evolve(args: argparse.Namespace, integ: HermiteIntegrator, meta: dict[str, 
     return 130 if interrupted else 0
 
 
+def _describe_ic(source: dict[str, Any] | None) -> str:
+    """``King model (W0 = 6), seed 0`` or ``cluster.txt (banana)``, for the summary table."""
+    if not source:
+        return "unknown (a snapshot of an older sapporo)"
+    if "file" in source:
+        return f"{Path(source['file']).name} ({source['format']}" + (
+            ", scaled to N-body units)" if source.get("scale") == "nbody" else ")")
+    model = "King model" if source.get("model") == "king" else "Plummer model"
+    if source.get("w0") is not None:
+        model += f" (W0 = {source['w0']:g})"
+    return f"{model}, seed {source.get('seed')}"
+
+
 def _plot_title(integ: HermiteIntegrator, meta: dict[str, Any]) -> str:
     seed = meta.get("seed")
     return (f"N = {integ.n}, order {integ.order}, {integ.precision}, eta {integ.eta:g}, "
@@ -824,7 +934,9 @@ def _finish(args: argparse.Namespace, integ: HermiteIntegrator, meta: dict[str, 
         "energy_initial": meta["energy0"], "energy_final": last["energy"],
         "seed": meta.get("seed"), "bh_mass": meta.get("bh_mass"),
         "heavy_fraction": meta.get("heavy_fraction"), "mass_ratio": meta.get("mass_ratio"),
-        "ic_scaling": meta.get("ic_scaling"), "run_id": meta.get("run_id"),
+        "ic_scaling": meta.get("ic_scaling"), "model": meta.get("model"),
+        "w0": meta.get("w0"), "initial_conditions": meta.get("initial_conditions"),
+        "run_id": meta.get("run_id"),
         "resumed_from": args.resume, "interrupted": interrupted,
         "total_steps": c1["steps"], "total_block_steps": c1["block_steps"],
         "snapshot": final, "snapshots": snapshots, "write_errors": list(write_errors),
@@ -853,6 +965,7 @@ def _is_multiple(t: float, every: float) -> bool:
 def _print_summary(w: TextIO, s: dict[str, Any], out: Path, plots: list[str]) -> None:
     rows = [
         ("particles", f"{s['n']}"),
+        ("initial conditions", _describe_ic(s.get("initial_conditions"))),
         ("order / precision", f"{s['order']} / {s['precision']}"),
         ("device", s["device"]),
         ("criterion (eta)", f"{s['criterion']} ({s['eta']:g})"),
