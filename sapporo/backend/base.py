@@ -44,6 +44,9 @@ class DeviceInfo:
     #: 64-bit integer atomics (OpenCL's cl_khr_int64_base_atomics; every CUDA device), which
     #: the particle-mesh solver's mass assignment needs
     int64_atomics: bool = True
+    #: the largest single buffer the device allocates (OpenCL's CL_DEVICE_MAX_MEM_ALLOC_SIZE,
+    #: often a quarter of its memory; 0: no limit but the memory itself, as on CUDA)
+    max_alloc_size: int = 0
 
     @property
     def key(self) -> str:

@@ -1004,6 +1004,7 @@ class OpenCLBackend(Backend):
                     global_mem_size=int(dev.global_mem_size),
                     double_support=bool(dev.double_fp_config) or "cl_khr_fp64" in dev.extensions,
                     int64_atomics="cl_khr_int64_base_atomics" in dev.extensions,
+                    max_alloc_size=int(dev.max_mem_alloc_size),
                     driver_version=str(dev.driver_version),
                 )
                 if companion is not None and quirks.is_pocl_threaded_cpu(info.name):

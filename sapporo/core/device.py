@@ -26,6 +26,7 @@ from sapporo.backend import (
 from sapporo.core import layout
 from sapporo.core.launch import NI_CHUNK, LaunchConfig, LaunchTable, load_table
 from sapporo.core.layout import MAX_PARTS, RAW_N, REDUCE_LANES, REDUCE_ROWS
+from sapporo.errors import BackendError
 
 __all__ = ["J_MIN", "Device", "Plan", "Variant", "j_bytes"]
 
@@ -182,20 +183,61 @@ class Device:
     def _host(self, name: str, nbytes: int) -> HostBuffer:
         return self._reuse(self.hosts, name, nbytes, self.ctx.alloc_host)
 
+    @property
+    def max_j(self) -> int:
+        """The most local j-addresses this device's buffers can hold: no buffer beyond the
+        device's largest allocation (``DeviceInfo.max_alloc_size``; its raw records are the
+        largest, ``raw_n`` double4 per address)."""
+        limit = self.info.max_alloc_size
+        if limit <= 0:
+            return layout.MAX_ADDRESS + 1
+        per_slot = 4 * (4 if self.variant.ds else 8)  # a predicted position or velocity
+        return max(0, min(limit // (self.raw_n * 32), limit // per_slot - J_SLACK))
+
     def ensure_j_capacity(self, n: int) -> bool:
         """Grow the j-buffers to hold ``n`` local addresses (allocate them on first use, even
-        for none); True when they were (re)allocated."""
+        for none); True when they were (re)allocated.
+
+        Raises
+        ------
+        BackendError
+            When the device cannot allocate them (the message names the device and the
+            bytes); the buffers are then as they were, records included.
+        """
         if n <= self.cap and self.j:
             return False
-        cap = max(n, 2 * self.cap, J_MIN)
+        cap = min(max(n, 2 * self.cap, J_MIN), max(n, self.max_j))
         self.ctx.finish()  # queued work may still use the old buffers
+        old = self.cap
+        try:
+            self._alloc_j(cap)
+        except (BackendError, MemoryError) as exc:
+            self._free_j()
+            if old:  # as large as it was (the library then uploads every record again)
+                self._alloc_j(old)
+            raise BackendError(
+                f"{self.info.name}: j-memory for {n} addresses ({cap * self.j_bytes()} bytes, "
+                f"with room to grow) could not be allocated: {exc or type(exc).__name__}"
+            ) from None
+        return True
+
+    def j_bytes(self) -> int:
+        """Device bytes per local j-address (all its buffers)."""
+        rs = 4 if self.variant.ds else 8
+        return (self.raw_n * 32 + 4 + 8 * rs + (16 if self.variant.ds else 0)
+                + 4 * rs * ((self.variant.order >= 6) + (self.variant.order >= 8)))
+
+    def _alloc_j(self, cap: int) -> None:
+        """The j-buffers (re)allocated for ``cap`` local addresses, zeroed."""
         self._free_j()
         self._gen += 1
+        self.cap = 0
         rs = 4 if self.variant.ds else 8
         # J_SLACK records past the end: the j-vector kernels (jv) read whole vectors of
         # records; there they find id -1 (no interaction) and finite zeros
         slots = cap + J_SLACK
         h_raw = self.ctx.alloc_host(cap * self.raw_n * 32)
+        self.j_hosts = {"raw": h_raw}  # (freed with the others if one fails)
         if h_raw.zero_copy:
             h_id = self.ctx.alloc_host(slots * 4)
             self.j_hosts = {"raw": h_raw, "id": h_id}
@@ -206,8 +248,9 @@ class Device:
             self.j = {"raw": h_raw.buffer, "id": h_id.buffer}
         else:
             h_raw.free()
-            self.j = {"raw": self.ctx.alloc(cap * self.raw_n * 32),
-                      "id": self.ctx.alloc(slots * 4)}
+            self.j_hosts = {}
+            self.j["raw"] = self.ctx.alloc(cap * self.raw_n * 32)
+            self.j["id"] = self.ctx.alloc(slots * 4)
             # addresses never stored read as zeros, as in host memory: the predictor reads
             # every record up to the last stored one, and garbage there would predict
             # non-finite positions that reach the sums (0 * inf)
@@ -225,7 +268,6 @@ class Device:
             if name not in ("raw", "id"):
                 buf.fill(0)
         self.cap = cap
-        return True
 
     @property
     def host_reduce_max(self) -> int:

@@ -453,6 +453,8 @@ class Library:
         top = (int(addr[0]) if n == 1 else int(addr.max())) + 1
         if top > self._raw.shape[0]:
             self._grow(top)
+        if top > self._n_stored:
+            self._ensure_devices(top)
         k = rec.shape[1]  # records given (GRAPE-5's two: x|m and v|t); the others zero
         if k < self._raw_n:
             self._raw[addr, k:] = 0.0
@@ -482,9 +484,26 @@ class Library:
         self._native_moved()
 
     def _j_capacity(self) -> int:
-        """How many j-addresses the devices hold: 80% of the smallest one's memory."""
+        """How many j-addresses the devices hold: 80% of the smallest one's memory, and no
+        buffer beyond the largest one a device allocates (address a lives on device a % ndev,
+        so the first device holds the most)."""
         mem = min(d.info.global_mem_size for d in self._devs)
-        return int(0.8 * mem * self.ndev) // j_bytes(self.order)
+        return min(int(0.8 * mem * self.ndev) // j_bytes(self.order),
+                   min(d.max_j for d in self._devs) * self.ndev)
+
+    def _ensure_devices(self, top: int) -> None:
+        """Room on every device for the addresses [0, top), made now, so that a device that
+        cannot allocate it fails the store that asked for it (BackendError, naming the
+        device and the bytes); the library keeps computing with what it held."""
+        for d, dev in enumerate(self._devs):
+            if self._n_local(top, d) <= dev.cap and dev.j:
+                continue
+            self._engine_wait()  # (a force call in flight reads the buffers)
+            try:
+                dev.ensure_j_capacity(self._n_local(top, d))
+            finally:  # new buffers (or the old size again): every record goes again
+                self._dirty.append(np.arange(self._n_stored))
+                self._native_moved()
 
     @property
     def max_address(self) -> int:
@@ -511,15 +530,22 @@ class Library:
         if top > limit:
             mem = min(d.info.global_mem_size for d in self._devs)
             need = top * j_bytes(self.order) / self.ndev
+            one = min((d.info.max_alloc_size for d in self._devs if d.info.max_alloc_size),
+                      default=0)
             raise InputError(
-                f"address: {top - 1} needs {need / 2**30:.1f} GiB of j-memory per device, "
-                f"more than the device has ({mem / 2**30:.1f} GiB; the largest address "
-                f"that fits is {self.max_address})"
-            )
+                f"address: {top - 1} is beyond the j-memory of {self.device_name}: it holds "
+                f"addresses 0 .. {min(limit, MAX_ADDRESS + 1) - 1} (addresses up to "
+                f"{top - 1} need {need / 2**30:.2f} GiB per device, of {mem / 2**30:.1f} GiB"
+                + (f", in buffers of at most {one / 2**30:.2f} GiB" if one else "") + ")")
         # doubling, but never beyond what the devices hold
         cap = min(max(top, 2 * self._raw.shape[0], J_MIN), limit)
-        raw = np.zeros((cap, self._raw_n, 4), dtype=np.float64)
-        ids = np.full(cap, -1, dtype=np.int64)
+        try:
+            raw = np.zeros((cap, self._raw_n, 4), dtype=np.float64)
+            ids = np.full(cap, -1, dtype=np.int64)
+        except MemoryError:
+            raise BackendError(
+                f"address: {top - 1}: the host has no room for the library's copy of {cap} "
+                f"j-addresses ({cap * (self._raw_n * 32 + 8)} bytes)") from None
         k = self._raw.shape[0]
         raw[:k], ids[:k] = self._raw, self._ids
         self._raw, self._ids = raw, ids

@@ -372,14 +372,74 @@ def test_sparse_addresses_and_growth(make_lib):
     finally:
         lib.close()
 
+def test_capacity_is_what_one_buffer_holds(make_lib, monkeypatch):
+    """A device whose largest buffer holds fewer j-records than its memory: the capacity the
+    library reports is the buffer's; the last address computes right, the next is refused at
+    the store; a growth the device cannot allocate fails the store that asked for it (the
+    device and the bytes named) and leaves the library computing with what it held."""
+    lib = make_lib(4, "double", fresh=True)
+    try:
+        dev = lib._devs[0]
+        if lib.ndev != 1:
+            pytest.skip("one device")
+        per = dev.raw_n * 32  # bytes of one address's raw records, the largest buffer
+        dev.info = dataclasses.replace(dev.info, max_alloc_size=per * 20000)
+        assert dev.max_j == 20000 and lib.max_address == 19999
+        x, v, m, ids, _, _ = system(40, seed=83)
+        lib.set_j_particles(np.arange(39), ids[:39], 0.0, m[:39], x[:39], v[:39])
+        lib.set_j_particles([19999], ids[39:], 0.0, m[39:], x[39:], v[39:])
+        with pytest.raises(sapporo.InputError, match=r"holds addresses 0 \.\. 19999 .*GiB"):
+            lib.set_j_particles([20000], [7], 0.0, [1.0], [[5.0, 0, 0]], [[0.0, 0, 0]])
+        assert lib.n_stored == 20000 and dev.cap == 20000
+
+        res = lib.compute(x[:5], v[:5], ids[:5], EPS2)  # the 40, the last at 19999
+        r = ref.forces(x[:5], v[:5], ids[:5], x, v, m, ids, EPS2, order=4)
+        np.testing.assert_allclose(res.acc, r.acc, rtol=1e-10, atol=1e-14)
+    finally:
+        lib.close()
+    # a growth that fails: the store is refused and nothing of it kept
+    lib = make_lib(4, "double", fresh=True)
+    try:
+        dev = lib._devs[0]
+        lib.set_j_particles(np.arange(39), ids[:39], 0.0, m[:39], x[:39], v[:39])
+        lib.compute(x[:5], v[:5], ids[:5], EPS2)
+        small = dev.cap
+        real_host, real = dev.ctx.alloc_host, dev.ctx.alloc
+
+        def refuse(alloc):
+            def limited(nbytes):
+                if nbytes > small * per:
+                    raise sapporo.BackendError(f"cannot allocate {nbytes} bytes (test)")
+                return alloc(nbytes)
+            return limited
+
+        monkeypatch.setattr(dev.ctx, "alloc_host", refuse(real_host))
+        monkeypatch.setattr(dev.ctx, "alloc", refuse(real))
+        name = dev.info.name
+        with pytest.raises(sapporo.BackendError, match=rf"{name}: j-memory for {small + 5} "
+                           r"addresses \(\d+ bytes"):
+            lib.set_j_particles([small + 4], [99], 0.0, [1.0], [[3.0, 0, 0]], [[0.0, 0, 0]])
+        assert lib.n_stored == 39 and dev.cap == small
+        res = lib.compute(x[:5], v[:5], ids[:5], EPS2)  # as before, on what it held
+        r = ref.forces(x[:5], v[:5], ids[:5], x[:39], v[:39], m[:39], ids[:39], EPS2, order=4)
+        np.testing.assert_allclose(res.acc, r.acc, rtol=1e-10, atol=1e-14)
+        monkeypatch.undo()
+        lib.set_j_particles([small + 4], [99], 0.0, [1.0], [[3.0, 0, 0]], [[0.0, 0, 0]])
+        assert lib.n_stored == small + 5 and dev.cap > small
+    finally:
+        lib.close()
+
+
 def test_addresses_up_to_the_device_memory(make_lib, monkeypatch):
     """Memory doubles as addresses grow, but never past what the devices hold: every address
     up to ``max_address`` is accepted, the next one refused with the limit in the message."""
     lib = make_lib(4, "double", fresh=True)
     try:
         mem = min(d.info.global_mem_size for d in lib._devs)
+        one = min(d.max_j for d in lib._devs) * lib.ndev  # the largest buffer's limit
         assert lib.max_address == min(
-            L.MAX_ADDRESS, int(0.8 * mem * lib.ndev) // sapporo.core.device.J_BYTES - 1)
+            L.MAX_ADDRESS, int(0.8 * mem * lib.ndev) // sapporo.core.device.J_BYTES - 1,
+            one - 1)
         # A device that holds 3000 j-particles (as if its memory were that small).
         monkeypatch.setattr(L.Library, "_j_capacity", lambda self: 3000)
         assert lib.max_address == 2999
@@ -387,7 +447,7 @@ def test_addresses_up_to_the_device_memory(make_lib, monkeypatch):
         lib.set_j_particles([0, 1500, 2100], ids, 0.0, m, x, v)  # capacity 1024 -> 3000
         lib.set_j_particles([2999], [9], 0.0, [1.0], [[9.0, 0, 0]], [[0.0, 0, 0]])
         assert lib.n_stored == 3000
-        with pytest.raises(sapporo.InputError, match="largest address that fits is 2999"):
+        with pytest.raises(sapporo.InputError, match=r"holds addresses 0 \.\. 2999"):
             lib.set_j_particles([3000], [10], 0.0, [1.0], [[0.0, 9, 0]], [[0.0, 0, 0]])
         assert lib.n_stored == 3000  # the refused call stored nothing
         res = lib.compute(x, v, ids, EPS2)
