@@ -994,8 +994,15 @@ EXPORT int g5_calculate_force_on_xeMC(int devid, g5vec *x, double *eps2, g5vec *
 
 /* --------------------------------------------------------------- GRAPE-5: Fortran names */
 
-/* A Fortran scalar argument; NULL (a C caller's mistake) reads as the given value. */
-static int g5_int(const int *p, int missing) { return p != NULL ? *p : missing; }
+/* A NULL scalar argument (a C caller's mistake; see NULL_SCALARS in shim.c) is refused
+ * naming it, before anything reads it: returns from the calling function. */
+#define G5_SCALARS(fn, ...)                                                                 \
+    do {                                                                                   \
+        char null_[64];                                                                    \
+        if (null_name(#__VA_ARGS__, SCALAR_COUNT(__VA_ARGS__), SCALAR_LIST(__VA_ARGS__),    \
+                      null_, sizeof null_))                                                \
+            return g5_fail(fn, SAPPORO_ERR_INPUT, NULL_MESSAGE, null_);                    \
+    } while (0)
 
 EXPORT int g5_open_(void) { G5_CALL(do_g5_open("g5_open_")); }
 EXPORT int g5_close_(void) { G5_CALL(do_g5_close()); }
@@ -1004,143 +1011,174 @@ EXPORT int g5_get_jmemsize_(void) { G5_CALL(do_g5_jmemsize()); }
 
 EXPORT int g5_set_eps_to_all_(double *eps)
 {
-    G5_CALL(do_g5_set_eps_to_all("g5_set_eps_to_all_", eps != NULL ? *eps : NAN));
+    G5_SCALARS("g5_set_eps_to_all_", eps);
+    G5_CALL(do_g5_set_eps_to_all("g5_set_eps_to_all_", *eps));
 }
 
 EXPORT int g5_set_eps2_to_all_(double *eps2)
 {
-    G5_CALL(do_g5_set_eps2_to_all("g5_set_eps2_to_all_", eps2 != NULL ? *eps2 : NAN));
+    G5_SCALARS("g5_set_eps2_to_all_", eps2);
+    G5_CALL(do_g5_set_eps2_to_all("g5_set_eps2_to_all_", *eps2));
 }
 
 EXPORT int g5_set_range_(double *xmin, double *xmax, double *mmin)
 {
-    G5_CALL(do_g5_set_range("g5_set_range_", xmin != NULL ? *xmin : NAN,
-                            xmax != NULL ? *xmax : NAN, mmin != NULL ? *mmin : NAN));
+    G5_SCALARS("g5_set_range_", xmin, xmax, mmin);
+    G5_CALL(do_g5_set_range("g5_set_range_", *xmin, *xmax, *mmin));
 }
 
 EXPORT int g5_open_special_(int *ndev, int *list)
 {
-    G5_CALL(do_g5_open_special("g5_open_special_", g5_int(ndev, 0), list));
+    G5_SCALARS("g5_open_special_", ndev);
+    G5_CALL(do_g5_open_special("g5_open_special_", *ndev, list));
 }
 
 EXPORT int g5_set_eps_(int *ni, double *eps)
 {
-    G5_CALL(do_g5_set_eps("g5_set_eps_", 0, g5_int(ni, -1), eps));
+    G5_SCALARS("g5_set_eps_", ni);
+    G5_CALL(do_g5_set_eps("g5_set_eps_", 0, *ni, eps));
 }
 
 EXPORT int g5_set_epsMC_(int *devid, int *ni, double *eps)
 {
-    G5_CALL(do_g5_set_eps("g5_set_epsMC_", g5_int(devid, -1), g5_int(ni, -1), eps));
+    G5_SCALARS("g5_set_epsMC_", devid, ni);
+    G5_CALL(do_g5_set_eps("g5_set_epsMC_", *devid, *ni, eps));
 }
 
-EXPORT int g5_set_n_(int *n) { G5_CALL(do_g5_set_n("g5_set_n_", 0, g5_int(n, -1))); }
+EXPORT int g5_set_n_(int *n)
+{
+    G5_SCALARS("g5_set_n_", n);
+    G5_CALL(do_g5_set_n("g5_set_n_", 0, *n));
+}
 
 EXPORT int g5_set_nMC_(int *devid, int *n)
 {
-    G5_CALL(do_g5_set_n("g5_set_nMC_", g5_int(devid, -1), g5_int(n, -1)));
+    G5_SCALARS("g5_set_nMC_", devid, n);
+    G5_CALL(do_g5_set_n("g5_set_nMC_", *devid, *n));
 }
 
 EXPORT int g5_set_xmj_(int *adr, int *nj, g5vec *xj, double *mj)
 {
-    G5_CALL(do_g5_set_xmj("g5_set_xmj_", 0, g5_int(adr, -1), g5_int(nj, -1),
+    G5_SCALARS("g5_set_xmj_", adr, nj);
+    G5_CALL(do_g5_set_xmj("g5_set_xmj_", 0, *adr, *nj,
                           (const double *)xj, mj, NULL, 0));
 }
 
 EXPORT int g5_set_xmjMC_(int *devid, int *adr, int *nj, g5vec *xj, double *mj)
 {
-    G5_CALL(do_g5_set_xmj("g5_set_xmjMC_", g5_int(devid, -1), g5_int(adr, -1),
-                          g5_int(nj, -1), (const double *)xj, mj, NULL, 0));
+    G5_SCALARS("g5_set_xmjMC_", devid, adr, nj);
+    G5_CALL(do_g5_set_xmj("g5_set_xmjMC_", *devid, *adr,
+                          *nj, (const double *)xj, mj, NULL, 0));
 }
 
 EXPORT int g5_set_jp_(int *adr, int *nj, double *mj, g5vec *xj)
 {
-    G5_CALL(do_g5_set_xmj("g5_set_jp_", 0, g5_int(adr, -1), g5_int(nj, -1),
+    G5_SCALARS("g5_set_jp_", adr, nj);
+    G5_CALL(do_g5_set_xmj("g5_set_jp_", 0, *adr, *nj,
                           (const double *)xj, mj, NULL, 0));
 }
 
 EXPORT int g5_set_xj_(int *adr, int *nj, g5vec *xj)
 {
-    G5_CALL(do_g5_set_half("g5_set_xj_", 0, g5_int(adr, -1), g5_int(nj, -1), 1,
+    G5_SCALARS("g5_set_xj_", adr, nj);
+    G5_CALL(do_g5_set_half("g5_set_xj_", 0, *adr, *nj, 1,
                            (const double *)xj, NULL));
 }
 
 EXPORT int g5_set_mj_(int *adr, int *nj, double *mj)
 {
-    G5_CALL(do_g5_set_half("g5_set_mj_", 0, g5_int(adr, -1), g5_int(nj, -1), 0, NULL, mj));
+    G5_SCALARS("g5_set_mj_", adr, nj);
+    G5_CALL(do_g5_set_half("g5_set_mj_", 0, *adr, *nj, 0, NULL, mj));
 }
 
 EXPORT int g5_set_xmje_(int *adr, int *nj, g5vec *xj, double *mj, double *epsj2)
 {
-    G5_CALL(do_g5_set_xmj("g5_set_xmje_", 0, g5_int(adr, -1), g5_int(nj, -1),
+    G5_SCALARS("g5_set_xmje_", adr, nj);
+    G5_CALL(do_g5_set_xmj("g5_set_xmje_", 0, *adr, *nj,
                           (const double *)xj, mj, epsj2, 1));
 }
 
 EXPORT int g5_set_xmjeMC_(int *devid, int *adr, int *nj, g5vec *xj, double *mj,
                           double *epsj2)
 {
-    G5_CALL(do_g5_set_xmj("g5_set_xmjeMC_", g5_int(devid, -1), g5_int(adr, -1),
-                          g5_int(nj, -1), (const double *)xj, mj, epsj2, 1));
+    G5_SCALARS("g5_set_xmjeMC_", devid, adr, nj);
+    G5_CALL(do_g5_set_xmj("g5_set_xmjeMC_", *devid, *adr,
+                          *nj, (const double *)xj, mj, epsj2, 1));
 }
 
 EXPORT int g5_set_xi_(int *ni, g5vec *xi)
 {
-    G5_CALL(do_g5_set_xi("g5_set_xi_", 0, g5_int(ni, -1), (const double *)xi, NULL, 0));
+    G5_SCALARS("g5_set_xi_", ni);
+    G5_CALL(do_g5_set_xi("g5_set_xi_", 0, *ni, (const double *)xi, NULL, 0));
 }
 
 EXPORT int g5_set_xiMC_(int *devid, int *ni, g5vec *xi)
 {
-    G5_CALL(do_g5_set_xi("g5_set_xiMC_", g5_int(devid, -1), g5_int(ni, -1),
+    G5_SCALARS("g5_set_xiMC_", devid, ni);
+    G5_CALL(do_g5_set_xi("g5_set_xiMC_", *devid, *ni,
                          (const double *)xi, NULL, 0));
 }
 
 EXPORT int g5_set_xei_(int *ni, g5vec *xi, double *eps2)
 {
-    G5_CALL(do_g5_set_xi("g5_set_xei_", 0, g5_int(ni, -1), (const double *)xi, eps2, 1));
+    G5_SCALARS("g5_set_xei_", ni);
+    G5_CALL(do_g5_set_xi("g5_set_xei_", 0, *ni, (const double *)xi, eps2, 1));
 }
 
 EXPORT int g5_set_xeiMC_(int *devid, int *ni, g5vec *xi, double *eps2)
 {
-    G5_CALL(do_g5_set_xi("g5_set_xeiMC_", g5_int(devid, -1), g5_int(ni, -1),
+    G5_SCALARS("g5_set_xeiMC_", devid, ni);
+    G5_CALL(do_g5_set_xi("g5_set_xeiMC_", *devid, *ni,
                          (const double *)xi, eps2, 1));
 }
 
 EXPORT int g5_run_(void) { G5_CALL(do_g5_run("g5_run_", 0)); }
-EXPORT int g5_runMC_(int *devid) { G5_CALL(do_g5_run("g5_runMC_", g5_int(devid, -1))); }
+EXPORT int g5_runMC_(int *devid)
+{
+    G5_SCALARS("g5_runMC_", devid);
+    G5_CALL(do_g5_run("g5_runMC_", *devid));
+}
 
 EXPORT int g5_get_force_(int *ni, g5vec *a, double *pot)
 {
-    G5_CALL(do_g5_get_force("g5_get_force_", 0, g5_int(ni, -1), (double *)a, pot));
+    G5_SCALARS("g5_get_force_", ni);
+    G5_CALL(do_g5_get_force("g5_get_force_", 0, *ni, (double *)a, pot));
 }
 
 EXPORT int g5_get_forceMC_(int *devid, int *ni, g5vec *a, double *pot)
 {
-    G5_CALL(do_g5_get_force("g5_get_forceMC_", g5_int(devid, -1), g5_int(ni, -1),
+    G5_SCALARS("g5_get_forceMC_", devid, ni);
+    G5_CALL(do_g5_get_force("g5_get_forceMC_", *devid, *ni,
                             (double *)a, pot));
 }
 
 EXPORT int g5_calculate_force_on_x_(g5vec *x, g5vec *a, double *p, int *ni)
 {
+    G5_SCALARS("g5_calculate_force_on_x_", ni);
     G5_CALL(do_g5_calculate("g5_calculate_force_on_x_", 0, (const double *)x, NULL, 0,
-                            (double *)a, p, g5_int(ni, -1)));
+                            (double *)a, p, *ni));
 }
 
 EXPORT int g5_calculate_force_on_xMC_(int *devid, g5vec *x, g5vec *a, double *p, int *ni)
 {
-    G5_CALL(do_g5_calculate("g5_calculate_force_on_xMC_", g5_int(devid, -1),
-                            (const double *)x, NULL, 0, (double *)a, p, g5_int(ni, -1)));
+    G5_SCALARS("g5_calculate_force_on_xMC_", devid, ni);
+    G5_CALL(do_g5_calculate("g5_calculate_force_on_xMC_", *devid,
+                            (const double *)x, NULL, 0, (double *)a, p, *ni));
 }
 
 EXPORT int g5_calculate_force_on_xe_(g5vec *x, double *eps2, g5vec *a, double *p, int *ni)
 {
+    G5_SCALARS("g5_calculate_force_on_xe_", ni);
     G5_CALL(do_g5_calculate("g5_calculate_force_on_xe_", 0, (const double *)x, eps2, 1,
-                            (double *)a, p, g5_int(ni, -1)));
+                            (double *)a, p, *ni));
 }
 
 EXPORT int g5_calculate_force_on_xeMC_(int *devid, g5vec *x, double *eps2, g5vec *a,
                                        double *p, int *ni)
 {
-    G5_CALL(do_g5_calculate("g5_calculate_force_on_xeMC_", g5_int(devid, -1),
-                            (const double *)x, eps2, 1, (double *)a, p, g5_int(ni, -1)));
+    G5_SCALARS("g5_calculate_force_on_xeMC_", devid, ni);
+    G5_CALL(do_g5_calculate("g5_calculate_force_on_xeMC_", *devid,
+                            (const double *)x, eps2, 1, (double *)a, p, *ni));
 }
 
 /* gfortran folds names to lower case: `call g5_set_xmjMC(...)` calls g5_set_xmjmc_, which

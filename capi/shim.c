@@ -188,6 +188,35 @@ static int fail(int code, const char *fmt, ...)
     return code;
 }
 
+/* Fortran names take every scalar by reference: a NULL one (a C caller's mistake) is
+ * refused with its name, before anything reads it.  null_name: the name of the first NULL
+ * among n pointers p (names: theirs, comma-separated) into out, or 0 when none is NULL. */
+static int null_name(const char *names, int n, const void *const *p, char *out, size_t size)
+{
+    for (int k = 0; k < n; k++, names = strchr(names, ',') + 1) {
+        if (p[k] != NULL)
+            continue;
+        while (*names == ' ')
+            names++;
+        snprintf(out, size, "%.*s", (int)strcspn(names, ","), names);
+        return 1;
+    }
+    return 0;
+}
+#define NULL_MESSAGE "%s is a NULL pointer (Fortran passes every scalar by reference)"
+#define SCALAR_LIST(...) (const void *[]){__VA_ARGS__}
+#define SCALAR_COUNT(...) (int)(sizeof(SCALAR_LIST(__VA_ARGS__)) / sizeof(void *))
+
+/* NULL_SCALARS(p, q, ...): 0, or the error (recorded) naming the first that is NULL. */
+static int null_scalars(const char *names, int n, const void *const *p)
+{
+    char name[64];
+    return null_name(names, n, p, name, sizeof name)
+        ? fail(SAPPORO_ERR_INPUT, NULL_MESSAGE, name) : SAPPORO_OK;
+}
+#define NULL_SCALARS(...) \
+    null_scalars(#__VA_ARGS__, SCALAR_COUNT(__VA_ARGS__), SCALAR_LIST(__VA_ARGS__))
+
 static void shim_mark_ready(void)
 {
     python_ready = 1;
@@ -678,6 +707,21 @@ static int engine_lists(void)
 }
 
 /* ji: the i-particles' predicted jerks (order 8; NULL from every other entry point) */
+/* A firsthalf refused before it starts (rc < 0): its error is the next lasthalf's, as any
+ * firsthalf's.  1 when refused, else 0. */
+static int firsthalf_refused(int rc)
+{
+    if (rc >= 0)
+        return 0;
+    pending = 1;
+    pending_lists = 0;
+    pending_direct = 0;
+    have_result = 0;
+    nb.valid = 0;
+    pending_rc = rc;
+    return 1;
+}
+
 static void do_firsthalf8(int nj, int ni, const int *index, const double *xi,
                           const double *vi, const double *ai, const double *ji, double eps2,
                           const double *h2)
@@ -1087,8 +1131,11 @@ EXPORT int g6_set_xunit_(void *unit)
 
 EXPORT int g6_set_ti_(int *cluster_id, double *ti)
 {
+    int rc;
     (void)cluster_id;
     enter("g6_set_ti_");
+    if ((rc = NULL_SCALARS(ti)) < 0)
+        return leave(rc);
     return leave(do_set_ti(*ti));
 }
 
@@ -1096,9 +1143,12 @@ EXPORT int g6_set_j_particle_(int *cluster_id, int *address, int *index, double 
                               double *dtj, double *mass, double k18[3], double j6[3],
                               double a2[3], double v[3], double x[3])
 {
+    int rc;
     (void)cluster_id;
     (void)dtj;
     enter("g6_set_j_particle_");
+    if ((rc = NULL_SCALARS(address, index, tj, mass)) < 0)
+        return leave(rc);
     return leave(jb_put(*address, *index, *tj, *mass, x, v, a2, 2.0, j6, 6.0, k18, 18.0, NULL));
 }
 
@@ -1110,7 +1160,8 @@ EXPORT void g6calc_firsthalf_(int *cluster_id, int *nj, int *ni, int index[], do
     (void)j6old;
     (void)phiold;
     enter("g6calc_firsthalf_");
-    do_firsthalf(*nj, *ni, index, (double *)xi, (double *)vi, (double *)aold, *eps2, h2);
+    if (!firsthalf_refused(NULL_SCALARS(nj, ni, eps2)))
+        do_firsthalf(*nj, *ni, index, (double *)xi, (double *)vi, (double *)aold, *eps2, h2);
     leave(0);
 }
 
@@ -1120,6 +1171,8 @@ EXPORT int g6calc_lasthalf_(int *cluster_id, int *nj, int *ni, int index[], doub
 {
     (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2, (void)h2;
     enter("g6calc_lasthalf_");
+    if (ni == NULL)
+        return leave(NULL_SCALARS(ni));
     return leave(do_lasthalf(*ni, (double *)acc, (double *)jerk, NULL,
                              pot, NULL, NULL));
 }
@@ -1130,6 +1183,8 @@ EXPORT int g6calc_lasthalf2_(int *cluster_id, int *nj, int *ni, int index[], dou
 {
     (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2, (void)h2;
     enter("g6calc_lasthalf2_");
+    if (ni == NULL)
+        return leave(NULL_SCALARS(ni));
     return leave(do_lasthalf(*ni, (double *)acc, (double *)jerk, NULL,
                              pot, nnbindex, NULL));
 }
@@ -1145,7 +1200,10 @@ EXPORT int g6_get_neighbour_list_(int *cluster_id, int *ipipe, int *maxlength, i
                                   int nbl[])
 {
     (void)cluster_id;
+    int rc;
     enter("g6_get_neighbour_list_");
+    if ((rc = NULL_SCALARS(ipipe, maxlength)) < 0)
+        return leave(rc);
     return leave(do_get_neighbours(*ipipe, *maxlength, nblen, nbl));
 }
 
@@ -1192,6 +1250,8 @@ EXPORT int g6calc_lasthalfn_(int *cluster_id, int *nj, int *ni, int index[], dou
 {
     (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2;
     enter("g6calc_lasthalfn_");
+    if (ni == NULL)
+        return leave(NULL_SCALARS(ni));
     return leave(do_lasthalf_n(*ni, h2, (double *)acc, (double *)jerk, pot, NULL));
 }
 
@@ -1201,6 +1261,8 @@ EXPORT int g6calc_lasthalf2n_(int *cluster_id, int *nj, int *ni, int index[], do
 {
     (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2;
     enter("g6calc_lasthalf2n_");
+    if (ni == NULL)
+        return leave(NULL_SCALARS(ni));
     return leave(do_lasthalf_n(*ni, h2, (double *)acc, (double *)jerk, pot, nnbindex));
 }
 
@@ -1362,7 +1424,10 @@ EXPORT int sapporo_open_(int *order, const char *precision, const char *backend,
                          const int *devices, size_t precision_len, size_t backend_len)
 {
     char p[64], b[64];
+    int rc;
     enter("sapporo_open_");
+    if ((rc = NULL_SCALARS(order, ndev)) < 0)
+        return leave(rc);
     return leave(do_open(*order, fortran_string(precision, precision_len, p, sizeof p),
                          fortran_string(backend, backend_len, b, sizeof b), *ndev, devices));
 }
@@ -1372,7 +1437,10 @@ EXPORT int sapporo_set_j_particle_(int *address, int *index, double *tj, double 
                                    const double jerk[3], const double snap[3],
                                    const double crackle[3])
 {
+    int rc;
     enter("sapporo_set_j_particle_");
+    if ((rc = NULL_SCALARS(address, index, tj, mass)) < 0)
+        return leave(rc);
     return leave(jb_put(*address, *index, *tj, *mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0,
                         crackle));
 }
@@ -1381,6 +1449,10 @@ EXPORT void sapporo_calc_firsthalf_(int *nj, int *ni, int index[], double xi[][3
                                     double vi[][3], double ai[][3], double *eps2, double h2[])
 {
     enter("sapporo_calc_firsthalf_");
+    if (firsthalf_refused(NULL_SCALARS(nj, ni, eps2))) {
+        leave(0);
+        return;
+    }
     /* Fortran has no NULL: a negative first radius means "no neighbour lists" */
     do_firsthalf(*nj, *ni, index, (double *)xi, (double *)vi, (double *)ai, *eps2,
                  (h2 != NULL && *ni > 0 && h2[0] < 0) ? NULL : h2);
@@ -1391,6 +1463,8 @@ EXPORT int sapporo_calc_lasthalf_(int *ni, double acc[][3], double jerk[][3], do
                                   double pot[], int nnbindex[], double nn_r2[])
 {
     enter("sapporo_calc_lasthalf_");
+    if (ni == NULL)
+        return leave(NULL_SCALARS(ni));
     return leave(do_lasthalf(*ni, (double *)acc, (double *)jerk, (double *)snap, pot, nnbindex,
                              nn_r2));
 }
@@ -1401,7 +1475,10 @@ EXPORT int sapporo_set_j_particle8_(int *address, int *index, double *tj, double
                                     const double crackle[3], const double pop[3],
                                     const double d5[3])
 {
+    int rc;
     enter("sapporo_set_j_particle8_");
+    if ((rc = NULL_SCALARS(address, index, tj, mass)) < 0)
+        return leave(rc);
     return leave(jb_put8(*address, *index, *tj, *mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0,
                          crackle, pop, d5));
 }
@@ -1411,6 +1488,10 @@ EXPORT void sapporo_calc_firsthalf8_(int *nj, int *ni, int index[], double xi[][
                                      double *eps2, double h2[])
 {
     enter("sapporo_calc_firsthalf8_");
+    if (firsthalf_refused(NULL_SCALARS(nj, ni, eps2))) {
+        leave(0);
+        return;
+    }
     do_firsthalf8(*nj, *ni, index, (double *)xi, (double *)vi, (double *)ai, (double *)ji,
                   *eps2, (h2 != NULL && *ni > 0 && h2[0] < 0) ? NULL : h2);
     leave(0);
@@ -1421,6 +1502,8 @@ EXPORT int sapporo_calc_lasthalf8_(int *ni, double acc[][3], double jerk[][3],
                                    int nnbindex[], double nn_r2[])
 {
     enter("sapporo_calc_lasthalf8_");
+    if (ni == NULL)
+        return leave(NULL_SCALARS(ni));
     return leave(do_lasthalf8(*ni, (double *)acc, (double *)jerk, (double *)snap,
                               (double *)crackle, pot, nnbindex, nn_r2));
 }

@@ -645,3 +645,13 @@ class StubLibrary:
 
 L.Library = StubLibrary
 '''
+
+
+def test_null_scalar_pointers_to_fortran_names_are_refused_by_name(capi, tmp_path):
+    """A NULL scalar given to a Fortran name (every scalar by reference) is refused with
+    SAPPORO_ERR_INPUT naming the argument (not a crash, not "n = -1" or "eps = nan"); the
+    library computes afterwards."""
+    proc = capi.run(capi.program("null_scalars.c"), cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == "ok"
+    assert "= -1" not in proc.stdout and "nan" not in proc.stdout.lower()
