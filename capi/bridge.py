@@ -370,7 +370,8 @@ def _engine_of(lib: Any) -> tuple[int, int]:
 
     get = ctypes.pythonapi.PyCapsule_GetPointer
     get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-    return int(get(_engine.C_API, b"sapporo.core._engine.C_API")), id(lib._engine)
+    return (int(get(_engine.C_API, b"sapporo.core._engine.C_API")),
+            int(get(lib._engine.handle, b"sapporo.core._engine.Engine")))
 
 
 def _store(lib: Any, address: np.ndarray, index: np.ndarray, records: np.ndarray,

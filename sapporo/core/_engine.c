@@ -1794,6 +1794,16 @@ static PyObject *Engine_lists(Engine *self, PyObject *const *args, Py_ssize_t na
     return PyBool_FromLong(have);
 }
 
+/* The engine as C code takes it: a capsule of its address (the C API and the integrator's
+ * core get it so, never from id()); it does not keep the engine alive. */
+static PyObject *Engine_handle(Engine *self, void *closure)
+{
+    (void)closure;
+    if (!ready(self))
+        return NULL;
+    return PyCapsule_New(self, "sapporo.core._engine.Engine", NULL);
+}
+
 static PyObject *Engine_get_ran(Engine *self, void *closure)
 {
     (void)closure;
@@ -1821,6 +1831,9 @@ static PyMemberDef Engine_members[] = {
 };
 
 static PyGetSetDef Engine_getset[] = {
+    {"handle", (getter)Engine_handle, NULL,
+     "the engine for C code (the functions of the capsule C_API): a capsule named "
+     "sapporo.core._engine.Engine, valid while this object lives", NULL},
     {"ran", (getter)Engine_get_ran, (setter)Engine_set_ran,
      "whether the engine queued kernels since this was last cleared", NULL},
     {NULL, NULL, NULL, NULL, NULL},

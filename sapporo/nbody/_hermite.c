@@ -275,7 +275,8 @@ typedef struct {
     int *first, *next;
     int ntimes;
     PyObject *py_force, *py_send;
-    PyObject *engine;  /* the library's engine object (its address is the engine), or NULL */
+    PyObject *engine;  /* the library's engine object (kept alive while the core lives) ... */
+    void *eng;         /* ... and the engine, from its handle (a capsule), or NULL */
     const struct sapporo_engine_api *api;
     /* exposed */
     double time, library_seconds, seconds;
@@ -427,7 +428,7 @@ static int force_block(Core *self, int k, double tb)
 {
     double t0 = now();
     if (self->engine != NULL) {
-        void *eng = (void *)self->engine;
+        void *eng = self->eng;
         int rc;
         for (int q = 0; q < k; q++)
             self->index32[q] = (int)self->w_ids[q];
@@ -468,7 +469,7 @@ static int force_block(Core *self, int k, double tb)
 static int send_block(Core *self, int k, double tb)
 {
     if (self->engine != NULL) {
-        void *eng = (void *)self->engine;
+        void *eng = self->eng;
         /* the records the order has: x|m, v|t, a, jerk (, snap, crackle (, pop, d5)) */
         const int nrec = self->p.order >= 8 ? RAW_D5 + 1 : self->p.order >= 6 ? RAW_C + 1
                                                                              : RAW_J + 1;
@@ -864,8 +865,15 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
         if (api == NULL)
             return -1;
         if (api->version == SAPPORO_ENGINE_API_VERSION) {  /* else: the Python way */
+            PyObject *handle = PyObject_GetAttrString(engine, "handle");
+            void *eng = handle == NULL ? NULL
+                : PyCapsule_GetPointer(handle, "sapporo.core._engine.Engine");
+            Py_XDECREF(handle);
+            if (eng == NULL)
+                return -1;
             self->api = api;
             self->engine = engine;
+            self->eng = eng;
             Py_INCREF(engine);
         }
     }

@@ -159,7 +159,11 @@ def test_engine_and_plans_from_python() -> None:
     try:
         lib = bridge.lib
         api, engine = bridge.engine()
-        assert api != 0 and engine == id(lib._engine)
+        import ctypes
+
+        get = ctypes.pythonapi.PyCapsule_GetPointer
+        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        assert api != 0 and engine == get(lib._engine.handle, b"sapporo.core._engine.Engine")
         n = 64
         rng = np.random.default_rng(3)
         lib.set_j_particles(np.arange(n), np.arange(n), 0.0, np.full(n, 1 / n),

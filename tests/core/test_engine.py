@@ -744,7 +744,7 @@ def test_module_refuses_misuse():
                                       0.0, 1, None),
                  lambda: bare.start(np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None,
                                     0.0, 1, None),
-                 lambda: bare.finish(1),
+                 lambda: bare.finish(1), lambda: bare.handle,
                  lambda: bare.lists(np.zeros(1, np.int64), np.zeros((1, 1), np.int32)),
                  lambda: bare.put_j(0, 0, 0.0, 1.0, np.zeros((1, 3)), np.zeros((1, 3)),
                                     None, None, None, None, None, None),
