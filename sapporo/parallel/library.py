@@ -23,16 +23,24 @@ and ph4), ``"2d"`` the most square grid ``r x c`` with ``r <= c`` (Nitadori, Mak
 
 Collectives: a block step of the j-decomposition (``set_j_particles``, ``set_time``,
 ``compute``) runs one collective, the gather of the partial forces along the row; the 2-D
-grid adds the gather along the column, neighbour lists one exchange of their own.
+grid adds the gather along the column, neighbour lists one exchange of their own. Each gather
+starts with an allgather whose size is fixed when the library opens (:data:`INLINE_BYTES`):
+every rank's header (failed or not, ni, neighbour lists asked for or not,
+``scatter_min_bytes``; along a column, the headers of the whole row) and room for 4 kB of
+partials. Partials that fit travel in it; larger ones are sent as point-to-point messages,
+posted before it and received once the headers agree. So no message of a collective is sized
+by a shape before every rank has seen every rank's.
 
 Errors: the checks this layer makes of a call's arguments (shapes, addresses, non-finite
 j-particle data) raise at once, on every rank alike, since every rank passes the same
 arguments. Whatever fails in a rank's own :class:`~sapporo.Library` (its slice of the
 j-particles, its i-rows, its device) is held and travels, as a flag, with the next gather of
 forces: every rank then raises the same exception class, the message naming the failing rank
-and the call. No rank is left waiting in a collective. ``SAPPORO_MPI_CHECK=1`` (a debug
-setting) makes every call check at once, with a collective of its own, that no rank failed
-and that every rank passed the same arguments (a CRC of them).
+and the call. Ranks that made a force call with different shapes (ni, h2 given or not,
+``scatter_min_bytes``) all raise the same :class:`~sapporo.InputError`, naming the ranks and
+their values, from the headers. No rank is left waiting in a collective. ``SAPPORO_MPI_CHECK=1``
+(a debug setting) makes every call check at once, with a collective of its own, that no rank
+failed and that every rank passed the same arguments (a CRC of them).
 
 mpi4py is imported only when a :class:`ParallelLibrary` is made (``pip install
 'sapporo-nbody[mpi]'``). What the launcher set in the environment (:func:`launcher_size`,
@@ -76,6 +84,18 @@ AUTO_J_MAX_RANKS = 4
 #: bits)
 SCATTER_MIN_BYTES = 1 << 17
 MAX_ADDRESS = layout.MAX_ADDRESS
+#: The first exchange of a force call along a row (and, on a 2-D grid, along a column) is an
+#: allgather whose size is fixed when the library opens, whatever the call: each rank's
+#: header (failed, ni, neighbour lists asked for, scatter_min_bytes) and room for this many
+#: bytes of its partial forces (39 i-particles at orders 2-6, 32 at order 8). A block whose
+#: partials fit travels in it; a larger block's partials go as messages posted before it and
+#: received once the headers agree. So no collective's size depends on an argument before
+#: every rank's value of it is known, and ranks that passed different shapes all raise
+#: instead of waiting. The same on every rank (it sizes a collective). On 2 ranks of one
+#: node an allgather of 4 kB took 1-2 us more than one of 112 bytes, one of 8 kB 8 us more
+INLINE_BYTES = 4096
+_HEAD = 4  # doubles of the header
+_TAG = 42  # tag of the messages of partial forces
 #: seconds a failing rank waits between its message and MPI_Abort, so that the launcher
 #: forwards the message before the job is killed
 ABORT_GRACE = 0.2
@@ -163,6 +183,39 @@ def _everywhere(exc: SapporoError) -> SapporoError:
     """Mark ``exc`` as raised on every rank alike (``exc.all_ranks``)."""
     exc.all_ranks = True  # type: ignore[attr-defined]
     return exc
+
+
+def _rank_list(ranks: list[int]) -> str:
+    """``"rank 1"``, ``"ranks 0, 2"``, ``"ranks 0-5, 7"`` (runs of three or more as ranges)."""
+    runs: list[list[int]] = []
+    for r in ranks:
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    words = [f"{run[0]}-{run[-1]}" if len(run) > 2 else ", ".join(map(str, run))
+             for run in runs]
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(words)
+
+
+def _by_value(values: np.ndarray, show: Any) -> str:
+    """``"ranks 0, 2: 8; rank 1: 7"``: the ranks of each value, in order of their first."""
+    groups: dict[float, list[int]] = {}
+    for rank, value in enumerate(values.tolist()):
+        groups.setdefault(value, []).append(rank)
+    return "; ".join(f"{_rank_list(ranks)}: {show(value)}" for value, ranks in groups.items())
+
+
+#: what the ranks' headers must agree on, as the error that names it words it: (field,
+#: what the ranks did, the value as shown, the rule)
+_HEADER_CHECKS = (
+    (1, "passed different numbers of i-particles", lambda v: f"{v:.0f}",
+     "every rank passes the same i-particles"),
+    (2, "asked for neighbour lists differently", lambda v: "h2" if v else "no h2",
+     "every rank passes h2, or none does"),
+    (3, "set different scatter_min_bytes", lambda v: f"{v:.0f}",
+     "set it alike on every rank"),
+)
 
 
 def _error_class(name: str) -> type[SapporoError]:
@@ -286,9 +339,10 @@ class ParallelLibrary:
         self._col_comm = self.comm.Split(self.col, self.row)  # ... and of my column
         self.comm_seconds = 0.0
         self.compute_seconds = 0.0
-        #: a row is combined by slices (all-to-all, then allgather) instead of by an
-        #: allgather of everything when (cols - 2) x the bytes of a rank's partials reach
-        #: this
+        #: a row is combined by slices (each rank's slice sent to the rank that combines
+        #: it, then an allgather) instead of every rank receiving all the partials when
+        #: (cols - 2) x the bytes of a rank's partials reach this (the same on every rank:
+        #: a force call whose ranks differ raises)
         self.scatter_min_bytes = SCATTER_MIN_BYTES
         self.collectives = 0
         #: every call checks, with a collective of its own, that no rank failed and that the
@@ -343,6 +397,8 @@ class ParallelLibrary:
         self.nb_capacity: int = self._lib.nb_capacity
         self.backend_name: str = self._lib.backend_name
         self.profiling: bool = self._lib.profiling
+        #: i-particles of a row's piece whose partials fit in the fixed-size first exchange
+        self._room = INLINE_BYTES // (8 * self._ncols())
         log.info("sapporo.parallel: rank %d of %d, grid %d x %d", self.rank, size, self.rows,
                  self.cols)
 
@@ -703,42 +759,142 @@ class ParallelLibrary:
         engine.load().combine(np.ascontiguousarray(parts.transpose(0, 2, 1)), out)
         return out.T
 
-    def _reduce_scatter(self, flag: float, part: np.ndarray) -> tuple[bool, np.ndarray]:
-        """Combine the row's partials (n, K) for large blocks: each rank of the row combines
-        one slice of the i-particles (an all-to-all), then the slices are gathered, so each
-        rank receives about twice its partials instead of ``cols`` times. The same
-        arithmetic, in the same order, as :meth:`_combine` on everything."""
-        c, (n, k) = self.cols, part.shape
+    def _inline(self, ni: int) -> bool:
+        """Whether the partials of a block of ``ni`` i-particles travel inside the fixed-size
+        first exchange (every row's piece fits its room), as the sender of a header with
+        this ``ni`` decided."""
+        return -(-ni // self.rows) <= self._room
+
+    def _wait(self, requests: list[Any]) -> None:
+        """Wait for point-to-point messages (their time counts as communication)."""
+        t0 = time.perf_counter()
+        self._MPI.Request.Waitall(requests)
+        self.comm_seconds += time.perf_counter() - t0
+
+    def _drop(self, comm: Any, senders: list[int], sends: list[Any]) -> None:
+        """A call that raises: receive and drop the messages of partials that ``senders``
+        posted, whatever their size, and finish this rank's own, so that no message is left
+        to match a later call's."""
+        t0 = time.perf_counter()
+        status = self._MPI.Status()
+        for q in senders:
+            msg = comm.Mprobe(source=q, tag=_TAG, status=status)
+            msg.Recv([np.empty(status.Get_count(self._MPI.DOUBLE)), self._MPI.DOUBLE])
+        self.comm_seconds += time.perf_counter() - t0
+        self._wait(sends)
+
+    def _senders(self, heads: np.ndarray, ranks: range, me: int) -> list[int]:
+        """The ranks of a communicator (``ranks``: their ranks in the library's, in order)
+        but ``me`` that sent their partials as messages, as their own headers (rows of
+        ``heads``, indexed by the library's rank) decided."""
+        return [q for q, rank in enumerate(ranks)
+                if q != me and not self._inline(int(heads[rank, 1]))]
+
+    @staticmethod
+    def _agree(heads: np.ndarray) -> bool:
+        """Whether the headers (one row per rank) show no failure and the same shapes."""
+        rows = heads.tolist()  # a few values a rank: plain Python is the quickest
+        first = rows[0][1:]
+        return not any(h[0] for h in rows) and all(h[1:] == first for h in rows)
+
+    def _row(self, head: tuple[float, ...], part: np.ndarray) -> tuple[np.ndarray, Any]:
+        """Combine the row's partials (``part``: this rank's, (n, K)) in column order. One
+        allgather of a fixed size carries the headers and, when they fit, the partials;
+        larger partials are sent to each rank of the row before it, all of them or (a large
+        block, see :attr:`scatter_min_bytes`) the slice of the i-particles that rank combines,
+        the combined slices then gathered. Returns the row's headers (cols, _HEAD) and the
+        combined (n, K) rows, None when the headers disagree or show a failure."""
+        c, (n, k), me, comm = self.cols, part.shape, self.col, self._row_comm
+        fixed = np.empty(_HEAD + self._room * k)
+        fixed[:_HEAD] = head
+        if self._inline(int(head[1])):
+            fixed[_HEAD:_HEAD + n * k] = part.ravel()
+            got = np.empty((c, fixed.size))
+            self._timed(comm.Allgather, fixed, got)
+            heads = got[:, :_HEAD]
+            if not self._agree(heads):
+                self._drop(comm, self._senders(heads, range(c), me), [])
+                return heads, None
+            return heads, self._combine(got[:, _HEAD:_HEAD + n * k].reshape(c, n, k))
+        slices = c > 1 and (c - 2) * n * k * 8 >= self.scatter_min_bytes
         bounds = [q * n // c for q in range(c + 1)]
-        sizes = [(bounds[q + 1] - bounds[q]) * k + 1 for q in range(c)]
-        send = np.empty(sum(sizes))
-        offs = [sum(sizes[:q]) for q in range(c)]
-        for q in range(c):  # [failed] + my partials of slice q, for rank q of the row
-            send[offs[q]] = flag
-            send[offs[q] + 1:offs[q] + sizes[q]] = part[bounds[q]:bounds[q + 1]].ravel()
-        me = self.col
-        recv = np.empty(c * sizes[me])
-        self._timed(self._row_comm.Alltoallv, [send, (sizes, offs), self._MPI.DOUBLE],
-                    [recv, ([sizes[me]] * c, [q * sizes[me] for q in range(c)]),
-                     self._MPI.DOUBLE])
-        got = recv.reshape(c, sizes[me])
-        failed = bool(got[:, 0].any())
-        rows_me = bounds[me + 1] - bounds[me]
-        mine = (np.zeros((rows_me, k)) if failed
-                else self._combine(got[:, 1:].reshape(c, rows_me, k)))
-        out = np.empty(sum(sizes))
-        self._timed(self._row_comm.Allgatherv,
-                    np.concatenate([[1.0 if failed else 0.0], mine.ravel()]),
-                    [out, (sizes, offs), self._MPI.DOUBLE])
-        any_failed = bool(out[offs].any())
-        full = np.concatenate([out[o + 1:o + z] for o, z in zip(offs, sizes, strict=True)])
-        return any_failed, full.reshape(n, k)
+        others = [q for q in range(c) if q != me]
+        # posted first: they travel while the headers are gathered
+        sends = [comm.Isend(part[bounds[q]:bounds[q + 1]] if slices else part, dest=q,
+                            tag=_TAG) for q in others]
+        got = np.empty((c, fixed.size))
+        self._timed(comm.Allgather, fixed, got)
+        heads = got[:, :_HEAD]
+        if not self._agree(heads):
+            self._drop(comm, self._senders(heads, range(c), me), sends)
+            return heads, None
+        lo, hi = (bounds[me], bounds[me + 1]) if slices else (0, n)
+        parts = np.empty((c, hi - lo, k))
+        parts[me] = part[lo:hi]
+        self._wait([comm.Irecv(parts[q], source=q, tag=_TAG) for q in others] + sends)
+        mine = self._combine(parts)
+        if not slices:
+            return heads, mine
+        full = np.empty((n, k))
+        self._timed(comm.Allgatherv, mine.ravel(),
+                    [full, ([(bounds[q + 1] - bounds[q]) * k for q in range(c)],
+                            [b * k for b in bounds[:-1]]), self._MPI.DOUBLE])
+        return heads, full
+
+    def _column(self, row_heads: np.ndarray, mine: Any, ni: int, lo: int,
+                hi: int) -> tuple[np.ndarray, Any]:
+        """Gather the rows' combined pieces along the column, as :meth:`_row` does: one
+        allgather of a fixed size with the headers of the whole row (so that every rank
+        then holds every rank's) and the piece when it fits, else the pieces as messages.
+        Returns every rank's header (size, _HEAD) and the (ni, K) rows, None when the
+        headers disagree or show a failure."""
+        r, me, k, comm = self.rows, self.row, self._ncols(), self._col_comm
+        piece = np.zeros((hi - lo, k)) if mine is None else np.ascontiguousarray(mine)
+        inline = self._inline(ni)
+        others = [q for q in range(r) if q != me]
+        sends = [] if inline else [comm.Isend(piece, dest=q, tag=_TAG) for q in others]
+        width = row_heads.size
+        fixed = np.empty(width + self._room * k)
+        fixed[:width] = row_heads.ravel()
+        if inline:
+            fixed[width:width + piece.size] = piece.ravel()
+        got = np.empty((r, fixed.size))
+        self._timed(comm.Allgather, fixed, got)
+        heads = got[:, :width].reshape(self.size, _HEAD)
+        if not self._agree(heads):
+            self._drop(comm, self._senders(heads, range(self.col, self.size, self.cols), me),
+                       sends)
+            return heads, None
+        starts = [q * ni // r for q in range(r + 1)]
+        full = np.empty((ni, k))
+        if inline:
+            for q in range(r):
+                rows_q = full[starts[q]:starts[q + 1]]
+                rows_q[...] = got[q, width:width + rows_q.size].reshape(-1, k)
+        else:
+            full[lo:hi] = piece
+            self._wait([comm.Irecv(full[starts[q]:starts[q + 1]], source=q, tag=_TAG)
+                        for q in others] + sends)
+        return heads, full
+
+    def _verdict(self, heads: np.ndarray, error: BaseException | None, call: str) -> None:
+        """Raise, on every rank alike, what the ranks' headers (one row per rank, which
+        disagree or show a failure) say: ranks that made the call with different shapes, or
+        the failure of a rank."""
+        for field, what, show, why in _HEADER_CHECKS:
+            values = heads[:, field]
+            if (values != values[0]).any():
+                exc = _everywhere(InputError(f"ParallelLibrary.compute: the ranks {what}: "
+                                             f"{_by_value(values, show)} ({why})"))
+                if error is not None:
+                    raise exc from error
+                raise exc
+        self._gather_errors(error, call)
 
     def _finish(self, state: dict[str, Any]) -> Any:
         """Collect the local partials, combine them along the rows, gather the rows."""
         ni, lo, hi, ngb = state["ni"], state["lo"], state["hi"], state["ngb"]
         n = hi - lo
-        k = self._ncols()
         error: BaseException | None = None
         res = None
         t0 = time.perf_counter()
@@ -752,37 +908,14 @@ class ParallelLibrary:
         call = ""
         if self._held is not None:
             (call, error), self._held = self._held, None
-        # 1. along the row: [failed] + the partials of my i-rows, combined in column order
-        flag = 1.0 if error is not None else 0.0
-        part = self._pack(None if error else res, n)
-        if self.cols > 1 and (self.cols - 2) * n * k * 8 >= self.scatter_min_bytes:
-            row_failed, mine = self._reduce_scatter(flag, part)
-        else:
-            send = np.empty(1 + n * k)
-            send[0] = flag
-            send[1:] = part.ravel()
-            recv = np.empty((self.cols, 1 + n * k))
-            self._timed(self._row_comm.Allgather, send, recv)
-            row_failed = bool(recv[:, 0].any())
-            mine = (np.zeros((n, k)) if row_failed
-                    else self._combine(recv[:, 1:].reshape(self.cols, n, k)))
-        # 2. along the column: [row failed] + the combined rows
+        # 1. along the row: my header and the partials of my i-rows, combined in column order
+        head = (float(error is not None), float(ni), float(ngb), float(self.scatter_min_bytes))
+        heads, full = self._row(head, self._pack(None if error else res, n))
+        # 2. along the column: the headers of my row and the combined rows
         if self.rows > 1:
-            counts = [((r + 1) * ni // self.rows - r * ni // self.rows) * k + 1
-                      for r in range(self.rows)]
-            displs = [sum(counts[:r]) for r in range(self.rows)]
-            send = np.concatenate([[1.0 if row_failed else 0.0], mine.ravel()])
-            recv = np.empty(sum(counts))
-            self._timed(self._col_comm.Allgatherv, send,
-                        [recv, (counts, displs), self._MPI.DOUBLE])
-            any_failed = bool(recv[displs].any())
-            full = np.concatenate([recv[d + 1:d + c] for d, c in zip(displs, counts,
-                                                                     strict=True)])
-            full = full.reshape(ni, k)
-        else:
-            any_failed, full = row_failed, mine
-        if any_failed:
-            self._gather_errors(error, call)
+            heads, full = self._column(heads, full, ni, lo, hi)
+        if full is None:  # every rank holds every rank's header: all raise the same
+            self._verdict(heads, error, call)
         # 3. neighbour lists: merged along the row, gathered along the column
         lens = lists = None
         if ngb:

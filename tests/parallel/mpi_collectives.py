@@ -2,11 +2,11 @@
 
 usage: mpiexec -n P python mpi_collectives.py OUT.json
 
-The library's communicators are wrapped in objects that count every method called on them
-(every such call of a block step is a collective), independently of the library's own
-``collectives`` counter, which is reported beside. Rank 0 writes, per grid and kind of step,
-the calls of each step (three steps of each kind) and their names. ``SAPPORO_MPI_CHECK`` is
-taken from the environment.
+The library's communicators are wrapped in objects that record every method called on them
+(collectives, and the point-to-point calls of blocks whose partials travel as messages),
+independently of the library's own ``collectives`` counter, which is reported beside.
+Rank 0 writes, per grid and kind of step, the calls of each step (three steps of each kind)
+and their names. ``SAPPORO_MPI_CHECK`` is taken from the environment.
 """
 
 from __future__ import annotations
@@ -79,7 +79,10 @@ def steps(decomposition: str) -> dict:
                               ("ni=200", 200, "compute"), ("started", 16, "started"),
                               ("lists", 16, "lists")):
             out[name] = [block(ni, how) for _ in range(3)]
-        pl.scatter_min_bytes = 0  # rows combined by slices: an all-to-all, then an allgather
+        # rows combined by slices (the slices sent as messages, then an allgather), the
+        # partials sent as messages even where they would fit in the first exchange
+        pl.scatter_min_bytes = 0
+        pl._room = 0
         out["by slices"] = [block(64, "compute") for _ in range(3)]
         grid = [pl.rows, pl.cols]
         check = pl.check_calls

@@ -69,8 +69,10 @@ def case(name: str, rows: int | None, dec: str, order: int, precision: str, n: i
         f = run(pl)
         grid = [pl.rows, pl.cols]
         comm = pl.comm_seconds
-        # the other way of combining a row (allgather of everything, or by slices)
+        # the other way of combining a row (allgather of everything, or by slices), every
+        # rank's partials sent as messages (none in the first exchange), on every rank
         pl.scatter_min_bytes = 0 if pl.scatter_min_bytes > 0 else 1 << 62
+        pl._room = 0
         pl.reset()
         f_other = run(pl)
     out = {"name": name, "grid": grid, "identical": same_everywhere(f), "ni": f.ni,

@@ -114,6 +114,8 @@ ERROR_CASES = [
       "compute": r"on every rank: x: expected an array, got list"}),
     ("lost", False, ["compute"], "BackendError", r"rank 1 of \d: device lost \(simulated\)"),
     ("lost2d", False, ["compute"], "BackendError", r"rank 1 of \d: device lost \(simulated\)"),
+    ("lostmsg2d", False, ["compute"], "BackendError",
+     r"rank 1 of \d: device lost \(simulated\)"),
     ("lostscatter", False, ["compute"], "BackendError",
      r"rank 1 of \d: device lost \(simulated\)"),
     # a failure in a call of no collective: held, raised by the next force call everywhere
