@@ -31,8 +31,8 @@ int shim_py_engine(void **api, void **engine);
  * one_at_a_time: 1 when the context's engine must not run beside another thread's (a
  * runtime whose kernels must not run at once from two contexts:
  * Context.one_kernel_at_a_time). */
-int shim_py_g5_open(int context, int *max_address, void **api, void **engine,
-                    int *one_at_a_time);
+int shim_py_g5_open(int context, int ndev, const int *devices, int *max_address, void **api,
+                    void **engine, int *one_at_a_time);
 int shim_py_g5_close(int context);
 int shim_py_g5_set_j(int context, int n, const int *address, const int *index,
                      const double *records);

@@ -222,14 +222,15 @@ class Bridge:
         _store(self._open_lib(), address, index, records, given)
 
     # ------------------------------------------------------------------------ GRAPE-5
-    def g5_open(self, context: int) -> Any:
+    def g5_open(self, context: int, devices: list[int] | None = None) -> Any:
         """Open the library of GRAPE-5 context ``context`` (order 2; precision, backend and
-        devices as for g6_open) unless it is open; return it."""
+        devices as for g6_open, or ``devices``: g5_open_special's) unless it is open; return
+        it."""
         from sapporo.core.library import Library
 
         lib = self.g5.get(context)
         if lib is None:
-            settings = open_settings(order=2)
+            settings = open_settings(order=2, devices=devices)
             lib = self.g5[context] = Library(**settings)
             logger.info("C API opened GRAPE-5 context %d %s", context, settings)
         return lib
@@ -518,8 +519,11 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
         return 0
 
     @extern
-    def shim_py_g5_open(context, max_address, api_out, engine_out, one_out) -> int:
-        lib = state.g5_open(context)
+    def shim_py_g5_open(context, ndev, devices, max_address, api_out, engine_out,
+                        one_out) -> int:
+        # ndev > 0: the devices g5_open_special named; 0: as g6_open chooses them
+        lib = state.g5_open(context, [int(d) for d in ffi.unpack(devices, ndev)]
+                            if ndev > 0 else None)
         api, engine = _engine_of(lib)
         max_address[0] = lib.max_address
         one_out[0] = int(any(d.ctx.one_kernel_at_a_time for d in getattr(lib, "_devs", ())))

@@ -85,6 +85,10 @@ static int g5_is_open;        /* g5_open was called (guarded by shim_lock) */
 static double g5_eps2;        /* g5_set_eps_to_all's eps squared (or g5_set_eps2_to_all's
                                * eps2), for every context (atomic) */
 static char g5_open_error[512]; /* why the last g5_open failed ("" if it did not) */
+/* the devices of g5_open_special (every context's library opens on them), none: as g6_open
+ * chooses (guarded by shim_lock) */
+#define G5_MAX_DEVICES 16
+static int g5_ndev, g5_devices[G5_MAX_DEVICES];
 
 /* An error of a GRAPE-5 call, recorded under the C API's lock (enter/leave, as every call
  * into Python or into the error record). */
@@ -165,8 +169,8 @@ static int g5_ready_for(const char *fn, struct g5_context *c, int forces)
             : fail(SAPPORO_ERR_STATE, "GRAPE-5 is not open (call g5_open first)");
         return leave(rc);
     }
-    rc = PY(shim_py_g5_open((int)(c - g5c), &c->max_address, &api, &engine,
-                            &c->one_at_a_time));
+    rc = PY(shim_py_g5_open((int)(c - g5c), g5_ndev, g5_devices, &c->max_address, &api,
+                            &engine, &c->one_at_a_time));
     if (rc == SAPPORO_OK) {
         c->open = 1;
         c->stored = 0;
@@ -259,6 +263,8 @@ static int do_g5_open(const char *fn)
     struct g5_context *c = &g5c[0];
     pthread_mutex_lock(&c->lock);
     enter(fn);
+    if (strncmp(fn, "g5_open_special", 15) != 0)
+        g5_ndev = 0;  /* as g6_open chooses the devices */
     rc = python_up();
     if (rc == SAPPORO_OK)
         g5_is_open = 1;
@@ -367,32 +373,26 @@ static int do_g5_set_range(const char *fn, double xmin, double xmax, double mmin
     return SAPPORO_OK;
 }
 
-/* Sapporo2's g5_open_special(ndev, list): ndev > 0 asks for the devices list[0 .. ndev - 1].
- * A GRAPE-5 context opens on the devices of the SAPPORO_* settings (SAPPORO_DEVICES,
- * sapporo2.config, the launcher's rank, else the first), as g5_open: the ids given are
- * named in a warning, with the setting that chooses them.  ndev <= 0 (Sapporo2: the driver
- * chooses) is g5_open. */
+/* Sapporo2's g5_open_special(ndev, list): ndev > 0 opens every context on the devices
+ * list[0 .. ndev - 1] (as g6_open_special; a device the backend does not have is the
+ * error of the open).  ndev <= 0 (Sapporo2: the driver chooses) is g5_open: the devices of
+ * the SAPPORO_* settings (SAPPORO_DEVICES, sapporo2.config, the launcher's rank, else the
+ * first). */
 static int do_g5_open_special(const char *fn, int ndev, const int *list)
 {
-    if (ndev > 0) {
-        char ids[160] = "";
-        size_t len = 0;
-        int shown = 0;
-        for (; list != NULL && shown < ndev && len + 16 < sizeof ids; shown++)
-            len += (size_t)snprintf(ids + len, sizeof ids - len, "%s%d", shown ? "," : "",
-                                    list[shown]);
-        enter(fn);
-        if (list == NULL)
-            warn("ndev = %d but list is NULL: opening as g5_open does (SAPPORO_DEVICES, "
-                 "sapporo2.config, else the first device)", ndev);
-        else
-            warn("device ids %s%s (ndev = %d) do not choose the devices: GRAPE-5 opens as "
-                 "g5_open does, on SAPPORO_DEVICES, else sapporo2.config, else the first "
-                 "device; set SAPPORO_DEVICES=%s to choose these", ids,
-                 shown < ndev ? ",..." : "", ndev, ids);
-        leave(SAPPORO_OK);
+    int rc = SAPPORO_OK;
+    enter(fn);
+    if (ndev > G5_MAX_DEVICES || (ndev > 0 && list == NULL))
+        rc = fail(SAPPORO_ERR_INPUT, "ndev = %d device ids%s: give 1 to %d ids in list, or "
+                  "ndev <= 0 to open as g5_open does", ndev, list == NULL ? " but list is "
+                  "NULL" : "", G5_MAX_DEVICES);
+    else {
+        g5_ndev = ndev > 0 ? ndev : 0;
+        for (int k = 0; k < g5_ndev; k++)
+            g5_devices[k] = list[k];
     }
-    return do_g5_open(fn);
+    leave(rc);
+    return rc < 0 ? rc : do_g5_open(fn);
 }
 
 static int do_g5_set_n(const char *fn, int id, int n)

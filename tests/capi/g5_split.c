@@ -39,7 +39,7 @@ static int same(const double *u, const double *v)
 int main(void)
 {
     static double ref[4 * NI], got[4 * NI], moved[4 * NI], heavier[4 * NI];
-    int js, dev[1] = {0};
+    int js, dev[1] = {0}, bad[1] = {99};
     for (int i = 0; i < N + EXTRA; i++) {
         x[i][0] = cos(i * 0.7);
         x[i][1] = sin(i * 1.3);
@@ -138,5 +138,9 @@ int main(void)
     SHOW("run_reopened_both", forces(got));
     printf("reopened_same %d\n", same(got, ref));
     SHOW("close_again", g5_close());
+    /* a device the backend does not have: the open's error */
+    SHOW("open_special_bad", g5_open_special(1, bad));
+    SHOW("open_special_none_list", g5_open_special(2, NULL));
+    SHOW("close_bad", g5_close());
     return 0;
 }

@@ -300,7 +300,8 @@ SPLIT_CALLS = {
     "xmj_after_pending": 0, "run_xmj_after_pending": 0, "xmj_after_pending_same": 1,
     "close": 0, "open_special_device": 0, "eps_again": 0, "mj_reopened": 0,
     "n_reopened": 0, "run_reopened": -1, "xj_reopened": 0, "run_reopened_both": 0,
-    "reopened_same": 1, "close_again": 0,
+    "reopened_same": 1, "close_again": 0, "open_special_bad": -1,
+    "open_special_none_list": -1, "close_bad": 0,
 }
 
 
@@ -309,7 +310,8 @@ def test_positions_and_masses_apart(capi: CApi, tmp_path: Path) -> None:
     for each address, by any call; an address in [0, n) that has had one of the two only is
     refused by name, one past n is not looked at; g5_close forgets them.  g5_set_jp is
     g5_set_xmj with the masses first, g5_set_eps2_to_all g5_set_eps_to_all squared;
-    g5_set_range takes anything (a warning when it is no range); g5_open_special opens."""
+    g5_set_range takes anything (a warning when it is no range); g5_open_special opens on
+    the devices it names (one the backend lacks is the open's error)."""
     proc = capi.run(capi.program("g5_split.c"), cwd=tmp_path)
     got = dict(ln.split()[:2] for ln in proc.stdout.splitlines())
     assert {k: int(got[k]) for k in SPLIT_CALLS} == SPLIT_CALLS, proc.stdout + proc.stderr
@@ -330,8 +332,8 @@ def test_positions_and_masses_apart(capi: CApi, tmp_path: Path) -> None:
         "(n = 64) (code -1)",
         "g5_run: j-particle at address 64 has a mass (g5_set_mj) but never had a position: "
         "give it with g5_set_xj",
-        "g5_open_special: warning: device ids 0 (ndev = 1) do not choose the devices",
-        "set SAPPORO_DEVICES=0 to choose these",
+        "g5_open_special: devices: 99 is not a device index",
+        "g5_open_special: ndev = 2 device ids but list is NULL",
     ]:
         assert message in err, err
     assert "mmin = 0.001 is not a range" in err
