@@ -82,7 +82,7 @@ const char *sapporo_last_error(void);
 const char *sapporo_version(void);
 
 /* How many force calls of this process ran on the direct path: block steps (and GRAPE-5
- * force calls) run in C on the native engine, from a plan made once per launch shape,
+ * force calls) run in C on the native engine, from plans made once (any shape since),
  * without Python (the calls that store new addresses or that Python must check cross into
  * Python first). A diagnostic. */
 long sapporo_direct_calls(void);

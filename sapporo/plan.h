@@ -1,23 +1,29 @@
 /*
- * plan.h -- the one definition of a block-step plan's words: a force call of a given shape,
- * as the library's Python side prepared it (sapporo.core.engine.plan_words writes them, reading
- * the enums below from this text; sapporo/engine.h reads them into struct dplan).
+ * plan.h -- the one definition of a plan's words: the launches of one entry of a device's
+ * launch table, for every force call it serves, as the library's Python side prepared them
+ * (sapporo.core.engine.plan_words writes them, reading the enums below from this text;
+ * sapporo/core/plan.c reads them into struct dplan and shapes each call from them).
  *
- * A plan is one block per device of the library: DP_WORDS words for each, device d's in block
- * d (addresses spread round-robin: global address a on device a % ndev at local address a /
- * ndev).  Every block holds the library's words (the order, DP_N_STORED, the host mirror
- * DP_MIRROR_*, DP_LGEN, the range DP_NI_LO .. DP_NI_HI served by every device) and its
- * device's own (its records, buffers, queues, launches on its local addresses, DP_GEN).
+ * The planner hands the engine blocks of DP_WORDS words, one per plan: for every device
+ * (DP_DEV; addresses spread round-robin: global address a on device a % ndev at local
+ * address a / ndev) and every entry of its launch table (the block sizes DP_NI_LO ..
+ * DP_NI_HI), on the device and, DP_SMALL, on its companion of small launches.  Every block
+ * holds the library's words (the order, DP_N_STORED_AT, the host mirror DP_MIRROR_* and its
+ * capacity, DP_LGEN) and its device's own (its records and their capacity DP_J_CAP,
+ * buffers, queues, launches on its local addresses, DP_GEN).
  *
- * A block: DP_* words, then four launches of DL_* words each: the prediction, the force, (device
- * memory only; zeros otherwise) the scatter of j-records, and (where a kernel combines the
- * force's j-parts; zeros otherwise) the reduce, whose argument ni is at DL_NI_ARG.
- * DP_NPARTS is the number of parts the engine combines on the host (1 after a reduce).  A plan
- * serves every ni from DP_NI_LO to DP_NI_HI (the same launch but for its argument ni); with
- * neighbour lists, DP_NB_* locate the counts and lists the kernel writes.  DP_GEN and
- * DP_LGEN are the generations of the device's and the library's memory when the plan was
- * made, DP_GEN_AT and DP_LGEN_AT the addresses of their current values: a plan whose
- * generations moved on points at memory that may be gone, and is never used.
+ * A block: DP_* words, then four launches of DL_* words each: the prediction, the force,
+ * (device memory only; zeros otherwise) the scatter of j-records, and (where a call of the
+ * entry may need a kernel to combine the force's j-parts; zeros otherwise) the reduce.  The
+ * engine sets per call the arguments FA_*, RA_* and PA_* name, the force's out argument
+ * (DP_OUT_ARG: the host array's buffer, or DP_PARTIAL_BUF for the reduce) and the grids,
+ * from DP_I_PER_GROUP, DP_I_PER_ITEM, DP_LJ, DP_J_ALIGN, DP_MIN_JCHUNK, DP_TARGET_GROUPS,
+ * DP_SMALL_PAIRS and DP_HOST_REDUCE_MAX (plan.c); the buffers (DP_NI_PAD_MAX, DP_OUT_BYTES)
+ * hold the entry's largest call.  With neighbour lists, DP_NB_* locate the counts and lists
+ * the kernel writes.  DP_GEN and DP_LGEN are the generations of the device's and the
+ * library's memory when the plan was made, DP_GEN_AT and DP_LGEN_AT the addresses of their
+ * current values: a plan whose generations moved on points at memory that may be gone, and
+ * is never used.
  *
  * DP_MEMORY 0: the device computes on host memory, and DP_DEV_RAW, DP_DEV_IDS, DP_IDATA,
  * DP_OUT and DP_NB_* are the host arrays its kernels read and write.  DP_MEMORY 1: the

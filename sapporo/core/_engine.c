@@ -4,8 +4,9 @@
  * sapporo/core/engine.py.
  *
  * A force call (a few j-particles stored, a new time, the forces on a block of
- * i-particles) runs here in C on plans the library made (one per launch shape, made by
- * sapporo.core.library.Library._direct_plan when the engine asks its planner): j-particles
+ * i-particles) runs here in C on plans the library made (one per entry of each device's
+ * launch table, made by sapporo.core.library.Library._plans when the engine asks its
+ * planner, and shaped for each call by sapporo/core/plan.c): j-particles
  * written into the library's mirror and the device's records, the prediction, force and
  * reduce kernels queued through the runtime's entry points (OpenCL's, or CUDA's driver
  * API), the parts combined in one fixed order (the reduce kernel's), the results into the

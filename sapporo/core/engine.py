@@ -70,8 +70,8 @@ def plan_enums() -> dict[str, int]:
 
 
 def plan_keys() -> list[str]:
-    """The plan's own values, as :meth:`Library._direct_plan
-    <sapporo.core.library.Library._direct_plan>` names them: every ``DP_*`` word of
+    """The plan's own values, as :meth:`Library._plans
+    <sapporo.core.library.Library._plans>` names them: every ``DP_*`` word of
     ``plan.h`` but the status, the runtime's entry points (``DP_FN_*``, from the plan's
     ``entry``), the launches and the sizes."""
     skip = ("DP_STATUS", "DP_LAUNCHES", "DP_MAX_ARGS", "DP_LAUNCH_WORDS", "DP_WORDS")
@@ -81,8 +81,8 @@ def plan_keys() -> list[str]:
 
 def plan_words(plan: dict[str, Any] | int) -> np.ndarray:
     """The words of one device's plan (``plan.h``'s layout: one block of a plan) from
-    :meth:`Library._direct_plan <sapporo.core.library.Library._direct_plan>`'s answer: its
-    status alone (0: not this shape, -1: never) when it is a number, or when a launch does
+    :meth:`Library._plans <sapporo.core.library.Library._plans>`'s answer: its
+    status alone (-1: never) when it is a number, or when a launch does
     not fit the table."""
     e = plan_enums()
     w = np.zeros(e["DP_WORDS"], dtype=np.int64)

@@ -729,6 +729,21 @@ def test_plan_table_written_once(backend):
         assert set(plan["entry"]) in runtimes
         words = engine.plan_words(plan)
         assert words.size == engine.plan_enums()["DP_WORDS"] and words[0] == 1
+        # the arguments the engine sets per call by position (FA_*, RA_*, PA_*): the
+        # kernels' parameter tables agree in every variant
+        from sapporo.core import layout
+
+        e = engine.plan_enums()
+        for order in (2, 4, 6, 8):
+            for ds in (False, True):
+                for ngb in (False, True):
+                    force = layout.arg_names(layout.FORCE_ARGS, order, ds, ngb)
+                    assert [force.index(n) for n in ("nj", "ni", "ni_pad", "jchunk")] == [
+                        e["FA_NJ"], e["FA_NI"], e["FA_NI_PAD"], e["FA_JCHUNK"]]
+                reduce = layout.arg_names(layout.REDUCE_ARGS, order, ds)
+                assert [reduce.index(n) for n in ("ni", "ni_pad", "nparts")] == [
+                    e["RA_NI"], e["RA_NI_PAD"], e["RA_NPARTS"]]
+                assert layout.arg_names(layout.PREDICT_ARGS, order, ds).index("n") == e["PA_N"]
     finally:
         lib.close()
 
