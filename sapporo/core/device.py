@@ -91,7 +91,7 @@ class Plan:
     """The launches of one entry of a device's launch table, for any shape it serves: the
     force call of ``ni_lo .. ni_hi`` i-particles on any number of j-addresses, on the device
     or (``small``) on its companion of small launches. The engine derives each call's
-    launch from it by arithmetic (``sapporo/core/_plan.c``): the padded block, the parts of
+    launch from it by arithmetic (``sapporo/core/plan.c``): the padded block, the parts of
     the j-range, whether the host or the reduce kernel combines them; the buffers are sized
     for the largest of these (see :meth:`Device.plans`)."""
 
@@ -148,10 +148,8 @@ class Device:
         self.events: list[Event] = []
         self._kernels: dict[tuple[LaunchConfig, bool, bool], tuple[Kernel, Kernel]] = {}
         self.hosts: dict[str, HostBuffer] = {}
-        # launch plans by (slot, ni, nj, neighbour lists): everything about a force launch
-        # but the particle data, valid while no buffer was reallocated (generation)
-        self._plans: dict[tuple, Plan] = {}
-        self._predicts: dict[tuple[int, bool, int], tuple[int, Launch]] = {}  # (gen, launch)
+        # the prepared predictions by (companion, derivative terms): (generation, launch)
+        self._predicts: dict[tuple[bool, int], tuple[int, Launch]] = {}
         # the generation of this device's memory: bumped whenever a buffer is reallocated
         # (launch plans hold buffers; the native engine reads it through its address)
         self.gen_cell = np.zeros(1, dtype=np.int64)
@@ -275,24 +273,21 @@ class Device:
         reduce kernel."""
         return HOST_REDUCE_MAX if self.h_raw is not None else GPU_HOST_REDUCE_MAX
 
-    def predict_launch(self, n_local: int, terms: int, small: bool = False) -> Launch:
-        """The prepared prediction of the first ``n_local`` addresses (argument ``t`` set
-        per call, at position :attr:`t_arg`); cached while no buffer is reallocated."""
-        key = (n_local, small, terms)
+    def predict_launch(self, terms: int, small: bool = False) -> Launch:
+        """The prepared prediction, reading ``terms`` derivative records, on the device or its
+        companion (the engine sets its length ``n`` and grid per call, its time ``t`` at
+        :attr:`t_arg`); cached while no buffer is reallocated."""
+        key = (small, terms)
         launch = self._predicts.get(key)
         if launch is None or launch[0] != self._gen:
             kernel = self._predict_prog(small, terms).kernel("predict")
             j = self.j
             args = layout.kernel_args(layout.PREDICT_ARGS, {
-                "n": np.int32(n_local), "t": np.float64(0.0), "raw": j["raw"],
+                "n": np.int32(0), "t": np.float64(0.0), "raw": j["raw"],
                 "pos": j["pos"], "pos_lo": j.get("pos_lo"), "vel": j["vel"],
                 "acc": j.get("acc"), "jerk": j.get("jerk")},
                 self.variant.order, self.variant.ds)
-            if len(self._predicts) > 64:
-                self._predicts.clear()
-            # (no address: one idle work-group, so that the engine can queue it as any other)
-            launch = self._predicts[key] = (self._gen,
-                                            kernel.prepare(*_linear(max(n_local, 1)), *args))
+            launch = self._predicts[key] = (self._gen, kernel.prepare(*_linear(1), *args))
         return launch[1]
 
     def scatter_launch(self, terms: int) -> tuple[Launch, HostBuffer]:

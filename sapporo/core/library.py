@@ -608,7 +608,7 @@ class Library:
         n_pred = self._n_local(self._n_stored, d)
         # the prediction before a small force launch goes to the companion too, unless it
         # is itself large (it is O(N); one core against all of them)
-        predict = dev.predict_launch(n_pred, terms, plan.small and n_pred <= SMALL_PREDICT_MAX)
+        predict = dev.predict_launch(terms, plan.small and n_pred <= SMALL_PREDICT_MAX)
         dev.finish()
         reduce = None if plan.reduce is None else plan.reduce.native()
         launches = [predict.native(), plan.force.native(), None, reduce]
