@@ -1080,7 +1080,7 @@ static int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
         a = NULL;
     if (p->order < 8)
         jerk = NULL;
-    if (nj > *p->n_stored_at || !i_ok(p, ni, index, wide, x, v, a, jerk, eps2, h2))
+    if (!i_ok(p, ni, index, wide, x, v, a, jerk, eps2, h2))
         return 0;
     if (!have_t)
         t = p->time0;

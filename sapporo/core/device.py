@@ -214,13 +214,15 @@ class Device:
             if old:  # as large as it was (the library then uploads every record again)
                 self._alloc_j(old)
             raise BackendError(
-                f"{self.info.name}: j-memory for {n} addresses ({cap * self.j_bytes()} bytes, "
-                f"with room to grow) could not be allocated: {exc or type(exc).__name__}"
+                f"{self.info.name}: j-memory for {n} addresses "
+                f"({cap * self.bytes_per_address()} bytes, with room to grow) could not be "
+                f"allocated: {exc or type(exc).__name__}"
             ) from None
         return True
 
-    def j_bytes(self) -> int:
-        """Device bytes per local j-address (all its buffers)."""
+    def bytes_per_address(self) -> int:
+        """Device bytes per local j-address, all its buffers (the module's :func:`j_bytes` is
+        the raw records and id the capacity is estimated from)."""
         rs = 4 if self.variant.ds else 8
         return (self.raw_n * 32 + 4 + 8 * rs + (16 if self.variant.ds else 0)
                 + 4 * rs * ((self.variant.order >= 6) + (self.variant.order >= 8)))
