@@ -1,24 +1,13 @@
 """Build and install ``libsapporo.so`` (and its names ``libg6.so``, ``libg5.so``,
 ``libpg5.so``), the GRAPE-6 and GRAPE-5 APIs for C and Fortran.
 
-The library is made with cffi's embedding support: :func:`make_ffi` declares the functions
-of ``bridge.h`` with ``ffi.embedding_api`` (implemented in Python by
-:mod:`sapporo.capi.bridge`), pastes ``shim.c`` and ``g5.c`` in with ``set_source`` and gives the
-``embedding_init_code`` that finds and imports the installed ``sapporo``.  cffi writes the C
-file; the C compiler (``$CC``, default ``cc``) links it against this interpreter's
-``libpython`` with an rpath, a version script that exports only ``g6*``, ``g5*``,
-``sapporo_*`` and ``get_device_count``, and ``-Bsymbolic``.
-
-Installed layout under a prefix::
-
-    PREFIX/include/grape6.h  PREFIX/include/grape5.h  PREFIX/include/gp5util.h
-    PREFIX/include/sapporo.h
-    PREFIX/lib/libsapporo.so  PREFIX/lib/libg6.so, libg5.so, libpg5.so -> libsapporo.so
-    PREFIX/lib/sapporo-capi.json   (what was built, for staleness checks)
-    PREFIX/lib/pkgconfig/sapporo_light.pc, sapporo.pc, g6lib.pc, g5lib.pc
-
-The pkg-config modules are the names AMUSE's configure looks for (``sapporo_light`` for
-ph4's GPU worker, ``g6lib`` for a GRAPE-6 library); their flags are those of :func:`flags`.
+The library is made with cffi's embedding support (:func:`make_ffi`): the functions of
+``bridge.h`` are implemented in Python by :mod:`sapporo.capi.bridge`, ``shim.c`` and ``g5.c``
+are pasted in, and the C compiler (``$CC``, default ``cc``) links the result against this
+interpreter's ``libpython``, exporting only ``g6*``, ``g5*``, ``sapporo_*`` and
+``get_device_count``. Installed under a prefix: ``include/`` (:data:`HEADERS`), ``lib/``
+(:data:`LIBRARY` and its :data:`ALIASES`, and :data:`STAMP`, what was built, for staleness
+checks) and ``lib/pkgconfig/`` (:data:`PKGCONFIG`, the names AMUSE's configure looks for).
 """
 
 from __future__ import annotations
@@ -42,14 +31,7 @@ from pathlib import Path
 
 from sapporo.errors import BuildError, SapporoError
 
-__all__ = [
-    "Installation",
-    "build",
-    "default_prefix",
-    "flags",
-    "installation",
-    "make_ffi",
-]
+__all__ = ["Installation", "build", "default_prefix", "flags", "installation", "make_ffi"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +50,7 @@ PKGCONFIG = {
               "name libg5"),
 }
 STAMP = "sapporo-capi.json"
-_SOURCES = ("shim.c", "g5.c", "bridge.h", "bridge.py", "grape6.h", "grape5.h",
+_SOURCES = ("shim.c", "shim.h", "g5.c", "bridge.h", "bridge.py", "grape6.h", "grape5.h",
             "gp5util.h", "sapporo.h", "build.py")
 
 #: Exported ABI: ``g6*``, ``g5*``, ``sapporo_*`` and sapporo_light's ``get_device_count``;
@@ -84,12 +66,10 @@ void shim_record_error(int code, const char *message);
 void shim_mark_ready(void);
 """
 
-#: Run by shim.c (PyRun_SimpleString) right after it starts the interpreter and before cffi
-#: sets the module up, which already imports _cffi_backend: the directories recorded when the
-#: library was built (the installing environment's, e.g. a virtual environment's
-#: site-packages) go first on sys.path, their .pth files processed.  SAPPORO_SITE
-#: (os.pathsep-separated) replaces them; it is read here, not in sapporo.config, because
-#: sapporo is not importable before these directories are added.
+#: Run by shim.c right after it starts the interpreter (before cffi imports _cffi_backend):
+#: the directories recorded when the library was built go first on sys.path, their .pth
+#: files processed. SAPPORO_SITE replaces them; it is read here, not in sapporo.config,
+#: because sapporo is not importable before these directories are added.
 _SITE_CODE = """\
 def _sapporo_add_sites():
     import os, site, sys
@@ -132,8 +112,7 @@ def source_dir() -> Path:
 
 
 def _layout_header() -> Path:
-    """sapporo/layout.h: the rows of the library's records, read by shim.c too (the native
-    engine's header, engine_api.h, lies beside it)."""
+    """sapporo/layout.h, which shim.c includes (engine_api.h lies beside it)."""
     from sapporo.core.layout import LAYOUT_HEADER
 
     return LAYOUT_HEADER
@@ -179,8 +158,7 @@ def make_ffi(sites: list[str]):  # noqa: ANN201 (cffi.FFI, imported lazily)
         MODULE_NAME,
         f"static const char shim_python[] = {_c_string(sys.executable)};\n"
         f"static const char shim_site_code[] = {_c_string(site_code)};\n"
-        '#include "shim.c"\n'
-        '#include "g5.c"\n',
+        '#include "shim.c"\n',
     )
     ffi.embedding_init_code(_INIT_CODE.format(module=MODULE_NAME))
     return ffi
@@ -222,8 +200,7 @@ def _fingerprint(sites: list[str]) -> str:
     for name in _SOURCES:
         h.update((source_dir() / name).read_bytes())
     h.update(_layout_header().read_bytes())
-    for shared in ("engine_api.h",):
-        h.update(_layout_header().with_name(shared).read_bytes())
+    h.update(_layout_header().with_name("engine_api.h").read_bytes())
     h.update(repr((sapporo.__version__, cffi.__version__, sys.executable, sites)).encode())
     return h.hexdigest()[:16]
 
@@ -287,11 +264,8 @@ def installation(prefix: str | os.PathLike[str] | None = None) -> Installation:
     return Installation(Path(prefix).expanduser().resolve() if prefix else default_prefix())
 
 
-def build(
-    prefix: str | os.PathLike[str] | None = None,
-    sites: list[str] | None = None,
-    keep_dir: str | os.PathLike[str] | None = None,
-) -> Installation:
+def build(prefix: str | os.PathLike[str] | None = None, sites: list[str] | None = None,
+          keep_dir: str | os.PathLike[str] | None = None) -> Installation:
     """Compile ``libsapporo.so`` and install it, its alias and the headers under ``prefix``.
 
     Parameters
@@ -328,7 +302,7 @@ def build(
         "-shared", "-fPIC", "-O2", "-pthread", "-fvisibility=hidden",
         f"-I{source_dir()}", f"-I{_layout_header().parent}",
         *(f"-I{d}" for d in link.include_dirs),
-        str(c_file), "-o", str(tmp_lib),
+        str(c_file), str(source_dir() / "g5.c"), "-o", str(tmp_lib),
         f"-Wl,-soname,{LIBRARY}", f"-Wl,--version-script={map_file}", "-Wl,-Bsymbolic",
         "-Wl,-z,defs", f"-L{link.library_dir}", f"-l{link.library}",
         f"-Wl,-rpath,{link.library_dir}", "-lm", "-ldl",
@@ -340,10 +314,8 @@ def build(
                          options=cmd, log="", source_path=str(c_file)) from None
     if proc.returncode != 0:
         tmp_lib.unlink(missing_ok=True)
-        raise BuildError(
-            f"building {LIBRARY} failed:\n{shlex.join(cmd)}\n{proc.stderr.strip()}",
-            options=cmd, log=proc.stdout + proc.stderr, source_path=str(c_file),
-        )
+        raise BuildError(f"building {LIBRARY} failed:\n{shlex.join(cmd)}\n{proc.stderr.strip()}",
+                         options=cmd, log=proc.stdout + proc.stderr, source_path=str(c_file))
     os.replace(tmp_lib, inst.library)
     for alias in ALIASES:
         tmp_link = inst.lib_dir / f".{alias}.{os.getpid()}.tmp"
@@ -369,43 +341,24 @@ def _pkgconfig_possible(prefix: Path) -> bool:
     return not any(c.isspace() or c in "$\\\"'#" for c in str(prefix))
 
 
-def pkgconfig_text(inst: Installation, module: str) -> str:
-    """The ``.pc`` file of ``module`` (a key of :data:`PKGCONFIG`) for the installation.
-
-    ``pkg-config --cflags --libs sapporo_light`` then prints what ``flags(inst)`` prints.
-    """
+def write_pkgconfig(inst: Installation) -> list[Path]:
+    """Write every module of :data:`PKGCONFIG` into ``PREFIX/lib/pkgconfig``: ``pkg-config
+    --cflags --libs sapporo_light`` then prints what ``flags(inst)`` prints. A prefix with
+    blanks gets no ``.pc`` files (pkg-config cannot express it); the library is installed
+    all the same."""
     import sapporo
 
-    lib, description = PKGCONFIG[module]
-    if not _pkgconfig_possible(inst.prefix):
-        raise SapporoError(f"pkg-config files need a prefix without blanks or '$': "
-                           f"{inst.prefix}")
-    return (
-        f"prefix={inst.prefix}\n"
-        "libdir=${prefix}/lib\n"
-        "includedir=${prefix}/include\n"
-        "\n"
-        f"Name: {module}\n"
-        f"Description: {description}\n"
-        f"Version: {sapporo.__version__}\n"
-        "Cflags: -I${includedir}\n"
-        f"Libs: -L${{libdir}} -Wl,-rpath,${{libdir}} -l{lib}\n"
-    )
-
-
-def write_pkgconfig(inst: Installation) -> list[Path]:
-    """Write every module of :data:`PKGCONFIG` into ``PREFIX/lib/pkgconfig``.
-
-    A prefix with blanks gets no ``.pc`` files (pkg-config cannot express it); the library
-    is installed all the same.
-    """
     if not _pkgconfig_possible(inst.prefix):
         return []
     inst.pkgconfig_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for module in PKGCONFIG:
+    for module, (lib, description) in PKGCONFIG.items():
         path = inst.pkgconfig_dir / f"{module}.pc"
-        path.write_text(pkgconfig_text(inst, module))
+        path.write_text(f"prefix={inst.prefix}\nlibdir=${{prefix}}/lib\n"
+                        f"includedir=${{prefix}}/include\n\nName: {module}\n"
+                        f"Description: {description}\nVersion: {sapporo.__version__}\n"
+                        "Cflags: -I${includedir}\n"
+                        f"Libs: -L${{libdir}} -Wl,-rpath,${{libdir}} -l{lib}\n")
         written.append(path)
     return written
 

@@ -1,20 +1,19 @@
 /*
  * g5.c -- the GRAPE-5 interface of libsapporo.so (Phantom-GRAPE's PG5 calls; grape5.h).
  *
- * Included after shim.c into the library's one C file (build.py), so it uses shim.c's
- * machinery: the embedded Python (python_up), the error record and its messages, the engine
- * table of sapporo/engine_api.h.  Every call has a C name and a Fortran name (trailing
+ * Compiled beside shim.c into the library (build.py); it uses shim.c's machinery through
+ * shim.h: the embedded Python (shim_python_up), the error record and its messages, the
+ * engine table of sapporo/engine_api.h.  Every call has a C name and a Fortran name (trailing
  * underscore, arguments by pointer), both thin wrappers over one static function.
  *
  * Each context id (the first argument of the MC calls; 0 for the others) has its own
  * library of order 2 with its own engine, j-memory, n, i-particles and results, and its own
  * mutex, so calls with different ids run at once from several threads (on PoCL one at a
- * time: g5_engine_enter).  The engine runs without the GIL; a call into Python (opening a
- * context, j-particles at addresses the library has not held yet, a force the engine leaves
- * to the library) takes shim.c's process-wide lock, which also guards the error record.  The
- * exception is the engine's own call of its library's planner for a shape it has no plan
- * for: that takes the GIL and runs under the context's mutex only (the planner works on its
- * own library).  Lock order: a context's mutex, then shim_lock; never the other way round.
+ * time: g5_engine_enter).  The engine runs without the GIL; a call into Python (opening or
+ * closing a context) takes shim.c's process-wide lock, which also guards the error record.
+ * The exception is the engine's own call of its library's planner (for memory, or plans):
+ * that takes the GIL and runs under the context's mutex only (the planner works on its own
+ * library).  Lock order: a context's mutex, then shim_lock; never the other way round.
  *
  * The potential comes back as PG5 returns it: positive, sum m_j / sqrt(r^2 + eps^2) (the
  * library's is negative), the i-particle's own term m/eps included.
@@ -32,9 +31,13 @@
  * the last of both.  A force call that would use an address given one of the two only is
  * refused, naming it.
  */
+#include <fenv.h>
 #include <limits.h>
+#include <math.h>
+#include <stdarg.h>
 
 #include "grape5.h"
+#include "shim.h"
 
 #define G5_CONTEXTS 64        /* context ids 0 .. G5_CONTEXTS - 1 (PG5 has 24) */
 #define G5_RECORDS 2          /* double4 per j-record: x|m, v|t (no velocity, no derivative) */
@@ -99,9 +102,9 @@ static int g5_fail(const char *fn, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
-    enter(fn);
-    record_error(code, message, 0);
-    return leave(code);
+    shim_enter(fn);
+    shim_report(code, message, 0);
+    return shim_leave(code);
 }
 
 /* The context of an id, locked; NULL (and an error) when the id is out of range. */
@@ -130,12 +133,12 @@ static int g5_put(struct g5_context *c, int rc)
 static void g5_engine_enter(const char *fn, const struct g5_context *c)
 {
     if (c->one_at_a_time)
-        enter(fn);
+        shim_enter(fn);
 }
 
 static int g5_engine_leave(const struct g5_context *c, int rc)
 {
-    return c->one_at_a_time ? leave(rc) : rc;
+    return c->one_at_a_time ? shim_leave(rc) : rc;
 }
 
 /* The context has had no position nor mass at any address (the context is locked). */
@@ -155,34 +158,39 @@ static int g5_ready_for(const char *fn, struct g5_context *c, int forces)
     void *api = NULL, *engine = NULL;
     if (c->open)
         return SAPPORO_OK;
-    enter(fn);
+    shim_enter(fn);
     if (!g5_is_open && g5_open_error[0] != '\0' && forces) {
         char message[768];
         snprintf(message, sizeof message, "no forces computed, GRAPE-5 could not be opened: "
                  "%s", g5_open_error);
-        record_error(SAPPORO_ERR_STATE, message, 1);
-        return leave(SAPPORO_ERR_STATE);
+        shim_report(SAPPORO_ERR_STATE, message, 1);
+        return shim_leave(SAPPORO_ERR_STATE);
     }
     if (!g5_is_open) {
         rc = g5_open_error[0] != '\0'
-            ? fail(SAPPORO_ERR_STATE, "GRAPE-5 is not open: %s", g5_open_error)
-            : fail(SAPPORO_ERR_STATE, "GRAPE-5 is not open (call g5_open first)");
-        return leave(rc);
+            ? shim_fail(SAPPORO_ERR_STATE, "GRAPE-5 is not open: %s", g5_open_error)
+            : shim_fail(SAPPORO_ERR_STATE, "GRAPE-5 is not open (call g5_open first)");
+        return shim_leave(rc);
     }
     rc = PY(shim_py_g5_open((int)(c - g5c), g5_ndev, g5_devices, &c->max_address, &api,
                             &engine, &c->one_at_a_time));
+    if (rc == SAPPORO_OK && ((const struct sapporo_engine_api *)api)->version
+                            != SAPPORO_ENGINE_API_VERSION) {
+        rc = shim_fail(SAPPORO_ERR_INTERNAL, "the native engine has interface version %d, this "
+                  "library %d: reinstall sapporo-nbody",
+                  ((const struct sapporo_engine_api *)api)->version,
+                  SAPPORO_ENGINE_API_VERSION);
+        PY(shim_py_g5_close((int)(c - g5c)));
+    }
     if (rc == SAPPORO_OK) {
         c->open = 1;
         c->stored = 0;
         c->n = c->ni = c->have_force = 0;
         g5_forget(c);
-        if (api != NULL && engine != NULL
-            && ((const struct sapporo_engine_api *)api)->version == SAPPORO_ENGINE_API_VERSION) {
-            c->api = any_api = api;
-            c->eng = engine;
-        }
+        c->api = shim_any_api = api;
+        c->eng = engine;
     }
-    return leave(rc);
+    return shim_leave(rc);
 }
 
 static int g5_ready(const char *fn, struct g5_context *c)
@@ -262,22 +270,22 @@ static int do_g5_open(const char *fn)
     int rc;
     struct g5_context *c = &g5c[0];
     pthread_mutex_lock(&c->lock);
-    enter(fn);
+    shim_enter(fn);
     if (strncmp(fn, "g5_open_special", 15) != 0)
         g5_ndev = 0;  /* as g6_open chooses the devices */
-    rc = python_up();
+    rc = shim_python_up();
     if (rc == SAPPORO_OK)
         g5_is_open = 1;
-    leave(rc);
+    shim_leave(rc);
     if (rc == SAPPORO_OK)
         rc = g5_ready(fn, c);
-    enter(fn);
+    shim_enter(fn);
     g5_open_error[0] = '\0';
     if (rc < 0) {
         g5_is_open = 0;
-        snprintf(g5_open_error, sizeof g5_open_error, "%s", last_error);
+        snprintf(g5_open_error, sizeof g5_open_error, "%s", shim_last_error);
     }
-    leave(rc);
+    shim_leave(rc);
     return g5_put(c, rc);
 }
 
@@ -289,14 +297,13 @@ static int do_g5_close(void)
         pthread_mutex_lock(&c->lock);
         if (c->open) {
             int r;
-            if (c->eng != NULL)
-                c->api->wait(c->eng);
+            c->api->wait(c->eng);
             c->eng = NULL;
             c->api = NULL;
             c->open = 0;
-            enter("g5_close");
+            shim_enter("g5_close");
             r = PY(shim_py_g5_close(id));
-            leave(r);
+            shim_leave(r);
             if (r < 0)
                 rc = r;
         }
@@ -313,9 +320,9 @@ static int do_g5_close(void)
         g5_forget(c);
         pthread_mutex_unlock(&c->lock);
     }
-    enter("g5_close");
+    shim_enter("g5_close");
     g5_is_open = 0;
-    return leave(rc);
+    return shim_leave(rc);
 }
 
 /* Context 0's j-capacity; 0 (and a message) before g5_open. */
@@ -334,9 +341,9 @@ static int do_g5_jmemsize(void)
 static int do_g5_pipelines(void)
 {
     int n;
-    enter("g5_get_number_of_pipelines");
-    n = npipes_for_client();
-    return leave(n);
+    shim_enter("g5_get_number_of_pipelines");
+    n = shim_npipes_for_client();
+    return shim_leave(n);
 }
 
 static int do_g5_set_eps_to_all(const char *fn, double eps)
@@ -364,11 +371,11 @@ static int do_g5_set_eps2_to_all(const char *fn, double eps2)
 static int do_g5_set_range(const char *fn, double xmin, double xmax, double mmin)
 {
     if (!(isfinite(xmin) && isfinite(xmax) && isfinite(mmin) && xmin < xmax)) {
-        enter(fn);
-        warn("xmin = %g, xmax = %g, mmin = %g is not a range (finite values, xmin < xmax); "
+        shim_enter(fn);
+        shim_warn("xmin = %g, xmax = %g, mmin = %g is not a range (finite values, xmin < xmax); "
              "ignored all the same: sapporo computes in floating point and needs no range",
              xmin, xmax, mmin);
-        leave(SAPPORO_OK);
+        shim_leave(SAPPORO_OK);
     }
     return SAPPORO_OK;
 }
@@ -381,9 +388,9 @@ static int do_g5_set_range(const char *fn, double xmin, double xmax, double mmin
 static int do_g5_open_special(const char *fn, int ndev, const int *list)
 {
     int rc = SAPPORO_OK;
-    enter(fn);
+    shim_enter(fn);
     if (ndev > G5_MAX_DEVICES || (ndev > 0 && list == NULL))
-        rc = fail(SAPPORO_ERR_INPUT, "ndev = %d device ids%s: give 1 to %d ids in list, or "
+        rc = shim_fail(SAPPORO_ERR_INPUT, "ndev = %d device ids%s: give 1 to %d ids in list, or "
                   "ndev <= 0 to open as g5_open does", ndev, list == NULL ? " but list is "
                   "NULL" : "", G5_MAX_DEVICES);
     else {
@@ -391,7 +398,7 @@ static int do_g5_open_special(const char *fn, int ndev, const int *list)
         for (int k = 0; k < g5_ndev; k++)
             g5_devices[k] = list[k];
     }
-    leave(rc);
+    shim_leave(rc);
     return rc < 0 ? rc : do_g5_open(fn);
 }
 
@@ -435,8 +442,7 @@ static int g5_check_j(const char *fn, int adr, int nj, const double *xj, const d
             return g5_fail(fn, SAPPORO_ERR_INPUT, "j-particle at address %d has a NaN or "
                            "infinite value%s", a,
                            epsj2 != NULL ? " (or a negative softening)" : "");
-        if (x != NULL && !(fabs(x[0]) < COORD_LIMIT && fabs(x[1]) < COORD_LIMIT
-                           && fabs(x[2]) < COORD_LIMIT))
+        if (x != NULL && !position_ok(x))
             return g5_fail(fn, SAPPORO_ERR_INPUT, "j-particle at address %d: position (%g, "
                            "%g, %g) too large; magnitudes must stay below %g", a, x[0], x[1],
                            x[2], COORD_LIMIT);
@@ -477,24 +483,13 @@ static int g5_keep(const char *fn, struct g5_context *c, int adr, int nj, const 
     return SAPPORO_OK;
 }
 
-/* Send the batch of nj j-particles in c->jaddr, c->jrec to the context's library. */
+/* Send the batch of nj j-particles in c->jaddr, c->jrec to the context's engine. */
 static int g5_send(const char *fn, struct g5_context *c, int nj)
 {
-    int rc = 0;
-    if (c->eng != NULL) {
-        g5_engine_enter(fn, c);
-        rc = g5_engine_leave(c, c->api->put_j(c->eng, nj, c->jaddr, c->jidx, c->jrec,
-                                              G5_RECORDS));
-        if (rc < 0)
-            return g5_fail(fn, SAPPORO_ERR_BACKEND, "%s", c->api->error(c->eng));
-    }
-    if (rc == 0) {  /* through Python: new addresses, or what the engine does not take */
-        enter(fn);
-        rc = leave(PY(shim_py_g5_set_j((int)(c - g5c), nj, c->jaddr, c->jidx, c->jrec)));
-        if (rc < 0)
-            return rc;
-    }
-    return SAPPORO_OK;
+    int rc;
+    g5_engine_enter(fn, c);
+    rc = g5_engine_leave(c, c->api->put_j(c->eng, nj, c->jaddr, c->jidx, c->jrec, G5_RECORDS));
+    return rc < 0 ? g5_fail(fn, rc, "%s", c->api->error(c->eng)) : SAPPORO_OK;
 }
 
 /* j-particles at addresses adr .. adr + nj - 1, read from xj[adr ..], mj[adr ..] (PG5
@@ -615,7 +610,7 @@ static int g5_set_i(const char *fn, struct g5_context *c, int ni, const double *
         return g5_fail(fn, SAPPORO_ERR_INPUT, "xi must not be NULL");
     for (int i = 0; i < ni; i++) {
         const double *x = xi + 3 * (size_t)i;
-        if (!(fabs(x[0]) < COORD_LIMIT && fabs(x[1]) < COORD_LIMIT && fabs(x[2]) < COORD_LIMIT))
+        if (!position_ok(x))
             return g5_fail(fn, SAPPORO_ERR_INPUT, "i-particle %d: position (%g, %g, %g) is "
                            "not finite or too large (magnitudes must stay below %g)", i, x[0],
                            x[1], x[2], COORD_LIMIT);
@@ -681,35 +676,28 @@ static int do_g5_set_eps(const char *fn, int id, int ni, const double *eps)
     return g5_put(c, SAPPORO_OK);
 }
 
-/* Forces on ni i-particles x from addresses [0, c->n), one softening: by the engine, else
- * (declined, or a force that is not finite, which the library then names) through Python. */
+/* Forces on ni i-particles x from addresses [0, c->n), one softening, by the engine (a
+ * force that is not finite: SAPPORO_ERR_NONFINITE, naming the particle). */
 static int g5_force(const char *fn, struct g5_context *c, int ni, const double *x, double eps2,
                     double *acc, double *pot)
 {
-    int rc = 0;
-    if (c->n == 0) {  /* no j-particles: no force */
-        memset(acc, 0, sizeof(double) * 3 * (size_t)ni);
-        memset(pot, 0, sizeof(double) * (size_t)ni);
-        return SAPPORO_OK;
+    int rc;
+    g5_engine_enter(fn, c);
+    rc = c->api->start(c->eng, c->n, ni, c->ones, x, c->zeros, NULL, NULL, eps2, NULL, 0, 0.0);
+    if (rc > 0)
+        rc = c->api->finish(c->eng, ni, c->rows);
+    rc = g5_engine_leave(c, rc);
+    if (rc == SAPPORO_ERR_NONFINITE) {  /* the i-particles' id (1 for all) means nothing */
+        const char *e = c->api->error(c->eng), *id = strstr(e, " (id "), *end;
+        end = id != NULL ? strchr(id, ')') : NULL;
+        return g5_fail(fn, rc, "%.*s%s; GRAPE-5 excludes no pair, so an i-particle at a "
+                       "j-particle's position needs eps > 0",
+                       end != NULL ? (int)(id - e) : (int)strlen(e), e,
+                       end != NULL ? end + 1 : "");
     }
-    if (c->eng != NULL) {
-        g5_engine_enter(fn, c);
-        rc = c->api->start(c->eng, c->n, ni, c->ones, x, c->zeros, NULL, NULL, eps2, NULL, 0,
-                           0.0);
-        if (rc > 0)
-            rc = c->api->finish(c->eng, ni, c->rows);
-        rc = g5_engine_leave(c, rc);
-        if (rc < 0)
-            return g5_fail(fn, SAPPORO_ERR_BACKEND, "%s", c->api->error(c->eng));
-        if (rc > 0)
-            __atomic_add_fetch(&direct_calls, 1, __ATOMIC_RELAXED);
-    }
-    if (rc == 0) {  /* through Python, which names what is wrong */
-        enter(fn);
-        rc = leave(PY(shim_py_g5_force((int)(c - g5c), c->n, ni, x, eps2, c->rows)));
-        if (rc < 0)
-            return rc;
-    }
+    if (rc < 0)
+        return g5_fail(fn, rc, "%s", c->api->error(c->eng));
+    __atomic_add_fetch(&shim_direct_calls, 1, __ATOMIC_RELAXED);
     rows_out(c->rows, ni, 2, acc, NULL, NULL, NULL, pot, NULL, NULL);
     for (int i = 0; i < ni; i++)
         pot[i] = -pot[i];  /* PG5's sign: positive */
@@ -999,7 +987,7 @@ EXPORT int g5_calculate_force_on_xeMC(int devid, g5vec *x, double *eps2, g5vec *
 #define G5_SCALARS(fn, ...)                                                                 \
     do {                                                                                   \
         char null_[64];                                                                    \
-        if (null_name(#__VA_ARGS__, SCALAR_COUNT(__VA_ARGS__), SCALAR_LIST(__VA_ARGS__),    \
+        if (shim_null_name(#__VA_ARGS__, SCALAR_COUNT(__VA_ARGS__), SCALAR_LIST(__VA_ARGS__),    \
                       null_, sizeof null_))                                                \
             return g5_fail(fn, SAPPORO_ERR_INPUT, NULL_MESSAGE, null_);                    \
     } while (0)

@@ -4,8 +4,10 @@
  * Every GRAPE-6 function has a C name and a Fortran name (trailing underscore, arguments by
  * pointer); both are thin exported wrappers over one static function here, so the library
  * never calls its own exported symbols.  j-particles are buffered in growable arrays and
- * handed to Python in one batch before the next g6_set_ti, force call, flush or close.  One
- * process-wide mutex serialises every call (the GIL then serialises the Python side).
+ * handed to the library's native engine (sapporo/engine_api.h) in one batch before the next
+ * g6_set_ti, force call, flush or close; force calls run on the engine.  Python (the
+ * library's Python half, bridge.py) opens and closes the library, and is asked by the
+ * engine for memory and plans.  One process-wide mutex serialises every call.
  *
  * build.py defines shim_python (the installing interpreter) and shim_site_code (Python that
  * adds the recorded site directories) before including this file into cffi's C source.
@@ -18,12 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sapporo.h"
-#include "bridge.h"
-#include "engine_api.h"
-#include "layout.h"
-
-#define EXPORT __attribute__((visibility("default")))
+#include "shim.h"
 
 /* Called from Python (declared in the cdef by build.py). */
 static void shim_record_error(int code, const char *message);
@@ -31,7 +28,7 @@ static void shim_mark_ready(void);
 
 static pthread_mutex_t shim_lock = PTHREAD_MUTEX_INITIALIZER;
 static const char *current_fn = "sapporo";   /* API function being served, for messages */
-static _Thread_local char last_error[1024];  /* per thread, as dlerror(): read unlocked */
+_Thread_local char shim_last_error[1024];  /* per thread, as dlerror(): read unlocked */
 static char open_error[512];                 /* why the last open failed ("" if it did not) */
 static char version[64];
 static int python_ready;                     /* set by the embedded init code when done */
@@ -40,27 +37,21 @@ static int is_open;
 static int max_address;                      /* the largest j-address the library can hold */
 static int npipes;                           /* 0: not asked yet */
 static int pending;                          /* firsthalf ran; lasthalf not yet */
-/* g6_set_ti's time goes with the next force call, to Python or to the engine: a block step
- * then crosses into Python at most twice (the j-batch, the force call) instead of three
- * times. Nothing reads it before a force call. */
+/* g6_set_ti's time goes with the next force call to the engine (nothing reads it before). */
 static int have_time;
 static double cur_time;
 static int pending_rc;                       /* firsthalf's error code, returned by lasthalf */
 static int have_result;                      /* the last force call returned its forces */
 static int pending_lists;                    /* firsthalf asked for neighbour lists */
-static int pending_direct;                   /* firsthalf ran on the engine (direct path) */
-static int direct_ni;                        /* ... for this many i-particles */
-static int direct_result;                    /* the last result came from the engine */
-static long direct_calls;                    /* force calls the engine ran, in this process */
-static long python_calls;                    /* calls of the C API's Python half */
-/* A call into the C API's Python half (bridge.py), counted. */
-#define PY(call) (__atomic_add_fetch(&python_calls, 1, __ATOMIC_RELAXED), (call))
-/* The open library's native engine and its functions (sapporo/engine_api.h; NULL: none):
- * block steps run there without Python, the "direct path". */
+static int direct_ni;                        /* firsthalf started this many i-particles */
+long shim_direct_calls;                      /* force calls the engine ran, in this process */
+long shim_python_calls;                      /* calls of the C API's Python half */
+/* The open library's native engine and its functions (sapporo/engine_api.h; NULL: not
+ * open): every j-particle and force call goes there. */
 static const struct sapporo_engine_api *eng_api;
 /* the engine's table as the last open found it (the module stays loaded): its count of
  * calls into Python */
-static const struct sapporo_engine_api *any_api;
+const struct sapporo_engine_api *shim_any_api;
 static void *eng;
 static double *rows_buf;                     /* the engine's result rows */
 static int rows_cap;
@@ -83,17 +74,16 @@ static struct {
 static int nkinds;
 
 /* j-particles waiting to be sent, as the library's raw records (engine_api.h: JB_RECORDS
- * double4 per particle), derivatives unscaled. Python takes them as they are. */
+ * double4 per particle), derivatives unscaled. The engine takes them as they are. */
 static struct {
     int n, cap;
     int *address, *index;
     double *rec;  /* JB_DOUBLES per particle */
-    int any_snap, any_crackle, any_pop;
     int *slot;      /* slot[address] = 1 + position in the buffer, 0 when not buffered */
     size_t slot_cap;
 } jb;
 
-/* Neighbour lists of the last force call, owned by Python (valid until the next read). */
+/* Neighbour lists of the last force call, owned by the engine (valid until the next call). */
 static struct {
     int valid, ni;
     const int *offsets, *counts, *ids;
@@ -136,16 +126,16 @@ static unsigned long count_kind(int code, const char *message)
 /* Record an error; print it the 1st, 10th, 100th, ... time of its kind, or, with
  * every_time, each time (a force call on a library whose open failed: a client that never
  * checks codes would otherwise run on, without forces, after a few lines). */
-static void record_error(int code, const char *message, int every_time)
+void shim_report(int code, const char *message, int every_time)
 {
     unsigned long count = count_kind(code, message), p = 1;
-    snprintf(last_error, sizeof last_error, "%s: %s (code %d)", current_fn, message, code);
+    snprintf(shim_last_error, sizeof shim_last_error, "%s: %s (code %d)", current_fn, message, code);
     while (p < count && p <= ~0ul / 10)
         p *= 10;
     if (count == 1)
-        fprintf(stderr, "sapporo: %s\n", last_error);
+        fprintf(stderr, "sapporo: %s\n", shim_last_error);
     else if (p == count || every_time)
-        fprintf(stderr, "sapporo: %s [%lu times so far]\n", last_error, count);
+        fprintf(stderr, "sapporo: %s [%lu times so far]\n", shim_last_error, count);
     fflush(stderr);
     if (on_error_mode() == 1 && abort_code == 0)
         abort_code = code;
@@ -153,12 +143,12 @@ static void record_error(int code, const char *message, int every_time)
 
 static void shim_record_error(int code, const char *message)
 {
-    record_error(code, message, 0);
+    shim_report(code, message, 0);
 }
 
 /* A warning: printed like an error (the 1st, 10th, 100th, ... time of its kind, after
  * "warning: "), but no error code, no sapporo_last_error() and no stop. */
-static void warn(const char *fmt, ...)
+void shim_warn(const char *fmt, ...)
 {
     char message[768];
     unsigned long count, p = 1;
@@ -177,7 +167,7 @@ static void warn(const char *fmt, ...)
     fflush(stderr);
 }
 
-static int fail(int code, const char *fmt, ...)
+int shim_fail(int code, const char *fmt, ...)
 {
     char message[768];
     va_list ap;
@@ -191,7 +181,7 @@ static int fail(int code, const char *fmt, ...)
 /* Fortran names take every scalar by reference: a NULL one (a C caller's mistake) is
  * refused with its name, before anything reads it.  null_name: the name of the first NULL
  * among n pointers p (names: theirs, comma-separated) into out, or 0 when none is NULL. */
-static int null_name(const char *names, int n, const void *const *p, char *out, size_t size)
+int shim_null_name(const char *names, int n, const void *const *p, char *out, size_t size)
 {
     for (int k = 0; k < n; k++, names = strchr(names, ',') + 1) {
         if (p[k] != NULL)
@@ -203,16 +193,13 @@ static int null_name(const char *names, int n, const void *const *p, char *out, 
     }
     return 0;
 }
-#define NULL_MESSAGE "%s is a NULL pointer (Fortran passes every scalar by reference)"
-#define SCALAR_LIST(...) (const void *[]){__VA_ARGS__}
-#define SCALAR_COUNT(...) (int)(sizeof(SCALAR_LIST(__VA_ARGS__)) / sizeof(void *))
 
 /* NULL_SCALARS(p, q, ...): 0, or the error (recorded) naming the first that is NULL. */
 static int null_scalars(const char *names, int n, const void *const *p)
 {
     char name[64];
-    return null_name(names, n, p, name, sizeof name)
-        ? fail(SAPPORO_ERR_INPUT, NULL_MESSAGE, name) : SAPPORO_OK;
+    return shim_null_name(names, n, p, name, sizeof name)
+        ? shim_fail(SAPPORO_ERR_INPUT, NULL_MESSAGE, name) : SAPPORO_OK;
 }
 #define NULL_SCALARS(...) \
     null_scalars(#__VA_ARGS__, SCALAR_COUNT(__VA_ARGS__), SCALAR_LIST(__VA_ARGS__))
@@ -264,7 +251,7 @@ static int start_python(void)
 }
 
 /* Start the embedded interpreter on first use; fail clearly if it could not import sapporo. */
-static int python_up(void)
+int shim_python_up(void)
 {
     static int started;  /* 1: started, -1: could not start */
     int rc;
@@ -280,13 +267,13 @@ static int python_up(void)
         own_python = 0;
     }
     if (rc != 0 || !python_ready)
-        return fail(SAPPORO_ERR_INTERNAL,
+        return shim_fail(SAPPORO_ERR_INTERNAL,
                     "the embedded Python could not load sapporo (see the messages above; "
                     "SAPPORO_SITE may name the site directories to use)");
     return 0;
 }
 
-/* The caller's floating-point environment, saved by enter() and put back by leave(): the
+/* The caller's floating-point environment, saved by shim_enter() and put back by shim_leave(): the
  * library's own arithmetic (NumPy, the embedded interpreter) must not leave exception flags
  * behind in the client's thread.  gfortran reports flags still raised at STOP, e.g. "Note:
  * The following floating-point exceptions are signalling: IEEE_DENORMAL" after a force
@@ -295,14 +282,14 @@ static int python_up(void)
  * (MXCSR), where the denormal flag lives. */
 static fenv_t caller_fenv;
 
-static void enter(const char *fn)
+void shim_enter(const char *fn)
 {
     pthread_mutex_lock(&shim_lock);
     fegetenv(&caller_fenv);
     current_fn = fn;
 }
 
-static int leave(int rc)
+int shim_leave(int rc)
 {
     int stop = abort_code;
     abort_code = 0;
@@ -320,9 +307,9 @@ static int leave(int rc)
 static int need_open(void)
 {
     if (!is_open && open_error[0] != '\0')
-        return fail(SAPPORO_ERR_STATE, "the library is not open: %s", open_error);
+        return shim_fail(SAPPORO_ERR_STATE, "the library is not open: %s", open_error);
     if (!is_open)
-        return fail(SAPPORO_ERR_STATE, "the library is not open (call g6_open first)");
+        return shim_fail(SAPPORO_ERR_STATE, "the library is not open (call g6_open first)");
     return 0;
 }
 
@@ -334,7 +321,7 @@ static int need_open_for_forces(void)
         return need_open();
     snprintf(message, sizeof message, "no forces computed, the library could not be opened: "
              "%s", open_error);
-    record_error(SAPPORO_ERR_STATE, message, 1);
+    shim_report(SAPPORO_ERR_STATE, message, 1);
     return SAPPORO_ERR_STATE;
 }
 
@@ -369,7 +356,7 @@ static int get_npipes(void)
         return npipes;
     if ((rc = npipes_from_environment()) > 0)
         return npipes = rc;
-    if ((rc = python_up()) < 0)
+    if ((rc = shim_python_up()) < 0)
         return rc;
     rc = PY(shim_py_npipes());
     if (rc > 0)
@@ -379,7 +366,7 @@ static int get_npipes(void)
 
 /* g6_npipes(): never below 1, even when Python or SAPPORO_NPIPES failed (the error is
  * printed): clients size arrays from it without looking at error codes. */
-static int npipes_for_client(void)
+int shim_npipes_for_client(void)
 {
     int rc = get_npipes();
     return rc > 0 ? rc : SAPPORO_DEFAULT_NPIPES;
@@ -403,7 +390,7 @@ static int jb_reserve(int address)
         if (grow_array((void **)&jb.address, sizeof(int), cap)
             || grow_array((void **)&jb.index, sizeof(int), cap)
             || grow_array((void **)&jb.rec, JB_DOUBLES * sizeof(double), cap))
-            return fail(SAPPORO_ERR_INTERNAL, "out of memory buffering %d j-particles", cap);
+            return shim_fail(SAPPORO_ERR_INTERNAL, "out of memory buffering %d j-particles", cap);
         jb.cap = cap;
     }
     if ((size_t)address >= jb.slot_cap) {
@@ -413,7 +400,7 @@ static int jb_reserve(int address)
         if (cap <= (size_t)address)
             cap = (size_t)address + 1;
         if ((slot = calloc(cap, sizeof(int))) == NULL)
-            return fail(SAPPORO_ERR_INTERNAL, "out of memory for j-address %d", address);
+            return shim_fail(SAPPORO_ERR_INTERNAL, "out of memory for j-address %d", address);
         if (jb.slot_cap)
             memcpy(slot, jb.slot, sizeof(int) * jb.slot_cap);
         free(jb.slot);
@@ -428,13 +415,6 @@ static void jb_clear(void)
     for (int k = 0; k < jb.n; k++)
         jb.slot[jb.address[k]] = 0;
     jb.n = 0;
-    jb.any_snap = jb.any_crackle = jb.any_pop = 0;
-}
-
-/* Whether a 3-vector has a non-zero component. */
-static int nonzero3(const double *p)
-{
-    return p[0] != 0.0 || p[1] != 0.0 || p[2] != 0.0;
 }
 
 /* Buffer one j-particle; a, jerk and snap are multiplied by the given factors (2, 6 and 18
@@ -450,22 +430,22 @@ static int jb_put8(int address, int index, double t, double mass, const double *
     if ((rc = need_open()) < 0)
         return rc;
     if (address < 0)
-        return fail(SAPPORO_ERR_INPUT, "address = %d must be >= 0", address);
+        return shim_fail(SAPPORO_ERR_INPUT, "address = %d must be >= 0", address);
     if (address > max_address)
-        return fail(SAPPORO_ERR_INPUT, "address = %d above %d, the largest j-address the "
+        return shim_fail(SAPPORO_ERR_INPUT, "address = %d above %d, the largest j-address the "
                     "device memory holds", address, max_address);
     if (index < 0)
-        return fail(SAPPORO_ERR_INPUT, "index = %d must be >= 0 (address %d)", index, address);
+        return shim_fail(SAPPORO_ERR_INPUT, "index = %d must be >= 0 (address %d)", index, address);
     if (x == NULL || v == NULL)
-        return fail(SAPPORO_ERR_INPUT, "x and v must not be NULL (address %d)", address);
+        return shim_fail(SAPPORO_ERR_INPUT, "x and v must not be NULL (address %d)", address);
     if (!isfinite(t) || !isfinite(mass) || !finite3(x) || !finite3(v) || !finite3(a)
         || !finite3(jerk) || !finite3(snap) || !finite3(crackle) || !finite3(pop)
         || !finite3(d5))
-        return fail(SAPPORO_ERR_INPUT,
+        return shim_fail(SAPPORO_ERR_INPUT,
                     "j-particle at address %d (index %d) has a NaN or infinite value",
                     address, index);
-    if (!(fabs(x[0]) < COORD_LIMIT && fabs(x[1]) < COORD_LIMIT && fabs(x[2]) < COORD_LIMIT))
-        return fail(SAPPORO_ERR_INPUT,
+    if (!position_ok(x))
+        return shim_fail(SAPPORO_ERR_INPUT,
                     "j-particle at address %d (index %d): position (%g, %g, %g) too large, "
                     "squared distances would overflow double; magnitudes must stay below "
                     "%g", address, index, x[0], x[1], x[2], COORD_LIMIT);
@@ -484,9 +464,6 @@ static int jb_put8(int address, int index, double t, double mass, const double *
     put_record(r, JB_RECORDS, x, mass, v, t, (const double *const[6]){a, jerk, snap, crackle,
                                                                      pop, d5},
                (const double[6]){fa, fj, fs, 1.0, 1.0, 1.0});
-    jb.any_snap |= nonzero3(r + 16);
-    jb.any_crackle |= nonzero3(r + 20);
-    jb.any_pop |= nonzero3(r + 24) | nonzero3(r + 28);
     return SAPPORO_OK;
 }
 
@@ -499,16 +476,15 @@ static int jb_put(int address, int index, double t, double mass, const double *x
                    NULL);
 }
 
+/* The buffered j-particles to the engine (which checks and stores them all, or none). */
 static int jb_flush(void)
 {
     int rc;
     if (jb.n == 0)
         return SAPPORO_OK;
-    /* the highest record that may hold data: the library then reads no more */
-    rc = PY(shim_py_set_j(jb.n, jb.address, jb.index, jb.rec,
-                       jb.any_pop ? 7 : jb.any_crackle ? 5 : jb.any_snap ? 4 : 3));
+    rc = eng_api->put_j(eng, jb.n, jb.address, jb.index, jb.rec, JB_RECORDS);
     jb_clear();
-    return rc;
+    return rc < 0 ? shim_fail(rc, "%s", eng_api->error(eng)) : SAPPORO_OK;
 }
 
 /* -------------------------------------------------------------- the shared implementations */
@@ -520,22 +496,29 @@ static int try_open(int order, const char *precision, const char *backend, int n
     if (is_open)
         return SAPPORO_OK;
     if (ndev > 0 && devices == NULL)
-        return fail(SAPPORO_ERR_INPUT, "ndev = %d but devices is NULL", ndev);
-    if ((rc = python_up()) < 0)
+        return shim_fail(SAPPORO_ERR_INPUT, "ndev = %d but devices is NULL", ndev);
+    if ((rc = shim_python_up()) < 0)
         return rc;
     rc = PY(shim_py_open(order, precision, backend, ndev, devices, &max_address));
     if (rc != SAPPORO_OK)
         return rc;
-    is_open = 1;
     {
         void *api = NULL, *engine = NULL;
-        if (PY(shim_py_engine(&api, &engine)) == SAPPORO_OK && api != NULL
-            && engine != NULL
-            && ((const struct sapporo_engine_api *)api)->version == SAPPORO_ENGINE_API_VERSION) {
-            eng_api = any_api = api;
-            eng = engine;
+        if ((rc = PY(shim_py_engine(&api, &engine))) == SAPPORO_OK
+            && ((const struct sapporo_engine_api *)api)->version
+               != SAPPORO_ENGINE_API_VERSION)
+            rc = shim_fail(SAPPORO_ERR_INTERNAL, "the native engine has interface version %d, this "
+                      "library %d: reinstall sapporo-nbody",
+                      ((const struct sapporo_engine_api *)api)->version,
+                      SAPPORO_ENGINE_API_VERSION);
+        if (rc != SAPPORO_OK) {
+            PY(shim_py_close());
+            return rc;
         }
+        eng_api = shim_any_api = api;
+        eng = engine;
     }
+    is_open = 1;
     return SAPPORO_OK;
 }
 
@@ -544,7 +527,7 @@ static int do_open(int order, const char *precision, const char *backend, int nd
 {
     int rc = try_open(order, precision, backend, ndev, devices);
     if (rc < 0)
-        snprintf(open_error, sizeof open_error, "%s", last_error);
+        snprintf(open_error, sizeof open_error, "%s", shim_last_error);
     else
         open_error[0] = '\0';
     return rc;
@@ -558,12 +541,10 @@ static int do_close(void)
     eng = NULL;  /* the library's, gone with it */
     eng_api = NULL;
     have_time = 0;
-    direct_result = 0;
     jb_clear();
     max_j_index = -1;
     open_error[0] = '\0';
     pending = 0;
-    pending_direct = 0;
     pending_lists = 0;
     have_result = 0;
     nb.valid = 0;
@@ -580,7 +561,7 @@ static int do_set_ti(double ti)
     if ((rc = need_open()) < 0)
         return rc;
     if (!isfinite(ti))
-        return fail(SAPPORO_ERR_INPUT, "ti = %g is not finite", ti);
+        return shim_fail(SAPPORO_ERR_INPUT, "ti = %g is not finite", ti);
     cur_time = ti;
     have_time = 1;
     return SAPPORO_OK;
@@ -602,12 +583,12 @@ static int field_point_indices(int ni, const int **index)
     if (!any)
         return SAPPORO_OK;
     if (max_j_index == LIMIT_MAX_ID)
-        return fail(SAPPORO_ERR_INPUT, "a negative i-index (a field point) needs a free "
+        return shim_fail(SAPPORO_ERR_INPUT, "a negative i-index (a field point) needs a free "
                     "index, but a j-particle has index %d", LIMIT_MAX_ID);
     if (ni > iindex_cap) {
         int *p = realloc(iindex_buf, sizeof(int) * (size_t)ni);
         if (p == NULL)
-            return fail(SAPPORO_ERR_INTERNAL, "out of memory for %d i-indices", ni);
+            return shim_fail(SAPPORO_ERR_INTERNAL, "out of memory for %d i-indices", ni);
         iindex_buf = p;
         iindex_cap = ni;
     }
@@ -630,7 +611,7 @@ static void warn_h2(int ni, const int *index, const double *h2)
                 first = i;
         }
     if (bad > 0)
-        warn("h2 (neighbour radius squared) is not finite for %d of %d i-particles, the "
+        shim_warn("h2 (neighbour radius squared) is not finite for %d of %d i-particles, the "
              "first h2[%d] = %g (index %d): no neighbour list for them; their forces are "
              "computed", bad, ni, first, h2[first], index[first]);
 }
@@ -641,15 +622,15 @@ static int rows_room(int ni)
     if (NCO_ORDER8 * ni > rows_cap) {
         double *q = realloc(rows_buf, sizeof(double) * NCO_ORDER8 * (size_t)ni);
         if (q == NULL)
-            return fail(SAPPORO_ERR_INTERNAL, "out of memory for %d results", ni);
+            return shim_fail(SAPPORO_ERR_INTERNAL, "out of memory for %d results", ni);
         rows_buf = q;
         rows_cap = NCO_ORDER8 * ni;
     }
     return 0;
 }
 
-/* The engine's result rows into the client's arrays (zeros past the library's order): 1, or
- * 0 when a result is not finite (to be redone through Python), or < 0. */
+/* The engine's result rows into the client's arrays (zeros past the library's order): 0,
+ * or the error (a force that is not finite: SAPPORO_ERR_NONFINITE, naming the particle). */
 static int engine_finish(int ni, double *acc, double *jerk, double *snap, double *crackle,
                          double *pot, int *nnb, double *nn_r2)
 {
@@ -659,29 +640,14 @@ static int engine_finish(int ni, double *acc, double *jerk, double *snap, double
         return rc;
     }
     if ((rc = eng_api->finish(eng, ni, rows_buf)) < 0)
-        return fail(SAPPORO_ERR_BACKEND, "%s", eng_api->error(eng));
-    if (rc == 0)
-        return 0;
+        return shim_fail(rc, "%s", eng_api->error(eng));
     rows_out(rows_buf, ni, eng_api->order(eng), acc, jerk, snap, crackle, pot, nnb, nn_r2);
-    __atomic_add_fetch(&direct_calls, 1, __ATOMIC_RELAXED);  /* GRAPE-5 contexts count too */
-    return 1;
-}
-
-/* An engine call whose result is not finite (its rows in rows_buf): the library names the
- * particle from the rows, as for the Python API.  The error code. */
-static int engine_non_finite(int ni)
-{
-    int rc, *index = malloc(sizeof(int) * (size_t)ni);
-    if (index == NULL)
-        return fail(SAPPORO_ERR_INTERNAL, "out of memory for %d i-particles", ni);
-    eng_api->ids(eng, ni, index);
-    rc = PY(shim_py_non_finite(ni, rows_buf, index));
-    free(index);
-    return rc;
+    __atomic_add_fetch(&shim_direct_calls, 1, __ATOMIC_RELAXED);  /* GRAPE-5 contexts count too */
+    return SAPPORO_OK;
 }
 
 /* g6_read_neighbour_list after an engine call: its lists, or empty ones where none were
- * asked for; 1 when a list overflowed the capacity (as through Python). */
+ * asked for; 1 when a list overflowed the capacity. */
 static int engine_lists(void)
 {
     int overflow = 0;
@@ -694,7 +660,7 @@ static int engine_lists(void)
     if (direct_ni + 1 > zeros_cap) {
         int *z = calloc((size_t)direct_ni + 1, sizeof(int));
         if (z == NULL)
-            return fail(SAPPORO_ERR_INTERNAL, "out of memory for %d neighbour lists",
+            return shim_fail(SAPPORO_ERR_INTERNAL, "out of memory for %d neighbour lists",
                         direct_ni);
         free(zeros_buf);
         zeros_buf = z;
@@ -715,7 +681,6 @@ static int firsthalf_refused(int rc)
         return 0;
     pending = 1;
     pending_lists = 0;
-    pending_direct = 0;
     have_result = 0;
     nb.valid = 0;
     pending_rc = rc;
@@ -738,16 +703,16 @@ static void do_firsthalf8(int nj, int ni, const int *index, const double *xi,
         goto done;
     }
     if (ni < 1 || ni > np) {
-        rc = fail(SAPPORO_ERR_INPUT, "ni = %d must be between 1 and g6_npipes() = %d "
+        rc = shim_fail(SAPPORO_ERR_INPUT, "ni = %d must be between 1 and g6_npipes() = %d "
                   "(SAPPORO_NPIPES sets it)", ni, np);
         goto done;
     }
     if (nj < 0) {
-        rc = fail(SAPPORO_ERR_INPUT, "nj = %d must be >= 0", nj);
+        rc = shim_fail(SAPPORO_ERR_INPUT, "nj = %d must be >= 0", nj);
         goto done;
     }
     if (index == NULL || xi == NULL || vi == NULL) {
-        rc = fail(SAPPORO_ERR_INPUT, "index, xi and vi must not be NULL");
+        rc = shim_fail(SAPPORO_ERR_INPUT, "index, xi and vi must not be NULL");
         goto done;
     }
     if (h2 != NULL)
@@ -756,34 +721,15 @@ static void do_firsthalf8(int nj, int ni, const int *index, const double *xi,
         goto done;
     for (int i = 0; h2 != NULL && i < ni && !pending_lists; i++)
         pending_lists = wants_list(h2[i]);
-    pending_direct = 0;
-    /* the j-particles into the library's memory: by the engine when it takes them, else
-     * through Python */
-    if (eng != NULL && jb.n > 0) {
-        if ((rc = eng_api->put_j(eng, jb.n, jb.address, jb.index, jb.rec, JB_RECORDS)) < 0) {
-            rc = fail(SAPPORO_ERR_BACKEND, "%s", eng_api->error(eng));
-            goto done;
-        }
-        if (rc > 0)
-            jb_clear();
-    }
     if ((rc = jb_flush()) < 0)
         goto done;
-    if (eng != NULL) {
-        rc = eng_api->start(eng, nj, ni, index, xi, vi, ai, ji, eps2, h2, have_time, cur_time);
-        if (rc < 0) {
-            rc = fail(SAPPORO_ERR_BACKEND, "%s", eng_api->error(eng));
-            goto done;
-        }
-        if (rc > 0) {
-            pending_direct = 1;
-            direct_ni = ni;
-            rc = SAPPORO_OK;
-            goto done;
-        }
+    rc = eng_api->start(eng, nj, ni, index, xi, vi, ai, ji, eps2, h2, have_time, cur_time);
+    if (rc < 0) {
+        rc = shim_fail(rc, "%s", eng_api->error(eng));
+        goto done;
     }
-    /* the time of the last g6_set_ti (the engine may have taken it since) */
-    rc = PY(shim_py_start(nj, ni, index, xi, vi, ai, ji, eps2, h2, have_time, cur_time));
+    direct_ni = ni;
+    rc = SAPPORO_OK;
 done:
     pending_rc = rc;
 }
@@ -798,31 +744,19 @@ static void do_firsthalf(int nj, int ni, const int *index, const double *xi, con
 static int do_lasthalf8(int ni, double *acc, double *jerk, double *snap, double *crackle,
                         double *pot, int *nnb, double *nn_r2)
 {
-    int rc, order;
+    int rc;
     if (!pending)
-        return fail(SAPPORO_ERR_STATE, "no force call pending (call g6calc_firsthalf first)");
+        return shim_fail(SAPPORO_ERR_STATE, "no force call pending (call g6calc_firsthalf first)");
     pending = 0;
     if (pending_rc < 0)
         return pending_rc;
-    direct_result = 0;
-    if (pending_direct) {
-        pending_direct = 0;
-        if (ni != direct_ni) {
-            eng_api->wait(eng);
-            return fail(SAPPORO_ERR_INPUT, "ni = %d differs from the firsthalf call's ni = %d",
-                        ni, direct_ni);
-        }
-        if ((rc = engine_finish(ni, acc, jerk, snap, crackle, pot, nnb, nn_r2)) != 0) {
-            have_result = rc > 0;
-            direct_result = rc > 0;
-            return rc > 0 ? SAPPORO_OK : rc;
-        }
-        return engine_non_finite(ni);  /* a result that is not finite */
+    if (ni != direct_ni) {
+        eng_api->wait(eng);
+        return shim_fail(SAPPORO_ERR_INPUT, "ni = %d differs from the firsthalf call's ni = %d", ni,
+                    direct_ni);
     }
-    if ((rc = rows_room(ni)) == 0
-        && (rc = PY(shim_py_finish(ni, rows_buf, &order))) == 0)
-        rows_out(rows_buf, ni, order, acc, jerk, snap, crackle, pot, nnb, nn_r2);
-    have_result = rc >= 0;
+    rc = engine_finish(ni, acc, jerk, snap, crackle, pot, nnb, nn_r2);
+    have_result = rc == SAPPORO_OK;
     return rc;
 }
 
@@ -839,16 +773,10 @@ static int do_read_neighbours(void)
         return rc;
     nb.valid = 0;
     if (!have_result)
-        return fail(SAPPORO_ERR_STATE, "no neighbour lists: %s",
+        return shim_fail(SAPPORO_ERR_STATE, "no neighbour lists: %s",
                     pending ? "the force call has not finished (call g6calc_lasthalf first)"
                             : "the last force call failed, or there was none");
-    if (direct_result)
-        return engine_lists();
-    rc = PY(shim_py_read_neighbours(&nb.ni, &nb.offsets, &nb.counts, &nb.ids));
-    if (rc < 0)
-        return rc;
-    nb.valid = 1;
-    return rc;
+    return engine_lists();
 }
 
 static int do_get_neighbours(int ipipe, int maxlength, int *nblen, int *nbl)
@@ -857,10 +785,10 @@ static int do_get_neighbours(int ipipe, int maxlength, int *nblen, int *nbl)
     if (!nb.valid && (rc = do_read_neighbours()) < 0)
         return rc;
     if (ipipe < 0 || ipipe >= nb.ni)
-        return fail(SAPPORO_ERR_INPUT, "ipipe = %d outside the last force call's [0, %d)",
+        return shim_fail(SAPPORO_ERR_INPUT, "ipipe = %d outside the last force call's [0, %d)",
                     ipipe, nb.ni);
     if (maxlength < 0 || (maxlength > 0 && nbl == NULL))
-        return fail(SAPPORO_ERR_INPUT, "maxlength = %d with nbl %s", maxlength,
+        return shim_fail(SAPPORO_ERR_INPUT, "maxlength = %d with nbl %s", maxlength,
                     nbl == NULL ? "NULL" : "given");
     count = nb.counts[ipipe];
     stored = nb.offsets[ipipe + 1] - nb.offsets[ipipe];
@@ -884,7 +812,7 @@ static int do_lasthalf_n(int ni, const double *h2, double *acc, double *jerk, do
         return rc;
     for (int i = 0; i < ni; i++)
         if (wants_list(h2[i]))
-            return fail(SAPPORO_ERR_INPUT, "h2[%d] = %g reaches lasthalf but g6calc_firsthalf "
+            return shim_fail(SAPPORO_ERR_INPUT, "h2[%d] = %g reaches lasthalf but g6calc_firsthalf "
                         "had no positive h2: neighbour lists are set up by firsthalf's h2 "
                         "(pass the same array to both)", i, h2[i]);
     return rc;
@@ -893,14 +821,14 @@ static int do_lasthalf_n(int ni, const double *h2, double *acc, double *jerk, do
 static int do_nj_max(void)
 {
     if (!is_open)
-        return fail(SAPPORO_ERR_STATE, "the library is not open (call g6_open first)"), 0;
+        return shim_fail(SAPPORO_ERR_STATE, "the library is not open (call g6_open first)"), 0;
     return max_address + 1;
 }
 
 static int do_device_count(void)
 {
     int rc;
-    if ((rc = python_up()) < 0)
+    if ((rc = shim_python_up()) < 0)
         return 0;
     rc = PY(shim_py_device_count());
     return rc > 0 ? rc : 0;
@@ -911,27 +839,27 @@ static int do_device_count(void)
 EXPORT int g6_open(int cluster_id)
 {
     (void)cluster_id;
-    enter("g6_open");
-    return leave(do_open(0, NULL, NULL, 0, NULL));
+    shim_enter("g6_open");
+    return shim_leave(do_open(0, NULL, NULL, 0, NULL));
 }
 
 EXPORT int g6_open_special(int ndev, int *devices)
 {
-    enter("g6_open_special");
-    return leave(do_open(0, NULL, NULL, ndev, devices));
+    shim_enter("g6_open_special");
+    return shim_leave(do_open(0, NULL, NULL, ndev, devices));
 }
 
 EXPORT int g6_close(int cluster_id)
 {
     (void)cluster_id;
-    enter("g6_close");
-    return leave(do_close());
+    shim_enter("g6_close");
+    return shim_leave(do_close());
 }
 
 EXPORT int g6_npipes(void)
 {
-    enter("g6_npipes");
-    return leave(npipes_for_client());
+    shim_enter("g6_npipes");
+    return shim_leave(shim_npipes_for_client());
 }
 
 EXPORT int g6_set_tunit(double unit)
@@ -949,8 +877,8 @@ EXPORT int g6_set_xunit(double unit)
 EXPORT int g6_set_ti(int cluster_id, double ti)
 {
     (void)cluster_id;
-    enter("g6_set_ti");
-    return leave(do_set_ti(ti));
+    shim_enter("g6_set_ti");
+    return shim_leave(do_set_ti(ti));
 }
 
 EXPORT int g6_set_j_particle(int cluster_id, int address, int index, double tj, double dtj,
@@ -959,8 +887,8 @@ EXPORT int g6_set_j_particle(int cluster_id, int address, int index, double tj, 
 {
     (void)cluster_id;
     (void)dtj;
-    enter("g6_set_j_particle");
-    return leave(jb_put(address, index, tj, mass, x, v, a2, 2.0, j6, 6.0, k18, 18.0, NULL));
+    shim_enter("g6_set_j_particle");
+    return shim_leave(jb_put(address, index, tj, mass, x, v, a2, 2.0, j6, 6.0, k18, 18.0, NULL));
 }
 
 EXPORT void g6calc_firsthalf(int cluster_id, int nj, int ni, int index[], double xi[][3],
@@ -970,9 +898,9 @@ EXPORT void g6calc_firsthalf(int cluster_id, int nj, int ni, int index[], double
     (void)cluster_id;
     (void)j6old;
     (void)phiold;
-    enter("g6calc_firsthalf");
+    shim_enter("g6calc_firsthalf");
     do_firsthalf(nj, ni, index, (double *)xi, (double *)vi, (double *)aold, eps2, h2);
-    leave(0);
+    shim_leave(0);
 }
 
 EXPORT int g6calc_lasthalf(int cluster_id, int nj, int ni, int index[], double xi[][3],
@@ -980,8 +908,8 @@ EXPORT int g6calc_lasthalf(int cluster_id, int nj, int ni, int index[], double x
                            double jerk[][3], double pot[])
 {
     (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2, (void)h2;
-    enter("g6calc_lasthalf");
-    return leave(do_lasthalf(ni, (double *)acc, (double *)jerk, NULL,
+    shim_enter("g6calc_lasthalf");
+    return shim_leave(do_lasthalf(ni, (double *)acc, (double *)jerk, NULL,
                              pot, NULL, NULL));
 }
 
@@ -990,24 +918,24 @@ EXPORT int g6calc_lasthalf2(int cluster_id, int nj, int ni, int index[], double 
                             double jerk[][3], double pot[], int nnbindex[])
 {
     (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2, (void)h2;
-    enter("g6calc_lasthalf2");
-    return leave(do_lasthalf(ni, (double *)acc, (double *)jerk, NULL,
+    shim_enter("g6calc_lasthalf2");
+    return shim_leave(do_lasthalf(ni, (double *)acc, (double *)jerk, NULL,
                              pot, nnbindex, NULL));
 }
 
 EXPORT int g6_read_neighbour_list(int cluster_id)
 {
     (void)cluster_id;
-    enter("g6_read_neighbour_list");
-    return leave(do_read_neighbours());
+    shim_enter("g6_read_neighbour_list");
+    return shim_leave(do_read_neighbours());
 }
 
 EXPORT int g6_get_neighbour_list(int cluster_id, int ipipe, int maxlength, int *nblen,
                                  int nbl[])
 {
     (void)cluster_id;
-    enter("g6_get_neighbour_list");
-    return leave(do_get_neighbours(ipipe, maxlength, nblen, nbl));
+    shim_enter("g6_get_neighbour_list");
+    return shim_leave(do_get_neighbours(ipipe, maxlength, nblen, nbl));
 }
 
 EXPORT int g6_initialize_jp_buffer(int cluster_id, int size)
@@ -1020,8 +948,8 @@ EXPORT int g6_initialize_jp_buffer(int cluster_id, int size)
 EXPORT int g6_flush_jp_buffer(int cluster_id)
 {
     (void)cluster_id;
-    enter("g6_flush_jp_buffer");
-    return leave(do_flush());
+    shim_enter("g6_flush_jp_buffer");
+    return shim_leave(do_flush());
 }
 
 EXPORT int g6_reset(int cluster_id)
@@ -1053,8 +981,8 @@ EXPORT int g6calc_lasthalfn(int cluster_id, int nj, int ni, int index[], double 
                             double jerk[][3], double pot[])
 {
     (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2;
-    enter("g6calc_lasthalfn");
-    return leave(do_lasthalf_n(ni, h2, (double *)acc, (double *)jerk, pot, NULL));
+    shim_enter("g6calc_lasthalfn");
+    return shim_leave(do_lasthalf_n(ni, h2, (double *)acc, (double *)jerk, pot, NULL));
 }
 
 EXPORT int g6calc_lasthalf2n(int cluster_id, int nj, int ni, int index[], double xi[][3],
@@ -1062,8 +990,8 @@ EXPORT int g6calc_lasthalf2n(int cluster_id, int nj, int ni, int index[], double
                              double jerk[][3], double pot[], int nnbindex[])
 {
     (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2;
-    enter("g6calc_lasthalf2n");
-    return leave(do_lasthalf_n(ni, h2, (double *)acc, (double *)jerk, pot, nnbindex));
+    shim_enter("g6calc_lasthalf2n");
+    return shim_leave(do_lasthalf_n(ni, h2, (double *)acc, (double *)jerk, pot, nnbindex));
 }
 
 /* Phantom-GRAPE: j-particle count hint; accepted and ignored. */
@@ -1075,16 +1003,16 @@ EXPORT void g6_setup_njdata(int cluster_id, int nj)
 /* Sapporo2: the j-capacity (addresses 0 .. g6_get_nj_max() - 1); 0 when not open. */
 EXPORT int g6_get_nj_max(void)
 {
-    enter("g6_get_nj_max");
-    return leave(do_nj_max());
+    shim_enter("g6_get_nj_max");
+    return shim_leave(do_nj_max());
 }
 
 /* sapporo_light: how many devices the selected backend has (SAPPORO_BACKEND, else the
  * automatic choice); 0 when none (the reason is printed).  Needs no g6_open. */
 EXPORT int get_device_count(void)
 {
-    enter("get_device_count");
-    return leave(do_device_count());
+    shim_enter("get_device_count");
+    return shim_leave(do_device_count());
 }
 
 /* -------------------------------------------------------------------- GRAPE-6: Fortran */
@@ -1092,29 +1020,29 @@ EXPORT int get_device_count(void)
 EXPORT int g6_open_(int *cluster_id)
 {
     (void)cluster_id;  /* one client passes NULL */
-    enter("g6_open_");
-    return leave(do_open(0, NULL, NULL, 0, NULL));
+    shim_enter("g6_open_");
+    return shim_leave(do_open(0, NULL, NULL, 0, NULL));
 }
 
 EXPORT int g6_open_special_(int *ndev, int *devices)
 {
-    enter("g6_open_special_");
+    shim_enter("g6_open_special_");
     if (ndev == NULL)
-        return leave(fail(SAPPORO_ERR_INPUT, "ndev is NULL"));
-    return leave(do_open(0, NULL, NULL, *ndev, devices));
+        return shim_leave(shim_fail(SAPPORO_ERR_INPUT, "ndev is NULL"));
+    return shim_leave(do_open(0, NULL, NULL, *ndev, devices));
 }
 
 EXPORT int g6_close_(int *cluster_id)
 {
     (void)cluster_id;
-    enter("g6_close_");
-    return leave(do_close());
+    shim_enter("g6_close_");
+    return shim_leave(do_close());
 }
 
 EXPORT int g6_npipes_(void)
 {
-    enter("g6_npipes_");
-    return leave(npipes_for_client());
+    shim_enter("g6_npipes_");
+    return shim_leave(shim_npipes_for_client());
 }
 
 EXPORT int g6_set_tunit_(void *unit)
@@ -1133,10 +1061,10 @@ EXPORT int g6_set_ti_(int *cluster_id, double *ti)
 {
     int rc;
     (void)cluster_id;
-    enter("g6_set_ti_");
+    shim_enter("g6_set_ti_");
     if ((rc = NULL_SCALARS(ti)) < 0)
-        return leave(rc);
-    return leave(do_set_ti(*ti));
+        return shim_leave(rc);
+    return shim_leave(do_set_ti(*ti));
 }
 
 EXPORT int g6_set_j_particle_(int *cluster_id, int *address, int *index, double *tj,
@@ -1146,10 +1074,10 @@ EXPORT int g6_set_j_particle_(int *cluster_id, int *address, int *index, double 
     int rc;
     (void)cluster_id;
     (void)dtj;
-    enter("g6_set_j_particle_");
+    shim_enter("g6_set_j_particle_");
     if ((rc = NULL_SCALARS(address, index, tj, mass)) < 0)
-        return leave(rc);
-    return leave(jb_put(*address, *index, *tj, *mass, x, v, a2, 2.0, j6, 6.0, k18, 18.0, NULL));
+        return shim_leave(rc);
+    return shim_leave(jb_put(*address, *index, *tj, *mass, x, v, a2, 2.0, j6, 6.0, k18, 18.0, NULL));
 }
 
 EXPORT void g6calc_firsthalf_(int *cluster_id, int *nj, int *ni, int index[], double xi[][3],
@@ -1159,10 +1087,10 @@ EXPORT void g6calc_firsthalf_(int *cluster_id, int *nj, int *ni, int index[], do
     (void)cluster_id;
     (void)j6old;
     (void)phiold;
-    enter("g6calc_firsthalf_");
+    shim_enter("g6calc_firsthalf_");
     if (!firsthalf_refused(NULL_SCALARS(nj, ni, eps2)))
         do_firsthalf(*nj, *ni, index, (double *)xi, (double *)vi, (double *)aold, *eps2, h2);
-    leave(0);
+    shim_leave(0);
 }
 
 EXPORT int g6calc_lasthalf_(int *cluster_id, int *nj, int *ni, int index[], double xi[][3],
@@ -1170,10 +1098,10 @@ EXPORT int g6calc_lasthalf_(int *cluster_id, int *nj, int *ni, int index[], doub
                             double jerk[][3], double pot[])
 {
     (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2, (void)h2;
-    enter("g6calc_lasthalf_");
+    shim_enter("g6calc_lasthalf_");
     if (ni == NULL)
-        return leave(NULL_SCALARS(ni));
-    return leave(do_lasthalf(*ni, (double *)acc, (double *)jerk, NULL,
+        return shim_leave(NULL_SCALARS(ni));
+    return shim_leave(do_lasthalf(*ni, (double *)acc, (double *)jerk, NULL,
                              pot, NULL, NULL));
 }
 
@@ -1182,18 +1110,18 @@ EXPORT int g6calc_lasthalf2_(int *cluster_id, int *nj, int *ni, int index[], dou
                              double jerk[][3], double pot[], int nnbindex[])
 {
     (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2, (void)h2;
-    enter("g6calc_lasthalf2_");
+    shim_enter("g6calc_lasthalf2_");
     if (ni == NULL)
-        return leave(NULL_SCALARS(ni));
-    return leave(do_lasthalf(*ni, (double *)acc, (double *)jerk, NULL,
+        return shim_leave(NULL_SCALARS(ni));
+    return shim_leave(do_lasthalf(*ni, (double *)acc, (double *)jerk, NULL,
                              pot, nnbindex, NULL));
 }
 
 EXPORT int g6_read_neighbour_list_(int *cluster_id)
 {
     (void)cluster_id;
-    enter("g6_read_neighbour_list_");
-    return leave(do_read_neighbours());
+    shim_enter("g6_read_neighbour_list_");
+    return shim_leave(do_read_neighbours());
 }
 
 EXPORT int g6_get_neighbour_list_(int *cluster_id, int *ipipe, int *maxlength, int *nblen,
@@ -1201,10 +1129,10 @@ EXPORT int g6_get_neighbour_list_(int *cluster_id, int *ipipe, int *maxlength, i
 {
     (void)cluster_id;
     int rc;
-    enter("g6_get_neighbour_list_");
+    shim_enter("g6_get_neighbour_list_");
     if ((rc = NULL_SCALARS(ipipe, maxlength)) < 0)
-        return leave(rc);
-    return leave(do_get_neighbours(*ipipe, *maxlength, nblen, nbl));
+        return shim_leave(rc);
+    return shim_leave(do_get_neighbours(*ipipe, *maxlength, nblen, nbl));
 }
 
 EXPORT int g6_initialize_jp_buffer_(int *cluster_id, int *size)
@@ -1217,8 +1145,8 @@ EXPORT int g6_initialize_jp_buffer_(int *cluster_id, int *size)
 EXPORT int g6_flush_jp_buffer_(int *cluster_id)
 {
     (void)cluster_id;
-    enter("g6_flush_jp_buffer_");
-    return leave(do_flush());
+    shim_enter("g6_flush_jp_buffer_");
+    return shim_leave(do_flush());
 }
 
 EXPORT int g6_reset_(int *cluster_id)
@@ -1249,10 +1177,10 @@ EXPORT int g6calc_lasthalfn_(int *cluster_id, int *nj, int *ni, int index[], dou
                              double jerk[][3], double pot[])
 {
     (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2;
-    enter("g6calc_lasthalfn_");
+    shim_enter("g6calc_lasthalfn_");
     if (ni == NULL)
-        return leave(NULL_SCALARS(ni));
-    return leave(do_lasthalf_n(*ni, h2, (double *)acc, (double *)jerk, pot, NULL));
+        return shim_leave(NULL_SCALARS(ni));
+    return shim_leave(do_lasthalf_n(*ni, h2, (double *)acc, (double *)jerk, pot, NULL));
 }
 
 EXPORT int g6calc_lasthalf2n_(int *cluster_id, int *nj, int *ni, int index[], double xi[][3],
@@ -1260,10 +1188,10 @@ EXPORT int g6calc_lasthalf2n_(int *cluster_id, int *nj, int *ni, int index[], do
                               double jerk[][3], double pot[], int nnbindex[])
 {
     (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2;
-    enter("g6calc_lasthalf2n_");
+    shim_enter("g6calc_lasthalf2n_");
     if (ni == NULL)
-        return leave(NULL_SCALARS(ni));
-    return leave(do_lasthalf_n(*ni, h2, (double *)acc, (double *)jerk, pot, nnbindex));
+        return shim_leave(NULL_SCALARS(ni));
+    return shim_leave(do_lasthalf_n(*ni, h2, (double *)acc, (double *)jerk, pot, nnbindex));
 }
 
 EXPORT void g6_setup_njdata_(int *cluster_id, int *nj)
@@ -1273,8 +1201,8 @@ EXPORT void g6_setup_njdata_(int *cluster_id, int *nj)
 
 EXPORT int g6_get_nj_max_(void)
 {
-    enter("g6_get_nj_max_");
-    return leave(do_nj_max());
+    shim_enter("g6_get_nj_max_");
+    return shim_leave(do_nj_max());
 }
 
 /* ---------------------------------------------------------------- sapporo's extensions */
@@ -1282,8 +1210,8 @@ EXPORT int g6_get_nj_max_(void)
 EXPORT int sapporo_open(int order, const char *precision, const char *backend, int ndev,
                         const int *devices)
 {
-    enter("sapporo_open");
-    return leave(do_open(order, precision, backend, ndev, devices));
+    shim_enter("sapporo_open");
+    return shim_leave(do_open(order, precision, backend, ndev, devices));
 }
 
 EXPORT int sapporo_set_j_particle(int address, int index, double tj, double mass,
@@ -1291,23 +1219,23 @@ EXPORT int sapporo_set_j_particle(int address, int index, double tj, double mass
                                   const double jerk[3], const double snap[3],
                                   const double crackle[3])
 {
-    enter("sapporo_set_j_particle");
-    return leave(jb_put(address, index, tj, mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0, crackle));
+    shim_enter("sapporo_set_j_particle");
+    return shim_leave(jb_put(address, index, tj, mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0, crackle));
 }
 
 EXPORT void sapporo_calc_firsthalf(int nj, int ni, int index[], double xi[][3], double vi[][3],
                                    double ai[][3], double eps2, double h2[])
 {
-    enter("sapporo_calc_firsthalf");
+    shim_enter("sapporo_calc_firsthalf");
     do_firsthalf(nj, ni, index, (double *)xi, (double *)vi, (double *)ai, eps2, h2);
-    leave(0);
+    shim_leave(0);
 }
 
 EXPORT int sapporo_calc_lasthalf(int ni, double acc[][3], double jerk[][3], double snap[][3],
                                  double pot[], int nnbindex[], double nn_r2[])
 {
-    enter("sapporo_calc_lasthalf");
-    return leave(do_lasthalf(ni, (double *)acc, (double *)jerk, (double *)snap, pot, nnbindex,
+    shim_enter("sapporo_calc_lasthalf");
+    return shim_leave(do_lasthalf(ni, (double *)acc, (double *)jerk, (double *)snap, pot, nnbindex,
                              nn_r2));
 }
 
@@ -1317,8 +1245,8 @@ EXPORT int sapporo_set_j_particle8(int address, int index, double tj, double mas
                                    const double crackle[3], const double pop[3],
                                    const double d5[3])
 {
-    enter("sapporo_set_j_particle8");
-    return leave(jb_put8(address, index, tj, mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0, crackle,
+    shim_enter("sapporo_set_j_particle8");
+    return shim_leave(jb_put8(address, index, tj, mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0, crackle,
                          pop, d5));
 }
 
@@ -1326,66 +1254,66 @@ EXPORT void sapporo_calc_firsthalf8(int nj, int ni, int index[], double xi[][3],
                                     double vi[][3], double ai[][3], double ji[][3],
                                     double eps2, double h2[])
 {
-    enter("sapporo_calc_firsthalf8");
+    shim_enter("sapporo_calc_firsthalf8");
     do_firsthalf8(nj, ni, index, (double *)xi, (double *)vi, (double *)ai, (double *)ji, eps2,
                   h2);
-    leave(0);
+    shim_leave(0);
 }
 
 EXPORT int sapporo_calc_lasthalf8(int ni, double acc[][3], double jerk[][3], double snap[][3],
                                   double crackle[][3], double pot[], int nnbindex[],
                                   double nn_r2[])
 {
-    enter("sapporo_calc_lasthalf8");
-    return leave(do_lasthalf8(ni, (double *)acc, (double *)jerk, (double *)snap,
+    shim_enter("sapporo_calc_lasthalf8");
+    return shim_leave(do_lasthalf8(ni, (double *)acc, (double *)jerk, (double *)snap,
                               (double *)crackle, pot, nnbindex, nn_r2));
 }
 
 EXPORT int sapporo_flush(void)
 {
-    enter("sapporo_flush");
-    return leave(do_flush());
+    shim_enter("sapporo_flush");
+    return shim_leave(do_flush());
 }
 
 EXPORT const char *sapporo_last_error(void)
 {
-    return last_error;
+    return shim_last_error;
 }
 
 EXPORT const char *sapporo_version(void)
 {
-    enter("sapporo_version");
-    if (version[0] == '\0' && python_up() == 0)
+    shim_enter("sapporo_version");
+    if (version[0] == '\0' && shim_python_up() == 0)
         PY(shim_py_version(version, (int)sizeof version));
-    leave(0);
+    shim_leave(0);
     return version;
 }
 
 EXPORT long sapporo_direct_calls(void)
 {
     long n;
-    enter("sapporo_direct_calls");
-    n = __atomic_load_n(&direct_calls, __ATOMIC_RELAXED);
-    leave(0);
+    shim_enter("sapporo_direct_calls");
+    n = __atomic_load_n(&shim_direct_calls, __ATOMIC_RELAXED);
+    shim_leave(0);
     return n;
 }
 
 EXPORT long sapporo_python_calls(void)
 {
     long n;
-    enter("sapporo_python_calls");
-    n = __atomic_load_n(&python_calls, __ATOMIC_RELAXED)
-        + (any_api != NULL ? any_api->python_calls() : 0);
-    leave(0);
+    shim_enter("sapporo_python_calls");
+    n = __atomic_load_n(&shim_python_calls, __ATOMIC_RELAXED)
+        + (shim_any_api != NULL ? shim_any_api->python_calls() : 0);
+    shim_leave(0);
     return n;
 }
 
 EXPORT int sapporo_python_started(void)
 {
     int n;
-    enter("sapporo_python_started");
+    shim_enter("sapporo_python_started");
     n = python_ready;
-    leave(0);
+    shim_leave(0);
     return n;
 }
 
@@ -1425,10 +1353,10 @@ EXPORT int sapporo_open_(int *order, const char *precision, const char *backend,
 {
     char p[64], b[64];
     int rc;
-    enter("sapporo_open_");
+    shim_enter("sapporo_open_");
     if ((rc = NULL_SCALARS(order, ndev)) < 0)
-        return leave(rc);
-    return leave(do_open(*order, fortran_string(precision, precision_len, p, sizeof p),
+        return shim_leave(rc);
+    return shim_leave(do_open(*order, fortran_string(precision, precision_len, p, sizeof p),
                          fortran_string(backend, backend_len, b, sizeof b), *ndev, devices));
 }
 
@@ -1438,34 +1366,34 @@ EXPORT int sapporo_set_j_particle_(int *address, int *index, double *tj, double 
                                    const double crackle[3])
 {
     int rc;
-    enter("sapporo_set_j_particle_");
+    shim_enter("sapporo_set_j_particle_");
     if ((rc = NULL_SCALARS(address, index, tj, mass)) < 0)
-        return leave(rc);
-    return leave(jb_put(*address, *index, *tj, *mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0,
+        return shim_leave(rc);
+    return shim_leave(jb_put(*address, *index, *tj, *mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0,
                         crackle));
 }
 
 EXPORT void sapporo_calc_firsthalf_(int *nj, int *ni, int index[], double xi[][3],
                                     double vi[][3], double ai[][3], double *eps2, double h2[])
 {
-    enter("sapporo_calc_firsthalf_");
+    shim_enter("sapporo_calc_firsthalf_");
     if (firsthalf_refused(NULL_SCALARS(nj, ni, eps2))) {
-        leave(0);
+        shim_leave(0);
         return;
     }
     /* Fortran has no NULL: a negative first radius means "no neighbour lists" */
     do_firsthalf(*nj, *ni, index, (double *)xi, (double *)vi, (double *)ai, *eps2,
                  (h2 != NULL && *ni > 0 && h2[0] < 0) ? NULL : h2);
-    leave(0);
+    shim_leave(0);
 }
 
 EXPORT int sapporo_calc_lasthalf_(int *ni, double acc[][3], double jerk[][3], double snap[][3],
                                   double pot[], int nnbindex[], double nn_r2[])
 {
-    enter("sapporo_calc_lasthalf_");
+    shim_enter("sapporo_calc_lasthalf_");
     if (ni == NULL)
-        return leave(NULL_SCALARS(ni));
-    return leave(do_lasthalf(*ni, (double *)acc, (double *)jerk, (double *)snap, pot, nnbindex,
+        return shim_leave(NULL_SCALARS(ni));
+    return shim_leave(do_lasthalf(*ni, (double *)acc, (double *)jerk, (double *)snap, pot, nnbindex,
                              nn_r2));
 }
 
@@ -1476,10 +1404,10 @@ EXPORT int sapporo_set_j_particle8_(int *address, int *index, double *tj, double
                                     const double d5[3])
 {
     int rc;
-    enter("sapporo_set_j_particle8_");
+    shim_enter("sapporo_set_j_particle8_");
     if ((rc = NULL_SCALARS(address, index, tj, mass)) < 0)
-        return leave(rc);
-    return leave(jb_put8(*address, *index, *tj, *mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0,
+        return shim_leave(rc);
+    return shim_leave(jb_put8(*address, *index, *tj, *mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0,
                          crackle, pop, d5));
 }
 
@@ -1487,36 +1415,36 @@ EXPORT void sapporo_calc_firsthalf8_(int *nj, int *ni, int index[], double xi[][
                                      double vi[][3], double ai[][3], double ji[][3],
                                      double *eps2, double h2[])
 {
-    enter("sapporo_calc_firsthalf8_");
+    shim_enter("sapporo_calc_firsthalf8_");
     if (firsthalf_refused(NULL_SCALARS(nj, ni, eps2))) {
-        leave(0);
+        shim_leave(0);
         return;
     }
     do_firsthalf8(*nj, *ni, index, (double *)xi, (double *)vi, (double *)ai, (double *)ji,
                   *eps2, (h2 != NULL && *ni > 0 && h2[0] < 0) ? NULL : h2);
-    leave(0);
+    shim_leave(0);
 }
 
 EXPORT int sapporo_calc_lasthalf8_(int *ni, double acc[][3], double jerk[][3],
                                    double snap[][3], double crackle[][3], double pot[],
                                    int nnbindex[], double nn_r2[])
 {
-    enter("sapporo_calc_lasthalf8_");
+    shim_enter("sapporo_calc_lasthalf8_");
     if (ni == NULL)
-        return leave(NULL_SCALARS(ni));
-    return leave(do_lasthalf8(*ni, (double *)acc, (double *)jerk, (double *)snap,
+        return shim_leave(NULL_SCALARS(ni));
+    return shim_leave(do_lasthalf8(*ni, (double *)acc, (double *)jerk, (double *)snap,
                               (double *)crackle, pot, nnbindex, nn_r2));
 }
 
 EXPORT int sapporo_flush_(void)
 {
-    enter("sapporo_flush_");
-    return leave(do_flush());
+    shim_enter("sapporo_flush_");
+    return shim_leave(do_flush());
 }
 
 EXPORT void sapporo_last_error_(char *message, size_t message_len)
 {
-    to_fortran_string(last_error, message, message_len);
+    to_fortran_string(shim_last_error, message, message_len);
 }
 
 EXPORT long sapporo_direct_calls_(void)

@@ -7,11 +7,14 @@
  * library it opened from its Python half once, at g6_open, and calls these functions
  * without the GIL; the engine takes the GIL itself when it must ask the library for a plan.
  *
- * Every function returns what the library would do: stored/started (> 0), "not here"
- * (0: nothing changed; the library's Python checks, converts or stores, and names the
- * error), or an error (< 0, with a message from error()).  The engine never computes from
- * memory that may have moved: each plan carries the generations of the library's and the
- * device's memory, and is checked against them before every use.
+ * Every function computes or stores, or returns an error code (< 0, as sapporo.h's
+ * SAPPORO_ERR_*, with a message from error()): nothing is declined for another road to
+ * retry.  The engine keeps the library's state: it writes the host mirror and the devices'
+ * records, raises the addresses in use, and asks the library (its planner, with the GIL)
+ * only for memory and plans: when an address lies beyond the memory held, a record holds a
+ * derivative the predictor does not read yet, or the memory moved.  The engine never
+ * computes from memory that may have moved: each plan carries the generations of the
+ * library's and the device's memory, and is checked against them before every use.
  */
 #ifndef SAPPORO_ENGINE_API_H
 #define SAPPORO_ENGINE_API_H
@@ -28,32 +31,35 @@
 /* positions at or beyond this magnitude are refused */
 #define COORD_LIMIT LIMIT_COORD
 
-#define SAPPORO_ENGINE_API_VERSION 4
+#define SAPPORO_ENGINE_API_VERSION 5
+
+/* the error codes the engine returns: sapporo.h's SAPPORO_ERR_* of the same meaning */
+#define ENG_ERR_INPUT -1      /* an argument out of range (the engine keeps working) */
+#define ENG_ERR_BACKEND -4    /* a device failed: the engine takes no call from now on */
+#define ENG_ERR_NONFINITE -5  /* a force is not finite (the rows are written) */
+#define ENG_ERR_INTERNAL -6   /* out of memory, or a plan the engine does not understand */
 
 struct sapporo_engine_api {
     int version;
     /* n records into the library's j-memory, nrec double4 each (2 <= nrec <= JB_RECORDS:
      * x|m, v|t, then as many derivatives as the caller has; those it does not give are
-     * zero): 1 stored, 0 not here (nothing stored: the library's Python stores them), < 0 error */
+     * zero): 1 stored, or < 0 (nothing stored) */
     int (*put_j)(void *engine, int n, const int *address, const int *index, const double *rec,
                  int nrec);
-    /* start a force call on j-addresses [0, nj): 1 started, 0 not here (Python checks), < 0 error.
+    /* start a force call on j-addresses [0, nj) (nj = 0: no force): 1 started, or < 0.
      * index: int ids; a (orders 6, 8) and jerk (order 8) may be NULL below those orders; h2
      * may be NULL (no lists); t: the time to predict to, or the library's when !have_t. */
     int (*start)(void *engine, int nj, int ni, const int *index, const double *x,
                  const double *v, const double *a, const double *jerk, double eps2,
                  const double *h2, int have_t, double t);
     /* wait for the started call; its result rows (nco of ni values) into rows: ni when done,
-     * 0 when a result is not finite (the rows are written; the library may diagnose it),
-     * < 0 error */
+     * or < 0 (ENG_ERR_NONFINITE names the first i-particle whose force is not finite; the
+     * rows are written) */
     int (*finish)(void *engine, int ni, double *rows);
     /* the neighbour lists of the last finished call (ids ascending, at most the capacity,
      * counts whole), as CSR: 1 when it had lists, else 0 */
     int (*lists)(void *engine, int *ni, const int **offsets, const int **counts,
                  const int **ids);
-    /* the ids of the last started call's ni i-particles, as the kernel saw them (for the
-     * library to name a particle whose force is not finite) */
-    void (*ids)(void *engine, int ni, int *index);
     /* wait for anything in flight: 0, or < 0 (error) */
     int (*wait)(void *engine);
     /* the library's order, and the message of the last error */
@@ -62,6 +68,27 @@ struct sapporo_engine_api {
     /* the engines' calls into Python (the library's planner), over the process */
     long (*python_calls)(void);
 };
+
+/* ---------------------------------------------------------------------- the argument rules
+ * Written once, for every caller: the engine, the GRAPE-6 and GRAPE-5 adapters (capi/) and
+ * the integrator's core.  Each caller names what breaks one in its own words. */
+
+/* the smallest normal float: double-single loses smaller non-zero masses (library.FLT_MIN) */
+#define ENGINE_FLT_MIN 1.1754943508222875e-38
+
+/* Whether a position can be computed with: finite, each component's magnitude below
+ * COORD_LIMIT (squared distances stay finite in double). */
+static inline int position_ok(const double *x)
+{
+    return fabs(x[0]) < COORD_LIMIT && fabs(x[1]) < COORD_LIMIT && fabs(x[2]) < COORD_LIMIT;
+}
+
+/* Whether double-single keeps a mass: zero, or within float's normal range (its pair terms
+ * are computed in float). */
+static inline int ds_mass_ok(double m)
+{
+    return m == 0.0 || fabs(m) >= ENGINE_FLT_MIN;
+}
 
 /* Whether a neighbour radius squared asks for a list: finite and positive.  Anything else
  * (zero, negative, NaN, infinite: clients pass uninitialised arrays) gives that i-particle no
@@ -80,7 +107,7 @@ static inline int finite3(const double *p)
 /* The one packer of j-records: a j-particle as nrec double4 at r (2 <= nrec <= JB_RECORDS):
  * x|mass, v|t (v NULL: zero), then d[q] (a, jerk, snap, crackle, pop, d5; d NULL or d[q]
  * NULL: zero) times scale[q] (scale NULL: 1), each with a zero .w.  The engine's put_j from
- * Python, its pack_j (Python's own stores), and the C API's GRAPE-6 and GRAPE-5 calls. */
+ * Python, the C API's GRAPE-6 and GRAPE-5 calls, and the integrator's core. */
 static inline void put_record(double *r, int nrec, const double *x, double mass,
                               const double *v, double t, const double *const *d,
                               const double *scale)

@@ -20,18 +20,18 @@
  *
  * One engine per library holds all of this native state: the plans, the generations of
  * the memory they point at, the prediction, the call in flight, the last neighbour lists.
- * The Python API uses it through the Engine type below; the C API through the function
- * table of sapporo/engine_api.h (the capsule C_API).  Only what the library would accept
- * as it is runs here: float64 and int arrays of the expected shapes, finite values in
- * range, addresses already stored, derivatives the predictor already reads, masses
- * double-single can hold.  Anything else returns 0 ("not here") with nothing changed: the
- * library's Python checks and converts the arguments, or stores new j-particles, names
- * any error, and hands the call back.
+ * The Python API uses it through the Engine type below; the C API and the integrator's
+ * core through the function table of sapporo/engine_api.h (the capsule C_API).  Every
+ * call is computed here or refused with an error code and a message (engine_api.h); the
+ * library's Python is asked only for memory and plans (eng_ask).  The Engine type takes
+ * float64 and int arrays as they are; other types, and values out of range, it leaves to
+ * the library, which converts them or names the error in its words, and calls again.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -48,8 +48,6 @@ static long python_calls;
  * and a reduce per device (every store of a batch and every force call waits for the
  * previous one) */
 #define ENG_TIMED_MAX (4 * ENG_MAX_DEV)
-/* the smallest normal float: double-single loses smaller non-zero masses (library.FLT_MIN) */
-#define ENGINE_FLT_MIN 1.1754943508222875e-38
 
 /* ---------------------------------------------- the runtime: OpenCL or CUDA's driver API */
 
@@ -200,50 +198,10 @@ static dcl_int plan_wait(const struct dplan *p, void *queue, void *ev, dcl_int *
     return rc != 0 ? rc : (*status < 0 ? *status : 0);
 }
 
-/* Whether n j-records (nrec double4 each, at rec) can be stored as they are: no derivative
- * record beyond read_terms + 1 (record q, a = 2, jerk = 3, ...,
- * is read when q - 1 <= read_terms) nor beyond the library's raw_n records, masses
- * double-single (ds) can hold. */
-static int records_ok(int n, const double *rec, int nrec, int raw_n, int read_terms, int ds)
-{
-    for (int k = 0; k < n; k++) {
-        const double *r = rec + 4 * (size_t)nrec * k;
-        for (int q = nrec - 1; q > read_terms + 1 || q >= raw_n; q--)
-            if (q >= 2 && (r[4 * q] != 0.0 || r[4 * q + 1] != 0.0 || r[4 * q + 2] != 0.0))
-                return 0;
-        if (ds && r[3] != 0.0 && fabs(r[3]) < ENGINE_FLT_MIN)
-            return 0;
-    }
-    return 1;
-}
-
 /* i-particle i's id: index holds int64 (wide) or int values. */
 static long id_at(const void *index, int wide, int i)
 {
     return wide ? (long)((const int64_t *)index)[i] : (long)((const int *)index)[i];
-}
-
-/* Whether the library would take these i-particles as they are (index: their ids, int64
- * when wide, else int).  Only what the order reads is checked (velocities from order 4,
- * accelerations from 6, jerks at 8); h2 not at all: any value is taken (wants_list). */
-static int i_ok(const struct dplan *p, int ni, const void *index, int wide, const double *xi,
-                const double *vi, const double *ai, const double *ji, double eps2,
-                const double *h2)
-{
-    (void)h2;
-    if (!(isfinite(eps2) && eps2 >= 0.0))
-        return 0;
-    if ((p->order >= 6 && ai == NULL) || (p->order >= 8 && ji == NULL))
-        return 0;
-    for (int i = 0; i < ni; i++) {
-        const double *x = xi + 3 * i;
-        if (!(fabs(x[0]) < COORD_LIMIT && fabs(x[1]) < COORD_LIMIT && fabs(x[2]) < COORD_LIMIT)
-            || (p->order >= 4 && !finite3(vi + 3 * i)) || (p->order >= 6 && !finite3(ai + 3 * i))
-            || (p->order >= 8 && !finite3(ji + 3 * i))
-            || id_at(index, wide, i) < 0 || id_at(index, wide, i) > p->max_id)
-            return 0;
-    }
-    return 1;
 }
 
 /* The i-particles into the plan's rows (layout.h); the padding repeats the last one. A
@@ -384,7 +342,7 @@ typedef struct {
     PyObject_HEAD
     int ready;               /* __init__ ran */
     int off;                 /* 1: no call from now on (disable(), or a runtime error) */
-    PyObject *planner;       /* planner(lists) -> the plans' words, or -1 */
+    PyObject *planner;       /* planner(lists, top, terms) -> the plans' words, or why not */
     int ndev;                /* the library's devices */
     /* the plans without and with lists (every device's, for every entry of its launch
      * table; ntpl[lists] of them, none until asked for), and the block of ndev plans
@@ -404,6 +362,7 @@ typedef struct {
     struct dplan *last;
     int uncollected;         /* the last started call's results are still to be collected */
     int last_ni;
+    int empty;               /* ... on no j-particle: no force, no launch */
     /* profiling: the launches queued since the last wait, timed (eng_timed_collect) */
     struct eng_timed timed[ENG_TIMED_MAX];
     int ntimed;
@@ -412,6 +371,7 @@ typedef struct {
     int *nb_offsets, *nb_counts, *nb_ids;
     size_t nb_rows_cap, nb_ids_cap;
     char error[320];
+    int code;                /* the last error's code (ENG_ERR_*) */
     /* the Python methods' buffers */
     Py_buffer out;
     int have_out;
@@ -425,13 +385,31 @@ typedef struct {
     size_t run_cap;
 } Engine;
 
+/* An error: its code (ENG_ERR_*; a device's or the engine's own failure turns the engine
+ * off) and message.  -1, for the caller to return. */
+static int eng_err(Engine *e, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->error, sizeof e->error, fmt, ap);
+    va_end(ap);
+    e->code = code;
+    if (code == ENG_ERR_BACKEND || code == ENG_ERR_INTERNAL)
+        e->off = 1;
+    return -1;
+}
+
 static int eng_fail(Engine *e, const char *what, dcl_int rc, dcl_int status)
 {
-    snprintf(e->error, sizeof e->error, "%s error %d %s (status %d); block steps take "
-             "no force call from now on", is_cuda(&e->dev[0].jside) ? "CUDA" : "OpenCL",
-             (int)rc, what, (int)status);
-    e->off = 1;
-    return -1;
+    return eng_err(e, ENG_ERR_BACKEND, "%s error %d %s (status %d); block steps take no "
+                   "force call from now on", is_cuda(&e->dev[0].jside) ? "CUDA" : "OpenCL",
+                   (int)rc, what, (int)status);
+}
+
+/* The code a public function returns for rc (-1: the error set). */
+static int eng_code(const Engine *e, int rc)
+{
+    return rc < 0 ? e->code : rc;
 }
 
 static void eng_clear_plans(Engine *e)
@@ -586,10 +564,8 @@ static int eng_launch(Engine *e, struct dplan *p, struct dlaunch *l, uint64_t ca
     dcl_int rc = 0;
     if (p->seconds_at != NULL) {
         if (e->ntimed == ENG_TIMED_MAX) {
-            snprintf(e->error, sizeof e->error, "more than %d timed launches between two "
-                     "waits; no force call from now on", ENG_TIMED_MAX);
-            e->off = 1;
-            return -1;
+            return eng_err(e, ENG_ERR_INTERNAL, "more than %d timed launches between two "
+                           "waits; no force call from now on", ENG_TIMED_MAX);
         }
         t = &e->timed[e->ntimed];
         t->start = t->end = NULL;
@@ -680,8 +656,7 @@ static int eng_copy_j_run(Engine *e, int d, int a0, int m)
         if (q != NULL)
             e->run_ids = q;
         if (r == NULL) {
-            snprintf(e->error, sizeof e->error, "out of memory for %d j-particles", n);
-            return -1;
+            return eng_err(e, ENG_ERR_INTERNAL, "out of memory for %d j-particles", n);
         }
         e->run_raw = r;
         e->run_cap = (size_t)n;
@@ -789,28 +764,55 @@ static void records_write(Engine *e, int n, const int *address, const int *index
     }
 }
 
-/* The n addresses (ascending, global) the library stored itself, copied from the host mirror
- * into the devices' records, run by run (a plan's DP_UPLOAD, at its install: nothing is in
- * flight); they are to be predicted again. 0, or -1 (error set). */
-static int eng_upload(Engine *e, int n, const int32_t *address)
+/* The records of addresses a0 .. a0 + m - 1 copied from the host mirror into the devices'
+ * records; they are to be predicted again.  0, or -1 (error set). */
+static int eng_upload_run(Engine *e, int a0, int m)
 {
     const struct dplan *j = &e->dev[0].jside;
     const int nd = e->ndev;
     const size_t len = 4 * (size_t)j->raw_n;
+    for (int d = 0; d < nd && j->memory; d++)
+        if (eng_copy_j_run(e, d, a0, m) < 0)
+            return -1;
+    for (int a = a0; a < a0 + m && !j->memory; a++) {
+        const struct dplan *q = &e->dev[a % nd].jside;
+        memcpy(q->dev_raw + (size_t)(a / nd) * len, j->mirror_raw + (size_t)a * len,
+               sizeof(double) * len);
+        q->dev_ids[a / nd] = (int32_t)j->mirror_ids[a];
+    }
+    e->pred_valid = 0;
+    return 0;
+}
+
+/* The n addresses (ascending, global) whose device records the library lost (new buffers),
+ * uploaded from the host mirror run by run (a plan's DP_UPLOAD, at its install: nothing is
+ * in flight).  0, or -1 (error set). */
+static int eng_upload(Engine *e, int n, const int32_t *address)
+{
     for (int k = 0, m; k < n; k += m) {
         for (m = 1; k + m < n && address[k + m] == address[k] + m; m++)
             ;
-        for (int d = 0; d < nd && j->memory; d++)
-            if (eng_copy_j_run(e, d, address[k], m) < 0)
-                return -1;
-        for (int a = address[k]; a < address[k] + m && !j->memory; a++) {
-            const struct dplan *q = &e->dev[a % nd].jside;
-            memcpy(q->dev_raw + (size_t)(a / nd) * len, j->mirror_raw + (size_t)a * len,
-                   sizeof(double) * len);
-            q->dev_ids[a / nd] = (int32_t)j->mirror_ids[a];
-        }
+        if (eng_upload_run(e, address[k], m) < 0)
+            return -1;
     }
-    e->pred_valid = 0;
+    return 0;
+}
+
+/* Forget every j-particle: the records in use zero (ids -1) in the mirror and on the
+ * devices, no address in use.  0, or -1 (error set). */
+static int eng_reset(Engine *e)
+{
+    const struct dplan *j = &e->dev[0].jside;
+    int n;
+    if (!e->have_j || eng_wait(e) < 0)
+        return e->have_j ? -1 : 0;
+    n = (int)*j->n_stored_at;
+    memset(j->mirror_raw, 0, sizeof(double) * 4 * (size_t)j->raw_n * (size_t)n);
+    for (int a = 0; a < n; a++)
+        j->mirror_ids[a] = -1;
+    if (n > 0 && eng_upload_run(e, 0, n) < 0)
+        return -1;
+    *j->n_stored_at = 0;
     return 0;
 }
 
@@ -822,11 +824,8 @@ static int eng_install(Engine *e, const int64_t *w, int n, int lists)
     const int nd = e->ndev;
     struct dplan *p = PyMem_RawRealloc(e->tpl[lists], sizeof *p * (size_t)(n > 0 ? n : 1));
     int moved = 0, bad = 0, first[ENG_MAX_DEV];
-    if (p == NULL) {
-        snprintf(e->error, sizeof e->error, "out of memory for %d plans", n);
-        e->off = 1;
-        return -1;
-    }
+    if (p == NULL)
+        return eng_err(e, ENG_ERR_INTERNAL, "out of memory for %d plans", n);
     e->tpl[lists] = p;
     e->ntpl[lists] = 0;
     for (int d = 0; d < nd; d++)
@@ -847,11 +846,8 @@ static int eng_install(Engine *e, const int64_t *w, int n, int lists)
             first[d] = k;
     }
     for (int d = 0; d < nd; d++)
-        if (bad || first[d] < 0) {
-            snprintf(e->error, sizeof e->error, "a plan this engine does not understand");
-            e->off = 1;
-            return -1;
-        }
+        if (bad || first[d] < 0)
+            return eng_err(e, ENG_ERR_INTERNAL, "a plan this engine does not understand");
     for (int d = 0; d < nd; d++) {
         const struct dplan *j = &e->dev[d].jside, *q = &p[first[d]];
         moved |= e->have_j && (q->gen != j->gen || q->lgen != j->lgen
@@ -874,9 +870,12 @@ static int eng_install(Engine *e, const int64_t *w, int n, int lists)
     return 0;
 }
 
-/* The plans with lists or not asked of the library (the planner, with the GIL); nothing in
- * flight.  0, or -1 (error set, the engine off). */
-static int eng_ask(Engine *e, int lists)
+/* The plans with lists or not asked of the library (the planner, with the GIL), for a
+ * memory that holds addresses [0, top) and records whose derivatives up to terms the
+ * predictor reads; nothing in flight.  0, or -1 (error set: the library's reason, such as
+ * an address beyond its capacity, with the engine still on; or, when the library has no
+ * plan or gives one the engine cannot read, off). */
+static int eng_ask(Engine *e, int lists, int top, int terms)
 {
     PyGILState_STATE gil;
     PyObject *r;
@@ -887,29 +886,35 @@ static int eng_ask(Engine *e, int lists)
     e->planner_calls++;
     __atomic_add_fetch(&python_calls, 1, __ATOMIC_RELAXED);
     gil = PyGILState_Ensure();
-    r = PyObject_CallFunction(e->planner, "i", lists);
+    r = PyObject_CallFunction(e->planner, "iii", lists, top, terms);
     if (r == NULL) {
         PyErr_WriteUnraisable(e->planner);
-        snprintf(e->error, sizeof e->error, "the library could not make a plan");
+        eng_err(e, ENG_ERR_INTERNAL, "the library could not make a plan");
+    }
+    else if (PyTuple_Check(r)) {  /* (code, message): why the library cannot */
+        int code = ENG_ERR_INTERNAL;
+        const char *why = NULL;
+        if (!PyArg_ParseTuple(r, "is", &code, &why))
+            PyErr_Clear();
+        e->code = code < 0 ? code : ENG_ERR_INTERNAL;
+        snprintf(e->error, sizeof e->error, "%s", why != NULL ? why : "no plan");
     }
     else if (PyLong_Check(r))
-        snprintf(e->error, sizeof e->error, "the library has no plan for its engine");
+        eng_err(e, ENG_ERR_INTERNAL, "the library has no plan for its engine");
     else if (PyObject_GetBuffer(r, &w, PyBUF_C_CONTIGUOUS) < 0) {
         PyErr_Clear();
-        snprintf(e->error, sizeof e->error, "the library's plan is not a buffer");
+        eng_err(e, ENG_ERR_INTERNAL, "the library's plan is not a buffer");
     }
     else {
         const size_t one = sizeof(int64_t) * DP_WORDS;
         if (w.len > 0 && (size_t)w.len % one == 0)
             rc = eng_install(e, w.buf, (int)((size_t)w.len / one), lists);
         else
-            snprintf(e->error, sizeof e->error, "plans of %zd bytes", w.len);
+            eng_err(e, ENG_ERR_INTERNAL, "plans of %zd bytes", w.len);
         PyBuffer_Release(&w);
     }
     Py_XDECREF(r);
     PyGILState_Release(gil);
-    if (rc < 0)
-        e->off = 1;
     return rc;
 }
 
@@ -919,19 +924,16 @@ static int n_local(int64_t n, int d, int nd)
     return n > d ? (int)((n - d + nd - 1) / nd) : 0;
 }
 
-/* The block of ndev plans shaped for ni i-particles on addresses [0, nj), into call[0 ..
- * ndev - 1]; NULL: not this call (nj beyond the addresses stored: the library names the
- * error), or an error (the engine off).  The library is asked for plans only when it has
- * none for these lists, or its memory moved. */
-static struct dplan *eng_plan(Engine *e, int nj, int ni, int lists, struct dplan *call)
+/* The block of ndev plans shaped for ni i-particles on addresses [0, nj) (nj no more than
+ * are stored), into call[0 .. ndev - 1]: 0, or -1 (error set).  The library is asked for
+ * plans only when it has none for these lists, or its memory moved. */
+static int eng_plan(Engine *e, int nj, int ni, int lists, struct dplan *call)
 {
     const int nd = e->ndev;
     if (e->have_j && !eng_fresh(e))
         eng_clear_plans(e);  /* the library's memory moved: no plan holds */
-    if (e->ntpl[lists] == 0 && (e->planner == NULL || eng_ask(e, lists) < 0))
-        return NULL;
-    if (nj > *e->dev[0].jside.n_stored_at || ni > ENG_NI_MAX)
-        return NULL;
+    if (e->ntpl[lists] == 0 && eng_ask(e, lists, 0, 0) < 0)
+        return -1;
     for (int d = 0; d < nd; d++) {
         const struct dplan *t = e->tpl[lists], *big = NULL, *small = NULL;
         const int nj_local = n_local(nj, d, nd);
@@ -945,52 +947,111 @@ static struct dplan *eng_plan(Engine *e, int nj, int ni, int lists, struct dplan
         if (big != NULL && small != NULL && plan_small(big, ni, nj_local))
             big = small;
         if (big == NULL || (call[d] = *big, plan_shape(&call[d], nj, nj_local, ni)) < 0
-            || plan_predict(&call[d], n_local(*big->n_stored_at, d, nd)) < 0) {
-            snprintf(e->error, sizeof e->error, "no plan of device %d for %d i-particles", d,
-                     ni);
-            e->off = 1;
-            return NULL;
-        }
+            || plan_predict(&call[d], n_local(*big->n_stored_at, d, nd)) < 0)
+            return eng_err(e, ENG_ERR_INTERNAL, "no plan of device %d for %d i-particles", d,
+                           ni);
     }
-    return call;
+    return 0;
 }
 
-/* Whether the memory holds n addresses (the host mirror, and each device's records: address
- * a on device a % ndev at local a / ndev): the highest plus one, or 0 when one is beyond. */
-static int room_for(const Engine *e, int n, const int *address)
+/* The j-particles' rules: n records (nrec double4 each, at rec) at addresses, with ids.
+ * 0, with the addresses in use they need (*top: the highest plus one) and the derivative
+ * records the predictor must read (*terms: the highest non-zero one, a = 1, jerk = 2, ...),
+ * or -1 with the error (ENG_ERR_INPUT) naming the first j-particle that breaks one. */
+static int j_rules(Engine *e, int n, const int *address, const int *index, const double *rec,
+                   int nrec, int *top, int *terms)
 {
-    const int nd = e->ndev, cap = e->dev[0].jside.mirror_cap;
-    int top = 0;
+    *top = 0;
+    *terms = 0;
     for (int k = 0; k < n; k++) {
+        const double *r = rec + 4 * (size_t)nrec * k;
         const int a = address[k];
-        if (a < 0 || a >= cap || a / nd >= e->dev[a % nd].jside.j_cap)
-            return 0;
-        if (a >= top)
-            top = a + 1;
+        if (a < 0 || a > LIMIT_MAX_ADDRESS)
+            return eng_err(e, ENG_ERR_INPUT, "address: value %d outside [0, %d]", a,
+                           LIMIT_MAX_ADDRESS);
+        if (index[k] < 0 || index[k] > LIMIT_MAX_ID)
+            return eng_err(e, ENG_ERR_INPUT, "index: value %d outside [0, %d] (address %d)",
+                           index[k], LIMIT_MAX_ID, a);
+        for (int q = 0; q < nrec; q++)
+            if (!finite3(r + 4 * q) || !isfinite(r[4 * q + 3]))
+                return eng_err(e, ENG_ERR_INPUT, "j-particle at address %d (index %d) has a "
+                               "NaN or infinite value", a, index[k]);
+        if (!position_ok(r))
+            return eng_err(e, ENG_ERR_INPUT, "x: j-particle at address %d: position (%g, %g, "
+                           "%g) too large: squared distances would overflow double; "
+                           "magnitudes must stay below %g", a, r[0], r[1], r[2], COORD_LIMIT);
+        for (int q = nrec - 1; q >= 2 && q - 1 > *terms; q--)
+            if (r[4 * q] != 0.0 || r[4 * q + 1] != 0.0 || r[4 * q + 2] != 0.0)
+                *terms = q - 1;
+        if (a >= *top)
+            *top = a + 1;
     }
-    return top;
+    return 0;
 }
 
-static int eng_put_j(void *engine, int n, const int *address, const int *index,
-                     const double *rec, int nrec)
+/* The rules of the library's kind (its records and precision, in j): pop and d5 (records
+ * RAW_P on) are zero below order 8 (the other derivatives past the order's records are
+ * not read), and double-single keeps every non-zero mass (pair terms are float).  0, or -1
+ * with the error (ENG_ERR_INPUT). */
+static int j_fits(Engine *e, const struct dplan *j, int n, const int *address,
+                  const double *rec, int nrec)
 {
-    Engine *e = engine;
+    for (int k = 0; k < n; k++) {
+        const double *r = rec + 4 * (size_t)nrec * k;
+        if (j->ds && !ds_mass_ok(r[3]))
+            return eng_err(e, ENG_ERR_INPUT, "mass: %g at address %d is below single "
+                           "precision's normal range (%.3g); double-single would lose its "
+                           "force. Use N-body units or precision='double' (see "
+                           "docs/accuracy.md)", r[3], address[k], ENGINE_FLT_MIN);
+        for (int q = j->raw_n > RAW_P ? j->raw_n : RAW_P; q < nrec; q++)
+            if (r[4 * q] != 0.0 || r[4 * q + 1] != 0.0 || r[4 * q + 2] != 0.0)
+                return eng_err(e, ENG_ERR_INPUT, "j-particle at address %d: derivative "
+                               "record %d is not zero, but this library's order keeps %d "
+                               "records (pop and d5 are taken at order 8 only)", address[k],
+                               q, j->raw_n);
+    }
+    return 0;
+}
+
+/* Whether the memory holds addresses [0, top) (the host mirror, and each device's records:
+ * address a on device a % ndev at local a / ndev). */
+static int room_for(const Engine *e, int top)
+{
+    if (top > e->dev[0].jside.mirror_cap)
+        return 0;
+    for (int d = 0; d < e->ndev; d++)
+        if (n_local(top, d, e->ndev) > e->dev[d].jside.j_cap)
+            return 0;
+    return 1;
+}
+
+static int eng_put_j_rc(Engine *e, int n, const int *address, const int *index,
+                        const double *rec, int nrec)
+{
     const struct dplan *j = &e->dev[0].jside;
-    int top;
-    if (nrec < 2 || nrec > JB_RECORDS) {
-        snprintf(e->error, sizeof e->error, "put_j: %d records per j-particle (2 to %d)",
-                 nrec, JB_RECORDS);
+    int top, terms;
+    e->code = ENG_ERR_BACKEND;
+    if (e->off)
+        return eng_err(e, ENG_ERR_BACKEND, "the device failed earlier (see the first error); "
+                       "open a new library");
+    if (nrec < 2 || nrec > JB_RECORDS)
+        return eng_err(e, ENG_ERR_INPUT, "put_j: %d records per j-particle (2 to %d)", nrec,
+                       JB_RECORDS);
+    if (n < 1)
+        return 1;
+    if (j_rules(e, n, address, index, rec, nrec, &top, &terms) < 0)
         return -1;
-    }
-    if (e->off || !e->have_j || n < 1)
-        return 0;
-    if (!eng_fresh(e)) {
-        eng_clear_plans(e);
-        return 0;
-    }
-    if ((top = room_for(e, n, address)) == 0
-        || !records_ok(n, rec, nrec, j->raw_n, j->pred_terms, j->ds))
-        return 0;
+    if (e->have_j && terms > j->raw_n - 2)  /* (records past the order's are not read) */
+        terms = j->raw_n - 2;
+    if ((!e->have_j || !eng_fresh(e) || !room_for(e, top) || terms > j->pred_terms)
+        && eng_ask(e, 0, top, terms) < 0)  /* more memory, or terms (the library's) */
+        return -1;
+    if (terms > j->raw_n - 2)
+        terms = j->raw_n - 2;
+    if (j_fits(e, j, n, address, rec, nrec) < 0)
+        return -1;
+    if (!room_for(e, top) || terms > j->pred_terms)
+        return eng_err(e, ENG_ERR_INTERNAL, "the library gave no room for address %d", top - 1);
     if (eng_in_flight(e) && eng_wait(e) < 0)  /* the force call reads the records */
         return -1;
     records_write(e, n, address, index, rec, nrec);
@@ -1001,6 +1062,12 @@ static int eng_put_j(void *engine, int n, const int *address, const int *index,
         if (eng_copy_j(e, d, n, address, index, rec, nrec) < 0)
             return -1;
     return 1;
+}
+
+static int eng_put_j(void *engine, int n, const int *address, const int *index,
+                     const double *rec, int nrec)
+{
+    return eng_code(engine, eng_put_j_rc(engine, n, address, index, rec, nrec));
 }
 
 /* Queue device d's force call (plan p): the i-particles packed (and, on device memory,
@@ -1054,6 +1121,45 @@ static int eng_start_dev(Engine *e, int d, struct dplan *p, int ni, const void *
     return 0;
 }
 
+/* The i-particles' rules (index: their ids, int64 when wide, else int), for a library of
+ * p's order: only what the order reads is checked (velocities from order 4, accelerations
+ * from 6, jerks at 8); h2 not at all: any value is taken (wants_list).  0, or -1 with the
+ * error (ENG_ERR_INPUT) naming the first i-particle that breaks one. */
+static int i_rules(Engine *e, const struct dplan *p, int ni, const void *index, int wide,
+                   const double *xi, const double *vi, const double *ai, const double *ji,
+                   double eps2)
+{
+    static const char *const name[3] = {"v", "a", "jerk"};
+    if (!(isfinite(eps2) && eps2 >= 0.0))
+        return eng_err(e, ENG_ERR_INPUT, "eps2: must be finite and >= 0, got %g", eps2);
+    if (p->order >= 6 && ai == NULL)
+        return eng_err(e, ENG_ERR_INPUT, "a: order %d needs the i-particles' predicted "
+                       "accelerations", p->order);
+    if (p->order >= 8 && ji == NULL)
+        return eng_err(e, ENG_ERR_INPUT, "jerk: order 8 needs the i-particles' predicted "
+                       "jerks");
+    for (int i = 0; i < ni; i++) {
+        const double *x = xi + 3 * i, *d[3] = {vi + 3 * i, ai ? ai + 3 * i : NULL,
+                                               ji ? ji + 3 * i : NULL};
+        const long id = id_at(index, wide, i);
+        if (id < 0 || id > p->max_id)
+            return eng_err(e, ENG_ERR_INPUT, "index: value %ld outside [0, %ld] (i-particle "
+                           "%d)", id, (long)p->max_id, i);
+        if (!finite3(x))
+            return eng_err(e, ENG_ERR_INPUT, "x: non-finite value in row %d (id %ld): [%g, %g, "
+                           "%g]", i, id, x[0], x[1], x[2]);
+        if (!position_ok(x))
+            return eng_err(e, ENG_ERR_INPUT, "x: value in row %d (id %ld) too large ([%g, %g, "
+                           "%g]): squared distances would overflow double; magnitudes must "
+                           "stay below %g", i, id, x[0], x[1], x[2], COORD_LIMIT);
+        for (int k = 0; k < 3; k++)
+            if (p->order >= 4 + 2 * k && !finite3(d[k]))
+                return eng_err(e, ENG_ERR_INPUT, "%s: non-finite value in row %d (id %ld)",
+                               name[k], i, id);
+    }
+    return 0;
+}
+
 /* start; index holds int64 ids when wide, else int.  Every device's prediction (where
  * needed) is queued first, then every device's force call; with several devices each
  * queue is flushed, so that they all work at once. */
@@ -1063,48 +1169,66 @@ static int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
 {
     struct dplan *p;
     const int nd = e->ndev;
-    int lists = 0;
+    int lists = 0, stored;
     uint64_t bits;
-    if (e->off || nj < 1 || ni < 1)
-        return 0;
+    e->code = ENG_ERR_BACKEND;
+    if (e->off)
+        return eng_err(e, ENG_ERR_BACKEND, "the device failed earlier (see the first error); "
+                       "open a new library");
     e->uncollected = 0;  /* a new call: the previous one's results are gone */
+    if (ni < 1 || ni > ENG_NI_MAX)
+        return eng_err(e, ENG_ERR_INPUT, "ni = %d: between 1 and %d i-particles per call", ni,
+                       ENG_NI_MAX);
     for (int i = 0; h2 != NULL && i < ni && !lists; i++)
         lists = wants_list(h2[i]);
     /* the last call collected (its i-particles' and results' arrays are reused); the
      * j-records' copies may still run: the queues keep the order, and a new plan waits */
     if (eng_in_flight(e) && eng_wait(e) < 0)
         return -1;
-    if ((p = eng_plan(e, nj, ni, lists, e->call)) == NULL)
-        return e->off ? -1 : 0;
-    if (p->order < 6)
-        a = NULL;
-    if (p->order < 8)
-        jerk = NULL;
-    if (!i_ok(p, ni, index, wide, x, v, a, jerk, eps2, h2))
-        return 0;
-    if (!have_t)
-        t = p->time0;
-    if (!e->pred_valid || e->pred_time != t) {
-        memcpy(&bits, &t, sizeof bits);
-        e->pred_valid = 0;
-        for (int d = 0; d < nd; d++) {
-            if (eng_on(e, d, p[d].predict.queue) < 0
-                || eng_launch(e, &p[d], &p[d].predict, bits, ni, NULL,
-                              "queueing the prediction") < 0)
-                return -1;
-            if (nd > 1 && !is_cuda(&p[d]))  /* under way while another device is waited for */
-                p[d].flush(p[d].predict.queue);
-        }
-        e->pred_valid = 1;
-        e->pred_time = t;
-    }
-    for (int d = 0; d < nd; d++)
-        if (eng_start_dev(e, d, &p[d], ni, index, wide, x, v, a, jerk, eps2, h2, lists) < 0)
+    if (!e->have_j && eng_ask(e, lists, 0, 0) < 0)
+        return -1;
+    stored = (int)*e->dev[0].jside.n_stored_at;
+    if (nj < 0 || nj > stored)
+        return eng_err(e, ENG_ERR_INPUT, "nj: %d outside [0, %d] (addresses stored)", nj,
+                       stored);
+    if (i_rules(e, &e->dev[0].jside, ni, index, wide, x, v,
+                e->dev[0].jside.order >= 6 ? a : NULL, e->dev[0].jside.order >= 8 ? jerk : NULL,
+                eps2) < 0)
+        return -1;
+    e->empty = nj == 0;  /* no j-particle: no force, no neighbour, no launch */
+    if (!e->empty) {
+        if (eng_plan(e, nj, ni, lists, e->call) < 0)
             return -1;
-    for (int d = 0; d < nd && nd > 1; d++)  /* one device: flushed when waited for */
-        if (!is_cuda(&p[d]))
-            p[d].flush(p[d].force.queue);
-    e->last = p;
+        p = e->call;
+        if (p->order < 6)
+            a = NULL;
+        if (p->order < 8)
+            jerk = NULL;
+        if (!have_t)
+            t = p->time0;
+        if (!e->pred_valid || e->pred_time != t) {
+            memcpy(&bits, &t, sizeof bits);
+            e->pred_valid = 0;
+            for (int d = 0; d < nd; d++) {
+                if (eng_on(e, d, p[d].predict.queue) < 0
+                    || eng_launch(e, &p[d], &p[d].predict, bits, ni, NULL,
+                                  "queueing the prediction") < 0)
+                    return -1;
+                if (nd > 1 && !is_cuda(&p[d]))  /* under way while another device waits */
+                    p[d].flush(p[d].predict.queue);
+            }
+            e->pred_valid = 1;
+            e->pred_time = t;
+        }
+        for (int d = 0; d < nd; d++)
+            if (eng_start_dev(e, d, &p[d], ni, index, wide, x, v, a, jerk, eps2, h2, lists)
+                < 0)
+                return -1;
+        for (int d = 0; d < nd && nd > 1; d++)  /* one device: flushed when waited for */
+            if (!is_cuda(&p[d]))
+                p[d].flush(p[d].force.queue);
+        e->last = p;
+    }
     e->uncollected = 1;
     e->last_ni = ni;
     e->lists_valid = 0;
@@ -1115,7 +1239,8 @@ static int eng_start(void *engine, int nj, int ni, const int *index, const doubl
                      const double *v, const double *a, const double *jerk, double eps2,
                      const double *h2, int have_t, double t)
 {
-    return eng_start_ids(engine, nj, ni, index, 0, x, v, a, jerk, eps2, h2, have_t, t);
+    return eng_code(engine, eng_start_ids(engine, nj, ni, index, 0, x, v, a, jerk, eps2, h2,
+                                          have_t, t));
 }
 
 static int cmp_int(const void *a, const void *b)
@@ -1141,19 +1266,15 @@ static int eng_collect_lists(Engine *e, const struct dplan *p, int ni)
         int *c = o == NULL ? NULL : PyMem_RawRealloc(e->nb_counts, sizeof(int) * ((size_t)ni + 1));
         if (o != NULL)
             e->nb_offsets = o;
-        if (c == NULL) {
-            snprintf(e->error, sizeof e->error, "out of memory for %d neighbour lists", ni);
-            return -1;
-        }
+        if (c == NULL)
+            return eng_err(e, ENG_ERR_INTERNAL, "out of memory for %d neighbour lists", ni);
         e->nb_counts = c;
         e->nb_rows_cap = (size_t)ni + 1;
     }
     if (total >= e->nb_ids_cap) {
         int *q = PyMem_RawRealloc(e->nb_ids, sizeof(int) * (total + 1));
-        if (q == NULL) {
-            snprintf(e->error, sizeof e->error, "out of memory for %zu neighbours", total);
-            return -1;
-        }
+        if (q == NULL)
+            return eng_err(e, ENG_ERR_INTERNAL, "out of memory for %zu neighbours", total);
         e->nb_ids = q;
         e->nb_ids_cap = total + 1;
     }
@@ -1176,30 +1297,51 @@ static int eng_collect_lists(Engine *e, const struct dplan *p, int ni)
     return 0;
 }
 
-static int eng_finish(void *engine, int ni, double *rows)
+/* The started call's result rows into rows: ni, or -1 (error set; ENG_ERR_NONFINITE
+ * names the first i-particle whose force is not finite, the rows written). */
+static int eng_finish_rc(Engine *e, int ni, double *rows)
 {
-    Engine *e = engine;
     struct dplan *p = e->last;
-    int finite = 1;
-    if (!e->uncollected || p == NULL || ni != e->last_ni) {
-        snprintf(e->error, sizeof e->error, "no force call of %d i-particles in flight", ni);
+    int bad = 0, first = -1;
+    e->code = ENG_ERR_BACKEND;
+    if (!e->uncollected || (p == NULL && !e->empty) || ni != e->last_ni) {
         eng_wait(e);
-        return -1;
+        return eng_err(e, ENG_ERR_INPUT, "no force call of %d i-particles in flight", ni);
     }
     e->uncollected = 0;
+    if (e->empty) {  /* no force, no neighbour (as the kernels say it: id -1, r^2 inf) */
+        const int nco = e->dev[0].jside.nco;
+        for (int r = 0; r < nco; r++)
+            for (int i = 0; i < ni; i++)
+                rows[(size_t)r * (size_t)ni + (size_t)i] = r == OC_NNID ? -1.0
+                                                           : r == OC_NNR2 ? INFINITY : 0.0;
+        return ni;
+    }
     if (eng_wait(e) < 0)
         return -1;
     for (int i = 0; i < ni; i++) {
         double v[NCO_ORDER8];
-        finite &= result_row(p, e->ndev, i, v);
+        if (!result_row(p, e->ndev, i, v) && bad++ == 0)
+            first = i;
         for (int r = 0; r < p->nco; r++)
             rows[(size_t)r * (size_t)ni + (size_t)i] = v[r];
     }
-    if (!finite)
-        return 0;
+    if (bad)
+        return eng_err(e, ENG_ERR_NONFINITE, "non-finite force on i-particle %d (id %d) and %d "
+                       "other(s): %s", first,
+                       (int)p->idata[(size_t)IC_ID * (size_t)p->ni_pad + (size_t)first], bad - 1,
+                       p->ds ? "coincident particles with eps2 = 0, or pair terms beyond "
+                       "single precision's range (~3e38: double-single computes them in "
+                       "float; use N-body units or precision='double', see docs/accuracy.md)"
+                       : "coincident particles with eps2 = 0, or overflow?");
     if (p->lists && eng_collect_lists(e, p, ni) < 0)
         return -1;
     return ni;
+}
+
+static int eng_finish(void *engine, int ni, double *rows)
+{
+    return eng_code(engine, eng_finish_rc(engine, ni, rows));
 }
 
 static int eng_lists(void *engine, int *ni, const int **offsets, const int **counts,
@@ -1215,12 +1357,9 @@ static int eng_lists(void *engine, int *ni, const int **offsets, const int **cou
     return 1;
 }
 
-static void eng_ids(void *engine, int ni, int *index)
+static int eng_wait_api(void *engine)
 {
-    Engine *e = engine;
-    const struct dplan *p = e->last;  /* every device's plan packed the same particles */
-    for (int i = 0; i < ni && p != NULL; i++)
-        index[i] = (int)p->idata[(size_t)IC_ID * (size_t)p->ni_pad + (size_t)i];
+    return eng_code(engine, eng_wait(engine));
 }
 
 static long eng_python_calls(void)
@@ -1239,8 +1378,8 @@ static const char *eng_error(void *engine)
 }
 
 static const struct sapporo_engine_api engine_api = {
-    SAPPORO_ENGINE_API_VERSION, eng_put_j, eng_start, eng_finish, eng_lists, eng_ids,
-    eng_wait, eng_order, eng_error, eng_python_calls,
+    SAPPORO_ENGINE_API_VERSION, eng_put_j, eng_start, eng_finish, eng_lists, eng_wait_api,
+    eng_order, eng_error, eng_python_calls,
 };
 
 /* ------------------------------------------------ arguments from Python, as the library takes them */
@@ -1531,10 +1670,28 @@ static void Engine_dealloc(Engine *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* The engine's errors in Python: Error(message, code), code as engine_api.h's ENG_ERR_* */
+static PyObject *EngineError;
+
 static PyObject *raise_error(Engine *self)
 {
-    PyErr_SetString(PyExc_RuntimeError, self->error);
+    PyObject *v = Py_BuildValue("(si)", self->error, self->code);
+    if (v != NULL) {
+        PyErr_SetObject(EngineError, v);
+        Py_DECREF(v);
+    }
     return NULL;
+}
+
+static PyObject *Engine_reset(Engine *self, PyObject *unused)
+{
+    (void)unused;
+    if (!ready(self))
+        return NULL;
+    self->code = ENG_ERR_BACKEND;
+    if (eng_reset(self) < 0)
+        return raise_error(self);
+    Py_RETURN_NONE;
 }
 
 static PyObject *Engine_wait(Engine *self, PyObject *unused)
@@ -1542,6 +1699,7 @@ static PyObject *Engine_wait(Engine *self, PyObject *unused)
     (void)unused;
     if (!ready(self))
         return NULL;
+    self->code = ENG_ERR_BACKEND;
     if (eng_wait(self) < 0)
         return raise_error(self);
     Py_RETURN_NONE;
@@ -1558,12 +1716,25 @@ static PyObject *Engine_disable(Engine *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-/* put_j(address, index, t, mass, x, v, a, jerk, snap, crackle, pop, d5) -> bool */
+/* A Python method's result for rc (eng_*_rc's): the value, False (0) for an argument the
+ * library names in its words (ENG_ERR_INPUT, or types the engine does not take: rc 0), or
+ * NULL with Error raised. */
+static int py_rc(Engine *self, int rc)
+{
+    if (rc < 0 && self->code != ENG_ERR_INPUT) {
+        raise_error(self);
+        return -1;
+    }
+    return rc < 0 ? 0 : rc;
+}
+
+/* put_j(address, index, t, mass, x, v, a, jerk, snap, crackle, pop, d5) -> bool: stored, or
+ * False (nothing stored): types the engine does not take (lists, other dtypes), or an
+ * argument the library names (the message in error) */
 static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t nargs)
 {
     struct views s = {.n = 0};
     double *rec;
-    int *address, *index;
     const double *tv, *mv, *xv, *vv, *dv[6];
     const Py_buffer *b;
     double t0 = 0.0, m0 = 0.0;
@@ -1575,8 +1746,7 @@ static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t na
     }
     if (!ready(self))
         return NULL;
-    if (!self->have_j || self->off)
-        Py_RETURN_FALSE;
+    snprintf(self->error, sizeof self->error, "arguments of types the engine does not take");
     /* address: an int, or n of them; index: the same number of ids */
     if ((n = int_values(args[0], -1, (long long)LIMIT_MAX_ADDRESS, self, &self->address, &s))
         < 1 || int_values(args[1], n, (long long)LIMIT_MAX_ID, self, &self->index, &s) != n) {
@@ -1584,8 +1754,6 @@ static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t na
         goto done;
     }
     rec = self->rec;
-    address = self->address;
-    index = self->index;
     /* t and mass: a number for all, or n of them */
     if (!numbers(args[2], n, &s, &t0, &tv) || !numbers(args[3], n, &s, &m0, &mv))
         goto done;
@@ -1595,39 +1763,41 @@ static PyObject *Engine_put_j(Engine *self, PyObject *const *args, Py_ssize_t na
     if ((b = f64_view(args[5], n, 3, &s)) == NULL)
         goto done;
     vv = b->buf;
+    self->code = ENG_ERR_BACKEND;
+    if ((args[10] != Py_None || args[11] != Py_None) && !self->have_j
+        && eng_ask(self, 0, 0, 0) < 0) {  /* pop, d5: the library's order tells */
+        ok = py_rc(self, -1);
+        goto done;
+    }
     for (int q = 0; q < 6; q++) {
-        /* a record the library does not have (pop, d5 below order 8): its error */
-        if (args[6 + q] != Py_None && q + 2 >= self->dev[0].jside.raw_n)
+        dv[q] = NULL;
+        if (args[6 + q] == Py_None)
+            continue;
+        if ((q >= 4 && q + 2 >= self->dev[0].jside.raw_n)  /* pop, d5 below order 8 */
+            || (b = f64_view(args[6 + q], n, 3, &s)) == NULL)
             goto done;
-        if (!finite_rows(args[6 + q], n, &s, &dv[q]))
-            goto done;
+        dv[q] = b->buf;
     }
     for (Py_ssize_t k = 0; k < n; k++) {
-        const double *x = xv + 3 * k, *v = vv + 3 * k, *d[6];
-        double t = tv != NULL ? tv[k] : t0, m = mv != NULL ? mv[k] : m0;
-        if (!(isfinite(t) && isfinite(m) && finite3(v) && fabs(x[0]) < COORD_LIMIT
-              && fabs(x[1]) < COORD_LIMIT && fabs(x[2]) < COORD_LIMIT))
-            goto done;
+        const double *d[6];
         for (int q = 0; q < 6; q++)
             d[q] = dv[q] == NULL ? NULL : dv[q] + 3 * k;
-        put_record(rec + (size_t)JB_DOUBLES * k, JB_RECORDS, x, m, v, t, d, NULL);
+        put_record(rec + (size_t)JB_DOUBLES * k, JB_RECORDS, xv + 3 * k,
+                   mv != NULL ? mv[k] : m0, vv + 3 * k, tv != NULL ? tv[k] : t0, d, NULL);
     }
-    ok = eng_put_j(self, (int)n, address, index, rec, JB_RECORDS);
+    ok = py_rc(self, eng_put_j_rc(self, (int)n, self->address, self->index, rec, JB_RECORDS));
 done:
     views_release(&s);
     put_shrink(self);
-    if (ok == -2)
-        return NULL;
     if (ok < 0)
-        return raise_error(self);
+        return NULL;
     return PyBool_FromLong(ok);
 }
 
-/* The arguments of start and compute, (x, v, index, eps2, a, jerk, t, nj, h2), started as
- * the library would take them: 1 started (*ni set), 0 not here (nothing queued: Python's),
- * -1 with an exception set. h2: None, or (ni,) float64 radii finite and >= 0 (anything
- * else not here: the library checks and gives its answer or error); all 0: no lists computed, and
- * lists() says None (the caller's lists are all empty). */
+/* The arguments of start and compute, (x, v, index, eps2, a, jerk, t, nj, h2), started:
+ * 1 (*ni set), 0 when the library is to convert or name them (nothing queued; the message
+ * in error), -1 with an exception set.  h2: None, or (ni,) float64 radii (wants_list); all
+ * 0: no lists computed, and lists() says None (the caller's lists are all empty). */
 static int start_args(Engine *self, PyObject *const *args, Py_ssize_t nargs, const char *name,
                       Py_ssize_t *ni_out)
 {
@@ -1651,7 +1821,8 @@ static int start_args(Engine *self, PyObject *const *args, Py_ssize_t nargs, con
     nj = PyLong_AsLong(args[7]);
     if ((t == -1.0 || nj == -1) && PyErr_Occurred())
         return -1;
-    if (self->off || nj < 1 || nj > (long long)LIMIT_MAX_ADDRESS || !number(args[3], &eps2))
+    snprintf(self->error, sizeof self->error, "arguments of types the engine does not take");
+    if (nj < 0 || nj > (long long)LIMIT_MAX_ADDRESS || !number(args[3], &eps2))
         goto done;
     if ((b = f64_view(args[0], -1, 3, &s)) == NULL)
         goto done;
@@ -1684,29 +1855,25 @@ static int start_args(Engine *self, PyObject *const *args, Py_ssize_t nargs, con
         if (!any)  /* lists asked for, none wanted: every list empty (the caller's) */
             h2 = NULL;
     }
-    rc = eng_start_ids(self, (int)nj, (int)ni, ids, wide, xv, vv, av, jv, eps2, h2, 1, t);
+    rc = py_rc(self, eng_start_ids(self, (int)nj, (int)ni, ids, wide, xv, vv, av, jv, eps2, h2,
+                                   1, t));
     *ni_out = ni;
 done:
     views_release(&s);
-    if (rc < 0) {
-        raise_error(self);
-        return -1;
-    }
     return rc;
 }
 
-/* The started call's rows into out: ni when done, -1 when a result is not finite (the rows
- * are there, for the library to name the particle); NULL with an exception on an error. */
+/* The started call's rows into out: ni; NULL with Error raised (a force that is not finite:
+ * ENG_ERR_NONFINITE, the rows written). */
 static PyObject *finish_rows(Engine *self, Py_ssize_t ni)
 {
-    int rc = eng_finish(self, (int)ni, self->out.buf);
-    if (rc < 0)
+    if (eng_finish_rc(self, (int)ni, self->out.buf) < 0)
         return raise_error(self);
-    return PyLong_FromLong(rc > 0 ? (long)ni : -1L);
+    return PyLong_FromSsize_t(ni);
 }
 
-/* start(x, v, index, eps2, a, jerk, t, nj, h2) -> ni when started, 0 when the library must
- * compute it its own way (nothing queued) */
+/* start(x, v, index, eps2, a, jerk, t, nj, h2) -> ni when started, 0 when the library is to
+ * convert or name the arguments (nothing queued) */
 static PyObject *Engine_start(Engine *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_ssize_t ni = 0;
@@ -1716,7 +1883,7 @@ static PyObject *Engine_start(Engine *self, PyObject *const *args, Py_ssize_t na
     return PyLong_FromSsize_t(rc > 0 ? ni : 0);
 }
 
-/* finish(ni) -> ni when done (rows in out), -1 when a result is not finite */
+/* finish(ni) -> ni when done (rows in out) */
 static PyObject *Engine_finish(Engine *self, PyObject *arg)
 {
     long ni = PyLong_AsLong(arg);
@@ -1728,8 +1895,7 @@ static PyObject *Engine_finish(Engine *self, PyObject *arg)
 }
 
 /* compute(x, v, index, eps2, a, jerk, t, nj, h2) -> start and finish: ni when done (rows in
- * out), 0 when the library must compute it its own way (nothing queued), -1 when a result
- * is not finite */
+ * out), 0 when the library is to convert or name the arguments (nothing queued) */
 static PyObject *Engine_compute(Engine *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_ssize_t ni = 0;
@@ -1831,7 +1997,15 @@ static PyMemberDef Engine_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+static PyObject *Engine_get_error(Engine *self, void *closure)
+{
+    (void)closure;
+    return PyUnicode_FromString(self->error);
+}
+
 static PyGetSetDef Engine_getset[] = {
+    {"error", (getter)Engine_get_error, NULL,
+     "the message of the last error, or why the last call returned False or 0", NULL},
     {"handle", (getter)Engine_handle, NULL,
      "the engine for C code (the functions of the capsule C_API): a capsule named "
      "sapporo.core._engine.Engine, valid while this object lives", NULL},
@@ -1839,57 +2013,6 @@ static PyGetSetDef Engine_getset[] = {
      "whether the engine queued kernels since this was last cleared", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
-
-/* pack_j(out, t, mass, x, v, a, jerk, snap, crackle, pop, d5): the j-records of n
- * particles checked by the library (float64: t and mass (n,), x, v and the derivatives
- * (n, 3) or None) packed into out, a writable (n, nrec, 4) float64 array, by put_record. */
-static PyObject *engine_pack_j(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    struct views s = {.n = 0};
-    Py_buffer out;
-    const Py_buffer *b[4];
-    const double *d[6];
-    Py_ssize_t n, nrec;
-    int ok = 1;
-    (void)module;
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "pack_j takes 11 arguments");
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[0], &out, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE)
-        < 0)
-        return NULL;
-    n = out.ndim == 3 ? out.shape[0] : -1;
-    nrec = out.ndim == 3 ? out.shape[1] : 0;
-    ok = n >= 0 && nrec >= 2 && nrec <= JB_RECORDS && out.shape[2] == 4
-         && out.itemsize == 8 && strcmp(fmt_core(out.format), "d") == 0;
-    for (int k = 0; k < 4 && ok; k++)
-        ok = (b[k] = f64_view(args[1 + k], n, k < 2 ? 0 : 3, &s)) != NULL;
-    for (int q = 0; q < 6 && ok; q++) {
-        const Py_buffer *v = NULL;
-        ok = args[5 + q] == Py_None
-             || (q + 2 < nrec && (v = f64_view(args[5 + q], n, 3, &s)) != NULL);
-        d[q] = v == NULL ? NULL : v->buf;
-    }
-    if (!ok)
-        PyErr_SetString(PyExc_TypeError, "pack_j: out must be a writable (n, 2..8, 4) float64 "
-                        "array, t and mass (n,) float64, x, v and the derivatives (n, 3) "
-                        "float64 (None: zero; none past out's records)");
-    for (Py_ssize_t k = 0; k < n && ok; k++) {
-        const double *dk[6];
-        for (int q = 0; q < 6; q++)
-            dk[q] = d[q] == NULL ? NULL : d[q] + 3 * k;
-        put_record((double *)out.buf + 4 * nrec * k, (int)nrec,
-                   (const double *)b[2]->buf + 3 * k, ((const double *)b[1]->buf)[k],
-                   (const double *)b[3]->buf + 3 * k, ((const double *)b[0]->buf)[k], dk,
-                   NULL);
-    }
-    views_release(&s);
-    PyBuffer_Release(&out);
-    if (!ok)
-        return NULL;
-    Py_RETURN_NONE;
-}
 
 /* combine(parts, out): partial results (nparts, nrows, n) float64, rows as layout.h's (and
  * any more after them, summed) combined into out (nrows, n) as the engine combines the
@@ -1960,8 +2083,6 @@ static PyObject *engine_split(PyObject *module, PyObject *args)
 static PyMethodDef module_methods[] = {
     {"split", engine_split, METH_VARARGS,
      "split(i_per_group, j_align, min_jchunk, target, ni_pad, nj) -> (nparts, jchunk)"},
-    {"pack_j", (PyCFunction)(void (*)(void))engine_pack_j, METH_FASTCALL,
-     "pack_j(out, t, mass, x, v, a, jerk, snap, crackle, pop, d5): j-records into out"},
     {"combine", (PyCFunction)(void (*)(void))engine_combine, METH_FASTCALL,
      "combine(parts, out): (nparts, nrows, n) partial results combined into out (nrows, n)"},
     {NULL, NULL, 0, NULL},
@@ -1981,7 +2102,8 @@ static PyObject *Engine_shape(Engine *self, PyObject *args)
         Py_RETURN_NONE;
     if ((call = PyMem_RawMalloc(sizeof *call * (size_t)self->ndev)) == NULL)
         return PyErr_NoMemory();
-    if (eng_plan(self, nj, ni, lists, call) == NULL) {
+    if ((!self->have_j && eng_ask(self, lists, 0, 0) < 0) || nj > *self->dev[0].jside.n_stored_at
+        || eng_plan(self, nj, ni, lists, call) < 0) {
         PyMem_RawFree(call);
         if (self->off)
             return raise_error(self);
@@ -2007,13 +2129,15 @@ static PyMethodDef Engine_methods[] = {
     {"put_j", (PyCFunction)(void (*)(void))Engine_put_j, METH_FASTCALL,
      "put_j(address, index, t, mass, x, v, a, jerk, snap, crackle, pop, d5) -> bool"},
     {"compute", (PyCFunction)(void (*)(void))Engine_compute, METH_FASTCALL,
-     "compute(x, v, index, eps2, a, jerk, t, nj, h2) -> ni, 0 or -1"},
+     "compute(x, v, index, eps2, a, jerk, t, nj, h2) -> ni or 0"},
     {"start", (PyCFunction)(void (*)(void))Engine_start, METH_FASTCALL,
      "start(x, v, index, eps2, a, jerk, t, nj, h2) -> ni or 0"},
-    {"finish", (PyCFunction)Engine_finish, METH_O, "finish(ni) -> ni or -1"},
+    {"finish", (PyCFunction)Engine_finish, METH_O, "finish(ni) -> ni"},
     {"lists", (PyCFunction)(void (*)(void))Engine_lists, METH_FASTCALL,
      "lists(counts, table) -> bool: the last call's neighbour lists into the arrays"},
     {"wait", (PyCFunction)Engine_wait, METH_NOARGS, "wait for the force call in flight"},
+    {"reset", (PyCFunction)Engine_reset, METH_NOARGS,
+     "forget every j-particle (the records in use zero, no address in use)"},
     {"disable", (PyCFunction)Engine_disable, METH_NOARGS,
      "take no call from now on"},
     {NULL, NULL, 0, NULL},
@@ -2023,7 +2147,7 @@ static PyTypeObject EngineType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "sapporo.core._engine.Engine",
     .tp_doc = "Engine(out, planner, ndev=1): block steps of one library on ndev devices, run "
-              "in C on the plans its planner(nj, ni, lists) makes.",
+              "in C on the plans its planner(lists, top, terms) makes.",
     .tp_basicsize = sizeof(Engine),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
@@ -2045,14 +2169,23 @@ PyMODINIT_FUNC PyInit__engine(void)
     PyObject *m, *api;
     if (PyType_Ready(&EngineType) < 0)
         return NULL;
+    if (EngineError == NULL
+        && (EngineError = PyErr_NewExceptionWithDoc(
+                "sapporo.core._engine.Error", "An engine's error: Error(message, code), code "
+                "as engine_api.h's ENG_ERR_*.", PyExc_RuntimeError, NULL)) == NULL)
+        return NULL;
     if ((m = PyModule_Create(&engine_module)) == NULL)
         return NULL;
     api = PyCapsule_New((void *)&engine_api, "sapporo.core._engine.C_API", NULL);
     Py_INCREF(&EngineType);
     if (api == NULL || PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0
         || PyModule_AddObject(m, "C_API", api) < 0
+        || PyModule_AddObjectRef(m, "Error", EngineError) < 0
         || PyModule_AddIntConstant(m, "NI_MAX", ENG_NI_MAX) < 0
         || PyModule_AddIntConstant(m, "MAX_DEV", ENG_MAX_DEV) < 0
+        || PyModule_AddIntConstant(m, "ERR_INPUT", ENG_ERR_INPUT) < 0
+        || PyModule_AddIntConstant(m, "ERR_BACKEND", ENG_ERR_BACKEND) < 0
+        || PyModule_AddIntConstant(m, "ERR_NONFINITE", ENG_ERR_NONFINITE) < 0
 
         || PyModule_AddIntConstant(m, "NCO_MAX", NCO_ORDER8) < 0) {
         Py_XDECREF(api);

@@ -46,7 +46,7 @@ from sapporo.core.layout import (
     SNAP_ROWS,
 )
 from sapporo.core.results import DEFAULT_NB_CAPACITY, ForceResult, PendingForce
-from sapporo.core.validate import COORD_LIMIT, all_finite, int_arg, ints, scalar, scalars, vec3
+from sapporo.core.validate import COORD_LIMIT, int_arg, ints, scalar, scalars, vec3
 from sapporo.errors import BackendError, InputError, NonFiniteError, SapporoError
 
 __all__ = ["DEFAULT_NB_CAPACITY", "ForceResult", "Library", "PendingForce"]
@@ -186,9 +186,8 @@ class Library:
         self._raw_n = layout.raw_n(self.order)  # raw records per j-address
         self._raw = np.zeros((0, self._raw_n, 4), dtype=np.float64)
         self._ids = np.full(0, -1, dtype=np.int64)
-        # addresses changed since the last upload; an empty entry at first, so that the
-        # first call allocates the j-buffers even when no j-particle was ever stored
-        self._dirty: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+        # a device lost its records (new buffers): every one to be uploaded again
+        self._lost = False
         # derivative records (a, jerk, snap, crackle) the predictor reads: those past it are
         # zero in every record stored so far (grows, never shrinks)
         self._pred_terms = 0
@@ -204,14 +203,17 @@ class Library:
         self._engine: Any = None
         self._engine_tried = False
         self._engine_out: np.ndarray | None = None
-        # the generation of the library's memory as the engine's plans see it: bumped by
-        # every change that moves it or that the engine must not step over (more
-        # addresses or derivative terms, j-particles stored here, a reset, a launch table)
+        # the generation of the library's launches as the engine's plans see them: bumped
+        # by a new launch table (the memory's moves the engine sees in the plans)
         self._lgen = np.zeros(1, dtype=np.int64)
-        # the addresses Python stored, for the engine to upload with the next plan it
-        # installs (DP_UPLOAD), and those of the last plan (kept until it has read them)
+        # the addresses whose device records the engine is to upload from the mirror with
+        # the next plan it installs (DP_UPLOAD), and those of the last plan (kept until it
+        # has read them)
         self._upload = np.zeros(0, dtype=np.int32)
         self._uploaded = self._upload
+        # the error the planner met (the engine reports its code and message; the library
+        # raises it as it was)
+        self._planner_exc: SapporoError | None = None
         # result rows this order fills: acc, pot (+ jerk) (+ snap); the others stay zero
         self._filled_rows = layout.result_rows(self.order)
         self._nco = layout.nco(self.order)
@@ -314,7 +316,6 @@ class Library:
         # the host mirror of the j-particles goes too (a closed library may stay referenced)
         self._raw = np.zeros((0, self._raw_n, 4))
         self._ids = np.zeros(0, dtype=np.int64)
-        self._dirty = []
         self._n_stored = 0
 
     def _collected(self, pending: PendingForce) -> None:
@@ -375,113 +376,47 @@ class Library:
                 raise SapporoError(CLOSED)
             ph = self._phases
             t0 = _now() if ph is not None else 0.0
-            eng = self._engine
-            if eng is not None and not self._dirty and self._pending is None:
-                try:
-                    stored = eng.put_j(address, index, t, mass, x, v, a, jerk, snap, crackle,
-                                       pop, d5)
-                except RuntimeError as exc:
-                    raise self._engine_error(exc) from None
-                if stored:  # checked and stored in C, into the mirror and the devices
-                    if ph is not None:
-                        ph["store"] += _now() - t0
-                    return
-            self._store(address, index, t, mass, x, v, a, jerk, snap, crackle, pop, d5, t0)
+            eng = self._engine_ready()
+            args = (address, index, t, mass, x, v, a, jerk, snap, crackle, pop, d5)
+            if not self._engine_call(eng.put_j, *args):
+                # types the engine does not take, or a value it refuses: converted and
+                # checked here (named in the library's words), then stored after all
+                self._planner_exc = None
+                cols = self._j_columns(*args)
+                if cols and not self._engine_call(eng.put_j, *cols):
+                    raise self._refusal(eng)
+            if ph is not None:
+                ph["store"] += _now() - t0
 
-    def _store(self, address: Any, index: Any, t: Any, mass: Any, x: Any, v: Any, a: Any,
-               jerk: Any, snap: Any, crackle: Any, pop: Any, d5: Any, t0: float) -> None:
-        """:meth:`set_j_particles` of what the engine did not take as it is: checked and
-        converted here, then stored by the engine after all or, for addresses beyond the
-        memory held and new derivative terms, into the mirror (uploaded with the next
-        plans)."""
-        ph = self._phases
-        eng = self._engine
+    def _j_columns(self, address: Any, index: Any, t: Any, mass: Any, x: Any, v: Any,
+                   *derivs: Any) -> tuple[Any, ...]:
+        """The arguments of :meth:`set_j_particles` checked and converted to the arrays the
+        engine takes (InputError naming what is wrong)."""
         addr = ints("address", address, None, 0, MAX_ADDRESS)
-        if addr is address:
-            addr = addr.copy()  # kept until the upload: the caller may reuse the array
         n = addr.size
         if n == 0:
-            return
+            return ()
         ids = ints("index", index, n, 0, MAX_ID)
-        tj = scalars("t", t, n)
-        m = scalars("mass", mass, n)
-        if self.precision == "double-single":
-            self._check_float_masses(m)
-        xj = vec3("x", x, n, limit=COORD_LIMIT)
-        vj = vec3("v", v, n)
-        if self.order < 8 and (pop is not None or d5 is not None):
-            raise InputError(f"{'pop' if pop is not None else 'd5'}: the 4th and 5th "
+        if self.order < 8 and (derivs[4] is not None or derivs[5] is not None):
+            raise InputError(f"{'pop' if derivs[4] is not None else 'd5'}: the 4th and 5th "
                              "derivatives are taken at order 8 only")
-        derivs = [None if val is None else vec3(name, val, n) for name, val in
-                  zip(("a", "jerk", "snap", "crackle", "pop", "d5"),
-                      (a, jerk, snap, crackle, pop, d5), strict=True)]
-        cols = [None if u is None else np.ascontiguousarray(u)
-                for u in (tj, m, xj, vj, *derivs)]
-        if (eng is not None and not self._dirty and self._pending is None
-                and self._engine_call(eng.put_j, addr, ids, *cols)):
-            # converted (lists, other dtypes, one value for all): stored in C after all
-            if ph is not None:
-                ph["checks"] += _now() - t0
-            return
-        # new addresses, new derivative terms: stored here, uploaded with the next plan
-        given = max((q for q, val in enumerate(derivs, start=2) if val is not None), default=1)
-        rec = np.empty((n, self._raw_n, 4))
-        engine.load().pack_j(rec, *cols)
-        if ph is not None:
-            ph["checks"] += _now() - t0
-        self._store_checked(addr, ids, rec, given)
+        cols = [scalars("t", t, n), scalars("mass", mass, n), vec3("x", x, n, limit=COORD_LIMIT),
+                vec3("v", v, n)]
+        cols += [None if val is None else vec3(name, val, n) for name, val in
+                 zip(("a", "jerk", "snap", "crackle", "pop", "d5"), derivs, strict=True)]
+        return (addr, ids, *(None if u is None else np.ascontiguousarray(u) for u in cols))
 
-    def _store_checked(self, addr: np.ndarray, ids: np.ndarray, rec: np.ndarray,
-                       given: int | None = None) -> None:
-        """:meth:`set_j_particles` after its checks: ``addr`` and ``ids`` int64 in range,
-        ``rec`` (n, k, 4): the first k <= raw_n(order) raw records (the others are zero),
-        finite (the C API checks them in C),
-        ``given``: the highest record that may be non-zero (None: any). The caller holds
-        the lock and has checked that the library is open."""
-        ph = self._phases
-        t0 = _now() if ph is not None else 0.0
-        terms = self._pred_terms
-        top_q = rec.shape[1] - 1 if given is None else min(given, rec.shape[1] - 1)
-        if terms < top_q - 1:
-            # derivative records the predictor must read from now on: the highest that
-            # holds a non-zero value (the records just stored make the next call predict)
-            for q in range(top_q, 1 + terms, -1):
-                if rec[:, q, :3].any():
-                    terms = q - 1
-                    break
-        n = addr.size
-        top = (int(addr[0]) if n == 1 else int(addr.max())) + 1
-        if top > self._raw.shape[0]:
-            self._grow(top)
-        if top > self._n_stored:
-            self._ensure_devices(top)
-        k = rec.shape[1]  # records given (GRAPE-5's two: x|m and v|t); the others zero
-        if k < self._raw_n:
-            self._raw[addr, k:] = 0.0
-        if n == 1:
-            a0 = int(addr[0])
-            self._raw[a0, :k] = rec[0]
-            self._ids[a0] = ids[0]
-        else:
-            self._raw[addr, :k] = rec
-            self._ids[addr] = ids
-        self._dirty.append(addr)
-        self._native_moved()  # stored here, to be uploaded before the engine steps again
-        self._pred_terms = terms
-        if top > self._n_stored:
-            self._n_stored = top
-        if ph is not None:
-            ph["store"] += _now() - t0
+    def _refusal(self, eng: Any) -> SapporoError:
+        """Why the engine refused arguments the library's own checks passed: a rule only it
+        knows (its message), or the planner's error (the capacity) as it was raised."""
+        exc, self._planner_exc = self._planner_exc, None
+        return exc or InputError(eng.error)
 
     @_serialised
     def reset(self) -> None:
         """Forget every j-particle (addresses become unused; memory is kept)."""
         self._check_open()
-        self._raw[: self._n_stored] = 0.0
-        self._ids[: self._n_stored] = -1
-        self._dirty.append(np.arange(self._n_stored))
-        self._n_stored = 0
-        self._native_moved()
+        self._engine_call(self._engine_ready().reset)
 
     def _j_capacity(self) -> int:
         """How many j-addresses the devices hold: 80% of the smallest one's memory, and no
@@ -491,39 +426,11 @@ class Library:
         return min(int(0.8 * mem * self.ndev) // j_bytes(self.order),
                    min(d.max_j for d in self._devs) * self.ndev)
 
-    def _ensure_devices(self, top: int) -> None:
-        """Room on every device for the addresses [0, top), made now, so that a device that
-        cannot allocate it fails the store that asked for it (BackendError, naming the
-        device and the bytes); the library keeps computing with what it held."""
-        for d, dev in enumerate(self._devs):
-            if self._n_local(top, d) <= dev.cap and dev.j:
-                continue
-            self._engine_wait()  # (a force call in flight reads the buffers)
-            try:
-                dev.ensure_j_capacity(self._n_local(top, d))
-            finally:  # new buffers (or the old size again): every record goes again
-                self._dirty.append(np.arange(self._n_stored))
-                self._native_moved()
-
     @property
     def max_address(self) -> int:
         """The largest j-address :meth:`set_j_particles` accepts (device memory, MAX_ADDRESS)."""
         self._check_open()
         return min(MAX_ADDRESS, self._j_capacity() - 1)
-
-    def _check_float_masses(self, m: np.ndarray) -> None:
-        """Double-single computes pair terms in float: a non-zero mass below float's normal
-        range would be lost silently, so it is refused."""
-        if m.size <= 8 and all(v == 0.0 or abs(v) >= FLT_MIN for v in m.tolist()):
-            return
-        tiny = (m != 0.0) & (np.abs(m) < FLT_MIN)
-        if tiny.any():
-            k = int(np.argmax(tiny))
-            raise InputError(
-                f"mass: {m[k]!r} at position {k} is below single precision's normal range "
-                f"({FLT_MIN:.3g}); double-single would lose its force. Use N-body units "
-                "or precision='double' (see docs/accuracy.md)"
-            )
 
     def _grow(self, top: int) -> None:
         limit = self._j_capacity()
@@ -562,7 +469,7 @@ class Library:
         return max(0, -(-(n - d) // self.ndev))
 
     # -- force calls in C (sapporo.core.engine)
-    def _plans(self, lists: bool) -> int | list[dict[str, Any]]:
+    def _plans(self, lists: bool, top: int = 0, terms: int = 0) -> int | list[dict[str, Any]]:
         """The plans of the native engine (``sapporo/core/_engine.c``, for the Python API and
         the C API): for every device, one per entry of its launch table (and per companion
         of small launches), with neighbour lists or not; each serves its block sizes on any
@@ -571,9 +478,9 @@ class Library:
         without native launches or buffer handles). A library that profiles has the engine
         time its launches (``seconds_at``: each device's :attr:`kernel_seconds` cell).
 
-        The library is brought up to date with the devices first (room for the addresses
-        stored, the queues finished), so that C starts from a consistent state; the engine
-        uploads what Python stored and predicts. Each plan carries the generations of its
+        The library's memory is made ready first (:meth:`_sync_j`: room for the addresses
+        [0, top) and the derivative terms the predictor reads, the queues finished), so that
+        C starts from a consistent state. Each plan carries the generations of its
         device's and the library's memory and where their current values are: the engine
         never uses a plan whose memory moved, and asks again.
         """
@@ -587,7 +494,7 @@ class Library:
                     self._pending.result()
                 except SapporoError:
                     pass
-            self._sync_j()
+            self._sync_j(top, terms)
             out: list[dict[str, Any]] = []
             for d, dev in enumerate(self._devs):
                 plans = dev.plans(lists)
@@ -677,7 +584,6 @@ class Library:
     def _engine_start(self) -> Any:
         """Make the native engine for this library (once; not when it is opened), and
         return it."""
-        self._engine_tried = True
         for dev in self._devs:
             if dev.ctx.native_entry_points() is None:
                 raise BackendError(f"{dev.info.name}: the {self.backend_name} runtime gives no "
@@ -689,20 +595,23 @@ class Library:
         self._engine_out = np.zeros(module.NCO_MAX * module.NI_MAX)
         me = weakref.ref(self)  # the engine must not keep its library alive (no GC there)
 
-        def planner(lists: int) -> Any:
+        def planner(lists: int, top: int, terms: int) -> Any:
             lib = me()
-            return -1 if lib is None else lib._engine_planner(lists)
+            return -1 if lib is None else lib._engine_planner(lists, top, terms)
 
         self._engine = module.Engine(self._engine_out, planner, self.ndev)
+        self._engine_tried = True
         return self._engine
 
-    def _engine_ready(self) -> None:
-        """The engine made, or why there is none (a device that failed before)."""
+    def _engine_ready(self) -> Any:
+        """The engine (made on first use), or why there is none (a device that failed
+        before)."""
         if not self._engine_tried:
             self._engine_start()
         if self._engine is None:
             raise BackendError(f"{self._devs[0].info.name}: the device failed earlier (see "
                                "the first error); open a new Library")
+        return self._engine
 
     def _drop_engine(self) -> None:
         """No force call from now on (a runtime error: the device's state is unknown); the
@@ -713,11 +622,17 @@ class Library:
         self._engine = None
         eng.disable()
 
-    def _engine_planner(self, lists: int) -> Any:
+    def _engine_planner(self, lists: int, top: int, terms: int) -> Any:
         """The engine's planner: the words of every plan (:meth:`_plans`, with neighbour
-        lists or not; :func:`sapporo.core.engine.plan_words`), or -1 (never for this
-        library)."""
-        plans = self._plans(bool(lists))
+        lists or not, for a memory of addresses [0, top) whose predictor reads ``terms``
+        derivatives; :func:`sapporo.core.engine.plan_words`), -1 (never for this library),
+        or (code, message): why not (the error kept for the library to raise)."""
+        try:
+            plans = self._plans(bool(lists), top, terms)
+        except SapporoError as exc:
+            self._planner_exc = exc
+            code = -1 if isinstance(exc, InputError) else -4
+            return code, str(exc)
         if isinstance(plans, int):
             return plans
         words = np.concatenate([engine.plan_words(p) for p in plans])
@@ -734,51 +649,70 @@ class Library:
         self._engine_call(eng.wait)
 
     def _engine_call(self, method: Callable[..., Any], *args: Any) -> Any:
-        """A method of the engine; its RuntimeError (a launch failed: the engine is off from
-        now on) as a :class:`BackendError` naming the device."""
+        """A method of the engine; its error as the library's (:meth:`_engine_error`)."""
         try:
             return method(*args)
         except RuntimeError as exc:
             raise self._engine_error(exc) from None
 
-    def _engine_error(self, exc: RuntimeError) -> BackendError:
-        """The engine's RuntimeError (a launch failed) as the :class:`BackendError` to raise,
-        naming the device; the engine takes no call from now on."""
+    def _engine_error(self, exc: RuntimeError) -> SapporoError:
+        """The engine's error (``_engine.Error(message, code)``) as the exception to raise:
+        the planner's own as it was, an argument's as :class:`InputError`, a force that is
+        not finite as :class:`NonFiniteError`; else a device failed (:class:`BackendError`
+        naming it) and the engine takes no call from now on."""
+        mod = engine.load()
+        msg, code = exc.args if len(exc.args) == 2 else (str(exc), mod.ERR_BACKEND)
+        planned, self._planner_exc = self._planner_exc, None
+        if planned is not None:
+            return planned
+        if code == mod.ERR_INPUT:
+            return InputError(msg)
+        if code == mod.ERR_NONFINITE:
+            return NonFiniteError(msg)
         self._drop_engine()
-        return BackendError(f"{self.device_name}: {exc}")
+        return BackendError(f"{self.device_name}: {msg}")
 
-    def _engine_chunks(self, x: Any, v: Any, index: Any, eps2: Any, h2: Any, a: Any,
-                       jerk: Any, nj: int | None) -> ForceResult | None:
-        """:meth:`compute` of more than ``NI_CHUNK`` i-particles in C, one engine call per
-        chunk of ``NI_CHUNK``; or None: a chunk the engine did not take (Python checks and
-        converts the arguments, and names what is wrong)."""
-        eng = self._engine
+    def _sync_j(self, top: int, terms: int) -> None:
+        """The library's memory as the engine asks for it: room for the addresses [0, top)
+        in the host mirror and on every device (a device that cannot allocate raises
+        :class:`BackendError` naming it and the bytes; the library keeps computing with what
+        it held), and ``terms`` derivative records the predictor reads (never fewer). A
+        device whose buffers were made again gets every record uploaded from the mirror."""
+        self._engine_wait()
+        if top > self._raw.shape[0]:
+            self._grow(top)
+        self._pred_terms = max(self._pred_terms, min(terms, self._raw_n - 2))
+        need = max(top, self._n_stored)
         try:
-            xs, vs, ids = np.asarray(x), np.asarray(v), np.asarray(index)
-            ai, ji = (None if u is None else np.asarray(u) for u in (a, jerk))
-            h2s = None if h2 is None else np.asarray(h2)
-        except (TypeError, ValueError):
-            return None
-        ni, nco, lists = xs.shape[0], self._nco, h2 is not None
-        if not all(u is None or u.shape[:1] == (ni,) for u in (vs, ids, ai, ji)):
-            return None
+            for d, dev in enumerate(self._devs):
+                self._lost |= dev.ensure_j_capacity(self._n_local(need, d))
+        except BackendError:
+            self._lost = True
+            raise
+        if self._lost:
+            self._upload = np.arange(self._n_stored, dtype=np.int32)
+            self._lost = False
+
+    def _engine_chunks(self, xi: np.ndarray, vi: np.ndarray, ids: np.ndarray, eps2: float,
+                       h2v: np.ndarray | None, ai: np.ndarray | None, ji: np.ndarray | None,
+                       nj: int) -> ForceResult:
+        """:meth:`compute` of more than ``NI_CHUNK`` checked i-particles, one engine call
+        per chunk of ``NI_CHUNK``."""
+        eng = self._engine
+        ni, nco, lists = xi.shape[0], self._nco, h2v is not None
         out = np.empty((nco, ni))
         counts, table = self._no_lists(ni) if lists else (None, None)
-
-        def part(u: np.ndarray | None, c0: int, c1: int) -> Any:
-            return None if u is None or u.ndim == 0 else u[c0:c1]
-
         for c0 in range(0, ni, NI_CHUNK):
-            c1 = min(ni, c0 + NI_CHUNK)
-            r = self._engine_call(eng.compute, xs[c0:c1], vs[c0:c1], ids[c0:c1], eps2,
-                                  part(ai, c0, c1), part(ji, c0, c1), self._time,
-                                  self._n_stored if nj is None else nj,
-                                  h2 if h2s is None or h2s.ndim == 0 else h2s[c0:c1])
-            if r == 0:
-                return None
-            out[:, c0:c1] = self._engine_out[: nco * (c1 - c0)].reshape(nco, c1 - c0)
+            c = slice(c0, min(ni, c0 + NI_CHUNK))
+            if not self._engine_call(eng.compute, xi[c], vi[c], ids[c], eps2,
+                                     None if ai is None else ai[c],
+                                     None if ji is None else ji[c], self._time, nj,
+                                     None if h2v is None else h2v[c]):
+                raise self._refusal(eng)
+            k = c.stop - c0
+            out[:, c] = self._engine_out[: nco * k].reshape(nco, k)
             if lists:
-                counts[c0:c1], table[c0:c1] = self._engine_lists(eng, c1 - c0)
+                counts[c], table[c] = self._engine_lists(eng, k)
         if not lists:
             return self._result(out, ids)
         return self._result(out, ids, counts, [(counts, table)])
@@ -799,65 +733,31 @@ class Library:
     def _engine_begin(self, x: Any, v: Any, index: Any, eps2: Any, h2: Any, a: Any,
                       jerk: Any, nj: int | None) -> PendingForce | None:
         """:meth:`start_compute` in C, or None: the engine did not take the arguments as
-        they are. More than
-        ``NI_CHUNK`` i-particles are computed here and now, chunk by chunk; the pending
-        call then only hands the result over."""
+        they are (types to convert, or a value the library names)."""
         eng = self._engine
-        try:
-            ni = eng.start(x, v, index, eps2, a, jerk, self._time,
-                           self._stored[0] if nj is None else nj, h2)
-        except RuntimeError as exc:
-            raise self._engine_error(exc) from None
+        ni = self._engine_call(eng.start, x, v, index, eps2, a, jerk, self._time,
+                               self._stored[0] if nj is None else nj, h2)
         if ni == 0:
-            if np.shape(x)[:1] <= (NI_CHUNK,):
-                return None
-            res = self._engine_chunks(x, v, index, eps2, h2, a, jerk, nj)
-            if res is None:
-                return None
-            pending = PendingForce(self._lock, lambda: res, self._collected)
-            self._pending = pending
-            return pending
+            return None
         ids = np.array(index, dtype=np.int64).reshape(-1)  # the caller may reuse its array
 
         def finish() -> ForceResult:
-            try:
-                r = eng.finish(ni)
-            except RuntimeError as exc:
-                raise self._engine_error(exc) from None
-            return self._engine_result(eng, r, ni, ids, h2 is not None)
+            return self._engine_result(eng, self._engine_call(eng.finish, ni), ids,
+                                       h2 is not None)
 
         pending = PendingForce(self._lock, finish, self._collected)
         self._pending = pending
         return pending
 
-    def _engine_result(self, eng: Any, r: int, ni: int, index: Any, lists: bool) -> ForceResult:
-        """The :class:`ForceResult` of engine ``eng``'s rows for ni i-particles (r = ni, or
-        -1: a result is not finite, named here), with its neighbour lists when asked for."""
+    def _engine_result(self, eng: Any, ni: int, index: Any, lists: bool) -> ForceResult:
+        """The :class:`ForceResult` of engine ``eng``'s rows for ni i-particles, with its
+        neighbour lists when asked for."""
         nco = self._nco
         out = self._engine_out[: nco * ni].reshape(nco, ni)  # type: ignore[index]
-        if r < 0:
-            self._raise_non_finite(out, np.atleast_1d(np.asarray(index)))
-        if not lists:  # (the engine found the rows finite)
-            return self._result(out, index, finite=True)
+        if not lists:
+            return self._result(out, index)
         counts, table = self._engine_lists(eng, ni)
-        return self._result(out, index, counts, [(counts, table)], finite=True)
-
-    def _sync_j(self) -> None:
-        """Room on the devices for the addresses stored, and the addresses Python stored (new
-        ones, or what the engine did not take) listed for the engine to upload with the next
-        plan (every address after a device's memory was reallocated)."""
-        self._engine_wait()
-        if not self._dirty:
-            return
-        moved = [dev.ensure_j_capacity(self._n_local(self._n_stored, d))
-                 for d, dev in enumerate(self._devs)]
-        if any(moved):
-            up = np.arange(self._n_stored)
-        else:  # each changed address once, in increasing order (the last write is in _raw)
-            up = np.unique(np.concatenate([self._upload, *self._dirty]))
-            up = up[: np.searchsorted(up, self._n_stored)]
-        self._upload = up.astype(np.int32)
-        self._dirty.clear()
+        return self._result(out, index, counts, [(counts, table)])
 
     # -- forces
     def compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None, a: Any = None,
@@ -866,27 +766,19 @@ class Library:
         with self._lock:
             if self._closed:
                 raise SapporoError(CLOSED)
-            eng = self._engine if self._engine_tried else self._engine_start()
-            if eng is not None and self._pending is None and (nj is None or type(nj) is int):
+            eng = self._engine_ready()
+            if self._pending is None and (nj is None or type(nj) is int):
                 ph = self._phases
                 t0 = _now() if ph is not None else 0.0
                 if h2 is not None:
                     h2 = _h2_rows(h2, x)
-                try:
-                    r = eng.compute(x, v, index, eps2, a, jerk, self._time,
-                                    self._stored[0] if nj is None else nj, h2)
-                except RuntimeError as exc:
-                    raise self._engine_error(exc) from None
-                if r != 0:
-                    res = self._engine_result(eng, r, r if r > 0 else len(x), index,
-                                              h2 is not None)
+                ni = self._engine_call(eng.compute, x, v, index, eps2, a, jerk, self._time,
+                                       self._stored[0] if nj is None else nj, h2)
+                if ni:
+                    res = self._engine_result(eng, ni, index, h2 is not None)
                     if ph is not None:
                         ph["step"] += _now() - t0
                     return res
-                if np.shape(x)[:1] > (NI_CHUNK,):  # more than one launch: in chunks
-                    res = self._engine_chunks(x, v, index, eps2, h2, a, jerk, nj)
-                    if res is not None:
-                        return res
             return self.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj,
                                       jerk=jerk).result()
 
@@ -913,12 +805,19 @@ class Library:
             Predicted jerks of the i-particles (required for order 8).
         """
         self._check_open()
-        eng = self._engine if self._engine_tried else self._engine_start()
-        if eng is not None and self._pending is None and (nj is None or type(nj) is int):
+        self._engine_ready()
+        if self._pending is not None:  # collect what nobody waited for (buffers reused)
+            try:
+                self._pending.result()
+            except SapporoError:
+                pass
+        if nj is None or type(nj) is int:
             pending = self._engine_begin(x, v, index, eps2,
                                          None if h2 is None else _h2_rows(h2, x), a, jerk, nj)
             if pending is not None:
                 return pending
+            self._planner_exc = None
+        # types to convert, or a value to name: checked here, in the library's words
         ph = self._phases
         t0 = _now() if ph is not None else 0.0
         xi = vec3("x", x, None, limit=COORD_LIMIT)
@@ -932,70 +831,31 @@ class Library:
             raise InputError(f"a: order {self.order} needs the i-particles' predicted "
                              "accelerations")
         ai = None if a is None else vec3("a", a, ni)  # checked always, used by orders 6, 8
-        if self.order < 6:
-            ai = None
         if jerk is None and self.order >= 8:
             raise InputError("jerk: order 8 needs the i-particles' predicted jerks "
                              "(compute(..., a=ai, jerk=ji))")
         ji = None if jerk is None else vec3("jerk", jerk, ni)  # checked always, used by 8
-        if self.order < 8:
-            ji = None
         h2v = None if h2 is None else scalars("h2", h2, ni, nonneg=True)
-        if nj is None:
-            nj = self._n_stored
-        else:
-            nj = int_arg("nj", nj, 0, self._n_stored, " (addresses stored)")
+        nj = self._n_stored if nj is None else int_arg("nj", nj, 0, self._n_stored,
+                                                       " (addresses stored)")
         if ph is not None:
             ph["checks"] += _now() - t0
-        return self._start_checked(xi, vi, ids, eps2, h2v, ai, nj, ji)
-
-    def _start_checked(self, xi: np.ndarray, vi: np.ndarray, ids: np.ndarray, eps2: float,
-                       h2v: np.ndarray | None, ai: np.ndarray | None,
-                       nj: int, ji: np.ndarray | None = None) -> PendingForce:
-        """:meth:`start_compute` after its checks: (ni, 3) float64 arrays, ids int64 in
-        range, eps2 >= 0, h2v (ni,) >= 0 or None, ai (orders 6, 8) or None, ji (order 8)
-        or None, 0 <= nj <= stored. The caller holds the lock and has checked that the
-        library is open. The engine computes it (no j-particle: no force, and no launch)."""
-        if self._pending is not None:
-            # Collect an earlier computation nobody waited for; its buffers are reused.
-            try:
-                self._pending.result()
-            except SapporoError:
-                pass
-        if nj == 0:
-            res = self._no_force(ids, h2v is not None)
+        if ni > NI_CHUNK:  # more than one launch: computed now, in chunks
+            res = self._engine_chunks(xi, vi, ids, eps2, h2v, ai, ji, nj)
             pending = PendingForce(self._lock, lambda: res, self._collected)
         else:
-            self._engine_ready()
             pending = self._engine_begin(xi, vi, ids, eps2, h2v, ai, ji, nj)
-            if pending is None:  # the arguments were checked: the engine must take them
-                raise BackendError(f"{self._devs[0].info.name}: the native engine declined "
-                                   f"a checked force call of {xi.shape[0]} i-particles on "
-                                   f"{nj} j-addresses (a bug: please report it)")
+            if pending is None:
+                raise self._refusal(self._engine)
         self._pending = pending
         return pending
 
-    def _no_force(self, ids: np.ndarray, lists: bool) -> ForceResult:
-        """The result of a call on no j-particle: no force, no neighbour, empty lists."""
-        ni = ids.shape[0]
-        out = np.zeros((self._nco, ni))
-        out[OC_NNID] = -1.0
-        if not lists:
-            return self._result(out, ids)
-        counts, table = self._no_lists(ni)
-        return self._result(out, ids, counts, [(counts, table)])
-
     def _result(self, out: np.ndarray, ids: Any,
                 counts: np.ndarray | None = None,
-                lists: list[tuple[np.ndarray, np.ndarray]] | None = None,
-                finite: bool = False) -> ForceResult:
-        """The :class:`ForceResult` of the combined rows ``out`` (nco, ni), with the
-        neighbour counts and each device's lists when they were asked for; ``finite``: the
-        engine has checked the rows. The one reader of result rows in Python."""
-        # (The nearest-neighbour rows are not checked: r^2 is inf when there is no
-        # neighbour.)
-        if not finite and not all_finite(out[self._filled_rows]):
-            self._raise_non_finite(out, ids)
+                lists: list[tuple[np.ndarray, np.ndarray]] | None = None) -> ForceResult:
+        """The :class:`ForceResult` of the combined rows ``out`` (nco, ni), which the engine
+        found finite, with the neighbour counts and each device's lists when they were
+        asked for. The one reader of result rows in Python."""
         out = out.copy()  # (the engine's rows are its buffer)
         order = self.order
         if out.shape[1] == 1:  # one i-particle (a block step's usual): views of the copy
@@ -1020,19 +880,4 @@ class Library:
             acc=acc, jerk=jerk, snap=snap, crackle=crackle, pot=pot, nn_index=nn_id,
             nn_r2=nn_r2, neighbour_counts=counts, overflow=overflow, capacity=self.nb_capacity,
             _lists=lists or [], _rows=out,
-        )
-
-    def _raise_non_finite(self, out: np.ndarray, ids: np.ndarray) -> None:
-        finite = np.isfinite(out[self._filled_rows]).all(axis=0)
-        if finite.all():  # the sum overflowed, not a term
-            return
-        bad = np.flatnonzero(~finite)
-        k = int(bad[0])
-        hint = ("coincident particles with eps2 = 0, or overflow?" if self.precision == "double"
-                else "coincident particles with eps2 = 0, or pair terms beyond single "
-                "precision's range (~3e38: double-single computes them in float; use N-body "
-                "units or precision='double', see docs/accuracy.md)")
-        raise NonFiniteError(
-            f"non-finite force on i-particle {k} (id {int(ids[k])}) and {bad.size - 1} "
-            f"other(s): {hint}"
         )

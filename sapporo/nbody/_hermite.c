@@ -14,11 +14,11 @@
  *   2. the block predicted by the Taylor series the device uses (sapporo.nbody.hermite's
  *      predict_taylor / predict_taylor8, the same Horner form and operation order);
  *   3. the force call: through the library's native engine (sapporo/engine_api.h, the
- *      capsule sapporo.core._engine.C_API), or, where the engine answers 0 or the library has
- *      none, through the integrator's Python method _py_force (the library's way);
+ *      capsule sapporo.core._engine.C_API), or, for a library without one (MPI's), through
+ *      the integrator's Python method _py_force (the library's way);
  *   4. the corrector, the interpolated derivatives, the step criterion with its force-noise
  *      guard and floor, the new power-of-two step (the formulas of docs/integrator.md);
- *   5. the new j-particles: engine put_j, else the integrator's _py_send.
+ *   5. the new j-particles: engine put_j, or the integrator's _py_send.
  *
  * Counters (steps, block steps, fallback steps, force calls, interactions, library
  * seconds, run seconds) count what the core did since the integrator last took them;
@@ -423,7 +423,18 @@ static void predict_block(Core *self, int k, double tb)
     }
 }
 
-/* The forces on the block at tb into r_*: the engine, else the Python way. 0 or -1. */
+/* The engine's error as RuntimeError(message, code) (the library maps the code). -1. */
+static int engine_error(Core *self, int rc)
+{
+    PyObject *v = Py_BuildValue("(si)", self->api->error(self->eng), rc);
+    if (v != NULL) {
+        PyErr_SetObject(PyExc_RuntimeError, v);
+        Py_DECREF(v);
+    }
+    return -1;
+}
+
+/* The forces on the block at tb into r_*: the engine, or the Python way. 0 or -1. */
 static int force_block(Core *self, int k, double tb)
 {
     double t0 = now();
@@ -441,20 +452,15 @@ static int force_block(Core *self, int k, double tb)
         if (rc > 0)
             rc = self->api->finish(eng, k, self->rows);
         Py_END_ALLOW_THREADS
-        if (rc < 0) {
-            PyErr_Format(PyExc_RuntimeError, "%s", self->api->error(eng));
-            return -1;
-        }
-        if (rc > 0) {
-            rows_out(self->rows, k, self->p.order, self->r_acc, self->r_jerk,
-                     self->p.order >= 6 ? self->r_snap : NULL,
-                     self->p.order >= 8 ? self->r_crackle : NULL, self->r_pot, NULL, NULL);
-            self->library_seconds += now() - t0;
-            self->force_calls++;
-            self->interactions += (long long)k * self->n;
-            return 0;
-        }
-        /* 0: the library's way (it diagnoses a non-finite result) */
+        if (rc < 0)
+            return engine_error(self, rc);
+        rows_out(self->rows, k, self->p.order, self->r_acc, self->r_jerk,
+                 self->p.order >= 6 ? self->r_snap : NULL,
+                 self->p.order >= 8 ? self->r_crackle : NULL, self->r_pot, NULL, NULL);
+        self->library_seconds += now() - t0;
+        self->force_calls++;
+        self->interactions += (long long)k * self->n;
+        return 0;
     }
     {
         PyObject *r = PyObject_CallFunction(self->py_force, "id", k, tb);
@@ -465,7 +471,7 @@ static int force_block(Core *self, int k, double tb)
     return 0;
 }
 
-/* The committed block as j-particles: engine put_j, else the Python way. 0 or -1. */
+/* The committed block as j-particles: engine put_j, or the Python way. 0 or -1. */
 static int send_block(Core *self, int k, double tb)
 {
     if (self->engine != NULL) {
@@ -488,12 +494,7 @@ static int send_block(Core *self, int k, double tb)
         Py_BEGIN_ALLOW_THREADS
         rc = self->api->put_j(eng, k, self->act, self->index32, self->rec, nrec);
         Py_END_ALLOW_THREADS
-        if (rc < 0) {
-            PyErr_Format(PyExc_RuntimeError, "%s", self->api->error(eng));
-            return -1;
-        }
-        if (rc > 0)
-            return 0;
+        return rc < 0 ? engine_error(self, rc) : 0;
     }
     {
         PyObject *r = PyObject_CallFunction(self->py_send, "i", k);
@@ -864,7 +865,13 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
             PyCapsule_GetPointer(capsule, "sapporo.core._engine.C_API");
         if (api == NULL)
             return -1;
-        if (api->version == SAPPORO_ENGINE_API_VERSION) {  /* else: the Python way */
+        if (api->version != SAPPORO_ENGINE_API_VERSION) {
+            PyErr_Format(PyExc_RuntimeError, "the native engine has interface version %d, "
+                         "this core %d: reinstall sapporo-nbody", api->version,
+                         SAPPORO_ENGINE_API_VERSION);
+            return -1;
+        }
+        {
             PyObject *handle = PyObject_GetAttrString(engine, "handle");
             void *eng = handle == NULL ? NULL
                 : PyCapsule_GetPointer(handle, "sapporo.core._engine.Engine");

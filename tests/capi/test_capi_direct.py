@@ -195,11 +195,9 @@ def test_engine_and_plans_from_python() -> None:
         assert lib._engine.shape(n + 1, 5, False) is None  # more j-addresses than stored
         (shape,) = lib._engine.shape(n, 5, False)
         assert shape["ni_pad"] >= 5 and shape["parts"] >= 1
-        # j-particles stored the library's way: no plan holds until the next is made
+        # a new launch table: no plan holds until the next is made
         lgen = int(lib._lgen[0])
-        rec = np.zeros((1, 8, 4))
-        rec[0, 0, 3] = 0.5
-        bridge.set_j_records(np.array([1], np.int32), np.array([1], np.int32), rec, 1)
+        lib.set_launch_table(dev.table)
         assert lib._lgen[0] > lgen
     finally:
         bridge.close()

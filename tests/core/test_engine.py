@@ -81,7 +81,7 @@ def _steps(lib, system, order: int, precision: str, sizes, rng,
         extra = {"jerk": jerk[sel]} if order >= 8 else {}
         lib.set_j_particles(sel, ids[sel], t - 1e-3, m[sel], x[sel], v[sel],
                             a=a[sel], jerk=jerk[sel])
-        stored = not lib._dirty  # not left for Python
+        stored = lib._engine is not None  # (every store is the engine's)
         if lib._engine is not None:
             lib._engine.ran = False  # (set again by any launch of the engine)
         lib.set_time(t)
@@ -160,9 +160,8 @@ def test_parts_combined_by_the_reduce_kernel_and_large_batches(backend, monkeypa
         steps = _steps(lib, system, order, precision, [1, 7, 600, 1, 33],
                        np.random.default_rng(5))
         assert all(s[4] for s in steps), "a block not run by the engine"
-        # every batch but the first (the engine makes its plans at the first force call),
-        # the 600 records too
-        assert [s[3] for s in steps] == [False, True, True, True, True]
+        # every batch, the 600 records too
+        assert all(s[3] for s in steps)
         (shape,) = lib._engine.shape(3000, 7, False)  # one device
         assert shape["reduce"] and shape["parts"] > 1  # the parts combined by the kernel
         # a run of consecutive addresses larger than one scatter (a tree code's list; on
@@ -181,7 +180,6 @@ def test_parts_combined_by_the_reduce_kernel_and_large_batches(backend, monkeypa
                         jerk=jerk[:1] if order >= 8 else None)
             one.set_j_particles(run, ids[run], 0.0, m[run], xs[run], v[run], a=a[run],
                                 jerk=jerk[run])
-            assert not one._dirty
             np.testing.assert_array_equal(_device_records(one)[100:900],
                                           one._raw[100:900, : one._devs[0].raw_n])
             one.set_time(0.002)
@@ -288,7 +286,6 @@ def test_a_batch_that_names_an_address_twice_keeps_its_last_record():
                 np.testing.assert_array_equal(_device_records(lib)[:3000],
                                               lib._raw[:3000, :raw_n])
                 lib.set_j_particles(addr, ids[addr], 0.0, m[addr], xs, v[addr])
-                assert not lib._dirty  # stored by the engine (a scatter of the batch)
                 res = lib.compute(x[:50], v[:50], ids[:50], EPS2)
             np.testing.assert_array_equal(_device_records(lib)[:3000], lib._raw[:3000, :raw_n])
             np.testing.assert_array_equal(lib._raw[addr, 0, :3], want[addr])
@@ -481,7 +478,7 @@ def test_inputs_of_other_forms_are_converted(backend):
             gen = int(odd._lgen[0])
             odd.set_j_particles(*form(sel))
             if k:  # (the first call made the engine)
-                assert int(odd._lgen[0]) == gen and not odd._dirty, k
+                assert int(odd._lgen[0]) == gen, k
             plain.set_j_particles(sel, ids[sel], np.zeros(len(sel)), m[sel], x[sel], v[sel])
             res = []
             for lib in (odd, plain):
@@ -510,7 +507,7 @@ def test_python_ints_where_numbers_go_run_in_c(backend):
             lib.set_j_particles(np.array([3]), ids[3:4], zero, one, x[3:4], v[3:4])
             lib.set_time(one)
             res.append(lib.compute(x[5:6], v[5:6], ids[5:6], zero))
-        assert not ints._dirty and ints._engine.ran
+        assert ints._engine.ran
         _same(*res)
         with pytest.raises(InputError):
             ints.set_j_particles(np.array([3]), ids[3:4], 10**400, 1, x[3:4], v[3:4])
@@ -528,7 +525,6 @@ def _ready(order: int = 4, precision: str = "double-single", backend: str = "ope
     s = np.array([3])
     lib.compute(x[s], v[s], ids[s], EPS2)
     lib.set_j_particles(s, ids[s], 0.0, m[s], x[s], v[s])
-    assert not lib._dirty, "the j-particle was not stored in C"
     lib.compute(x[s], v[s], ids[s], EPS2)
     assert lib._engine.ran
     return lib, (x, v, m, ids, a, jerk)
@@ -776,15 +772,16 @@ def test_module_refuses_misuse():
     args = (np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None, 0.0)
     # no plan: nothing stored, nothing computed; a planner that has none turns it off
     asked = []
-    eng = mod.Engine(out, lambda lists: asked.append(lists) or -1)
+    eng = mod.Engine(out, lambda *a: asked.append(a) or -1)
     with pytest.raises(TypeError):
         eng.compute(1, 2)
-    assert eng.put_j(0, 0, 0.0, 1.0, np.zeros((1, 3)), np.zeros((1, 3)), None, None, None,
-                     None, None, None) is False
-    with pytest.raises(RuntimeError, match="no plan"):
-        eng.compute(*args, 5, None)
-    assert asked == [0] and eng.off == 1 and eng.planner_calls == 1
-    assert eng.compute(*args, 5, None) == 0 and eng.start(*args, 5, None) == 0
+    with pytest.raises(mod.Error, match="no plan"):
+        eng.put_j(0, 0, 0.0, 1.0, np.zeros((1, 3)), np.zeros((1, 3)), None, None, None, None,
+                  None, None)
+    assert asked == [(0, 1, 0)] and eng.off == 1 and eng.planner_calls == 1
+    for call in (eng.compute, eng.start):
+        with pytest.raises(mod.Error, match="failed earlier"):
+            call(*args, 5, None)
     assert len(asked) == 1  # never asked again
     with pytest.raises(RuntimeError, match="no force call"):
         eng.finish(1)  # nothing started
@@ -811,7 +808,9 @@ def test_module_refuses_misuse():
         eng = mod.Engine(out, planner)
         with pytest.raises(RuntimeError, match=why):
             eng.compute(*args, 5, None)
-        assert eng.off == 1 and eng.compute(*args, 5, None) == 0
+        assert eng.off == 1
+        with pytest.raises(mod.Error, match="failed earlier"):
+            eng.compute(*args, 5, None)
     # a device count it does not serve
     for ndev in (0, -1, mod.MAX_DEV + 1):
         with pytest.raises(ValueError, match="ndev"):
@@ -934,7 +933,6 @@ def test_a_cuda_error_in_the_engine_fails_the_step_and_nothing_else(entry, profi
             planned before: the engine calls no planner, and PyCUDA pushes no context)."""
             for s in (one, sel, run):
                 lib.set_j_particles(s, ids[s], 0.003, m[s], x[s], v[s], a=a[s], jerk=jerk[s])
-                assert not lib._dirty  # stored by the engine
             lib.set_time(0.004)
             return lib.compute(x[sel], v[sel], ids[sel], EPS2, h2=h2)
 
@@ -1032,7 +1030,7 @@ def test_any_shape_without_the_planner(backend, precision):
         # the other addresses, stored by the engine: the memory holds them already
         lib.set_j_particles(np.arange(1000, n), ids[1000:], 0.0, m[1000:], x[1000:],
                             v[1000:])
-        assert lib.n_stored == n and not lib._dirty
+        assert lib.n_stored == n
         shapes = set()
         for k in range(40):
             ni, nj = int(rng.integers(1, 600)), int(rng.integers(1, n + 1))
