@@ -30,8 +30,10 @@
 #if PRECISION == 1
 /* The hardware's approximate reciprocal square root, flushing denormal inputs to zero:
  * rsqrtf adds a range test and two rescaling multiplies per call for inputs below
- * 1.2e-38 (r^2 + eps2 that small is a collision, and gives inf either way). On the host
- * emulation of the tests (no __CUDA_ARCH__) it is rsqrtf. */
+ * 1.2e-38 (r^2 + eps2 that small is a collision; the flushed input gives inf, and the
+ * call is refused as non-finite). On the host emulation of the tests (no __CUDA_ARCH__)
+ * it is rsqrtf of the input flushed the same way, so that the emulation refuses what the
+ * GPU refuses. */
 __device__ __forceinline__ float rsqrt_ftz(float x)
 {
 #ifdef __CUDA_ARCH__
@@ -39,10 +41,15 @@ __device__ __forceinline__ float rsqrt_ftz(float x)
     asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 #else
-    return rsqrtf(x);
+    return rsqrtf(x < 1.17549435e-38f ? 0.0f : x); /* NaN stays NaN */
 #endif
 }
-#define RSQRT(x) rsqrt_ftz(x)
+/* 1/sqrt(x) of the softened r^2 (never negative), or NaN where x overflowed to inf.
+ * rsqrt(inf) is 0, which would drop the pair silently (its forces and its potential);
+ * x * 0 + y is y for finite x and NaN for x = inf, one FFMA per pair, so that a pair
+ * beyond float's range (|d| above about 1.8e19) makes the result non-finite and the call is
+ * refused (the library's non-finite check) instead of returning wrong forces. */
+#define RSQRT(x) ((x) * 0.0f + rsqrt_ftz(x))
 #else
 #define RSQRT(x) (1.0 / sqrt(x))
 #endif
@@ -323,38 +330,80 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
                 /* computed for every pair and then selected: a branch around it made nvcc
                  * reload and convert eps2 inside the loop (inf or NaN of a self pair is
                  * discarded by the select) */
-                const real rinv_all = RSQRT(r2u + eps2);
+                const real s2 = r2u + eps2;
+                const real rinv_all = RSQRT(s2);
                 const real rinv = other ? rinv_all : (real)0;
-                const real rinv2 = rinv * rinv;
                 const real mrinv = pj.w * rinv;
-                const real mrinv3 = mrinv * rinv2;
-                /* acc = m/R^3 d, jerk = m/R^3 t, snap = m/R^3 u, crackle = m/R^3 (dj - 9 alpha u
-                 * - 9 beta t - 3 gamma d) with t = dv - 3 alpha d, u = da - 6 alpha t - 3 beta d
-                 * (the recurrence is derived in force.cl). Double-single factors m/R^3 out: each term one FFMA
-                 * (order 4: 58.5 -> 52 instructions per interaction on sm_90). Double keeps
-                 * the OpenCL kernels' products f = m/R^3 d and g = m/R^3 t (the same
-                 * arithmetic, the same bits on the CPU emulation). */
                 pot[w] -= mrinv;
 #if PRECISION == 1
-                ax[w] += mrinv3 * dx;
-                ay[w] += mrinv3 * dy;
-                az[w] += mrinv3 * dz;
+                /* Every pair term is the factor m/R^2 times a vector of R's scale removed:
+                 * e = d/R (|e| <= 1), and the velocity, acceleration and jerk differences
+                 * divided by R (rates, 1/time^k):
+                 *   acc = m/R^2 e, jerk = m/R^2 t, snap = m/R^2 u,
+                 *   crackle = m/R^2 (dj/R - 9 alpha u - 9 beta t - 3 gamma e),
+                 * t = dv/R - 3 alpha e, u = da/R - 6 alpha t - 3 beta e, with alpha, beta,
+                 * gamma as in force.cl, formed from the scaled vectors. m/R^2 is the size of
+                 * the acceleration term itself, so it stays in float's range as long as that
+                 * term does; the factor m/R^3 that the terms of d, dv, ... had before left
+                 * that range first (it underflowed for |d| above about 1e12 at m = 1/64, and
+                 * overflows at small separations). Each term is one FFMA; the cost is three
+                 * multiplies per scaled vector (e, and at order >= 4 dv, >= 6 da, 8 dj) less
+                 * the multiplies by R^2 they replace: order 4, 50 -> 55 instructions per
+                 * interaction on sm_90 with the FFMA of RSQRT (docs/accuracy.md). */
+                const real fr = mrinv * rinv;
+                const real ex = dx * rinv, ey = dy * rinv, ez = dz * rinv;
+                ax[w] += fr * ex;
+                ay[w] += fr * ey;
+                az[w] += fr * ez;
+#if ORDER >= 4
+                const real wx = (vj.x - vxi[w]) * rinv, wy = (vj.y - vyi[w]) * rinv;
+                const real wz = (vj.z - vzi[w]) * rinv;
+                const real alpha = ex * wx + ey * wy + ez * wz;
+                const real a3 = 3 * alpha;
+                const real tx = wx - a3 * ex, ty = wy - a3 * ey, tz = wz - a3 * ez;
+                jx[w] += fr * tx;
+                jy[w] += fr * ty;
+                jz[w] += fr * tz;
+#endif
+#if ORDER >= 6
+                const real qx = (aj.x - axi[w]) * rinv, qy = (aj.y - ayi[w]) * rinv;
+                const real qz = (aj.z - azi[w]) * rinv;
+                const real beta = wx * wx + wy * wy + wz * wz + ex * qx + ey * qy + ez * qz
+                                  + alpha * alpha;
+                const real a6 = 6 * alpha, b3 = 3 * beta;
+                const real ux = qx - a6 * tx - b3 * ex;
+                const real uy = qy - a6 * ty - b3 * ey;
+                const real uz = qz - a6 * tz - b3 * ez;
+                sx[w] += fr * ux;
+                sy[w] += fr * uy;
+                sz[w] += fr * uz;
+#endif
+#if ORDER >= 8
+                const real px = (jj.x - jxi[w]) * rinv, py = (jj.y - jyi[w]) * rinv;
+                const real pz = (jj.z - jzi[w]) * rinv;
+                const real gamma = 3 * (wx * qx + wy * qy + wz * qz) + ex * px + ey * py
+                                   + ez * pz + alpha * (b3 - 4 * alpha * alpha);
+                const real a9 = 9 * alpha, b9 = 9 * beta, g3 = 3 * gamma;
+                cx[w] += fr * (px - a9 * ux - b9 * tx - g3 * ex);
+                cy[w] += fr * (py - a9 * uy - b9 * ty - g3 * ey);
+                cz[w] += fr * (pz - a9 * uz - b9 * tz - g3 * ez);
+#endif
 #else
+                /* acc = m/R^3 d, jerk = m/R^3 t, snap = m/R^3 u, crackle = m/R^3 (dj
+                 * - 9 alpha u - 9 beta t - 3 gamma d) with t = dv - 3 alpha d,
+                 * u = da - 6 alpha t - 3 beta d (the recurrence is derived in force.cl),
+                 * formed as the OpenCL kernels' products f = m/R^3 d, g = m/R^3 t,
+                 * h = m/R^3 u (the same arithmetic, the same bits on the CPU emulation). */
+                const real rinv2 = rinv * rinv;
+                const real mrinv3 = mrinv * rinv2;
                 const real fx = mrinv3 * dx, fy = mrinv3 * dy, fz = mrinv3 * dz;
                 ax[w] += fx;
                 ay[w] += fy;
                 az[w] += fz;
-#endif
 #if ORDER >= 4
                 const real dvx = vj.x - vxi[w], dvy = vj.y - vyi[w], dvz = vj.z - vzi[w];
                 const real alpha = (dx * dvx + dy * dvy + dz * dvz) * rinv2;
                 const real a3 = 3 * alpha;
-#if PRECISION == 1
-                const real tx = dvx - a3 * dx, ty = dvy - a3 * dy, tz = dvz - a3 * dz;
-                jx[w] += mrinv3 * tx;
-                jy[w] += mrinv3 * ty;
-                jz[w] += mrinv3 * tz;
-#else
                 const real gx = mrinv3 * dvx - a3 * fx;
                 const real gy = mrinv3 * dvy - a3 * fy;
                 const real gz = mrinv3 * dvz - a3 * fz;
@@ -362,20 +411,11 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
                 jy[w] += gy;
                 jz[w] += gz;
 #endif
-#endif
 #if ORDER >= 6
                 const real dax = aj.x - axi[w], day = aj.y - ayi[w], daz = aj.z - azi[w];
                 const real beta = (dvx * dvx + dvy * dvy + dvz * dvz
                                    + dx * dax + dy * day + dz * daz) * rinv2 + alpha * alpha;
                 const real a6 = 6 * alpha, b3 = 3 * beta;
-#if PRECISION == 1
-                const real ux = dax - a6 * tx - b3 * dx;
-                const real uy = day - a6 * ty - b3 * dy;
-                const real uz = daz - a6 * tz - b3 * dz;
-                sx[w] += mrinv3 * ux;
-                sy[w] += mrinv3 * uy;
-                sz[w] += mrinv3 * uz;
-#else
                 const real hx = mrinv3 * dax - a6 * gx - b3 * fx;
                 const real hy = mrinv3 * day - a6 * gy - b3 * fy;
                 const real hz = mrinv3 * daz - a6 * gz - b3 * fz;
@@ -383,18 +423,12 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
                 sy[w] += hy;
                 sz[w] += hz;
 #endif
-#endif
 #if ORDER >= 8
                 const real djx = jj.x - jxi[w], djy = jj.y - jyi[w], djz = jj.z - jzi[w];
                 const real gamma = (3 * (dvx * dax + dvy * day + dvz * daz)
                                     + dx * djx + dy * djy + dz * djz) * rinv2
                                    + alpha * (b3 - 4 * alpha * alpha);
                 const real a9 = 9 * alpha, b9 = 9 * beta, g3 = 3 * gamma;
-#if PRECISION == 1
-                cx[w] += mrinv3 * (djx - a9 * ux - b9 * tx - g3 * dx);
-                cy[w] += mrinv3 * (djy - a9 * uy - b9 * ty - g3 * dy);
-                cz[w] += mrinv3 * (djz - a9 * uz - b9 * tz - g3 * dz);
-#else
                 cx[w] += mrinv3 * djx - a9 * hx - b9 * gx - g3 * fx;
                 cy[w] += mrinv3 * djy - a9 * hy - b9 * gy - g3 * fy;
                 cz[w] += mrinv3 * djz - a9 * hz - b9 * gz - g3 * fz;

@@ -38,6 +38,9 @@
 #endif
 
 #if PRECISION == 1
+/* rsqrt_nr: the Newton step multiplies x by the estimate, so an infinite x (r^2 beyond
+ * float's range) gives inf * 0 = NaN and a denormal one (which rsqrtps reads as 0, as the
+ * GPU's rsqrt.approx.ftz does) -inf or NaN: RSQRT_NAN_AT_INF says so (see RSQRT_FINITE). */
 #if W == 8 && defined(SAP_AVX)
 static inline float8 rsqrt_nr(const float8 x)
 {
@@ -45,6 +48,7 @@ static inline float8 rsqrt_nr(const float8 x)
     return y * (1.5f - 0.5f * x * y * y);
 }
 #define RSQRT(x) rsqrt_nr(x)
+#define RSQRT_NAN_AT_INF 1
 #elif W == 4 && defined(SAP_SSE)
 static inline float4 rsqrt_nr(const float4 x)
 {
@@ -52,6 +56,7 @@ static inline float4 rsqrt_nr(const float4 x)
     return y * (1.5f - 0.5f * x * y * y);
 }
 #define RSQRT(x) rsqrt_nr(x)
+#define RSQRT_NAN_AT_INF 1
 #elif W == 1 && defined(SAPPORO_X86_BUILTINS) && defined(__has_builtin)
 #if __has_builtin(__builtin_sqrtf)
 #define RSQRT(x) (1.0f / __builtin_sqrtf(x)) /* sqrtss and divss, inline */
@@ -81,6 +86,20 @@ static inline double8 sqrt_pd8(const double8 x)
 #else
 #define RSQRT(x) (1.0 / sqrt(x))
 #endif
+#endif
+
+/* 1/sqrt of the softened r^2 (never negative), NaN where it overflowed to inf. A correctly
+ * rounded rsqrt, and every hardware one, gives 0 there, which would drop the pair silently
+ * (its forces and its potential, as with r^2 beyond 3.4e38 in float, |d| above about
+ * 1.8e19). x * 0 + y is y for finite x and NaN for x = inf: one multiply-add per pair, so
+ * that such a pair makes the result non-finite and the library refuses the call (its
+ * non-finite check names the particle) instead of returning wrong forces; the CUDA kernels
+ * do the same. Not needed where the Newton step already gives NaN, nor in double (whose
+ * r^2 cannot overflow below the library's coordinate limit). */
+#if PRECISION == 1 && !defined(RSQRT_NAN_AT_INF)
+#define RSQRT_FINITE(x) ((x) * 0.0f + RSQRT(x))
+#else
+#define RSQRT_FINITE(x) RSQRT(x)
 #endif
 
 #if USE_LOCAL
@@ -285,23 +304,43 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
 #else
             const vint other_i = VMASK((vint)idj != idi) & (vint)(~(idj >> 31));
 #endif
-            const vreal rinv = KEEP_R(RSQRT(r2u + eps2), MASK_R(other_i));
-            const vreal rinv2 = rinv * rinv;
+            const vreal rinv = KEEP_R(RSQRT_FINITE(r2u + eps2), MASK_R(other_i));
             const vreal mrinv = mj * rinv;
-            const vreal mrinv3 = mrinv * rinv2;
-            /* acc = m/R^3 d, jerk = m/R^3 t, snap = m/R^3 u, crackle = m/R^3 (dj - 9 alpha u
-             * - 9 beta t - 3 gamma d) with t = dv - 3 alpha d and u = da - 6 alpha t - 3 beta d
-             * (the recurrence is derived beside the beta and gamma terms below). Double-single
-             * factors m/R^3 out (each term one multiply-add
-             * where they are contracted: 6 fewer instructions per interaction at order 4 on
-             * sm_90); double forms the products f = m/R^3 d and g = m/R^3 t first (the same
-             * instruction count without contraction, and faster on PoCL's CPU devices). */
             pot -= mrinv;
+            /* Pair terms by recurrence: with s = R^2, c = s^(-3/2), A0 = m c d and
+             * alpha = (d.dv)/s, dc/dt = -3 alpha c, so A1 = m c dv - 3 alpha A0 (jerk).
+             * d(alpha)/dt = beta - 3 alpha^2 with beta = (dv.dv + d.da)/s + alpha^2, so
+             * A2 = m c da - 6 alpha A1 - 3 beta A0 (snap). d(beta)/dt = gamma - 3 alpha beta
+             * with gamma = (3 dv.da + d.dj)/s + alpha (3 beta - 4 alpha^2), so
+             * A3 = m c dj - 9 alpha A2 - 9 beta A1 - 3 gamma A0 (crackle).
+             *
+             * Double-single writes every term as m/R^2 times a vector with R's scale taken
+             * out: e = d/R (|e| <= 1) and the differences of velocity, acceleration and jerk
+             * divided by R (w, q, p: rates, 1/time^k), so that alpha = e.w,
+             * beta = w.w + e.q + alpha^2, gamma = 3 w.q + e.p + alpha (3 beta - 4 alpha^2),
+             *   acc = m/R^2 e, jerk = m/R^2 t, snap = m/R^2 u,
+             *   crackle = m/R^2 (p - 9 alpha u - 9 beta t - 3 gamma e),
+             * t = w - 3 alpha e, u = q - 6 alpha t - 3 beta e. The factor m/R^2 is the size
+             * of the acceleration term itself, so it is inside float's range whenever that
+             * term is; the factor m/R^3 of d that these terms had before left the range
+             * first (below 1.2e-38 for |d| above about 1e12 at m = 1/64, so that the
+             * acceleration lost digits and then vanished; above 3.4e38 at small
+             * separations). Each term is one multiply-add where contracted; the price is
+             * three multiplies per scaled vector (e; at order >= 4 w, >= 6 q, 8 p) less the
+             * multiplies by R^2 that they replace (docs/accuracy.md, "The range of
+             * double-single").
+             *
+             * Double forms the products f = m/R^3 d, g = m/R^3 t and h = m/R^3 u (the same
+             * instruction count without contraction, and faster on PoCL's CPU devices). */
 #if PRECISION == 1
-            ax += mrinv3 * dx;
-            ay += mrinv3 * dy;
-            az += mrinv3 * dz;
+            const vreal fr = mrinv * rinv;
+            const vreal ex = dx * rinv, ey = dy * rinv, ez = dz * rinv;
+            ax += fr * ex;
+            ay += fr * ey;
+            az += fr * ez;
 #else
+            const vreal rinv2 = rinv * rinv;
+            const vreal mrinv3 = mrinv * rinv2;
             const vreal fx = mrinv3 * dx, fy = mrinv3 * dy, fz = mrinv3 * dz;
             ax += fx;
             ay += fy;
@@ -315,15 +354,19 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
             const real4 vj = JVEL(k);
             const real vxj = vj.x, vyj = vj.y, vzj = vj.z;
 #endif
+#if PRECISION == 1
+            const vreal wx = (vxj - vxi) * rinv, wy = (vyj - vyi) * rinv;
+            const vreal wz = (vzj - vzi) * rinv;
+            const vreal alpha = ex * wx + ey * wy + ez * wz;
+            const vreal a3 = 3 * alpha;
+            const vreal tx = wx - a3 * ex, ty = wy - a3 * ey, tz = wz - a3 * ez;
+            jx += fr * tx;
+            jy += fr * ty;
+            jz += fr * tz;
+#else
             const vreal dvx = vxj - vxi, dvy = vyj - vyi, dvz = vzj - vzi;
             const vreal alpha = (dx * dvx + dy * dvy + dz * dvz) * rinv2;
             const vreal a3 = 3 * alpha;
-#if PRECISION == 1
-            const vreal tx = dvx - a3 * dx, ty = dvy - a3 * dy, tz = dvz - a3 * dz;
-            jx += mrinv3 * tx;
-            jy += mrinv3 * ty;
-            jz += mrinv3 * tz;
-#else
             const vreal gx = mrinv3 * dvx - a3 * fx;
             const vreal gy = mrinv3 * dvy - a3 * fy;
             const vreal gz = mrinv3 * dvz - a3 * fz;
@@ -340,24 +383,23 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
             const real4 aj = JACC(k);
             const real axj = aj.x, ayj = aj.y, azj = aj.z;
 #endif
-            /* Pair terms by recurrence: with s = R^2, q = s^(-3/2), A0 = m q d and
-             * alpha = (d.dv)/s, dq/dt = -3 alpha q, so A1 = m q dv - 3 alpha A0 (jerk).
-             * d(alpha)/dt = beta - 3 alpha^2 with beta = (dv.dv + d.da)/s + alpha^2, so
-             * A2 = m q da - 6 alpha A1 - 3 beta A0 (snap). d(beta)/dt = gamma - 3 alpha beta with
-             * gamma = (3 dv.da + d.dj)/s + alpha (3 beta - 4 alpha^2), so
-             * A3 = m q dj - 9 alpha A2 - 9 beta A1 - 3 gamma A0 (crackle). */
+#if PRECISION == 1
+            const vreal qx = (axj - axi) * rinv, qy = (ayj - ayi) * rinv;
+            const vreal qz = (azj - azi) * rinv;
+            const vreal beta = wx * wx + wy * wy + wz * wz + ex * qx + ey * qy + ez * qz
+                               + alpha * alpha;
+            const vreal a6 = 6 * alpha, b3 = 3 * beta;
+            const vreal ux = qx - a6 * tx - b3 * ex;
+            const vreal uy = qy - a6 * ty - b3 * ey;
+            const vreal uz = qz - a6 * tz - b3 * ez;
+            sx += fr * ux;
+            sy += fr * uy;
+            sz += fr * uz;
+#else
             const vreal dax = axj - axi, day = ayj - ayi, daz = azj - azi;
             const vreal beta = (dvx * dvx + dvy * dvy + dvz * dvz + dx * dax + dy * day + dz * daz)
                                * rinv2 + alpha * alpha;
             const vreal a6 = 6 * alpha, b3 = 3 * beta;
-#if PRECISION == 1
-            const vreal ux = dax - a6 * tx - b3 * dx;
-            const vreal uy = day - a6 * ty - b3 * dy;
-            const vreal uz = daz - a6 * tz - b3 * dz;
-            sx += mrinv3 * ux;
-            sy += mrinv3 * uy;
-            sz += mrinv3 * uz;
-#else
             const vreal hx = mrinv3 * dax - a6 * gx - b3 * fx;
             const vreal hy = mrinv3 * day - a6 * gy - b3 * fy;
             const vreal hz = mrinv3 * daz - a6 * gz - b3 * fz;
@@ -374,16 +416,21 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
             const real4 jj = JJERK(k);
             const real jxj = jj.x, jyj = jj.y, jzj = jj.z;
 #endif
+#if PRECISION == 1
+            const vreal px = (jxj - jxi) * rinv, py = (jyj - jyi) * rinv;
+            const vreal pz = (jzj - jzi) * rinv;
+            const vreal gamma = 3 * (wx * qx + wy * qy + wz * qz) + ex * px + ey * py + ez * pz
+                                + alpha * (b3 - 4 * alpha * alpha);
+            const vreal a9 = 9 * alpha, b9 = 9 * beta, g3 = 3 * gamma;
+            cx += fr * (px - a9 * ux - b9 * tx - g3 * ex);
+            cy += fr * (py - a9 * uy - b9 * ty - g3 * ey);
+            cz += fr * (pz - a9 * uz - b9 * tz - g3 * ez);
+#else
             const vreal djx = jxj - jxi, djy = jyj - jyi, djz = jzj - jzi;
             const vreal gamma = (3 * (dvx * dax + dvy * day + dvz * daz)
                                  + dx * djx + dy * djy + dz * djz) * rinv2
                                 + alpha * (b3 - 4 * alpha * alpha);
             const vreal a9 = 9 * alpha, b9 = 9 * beta, g3 = 3 * gamma;
-#if PRECISION == 1
-            cx += mrinv3 * (djx - a9 * ux - b9 * tx - g3 * dx);
-            cy += mrinv3 * (djy - a9 * uy - b9 * ty - g3 * dy);
-            cz += mrinv3 * (djz - a9 * uz - b9 * tz - g3 * dz);
-#else
             cx += mrinv3 * djx - a9 * hx - b9 * gx - g3 * fx;
             cy += mrinv3 * djy - a9 * hy - b9 * gy - g3 * fy;
             cz += mrinv3 * djz - a9 * hz - b9 * gz - g3 * fz;
