@@ -39,7 +39,8 @@ setup(
     ext_modules=[
         Extension(
             "sapporo.core._engine",
-            sources=["sapporo/core/_engine.c", "sapporo/core/plan.c"],
+            sources=["sapporo/core/_engine.c", "sapporo/core/engine.c", "sapporo/core/calls.c",
+                     "sapporo/core/jstore.c", "sapporo/core/runtime.c", "sapporo/core/plan.c"],
             include_dirs=["sapporo"],
             depends=["sapporo/engine_api.h", "sapporo/plan.h", "sapporo/layout.h",
                      "sapporo/core/engine.h"],

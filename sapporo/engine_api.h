@@ -1,5 +1,5 @@
 /*
- * engine_api.h -- the native block-step engine as C code sees it (sapporo/core/_engine.c).
+ * engine_api.h -- the native block-step engine as C code sees it (sapporo/core/engine.h).
  *
  * One engine per library.  The Python API calls it through its Python methods; the C API
  * (capi/shim.c) through this table of functions, which the module publishes as the

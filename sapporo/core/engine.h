@@ -1,15 +1,29 @@
 /*
- * engine.h -- the native engine's own declarations, shared by its rooms: plans
- * (sapporo/core/plan.c: a plan's words unpacked, and each call's launches derived from
- * them) and the engine (sapporo/core/_engine.c: j-memory, the runtime, calls, the Python
- * type).  Not a public header: C clients use sapporo/engine_api.h.
+ * engine.h -- the native engine's own declarations, shared by its rooms (all compiled into
+ * the extension module sapporo.core._engine by setup.py):
+ *
+ *   plan.c     plans: a plan's words unpacked, and each call's launches shaped from them
+ *   runtime.c  the runtime: launches, copies and waits through OpenCL's entry points or
+ *              CUDA's driver API, as the plan names them
+ *   engine.c   the engine: its errors, the call in flight and its waits, timed launches,
+ *              the plans it installs and asks the library's planner for, the C table
+ *   jstore.c   j-memory: the argument rules of j-particles, the host mirror and the
+ *              devices' records, their copies, uploads and reset
+ *   calls.c    force calls: the i-particles' rules and packing, the launches of a call,
+ *              its parts and devices combined, the rows checked, the neighbour lists
+ *   _engine.c  the Python type Engine and the module
+ *
+ * Not a public header: C clients use sapporo/engine_api.h.
  */
 #ifndef SAPPORO_ENGINE_H
 #define SAPPORO_ENGINE_H
 
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine_api.h"
 #include "layout.h"
 #include "plan.h"
 
@@ -157,5 +171,262 @@ int plan_shape(struct dplan *p, int nj, int nj_local, int ni);
 /* Plan p's prediction shaped for the first n_local addresses of its device (the library's
  * addresses in use); 0, or -1 when its device holds fewer. */
 int plan_predict(struct dplan *p, int n_local);
+
+/* ------------------------------------------------------------------- the engine's state */
+
+#define ENG_MAX_DEV 16    /* devices of one library (more: refused) */
+/* timed launches (profiling) between two waits: at most a scatter, or a prediction, a force
+ * and a reduce per device (every store of a batch and every force call waits for the
+ * previous one) */
+#define ENG_TIMED_MAX (4 * ENG_MAX_DEV)
+
+/* A launch timed for a library that profiles: OpenCL, the launch's event (end); CUDA, two
+ * events recorded before (start) and after (end) it on its stream.  Its device time goes to
+ * *cell once it has run; p: its plan (the runtime, and CUDA's context). */
+struct eng_timed {
+    void *start, *end;
+    double *cell;
+    const struct dplan *p;
+    int dev;
+};
+
+/* One device's share of the engine.  A library with several devices spreads its addresses
+ * round-robin (address a on device a % ndev, at its local address a / ndev); each device has
+ * its own plan in every plan block (sapporo.core.engine: one block of DP_WORDS per device),
+ * its own j-records, queues and force launch, and the engine combines the devices' rows on
+ * the host. */
+struct edev {
+    /* the j-side of the device's current plans, as the last plan installed has it (they
+     * all share it): the memory put_j writes, its generations, the order, the device's
+     * memory and the scatter that places j-records there */
+    struct dplan jside;
+    int staged;              /* a scatter may still read the staging arrays */
+    int32_t ids_now[2];      /* the ids of one or two records copied in place (staged) */
+    void *busy_queue;        /* a queue with copies or kernels of the engine not yet finished */
+    void *force_queue;       /* the queue of the last force launch (NULL: none yet) */
+    struct dplan *inflight;  /* the device's plan of the force call in flight (or NULL) */
+    void *inflight_event;    /* ... and its launch's event (OpenCL; may be NULL) */
+};
+
+typedef struct {
+    PyObject_HEAD
+    int ready;               /* __init__ ran */
+    int off;                 /* 1: no call from now on (disable(), or a runtime error) */
+    PyObject *planner;       /* planner(lists, top, terms) -> the plans' words, or why not */
+    int ndev;                /* the library's devices */
+    /* the plans without and with lists (every device's, for every entry of its launch
+     * table; ntpl[lists] of them, none until asked for), and the block of ndev plans
+     * shaped for the call in flight or last made */
+    struct dplan *tpl[2];
+    int ntpl[2];
+    struct dplan call[ENG_MAX_DEV];
+    int have_j;              /* the devices' j-sides are those of the current plans */
+    struct edev dev[ENG_MAX_DEV];
+    /* the devices' predicted records: valid for pred_time */
+    int pred_valid;
+    double pred_time;
+    int ran;                 /* launched since this was last cleared (tests read it) */
+    long planner_calls;      /* the library asked for plans, over the engine's life */
+    long launches;           /* kernels queued, over the engine's life */
+    /* the last force call started (its block of plans) */
+    struct dplan *last;
+    int uncollected;         /* the last started call's results are still to be collected */
+    int last_ni;
+    int empty;               /* ... on no j-particle: no force, no launch */
+    /* profiling: the launches queued since the last wait, timed (eng_timed_collect) */
+    struct eng_timed timed[ENG_TIMED_MAX];
+    int ntimed;
+    /* the neighbour lists of the last finished call, as CSR */
+    int lists_ni, lists_valid;
+    int *nb_offsets, *nb_counts, *nb_ids;
+    size_t nb_rows_cap, nb_ids_cap;
+    char error[320];
+    int code;                /* the last error's code (ENG_ERR_*) */
+    /* the Python methods' buffers */
+    Py_buffer out;
+    int have_out;
+    double *rec;
+    int *address, *index;
+    size_t put_cap;          /* records rec, address and index hold */
+    /* device memory: a run of addresses staged (their ids; with several devices, their
+     * records too, gathered from the mirror) */
+    int32_t *run_ids;
+    double *run_raw;
+    size_t run_cap;
+} Engine;
+
+static inline int is_cuda(const struct dplan *p)
+{
+    return p->cu_launch != NULL;
+}
+
+/* CUDA: the plan's context current on this thread around one call of the driver (the
+ * caller's own current context, PyCUDA's or none, is back afterwards). */
+#define CU_CALL(p, rc, call)                                                                  \
+    do {                                                                                     \
+        void *prev_;                                                                         \
+        (rc) = (p)->cu_push((p)->cu_context);                                                \
+        if ((rc) == 0) {                                                                     \
+            (rc) = (call);                                                                   \
+            (p)->cu_pop(&prev_);                                                             \
+        }                                                                                    \
+    } while (0)
+
+/* -------------------------------- runtime.c: the runtime (OpenCL, or CUDA's driver API) */
+
+/* Queue a launch with its arguments (call_value at its call argument, ni at its ni
+ * argument); the runtime's error code (0: queued). OpenCL: event (may be NULL) receives
+ * the launch's event; CUDA has none (*event stays NULL: the stream is waited for). */
+dcl_int plan_launch(const struct dplan *p, const struct dlaunch *l, uint64_t call_value,
+                           int ni, void **event);
+
+/* Queue a copy of size bytes from host memory src to device memory mem + offset (the copy
+ * reads src later: keep it until the queue has finished). */
+dcl_int drv_write(const struct dplan *p, void *queue, void *mem, size_t offset,
+                         size_t size, const void *src);
+
+/* Copy size bytes from host memory src to device memory mem + offset now: after everything
+ * queued before it, and src no longer needed when it returns. */
+dcl_int drv_write_now(const struct dplan *p, void *queue, void *mem, size_t offset,
+                             size_t size, const void *src);
+
+/* Queue a copy of size bytes from device memory mem to host memory dst (filled once the
+ * queue has finished). */
+dcl_int drv_read(const struct dplan *p, void *queue, void *mem, size_t size, void *dst);
+
+/* Wait until everything queued on queue has run. */
+dcl_int drv_finish(const struct dplan *p, void *queue);
+
+/* Whether queue (CUDA) or event ev (OpenCL) is still running: 1, or 0 (done or failed). */
+int drv_busy(const struct dplan *p, void *queue, void *ev, dcl_int *status);
+
+/* Wait for a launch queued on queue (its event ev, or NULL), polling for p->spin_ns before
+ * sleeping (a sleeping wait costs a thread wake-up, tens of us); ev is not released. 0 when
+ * it completed; else the OpenCL error, and *status its execution status. */
+dcl_int plan_wait(const struct dplan *p, void *queue, void *ev, dcl_int *status);
+
+/* ----------------------------------------------------------------- engine.c: the engine */
+
+/* An error: its code (ENG_ERR_*; a device's or the engine's own failure turns the engine
+ * off) and message.  -1, for the caller to return. */
+int eng_err(Engine *e, int code, const char *fmt, ...);
+
+int eng_fail(Engine *e, const char *what, dcl_int rc, dcl_int status);
+
+/* The code a public function returns for rc (-1: the error set). */
+int eng_code(const Engine *e, int rc);
+
+void eng_clear_plans(Engine *e);
+
+/* Whether the memory the current plans point at is still where they were made. */
+int eng_fresh(const Engine *e);
+
+/* Wait for device d's part of the force call in flight, if any, and for every other
+ * command the engine queued on it: 0, or -1 (error set). */
+int eng_wait_dev(Engine *e, int d);
+
+/* Wait for the force call in flight, if any, and for every other command the engine
+ * queued, on every device: 0, or -1 (error set). */
+int eng_wait(void *engine);
+
+/* Whether a force call is in flight on any device. */
+int eng_in_flight(const Engine *e);
+
+/* Before queueing on queue of device d: the engine's commands on another queue of the
+ * device finished first (two queues of one context, such as PoCL's companion device's,
+ * share the buffers). */
+int eng_on(Engine *e, int d, void *queue);
+
+/* Queue a launch (see plan_launch; event, when not NULL, receives its OpenCL event); timed
+ * when the library profiles (p->seconds_at), read at the next wait. 0, or -1 (error set). */
+int eng_launch(Engine *e, struct dplan *p, struct dlaunch *l, uint64_t call_value,
+                      int ni, void **event, const char *what);
+
+/* Install the words of n plans (every device's, for every entry of its launch table; with
+ * lists or not), made by the library for the memory as it is now; the old plans go when a
+ * device's j-side moved.  0, or -1 (error set, the engine off). */
+int eng_install(Engine *e, const int64_t *w, int n, int lists);
+
+/* The plans with lists or not asked of the library (the planner, with the GIL), for a
+ * memory that holds addresses [0, top) and records whose derivatives up to terms the
+ * predictor reads; nothing in flight.  0, or -1 (error set: the library's reason, such as
+ * an address beyond its capacity, with the engine still on; or, when the library has no
+ * plan or gives one the engine cannot read, off). */
+int eng_ask(Engine *e, int lists, int top, int terms);
+
+/* Device d's local addresses among global addresses [0, n) of nd devices. */
+int n_local(int64_t n, int d, int nd);
+
+/* The block of ndev plans shaped for ni i-particles on addresses [0, nj) (nj no more than
+ * are stored), into call[0 .. ndev - 1]: 0, or -1 (error set).  The library is asked for
+ * plans only when it has none for these lists, or its memory moved. */
+int eng_plan(Engine *e, int nj, int ni, int lists, struct dplan *call);
+
+/* ------------------------------------------------------------------- jstore.c: j-memory */
+
+/* The records of addresses a0 .. a0 + m - 1 copied from the host mirror into the devices'
+ * records; they are to be predicted again.  0, or -1 (error set). */
+int eng_upload_run(Engine *e, int a0, int m);
+
+/* The n addresses (ascending, global) whose device records the library lost (new buffers),
+ * uploaded from the host mirror run by run (a plan's DP_UPLOAD, at its install: nothing is
+ * in flight).  0, or -1 (error set). */
+int eng_upload(Engine *e, int n, const int32_t *address);
+
+/* Forget every j-particle: the records in use zero (ids -1) in the mirror and on the
+ * devices, no address in use.  0, or -1 (error set). */
+int eng_reset(Engine *e);
+
+int eng_put_j_rc(Engine *e, int n, const int *address, const int *index,
+                        const double *rec, int nrec);
+
+int eng_put_j(void *engine, int n, const int *address, const int *index,
+                     const double *rec, int nrec);
+
+/* ----------------------------------------------------------------- calls.c: force calls */
+
+/* The sum of n values x[0], x[stride], ... in the reduce kernel's order: lane l adds values
+ * l, l + L, l + 2L, ... in order, then lane l + s is added into lane l for s = L/2, ..., 1
+ * (where that lane holds values).  The parts of one device's force call are combined so,
+ * then the devices' rows, and the MPI layer's ranks (combine). */
+double lanes_sum(const double *x, size_t stride, int n);
+
+/* The nearest neighbour among n candidates (ids id[0], id[stride], ..., r^2 likewise): the
+ * smallest r^2 among those that found one (id >= 0), ties to the lower id; none found: id
+ * -1, r^2 inf.  Order-independent, so parts and devices alike. */
+void nearest(const double *id, const double *r2, size_t stride, int n, double *v);
+
+/* i-particle i's result rows v[0 .. nco - 1] of a force call on nd devices (plans p[0 ..
+ * nd - 1]): each device's parts, then the devices' rows as if they were parts.  0 when a
+ * checked row (check_rows) is not finite, else 1 (the rows are written either way). */
+int result_row(const struct dplan *p, int nd, int i, double *v);
+
+/* start; index holds int64 ids when wide, else int.  Every device's prediction (where
+ * needed) is queued first, then every device's force call; with several devices each
+ * queue is flushed, so that they all work at once. */
+int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
+                         const double *x, const double *v, const double *a, const double *jerk,
+                         double eps2, const double *h2, int have_t, double t);
+
+int eng_start(void *engine, int nj, int ni, const int *index, const double *x,
+                     const double *v, const double *a, const double *jerk, double eps2,
+                     const double *h2, int have_t, double t);
+
+/* The neighbour lists the kernels wrote on the nd devices (plans p[0 .. nd - 1]), as the
+ * library gives them: per i-particle the ids every device stored (at most the capacity
+ * each), ascending, the first capacity of them, and the full count (the devices' sum). */
+int eng_collect_lists(Engine *e, const struct dplan *p, int ni);
+
+/* The started call's result rows into rows: ni, or -1 (error set; ENG_ERR_NONFINITE
+ * names the first i-particle whose force is not finite, the rows written). */
+int eng_finish_rc(Engine *e, int ni, double *rows);
+
+int eng_finish(void *engine, int ni, double *rows);
+
+int eng_lists(void *engine, int *ni, const int **offsets, const int **counts,
+                     const int **ids);
+
+/* the C table of engine_api.h (engine.c), which the module publishes as its capsule C_API */
+extern const struct sapporo_engine_api engine_api;
 
 #endif
