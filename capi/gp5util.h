@@ -6,9 +6,11 @@
  * g5_set_xmj(adr, nj, xj, mj, epsj2) and g5_set_xmjMC(devid, adr, nj, xj, mj, epsj2) (eps_j
  * squared per j-particle) become g5_set_xmje and g5_set_xmjeMC.
  *
- * The declarations are grape5.h's: every PG5 call with PG5's name and argument types, and
- * the calls PG5 lacks (the original GRAPE-5's g5_set_range, g5_set_xj, g5_set_mj;
- * Sapporo2's g5_open_special, g5_set_jp, g5_set_eps2_to_all; g5_set_xmje, g5_set_xmjeMC).
+ * The declarations are grape5.h's: every PG5 call with PG5's name and argument types
+ * (PG5/table's g5_set_eta and g5_set_cutoff_table among them), and the calls PG5 lacks (the
+ * original GRAPE-5's g5_set_range, g5_set_xj, g5_set_mj; Sapporo2's g5_open_special,
+ * g5_set_jp, g5_set_eps2_to_all; g5_set_xmje, g5_set_xmjeMC; g5_set_cutoff_scale, the
+ * length PG5/table fixes at compile time).
  *
  * PG5 declares its calls void; here they return int (0, or a negative SAPPORO_ERR_* code
  * of sapporo.h, the message also printed on stderr), as the library defines them.  A

@@ -28,6 +28,12 @@
  *
  * Beyond PG5's calls: the original GRAPE-5's g5_set_range, g5_set_xj and g5_set_mj, and
  * Sapporo2's g5_open_special, g5_set_jp and g5_set_eps2_to_all.
+ *
+ * PG5/table (the variant TreePM and P3M codes link) computes the short-range force of an S2
+ * split instead of Newton's: here g5_set_cutoff_scale or SAPPORO_G5_CUTOFF sets its length
+ * (PG5's compile-time SFT_FOR_PM), and g5_set_eta and g5_set_cutoff_table are accepted, as in
+ * PG5/table, changing nothing.  With a cutoff the potential is the short-range one (still
+ * positive; PG5/table returns 0).
  */
 #ifndef SAPPORO_GRAPE5_H
 #define SAPPORO_GRAPE5_H
@@ -94,6 +100,20 @@ int g5_get_force(int ni, double (*a)[3], double *pot);
 int g5_calculate_force_on_x(double (*x)[3], double (*a)[3], double *p, int ni);
 int g5_calculate_force_on_xe(double (*x)[3], double *eps2, double (*a)[3], double *p, int ni);
 
+/* The cutoff force of PG5/table (TreePM, P3M).  g5_set_cutoff_scale (sapporo's): the diameter
+ * a of the S2 shape (PG5's SFT_FOR_PM, 3.0 / SIZE_OF_MESH there), 0 for Newtonian forces;
+ * called before g5_open, it replaces SAPPORO_G5_CUTOFF, and every context computes
+ * acc = sum m_j d g(R) / R^3, pot = sum m_j h(R) / R (R^2 = r^2 + eps^2; zero for R >= a,
+ * and for R = 0), the short-range part of the S2 split (docs/capi.md).  Once GRAPE-5 is open
+ * another length is refused (SAPPORO_ERR_STATE; g5_close first). */
+int g5_set_cutoff_scale(double scale);
+/* PG5/table's: eta is kept and not used (as there); any value. */
+int g5_set_eta(double eta);
+/* PG5/table's placeholder: accepted, the functions never called (the split is S2's); a
+ * warning when no cutoff scale is set. */
+int g5_set_cutoff_table(double (*ffunc)(double), double fcut, double fcor,
+                        double (*pfunc)(double), double pcut, double pcor);
+
 /* The same on context devid (0 .. 63). */
 int g5_set_epsMC(int devid, int ni, double *eps);
 int g5_set_nMC(int devid, int n);
@@ -149,6 +169,10 @@ int g5_calculate_force_on_xMC_(int *devid, double (*x)[3], double (*a)[3], doubl
 int g5_calculate_force_on_xe_(double (*x)[3], double *eps2, double (*a)[3], double *p, int *ni);
 int g5_calculate_force_on_xeMC_(int *devid, double (*x)[3], double *eps2, double (*a)[3],
                                 double *p, int *ni);
+int g5_set_cutoff_scale_(double *scale);
+int g5_set_eta_(double *eta);
+int g5_set_cutoff_table_(double (*ffunc)(double *), double *fcut, double *fcor,
+                         double (*pfunc)(double *), double *pcut, double *pcor);
 
 #ifdef __cplusplus
 }

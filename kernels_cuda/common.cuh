@@ -13,6 +13,8 @@
  *   JT         j-particles per tile (a multiple of LI*LJ when tiles go through shared memory)
  *   USE_LOCAL  1: tiles are staged in shared memory; 0: read straight from global memory
  *   NB_CAP     neighbour-list capacity per i-particle
+ *   CUTOFF, CUTOFF_R  the short-range force of a TreePM / P^3M split (order 2; defined and
+ *              checked in sapporo/variants.h)
  *
  * Every macro has a default, so each file also compiles on its own with nvcc. The backend
  * compiles without -fmad=false (nvcc contracts multiply-adds into FMAs); in double, r^2 is

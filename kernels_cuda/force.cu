@@ -54,6 +54,29 @@ __device__ __forceinline__ float rsqrt_ftz(float x)
 #define RSQRT(x) (1.0 / sqrt(x))
 #endif
 
+#if CUTOFF
+/* The cutoff's short-range factors (sapporo/variants.h) of the softened distance R: *g
+ * multiplies the pair's acceleration, *h its potential (force.cl's CUTOFF_FACTORS). */
+__device__ __forceinline__ void cutoff_factors(const real R, real *g, real *h)
+{
+#if CUTOFF == 1
+    const real x = R * (real)(2.0 / CUTOFF_R);
+    const real t = x < 2 ? 2 - x : (real)0;
+    *g = (x < 1 ? S2_G_IN(x) : S2_G_OUT(t)) * (real)(1.0 / 140);
+    *h = (x < 1 ? S2_H_IN(x) : S2_H_OUT(t)) * (real)(1.0 / 140);
+#else
+    const real x = R * (real)(0.5 / CUTOFF_R);
+#if PRECISION == 1
+    *h = erfcf(x);
+    *g = *h + 1.1283791670955126f * x * expf(-x * x); /* 2 / sqrt(pi) */
+#else
+    *h = erfc(x);
+    *g = *h + 1.1283791670955126 * x * exp(-x * x);
+#endif
+#endif
+}
+#endif
+
 /* Lanes combined by warp shuffles (SHFL_LANES, a power of two <= 32) and then through
  * shared memory (SMEM_LANES groups, in group order). */
 #if (LJ & (LJ - 1)) == 0
@@ -332,9 +355,18 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
                  * discarded by the select) */
                 const real s2 = r2u + eps2;
                 const real rinv_all = RSQRT(s2);
+#if CUTOFF
+                /* coincident pairs (R = 0) are left out too */
+                const real rinv = other && s2 > 0 ? rinv_all : (real)0;
+                real cut_g, cut_h;
+                cutoff_factors(s2 * rinv, &cut_g, &cut_h);
+                const real mrinv = pj.w * rinv;
+                pot[w] -= mrinv * cut_h;
+#else
                 const real rinv = other ? rinv_all : (real)0;
                 const real mrinv = pj.w * rinv;
                 pot[w] -= mrinv;
+#endif
 #if PRECISION == 1
                 /* Every pair term is the factor m/R^2 times a vector of R's scale removed:
                  * e = d/R (|e| <= 1), and the velocity, acceleration and jerk differences
@@ -350,7 +382,11 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
                  * multiplies per scaled vector (e, and at order >= 4 dv, >= 6 da, 8 dj) less
                  * the multiplies by R^2 they replace: order 4, 50 -> 55 instructions per
                  * interaction on sm_90 with the FFMA of RSQRT (docs/accuracy.md). */
+#if CUTOFF
+                const real fr = mrinv * rinv * cut_g;
+#else
                 const real fr = mrinv * rinv;
+#endif
                 const real ex = dx * rinv, ey = dy * rinv, ez = dz * rinv;
                 ax[w] += fr * ex;
                 ay[w] += fr * ey;
@@ -395,7 +431,11 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
                  * formed as the OpenCL kernels' products f = m/R^3 d, g = m/R^3 t,
                  * h = m/R^3 u (the same arithmetic, the same bits on the CPU emulation). */
                 const real rinv2 = rinv * rinv;
+#if CUTOFF
+                const real mrinv3 = mrinv * rinv2 * cut_g;
+#else
                 const real mrinv3 = mrinv * rinv2;
+#endif
                 const real fx = mrinv3 * dx, fy = mrinv3 * dy, fz = mrinv3 * dz;
                 ax[w] += fx;
                 ay[w] += fy;

@@ -12,6 +12,8 @@
  *   NB_CAP     neighbour-list capacity per i-particle
  *   JV         0 or 1: with 1 the W vector lanes run over j-particles instead of i-particles
  *              (one i-particle per work-item; CPUs with few active particles)
+ *   CUTOFF, CUTOFF_R  the short-range force of a TreePM / P^3M split (order 2; defined and
+ *              checked in sapporo/variants.h)
  *
  * Every macro has a default, so each file also compiles on its own.
  */

@@ -102,6 +102,34 @@ static inline double8 sqrt_pd8(const double8 x)
 #define RSQRT_FINITE(x) RSQRT(x)
 #endif
 
+#if CUTOFF
+/* The cutoff's short-range factors (sapporo/variants.h) of the softened distance R: G
+ * multiplies the pair's acceleration, H its potential. CMP_R: a comparison of `real` values
+ * as an all-ones mask of vrint (vector comparisons give one already, scalar ones 1). */
+#if W == 1
+#define CMP_R(c) (-(RINT)(c))
+#else
+#define CMP_R(c) (c)
+#endif
+#if CUTOFF == 1
+#define CUTOFF_FACTORS(R, G, H)                                                             \
+    do {                                                                                    \
+        const vreal x_ = (R) * (real)(2.0 / CUTOFF_R);                                      \
+        const vrint in_ = CMP_R(x_ < 1);                                                    \
+        const vreal t_ = KEEP_R(2 - x_, CMP_R(x_ < 2));                                     \
+        G = BLEND_R(S2_G_OUT(t_), S2_G_IN(x_), in_) * (real)(1.0 / 140);                    \
+        H = BLEND_R(S2_H_OUT(t_), S2_H_IN(x_), in_) * (real)(1.0 / 140);                    \
+    } while (0)
+#else
+#define CUTOFF_FACTORS(R, G, H)                                                             \
+    do {                                                                                    \
+        const vreal x_ = (R) * (real)(0.5 / CUTOFF_R);                                      \
+        H = erfc(x_);                                                                       \
+        G = H + (real)1.1283791670955126 * x_ * exp(-x_ * x_); /* 2 / sqrt(pi) */           \
+    } while (0)
+#endif
+#endif
+
 #if USE_LOCAL
 #define JPOS(k) lpos[k]
 #define JPOS_LO(k) lpos_lo[k]
@@ -304,9 +332,21 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
 #else
             const vint other_i = VMASK((vint)idj != idi) & (vint)(~(idj >> 31));
 #endif
+#if CUTOFF
+            /* coincident pairs (R = 0) are left out too; the factors of a pair left out
+             * are those of R = 0, times zero */
+            const vreal s2 = r2u + eps2;
+            const vreal rinv = KEEP_R(RSQRT_FINITE(s2),
+                                      MASK_R(other_i & VMASK(MASK_I(s2 > 0))));
+            vreal cut_g, cut_h;
+            CUTOFF_FACTORS(s2 * rinv, cut_g, cut_h);
+            const vreal mrinv = mj * rinv;
+            pot -= mrinv * cut_h;
+#else
             const vreal rinv = KEEP_R(RSQRT_FINITE(r2u + eps2), MASK_R(other_i));
             const vreal mrinv = mj * rinv;
             pot -= mrinv;
+#endif
             /* Pair terms by recurrence: with s = R^2, c = s^(-3/2), A0 = m c d and
              * alpha = (d.dv)/s, dc/dt = -3 alpha c, so A1 = m c dv - 3 alpha A0 (jerk).
              * d(alpha)/dt = beta - 3 alpha^2 with beta = (dv.dv + d.da)/s + alpha^2, so
@@ -333,14 +373,22 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
              * Double forms the products f = m/R^3 d, g = m/R^3 t and h = m/R^3 u (the same
              * instruction count without contraction, and faster on PoCL's CPU devices). */
 #if PRECISION == 1
+#if CUTOFF
+            const vreal fr = mrinv * rinv * cut_g;
+#else
             const vreal fr = mrinv * rinv;
+#endif
             const vreal ex = dx * rinv, ey = dy * rinv, ez = dz * rinv;
             ax += fr * ex;
             ay += fr * ey;
             az += fr * ez;
 #else
             const vreal rinv2 = rinv * rinv;
+#if CUTOFF
+            const vreal mrinv3 = mrinv * rinv2 * cut_g;
+#else
             const vreal mrinv3 = mrinv * rinv2;
+#endif
             const vreal fx = mrinv3 * dx, fy = mrinv3 * dy, fz = mrinv3 * dz;
             ax += fx;
             ay += fy;

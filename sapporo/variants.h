@@ -71,4 +71,47 @@
 #error "NB_CAP must be positive"
 #endif
 
+/* The short-range ("cutoff") force of a TreePM / P^3M split, order 2 only (sapporo.Library's
+ * cutoff, the GRAPE-5 calls of Phantom-GRAPE's PG5/table):
+ *
+ *   CUTOFF    0: Newtonian (the default; the kernels are then those without this block);
+ *             1: S2 split (PG5/table; Hockney & Eastwood's S2 shape);
+ *             2: Gaussian split (sapporo.pm's P^3M: erfc)
+ *   CUTOFF_R  the split length, a double literal: for S2 the diameter a of the shape (PG5's
+ *             SFT_FOR_PM), beyond which the short-range force is zero; Gaussian: r_s
+ *
+ * With the softened distance R (R^2 = r^2 + eps2) the pair's acceleration m d / R^3 is
+ * multiplied by g(R) and its potential -m / R by h(R), the short-range parts of Newton's
+ * force and potential (the long-range parts, 1 - g and 1 - h, are the mesh's). A pair with
+ * R = 0 (coincident, eps2 = 0) contributes nothing, as in PG5/table and sapporo.pm.
+ *
+ * S2, x = 2R/a, t = 2 - x (docs/accuracy.md derives them):
+ *   x < 1:      140 g = 140 - x^3 (224 - 224 x^2 + 70 x^3 + 48 x^4 - 21 x^5)
+ *               140 h = 140 - 208 x + 112 x^3 - 56 x^5 + 14 x^6 + 8 x^7 - 3 x^8
+ *   1 <= x < 2: 140 g = t^5 (168 - 182 t + 64 t^2 - 7 t^3)
+ *               140 h = t^6 (14 - 8 t + t^2)
+ *   x >= 2:     g = h = 0
+ * (the powers of t keep the relative precision near the cutoff, where g is small).
+ * Gaussian, x = R / (2 r_s): g = erfc(x) + 2 x exp(-x^2) / sqrt(pi), h = erfc(x).
+ * The macros below are 140 g and 140 h, integer coefficients only (an OpenCL float vector
+ * takes int scalars, not double ones). */
+#ifndef CUTOFF
+#define CUTOFF 0
+#endif
+#if CUTOFF != 0 && CUTOFF != 1 && CUTOFF != 2
+#error "CUTOFF must be 0 (none), 1 (S2) or 2 (Gaussian)"
+#endif
+#if CUTOFF && ORDER != 2
+#error "CUTOFF needs ORDER 2"
+#endif
+#if CUTOFF && !defined(CUTOFF_R)
+#error "CUTOFF needs CUTOFF_R, the split length"
+#endif
+#define S2_G_IN(x) \
+    (140 - (x) * (x) * (x) * (224 + (x) * (x) * (-224 + (x) * (70 + (x) * (48 - 21 * (x))))))
+#define S2_G_OUT(t) ((t) * (t) * (t) * (t) * (t) * (168 + (t) * (-182 + (t) * (64 - 7 * (t)))))
+#define S2_H_IN(x) \
+    (140 - (x) * (208 - (x) * (x) * (112 + (x) * (x) * (-56 + (x) * (14 + (x) * (8 - 3 * (x)))))))
+#define S2_H_OUT(t) ((t) * (t) * (t) * (t) * (t) * (t) * (14 + (t) * (-8 + (t))))
+
 #endif
