@@ -4,17 +4,18 @@
  * version script; they never appear in the exported ABI. */
 int shim_py_npipes(void);
 int shim_py_version(char *buffer, int size);
+/* api, engine: the open library's native engine, its function table (sapporo/engine_api.h)
+ * and the engine, which the C half calls for every j-particle and force call. */
 int shim_py_open(int order, const char *precision, const char *backend, int ndev,
-                 const int *devices, int *max_address);
+                 const int *devices, int *max_address, void **api, void **engine);
 int shim_py_close(void);
 int shim_py_device_count(void);
-/* The open library's native engine: its function table (sapporo/engine_api.h) and the
- * engine, which the C half calls for every j-particle and force call. */
-int shim_py_engine(void **api, void **engine);
 /* GRAPE-5 (capi/g5.c): one library of order 2 per context id, each with its own engine.
  * one_at_a_time: 1 when the context's engine must not run beside another thread's (a
  * runtime whose kernels must not run at once from two contexts:
- * Context.one_kernel_at_a_time). */
-int shim_py_g5_open(int context, int ndev, const int *devices, int *max_address, void **api,
-                    void **engine, int *one_at_a_time);
+ * Context.one_kernel_at_a_time).  cutoff: in, the split length of g5_set_cutoff_scale (0:
+ * none), or < 0 for SAPPORO_G5_CUTOFF's; out, the length the library was opened with (0:
+ * Newtonian forces). */
+int shim_py_g5_open(int context, int ndev, const int *devices, double *cutoff,
+                    int *max_address, void **api, void **engine, int *one_at_a_time);
 int shim_py_g5_close(int context);

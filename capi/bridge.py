@@ -146,13 +146,9 @@ class Bridge:
 
     def __init__(self) -> None:
         self.lib: Any = None
-        self._engine: Any = None  # the library's native engine, while C holds it
         self.g5: dict[int, Any] = {}  # GRAPE-5: one library of order 2 per context id
-
-    # ------------------------------------------------------------------------ lifecycle
-    def npipes(self) -> int:
-        """i-particles per force call: :func:`read_npipes`."""
-        return read_npipes()
+        # the engines the C half holds, by context (None: GRAPE-6's), alive until closed
+        self._engines: dict[int | None, Any] = {}
 
     def open(self, **kwargs: Any) -> None:
         """Open the library with :func:`open_settings` applied to ``kwargs``."""
@@ -173,55 +169,57 @@ class Bridge:
 
     def close(self) -> None:
         """Close the library and drop every result (idempotent)."""
-        self._engine = None
+        self._engines.pop(None, None)
         lib, self.lib = self.lib, None
         if lib is not None:
             lib.close()
 
-    # ------------------------------------------------------------------------ the engine
-    def engine(self) -> tuple[int, int]:
+    def engine(self, context: int | None = None) -> tuple[int, int]:
         """The addresses of the native engine's C function table (``engine_api.h``) and of
-        the open library's engine, which the C half calls for every j-particle and force. The
-        engine stays alive until close."""
-        lib = self.lib
+        the engine of the open library (GRAPE-6's, or GRAPE-5 context ``context``'s), which
+        the C half calls for every j-particle and force.  The engine stays alive until that
+        library closes, even if the library drops it (a device that failed)."""
+        import ctypes
+
+        from sapporo.core import _engine  # type: ignore[attr-defined]
+
+        lib = self.lib if context is None else self.g5.get(context)
         if lib is None:
             raise SapporoError("the library is not open (call g6_open first)")
-        api, engine = _engine_of(lib)
-        self._engine = lib._engine if engine else None
-        return api, engine
+        eng = self._engines[context] = lib._engine_ready()
+        get = ctypes.pythonapi.PyCapsule_GetPointer
+        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        return (int(get(_engine.C_API, b"sapporo.core._engine.C_API")),
+                int(get(eng.handle, b"sapporo.core._engine.Engine")))
 
-    # ------------------------------------------------------------------------ GRAPE-5
-    def g5_open(self, context: int, devices: list[int] | None = None) -> Any:
+    def g5_open(self, context: int, devices: list[int] | None = None,
+                cutoff: float = -1.0) -> Any:
         """Open the library of GRAPE-5 context ``context`` (order 2; precision, backend and
         devices as for g6_open, or ``devices``: g5_open_special's) unless it is open; return
-        it."""
+        it.
+
+        ``cutoff``: the S2 split length of the short-range force (g5_set_cutoff_scale's; 0:
+        Newtonian forces), or negative for ``SAPPORO_G5_CUTOFF``'s. The library's
+        ``cutoff`` says what it was opened with.
+        """
         from sapporo.core.library import Library
 
         lib = self.g5.get(context)
         if lib is None:
             settings = open_settings(order=2, devices=devices)
+            length = config.g5_cutoff_setting() if cutoff < 0 else (float(cutoff) or None)
+            if length is not None:
+                settings.update(cutoff=length, cutoff_shape="s2")
             lib = self.g5[context] = Library(**settings)
             logger.info("C API opened GRAPE-5 context %d %s", context, settings)
         return lib
 
     def g5_close(self, context: int) -> None:
         """Close the library of GRAPE-5 context ``context`` (idempotent)."""
+        self._engines.pop(context, None)
         lib = self.g5.pop(context, None)
         if lib is not None:
             lib.close()
-
-def _engine_of(lib: Any) -> tuple[int, int]:
-    """The addresses of the native engine's C function table (``engine_api.h``) and of the
-    library's engine (BackendError when it has none)."""
-    eng = lib._engine_ready()
-    import ctypes
-
-    from sapporo.core import _engine  # type: ignore[attr-defined]
-
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-    return (int(get(_engine.C_API, b"sapporo.core._engine.C_API")),
-            int(get(eng.handle, b"sapporo.core._engine.Engine")))
 
 
 def _error_code(lib: Any, exc: BaseException) -> int:
@@ -263,9 +261,15 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
     def text(p: Any) -> str | None:
         return None if p == ffi.NULL else ffi.string(p).decode()
 
+    def hand_over(context: int | None, api_out: Any, engine_out: Any) -> int:
+        api, engine = state.engine(context)
+        api_out[0] = ffi.cast("void *", api)
+        engine_out[0] = ffi.cast("void *", engine)
+        return 0
+
     @extern
     def shim_py_npipes() -> int:
-        return state.npipes()
+        return read_npipes()
 
     @extern
     def shim_py_device_count() -> int:
@@ -279,7 +283,7 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
 
     @extern
     def shim_py_open(order: int, precision: Any, backend: Any, ndev: int, devices: Any,
-                     max_address: Any) -> int:
+                     max_address: Any, api_out: Any, engine_out: Any) -> int:
         # ndev > 0: these devices; < 0: any -ndev of them (sapporo2); 0: not given.
         if ndev > 0:
             devs: list[int] | int | None = [int(d) for d in ffi.unpack(devices, ndev)]
@@ -287,7 +291,7 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
             devs = -ndev if ndev < 0 else None
         state.open(order=order, precision=text(precision), backend=text(backend), devices=devs)
         max_address[0] = state.lib.max_address
-        return 0
+        return hand_over(None, api_out, engine_out)
 
     @extern
     def shim_py_close() -> int:
@@ -295,24 +299,15 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
         return 0
 
     @extern
-    def shim_py_engine(api_out, engine_out) -> int:
-        api, engine = state.engine()
-        api_out[0] = ffi.cast("void *", api)
-        engine_out[0] = ffi.cast("void *", engine)
-        return 0
-
-    @extern
-    def shim_py_g5_open(context, ndev, devices, max_address, api_out, engine_out,
+    def shim_py_g5_open(context, ndev, devices, cutoff, max_address, api_out, engine_out,
                         one_out) -> int:
         # ndev > 0: the devices g5_open_special named; 0: as g6_open chooses them
         lib = state.g5_open(context, [int(d) for d in ffi.unpack(devices, ndev)]
-                            if ndev > 0 else None)
-        api, engine = _engine_of(lib)
+                            if ndev > 0 else None, float(cutoff[0]))
+        cutoff[0] = getattr(lib, "cutoff", None) or 0.0
         max_address[0] = lib.max_address
         one_out[0] = int(any(d.ctx.one_kernel_at_a_time for d in getattr(lib, "_devs", ())))
-        api_out[0] = ffi.cast("void *", api)
-        engine_out[0] = ffi.cast("void *", engine)
-        return 0
+        return hand_over(context, api_out, engine_out)
 
     @extern
     def shim_py_g5_close(context) -> int:

@@ -123,12 +123,9 @@ def _read(name: str) -> str:
 
 
 def recorded_sites() -> list[str]:
-    """Directories the embedded interpreter adds before importing sapporo.
-
-    The folder that holds the ``sapporo`` package in use (the source checkout for an
-    editable install), then this interpreter's site directories (a virtual environment's
-    included) and the user site directory when enabled.
-    """
+    """Directories the embedded interpreter adds before importing sapporo: the folder that
+    holds the ``sapporo`` package in use (the source checkout of an editable install), this
+    interpreter's site directories and the user site directory when enabled."""
     import sapporo
 
     dirs = [str(Path(sapporo.__file__).resolve().parents[1])]
@@ -206,11 +203,9 @@ def _fingerprint(sites: list[str]) -> str:
 
 
 def default_prefix() -> Path:
-    """Per-user, per-environment install prefix: ``<user data dir>/sapporo/capi/<env>``.
-
-    ``<env>`` names this interpreter's environment (``sys.prefix``) and Python version, so
-    every virtual environment gets its own library, linked to its own ``libpython``.
-    """
+    """Per-user, per-environment install prefix, ``<user data dir>/sapporo/capi/<env>``:
+    every environment (``sys.prefix``) and Python version gets its own library, linked to
+    its own ``libpython``."""
     import platformdirs
 
     key = hashlib.sha256(os.path.abspath(sys.prefix).encode()).hexdigest()[:10]
@@ -266,17 +261,10 @@ def installation(prefix: str | os.PathLike[str] | None = None) -> Installation:
 
 def build(prefix: str | os.PathLike[str] | None = None, sites: list[str] | None = None,
           keep_dir: str | os.PathLike[str] | None = None) -> Installation:
-    """Compile ``libsapporo.so`` and install it, its alias and the headers under ``prefix``.
-
-    Parameters
-    ----------
-    prefix : path, optional
-        Install prefix (default :func:`default_prefix`).
-    sites : list of str, optional
-        Directories for the embedded interpreter (default :func:`recorded_sites`).
-    keep_dir : path, optional
-        Where to write the generated C file and the version script (default: a temporary
-        folder, removed after a successful build).
+    """Compile ``libsapporo.so`` and install it, its aliases and the headers under ``prefix``
+    (default :func:`default_prefix`), the embedded interpreter to add ``sites`` (default
+    :func:`recorded_sites`); ``keep_dir``: where the generated C file and version script
+    are kept (default: a temporary folder, removed after a successful build).
 
     Raises
     ------
@@ -341,7 +329,7 @@ def _pkgconfig_possible(prefix: Path) -> bool:
     return not any(c.isspace() or c in "$\\\"'#" for c in str(prefix))
 
 
-def write_pkgconfig(inst: Installation) -> list[Path]:
+def write_pkgconfig(inst: Installation) -> None:
     """Write every module of :data:`PKGCONFIG` into ``PREFIX/lib/pkgconfig``: ``pkg-config
     --cflags --libs sapporo_light`` then prints what ``flags(inst)`` prints. A prefix with
     blanks gets no ``.pc`` files (pkg-config cannot express it); the library is installed
@@ -349,18 +337,14 @@ def write_pkgconfig(inst: Installation) -> list[Path]:
     import sapporo
 
     if not _pkgconfig_possible(inst.prefix):
-        return []
+        return
     inst.pkgconfig_dir.mkdir(parents=True, exist_ok=True)
-    written = []
     for module, (lib, description) in PKGCONFIG.items():
-        path = inst.pkgconfig_dir / f"{module}.pc"
-        path.write_text(f"prefix={inst.prefix}\nlibdir=${{prefix}}/lib\n"
-                        f"includedir=${{prefix}}/include\n\nName: {module}\n"
-                        f"Description: {description}\nVersion: {sapporo.__version__}\n"
-                        "Cflags: -I${includedir}\n"
-                        f"Libs: -L${{libdir}} -Wl,-rpath,${{libdir}} -l{lib}\n")
-        written.append(path)
-    return written
+        (inst.pkgconfig_dir / f"{module}.pc").write_text(
+            f"prefix={inst.prefix}\nlibdir=${{prefix}}/lib\nincludedir=${{prefix}}/include\n\n"
+            f"Name: {module}\nDescription: {description}\nVersion: {sapporo.__version__}\n"
+            "Cflags: -I${includedir}\n"
+            f"Libs: -L${{libdir}} -Wl,-rpath,${{libdir}} -l{lib}\n")
 
 
 def flags(inst: Installation, which: str = "all") -> str:

@@ -24,6 +24,12 @@
  * with zero softening then has a force that is not finite, reported as the GRAPE-6 calls
  * report it (SAPPORO_ERR_NONFINITE).
  *
+ * The cutoff force of PG5/table (TreePM and P3M codes): with a split length set (by
+ * g5_set_cutoff_scale before g5_open, else SAPPORO_G5_CUTOFF; PG5's compile-time SFT_FOR_PM)
+ * every context's library computes the short-range part of the S2 split (Library's cutoff),
+ * the potential too.  g5_set_eta and g5_set_cutoff_table are accepted and change nothing,
+ * as in PG5/table.
+ *
  * Positions and masses may also come apart (g5_set_xj, g5_set_mj, the original GRAPE-5's
  * calls).  Each context keeps a copy of the last position and the last mass given for every
  * address, by any call (g5_set_xmj too), and which of the two it has had; the addresses that
@@ -88,6 +94,11 @@ static int g5_is_open;        /* g5_open was called (guarded by shim_lock) */
 static double g5_eps2;        /* g5_set_eps_to_all's eps squared (or g5_set_eps2_to_all's
                                * eps2), for every context (atomic) */
 static char g5_open_error[512]; /* why the last g5_open failed ("" if it did not) */
+/* the cutoff (guarded by shim_lock): g5_set_cutoff_scale's split length (0: none; < 0: not
+ * called, SAPPORO_G5_CUTOFF's), and the length the open contexts were opened with */
+static double g5_cutoff = -1.0;
+static double g5_open_cutoff;
+static double g5_eta;         /* g5_set_eta's value, kept and not used (as PG5/table) */
 /* the devices of g5_open_special (every context's library opens on them), none: as g6_open
  * chooses (guarded by shim_lock) */
 #define G5_MAX_DEVICES 16
@@ -105,18 +116,6 @@ static int g5_fail(const char *fn, int code, const char *fmt, ...)
     shim_enter(fn);
     shim_report(code, message, 0);
     return shim_leave(code);
-}
-
-/* The context of an id, locked; NULL (and an error) when the id is out of range. */
-static struct g5_context *g5_get(const char *fn, int id)
-{
-    if (id < 0 || id >= G5_CONTEXTS) {
-        g5_fail(fn, SAPPORO_ERR_INPUT, "context id = %d must be between 0 and %d", id,
-                G5_CONTEXTS - 1);
-        return NULL;
-    }
-    pthread_mutex_lock(&g5c[id].lock);
-    return &g5c[id];
 }
 
 static int g5_put(struct g5_context *c, int rc)
@@ -156,6 +155,7 @@ static int g5_ready_for(const char *fn, struct g5_context *c, int forces)
 {
     int rc;
     void *api = NULL, *engine = NULL;
+    double cutoff;
     if (c->open)
         return SAPPORO_OK;
     shim_enter(fn);
@@ -172,16 +172,11 @@ static int g5_ready_for(const char *fn, struct g5_context *c, int forces)
             : shim_fail(SAPPORO_ERR_STATE, "GRAPE-5 is not open (call g5_open first)");
         return shim_leave(rc);
     }
-    rc = PY(shim_py_g5_open((int)(c - g5c), g5_ndev, g5_devices, &c->max_address, &api,
-                            &engine, &c->one_at_a_time));
-    if (rc == SAPPORO_OK && ((const struct sapporo_engine_api *)api)->version
-                            != SAPPORO_ENGINE_API_VERSION) {
-        rc = shim_fail(SAPPORO_ERR_INTERNAL, "the native engine has interface version %d, this "
-                  "library %d: reinstall sapporo-nbody",
-                  ((const struct sapporo_engine_api *)api)->version,
-                  SAPPORO_ENGINE_API_VERSION);
+    cutoff = g5_cutoff;
+    rc = PY(shim_py_g5_open((int)(c - g5c), g5_ndev, g5_devices, &cutoff, &c->max_address,
+                            &api, &engine, &c->one_at_a_time));
+    if (rc == SAPPORO_OK && (rc = shim_engine_check(api)) < 0)
         PY(shim_py_g5_close((int)(c - g5c)));
-    }
     if (rc == SAPPORO_OK) {
         c->open = 1;
         c->stored = 0;
@@ -189,25 +184,29 @@ static int g5_ready_for(const char *fn, struct g5_context *c, int forces)
         g5_forget(c);
         c->api = shim_any_api = api;
         c->eng = engine;
+        g5_open_cutoff = cutoff;
     }
     return shim_leave(rc);
 }
 
-static int g5_ready(const char *fn, struct g5_context *c)
+/* The context of an id, locked, its library open (forces: for a force call, see
+ * g5_ready_for); NULL, with *rc the error, when the id is out of range or the library could
+ * not be opened. */
+static struct g5_context *g5_get(const char *fn, int id, int forces, int *rc)
 {
-    return g5_ready_for(fn, c, 0);
+    if (id < 0 || id >= G5_CONTEXTS) {
+        *rc = g5_fail(fn, SAPPORO_ERR_INPUT, "context id = %d must be between 0 and %d", id,
+                      G5_CONTEXTS - 1);
+        return NULL;
+    }
+    pthread_mutex_lock(&g5c[id].lock);
+    if ((*rc = g5_ready_for(fn, &g5c[id], forces)) == SAPPORO_OK)
+        return &g5c[id];
+    pthread_mutex_unlock(&g5c[id].lock);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------------------ buffers */
-
-static int g5_grow(void **p, size_t elem, int cap)
-{
-    void *q = realloc(*p, elem * (size_t)cap);
-    if (q == NULL)
-        return -1;
-    *p = q;
-    return 0;
-}
 
 /* A capacity of at least need: cap doubled (first when it is 0) as often as needed. */
 static int g5_capacity(int cap, int need, int first)
@@ -224,17 +223,17 @@ static int g5_i_room(const char *fn, struct g5_context *c, int ni)
     if (ni <= c->icap)
         return SAPPORO_OK;
     cap = g5_capacity(c->icap, ni, 256);
-    if (g5_grow((void **)&c->xi, 3 * sizeof(double), cap)
-        || g5_grow((void **)&c->eps2i, sizeof(double), cap)
-        || g5_grow((void **)&c->zeros, 3 * sizeof(double), cap)
-        || g5_grow((void **)&c->ones, sizeof(int), cap)
-        || g5_grow((void **)&c->gx, 3 * sizeof(double), cap)
-        || g5_grow((void **)&c->gacc, 3 * sizeof(double), cap)
-        || g5_grow((void **)&c->gpot, sizeof(double), cap)
-        || g5_grow((void **)&c->gmap, sizeof(int), cap)
-        || g5_grow((void **)&c->rows, NCO_ORDER8 * sizeof(double), cap)
-        || g5_grow((void **)&c->acc, 3 * sizeof(double), cap)
-        || g5_grow((void **)&c->pot, sizeof(double), cap))
+    if (shim_grow((void **)&c->xi, 3 * sizeof(double), cap)
+        || shim_grow((void **)&c->eps2i, sizeof(double), cap)
+        || shim_grow((void **)&c->zeros, 3 * sizeof(double), cap)
+        || shim_grow((void **)&c->ones, sizeof(int), cap)
+        || shim_grow((void **)&c->gx, 3 * sizeof(double), cap)
+        || shim_grow((void **)&c->gacc, 3 * sizeof(double), cap)
+        || shim_grow((void **)&c->gpot, sizeof(double), cap)
+        || shim_grow((void **)&c->gmap, sizeof(int), cap)
+        || shim_grow((void **)&c->rows, NCO_ORDER8 * sizeof(double), cap)
+        || shim_grow((void **)&c->acc, 3 * sizeof(double), cap)
+        || shim_grow((void **)&c->pot, sizeof(double), cap))
         return g5_fail(fn, SAPPORO_ERR_INTERNAL, "out of memory for %d i-particles", ni);
     for (int i = 0; i < cap; i++) {
         c->ones[i] = 1;
@@ -253,8 +252,8 @@ static int g5_j_room(const char *fn, struct g5_context *c, int n)
     cap = g5_capacity(c->jcap, n, 1024);
     free(c->jrec);
     c->jrec = calloc((size_t)cap, 4 * G5_RECORDS * sizeof(double));
-    if (c->jrec == NULL || g5_grow((void **)&c->jaddr, sizeof(int), cap)
-        || g5_grow((void **)&c->jidx, sizeof(int), cap)) {
+    if (c->jrec == NULL || shim_grow((void **)&c->jaddr, sizeof(int), cap)
+        || shim_grow((void **)&c->jidx, sizeof(int), cap)) {
         c->jcap = 0;
         return g5_fail(fn, SAPPORO_ERR_INTERNAL, "out of memory for %d j-particles", n);
     }
@@ -278,7 +277,7 @@ static int do_g5_open(const char *fn)
         g5_is_open = 1;
     shim_leave(rc);
     if (rc == SAPPORO_OK)
-        rc = g5_ready(fn, c);
+        rc = g5_ready_for(fn, c, 0);
     shim_enter(fn);
     g5_open_error[0] = '\0';
     if (rc < 0) {
@@ -340,10 +339,8 @@ static int do_g5_jmemsize(void)
 
 static int do_g5_pipelines(void)
 {
-    int n;
     shim_enter("g5_get_number_of_pipelines");
-    n = shim_npipes_for_client();
-    return shim_leave(n);
+    return shim_leave(shim_npipes_for_client());
 }
 
 static int do_g5_set_eps_to_all(const char *fn, double eps)
@@ -380,6 +377,53 @@ static int do_g5_set_range(const char *fn, double xmin, double xmax, double mmin
     return SAPPORO_OK;
 }
 
+/* g5_set_cutoff_scale (sapporo's): the S2 split length of PG5/table's SFT_FOR_PM, which PG5
+ * fixes at compile time (3.0 / SIZE_OF_MESH); 0: Newtonian forces.  It replaces
+ * SAPPORO_G5_CUTOFF and takes effect at g5_open: once GRAPE-5 is open a different length is
+ * refused (g5_close first), the same one accepted. */
+static int do_g5_set_cutoff_scale(const char *fn, double scale)
+{
+    int rc = SAPPORO_OK;
+    shim_enter(fn);
+    if (!(isfinite(scale) && scale >= 0.0))
+        rc = shim_fail(SAPPORO_ERR_INPUT, "scale = %g must be finite and >= 0 (0: no cutoff)",
+                       scale);
+    else if (g5_is_open && scale != g5_open_cutoff)
+        rc = shim_fail(SAPPORO_ERR_STATE, "GRAPE-5 is open with cutoff scale %g; the scale "
+                       "is fixed by g5_open: call g5_set_cutoff_scale(%g) before it (or "
+                       "g5_close first)", g5_open_cutoff, scale);
+    else
+        g5_cutoff = scale;
+    return shim_leave(rc);
+}
+
+/* g5_set_eta: PG5/table keeps eta and uses it nowhere (its split is the S2 shape of
+ * SFT_FOR_PM); so here: kept, not used, any value accepted. */
+static int do_g5_set_eta(double eta)
+{
+    __atomic_store(&g5_eta, &eta, __ATOMIC_RELAXED);
+    return SAPPORO_OK;
+}
+
+/* g5_set_cutoff_table: a placeholder in PG5/table (the functions are never called, its table
+ * is the S2 split's); so here, accepted and not used.  A program that calls it expects a
+ * cutoff force: when none is set (nor SAPPORO_G5_CUTOFF), a warning says the forces are
+ * Newtonian. */
+static int do_g5_set_cutoff_table(const char *fn)
+{
+    int none;
+    shim_enter(fn);
+    if (g5_is_open)
+        none = g5_open_cutoff == 0.0;
+    else
+        none = g5_cutoff == 0.0 || (g5_cutoff < 0.0 && getenv("SAPPORO_G5_CUTOFF") == NULL);
+    if (none)
+        shim_warn("accepted and not used, as in PG5/table: the cutoff force is the S2 split of "
+                  "g5_set_cutoff_scale or SAPPORO_G5_CUTOFF (PG5's SFT_FOR_PM), and neither "
+                  "is set: the forces are Newtonian");
+    return shim_leave(SAPPORO_OK);
+}
+
 /* Sapporo2's g5_open_special(ndev, list): ndev > 0 opens every context on the devices
  * list[0 .. ndev - 1] (as g6_open_special; a device the backend does not have is the
  * error of the open).  ndev <= 0 (Sapporo2: the driver chooses) is g5_open: the devices of
@@ -405,11 +449,9 @@ static int do_g5_open_special(const char *fn, int ndev, const int *list)
 static int do_g5_set_n(const char *fn, int id, int n)
 {
     int rc;
-    struct g5_context *c = g5_get(fn, id);
+    struct g5_context *c = g5_get(fn, id, 0, &rc);
     if (c == NULL)
-        return SAPPORO_ERR_INPUT;
-    if ((rc = g5_ready(fn, c)) < 0)
-        return g5_put(c, rc);
+        return rc;
     if (n < 0 || n > c->max_address + 1)
         return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "n = %d must be between 0 and "
                                  "g5_get_jmemsize() = %d", n, c->max_address + 1));
@@ -459,9 +501,9 @@ static int g5_keep(const char *fn, struct g5_context *c, int adr, int nj, const 
     if (end > c->scap) {
         int old = c->scap;
         int cap = old > end / 2 ? (old > INT_MAX / 2 ? INT_MAX : 2 * old) : end;
-        if (g5_grow((void **)&c->sx, 3 * sizeof(double), cap)
-            || g5_grow((void **)&c->sm, sizeof(double), cap)
-            || g5_grow((void **)&c->given, 1, cap))
+        if (shim_grow((void **)&c->sx, 3 * sizeof(double), cap)
+            || shim_grow((void **)&c->sm, sizeof(double), cap)
+            || shim_grow((void **)&c->given, 1, cap))
             return g5_fail(fn, SAPPORO_ERR_INTERNAL, "out of memory for the positions and "
                            "masses of %d j-particles", cap);
         memset(c->given + old, 0, (size_t)(cap - old));
@@ -499,10 +541,10 @@ static int do_g5_set_xmj(const char *fn, int id, int adr, int nj, const double *
                          const double *mj, const double *epsj2, int with_eps)
 {
     int rc;
-    struct g5_context *c = g5_get(fn, id);
+    struct g5_context *c = g5_get(fn, id, 0, &rc);
     if (c == NULL)
-        return SAPPORO_ERR_INPUT;
-    if ((rc = g5_ready(fn, c)) < 0 || (rc = g5_check_addresses(fn, c, adr, nj)) < 0)
+        return rc;
+    if ((rc = g5_check_addresses(fn, c, adr, nj)) < 0)
         return g5_put(c, rc);
     if (nj == 0)
         return g5_put(c, SAPPORO_OK);
@@ -524,7 +566,7 @@ static int do_g5_set_xmj(const char *fn, int id, int adr, int nj, const double *
     if (epsj2 != NULL || c->epsj2 != NULL) {
         if (c->epsj_cap < adr + nj) {  /* addresses not covered have no per-j softening */
             int old = c->epsj_cap, cap = 2 * old > adr + nj ? 2 * old : adr + nj;
-            if (g5_grow((void **)&c->epsj2, sizeof(double), cap))
+            if (shim_grow((void **)&c->epsj2, sizeof(double), cap))
                 return g5_put(c, g5_fail(fn, SAPPORO_ERR_INTERNAL, "out of memory for %d "
                                          "softening lengths", cap));
             for (int a = old; a < cap; a++)
@@ -544,10 +586,10 @@ static int do_g5_set_half(const char *fn, int id, int adr, int nj, int positions
                           const double *xj, const double *mj)
 {
     int rc;
-    struct g5_context *c = g5_get(fn, id);
+    struct g5_context *c = g5_get(fn, id, 0, &rc);
     if (c == NULL)
-        return SAPPORO_ERR_INPUT;
-    if ((rc = g5_ready(fn, c)) < 0 || (rc = g5_check_addresses(fn, c, adr, nj)) < 0)
+        return rc;
+    if ((rc = g5_check_addresses(fn, c, adr, nj)) < 0)
         return g5_put(c, rc);
     if (nj == 0)
         return g5_put(c, SAPPORO_OK);
@@ -632,11 +674,9 @@ static int do_g5_set_xi(const char *fn, int id, int ni, const double *xi, const 
                         int with_eps)
 {
     int rc, np;
-    struct g5_context *c = g5_get(fn, id);
+    struct g5_context *c = g5_get(fn, id, 0, &rc);
     if (c == NULL)
-        return SAPPORO_ERR_INPUT;
-    if ((rc = g5_ready(fn, c)) < 0)
-        return g5_put(c, rc);
+        return rc;
     np = do_g5_pipelines();
     if (ni < 1 || ni > np) {
         c->ni = c->have_force = 0;
@@ -655,11 +695,9 @@ static int do_g5_set_xi(const char *fn, int id, int ni, const double *xi, const 
 static int do_g5_set_eps(const char *fn, int id, int ni, const double *eps)
 {
     int rc;
-    struct g5_context *c = g5_get(fn, id);
+    struct g5_context *c = g5_get(fn, id, 0, &rc);
     if (c == NULL)
-        return SAPPORO_ERR_INPUT;
-    if ((rc = g5_ready(fn, c)) < 0)
-        return g5_put(c, rc);
+        return rc;
     if (ni < 0 || ni > c->ni)
         return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "ni = %d must be between 0 and the "
                                  "%d i-particles set (g5_set_eps follows g5_set_xi, which "
@@ -683,7 +721,7 @@ static int g5_force(const char *fn, struct g5_context *c, int ni, const double *
 {
     int rc;
     g5_engine_enter(fn, c);
-    rc = c->api->start(c->eng, c->n, ni, c->ones, x, c->zeros, NULL, NULL, eps2, NULL, 0, 0.0);
+    rc = c->api->start(c->eng, c->n, ni, c->ones, x, c->zeros, NULL, NULL, eps2, NULL);
     if (rc > 0)
         rc = c->api->finish(c->eng, ni, c->rows);
     rc = g5_engine_leave(c, rc);
@@ -774,11 +812,9 @@ static int g5_compute(const char *fn, struct g5_context *c)
 static int do_g5_run(const char *fn, int id)
 {
     int rc;
-    struct g5_context *c = g5_get(fn, id);
+    struct g5_context *c = g5_get(fn, id, 1, &rc);
     if (c == NULL)
-        return SAPPORO_ERR_INPUT;
-    if ((rc = g5_ready_for(fn, c, 1)) < 0)
-        return g5_put(c, rc);
+        return rc;
     return g5_put(c, g5_compute(fn, c));
 }
 
@@ -800,11 +836,9 @@ static int g5_copy_out(const char *fn, struct g5_context *c, int ni, double *a, 
 static int do_g5_get_force(const char *fn, int id, int ni, double *a, double *pot)
 {
     int rc;
-    struct g5_context *c = g5_get(fn, id);
+    struct g5_context *c = g5_get(fn, id, 0, &rc);
     if (c == NULL)
-        return SAPPORO_ERR_INPUT;
-    if ((rc = g5_ready(fn, c)) < 0)
-        return g5_put(c, rc);
+        return rc;
     return g5_put(c, g5_copy_out(fn, c, ni, a, pot));
 }
 
@@ -814,11 +848,9 @@ static int do_g5_calculate(const char *fn, int id, const double *x, const double
                            int with_eps, double *a, double *pot, int ni)
 {
     int rc;
-    struct g5_context *c = g5_get(fn, id);
+    struct g5_context *c = g5_get(fn, id, 1, &rc);
     if (c == NULL)
-        return SAPPORO_ERR_INPUT;
-    if ((rc = g5_ready_for(fn, c, 1)) < 0)
-        return g5_put(c, rc);
+        return rc;
     if (ni < 0)
         return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "ni = %d must be >= 0", ni));
     if (ni > 0 && (x == NULL || a == NULL || pot == NULL || (with_eps && eps2 == NULL)))
@@ -834,7 +866,9 @@ static int do_g5_calculate(const char *fn, int id, const double *x, const double
     return g5_put(c, SAPPORO_OK);
 }
 
-/* Every exported call restores the caller's floating-point environment (as shim.c's). */
+/* Every exported call serves its call through the static functions above, its messages
+ * naming it (__func__), and restores the caller's floating-point environment (as shim.c's
+ * calls do).  Returns from the calling function. */
 #define G5_CALL(expr)                         \
     do {                                      \
         fenv_t fe_;                           \
@@ -847,326 +881,300 @@ static int do_g5_calculate(const char *fn, int id, const double *x, const double
 
 typedef double g5vec[3];
 
-
 /* --------------------------------------------------------------------- GRAPE-5: C names */
 
-EXPORT int g5_open(void) { G5_CALL(do_g5_open("g5_open")); }
+EXPORT int g5_open(void) { G5_CALL(do_g5_open(__func__)); }
 EXPORT int g5_close(void) { G5_CALL(do_g5_close()); }
 EXPORT int g5_get_number_of_pipelines(void) { G5_CALL(do_g5_pipelines()); }
 EXPORT int g5_get_jmemsize(void) { G5_CALL(do_g5_jmemsize()); }
-EXPORT int g5_set_eps_to_all(double eps)
-{
-    G5_CALL(do_g5_set_eps_to_all("g5_set_eps_to_all", eps));
-}
-
-EXPORT int g5_set_eps2_to_all(double eps2)
-{
-    G5_CALL(do_g5_set_eps2_to_all("g5_set_eps2_to_all", eps2));
-}
+EXPORT int g5_set_eps_to_all(double eps) { G5_CALL(do_g5_set_eps_to_all(__func__, eps)); }
+EXPORT int g5_set_eps2_to_all(double eps2) { G5_CALL(do_g5_set_eps2_to_all(__func__, eps2)); }
+EXPORT int g5_set_eta(double eta) { G5_CALL(do_g5_set_eta(eta)); }
+EXPORT int g5_set_n(int n) { G5_CALL(do_g5_set_n(__func__, 0, n)); }
+EXPORT int g5_set_nMC(int devid, int n) { G5_CALL(do_g5_set_n(__func__, devid, n)); }
+EXPORT int g5_run(void) { G5_CALL(do_g5_run(__func__, 0)); }
+EXPORT int g5_runMC(int devid) { G5_CALL(do_g5_run(__func__, devid)); }
 
 EXPORT int g5_set_range(double xmin, double xmax, double mmin)
 {
-    G5_CALL(do_g5_set_range("g5_set_range", xmin, xmax, mmin));
+    G5_CALL(do_g5_set_range(__func__, xmin, xmax, mmin));
 }
 
 EXPORT int g5_open_special(int ndev, int *list)
 {
-    G5_CALL(do_g5_open_special("g5_open_special", ndev, list));
+    G5_CALL(do_g5_open_special(__func__, ndev, list));
 }
 
-EXPORT int g5_set_eps(int ni, double *eps)
+EXPORT int g5_set_cutoff_scale(double scale) { G5_CALL(do_g5_set_cutoff_scale(__func__, scale)); }
+
+EXPORT int g5_set_cutoff_table(double (*ffunc)(double), double fcut, double fcor,
+                               double (*pfunc)(double), double pcut, double pcor)
 {
-    G5_CALL(do_g5_set_eps("g5_set_eps", 0, ni, eps));
+    G5_CALL(do_g5_set_cutoff_table(__func__));
 }
+
+EXPORT int g5_set_eps(int ni, double *eps) { G5_CALL(do_g5_set_eps(__func__, 0, ni, eps)); }
 
 EXPORT int g5_set_epsMC(int devid, int ni, double *eps)
 {
-    G5_CALL(do_g5_set_eps("g5_set_epsMC", devid, ni, eps));
+    G5_CALL(do_g5_set_eps(__func__, devid, ni, eps));
 }
-
-EXPORT int g5_set_n(int n) { G5_CALL(do_g5_set_n("g5_set_n", 0, n)); }
-EXPORT int g5_set_nMC(int devid, int n) { G5_CALL(do_g5_set_n("g5_set_nMC", devid, n)); }
 
 EXPORT int g5_set_xmj(int adr, int nj, g5vec *xj, double *mj)
 {
-    G5_CALL(do_g5_set_xmj("g5_set_xmj", 0, adr, nj, (const double *)xj, mj, NULL, 0));
+    G5_CALL(do_g5_set_xmj(__func__, 0, adr, nj, (const double *)xj, mj, NULL, 0));
 }
 
 EXPORT int g5_set_xmjMC(int devid, int adr, int nj, g5vec *xj, double *mj)
 {
-    G5_CALL(do_g5_set_xmj("g5_set_xmjMC", devid, adr, nj, (const double *)xj, mj, NULL, 0));
+    G5_CALL(do_g5_set_xmj(__func__, devid, adr, nj, (const double *)xj, mj, NULL, 0));
 }
 
 EXPORT int g5_set_jp(int adr, int nj, double *mj, g5vec *xj)
 {
-    G5_CALL(do_g5_set_xmj("g5_set_jp", 0, adr, nj, (const double *)xj, mj, NULL, 0));
+    G5_CALL(do_g5_set_xmj(__func__, 0, adr, nj, (const double *)xj, mj, NULL, 0));
 }
 
 EXPORT int g5_set_xj(int adr, int nj, g5vec *xj)
 {
-    G5_CALL(do_g5_set_half("g5_set_xj", 0, adr, nj, 1, (const double *)xj, NULL));
+    G5_CALL(do_g5_set_half(__func__, 0, adr, nj, 1, (const double *)xj, NULL));
 }
 
 EXPORT int g5_set_mj(int adr, int nj, double *mj)
 {
-    G5_CALL(do_g5_set_half("g5_set_mj", 0, adr, nj, 0, NULL, mj));
+    G5_CALL(do_g5_set_half(__func__, 0, adr, nj, 0, NULL, mj));
 }
 
 EXPORT int g5_set_xmje(int adr, int nj, g5vec *xj, double *mj, double *epsj2)
 {
-    G5_CALL(do_g5_set_xmj("g5_set_xmje", 0, adr, nj, (const double *)xj, mj, epsj2, 1));
+    G5_CALL(do_g5_set_xmj(__func__, 0, adr, nj, (const double *)xj, mj, epsj2, 1));
 }
 
 EXPORT int g5_set_xmjeMC(int devid, int adr, int nj, g5vec *xj, double *mj, double *epsj2)
 {
-    G5_CALL(do_g5_set_xmj("g5_set_xmjeMC", devid, adr, nj, (const double *)xj, mj, epsj2, 1));
+    G5_CALL(do_g5_set_xmj(__func__, devid, adr, nj, (const double *)xj, mj, epsj2, 1));
 }
 
 EXPORT int g5_set_xi(int ni, g5vec *xi)
 {
-    G5_CALL(do_g5_set_xi("g5_set_xi", 0, ni, (const double *)xi, NULL, 0));
+    G5_CALL(do_g5_set_xi(__func__, 0, ni, (const double *)xi, NULL, 0));
 }
 
 EXPORT int g5_set_xiMC(int devid, int ni, g5vec *xi)
 {
-    G5_CALL(do_g5_set_xi("g5_set_xiMC", devid, ni, (const double *)xi, NULL, 0));
+    G5_CALL(do_g5_set_xi(__func__, devid, ni, (const double *)xi, NULL, 0));
 }
 
 EXPORT int g5_set_xei(int ni, g5vec *xi, double *eps2)
 {
-    G5_CALL(do_g5_set_xi("g5_set_xei", 0, ni, (const double *)xi, eps2, 1));
+    G5_CALL(do_g5_set_xi(__func__, 0, ni, (const double *)xi, eps2, 1));
 }
 
 EXPORT int g5_set_xeiMC(int devid, int ni, g5vec *xi, double *eps2)
 {
-    G5_CALL(do_g5_set_xi("g5_set_xeiMC", devid, ni, (const double *)xi, eps2, 1));
+    G5_CALL(do_g5_set_xi(__func__, devid, ni, (const double *)xi, eps2, 1));
 }
-
-EXPORT int g5_run(void) { G5_CALL(do_g5_run("g5_run", 0)); }
-EXPORT int g5_runMC(int devid) { G5_CALL(do_g5_run("g5_runMC", devid)); }
 
 EXPORT int g5_get_force(int ni, g5vec *a, double *pot)
 {
-    G5_CALL(do_g5_get_force("g5_get_force", 0, ni, (double *)a, pot));
+    G5_CALL(do_g5_get_force(__func__, 0, ni, (double *)a, pot));
 }
 
 EXPORT int g5_get_forceMC(int devid, int ni, g5vec *a, double *pot)
 {
-    G5_CALL(do_g5_get_force("g5_get_forceMC", devid, ni, (double *)a, pot));
+    G5_CALL(do_g5_get_force(__func__, devid, ni, (double *)a, pot));
 }
 
 EXPORT int g5_calculate_force_on_x(g5vec *x, g5vec *a, double *p, int ni)
 {
-    G5_CALL(do_g5_calculate("g5_calculate_force_on_x", 0, (const double *)x, NULL, 0,
-                            (double *)a, p, ni));
+    G5_CALL(do_g5_calculate(__func__, 0, (const double *)x, NULL, 0, (double *)a, p, ni));
 }
 
 EXPORT int g5_calculate_force_on_xMC(int devid, g5vec *x, g5vec *a, double *p, int ni)
 {
-    G5_CALL(do_g5_calculate("g5_calculate_force_on_xMC", devid, (const double *)x, NULL, 0,
-                            (double *)a, p, ni));
+    G5_CALL(do_g5_calculate(__func__, devid, (const double *)x, NULL, 0, (double *)a, p, ni));
 }
 
 EXPORT int g5_calculate_force_on_xe(g5vec *x, double *eps2, g5vec *a, double *p, int ni)
 {
-    G5_CALL(do_g5_calculate("g5_calculate_force_on_xe", 0, (const double *)x, eps2, 1,
-                            (double *)a, p, ni));
+    G5_CALL(do_g5_calculate(__func__, 0, (const double *)x, eps2, 1, (double *)a, p, ni));
 }
 
 EXPORT int g5_calculate_force_on_xeMC(int devid, g5vec *x, double *eps2, g5vec *a, double *p,
                                       int ni)
 {
-    G5_CALL(do_g5_calculate("g5_calculate_force_on_xeMC", devid, (const double *)x, eps2, 1,
-                            (double *)a, p, ni));
+    G5_CALL(do_g5_calculate(__func__, devid, (const double *)x, eps2, 1, (double *)a, p, ni));
 }
 
 /* --------------------------------------------------------------- GRAPE-5: Fortran names */
 
-/* A NULL scalar argument (a C caller's mistake; see NULL_SCALARS in shim.c) is refused
- * naming it, before anything reads it: returns from the calling function. */
-#define G5_SCALARS(fn, ...)                                                                 \
+/* G5_CALL for a Fortran name: a NULL among its scalars (in parentheses; a C caller's
+ * mistake, see NULL_SCALARS in shim.c) is refused naming it, before anything reads it. */
+#define G5_CALL_REFS(scalars, expr) \
+    do {                            \
+        G5_SCALARS scalars;         \
+        G5_CALL(expr);              \
+    } while (0)
+#define G5_SCALARS(...)                                                                    \
     do {                                                                                   \
         char null_[64];                                                                    \
-        if (shim_null_name(#__VA_ARGS__, SCALAR_COUNT(__VA_ARGS__), SCALAR_LIST(__VA_ARGS__),    \
-                      null_, sizeof null_))                                                \
-            return g5_fail(fn, SAPPORO_ERR_INPUT, NULL_MESSAGE, null_);                    \
+        if (shim_null_name(#__VA_ARGS__, SCALAR_COUNT(__VA_ARGS__),                        \
+                           SCALAR_LIST(__VA_ARGS__), null_, sizeof null_))                 \
+            return g5_fail(__func__, SAPPORO_ERR_INPUT, NULL_MESSAGE, null_);              \
     } while (0)
 
-EXPORT int g5_open_(void) { G5_CALL(do_g5_open("g5_open_")); }
+EXPORT int g5_open_(void) { G5_CALL(do_g5_open(__func__)); }
 EXPORT int g5_close_(void) { G5_CALL(do_g5_close()); }
 EXPORT int g5_get_number_of_pipelines_(void) { G5_CALL(do_g5_pipelines()); }
 EXPORT int g5_get_jmemsize_(void) { G5_CALL(do_g5_jmemsize()); }
+EXPORT int g5_run_(void) { G5_CALL(do_g5_run(__func__, 0)); }
 
 EXPORT int g5_set_eps_to_all_(double *eps)
 {
-    G5_SCALARS("g5_set_eps_to_all_", eps);
-    G5_CALL(do_g5_set_eps_to_all("g5_set_eps_to_all_", *eps));
+    G5_CALL_REFS((eps), do_g5_set_eps_to_all(__func__, *eps));
 }
 
 EXPORT int g5_set_eps2_to_all_(double *eps2)
 {
-    G5_SCALARS("g5_set_eps2_to_all_", eps2);
-    G5_CALL(do_g5_set_eps2_to_all("g5_set_eps2_to_all_", *eps2));
+    G5_CALL_REFS((eps2), do_g5_set_eps2_to_all(__func__, *eps2));
 }
 
 EXPORT int g5_set_range_(double *xmin, double *xmax, double *mmin)
 {
-    G5_SCALARS("g5_set_range_", xmin, xmax, mmin);
-    G5_CALL(do_g5_set_range("g5_set_range_", *xmin, *xmax, *mmin));
+    G5_CALL_REFS((xmin, xmax, mmin), do_g5_set_range(__func__, *xmin, *xmax, *mmin));
 }
 
 EXPORT int g5_open_special_(int *ndev, int *list)
 {
-    G5_SCALARS("g5_open_special_", ndev);
-    G5_CALL(do_g5_open_special("g5_open_special_", *ndev, list));
+    G5_CALL_REFS((ndev), do_g5_open_special(__func__, *ndev, list));
+}
+
+EXPORT int g5_set_cutoff_scale_(double *scale)
+{
+    G5_CALL_REFS((scale), do_g5_set_cutoff_scale(__func__, *scale));
+}
+
+EXPORT int g5_set_eta_(double *eta) { G5_CALL_REFS((eta), do_g5_set_eta(*eta)); }
+
+EXPORT int g5_set_cutoff_table_(double (*ffunc)(double *), double *fcut, double *fcor,
+                                double (*pfunc)(double *), double *pcut, double *pcor)
+{
+    G5_CALL_REFS((fcut, fcor, pcut, pcor), do_g5_set_cutoff_table(__func__));
 }
 
 EXPORT int g5_set_eps_(int *ni, double *eps)
 {
-    G5_SCALARS("g5_set_eps_", ni);
-    G5_CALL(do_g5_set_eps("g5_set_eps_", 0, *ni, eps));
+    G5_CALL_REFS((ni), do_g5_set_eps(__func__, 0, *ni, eps));
 }
 
 EXPORT int g5_set_epsMC_(int *devid, int *ni, double *eps)
 {
-    G5_SCALARS("g5_set_epsMC_", devid, ni);
-    G5_CALL(do_g5_set_eps("g5_set_epsMC_", *devid, *ni, eps));
+    G5_CALL_REFS((devid, ni), do_g5_set_eps(__func__, *devid, *ni, eps));
 }
 
-EXPORT int g5_set_n_(int *n)
-{
-    G5_SCALARS("g5_set_n_", n);
-    G5_CALL(do_g5_set_n("g5_set_n_", 0, *n));
-}
+EXPORT int g5_set_n_(int *n) { G5_CALL_REFS((n), do_g5_set_n(__func__, 0, *n)); }
 
 EXPORT int g5_set_nMC_(int *devid, int *n)
 {
-    G5_SCALARS("g5_set_nMC_", devid, n);
-    G5_CALL(do_g5_set_n("g5_set_nMC_", *devid, *n));
+    G5_CALL_REFS((devid, n), do_g5_set_n(__func__, *devid, *n));
 }
 
 EXPORT int g5_set_xmj_(int *adr, int *nj, g5vec *xj, double *mj)
 {
-    G5_SCALARS("g5_set_xmj_", adr, nj);
-    G5_CALL(do_g5_set_xmj("g5_set_xmj_", 0, *adr, *nj,
-                          (const double *)xj, mj, NULL, 0));
+    G5_CALL_REFS((adr, nj),
+                 do_g5_set_xmj(__func__, 0, *adr, *nj, (const double *)xj, mj, NULL, 0));
 }
 
 EXPORT int g5_set_xmjMC_(int *devid, int *adr, int *nj, g5vec *xj, double *mj)
 {
-    G5_SCALARS("g5_set_xmjMC_", devid, adr, nj);
-    G5_CALL(do_g5_set_xmj("g5_set_xmjMC_", *devid, *adr,
-                          *nj, (const double *)xj, mj, NULL, 0));
+    G5_CALL_REFS((devid, adr, nj),
+                 do_g5_set_xmj(__func__, *devid, *adr, *nj, (const double *)xj, mj, NULL, 0));
 }
 
 EXPORT int g5_set_jp_(int *adr, int *nj, double *mj, g5vec *xj)
 {
-    G5_SCALARS("g5_set_jp_", adr, nj);
-    G5_CALL(do_g5_set_xmj("g5_set_jp_", 0, *adr, *nj,
-                          (const double *)xj, mj, NULL, 0));
+    G5_CALL_REFS((adr, nj),
+                 do_g5_set_xmj(__func__, 0, *adr, *nj, (const double *)xj, mj, NULL, 0));
 }
 
 EXPORT int g5_set_xj_(int *adr, int *nj, g5vec *xj)
 {
-    G5_SCALARS("g5_set_xj_", adr, nj);
-    G5_CALL(do_g5_set_half("g5_set_xj_", 0, *adr, *nj, 1,
-                           (const double *)xj, NULL));
+    G5_CALL_REFS((adr, nj), do_g5_set_half(__func__, 0, *adr, *nj, 1, (const double *)xj, NULL));
 }
 
 EXPORT int g5_set_mj_(int *adr, int *nj, double *mj)
 {
-    G5_SCALARS("g5_set_mj_", adr, nj);
-    G5_CALL(do_g5_set_half("g5_set_mj_", 0, *adr, *nj, 0, NULL, mj));
+    G5_CALL_REFS((adr, nj), do_g5_set_half(__func__, 0, *adr, *nj, 0, NULL, mj));
 }
 
 EXPORT int g5_set_xmje_(int *adr, int *nj, g5vec *xj, double *mj, double *epsj2)
 {
-    G5_SCALARS("g5_set_xmje_", adr, nj);
-    G5_CALL(do_g5_set_xmj("g5_set_xmje_", 0, *adr, *nj,
-                          (const double *)xj, mj, epsj2, 1));
+    G5_CALL_REFS((adr, nj),
+                 do_g5_set_xmj(__func__, 0, *adr, *nj, (const double *)xj, mj, epsj2, 1));
 }
 
 EXPORT int g5_set_xmjeMC_(int *devid, int *adr, int *nj, g5vec *xj, double *mj,
                           double *epsj2)
 {
-    G5_SCALARS("g5_set_xmjeMC_", devid, adr, nj);
-    G5_CALL(do_g5_set_xmj("g5_set_xmjeMC_", *devid, *adr,
-                          *nj, (const double *)xj, mj, epsj2, 1));
+    G5_CALL_REFS((devid, adr, nj),
+                 do_g5_set_xmj(__func__, *devid, *adr, *nj, (const double *)xj, mj, epsj2, 1));
 }
 
 EXPORT int g5_set_xi_(int *ni, g5vec *xi)
 {
-    G5_SCALARS("g5_set_xi_", ni);
-    G5_CALL(do_g5_set_xi("g5_set_xi_", 0, *ni, (const double *)xi, NULL, 0));
+    G5_CALL_REFS((ni), do_g5_set_xi(__func__, 0, *ni, (const double *)xi, NULL, 0));
 }
 
 EXPORT int g5_set_xiMC_(int *devid, int *ni, g5vec *xi)
 {
-    G5_SCALARS("g5_set_xiMC_", devid, ni);
-    G5_CALL(do_g5_set_xi("g5_set_xiMC_", *devid, *ni,
-                         (const double *)xi, NULL, 0));
+    G5_CALL_REFS((devid, ni), do_g5_set_xi(__func__, *devid, *ni, (const double *)xi, NULL, 0));
 }
 
 EXPORT int g5_set_xei_(int *ni, g5vec *xi, double *eps2)
 {
-    G5_SCALARS("g5_set_xei_", ni);
-    G5_CALL(do_g5_set_xi("g5_set_xei_", 0, *ni, (const double *)xi, eps2, 1));
+    G5_CALL_REFS((ni), do_g5_set_xi(__func__, 0, *ni, (const double *)xi, eps2, 1));
 }
 
 EXPORT int g5_set_xeiMC_(int *devid, int *ni, g5vec *xi, double *eps2)
 {
-    G5_SCALARS("g5_set_xeiMC_", devid, ni);
-    G5_CALL(do_g5_set_xi("g5_set_xeiMC_", *devid, *ni,
-                         (const double *)xi, eps2, 1));
+    G5_CALL_REFS((devid, ni), do_g5_set_xi(__func__, *devid, *ni, (const double *)xi, eps2, 1));
 }
 
-EXPORT int g5_run_(void) { G5_CALL(do_g5_run("g5_run_", 0)); }
-EXPORT int g5_runMC_(int *devid)
-{
-    G5_SCALARS("g5_runMC_", devid);
-    G5_CALL(do_g5_run("g5_runMC_", *devid));
-}
+EXPORT int g5_runMC_(int *devid) { G5_CALL_REFS((devid), do_g5_run(__func__, *devid)); }
 
 EXPORT int g5_get_force_(int *ni, g5vec *a, double *pot)
 {
-    G5_SCALARS("g5_get_force_", ni);
-    G5_CALL(do_g5_get_force("g5_get_force_", 0, *ni, (double *)a, pot));
+    G5_CALL_REFS((ni), do_g5_get_force(__func__, 0, *ni, (double *)a, pot));
 }
 
 EXPORT int g5_get_forceMC_(int *devid, int *ni, g5vec *a, double *pot)
 {
-    G5_SCALARS("g5_get_forceMC_", devid, ni);
-    G5_CALL(do_g5_get_force("g5_get_forceMC_", *devid, *ni,
-                            (double *)a, pot));
+    G5_CALL_REFS((devid, ni), do_g5_get_force(__func__, *devid, *ni, (double *)a, pot));
 }
 
 EXPORT int g5_calculate_force_on_x_(g5vec *x, g5vec *a, double *p, int *ni)
 {
-    G5_SCALARS("g5_calculate_force_on_x_", ni);
-    G5_CALL(do_g5_calculate("g5_calculate_force_on_x_", 0, (const double *)x, NULL, 0,
-                            (double *)a, p, *ni));
+    G5_CALL_REFS((ni),
+                 do_g5_calculate(__func__, 0, (const double *)x, NULL, 0, (double *)a, p, *ni));
 }
 
 EXPORT int g5_calculate_force_on_xMC_(int *devid, g5vec *x, g5vec *a, double *p, int *ni)
 {
-    G5_SCALARS("g5_calculate_force_on_xMC_", devid, ni);
-    G5_CALL(do_g5_calculate("g5_calculate_force_on_xMC_", *devid,
-                            (const double *)x, NULL, 0, (double *)a, p, *ni));
+    G5_CALL_REFS((devid, ni), do_g5_calculate(__func__, *devid, (const double *)x, NULL, 0,
+                                              (double *)a, p, *ni));
 }
 
 EXPORT int g5_calculate_force_on_xe_(g5vec *x, double *eps2, g5vec *a, double *p, int *ni)
 {
-    G5_SCALARS("g5_calculate_force_on_xe_", ni);
-    G5_CALL(do_g5_calculate("g5_calculate_force_on_xe_", 0, (const double *)x, eps2, 1,
-                            (double *)a, p, *ni));
+    G5_CALL_REFS((ni),
+                 do_g5_calculate(__func__, 0, (const double *)x, eps2, 1, (double *)a, p, *ni));
 }
 
 EXPORT int g5_calculate_force_on_xeMC_(int *devid, g5vec *x, double *eps2, g5vec *a,
                                        double *p, int *ni)
 {
-    G5_SCALARS("g5_calculate_force_on_xeMC_", devid, ni);
-    G5_CALL(do_g5_calculate("g5_calculate_force_on_xeMC_", *devid,
-                            (const double *)x, eps2, 1, (double *)a, p, *ni));
+    G5_CALL_REFS((devid, ni), do_g5_calculate(__func__, *devid, (const double *)x, eps2, 1,
+                                              (double *)a, p, *ni));
 }
 
 /* gfortran folds names to lower case: `call g5_set_xmjMC(...)` calls g5_set_xmjmc_, which

@@ -81,15 +81,13 @@ const char *sapporo_last_error(void);
 /* The version of the sapporo Python package behind the library ("" if Python failed). */
 const char *sapporo_version(void);
 
-/* How many force calls of this process ran on the direct path: block steps (and GRAPE-5
- * force calls) run in C on the native engine, from plans made once (any shape since),
- * without Python (the calls that store new addresses or that Python must check cross into
- * Python first). A diagnostic. */
+/* How many force calls of this process returned their forces (GRAPE-5's too): every one
+ * runs in C on the native engine, from plans made once (any shape since).  A diagnostic. */
 long sapporo_direct_calls(void);
 
-/* How many times this process's calls entered Python: the C API's own (opening, storing new
- * addresses, what the engine does not take, errors) and the engine's (for its plans, made
- * once per launch-table entry, and again only when the library's memory moved).  Force
+/* How many times this process's calls entered Python: the C API's own (opening, closing, the
+ * version) and the engine's (for memory and its plans, made once per launch-table entry,
+ * and again only when new addresses need memory or the library's memory moved).  Force
  * calls of any shape on memory already held enter none.  A diagnostic. */
 long sapporo_python_calls(void);
 

@@ -14,17 +14,9 @@
  */
 #include <fenv.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "shim.h"
-
-/* Called from Python (declared in the cdef by build.py). */
-static void shim_record_error(int code, const char *message);
-static void shim_mark_ready(void);
 
 static pthread_mutex_t shim_lock = PTHREAD_MUTEX_INITIALIZER;
 static const char *current_fn = "sapporo";   /* API function being served, for messages */
@@ -37,13 +29,10 @@ static int is_open;
 static int max_address;                      /* the largest j-address the library can hold */
 static int npipes;                           /* 0: not asked yet */
 static int pending;                          /* firsthalf ran; lasthalf not yet */
-/* g6_set_ti's time goes with the next force call to the engine (nothing reads it before). */
-static int have_time;
-static double cur_time;
 static int pending_rc;                       /* firsthalf's error code, returned by lasthalf */
 static int have_result;                      /* the last force call returned its forces */
 static int pending_lists;                    /* firsthalf asked for neighbour lists */
-static int direct_ni;                        /* firsthalf started this many i-particles */
+static int started_ni;                       /* firsthalf started this many i-particles */
 long shim_direct_calls;                      /* force calls the engine ran, in this process */
 long shim_python_calls;                      /* calls of the C API's Python half */
 /* The open library's native engine and its functions (sapporo/engine_api.h; NULL: not
@@ -53,14 +42,12 @@ static const struct sapporo_engine_api *eng_api;
  * calls into Python */
 const struct sapporo_engine_api *shim_any_api;
 static void *eng;
-static double *rows_buf;                     /* the engine's result rows */
-static int rows_cap;
-static int *zeros_buf;                       /* empty neighbour lists of an engine result */
-static int zeros_cap;
+/* the engine's result rows of one call (at most LIMIT_NI_CHUNK i-particles, its ENG_NI_MAX) */
+static double rows_buf[NCO_ORDER8 * LIMIT_NI_CHUNK];
+/* the i-indices of a call (at most g6_npipes()), with the negative ones replaced */
+static int iindex_buf[SAPPORO_MAX_NPIPES];
 static int max_j_index = -1;                 /* the largest j-particle index stored */
 static int abort_code;                       /* SAPPORO_ON_ERROR=abort: the error to stop on */
-static int *iindex_buf;                      /* i-indices with the negative ones replaced */
-static int iindex_cap;
 
 /* Errors already met, by kind: the code and the message with its numbers left out
  * ("address = -1" and "address = -7" are one kind, whichever function met it).  A kind is
@@ -83,7 +70,8 @@ static struct {
     size_t slot_cap;
 } jb;
 
-/* Neighbour lists of the last force call, owned by the engine (valid until the next call). */
+/* Neighbour lists of the last force call, owned by the engine (valid until the next call);
+ * NULL arrays: the call asked for none, every list is empty. */
 static struct {
     int valid, ni;
     const int *offsets, *counts, *ids;
@@ -123,48 +111,49 @@ static unsigned long count_kind(int code, const char *message)
     return 1;
 }
 
-/* Record an error; print it the 1st, 10th, 100th, ... time of its kind, or, with
- * every_time, each time (a force call on a library whose open failed: a client that never
- * checks codes would otherwise run on, without forces, after a few lines). */
-void shim_report(int code, const char *message, int every_time)
+/* Print "sapporo: text" the 1st, 10th, 100th, ... time of its kind (count), or, with
+ * every_time, each time; the count after the first. */
+static void print_counted(const char *text, unsigned long count, int every_time)
 {
-    unsigned long count = count_kind(code, message), p = 1;
-    snprintf(shim_last_error, sizeof shim_last_error, "%s: %s (code %d)", current_fn, message, code);
+    unsigned long p = 1;
     while (p < count && p <= ~0ul / 10)
         p *= 10;
     if (count == 1)
-        fprintf(stderr, "sapporo: %s\n", shim_last_error);
+        fprintf(stderr, "sapporo: %s\n", text);
     else if (p == count || every_time)
-        fprintf(stderr, "sapporo: %s [%lu times so far]\n", shim_last_error, count);
+        fprintf(stderr, "sapporo: %s [%lu times so far]\n", text, count);
     fflush(stderr);
+}
+
+/* Record an error and print it (print_counted; every_time: a force call on a library whose
+ * open failed, so that a client that never checks codes does not run on, without forces,
+ * after a few lines). */
+void shim_report(int code, const char *message, int every_time)
+{
+    snprintf(shim_last_error, sizeof shim_last_error, "%s: %s (code %d)", current_fn, message,
+             code);
+    print_counted(shim_last_error, count_kind(code, message), every_time);
     if (on_error_mode() == 1 && abort_code == 0)
         abort_code = code;
 }
 
+/* An error of Python's (bridge.py; declared in the cdef by build.py). */
 static void shim_record_error(int code, const char *message)
 {
     shim_report(code, message, 0);
 }
 
-/* A warning: printed like an error (the 1st, 10th, 100th, ... time of its kind, after
- * "warning: "), but no error code, no sapporo_last_error() and no stop. */
+/* A warning: printed like an error (after "warning: "), but no error code, no
+ * sapporo_last_error() and no stop. */
 void shim_warn(const char *fmt, ...)
 {
-    char message[768];
-    unsigned long count, p = 1;
+    char message[768], line[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
-    count = count_kind(0, message);
-    while (p < count && p <= ~0ul / 10)
-        p *= 10;
-    if (count == 1)
-        fprintf(stderr, "sapporo: %s: warning: %s\n", current_fn, message);
-    else if (p == count)
-        fprintf(stderr, "sapporo: %s: warning: %s [%lu times so far]\n", current_fn, message,
-                count);
-    fflush(stderr);
+    snprintf(line, sizeof line, "%s: warning: %s", current_fn, message);
+    print_counted(line, count_kind(0, message), 0);
 }
 
 int shim_fail(int code, const char *fmt, ...)
@@ -204,6 +193,7 @@ static int null_scalars(const char *names, int n, const void *const *p)
 #define NULL_SCALARS(...) \
     null_scalars(#__VA_ARGS__, SCALAR_COUNT(__VA_ARGS__), SCALAR_LIST(__VA_ARGS__))
 
+/* The embedded init code is done (bridge.py; declared in the cdef by build.py). */
 static void shim_mark_ready(void)
 {
     python_ready = 1;
@@ -374,7 +364,8 @@ int shim_npipes_for_client(void)
 
 /* -------------------------------------------------------------------- j-particle buffer */
 
-static int grow_array(void **p, size_t elem, int cap)
+/* *p grown to cap elements of elem bytes: 0, or -1 (out of memory; *p as it was). */
+int shim_grow(void **p, size_t elem, int cap)
 {
     void *q = realloc(*p, elem * (size_t)cap);
     if (q == NULL)
@@ -387,9 +378,9 @@ static int jb_reserve(int address)
 {
     if (jb.n == jb.cap) {
         int cap = jb.cap ? 2 * jb.cap : 1024;
-        if (grow_array((void **)&jb.address, sizeof(int), cap)
-            || grow_array((void **)&jb.index, sizeof(int), cap)
-            || grow_array((void **)&jb.rec, JB_DOUBLES * sizeof(double), cap))
+        if (shim_grow((void **)&jb.address, sizeof(int), cap)
+            || shim_grow((void **)&jb.index, sizeof(int), cap)
+            || shim_grow((void **)&jb.rec, JB_DOUBLES * sizeof(double), cap))
             return shim_fail(SAPPORO_ERR_INTERNAL, "out of memory buffering %d j-particles", cap);
         jb.cap = cap;
     }
@@ -419,36 +410,37 @@ static void jb_clear(void)
 
 /* Buffer one j-particle; a, jerk and snap are multiplied by the given factors (2, 6 and 18
  * for the GRAPE-scaled a/2, jerk/6, snap/18).  A re-sent address replaces its entry.
- * pop and d5 (order 8's 4th and 5th derivatives) may be NULL (zero). */
-static int jb_put8(int address, int index, double t, double mass, const double *x,
-                   const double *v, const double *a, double fa, const double *jerk, double fj,
-                   const double *snap, double fs, const double *crackle, const double *pop,
-                   const double *d5)
+ * crackle, pop and d5 (orders 6 and 8) may be NULL (zero).  The engine sees the particle only
+ * at the next flush, so it is checked here, for the error to come from this call. */
+static int jb_put(int address, int index, double t, double mass, const double *x,
+                  const double *v, const double *a, double fa, const double *jerk, double fj,
+                  const double *snap, double fs, const double *crackle, const double *pop,
+                  const double *d5)
 {
     int rc, k;
-    double *r;
     if ((rc = need_open()) < 0)
         return rc;
     if (address < 0)
         return shim_fail(SAPPORO_ERR_INPUT, "address = %d must be >= 0", address);
     if (address > max_address)
         return shim_fail(SAPPORO_ERR_INPUT, "address = %d above %d, the largest j-address the "
-                    "device memory holds", address, max_address);
+                         "device memory holds", address, max_address);
     if (index < 0)
-        return shim_fail(SAPPORO_ERR_INPUT, "index = %d must be >= 0 (address %d)", index, address);
+        return shim_fail(SAPPORO_ERR_INPUT, "index = %d must be >= 0 (address %d)", index,
+                         address);
     if (x == NULL || v == NULL)
         return shim_fail(SAPPORO_ERR_INPUT, "x and v must not be NULL (address %d)", address);
     if (!isfinite(t) || !isfinite(mass) || !finite3(x) || !finite3(v) || !finite3(a)
         || !finite3(jerk) || !finite3(snap) || !finite3(crackle) || !finite3(pop)
         || !finite3(d5))
         return shim_fail(SAPPORO_ERR_INPUT,
-                    "j-particle at address %d (index %d) has a NaN or infinite value",
-                    address, index);
+                         "j-particle at address %d (index %d) has a NaN or infinite value",
+                         address, index);
     if (!position_ok(x))
         return shim_fail(SAPPORO_ERR_INPUT,
-                    "j-particle at address %d (index %d): position (%g, %g, %g) too large, "
-                    "squared distances would overflow double; magnitudes must stay below "
-                    "%g", address, index, x[0], x[1], x[2], COORD_LIMIT);
+                         "j-particle at address %d (index %d): position (%g, %g, %g) too large, "
+                         "squared distances would overflow double; magnitudes must stay below "
+                         "%g", address, index, x[0], x[1], x[2], COORD_LIMIT);
     if ((rc = jb_reserve(address)) < 0)
         return rc;
     k = jb.slot[address] - 1;
@@ -460,20 +452,10 @@ static int jb_put8(int address, int index, double t, double mass, const double *
     jb.index[k] = index;
     if (index > max_j_index)
         max_j_index = index;
-    r = jb.rec + (size_t)JB_DOUBLES * k;
-    put_record(r, JB_RECORDS, x, mass, v, t, (const double *const[6]){a, jerk, snap, crackle,
-                                                                     pop, d5},
+    put_record(jb.rec + (size_t)JB_DOUBLES * k, JB_RECORDS, x, mass, v, t,
+               (const double *const[6]){a, jerk, snap, crackle, pop, d5},
                (const double[6]){fa, fj, fs, 1.0, 1.0, 1.0});
     return SAPPORO_OK;
-}
-
-/* jb_put8 without the order-8 derivatives (every other entry point) */
-static int jb_put(int address, int index, double t, double mass, const double *x,
-                  const double *v, const double *a, double fa, const double *jerk, double fj,
-                  const double *snap, double fs, const double *crackle)
-{
-    return jb_put8(address, index, t, mass, x, v, a, fa, jerk, fj, snap, fs, crackle, NULL,
-                   NULL);
 }
 
 /* The buffered j-particles to the engine (which checks and stores them all, or none). */
@@ -489,9 +471,21 @@ static int jb_flush(void)
 
 /* -------------------------------------------------------------- the shared implementations */
 
+/* An engine table that an open handed over: SAPPORO_OK, or the error when it was built for
+ * another interface version. */
+int shim_engine_check(const struct sapporo_engine_api *api)
+{
+    if (api->version == SAPPORO_ENGINE_API_VERSION)
+        return SAPPORO_OK;
+    return shim_fail(SAPPORO_ERR_INTERNAL, "the native engine has interface version %d, this "
+                     "library %d: reinstall sapporo-nbody", api->version,
+                     SAPPORO_ENGINE_API_VERSION);
+}
+
 static int try_open(int order, const char *precision, const char *backend, int ndev,
                     const int *devices)
 {
+    void *api = NULL, *engine = NULL;
     int rc;
     if (is_open)
         return SAPPORO_OK;
@@ -499,25 +493,14 @@ static int try_open(int order, const char *precision, const char *backend, int n
         return shim_fail(SAPPORO_ERR_INPUT, "ndev = %d but devices is NULL", ndev);
     if ((rc = shim_python_up()) < 0)
         return rc;
-    rc = PY(shim_py_open(order, precision, backend, ndev, devices, &max_address));
+    rc = PY(shim_py_open(order, precision, backend, ndev, devices, &max_address, &api,
+                         &engine));
+    if (rc == SAPPORO_OK && (rc = shim_engine_check(api)) < 0)
+        PY(shim_py_close());
     if (rc != SAPPORO_OK)
         return rc;
-    {
-        void *api = NULL, *engine = NULL;
-        if ((rc = PY(shim_py_engine(&api, &engine))) == SAPPORO_OK
-            && ((const struct sapporo_engine_api *)api)->version
-               != SAPPORO_ENGINE_API_VERSION)
-            rc = shim_fail(SAPPORO_ERR_INTERNAL, "the native engine has interface version %d, this "
-                      "library %d: reinstall sapporo-nbody",
-                      ((const struct sapporo_engine_api *)api)->version,
-                      SAPPORO_ENGINE_API_VERSION);
-        if (rc != SAPPORO_OK) {
-            PY(shim_py_close());
-            return rc;
-        }
-        eng_api = shim_any_api = api;
-        eng = engine;
-    }
+    eng_api = shim_any_api = api;
+    eng = engine;
     is_open = 1;
     return SAPPORO_OK;
 }
@@ -540,7 +523,6 @@ static int do_close(void)
         eng_api->wait(eng);
     eng = NULL;  /* the library's, gone with it */
     eng_api = NULL;
-    have_time = 0;
     jb_clear();
     max_j_index = -1;
     open_error[0] = '\0';
@@ -562,8 +544,7 @@ static int do_set_ti(double ti)
         return rc;
     if (!isfinite(ti))
         return shim_fail(SAPPORO_ERR_INPUT, "ti = %g is not finite", ti);
-    cur_time = ti;
-    have_time = 1;
+    eng_api->set_time(eng, ti);
     return SAPPORO_OK;
 }
 
@@ -584,14 +565,7 @@ static int field_point_indices(int ni, const int **index)
         return SAPPORO_OK;
     if (max_j_index == LIMIT_MAX_ID)
         return shim_fail(SAPPORO_ERR_INPUT, "a negative i-index (a field point) needs a free "
-                    "index, but a j-particle has index %d", LIMIT_MAX_ID);
-    if (ni > iindex_cap) {
-        int *p = realloc(iindex_buf, sizeof(int) * (size_t)ni);
-        if (p == NULL)
-            return shim_fail(SAPPORO_ERR_INTERNAL, "out of memory for %d i-indices", ni);
-        iindex_buf = p;
-        iindex_cap = ni;
-    }
+                         "index, but a j-particle has index %d", LIMIT_MAX_ID);
     for (i = 0; i < ni; i++)
         iindex_buf[i] = (*index)[i] < 0 ? max_j_index + 1 : (*index)[i];
     *index = iindex_buf;
@@ -612,171 +586,102 @@ static void warn_h2(int ni, const int *index, const double *h2)
         }
     if (bad > 0)
         shim_warn("h2 (neighbour radius squared) is not finite for %d of %d i-particles, the "
-             "first h2[%d] = %g (index %d): no neighbour list for them; their forces are "
-             "computed", bad, ni, first, h2[first], index[first]);
+                  "first h2[%d] = %g (index %d): no neighbour list for them; their forces are "
+                  "computed", bad, ni, first, h2[first], index[first]);
 }
 
-/* Room for the result rows of ni i-particles in rows_buf: 0, or < 0 (error set). */
-static int rows_room(int ni)
+/* The state a firsthalf leaves for the next lasthalf: pending, with code rc (< 0: refused
+ * before it started, which lasthalf returns), no result and no lists.  Returns rc. */
+static int firsthalf_pending(int rc)
 {
-    if (NCO_ORDER8 * ni > rows_cap) {
-        double *q = realloc(rows_buf, sizeof(double) * NCO_ORDER8 * (size_t)ni);
-        if (q == NULL)
-            return shim_fail(SAPPORO_ERR_INTERNAL, "out of memory for %d results", ni);
-        rows_buf = q;
-        rows_cap = NCO_ORDER8 * ni;
-    }
-    return 0;
+    pending = 1;
+    pending_lists = 0;
+    have_result = 0;
+    nb.valid = 0;
+    return pending_rc = rc;
 }
 
-/* The engine's result rows into the client's arrays (zeros past the library's order): 0,
- * or the error (a force that is not finite: SAPPORO_ERR_NONFINITE, naming the particle). */
-static int engine_finish(int ni, double *acc, double *jerk, double *snap, double *crackle,
-                         double *pot, int *nnb, double *nn_r2)
+/* The checks of a firsthalf, then the buffered j-particles and the call to the engine. */
+static int start_forces(int nj, int ni, const int *index, const double *xi, const double *vi,
+                        const double *ai, const double *ji, double eps2, const double *h2)
+{
+    int rc, np;
+    if ((rc = need_open_for_forces()) < 0)
+        return rc;
+    if ((np = get_npipes()) < 0)
+        return np;
+    if (ni < 1 || ni > np)
+        return shim_fail(SAPPORO_ERR_INPUT, "ni = %d must be between 1 and g6_npipes() = %d "
+                         "(SAPPORO_NPIPES sets it)", ni, np);
+    if (index == NULL || xi == NULL || vi == NULL)
+        return shim_fail(SAPPORO_ERR_INPUT, "index, xi and vi must not be NULL");
+    if (h2 != NULL)
+        warn_h2(ni, index, h2);
+    if ((rc = field_point_indices(ni, &index)) < 0 || (rc = jb_flush()) < 0)
+        return rc;
+    if ((rc = eng_api->start(eng, nj, ni, index, xi, vi, ai, ji, eps2, h2)) < 0)
+        return shim_fail(rc, "%s", eng_api->error(eng));
+    started_ni = ni;
+    return SAPPORO_OK;
+}
+
+/* ai, ji: the i-particles' predicted acceleration and jerk (orders 6 and 8; NULL from the
+ * other entry points).  The code (< 0: refused) is the next lasthalf's. */
+static int do_firsthalf(int nj, int ni, const int *index, const double *xi, const double *vi,
+                        const double *ai, const double *ji, double eps2, const double *h2)
+{
+    int rc = firsthalf_pending(start_forces(nj, ni, index, xi, vi, ai, ji, eps2, h2));
+    for (int i = 0; rc == SAPPORO_OK && h2 != NULL && i < ni && !pending_lists; i++)
+        pending_lists = wants_list(h2[i]);
+    return rc;
+}
+
+/* snap (orders 6, 8) and crackle (order 8): zeros below the library's order; like every
+ * output, NULL where not asked for.  A force that is not finite: SAPPORO_ERR_NONFINITE,
+ * naming the particle. */
+static int do_lasthalf(int ni, double *acc, double *jerk, double *snap, double *crackle,
+                       double *pot, int *nnb, double *nn_r2)
 {
     int rc;
-    if ((rc = rows_room(ni)) < 0) {
+    if (!pending)
+        return shim_fail(SAPPORO_ERR_STATE, "no force call pending (call g6calc_firsthalf "
+                         "first)");
+    pending = 0;
+    if (pending_rc < 0)
+        return pending_rc;
+    if (ni != started_ni) {
         eng_api->wait(eng);
-        return rc;
+        return shim_fail(SAPPORO_ERR_INPUT, "ni = %d differs from the firsthalf call's ni = %d",
+                         ni, started_ni);
     }
     if ((rc = eng_api->finish(eng, ni, rows_buf)) < 0)
         return shim_fail(rc, "%s", eng_api->error(eng));
     rows_out(rows_buf, ni, eng_api->order(eng), acc, jerk, snap, crackle, pot, nnb, nn_r2);
-    __atomic_add_fetch(&shim_direct_calls, 1, __ATOMIC_RELAXED);  /* GRAPE-5 contexts count too */
+    __atomic_add_fetch(&shim_direct_calls, 1, __ATOMIC_RELAXED);  /* GRAPE-5's count too */
+    have_result = 1;
     return SAPPORO_OK;
 }
 
-/* g6_read_neighbour_list after an engine call: its lists, or empty ones where none were
- * asked for; 1 when a list overflowed the capacity. */
-static int engine_lists(void)
-{
-    int overflow = 0;
-    if (eng_api->lists(eng, &nb.ni, &nb.offsets, &nb.counts, &nb.ids)) {
-        nb.valid = 1;
-        for (int i = 0; i < nb.ni; i++)
-            overflow |= nb.counts[i] > nb.offsets[i + 1] - nb.offsets[i];
-        return overflow;
-    }
-    if (direct_ni + 1 > zeros_cap) {
-        int *z = calloc((size_t)direct_ni + 1, sizeof(int));
-        if (z == NULL)
-            return shim_fail(SAPPORO_ERR_INTERNAL, "out of memory for %d neighbour lists",
-                        direct_ni);
-        free(zeros_buf);
-        zeros_buf = z;
-        zeros_cap = direct_ni + 1;
-    }
-    nb.ni = direct_ni;
-    nb.offsets = nb.counts = nb.ids = zeros_buf;
-    nb.valid = 1;
-    return 0;
-}
-
-/* ji: the i-particles' predicted jerks (order 8; NULL from every other entry point) */
-/* A firsthalf refused before it starts (rc < 0): its error is the next lasthalf's, as any
- * firsthalf's.  1 when refused, else 0. */
-static int firsthalf_refused(int rc)
-{
-    if (rc >= 0)
-        return 0;
-    pending = 1;
-    pending_lists = 0;
-    have_result = 0;
-    nb.valid = 0;
-    pending_rc = rc;
-    return 1;
-}
-
-static void do_firsthalf8(int nj, int ni, const int *index, const double *xi,
-                          const double *vi, const double *ai, const double *ji, double eps2,
-                          const double *h2)
-{
-    int rc, np;
-    pending = 1;
-    pending_lists = 0;
-    have_result = 0;
-    nb.valid = 0;
-    if ((rc = need_open_for_forces()) < 0)
-        goto done;
-    if ((np = get_npipes()) < 0) {
-        rc = np;
-        goto done;
-    }
-    if (ni < 1 || ni > np) {
-        rc = shim_fail(SAPPORO_ERR_INPUT, "ni = %d must be between 1 and g6_npipes() = %d "
-                  "(SAPPORO_NPIPES sets it)", ni, np);
-        goto done;
-    }
-    if (nj < 0) {
-        rc = shim_fail(SAPPORO_ERR_INPUT, "nj = %d must be >= 0", nj);
-        goto done;
-    }
-    if (index == NULL || xi == NULL || vi == NULL) {
-        rc = shim_fail(SAPPORO_ERR_INPUT, "index, xi and vi must not be NULL");
-        goto done;
-    }
-    if (h2 != NULL)
-        warn_h2(ni, index, h2);
-    if ((rc = field_point_indices(ni, &index)) < 0)
-        goto done;
-    for (int i = 0; h2 != NULL && i < ni && !pending_lists; i++)
-        pending_lists = wants_list(h2[i]);
-    if ((rc = jb_flush()) < 0)
-        goto done;
-    rc = eng_api->start(eng, nj, ni, index, xi, vi, ai, ji, eps2, h2, have_time, cur_time);
-    if (rc < 0) {
-        rc = shim_fail(rc, "%s", eng_api->error(eng));
-        goto done;
-    }
-    direct_ni = ni;
-    rc = SAPPORO_OK;
-done:
-    pending_rc = rc;
-}
-
-static void do_firsthalf(int nj, int ni, const int *index, const double *xi, const double *vi,
-                         const double *ai, double eps2, const double *h2)
-{
-    do_firsthalf8(nj, ni, index, xi, vi, ai, NULL, eps2, h2);
-}
-
-/* crackle: filled at order 8 (zeros below); NULL from every other entry point */
-static int do_lasthalf8(int ni, double *acc, double *jerk, double *snap, double *crackle,
-                        double *pot, int *nnb, double *nn_r2)
-{
-    int rc;
-    if (!pending)
-        return shim_fail(SAPPORO_ERR_STATE, "no force call pending (call g6calc_firsthalf first)");
-    pending = 0;
-    if (pending_rc < 0)
-        return pending_rc;
-    if (ni != direct_ni) {
-        eng_api->wait(eng);
-        return shim_fail(SAPPORO_ERR_INPUT, "ni = %d differs from the firsthalf call's ni = %d", ni,
-                    direct_ni);
-    }
-    rc = engine_finish(ni, acc, jerk, snap, crackle, pot, nnb, nn_r2);
-    have_result = rc == SAPPORO_OK;
-    return rc;
-}
-
-static int do_lasthalf(int ni, double *acc, double *jerk, double *snap, double *pot, int *nnb,
-                       double *nn_r2)
-{
-    return do_lasthalf8(ni, acc, jerk, snap, NULL, pot, nnb, nn_r2);
-}
-
+/* The lists of the last force call (empty ones where it asked for none): 1 when a list
+ * overflowed the capacity, else 0. */
 static int do_read_neighbours(void)
 {
-    int rc;
+    int rc, overflow = 0;
     if ((rc = need_open()) < 0)
         return rc;
     nb.valid = 0;
     if (!have_result)
         return shim_fail(SAPPORO_ERR_STATE, "no neighbour lists: %s",
-                    pending ? "the force call has not finished (call g6calc_lasthalf first)"
-                            : "the last force call failed, or there was none");
-    return engine_lists();
+                         pending ? "the force call has not finished (call g6calc_lasthalf "
+                                   "first)" : "the last force call failed, or there was none");
+    if (!eng_api->lists(eng, &nb.ni, &nb.offsets, &nb.counts, &nb.ids)) {
+        nb.ni = started_ni;
+        nb.offsets = nb.counts = nb.ids = NULL;
+    }
+    nb.valid = 1;
+    for (int i = 0; nb.counts != NULL && i < nb.ni; i++)
+        overflow |= nb.counts[i] > nb.offsets[i + 1] - nb.offsets[i];
+    return overflow;
 }
 
 static int do_get_neighbours(int ipipe, int maxlength, int *nblen, int *nbl)
@@ -786,12 +691,12 @@ static int do_get_neighbours(int ipipe, int maxlength, int *nblen, int *nbl)
         return rc;
     if (ipipe < 0 || ipipe >= nb.ni)
         return shim_fail(SAPPORO_ERR_INPUT, "ipipe = %d outside the last force call's [0, %d)",
-                    ipipe, nb.ni);
+                         ipipe, nb.ni);
     if (maxlength < 0 || (maxlength > 0 && nbl == NULL))
         return shim_fail(SAPPORO_ERR_INPUT, "maxlength = %d with nbl %s", maxlength,
-                    nbl == NULL ? "NULL" : "given");
-    count = nb.counts[ipipe];
-    stored = nb.offsets[ipipe + 1] - nb.offsets[ipipe];
+                         nbl == NULL ? "NULL" : "given");
+    count = nb.counts != NULL ? nb.counts[ipipe] : 0;
+    stored = nb.offsets != NULL ? nb.offsets[ipipe + 1] - nb.offsets[ipipe] : 0;
     ncopy = stored < maxlength ? stored : maxlength;
     if (ncopy > 0)
         memcpy(nbl, nb.ids + nb.offsets[ipipe], sizeof(int) * (size_t)ncopy);
@@ -807,14 +712,14 @@ static int do_lasthalf_n(int ni, const double *h2, double *acc, double *jerk, do
                          int *nnb)
 {
     int lists = pending_lists;
-    int rc = do_lasthalf(ni, acc, jerk, NULL, pot, nnb, NULL);
+    int rc = do_lasthalf(ni, acc, jerk, NULL, NULL, pot, nnb, NULL);
     if (rc < 0 || lists || h2 == NULL)
         return rc;
     for (int i = 0; i < ni; i++)
         if (wants_list(h2[i]))
-            return shim_fail(SAPPORO_ERR_INPUT, "h2[%d] = %g reaches lasthalf but g6calc_firsthalf "
-                        "had no positive h2: neighbour lists are set up by firsthalf's h2 "
-                        "(pass the same array to both)", i, h2[i]);
+            return shim_fail(SAPPORO_ERR_INPUT, "h2[%d] = %g reaches lasthalf but "
+                             "g6calc_firsthalf had no positive h2: neighbour lists are set up "
+                             "by firsthalf's h2 (pass the same array to both)", i, h2[i]);
     return rc;
 }
 
@@ -834,384 +739,207 @@ static int do_device_count(void)
     return rc > 0 ? rc : 0;
 }
 
+/* ------------------------------------------------------------------------ exported names
+ * Each exported function serves its call through the static functions above, under the C
+ * API's lock and with the caller's floating-point environment kept (shim_enter and
+ * shim_leave), its messages naming it (__func__).  The Fortran names take every scalar by
+ * reference: a NULL one is refused naming it, before anything reads it.  cluster_id (there
+ * is one cluster) and the hardware's hints (dtj, aold, j6old, phiold, the buffer and mode
+ * settings) are accepted and never read. */
+#define SERVE(expr) (shim_enter(__func__), shim_leave(expr))
+#define SERVE_REFS(scalars, expr) SERVE(NULL_SCALARS scalars < 0 ? SAPPORO_ERR_INPUT : (expr))
+
+/* Fortran has no NULL: a negative first radius means "no neighbour lists". */
+static const double *fortran_h2(int ni, const double *h2)
+{
+    return h2 != NULL && ni > 0 && h2[0] < 0 ? NULL : h2;
+}
+
 /* -------------------------------------------------------------------------- GRAPE-6: C */
 
-EXPORT int g6_open(int cluster_id)
-{
-    (void)cluster_id;
-    shim_enter("g6_open");
-    return shim_leave(do_open(0, NULL, NULL, 0, NULL));
-}
+EXPORT int g6_open(int cluster_id) { return SERVE(do_open(0, NULL, NULL, 0, NULL)); }
 
 EXPORT int g6_open_special(int ndev, int *devices)
 {
-    shim_enter("g6_open_special");
-    return shim_leave(do_open(0, NULL, NULL, ndev, devices));
+    return SERVE(do_open(0, NULL, NULL, ndev, devices));
 }
 
-EXPORT int g6_close(int cluster_id)
-{
-    (void)cluster_id;
-    shim_enter("g6_close");
-    return shim_leave(do_close());
-}
+EXPORT int g6_close(int cluster_id) { return SERVE(do_close()); }
 
-EXPORT int g6_npipes(void)
-{
-    shim_enter("g6_npipes");
-    return shim_leave(shim_npipes_for_client());
-}
+EXPORT int g6_npipes(void) { return SERVE(shim_npipes_for_client()); }
 
-EXPORT int g6_set_tunit(double unit)
-{
-    (void)unit;  /* callers pass an int or a double: never read it */
-    return SAPPORO_OK;
-}
-
-EXPORT int g6_set_xunit(double unit)
-{
-    (void)unit;
-    return SAPPORO_OK;
-}
-
-EXPORT int g6_set_ti(int cluster_id, double ti)
-{
-    (void)cluster_id;
-    shim_enter("g6_set_ti");
-    return shim_leave(do_set_ti(ti));
-}
+EXPORT int g6_set_ti(int cluster_id, double ti) { return SERVE(do_set_ti(ti)); }
 
 EXPORT int g6_set_j_particle(int cluster_id, int address, int index, double tj, double dtj,
                              double mass, double k18[3], double j6[3], double a2[3],
                              double v[3], double x[3])
 {
-    (void)cluster_id;
-    (void)dtj;
-    shim_enter("g6_set_j_particle");
-    return shim_leave(jb_put(address, index, tj, mass, x, v, a2, 2.0, j6, 6.0, k18, 18.0, NULL));
+    return SERVE(jb_put(address, index, tj, mass, x, v, a2, 2.0, j6, 6.0, k18, 18.0, NULL,
+                        NULL, NULL));
 }
 
 EXPORT void g6calc_firsthalf(int cluster_id, int nj, int ni, int index[], double xi[][3],
                              double vi[][3], double aold[][3], double j6old[][3],
                              double phiold[], double eps2, double h2[])
 {
-    (void)cluster_id;
-    (void)j6old;
-    (void)phiold;
-    shim_enter("g6calc_firsthalf");
-    do_firsthalf(nj, ni, index, (double *)xi, (double *)vi, (double *)aold, eps2, h2);
-    shim_leave(0);
+    SERVE(do_firsthalf(nj, ni, index, (double *)xi, (double *)vi, (double *)aold, NULL, eps2,
+                       h2));
 }
 
 EXPORT int g6calc_lasthalf(int cluster_id, int nj, int ni, int index[], double xi[][3],
                            double vi[][3], double eps2, double h2[], double acc[][3],
                            double jerk[][3], double pot[])
 {
-    (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2, (void)h2;
-    shim_enter("g6calc_lasthalf");
-    return shim_leave(do_lasthalf(ni, (double *)acc, (double *)jerk, NULL,
-                             pot, NULL, NULL));
+    return SERVE(do_lasthalf(ni, (double *)acc, (double *)jerk, NULL, NULL, pot, NULL, NULL));
 }
 
 EXPORT int g6calc_lasthalf2(int cluster_id, int nj, int ni, int index[], double xi[][3],
                             double vi[][3], double eps2, double h2[], double acc[][3],
                             double jerk[][3], double pot[], int nnbindex[])
 {
-    (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2, (void)h2;
-    shim_enter("g6calc_lasthalf2");
-    return shim_leave(do_lasthalf(ni, (double *)acc, (double *)jerk, NULL,
-                             pot, nnbindex, NULL));
+    return SERVE(do_lasthalf(ni, (double *)acc, (double *)jerk, NULL, NULL, pot, nnbindex,
+                             NULL));
 }
 
-EXPORT int g6_read_neighbour_list(int cluster_id)
-{
-    (void)cluster_id;
-    shim_enter("g6_read_neighbour_list");
-    return shim_leave(do_read_neighbours());
-}
+EXPORT int g6_read_neighbour_list(int cluster_id) { return SERVE(do_read_neighbours()); }
 
 EXPORT int g6_get_neighbour_list(int cluster_id, int ipipe, int maxlength, int *nblen,
                                  int nbl[])
 {
-    (void)cluster_id;
-    shim_enter("g6_get_neighbour_list");
-    return shim_leave(do_get_neighbours(ipipe, maxlength, nblen, nbl));
+    return SERVE(do_get_neighbours(ipipe, maxlength, nblen, nbl));
 }
 
-EXPORT int g6_initialize_jp_buffer(int cluster_id, int size)
-{
-    (void)cluster_id;
-    (void)size;
-    return SAPPORO_OK;
-}
-
-EXPORT int g6_flush_jp_buffer(int cluster_id)
-{
-    (void)cluster_id;
-    shim_enter("g6_flush_jp_buffer");
-    return shim_leave(do_flush());
-}
-
-EXPORT int g6_reset(int cluster_id)
-{
-    (void)cluster_id;
-    return SAPPORO_OK;
-}
-
-EXPORT int g6_reset_fofpga(int cluster_id)
-{
-    (void)cluster_id;
-    return SAPPORO_OK;
-}
-
-EXPORT void g6_set_neighbour_list_sort_mode(int mode)
-{
-    (void)mode;
-}
-
-EXPORT int g6_set_overflow_flag_test_mode(int a, int b, int c)
-{
-    (void)a, (void)b, (void)c;
-    return SAPPORO_OK;
-}
+EXPORT int g6_flush_jp_buffer(int cluster_id) { return SERVE(do_flush()); }
 
 /* Phantom-GRAPE's names: as lasthalf / lasthalf2 (the lists come from firsthalf's h2). */
 EXPORT int g6calc_lasthalfn(int cluster_id, int nj, int ni, int index[], double xi[][3],
                             double vi[][3], double eps2, double h2[], double acc[][3],
                             double jerk[][3], double pot[])
 {
-    (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2;
-    shim_enter("g6calc_lasthalfn");
-    return shim_leave(do_lasthalf_n(ni, h2, (double *)acc, (double *)jerk, pot, NULL));
+    return SERVE(do_lasthalf_n(ni, h2, (double *)acc, (double *)jerk, pot, NULL));
 }
 
 EXPORT int g6calc_lasthalf2n(int cluster_id, int nj, int ni, int index[], double xi[][3],
                              double vi[][3], double eps2, double h2[], double acc[][3],
                              double jerk[][3], double pot[], int nnbindex[])
 {
-    (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2;
-    shim_enter("g6calc_lasthalf2n");
-    return shim_leave(do_lasthalf_n(ni, h2, (double *)acc, (double *)jerk, pot, nnbindex));
-}
-
-/* Phantom-GRAPE: j-particle count hint; accepted and ignored. */
-EXPORT void g6_setup_njdata(int cluster_id, int nj)
-{
-    (void)cluster_id, (void)nj;
+    return SERVE(do_lasthalf_n(ni, h2, (double *)acc, (double *)jerk, pot, nnbindex));
 }
 
 /* Sapporo2: the j-capacity (addresses 0 .. g6_get_nj_max() - 1); 0 when not open. */
-EXPORT int g6_get_nj_max(void)
-{
-    shim_enter("g6_get_nj_max");
-    return shim_leave(do_nj_max());
-}
+EXPORT int g6_get_nj_max(void) { return SERVE(do_nj_max()); }
 
 /* sapporo_light: how many devices the selected backend has (SAPPORO_BACKEND, else the
  * automatic choice); 0 when none (the reason is printed).  Needs no g6_open. */
-EXPORT int get_device_count(void)
-{
-    shim_enter("get_device_count");
-    return shim_leave(do_device_count());
-}
+EXPORT int get_device_count(void) { return SERVE(do_device_count()); }
+
+/* The hardware's settings and buffers, with nothing to do here: accepted.  g6_set_tunit and
+ * g6_set_xunit are passed an int or a double: never read. */
+EXPORT int g6_set_tunit(double unit) { return SAPPORO_OK; }
+EXPORT int g6_set_xunit(double unit) { return SAPPORO_OK; }
+EXPORT int g6_initialize_jp_buffer(int cluster_id, int size) { return SAPPORO_OK; }
+EXPORT int g6_reset(int cluster_id) { return SAPPORO_OK; }
+EXPORT int g6_reset_fofpga(int cluster_id) { return SAPPORO_OK; }
+EXPORT void g6_set_neighbour_list_sort_mode(int mode) {}
+EXPORT int g6_set_overflow_flag_test_mode(int a, int b, int c) { return SAPPORO_OK; }
+EXPORT void g6_setup_njdata(int cluster_id, int nj) {}  /* Phantom-GRAPE: a j-count hint */
 
 /* -------------------------------------------------------------------- GRAPE-6: Fortran */
 
-EXPORT int g6_open_(int *cluster_id)
+EXPORT int g6_open_(int *cluster_id)  /* one client passes NULL */
 {
-    (void)cluster_id;  /* one client passes NULL */
-    shim_enter("g6_open_");
-    return shim_leave(do_open(0, NULL, NULL, 0, NULL));
+    return SERVE(do_open(0, NULL, NULL, 0, NULL));
 }
 
 EXPORT int g6_open_special_(int *ndev, int *devices)
 {
-    shim_enter("g6_open_special_");
-    if (ndev == NULL)
-        return shim_leave(shim_fail(SAPPORO_ERR_INPUT, "ndev is NULL"));
-    return shim_leave(do_open(0, NULL, NULL, *ndev, devices));
+    return SERVE_REFS((ndev), do_open(0, NULL, NULL, *ndev, devices));
 }
 
-EXPORT int g6_close_(int *cluster_id)
-{
-    (void)cluster_id;
-    shim_enter("g6_close_");
-    return shim_leave(do_close());
-}
+EXPORT int g6_close_(int *cluster_id) { return SERVE(do_close()); }
 
-EXPORT int g6_npipes_(void)
-{
-    shim_enter("g6_npipes_");
-    return shim_leave(shim_npipes_for_client());
-}
+EXPORT int g6_npipes_(void) { return SERVE(shim_npipes_for_client()); }
 
-EXPORT int g6_set_tunit_(void *unit)
-{
-    (void)unit;
-    return SAPPORO_OK;
-}
-
-EXPORT int g6_set_xunit_(void *unit)
-{
-    (void)unit;
-    return SAPPORO_OK;
-}
-
-EXPORT int g6_set_ti_(int *cluster_id, double *ti)
-{
-    int rc;
-    (void)cluster_id;
-    shim_enter("g6_set_ti_");
-    if ((rc = NULL_SCALARS(ti)) < 0)
-        return shim_leave(rc);
-    return shim_leave(do_set_ti(*ti));
-}
+EXPORT int g6_set_ti_(int *cluster_id, double *ti) { return SERVE_REFS((ti), do_set_ti(*ti)); }
 
 EXPORT int g6_set_j_particle_(int *cluster_id, int *address, int *index, double *tj,
                               double *dtj, double *mass, double k18[3], double j6[3],
                               double a2[3], double v[3], double x[3])
 {
-    int rc;
-    (void)cluster_id;
-    (void)dtj;
-    shim_enter("g6_set_j_particle_");
-    if ((rc = NULL_SCALARS(address, index, tj, mass)) < 0)
-        return shim_leave(rc);
-    return shim_leave(jb_put(*address, *index, *tj, *mass, x, v, a2, 2.0, j6, 6.0, k18, 18.0, NULL));
+    return SERVE_REFS((address, index, tj, mass),
+                      jb_put(*address, *index, *tj, *mass, x, v, a2, 2.0, j6, 6.0, k18, 18.0,
+                             NULL, NULL, NULL));
 }
 
+/* firsthalf's Fortran names: a NULL scalar refuses the call as any firsthalf's error does
+ * (the next lasthalf returns it). */
 EXPORT void g6calc_firsthalf_(int *cluster_id, int *nj, int *ni, int index[], double xi[][3],
                               double vi[][3], double aold[][3], double j6old[][3],
                               double phiold[], double *eps2, double h2[])
 {
-    (void)cluster_id;
-    (void)j6old;
-    (void)phiold;
-    shim_enter("g6calc_firsthalf_");
-    if (!firsthalf_refused(NULL_SCALARS(nj, ni, eps2)))
-        do_firsthalf(*nj, *ni, index, (double *)xi, (double *)vi, (double *)aold, *eps2, h2);
-    shim_leave(0);
+    SERVE(NULL_SCALARS(nj, ni, eps2) < 0 ? firsthalf_pending(SAPPORO_ERR_INPUT)
+          : do_firsthalf(*nj, *ni, index, (double *)xi, (double *)vi, (double *)aold, NULL,
+                         *eps2, h2));
 }
 
 EXPORT int g6calc_lasthalf_(int *cluster_id, int *nj, int *ni, int index[], double xi[][3],
                             double vi[][3], double *eps2, double h2[], double acc[][3],
                             double jerk[][3], double pot[])
 {
-    (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2, (void)h2;
-    shim_enter("g6calc_lasthalf_");
-    if (ni == NULL)
-        return shim_leave(NULL_SCALARS(ni));
-    return shim_leave(do_lasthalf(*ni, (double *)acc, (double *)jerk, NULL,
-                             pot, NULL, NULL));
+    return SERVE_REFS((ni), do_lasthalf(*ni, (double *)acc, (double *)jerk, NULL, NULL, pot,
+                                        NULL, NULL));
 }
 
 EXPORT int g6calc_lasthalf2_(int *cluster_id, int *nj, int *ni, int index[], double xi[][3],
                              double vi[][3], double *eps2, double h2[], double acc[][3],
                              double jerk[][3], double pot[], int nnbindex[])
 {
-    (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2, (void)h2;
-    shim_enter("g6calc_lasthalf2_");
-    if (ni == NULL)
-        return shim_leave(NULL_SCALARS(ni));
-    return shim_leave(do_lasthalf(*ni, (double *)acc, (double *)jerk, NULL,
-                             pot, nnbindex, NULL));
+    return SERVE_REFS((ni), do_lasthalf(*ni, (double *)acc, (double *)jerk, NULL, NULL, pot,
+                                        nnbindex, NULL));
 }
 
-EXPORT int g6_read_neighbour_list_(int *cluster_id)
-{
-    (void)cluster_id;
-    shim_enter("g6_read_neighbour_list_");
-    return shim_leave(do_read_neighbours());
-}
+EXPORT int g6_read_neighbour_list_(int *cluster_id) { return SERVE(do_read_neighbours()); }
 
 EXPORT int g6_get_neighbour_list_(int *cluster_id, int *ipipe, int *maxlength, int *nblen,
                                   int nbl[])
 {
-    (void)cluster_id;
-    int rc;
-    shim_enter("g6_get_neighbour_list_");
-    if ((rc = NULL_SCALARS(ipipe, maxlength)) < 0)
-        return shim_leave(rc);
-    return shim_leave(do_get_neighbours(*ipipe, *maxlength, nblen, nbl));
+    return SERVE_REFS((ipipe, maxlength), do_get_neighbours(*ipipe, *maxlength, nblen, nbl));
 }
 
-EXPORT int g6_initialize_jp_buffer_(int *cluster_id, int *size)
-{
-    (void)cluster_id;
-    (void)size;
-    return SAPPORO_OK;
-}
-
-EXPORT int g6_flush_jp_buffer_(int *cluster_id)
-{
-    (void)cluster_id;
-    shim_enter("g6_flush_jp_buffer_");
-    return shim_leave(do_flush());
-}
-
-EXPORT int g6_reset_(int *cluster_id)
-{
-    (void)cluster_id;
-    return SAPPORO_OK;
-}
-
-EXPORT int g6_reset_fofpga_(int *cluster_id)
-{
-    (void)cluster_id;
-    return SAPPORO_OK;
-}
-
-EXPORT void g6_set_neighbour_list_sort_mode_(int *mode)
-{
-    (void)mode;
-}
-
-EXPORT int g6_set_overflow_flag_test_mode_(int *a, int *b, int *c)
-{
-    (void)a, (void)b, (void)c;
-    return SAPPORO_OK;
-}
+EXPORT int g6_flush_jp_buffer_(int *cluster_id) { return SERVE(do_flush()); }
 
 EXPORT int g6calc_lasthalfn_(int *cluster_id, int *nj, int *ni, int index[], double xi[][3],
                              double vi[][3], double *eps2, double h2[], double acc[][3],
                              double jerk[][3], double pot[])
 {
-    (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2;
-    shim_enter("g6calc_lasthalfn_");
-    if (ni == NULL)
-        return shim_leave(NULL_SCALARS(ni));
-    return shim_leave(do_lasthalf_n(*ni, h2, (double *)acc, (double *)jerk, pot, NULL));
+    return SERVE_REFS((ni), do_lasthalf_n(*ni, h2, (double *)acc, (double *)jerk, pot, NULL));
 }
 
 EXPORT int g6calc_lasthalf2n_(int *cluster_id, int *nj, int *ni, int index[], double xi[][3],
                               double vi[][3], double *eps2, double h2[], double acc[][3],
                               double jerk[][3], double pot[], int nnbindex[])
 {
-    (void)cluster_id, (void)nj, (void)index, (void)xi, (void)vi, (void)eps2;
-    shim_enter("g6calc_lasthalf2n_");
-    if (ni == NULL)
-        return shim_leave(NULL_SCALARS(ni));
-    return shim_leave(do_lasthalf_n(*ni, h2, (double *)acc, (double *)jerk, pot, nnbindex));
+    return SERVE_REFS((ni), do_lasthalf_n(*ni, h2, (double *)acc, (double *)jerk, pot,
+                                          nnbindex));
 }
 
-EXPORT void g6_setup_njdata_(int *cluster_id, int *nj)
-{
-    (void)cluster_id, (void)nj;
-}
+EXPORT int g6_get_nj_max_(void) { return SERVE(do_nj_max()); }
 
-EXPORT int g6_get_nj_max_(void)
-{
-    shim_enter("g6_get_nj_max_");
-    return shim_leave(do_nj_max());
-}
+EXPORT int g6_set_tunit_(void *unit) { return SAPPORO_OK; }
+EXPORT int g6_set_xunit_(void *unit) { return SAPPORO_OK; }
+EXPORT int g6_initialize_jp_buffer_(int *cluster_id, int *size) { return SAPPORO_OK; }
+EXPORT int g6_reset_(int *cluster_id) { return SAPPORO_OK; }
+EXPORT int g6_reset_fofpga_(int *cluster_id) { return SAPPORO_OK; }
+EXPORT void g6_set_neighbour_list_sort_mode_(int *mode) {}
+EXPORT int g6_set_overflow_flag_test_mode_(int *a, int *b, int *c) { return SAPPORO_OK; }
+EXPORT void g6_setup_njdata_(int *cluster_id, int *nj) {}
 
 /* ---------------------------------------------------------------- sapporo's extensions */
 
 EXPORT int sapporo_open(int order, const char *precision, const char *backend, int ndev,
                         const int *devices)
 {
-    shim_enter("sapporo_open");
-    return shim_leave(do_open(order, precision, backend, ndev, devices));
+    return SERVE(do_open(order, precision, backend, ndev, devices));
 }
 
 EXPORT int sapporo_set_j_particle(int address, int index, double tj, double mass,
@@ -1219,24 +947,22 @@ EXPORT int sapporo_set_j_particle(int address, int index, double tj, double mass
                                   const double jerk[3], const double snap[3],
                                   const double crackle[3])
 {
-    shim_enter("sapporo_set_j_particle");
-    return shim_leave(jb_put(address, index, tj, mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0, crackle));
+    return SERVE(jb_put(address, index, tj, mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0, crackle,
+                        NULL, NULL));
 }
 
 EXPORT void sapporo_calc_firsthalf(int nj, int ni, int index[], double xi[][3], double vi[][3],
                                    double ai[][3], double eps2, double h2[])
 {
-    shim_enter("sapporo_calc_firsthalf");
-    do_firsthalf(nj, ni, index, (double *)xi, (double *)vi, (double *)ai, eps2, h2);
-    shim_leave(0);
+    SERVE(do_firsthalf(nj, ni, index, (double *)xi, (double *)vi, (double *)ai, NULL, eps2,
+                       h2));
 }
 
 EXPORT int sapporo_calc_lasthalf(int ni, double acc[][3], double jerk[][3], double snap[][3],
                                  double pot[], int nnbindex[], double nn_r2[])
 {
-    shim_enter("sapporo_calc_lasthalf");
-    return shim_leave(do_lasthalf(ni, (double *)acc, (double *)jerk, (double *)snap, pot, nnbindex,
-                             nn_r2));
+    return SERVE(do_lasthalf(ni, (double *)acc, (double *)jerk, (double *)snap, NULL, pot,
+                             nnbindex, nn_r2));
 }
 
 EXPORT int sapporo_set_j_particle8(int address, int index, double tj, double mass,
@@ -1245,35 +971,27 @@ EXPORT int sapporo_set_j_particle8(int address, int index, double tj, double mas
                                    const double crackle[3], const double pop[3],
                                    const double d5[3])
 {
-    shim_enter("sapporo_set_j_particle8");
-    return shim_leave(jb_put8(address, index, tj, mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0, crackle,
-                         pop, d5));
+    return SERVE(jb_put(address, index, tj, mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0, crackle,
+                        pop, d5));
 }
 
 EXPORT void sapporo_calc_firsthalf8(int nj, int ni, int index[], double xi[][3],
                                     double vi[][3], double ai[][3], double ji[][3],
                                     double eps2, double h2[])
 {
-    shim_enter("sapporo_calc_firsthalf8");
-    do_firsthalf8(nj, ni, index, (double *)xi, (double *)vi, (double *)ai, (double *)ji, eps2,
-                  h2);
-    shim_leave(0);
+    SERVE(do_firsthalf(nj, ni, index, (double *)xi, (double *)vi, (double *)ai, (double *)ji,
+                       eps2, h2));
 }
 
 EXPORT int sapporo_calc_lasthalf8(int ni, double acc[][3], double jerk[][3], double snap[][3],
                                   double crackle[][3], double pot[], int nnbindex[],
                                   double nn_r2[])
 {
-    shim_enter("sapporo_calc_lasthalf8");
-    return shim_leave(do_lasthalf8(ni, (double *)acc, (double *)jerk, (double *)snap,
-                              (double *)crackle, pot, nnbindex, nn_r2));
+    return SERVE(do_lasthalf(ni, (double *)acc, (double *)jerk, (double *)snap,
+                             (double *)crackle, pot, nnbindex, nn_r2));
 }
 
-EXPORT int sapporo_flush(void)
-{
-    shim_enter("sapporo_flush");
-    return shim_leave(do_flush());
-}
+EXPORT int sapporo_flush(void) { return SERVE(do_flush()); }
 
 EXPORT const char *sapporo_last_error(void)
 {
@@ -1282,7 +1000,7 @@ EXPORT const char *sapporo_last_error(void)
 
 EXPORT const char *sapporo_version(void)
 {
-    shim_enter("sapporo_version");
+    shim_enter(__func__);
     if (version[0] == '\0' && shim_python_up() == 0)
         PY(shim_py_version(version, (int)sizeof version));
     shim_leave(0);
@@ -1291,31 +1009,20 @@ EXPORT const char *sapporo_version(void)
 
 EXPORT long sapporo_direct_calls(void)
 {
-    long n;
-    shim_enter("sapporo_direct_calls");
-    n = __atomic_load_n(&shim_direct_calls, __ATOMIC_RELAXED);
-    shim_leave(0);
-    return n;
+    return __atomic_load_n(&shim_direct_calls, __ATOMIC_RELAXED);
 }
 
 EXPORT long sapporo_python_calls(void)
 {
     long n;
-    shim_enter("sapporo_python_calls");
+    shim_enter(__func__);
     n = __atomic_load_n(&shim_python_calls, __ATOMIC_RELAXED)
         + (shim_any_api != NULL ? shim_any_api->python_calls() : 0);
     shim_leave(0);
     return n;
 }
 
-EXPORT int sapporo_python_started(void)
-{
-    int n;
-    shim_enter("sapporo_python_started");
-    n = python_ready;
-    shim_leave(0);
-    return n;
-}
+EXPORT int sapporo_python_started(void) { return SERVE(python_ready); }
 
 /* ---------------------------------------------------------------- their Fortran names */
 
@@ -1352,12 +1059,10 @@ EXPORT int sapporo_open_(int *order, const char *precision, const char *backend,
                          const int *devices, size_t precision_len, size_t backend_len)
 {
     char p[64], b[64];
-    int rc;
-    shim_enter("sapporo_open_");
-    if ((rc = NULL_SCALARS(order, ndev)) < 0)
-        return shim_leave(rc);
-    return shim_leave(do_open(*order, fortran_string(precision, precision_len, p, sizeof p),
-                         fortran_string(backend, backend_len, b, sizeof b), *ndev, devices));
+    return SERVE_REFS((order, ndev),
+                      do_open(*order, fortran_string(precision, precision_len, p, sizeof p),
+                              fortran_string(backend, backend_len, b, sizeof b), *ndev,
+                              devices));
 }
 
 EXPORT int sapporo_set_j_particle_(int *address, int *index, double *tj, double *mass,
@@ -1365,36 +1070,24 @@ EXPORT int sapporo_set_j_particle_(int *address, int *index, double *tj, double 
                                    const double jerk[3], const double snap[3],
                                    const double crackle[3])
 {
-    int rc;
-    shim_enter("sapporo_set_j_particle_");
-    if ((rc = NULL_SCALARS(address, index, tj, mass)) < 0)
-        return shim_leave(rc);
-    return shim_leave(jb_put(*address, *index, *tj, *mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0,
-                        crackle));
+    return SERVE_REFS((address, index, tj, mass),
+                      jb_put(*address, *index, *tj, *mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0,
+                             crackle, NULL, NULL));
 }
 
 EXPORT void sapporo_calc_firsthalf_(int *nj, int *ni, int index[], double xi[][3],
                                     double vi[][3], double ai[][3], double *eps2, double h2[])
 {
-    shim_enter("sapporo_calc_firsthalf_");
-    if (firsthalf_refused(NULL_SCALARS(nj, ni, eps2))) {
-        shim_leave(0);
-        return;
-    }
-    /* Fortran has no NULL: a negative first radius means "no neighbour lists" */
-    do_firsthalf(*nj, *ni, index, (double *)xi, (double *)vi, (double *)ai, *eps2,
-                 (h2 != NULL && *ni > 0 && h2[0] < 0) ? NULL : h2);
-    shim_leave(0);
+    SERVE(NULL_SCALARS(nj, ni, eps2) < 0 ? firsthalf_pending(SAPPORO_ERR_INPUT)
+          : do_firsthalf(*nj, *ni, index, (double *)xi, (double *)vi, (double *)ai, NULL,
+                         *eps2, fortran_h2(*ni, h2)));
 }
 
 EXPORT int sapporo_calc_lasthalf_(int *ni, double acc[][3], double jerk[][3], double snap[][3],
                                   double pot[], int nnbindex[], double nn_r2[])
 {
-    shim_enter("sapporo_calc_lasthalf_");
-    if (ni == NULL)
-        return shim_leave(NULL_SCALARS(ni));
-    return shim_leave(do_lasthalf(*ni, (double *)acc, (double *)jerk, (double *)snap, pot, nnbindex,
-                             nn_r2));
+    return SERVE_REFS((ni), do_lasthalf(*ni, (double *)acc, (double *)jerk, (double *)snap,
+                                        NULL, pot, nnbindex, nn_r2));
 }
 
 EXPORT int sapporo_set_j_particle8_(int *address, int *index, double *tj, double *mass,
@@ -1403,44 +1096,29 @@ EXPORT int sapporo_set_j_particle8_(int *address, int *index, double *tj, double
                                     const double crackle[3], const double pop[3],
                                     const double d5[3])
 {
-    int rc;
-    shim_enter("sapporo_set_j_particle8_");
-    if ((rc = NULL_SCALARS(address, index, tj, mass)) < 0)
-        return shim_leave(rc);
-    return shim_leave(jb_put8(*address, *index, *tj, *mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0,
-                         crackle, pop, d5));
+    return SERVE_REFS((address, index, tj, mass),
+                      jb_put(*address, *index, *tj, *mass, x, v, a, 1.0, jerk, 1.0, snap, 1.0,
+                             crackle, pop, d5));
 }
 
 EXPORT void sapporo_calc_firsthalf8_(int *nj, int *ni, int index[], double xi[][3],
                                      double vi[][3], double ai[][3], double ji[][3],
                                      double *eps2, double h2[])
 {
-    shim_enter("sapporo_calc_firsthalf8_");
-    if (firsthalf_refused(NULL_SCALARS(nj, ni, eps2))) {
-        shim_leave(0);
-        return;
-    }
-    do_firsthalf8(*nj, *ni, index, (double *)xi, (double *)vi, (double *)ai, (double *)ji,
-                  *eps2, (h2 != NULL && *ni > 0 && h2[0] < 0) ? NULL : h2);
-    shim_leave(0);
+    SERVE(NULL_SCALARS(nj, ni, eps2) < 0 ? firsthalf_pending(SAPPORO_ERR_INPUT)
+          : do_firsthalf(*nj, *ni, index, (double *)xi, (double *)vi, (double *)ai,
+                         (double *)ji, *eps2, fortran_h2(*ni, h2)));
 }
 
 EXPORT int sapporo_calc_lasthalf8_(int *ni, double acc[][3], double jerk[][3],
                                    double snap[][3], double crackle[][3], double pot[],
                                    int nnbindex[], double nn_r2[])
 {
-    shim_enter("sapporo_calc_lasthalf8_");
-    if (ni == NULL)
-        return shim_leave(NULL_SCALARS(ni));
-    return shim_leave(do_lasthalf8(*ni, (double *)acc, (double *)jerk, (double *)snap,
-                              (double *)crackle, pot, nnbindex, nn_r2));
+    return SERVE_REFS((ni), do_lasthalf(*ni, (double *)acc, (double *)jerk, (double *)snap,
+                                        (double *)crackle, pot, nnbindex, nn_r2));
 }
 
-EXPORT int sapporo_flush_(void)
-{
-    shim_enter("sapporo_flush_");
-    return shim_leave(do_flush());
-}
+EXPORT int sapporo_flush_(void) { return SERVE(do_flush()); }
 
 EXPORT void sapporo_last_error_(char *message, size_t message_len)
 {

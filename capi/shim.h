@@ -45,6 +45,11 @@ void shim_warn(const char *fmt, ...);
 int shim_python_up(void);
 /* g6_npipes(): never below 1 */
 int shim_npipes_for_client(void);
+/* *p grown to cap elements of elem bytes: 0, or -1 (out of memory; *p as it was) */
+int shim_grow(void **p, size_t elem, int cap);
+/* an engine table that an open handed over: SAPPORO_OK, or the error (an engine built for
+ * another interface version) */
+int shim_engine_check(const struct sapporo_engine_api *api);
 
 /* Fortran names take every scalar by reference: shim_null_name writes the name of the first
  * NULL among n pointers p (names: theirs, comma-separated) into out and returns 1, or 0 when

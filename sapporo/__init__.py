@@ -25,18 +25,8 @@ from sapporo.errors import (
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "BackendError",
-    "BuildError",
-    "ConfigError",
-    "ForceResult",
-    "InputError",
-    "Library",
-    "NonFiniteError",
-    "PendingForce",
-    "SapporoError",
-    "__version__",
-]
+__all__ = ["BackendError", "BuildError", "ConfigError", "ForceResult", "InputError", "Library",
+           "NonFiniteError", "PendingForce", "SapporoError", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from sapporo.core.library import ForceResult, Library, PendingForce

@@ -1,42 +1,8 @@
 """All ``SAPPORO_*`` environment variables are parsed here, and nowhere else.
 
-=========================  =====================================================
-variable                   meaning
-=========================  =====================================================
-``SAPPORO_BACKEND``        ``opencl``, ``cuda`` or ``auto`` (default ``auto``)
-``SAPPORO_DEVICES``        ``all`` or comma-separated device indices, e.g. ``0,1``
-``SAPPORO_ORDER``          2, 4, 6 or 8 (used by the C API; default 4)
-``SAPPORO_PRECISION``      ``double`` or ``double-single`` (C API; default
-                           ``double-single``)
-``SAPPORO_NPIPES``         i-particles per GRAPE force call (C API; 1 to 65536, default
-                           128)
-``SAPPORO_CONFIG``         path of a ``sapporo2.config`` device file (C API)
-``SAPPORO_NB_CAPACITY``    neighbour-list capacity per i-particle (1 to 65536, default
-                           256)
-``SAPPORO_SPIN_US``        how long (microseconds) a wait for the device polls before
-                           it sleeps (0 to 1000000, default 300; 0: sleep at once)
-``SAPPORO_SMALL_PAIRS``    force calls with at most this many i x j pairs run on PoCL's
-                           single-threaded companion device (default 131072; 0: never,
-                           and sapporo leaves POCL_DEVICES alone)
-``SAPPORO_PROFILE_DIR``    where tuning profiles are read and written
-``SAPPORO_NO_PROFILE``     set to 1 to ignore tuning profiles (built-in defaults)
-``SAPPORO_KERNEL_CACHE``   folder of the OpenCL kernel binaries kept across processes
-                           (default: the user cache folder; ``0``/``off``: none)
-``SAPPORO_DECOMPOSITION``  ``j``, ``2d`` or ``auto``: the decomposition of
-                           ``mpiexec ... sapporo run`` (default ``auto``)
-``SAPPORO_RANK_OUTPUT``    1: under ``mpiexec``, ranks other than 0 keep their output
-                           in ``<out>.rank<r>`` (to compare the ranks' runs)
-``SAPPORO_MPI_CHECK``      1: a debug setting of ``ParallelLibrary``: every call checks,
-                           with a collective of its own, that every rank passed the same
-                           arguments (a CRC-32) and that no rank failed (default 0: one
-                           collective per block step, errors reported with the forces)
-``SAPPORO_NATIVE_MEMORY``  ``device``: the library keeps its data in device buffers with
-                           explicit copies even on a device that could compute on host
-                           memory (a CPU); the default ``auto`` uses host memory there
-``SAPPORO_SITE``           os.pathsep-separated site directories that replace the
-                           ones recorded by ``sapporo capi build`` (read by the C
-                           library's start-up code before sapporo is importable)
-=========================  =====================================================
+:func:`from_environment` reads them into a :class:`Settings`. What each one means is listed
+in README.md ("Configuration"); ``SAPPORO_SITE`` in docs/capi.md, ``SAPPORO_DECOMPOSITION``
+and ``SAPPORO_RANK_OUTPUT`` in docs/parallel.md.
 
 A numeric setting out of its range (:data:`INT_RANGES`; for ``SAPPORO_ORDER`` a value that
 is not 2, 4, 6 or 8) is clamped to the nearest valid value, with a warning logged once per
@@ -47,6 +13,7 @@ process: a setting never keeps a library from opening. A value that is not an in
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -59,7 +26,6 @@ PRECISIONS = ("double", "double-single")
 ORDERS = (2, 4, 6, 8)
 
 logger = logging.getLogger(__name__)
-
 
 
 def _c_api_constants() -> dict[str, int]:
@@ -92,6 +58,8 @@ MAX_NPIPES = _C_API["SAPPORO_MAX_NPIPES"]
 MAX_NB_CAPACITY = 65536
 #: The longest poll of ``SAPPORO_SPIN_US`` (one second; the wait sleeps after it)
 MAX_SPIN_US = 1_000_000
+#: the cutoff lengths (S2 diameter, or the Gaussian split) a library takes
+CUTOFF_RANGE = (1e-30, 1e30)
 
 #: The range of each integer setting, (smallest, largest or None): the one place that
 #: defines them. A value outside is clamped to the nearest end (:func:`int_setting`).
@@ -114,10 +82,7 @@ def _warn_once(message: str) -> None:
 
 
 def _get(name: str) -> str | None:
-    value = os.environ.get(name)
-    if value is None or value.strip() == "":
-        return None
-    return value.strip()
+    return os.environ.get(name, "").strip() or None
 
 
 def parse_backend(value: str | None, source: str = "backend") -> str | None:
@@ -130,9 +95,8 @@ def parse_backend(value: str | None, source: str = "backend") -> str | None:
     if v in ("cl", "ocl"):
         v = "opencl"
     if v not in BACKENDS:
-        raise ConfigError(
-            f"{source}: unknown backend {value!r}; expected one of opencl, cuda, auto"
-        )
+        raise ConfigError(f"{source}: unknown backend {value!r}; expected one of opencl, cuda, "
+                          "auto")
     return v
 
 
@@ -146,9 +110,8 @@ def parse_devices(value: str | None, source: str = "devices") -> str | list[int]
     try:
         out = [int(p) for p in v.replace(" ", "").split(",") if p != ""]
     except ValueError:
-        raise ConfigError(
-            f"{source}: expected 'all' or comma-separated device indices, got {value!r}"
-        ) from None
+        raise ConfigError(f"{source}: expected 'all' or comma-separated device indices, got "
+                          f"{value!r}") from None
     if not out or any(d < 0 for d in out):
         raise ConfigError(f"{source}: device indices must be >= 0, got {value!r}")
     return out
@@ -161,7 +124,7 @@ def parse_order(value: str | int | None, source: str = "order") -> int | None:
     try:
         order = int(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{source}: expected 2, 4, 6 or 8, got {value!r}") from None
+        order = None
     if order not in ORDERS:
         raise ConfigError(f"{source}: expected 2, 4, 6 or 8, got {value!r}")
     return order
@@ -181,16 +144,9 @@ def parse_precision(value: str | None, source: str = "precision") -> str | None:
 
 def int_setting(name: str) -> int | None:
     """The integer setting ``name`` (a key of :data:`INT_RANGES`) from the environment;
-    None when unset or blank.
-
-    A value outside its range is clamped to the nearest end, and a warning says so (once
-    per process and value).
-
-    Raises
-    ------
-    ConfigError
-        When the value is not an integer.
-    """
+    None when unset or blank. A value outside its range is clamped to the nearest end, and a
+    warning says so (once per process and value); one that is not an integer is a
+    :class:`ConfigError`."""
     raw = _get(name)
     if raw is None:
         return None
@@ -206,10 +162,36 @@ def int_setting(name: str) -> int | None:
     return clamped
 
 
+def g5_cutoff_setting() -> float | None:
+    """``SAPPORO_G5_CUTOFF``: the S2 split length of the GRAPE-5 calls' cutoff force
+    (Phantom-GRAPE's PG5/table fixes it at compile time as ``SFT_FOR_PM``); None when unset,
+    blank or 0 (Newtonian forces).
+
+    Raises
+    ------
+    ConfigError
+        When the value is not a number, or not a length the library takes
+        (:data:`CUTOFF_RANGE`).
+    """
+    text = (_get("SAPPORO_G5_CUTOFF") or "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if value == 0.0:
+        return None
+    if not (math.isfinite(value) and CUTOFF_RANGE[0] <= value <= CUTOFF_RANGE[1]):
+        raise ConfigError(f"SAPPORO_G5_CUTOFF={text!r}: expected the S2 split length of the "
+                          f"GRAPE-5 cutoff force, a number from {CUTOFF_RANGE[0]:g} to "
+                          f"{CUTOFF_RANGE[1]:g} (0 or unset: Newtonian forces)")
+    return value
+
+
 def _order_setting() -> int | None:
     """``SAPPORO_ORDER``: 2, 4, 6 or 8; None when unset. Below 2 or above 8: the nearest
-    end; an odd order: the next even one (it computes everything the odd one would need);
-    either with a warning (once). Not an integer: :class:`ConfigError`."""
+    end; an odd order: the next even one (it computes everything the odd one would need)."""
     raw = _get("SAPPORO_ORDER")
     if raw is None:
         return None
@@ -225,15 +207,9 @@ def _order_setting() -> int | None:
 
 def read_sapporo2_config(path: str) -> list[int] | int:
     """Read a ``sapporo2.config`` file: first line the device count, then one id per line.
-
-    Returns
-    -------
-    list of int or int
-        For a positive count, the first ``count`` device ids listed. For a negative count,
-        ``-count``: that many devices, whichever (sapporo2's "any free ones"); for 0, 0:
-        every device (sapporo2 uses as many as there are). :func:`sapporo.capi.bridge.
-        open_settings` turns the numbers into device lists.
-    """
+    Returns, for a positive count, the first ``count`` device ids listed; for a negative
+    one, ``-count``: that many devices, whichever (sapporo2's "any free ones"); for 0, 0:
+    every device. :func:`sapporo.capi.bridge.open_settings` makes device lists of them."""
     try:
         with open(path) as fh:
             lines = [ln.split("#", 1)[0].strip() for ln in fh]
@@ -246,9 +222,8 @@ def read_sapporo2_config(path: str) -> list[int] | int:
         count = int(lines[0].split()[0])
         ids = [int(ln.split()[0]) for ln in lines[1:]]
     except ValueError:
-        raise ConfigError(
-            f"{path}: expected integers (device count, then one id per line)"
-        ) from None
+        raise ConfigError(f"{path}: expected integers (device count, then one id per "
+                          "line)") from None
     if count <= 0:
         return -count
     if len(ids) < count:
@@ -285,25 +260,28 @@ class Settings:
 def from_environment() -> Settings:
     """Read every ``SAPPORO_*`` variable: numbers out of range are clamped (with a
     warning); raise :class:`ConfigError` on malformed values."""
-    return Settings(
-        backend=parse_backend(_get("SAPPORO_BACKEND"), "SAPPORO_BACKEND"),
-        devices=parse_devices(_get("SAPPORO_DEVICES"), "SAPPORO_DEVICES"),
-        order=_order_setting(),
-        precision=parse_precision(_get("SAPPORO_PRECISION"), "SAPPORO_PRECISION"),
-        npipes=int_setting("SAPPORO_NPIPES"),
-        config_file=_get("SAPPORO_CONFIG"),
-        nb_capacity=int_setting("SAPPORO_NB_CAPACITY"),
-        profile_dir=_get("SAPPORO_PROFILE_DIR"),
-        no_profile=(_get("SAPPORO_NO_PROFILE") or "0") not in ("0", "false", "no"),
-        site=_get("SAPPORO_SITE"),
-        spin_us=int_setting("SAPPORO_SPIN_US"),
-        small_pairs=int_setting("SAPPORO_SMALL_PAIRS"),
-        kernel_cache=_get("SAPPORO_KERNEL_CACHE"),
-        decomposition=_get("SAPPORO_DECOMPOSITION"),
-        rank_output=(_get("SAPPORO_RANK_OUTPUT") or "0").lower() not in ("0", "no", "false"),
-        mpi_check=(_get("SAPPORO_MPI_CHECK") or "0").lower() not in ("0", "no", "false", "off"),
-        native_memory=parse_memory(_get("SAPPORO_NATIVE_MEMORY")),
-    )
+    return Settings(backend=parse_backend(_get("SAPPORO_BACKEND"), "SAPPORO_BACKEND"),
+                    devices=parse_devices(_get("SAPPORO_DEVICES"), "SAPPORO_DEVICES"),
+                    order=_order_setting(),
+                    precision=parse_precision(_get("SAPPORO_PRECISION"), "SAPPORO_PRECISION"),
+                    npipes=int_setting("SAPPORO_NPIPES"),
+                    config_file=_get("SAPPORO_CONFIG"),
+                    nb_capacity=int_setting("SAPPORO_NB_CAPACITY"),
+                    profile_dir=_get("SAPPORO_PROFILE_DIR"),
+                    no_profile=_flag("SAPPORO_NO_PROFILE"),
+                    site=_get("SAPPORO_SITE"),
+                    spin_us=int_setting("SAPPORO_SPIN_US"),
+                    small_pairs=int_setting("SAPPORO_SMALL_PAIRS"),
+                    kernel_cache=_get("SAPPORO_KERNEL_CACHE"),
+                    decomposition=_get("SAPPORO_DECOMPOSITION"),
+                    rank_output=_flag("SAPPORO_RANK_OUTPUT"),
+                    mpi_check=_flag("SAPPORO_MPI_CHECK"),
+                    native_memory=parse_memory(_get("SAPPORO_NATIVE_MEMORY")))
+
+
+def _flag(name: str) -> bool:
+    """A yes/no setting: unset, ``0``, ``no``, ``false`` and ``off`` mean no."""
+    return (_get(name) or "0").lower() not in ("0", "no", "false", "off")
 
 
 def parse_memory(value: str | None, source: str = "SAPPORO_NATIVE_MEMORY") -> str:
@@ -320,11 +298,9 @@ def kernel_cache_dir() -> Path | None:
     folder's ``opencl``. Rebuilding a program from its binary takes 1-5 ms where a build
     from source takes 15-20 ms even when PoCL's own cache hits (and seconds when it does
     not), so a warm ``Library()`` opens in tens of ms."""
-    env = from_environment().kernel_cache or ""
-    if env.lower() in ("0", "off", "no", "false"):
-        return None
-    if env:
-        return Path(env)
+    env = from_environment().kernel_cache
+    if env is not None:
+        return None if env.lower() in ("0", "off", "no", "false") else Path(env)
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("sapporo")) / "opencl"

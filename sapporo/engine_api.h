@@ -31,7 +31,7 @@
 /* positions at or beyond this magnitude are refused */
 #define COORD_LIMIT LIMIT_COORD
 
-#define SAPPORO_ENGINE_API_VERSION 5
+#define SAPPORO_ENGINE_API_VERSION 6
 
 /* the error codes the engine returns: sapporo.h's SAPPORO_ERR_* of the same meaning */
 #define ENG_ERR_INPUT -1      /* an argument out of range (the engine keeps working) */
@@ -48,10 +48,12 @@ struct sapporo_engine_api {
                  int nrec);
     /* start a force call on j-addresses [0, nj) (nj = 0: no force): 1 started, or < 0.
      * index: int ids; a (orders 6, 8) and jerk (order 8) may be NULL below those orders; h2
-     * may be NULL (no lists); t: the time to predict to, or the library's when !have_t. */
+     * may be NULL (no lists); the j-particles are predicted to the time set_time gave. */
     int (*start)(void *engine, int nj, int ni, const int *index, const double *x,
                  const double *v, const double *a, const double *jerk, double eps2,
-                 const double *h2, int have_t, double t);
+                 const double *h2);
+    /* the time of the next force calls (the j-particles are predicted to it); 0 until set */
+    void (*set_time)(void *engine, double t);
     /* wait for the started call; its result rows (nco of ni values) into rows: ni when done,
      * or < 0 (ENG_ERR_NONFINITE names the first i-particle whose force is not finite; the
      * rows are written) */

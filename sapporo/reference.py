@@ -32,6 +32,7 @@ Conventions
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,14 +40,8 @@ import numpy as np
 from sapporo.core import validate
 from sapporo.errors import InputError
 
-__all__ = [
-    "ReferenceForces",
-    "forces",
-    "plummer",
-    "predict",
-    "relative_vector_error",
-    "uniform_cube",
-]
+__all__ = ["CUTOFF_SHAPES", "ReferenceForces", "cutoff_factors", "forces", "plummer", "predict",
+           "relative_vector_error", "uniform_cube"]
 
 #: Default upper bound on the number of (i, j) pairs handled at once by :func:`forces`.
 #: Each per-pair temporary is then at most 8 MiB (vector temporaries 24 MiB).
@@ -80,16 +75,10 @@ def _ids(name: str, value: object, n: int) -> np.ndarray:
 # --------------------------------------------------------------------------- prediction
 
 
-def predict(
-    t: float,
-    tj: float | np.ndarray,
-    x: np.ndarray,
-    v: np.ndarray,
-    a: np.ndarray | None = None,
-    jerk: np.ndarray | None = None,
-    snap: np.ndarray | None = None,
-    crackle: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def predict(t: float, tj: float | np.ndarray, x: np.ndarray, v: np.ndarray,
+            a: np.ndarray | None = None, jerk: np.ndarray | None = None,
+            snap: np.ndarray | None = None, crackle: np.ndarray | None = None,
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Taylor-predict j-particles from their times ``tj`` to time ``t``.
 
     With ``dt = t - tj``::
@@ -117,24 +106,12 @@ def predict(
     x = _vectors("x", x)
     n = x.shape[0]
     v = _vectors("v", v, n)
-    zero = np.zeros((n, 3))
-    a = zero if a is None else _vectors("a", a, n)
-    jerk = zero if jerk is None else _vectors("jerk", jerk, n)
-    snap = zero if snap is None else _vectors("snap", snap, n)
-    crackle = zero if crackle is None else _vectors("crackle", crackle, n)
-    t_arr = np.asarray(t)
-    if t_arr.dtype.kind not in "biuf" or t_arr.ndim != 0:
-        raise InputError(f"t must be a real scalar, got {t!r}")
-    dt = (float(t_arr) - _scalars("tj", tj, n))[:, None]
+    a, jerk, snap, crackle = (np.zeros((n, 3)) if val is None else _vectors(name, val, n)
+                              for name, val in (("a", a), ("jerk", jerk), ("snap", snap),
+                                                ("crackle", crackle)))
+    dt = (validate.scalar("t", t) - _scalars("tj", tj, n))[:, None]
 
-    xp = (
-        x
-        + v * dt
-        + a * dt**2 / 2
-        + jerk * dt**3 / 6
-        + snap * dt**4 / 24
-        + crackle * dt**5 / 120
-    )
+    xp = x + v * dt + a * dt**2 / 2 + jerk * dt**3 / 6 + snap * dt**4 / 24 + crackle * dt**5 / 120
     vp = v + a * dt + jerk * dt**2 / 2 + snap * dt**3 / 6 + crackle * dt**4 / 24
     ap = a + jerk * dt + snap * dt**2 / 2 + crackle * dt**3 / 6
     return xp, vp, ap
@@ -197,24 +174,12 @@ def _norm(p: np.ndarray) -> np.ndarray:
     return np.sqrt(_dot(p, p))
 
 
-def forces(
-    xi: np.ndarray,
-    vi: np.ndarray | None,
-    index_i: np.ndarray,
-    xj: np.ndarray,
-    vj: np.ndarray | None,
-    mj: np.ndarray,
-    index_j: np.ndarray,
-    eps2: float,
-    *,
-    order: int = 4,
-    ai: np.ndarray | None = None,
-    aj: np.ndarray | None = None,
-    h2: float | np.ndarray | None = None,
-    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
-    ji: np.ndarray | None = None,
-    jj: np.ndarray | None = None,
-) -> ReferenceForces:
+def forces(xi: np.ndarray, vi: np.ndarray | None, index_i: np.ndarray, xj: np.ndarray,
+           vj: np.ndarray | None, mj: np.ndarray, index_j: np.ndarray, eps2: float, *,
+           order: int = 4, ai: np.ndarray | None = None, aj: np.ndarray | None = None,
+           h2: float | np.ndarray | None = None, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+           ji: np.ndarray | None = None, jj: np.ndarray | None = None,
+           cutoff: float | None = None, cutoff_shape: str = "s2") -> ReferenceForces:
     """Direct-summation forces on i-particles from j-particles, in float64.
 
     Parameters
@@ -243,6 +208,13 @@ def forces(
         not depend on it).
     ji, jj : ndarray, shape (ni, 3) / (nj, 3), optional
         Jerks of the i- and j-particles, required for order 8.
+    cutoff : float, optional
+        Order 2 only: the short-range (cutoff) force of a TreePM / P^3M split with this
+        split length (:func:`cutoff_factors`): each pair's acceleration times ``g(R)``, its
+        potential times ``h(R)``; pairs with ``R = 0`` are left out. ``acc_abs`` and
+        ``pot_abs`` stay the sums of the Newtonian magnitudes (the scale of the rounding).
+    cutoff_shape : {"s2", "gauss"}
+        The split (:func:`cutoff_factors`).
 
     Returns
     -------
@@ -256,6 +228,11 @@ def forces(
     """
     if isinstance(order, bool) or order not in (2, 4, 6, 8):
         raise InputError(f"order must be 2, 4, 6 or 8, got {order!r}")
+    cut = None
+    if cutoff is not None:
+        if order != 2:
+            raise InputError(f"cutoff needs order 2, got order {order!r}")
+        cut = (validate.positive("cutoff", cutoff), _cutoff_shape(cutoff_shape))
     xi = _vectors("xi", xi)
     ni = xi.shape[0]
     xj = _vectors("xj", xj)
@@ -263,50 +240,25 @@ def forces(
     index_i = _ids("index_i", index_i, ni)
     index_j = _ids("index_j", index_j, nj)
     mj = _scalars("mj", mj, nj)
-    if order >= 4:
-        if vi is None:
-            raise InputError(f"vi is required for order {order}")
-        if vj is None:
-            raise InputError(f"vj is required for order {order}")
-    vi = np.zeros((ni, 3)) if vi is None else _vectors("vi", vi, ni)
-    vj = np.zeros((nj, 3)) if vj is None else _vectors("vj", vj, nj)
-    if order >= 6:
-        for name, val in (("ai", ai), ("aj", aj)) + ((("ji", ji), ("jj", jj)) if order == 8
-                                                     else ()):
-            if val is None:
-                raise InputError(f"{name} is required for order {order}")
-    ai = np.zeros((ni, 3)) if ai is None else _vectors("ai", ai, ni)
-    aj = np.zeros((nj, 3)) if aj is None else _vectors("aj", aj, nj)
-    ji = np.zeros((ni, 3)) if ji is None else _vectors("ji", ji, ni)
-    jj = np.zeros((nj, 3)) if jj is None else _vectors("jj", jj, nj)
-    eps2_arr = np.asarray(eps2)
-    if eps2_arr.dtype.kind not in "biuf" or eps2_arr.ndim != 0:
-        raise InputError(f"eps2 must be a real scalar, got {eps2!r}")
-    eps2 = float(eps2_arr)
-    if not (np.isfinite(eps2) and eps2 >= 0.0):
-        raise InputError(f"eps2 must be finite and >= 0, got {eps2!r}")
+    given = {"vi": vi, "vj": vj, "ai": ai, "aj": aj, "ji": ji, "jj": jj}
+    for name in list(given)[: order - 2]:  # order 4 needs vi, vj; 6 ai, aj too; 8 ji, jj too
+        if given[name] is None:
+            raise InputError(f"{name} is required for order {order}")
+    vi, vj, ai, aj, ji, jj = (np.zeros((k, 3)) if u is None else _vectors(name, u, k)
+                              for (name, u), k in zip(given.items(), (ni, nj) * 3, strict=True))
+    eps2 = validate.scalar("eps2", eps2, nonneg=True)
     h2_arr = None if h2 is None else _scalars("h2", h2, ni)
-    if isinstance(chunk_elements, bool) or not isinstance(chunk_elements, (int, np.integer)):
-        raise InputError(f"chunk_elements must be an integer, got {chunk_elements!r}")
-    if chunk_elements < 1:
-        raise InputError(f"chunk_elements must be >= 1, got {chunk_elements!r}")
+    chunk_elements = validate.int_arg("chunk_elements", chunk_elements, 1, 2**62)
 
     out = ReferenceForces(
-        acc=np.zeros((ni, 3)),
-        jerk=np.zeros((ni, 3)) if order >= 4 else None,
-        snap=np.zeros((ni, 3)) if order >= 6 else None,
-        pot=np.zeros(ni),
-        nn_index=np.full(ni, -1, dtype=np.int64),
-        nn_r2=np.full(ni, np.inf),
-        acc_abs=np.zeros(ni),
-        jerk_abs=np.zeros(ni) if order >= 4 else None,
-        snap_abs=np.zeros(ni) if order >= 6 else None,
-        pot_abs=np.zeros(ni),
-        neighbours=[] if h2_arr is not None else None,
-        neighbour_r2=[] if h2_arr is not None else None,
+        acc=np.zeros((ni, 3)), jerk=np.zeros((ni, 3)) if order >= 4 else None,
+        snap=np.zeros((ni, 3)) if order >= 6 else None, pot=np.zeros(ni),
+        nn_index=np.full(ni, -1, dtype=np.int64), nn_r2=np.full(ni, np.inf),
+        acc_abs=np.zeros(ni), jerk_abs=np.zeros(ni) if order >= 4 else None,
+        snap_abs=np.zeros(ni) if order >= 6 else None, pot_abs=np.zeros(ni),
+        neighbours=None if h2_arr is None else [], neighbour_r2=None if h2_arr is None else [],
         crackle=np.zeros((ni, 3)) if order == 8 else None,
-        crackle_abs=np.zeros(ni) if order == 8 else None,
-    )
+        crackle_abs=np.zeros(ni) if order == 8 else None)
     if nj == 0:
         if h2_arr is not None:
             out.neighbours = [np.zeros(0, dtype=np.int64) for _ in range(ni)]
@@ -322,29 +274,15 @@ def forces(
             e = min(ni, s + rows)
             _chunk(out, s, e, order, eps2, h2_arr,
                    xi[s:e].T, vi[s:e].T, ai[s:e].T, index_i[s:e],
-                   xjT, vjT, ajT, mj, index_j, ji[s:e].T, jjT)
+                   xjT, vjT, ajT, mj, index_j, ji[s:e].T, jjT, cut)
     return out
 
 
-def _chunk(
-    out: ReferenceForces,
-    s: int,
-    e: int,
-    order: int,
-    eps2: float,
-    h2: np.ndarray | None,
-    xi: np.ndarray,
-    vi: np.ndarray,
-    ai: np.ndarray,
-    index_i: np.ndarray,
-    xj: np.ndarray,
-    vj: np.ndarray,
-    aj: np.ndarray,
-    mj: np.ndarray,
-    index_j: np.ndarray,
-    ji: np.ndarray,
-    jj: np.ndarray,
-) -> None:
+def _chunk(out: ReferenceForces, s: int, e: int, order: int, eps2: float,
+           h2: np.ndarray | None, xi: np.ndarray, vi: np.ndarray, ai: np.ndarray,
+           index_i: np.ndarray, xj: np.ndarray, vj: np.ndarray, aj: np.ndarray, mj: np.ndarray,
+           index_j: np.ndarray, ji: np.ndarray, jj: np.ndarray,
+           cut: tuple[float, str] | None = None) -> None:
     """Fill rows ``s:e`` of ``out``; vector inputs are component-major, shape (3, n)."""
     r = xj[:, None, :] - xi[:, :, None]  # (3, c, nj)
     r2 = _dot(r, r)  # unsoftened, (c, nj)
@@ -376,9 +314,20 @@ def _chunk(
     m_R3 = m * inv_R * inv_R2
 
     acc = m_R3 * r  # (3, c, nj)
+    pot = m * inv_R
+    if cut is not None:
+        # the short-range parts; coincident pairs (R = 0) left out, as self pairs are
+        keep = ~same & (r2 + eps2 > 0.0)
+        m_R3 = np.where(keep, m_R3, 0.0)
+        pot = np.where(keep, pot, 0.0)
+        out.acc_abs[s:e] = _norm(m_R3 * r).sum(axis=1)
+        out.pot_abs[s:e] = np.abs(pot).sum(axis=1)
+        g, h = cutoff_factors(np.sqrt(np.where(keep, R2, 0.0)), *cut)
+        out.acc[s:e] = (m_R3 * g * r).sum(axis=2).T
+        out.pot[s:e] = -(pot * h).sum(axis=1)
+        return
     out.acc[s:e] = acc.sum(axis=2).T
     out.acc_abs[s:e] = _norm(acc).sum(axis=1)
-    pot = m * inv_R
     out.pot[s:e] = -pot.sum(axis=1)
     out.pot_abs[s:e] = np.abs(pot).sum(axis=1)
     if order == 2:
@@ -414,6 +363,86 @@ def _chunk(
     crackle = 6.0 * m * sum(q[i] * rc[3 - i] for i in range(4))
     out.crackle[s:e] = crackle.sum(axis=2).T
     out.crackle_abs[s:e] = _norm(crackle).sum(axis=1)
+
+
+# --------------------------------------------------------------------------- cutoff
+
+#: the splits :func:`cutoff_factors` knows (as :class:`sapporo.Library`'s ``cutoff_shape``)
+CUTOFF_SHAPES = ("s2", "gauss")
+
+#: Gauss-Legendre rule for the S2 potential's integral (exact for the polynomial pieces,
+#: to rounding for the 12 / xi^2 term)
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(24)
+
+
+def _cutoff_shape(shape: object) -> str:
+    if not isinstance(shape, str) or shape.lower() not in CUTOFF_SHAPES:
+        raise InputError(f"cutoff_shape must be one of {', '.join(CUTOFF_SHAPES)}, got "
+                         f"{shape!r}")
+    return shape.lower()
+
+
+def _s2_force(r: np.ndarray, a: float) -> np.ndarray:
+    """The force between two S2 clouds of diameter ``a`` at distance ``r`` (unit masses,
+    G = 1; Hockney & Eastwood's R(xi), xi = 2 r / a, as Phantom-GRAPE's PG5/table
+    ``reff(a, r) * r`` writes it): Newton's ``1/r^2`` for ``r >= a``."""
+    xi = 2.0 * r / a
+    inner = xi * (224.0 + xi * xi * (-224.0 + xi * (70.0 + xi * (48.0 - 21.0 * xi))))
+    safe = np.where(xi > 0.0, xi, 1.0)
+    outer = (12.0 / (safe * safe) - 224.0 + xi * (896.0 + xi * (-840.0 + xi * (
+        224.0 + xi * (70.0 + xi * (-48.0 + xi * 7.0))))))
+    newton = 4.0 / (safe * safe)  # 1 / r^2 in units of 1 / a^2
+    return np.where(xi < 1.0, inner / 35.0, np.where(xi < 2.0, outer / 35.0, newton)) / (a * a)
+
+
+def cutoff_factors(R: np.ndarray, cutoff: float, shape: str = "s2",
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The short-range factors of a TreePM / P^3M split at distances ``R``, in float64.
+
+    Newton's pair force ``m / R^2`` splits into a long-range part (the mesh's) and the
+    short-range part ``g(R) m / R^2``; the potential ``-m / R`` likewise into
+    ``-h(R) m / R`` and the rest, with ``d/dR (h / R) = -g / R^2``.
+
+    * ``"s2"`` (Phantom-GRAPE's PG5/table): the long-range force is that between two S2
+      clouds (Hockney & Eastwood) of diameter ``a = cutoff`` (PG5's ``SFT_FOR_PM``), so
+      ``g = 1 - R^2 F_S2(R)``, zero for ``R >= a``; ``h = R * integral_R^a g(s) / s^2 ds``,
+      evaluated here by Gauss-Legendre quadrature of ``F_S2`` (not by the closed form the
+      kernels use).
+    * ``"gauss"`` (:class:`sapporo.pm.P3M`): ``x = R / (2 r_s)``, ``r_s = cutoff``,
+      ``g = erfc(x) + 2 x exp(-x^2) / sqrt(pi)``, ``h = erfc(x)``.
+
+    Parameters
+    ----------
+    R : array_like
+        Distances (>= 0); ``g(0) = h(0) = 1``.
+    cutoff : float
+        The split length.
+    shape : {"s2", "gauss"}
+        The split.
+
+    Returns
+    -------
+    g, h : ndarray
+        The factors of the force and of the potential, shaped as ``R``.
+    """
+    a = validate.positive("cutoff", cutoff)
+    shape = _cutoff_shape(shape)
+    R = np.asarray(R, dtype=np.float64)
+    if shape == "gauss":
+        x = R / (2.0 * a)
+        h = np.vectorize(math.erfc, otypes=[np.float64])(x)
+        return h + 2.0 / math.sqrt(math.pi) * x * np.exp(-x * x), h
+    g = np.where(R < a, 1.0 - R * R * _s2_force(R, a), 0.0)
+    # h = R (1/R - 1/a - integral_R^a F_S2 ds), the integral over the two pieces of F_S2
+    integral = np.zeros_like(R)
+    for lo, hi in ((np.minimum(R, a / 2), np.full_like(R, a / 2)),
+                   (np.clip(R, a / 2, a), np.full_like(R, a))):
+        half = (hi - lo) / 2.0
+        s = (lo + half)[..., None] + half[..., None] * _GL_NODES
+        integral += half * (_s2_force(s, a) * _GL_WEIGHTS).sum(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h = np.where(R > 0.0, 1.0 - R / a - R * integral, 1.0)
+    return g, np.where(R < a, h, 0.0)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -65,21 +65,8 @@ def summary_fields(command: str, fields: Mapping[str, Any]) -> dict[str, Any]:
 
 def write_summary(out: str | os.PathLike[str], command: str,
                   fields: Mapping[str, Any]) -> Path:
-    """Write ``out/summary.json`` atomically (a reader never sees half a file).
-
-    Parameters
-    ----------
-    out : path-like
-        The command's output folder (it exists).
-    command : str
-        The sub-command's name, stored as ``command``.
-    fields : mapping
-        The shared keys of :data:`SHARED` (``command`` aside) and the command's own.
-
-    Returns
-    -------
-    Path
-        The file written.
+    """Write ``out/summary.json`` (``out`` exists) atomically: the shared keys of
+    :data:`SHARED` and the command's own ``fields``, under ``command``; returns the path.
 
     Raises
     ------
@@ -95,24 +82,14 @@ def write_summary(out: str | os.PathLike[str], command: str,
 
 
 def read_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a summary written by any command.
-
-    Parameters
-    ----------
-    path : path-like
-        The ``summary.json`` file, or the output folder that holds it.
-
-    Returns
-    -------
-    dict
-        Every field; the shared keys of :data:`SHARED` are all present.
+    """Read a summary written by any command: ``path`` is the ``summary.json`` file, or the
+    output folder that holds it; every shared key of :data:`SHARED` is present.
 
     Raises
     ------
     SapporoError
         When the file is missing or unreadable, is not a JSON object, or lacks a shared
-        key (a summary of an older sapporo, or not a sapporo summary); the message names
-        the file.
+        key (a summary of an older sapporo, or not a sapporo summary).
     """
     path = Path(path)
     if path.is_dir():

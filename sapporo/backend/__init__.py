@@ -26,34 +26,18 @@ from sapporo.backend.base import (
 )
 from sapporo.errors import BackendError
 
-__all__ = [
-    "Backend",
-    "BackendStatus",
-    "Buffer",
-    "Capabilities",
-    "Context",
-    "DeviceInfo",
-    "Event",
-    "HostBuffer",
-    "Kernel",
-    "Launch",
-    "NativeLaunch",
-    "Program",
-    "capabilities",
-    "get_backend",
-    "probe_backends",
-]
+__all__ = ["Backend", "BackendStatus", "Buffer", "Capabilities", "Context", "DeviceInfo", "Event",
+           "HostBuffer", "Kernel", "Launch", "NativeLaunch", "Program", "capabilities",
+           "get_backend", "probe_backends"]
 
 log = logging.getLogger(__name__)
 
-_MODULES = {"opencl": ("opencl", "OpenCLBackend"), "cuda": ("cuda", "CUDABackend")}
-_INSTALL_HINT = (
-    "To compute on the CPU, install the PoCL OpenCL runtime: pip install "
-    "pocl-binary-distribution (the 'pocl' extra: pip install -e \".[pocl]\" from a source "
-    "checkout), or on CPUs newer than its LLVM 14 (e.g. AMD Zen 5) the distribution's PoCL "
-    "(Debian/Ubuntu: apt install pocl-opencl-icd). For NVIDIA GPUs install PyCUDA "
-    "(pip install pycuda, the 'cuda' extra)."
-)
+_CLASSES = {"opencl": "OpenCLBackend", "cuda": "CUDABackend"}  # by module
+_INSTALL_HINT = ("To compute on the CPU, install the PoCL OpenCL runtime: pip install "
+                 "pocl-binary-distribution (the 'pocl' extra: pip install -e \".[pocl]\" from a "
+                 "source checkout), or on CPUs newer than its LLVM 14 (e.g. AMD Zen 5) the "
+                 "distribution's PoCL (Debian/Ubuntu: apt install pocl-opencl-icd). For NVIDIA "
+                 "GPUs install PyCUDA (pip install pycuda, the 'cuda' extra).")
 _cache: dict[str, Backend | str] = {}  # a backend, or why it is unusable
 
 
@@ -67,12 +51,14 @@ class BackendStatus:
     reason: str  # empty when usable
 
 
+def _class(name: str) -> type[Backend]:
+    return getattr(importlib.import_module(f"{__name__}.{name}"), _CLASSES[name])
+
+
 def _load(name: str) -> Backend:
     if name not in _cache:
-        module_name, cls_name = _MODULES[name]
         try:
-            module = importlib.import_module(f"{__name__}.{module_name}")
-            _cache[name] = getattr(module, cls_name)()
+            _cache[name] = _class(name)()
         except BackendError as exc:
             _cache[name] = str(exc)
     result = _cache[name]
@@ -85,11 +71,9 @@ def _load(name: str) -> Backend:
 
 def capabilities(name: str) -> Capabilities:
     """What backend ``name``'s kernels offer (declared by the backend; no device needed)."""
-    if name not in _MODULES:
-        raise BackendError(f"unknown backend {name!r} (expected one of {sorted(_MODULES)})")
-    module_name, cls_name = _MODULES[name]
-    module = importlib.import_module(f"{__name__}.{module_name}")
-    return getattr(module, cls_name).capabilities
+    if name not in _CLASSES:
+        raise BackendError(f"unknown backend {name!r} (expected one of {sorted(_CLASSES)})")
+    return _class(name).capabilities
 
 
 def probe_backends() -> list[BackendStatus]:

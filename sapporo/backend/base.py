@@ -8,6 +8,7 @@ size); the CUDA backend converts them to grid and block dimensions.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
@@ -97,6 +98,14 @@ class Buffer(ABC):
         :meth:`Context.native_entry_points`), or None where the backend has none."""
         return None
 
+    def check_transfer(self, host: np.ndarray, offset: int) -> None:
+        """Raise :class:`BackendError` unless ``host`` is contiguous and fits at ``offset``."""
+        if not host.flags.c_contiguous:
+            raise BackendError("host array must be C-contiguous")
+        if offset < 0 or offset + host.nbytes > self.nbytes:
+            raise BackendError(f"transfer of {host.nbytes} bytes at offset {offset} exceeds "
+                               f"buffer of {self.nbytes} bytes")
+
 
 class Kernel(ABC):
     """A compiled kernel, launched as ``kernel(global_size, local_size, *args)``."""
@@ -104,13 +113,8 @@ class Kernel(ABC):
     name: str
 
     @abstractmethod
-    def __call__(
-        self,
-        global_size: tuple[int, ...],
-        local_size: tuple[int, ...] | None,
-        *args: Any,
-        wait: bool = False,
-    ) -> Event:
+    def __call__(self, global_size: tuple[int, ...], local_size: tuple[int, ...] | None,
+                 *args: Any, wait: bool = False) -> Event:
         """Launch over a 1-D or 2-D range; ``args`` are :class:`Buffer` or numpy scalars."""
 
     def prepare(
@@ -259,21 +263,11 @@ class Context(ABC):
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a backend's kernel tree offers, declared by the backend itself.
+    """What a backend's kernel tree offers, declared by the backend itself."""
 
-    Parameters
-    ----------
-    kernel_ext : str
-        File extension of its kernel files (``force.<ext>``).
-    widths : tuple of int
-        i-particles per work-item (``W``) its force kernel is written for.
-    jv : bool
-        Whether its force kernel has the j-vector variant (lanes over j-particles).
-    """
-
-    kernel_ext: str
-    widths: tuple[int, ...]
-    jv: bool
+    kernel_ext: str  #: file extension of its kernel files (``force.<ext>``)
+    widths: tuple[int, ...]  #: i-particles per work-item (``W``) of its force kernel
+    jv: bool  #: whether its force kernel has the j-vector variant (lanes over j)
 
 
 class Backend(ABC):
@@ -297,13 +291,10 @@ class Backend(ABC):
 
 def kernel_dir(language: str) -> Path:
     """Folder of the kernel tree for ``language`` (``"opencl"`` or ``"cuda"``)."""
-    package = f"sapporo.kernels_{language}"
-    try:
-        path = Path(str(resources.files(package)))
+    with contextlib.suppress(ModuleNotFoundError):
+        path = Path(str(resources.files(f"sapporo.kernels_{language}")))
         if path.is_dir():
             return path
-    except ModuleNotFoundError:
-        pass
     # Running from a source checkout without installation.
     path = Path(__file__).resolve().parents[2] / f"kernels_{language}"
     if not path.is_dir():

@@ -1,33 +1,23 @@
 """PyCUDA implementation of the backend interface.
 
-Imported only when asked for (or during automatic selection), and even then PyCUDA itself
-is imported only when :class:`CUDABackend` is constructed: a machine without PyCUDA never
-imports it. Kernels (``kernels_cuda/*.cu``) are compiled at run time by PyCUDA's
-``compile`` (nvcc) for the device's architecture, with PyCUDA's own on-disk cache
-(``PYCUDA_CACHE_DIR``; ``PYCUDA_DISABLE_CACHE`` turns it off): no second cache is added.
-
-The native engine (``sapporo/core/_engine.c``) runs block steps through the CUDA driver
-API itself: the entry points of the ``libcuda`` PyCUDA loaded (:func:`_driver_library`),
-PyCUDA's context and stream handles, the device pointers of the allocations, and the
-kernels' ``CUfunction`` handles, which it gets by loading the same cubin once more
-(``cuModuleLoadData``: PyCUDA does not publish the handles of its modules).
+Imported only when asked for (or during automatic selection); PyCUDA itself is imported
+when :class:`CUDABackend` is constructed. Kernels (``kernels_cuda/*.cu``) are compiled at
+run time by PyCUDA's ``compile`` (nvcc) for the device's architecture, with PyCUDA's own
+on-disk cache (``PYCUDA_CACHE_DIR``). The native engine (``sapporo/core/_engine.c``) runs
+block steps through the driver API itself: the ``libcuda`` PyCUDA loaded
+(:func:`_driver_library`), PyCUDA's context and stream handles, the allocations' device
+pointers, and ``CUfunction`` handles from loading the same cubin once more.
 
 Mapping of the OpenCL-style interface:
 
-* A context is a PyCUDA context (``Device.make_context``) with one stream; every operation
-  pushes the context for its duration and pops it afterwards, so several devices can be
-  driven from one thread and no context stays current between calls. Within
-  ``Context.active()`` the context stays current and the operations push nothing.
-* Events are recorded only where they are needed: kernel timing when profiling. Waiting
-  for an operation otherwise waits for the stream (one stream, in order: the operation
-  is done then too).
-* Launch sizes are given OpenCL-style (``global_size``, ``local_size``): block =
-  ``local_size``, grid = ``global_size / local_size`` per dimension.
-* Transfers are stream-ordered. A download into the caller's (pageable) array returns
-  once it is filled, ``wait=False`` too; uploads from pageable memory are staged by the
-  driver itself and return as soon as the source has been read.
-* Host buffers (``alloc_host``) are page-locked: the per-call i-particle data and results
-  travel by asynchronous DMA in both directions, without staging copies.
+* A context is a PyCUDA context with one stream; every operation pushes the context for
+  its duration (nothing stays current between calls), or nothing within
+  ``Context.active()``.
+* Events are recorded only for kernel timing when profiling; otherwise waiting for an
+  operation waits for the (in-order) stream.
+* Launch sizes: block = ``local_size``, grid = ``global_size / local_size``.
+* Transfers are stream-ordered. A download into a pageable array returns once it is
+  filled; host buffers (``alloc_host``) are page-locked and copied by asynchronous DMA.
 """
 
 from __future__ import annotations
@@ -44,33 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from sapporo.backend import quirks
-from sapporo.backend.base import (
-    Backend,
-    Buffer,
-    Capabilities,
-    Context,
-    DeviceInfo,
-    Event,
-    HostBuffer,
-    Kernel,
-    Launch,
-    NativeLaunch,
-    Program,
-    format_defines,
-    kernel_dir,
-    load_source,
-    save_failed_source,
-    shared_include_dir,
-)
+from sapporo.backend import base, quirks
 from sapporo.errors import BackendError, BuildError
 
 log = logging.getLogger(__name__)
 
-_INSTALL = (
-    "install it with: pip install pycuda (the 'cuda' extra: pip install -e \".[cuda]\" from a "
-    "source checkout; needs the NVIDIA driver and the CUDA toolkit's nvcc on PATH)"
-)
+_INSTALL = ("install it with: pip install pycuda (the 'cuda' extra: pip install -e \".[cuda]\" "
+            "from a source checkout; needs the NVIDIA driver and the CUDA toolkit's nvcc on PATH)")
 
 
 def _import_driver() -> Any:
@@ -79,13 +49,11 @@ def _import_driver() -> Any:
         import pycuda.driver as drv
     except Exception as exc:  # ImportError, or a driver library that fails to load
         if "libcuda" in str(exc):  # PyCUDA is there, the NVIDIA driver's library is not
-            raise BackendError(
-                f"PyCUDA cannot load the NVIDIA driver library ({type(exc).__name__}: "
-                f"{exc}); is the NVIDIA driver installed, and is this a machine with a GPU?"
-            ) from None
-        raise BackendError(
-            f"PyCUDA is not importable ({type(exc).__name__}: {exc}); {_INSTALL}"
-        ) from None
+            raise BackendError("PyCUDA cannot load the NVIDIA driver library "
+                               f"({type(exc).__name__}: {exc}); is the NVIDIA driver installed, "
+                               "and is this a machine with a GPU?") from None
+        raise BackendError(f"PyCUDA is not importable ({type(exc).__name__}: {exc}); "
+                           f"{_INSTALL}") from None
     return drv
 
 
@@ -112,11 +80,9 @@ _TLS = threading.local()  # .stack: the CUContexts made current by _Activation, 
 
 
 class _Activation:
-    """``with``: make a :class:`CUContext` current on this thread for the block.
-
-    Nothing is pushed when it is already the current one (an enclosing block of the same
-    context): a whole library call then costs one push and one pop, not one per operation.
-    """
+    """``with``: make a :class:`CUContext` current on this thread for the block; nothing is
+    pushed when it is already current (an enclosing block), so a whole library call costs
+    one push and one pop."""
 
     __slots__ = ("ctx",)
 
@@ -142,12 +108,9 @@ class _Activation:
             ctx.drv.Context.pop()
 
 
-class CUEvent(Event):
-    """Completion of stream work.
-
-    ``end`` is a recorded ``pycuda.driver.Event``; without one, waiting waits for the
-    whole stream (in order, so the work is done then too). No context: already done.
-    """
+class CUEvent(base.Event):
+    """Completion of stream work: a recorded ``pycuda.driver.Event`` ``end``, else the whole
+    (in-order) stream; no context: already done."""
 
     def __init__(self, ctx: CUContext | None, end: Any = None, start: Any = None):
         self._ctx, self._end, self._start = ctx, end, start
@@ -165,7 +128,7 @@ class CUEvent(Event):
             return self._end.time_since(self._start) * 1e-3
 
 
-class CUBuffer(Buffer):
+class CUBuffer(base.Buffer):
     """Device memory from ``mem_alloc``."""
 
     def __init__(self, ctx: CUContext, nbytes: int):
@@ -177,58 +140,45 @@ class CUBuffer(Buffer):
             try:
                 self.mem = drv.mem_alloc(max(self.nbytes, 4))
             except drv.Error as exc:
-                raise BackendError(
-                    f"cannot allocate {self.nbytes} bytes on {ctx.info.name}: {exc}"
-                ) from exc
+                raise BackendError(f"cannot allocate {self.nbytes} bytes on "
+                                   f"{ctx.info.name}: {exc}") from exc
 
-    def _check(self, host: np.ndarray, offset: int) -> None:
+    def check_transfer(self, host: np.ndarray, offset: int) -> None:
         if self.mem is None:
             raise BackendError("buffer was freed")
-        if not host.flags.c_contiguous:
-            raise BackendError("host array must be C-contiguous")
-        if offset < 0 or offset + host.nbytes > self.nbytes:
-            raise BackendError(
-                f"transfer of {host.nbytes} bytes at offset {offset} exceeds buffer of "
-                f"{self.nbytes} bytes"
-            )
+        super().check_transfer(host, offset)
 
     def native(self) -> int | None:
         return None if self.mem is None else int(self.mem)
 
-    def upload(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> Event:
-        self._check(host, offset)
+    def upload(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> base.Event:
+        self.check_transfer(host, offset)
         if host.nbytes == 0:
             return CUEvent(None)
         ctx = self._ctx
-        with ctx.active():
-            ctx.commands += 1
-            ctx.drv.memcpy_htod_async(int(self.mem) + offset, host, ctx.stream)
+        ctx.enqueue(ctx.drv.memcpy_htod_async, int(self.mem) + offset, host)
         if wait:
             ctx.synchronize()
             return CUEvent(None)
         return CUEvent(ctx)
 
-    def download(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> Event:
-        self._check(host, offset)
+    def download(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> base.Event:
+        self.check_transfer(host, offset)
         if host.nbytes == 0:
             return CUEvent(None)
         ctx = self._ctx  # (into pageable memory: complete on return, wait or not)
-        with ctx.active():
-            ctx.commands += 1
-            ctx.drv.memcpy_dtoh_async(host, int(self.mem) + offset, ctx.stream)
+        ctx.enqueue(ctx.drv.memcpy_dtoh_async, host, int(self.mem) + offset)
         ctx.synchronize()
         return CUEvent(None)
 
-    def fill(self, value: int = 0) -> Event:
+    def fill(self, value: int = 0) -> base.Event:
         if self.mem is None:
             raise BackendError("buffer was freed")
         words = self.nbytes // 4
         if words == 0:
             return CUEvent(None)
         ctx = self._ctx
-        with ctx.active():
-            ctx.commands += 1
-            ctx.drv.memset_d32_async(self.mem, int(value) & 0xFFFFFFFF, words, ctx.stream)
+        ctx.enqueue(ctx.drv.memset_d32_async, self.mem, int(value) & 0xFFFFFFFF, words)
         return CUEvent(ctx)
 
     def free(self) -> None:
@@ -238,13 +188,9 @@ class CUBuffer(Buffer):
                 mem.free()
 
 
-class CUHostBuffer(HostBuffer):
-    """Page-locked host memory paired with device memory of the same size.
-
-    Copies in both directions are asynchronous DMA on the stream, straight between the
-    two (no staging copy, no event): the host array holds the device's data once the
-    stream has been synchronized, as :class:`HostBuffer` promises.
-    """
+class CUHostBuffer(base.HostBuffer):
+    """Page-locked host memory paired with device memory of the same size: copies both ways
+    are asynchronous DMA on the stream, with no staging copy."""
 
     def __init__(self, ctx: CUContext, nbytes: int):
         buffer = CUBuffer(ctx, nbytes)
@@ -254,9 +200,8 @@ class CUHostBuffer(HostBuffer):
                 array = drv.pagelocked_empty(max(int(nbytes), 4), np.uint8)
         except drv.Error as exc:
             buffer.free()
-            raise BackendError(
-                f"cannot allocate {nbytes} bytes of page-locked memory: {exc}"
-            ) from exc
+            raise BackendError(f"cannot allocate {nbytes} bytes of page-locked memory: "
+                               f"{exc}") from exc
         super().__init__(buffer, array, zero_copy=False)
         self._ctx = ctx
 
@@ -269,41 +214,27 @@ class CUHostBuffer(HostBuffer):
     def to_device(self, nbytes: int | None = None) -> None:
         n = self.nbytes if nbytes is None else int(nbytes)
         if n > 0:
-            ctx, mem = self._ctx, self._mem()
-            with ctx.active():
-                ctx.commands += 1
-                ctx.drv.memcpy_htod_async(mem, self.array[:n], ctx.stream)
+            self._ctx.enqueue(self._ctx.drv.memcpy_htod_async, self._mem(), self.array[:n])
 
     def from_device(self, nbytes: int | None = None) -> None:
         n = self.nbytes if nbytes is None else int(nbytes)
         if n > 0:
-            ctx, mem = self._ctx, self._mem()
-            with ctx.active():
-                ctx.commands += 1
-                ctx.drv.memcpy_dtoh_async(self.array[:n], mem, ctx.stream)
+            self._ctx.enqueue(self._ctx.drv.memcpy_dtoh_async, self.array[:n], self._mem())
 
     def free(self) -> None:
         self.buffer.free()
         array, self.array = self.array, None
-        base = getattr(array, "base", None)
-        if hasattr(base, "free") and self._ctx._ctx is not None:
+        owner = getattr(array, "base", None)
+        if hasattr(owner, "free") and self._ctx._ctx is not None:
             with self._ctx.active():
-                base.free()
+                owner.free()
 
 
-def _default_block(global_size: int, limit: int = 256) -> int:
-    """A block size for a dimension launched without a local size: a divisor of it."""
-    return math.gcd(global_size, limit) or 1
-
-
-class CUKernel(Kernel):
-    """A ``pycuda.driver.Function``, launched OpenCL-style.
-
-    Arguments are packed by ``Function.prepare`` / ``prepared_async_call`` with a format
-    derived from the arguments themselves (``P`` device pointer, ``i`` int, ``d`` double,
-    ``f`` float, ``I`` unsigned), which skips PyCUDA's per-call argument inspection.
-    :meth:`prepare` does the checks and the packing once for repeated launches.
-    """
+class CUKernel(base.Kernel):
+    """A ``pycuda.driver.Function``, launched OpenCL-style. Arguments are packed by
+    ``Function.prepare`` / ``prepared_async_call`` with a format derived from the arguments
+    themselves (``P`` device pointer, ``i``, ``I``, ``f``, ``d``), which skips PyCUDA's
+    per-call argument inspection; :meth:`prepare` checks and packs once."""
 
     _FORMAT = {np.int32: "i", np.uint32: "I", np.float32: "f", np.float64: "d"}
 
@@ -311,10 +242,6 @@ class CUKernel(Kernel):
         self._ctx, self._func, self.name = ctx, func, name
         self._program = program
         self._format: str | None = None
-
-    def _native_handle(self) -> int | None:
-        """This kernel's ``CUfunction`` for the native engine, or None."""
-        return self._program.native_function(self.name)
 
     def _arg(self, pos: int, a: Any) -> tuple[str, Any]:
         """Format letter and value of argument ``pos``."""
@@ -326,10 +253,8 @@ class CUKernel(Kernel):
         if letter is not None:
             return letter, a
         if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, float)):
-            raise BackendError(
-                f"kernel {self.name}: argument {pos} has unsupported type "
-                f"{type(a).__name__} (give a Buffer, numpy.int32 or numpy.float64)"
-            )
+            raise BackendError(f"kernel {self.name}: argument {pos} has unsupported type "
+                               f"{type(a).__name__} (give a Buffer, numpy.int32 or numpy.float64)")
         if isinstance(a, int):
             if not -(2**31) <= a < 2**31:
                 raise BackendError(f"kernel {self.name}: argument {pos} overflows an int")
@@ -348,27 +273,24 @@ class CUKernel(Kernel):
         if not 1 <= len(gs) <= 3 or any(g < 1 for g in gs):
             raise BackendError(f"kernel {self.name}: invalid global size {gs}")
         if local_size is None:
-            ls = tuple(_default_block(g) for g in gs)
+            ls = tuple(math.gcd(g, 256) for g in gs)  # a divisor of each dimension
         else:
             ls = tuple(int(s) for s in local_size)
         if len(ls) != len(gs) or any(s < 1 for s in ls):
             raise BackendError(f"kernel {self.name}: invalid local size {ls} for global {gs}")
         if any(g % s for g, s in zip(gs, ls, strict=True)):
-            raise BackendError(
-                f"kernel {self.name}: global size {gs} is not a multiple of local size {ls}"
-            )
+            raise BackendError(f"kernel {self.name}: global size {gs} is not a multiple of local "
+                               f"size {ls}")
         threads = math.prod(ls)
         if threads > self._ctx.info.max_work_group_size:
-            raise BackendError(
-                f"kernel {self.name}: block of {threads} threads exceeds the device limit "
-                f"{self._ctx.info.max_work_group_size}"
-            )
+            raise BackendError(f"kernel {self.name}: block of {threads} threads exceeds the device "
+                               f"limit {self._ctx.info.max_work_group_size}")
         pad = (1,) * (3 - len(gs))
         grid = tuple(g // s for g, s in zip(gs, ls, strict=True)) + pad
         return grid, ls + pad  # type: ignore[return-value]
 
     def _launch(self, grid: tuple[int, ...], block: tuple[int, ...], fmt: str,
-                values: list[Any], wait: bool) -> Event:
+                values: list[Any], wait: bool) -> base.Event:
         ctx = self._ctx
         start = end = None
         with ctx.active():
@@ -381,34 +303,27 @@ class CUKernel(Kernel):
                 ctx.commands += 1
                 self._func.prepared_async_call(grid, block, ctx.stream, *values)
             except ctx.drv.Error as exc:
-                raise BackendError(
-                    f"launch of kernel {self.name} (grid {grid}, block {block}) failed on "
-                    f"{ctx.info.name}: {exc}"
-                ) from exc
+                raise BackendError(f"launch of kernel {self.name} (grid {grid}, block {block}) "
+                                   f"failed on {ctx.info.name}: {exc}") from exc
             if ctx.profiling:
                 end = ctx.record(timing=True)
         if wait:
             ctx.synchronize(end)
         return CUEvent(ctx, end, start)
 
-    def __call__(
-        self,
-        global_size: tuple[int, ...],
-        local_size: tuple[int, ...] | None,
-        *args: Any,
-        wait: bool = False,
-    ) -> Event:
+    def __call__(self, global_size: tuple[int, ...], local_size: tuple[int, ...] | None,
+                 *args: Any, wait: bool = False) -> base.Event:
         grid, block = self._shape(global_size, local_size)
         fmt, values = self._args(args)
         return self._launch(grid, block, fmt, values, wait)
 
     def prepare(
         self, global_size: tuple[int, ...], local_size: tuple[int, ...] | None, *args: Any
-    ) -> Launch:
+    ) -> base.Launch:
         return CULaunch(self, global_size, local_size, args)
 
 
-class CULaunch(Launch):
+class CULaunch(base.Launch):
     """A checked, packed launch of a :class:`CUKernel`."""
 
     kernel: CUKernel
@@ -421,10 +336,10 @@ class CULaunch(Launch):
 
     _NATIVE = {"P": ("<Q", 8), "i": ("<i", 4), "I": ("<I", 4), "d": ("<d", 8), "f": ("<f", 4)}
 
-    def native(self) -> NativeLaunch | None:
+    def native(self) -> base.NativeLaunch | None:
         kernel = self.kernel
         ctx = kernel._ctx
-        handle = kernel._native_handle()
+        handle = kernel._program.native_function(kernel.name)
         if handle is None or ctx.stream is None:
             return None
         args = []
@@ -433,11 +348,11 @@ class CULaunch(Launch):
             word = np.frombuffer(np.array(value, dtype=code).tobytes().ljust(8, b"\0"), "<u8")
             args.append((size, int(word[0])))
         dims = len(self.global_size)
-        return NativeLaunch(int(ctx.stream.handle), handle, tuple(self.global_size),
-                            tuple(self._block[:dims]), tuple(args))
+        return base.NativeLaunch(int(ctx.stream.handle), handle, tuple(self.global_size),
+                                 tuple(self._block[:dims]), tuple(args))
 
 
-class CUProgram(Program):
+class CUProgram(base.Program):
     """A compiled cubin, loaded by PyCUDA (and, for the native engine, once more by the
     driver itself: :meth:`native_function`)."""
 
@@ -483,15 +398,14 @@ class CUProgram(Program):
         self._native = None
         self._functions.clear()
 
-    def kernel(self, name: str) -> Kernel:
+    def kernel(self, name: str) -> base.Kernel:
         if name not in self._kernels:
             with self._ctx.active():
                 try:
                     func = self._module.get_function(name)
                 except self._ctx.drv.Error as exc:
-                    raise BackendError(
-                        f"kernel {name!r} not found in {self._source_name}: {exc}"
-                    ) from exc
+                    raise BackendError(f"kernel {name!r} not found in "
+                                       f"{self._source_name}: {exc}") from exc
             self._kernels[name] = CUKernel(self._ctx, func, name, self)
         return self._kernels[name]
 
@@ -512,10 +426,10 @@ def _compile_log(exc: BaseException) -> str:
     return text or f"{type(exc).__name__}: {exc}"
 
 
-class CUContext(Context):
+class CUContext(base.Context):
     """One CUDA device: a PyCUDA context and a stream."""
 
-    def __init__(self, drv: Any, info: DeviceInfo, profiling: bool):
+    def __init__(self, drv: Any, info: base.DeviceInfo, profiling: bool):
         self.drv = drv
         self.info = info
         self.profiling = profiling
@@ -530,9 +444,8 @@ class CUContext(Context):
         try:
             self._ctx = self._device.make_context()
         except drv.Error as exc:
-            raise BackendError(
-                f"cannot open CUDA device {info.index} ({info.name}): {exc}"
-            ) from exc
+            raise BackendError(f"cannot open CUDA device {info.index} ({info.name}): "
+                               f"{exc}") from exc
         try:
             self.stream = drv.Stream()
         except drv.Error as exc:
@@ -547,6 +460,12 @@ class CUContext(Context):
         """``with ctx.active():`` this context is current on this thread within the block."""
         return self._activation
 
+    def enqueue(self, copy: Any, *args: Any) -> None:
+        """Queue the copy or fill ``copy(*args, stream)`` on the stream."""
+        with self.active():
+            self.commands += 1
+            copy(*args, self.stream)
+
     def record(self, timing: bool = False) -> Any:
         """Record an event on the stream (call with the context active; timing events only
         when asked for)."""
@@ -554,28 +473,26 @@ class CUContext(Context):
         ev.record(self.stream)
         return ev
 
-    def alloc(self, nbytes: int) -> Buffer:
+    def alloc(self, nbytes: int) -> base.Buffer:
         buf = CUBuffer(self, nbytes)
         self._buffers.add(buf)
         return buf
 
-    def alloc_host(self, nbytes: int) -> HostBuffer:
+    def alloc_host(self, nbytes: int) -> base.HostBuffer:
         """A page-locked :class:`CUHostBuffer` (asynchronous copies both ways)."""
         host = CUHostBuffer(self, nbytes)
         self._hosts.add(host)
         return host
 
     def build(self, source_name: str, defines: dict[str, Any] | None = None,
-              small: bool = False) -> Program:
+              small: bool = False) -> base.Program:
         """Compile ``kernels_cuda/<name>.cu`` (a ``.cl`` name maps to its CUDA twin); CUDA
         has no companion device, ``small`` is ignored."""
         name = _cuda_source_name(source_name)
-        source = load_source("cuda", name)
+        source = base.load_source("cuda", name)
         arch = quirks.cuda_arch_option(self.compute_capability())
-        options = format_defines(defines) + quirks.cuda_build_options(self.info)
-        key = hashlib.sha256(
-            "\0".join([source, " ".join(options), arch]).encode()
-        ).hexdigest()
+        options = base.format_defines(defines) + quirks.cuda_build_options(self.info)
+        key = hashlib.sha256("\0".join([source, " ".join(options), arch]).encode()).hexdigest()
         if key in self._programs:
             return self._programs[key]
         log.debug("building %s with %s -arch=%s on %s", name, options, arch, self.info.name)
@@ -585,27 +502,19 @@ class CUContext(Context):
             raise BackendError(f"pycuda.compiler is not importable: {exc}; {_INSTALL}") from None
         with self.active():
             try:
-                image = compile_cubin(
-                    source,
-                    options=options,
-                    arch=arch,
-                    no_extern_c=True,
-                    include_dirs=[str(kernel_dir("cuda")), str(shared_include_dir())],
-                )
+                image = compile_cubin(source, options=options, arch=arch, no_extern_c=True,
+                                      include_dirs=[str(base.kernel_dir("cuda")),
+                                                    str(base.shared_include_dir())])
                 module = self.drv.module_from_buffer(image)
             except Exception as exc:  # CompileError, nvcc missing, module load failures
                 build_log = _compile_log(exc)
                 if isinstance(exc, OSError) or "not found" in build_log.lower():
                     build_log += "\n(is the CUDA toolkit's nvcc on PATH?)"
-                path = save_failed_source(source, ".cu")
+                path = base.save_failed_source(source, ".cu")
                 raise BuildError(
                     f"CUDA build of {name} failed on {self.info.name}\n"
                     f"options: {' '.join(options)} -arch={arch}\nsource saved to: {path}\n"
-                    f"{build_log}",
-                    options + [f"-arch={arch}"],
-                    build_log,
-                    path,
-                ) from None
+                    f"{build_log}", options + [f"-arch={arch}"], build_log, path) from None
         prog = CUProgram(self, module, name, image)
         self._programs[key] = prog
         return prog
@@ -656,10 +565,8 @@ class CUContext(Context):
         return int(major), int(minor)
 
     def synchronize(self, event: Any = None) -> None:
-        """Wait for ``event`` (default: the whole stream); device errors become BackendError.
-
-        Errors of asynchronous work (an out-of-range access in a kernel, say) surface here.
-        """
+        """Wait for ``event`` (default: the whole stream); device errors (of asynchronous
+        work too, an out-of-range access in a kernel, say) become BackendError."""
         with self.active():
             try:
                 (self.stream if event is None else event).synchronize()
@@ -688,49 +595,40 @@ class CUContext(Context):
             ctx.detach()
 
 
-class CUDABackend(Backend):
-    """Every CUDA device, numbered as the driver numbers them.
-
-    Construction imports PyCUDA (raising :class:`BackendError` when it cannot) and asks the
-    driver for its devices; when that fails, the backend has no device and ``reason`` says
-    why.
-    """
+class CUDABackend(base.Backend):
+    """Every CUDA device, numbered as the driver numbers them. Construction imports PyCUDA
+    (:class:`BackendError` when it cannot) and asks the driver for its devices; when that
+    fails, the backend has no device and ``reason`` says why."""
 
     name = "cuda"
     #: force.cu: 1, 2 or 4 i-particles per thread; no j-vector variant
-    capabilities = Capabilities(kernel_ext="cu", widths=(1, 2, 4), jv=False)
+    capabilities = base.Capabilities(kernel_ext="cu", widths=(1, 2, 4), jv=False)
 
     def __init__(self) -> None:
         drv = _import_driver()
         self.drv = drv
         self.reason = ""
-        self._infos: list[DeviceInfo] = []
+        self._infos: list[base.DeviceInfo] = []
         try:
             drv.init()
         except Exception as exc:
             self.reason = f"CUDA driver initialisation failed: {exc}"
             return
         try:
-            count = int(drv.Device.count())
-        except Exception as exc:
-            self.reason = f"cannot count CUDA devices: {exc}"
-            return
-        if count == 0:
-            self.reason = "the CUDA driver reports no device"
-            return
-        try:
-            self._infos = [self._describe(i) for i in range(count)]
+            self._infos = [self._describe(i) for i in range(int(drv.Device.count()))]
         except Exception as exc:
             self.reason = f"cannot query the CUDA devices: {exc}"
-            self._infos = []
+            return
+        if not self._infos:
+            self.reason = "the CUDA driver reports no device"
 
-    def _describe(self, index: int) -> DeviceInfo:
+    def _describe(self, index: int) -> base.DeviceInfo:
         drv = self.drv
         attr = drv.device_attribute
         dev = drv.Device(index)
         major, minor = dev.compute_capability()
         version = ".".join(str(v) for v in drv.get_version())
-        return DeviceInfo(
+        return base.DeviceInfo(
             backend="cuda",
             index=index,
             name=str(dev.name()).strip(),
@@ -746,14 +644,12 @@ class CUDABackend(Backend):
             driver_version=f"{drv.get_driver_version()} (sm_{major}{minor})",
         )
 
-    def devices(self) -> list[DeviceInfo]:
+    def devices(self) -> list[base.DeviceInfo]:
         return list(self._infos)
 
-    def open(self, index: int, profiling: bool = False) -> Context:
+    def open(self, index: int, profiling: bool = False) -> base.Context:
         if not 0 <= index < len(self._infos):
             why = f" ({self.reason})" if self.reason else ""
-            raise BackendError(
-                f"CUDA device index {index} out of range: {len(self._infos)} device(s) "
-                f"found{why}"
-            )
+            raise BackendError(f"CUDA device index {index} out of range: {len(self._infos)} "
+                               f"device(s) found{why}")
         return CUContext(self.drv, self._infos[index], profiling)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import dataclasses
+import functools
 import hashlib
+import importlib.util
 import logging
 import os
 import shutil
@@ -19,23 +22,7 @@ from typing import Any
 import numpy as np
 
 from sapporo import config
-from sapporo.backend import quirks
-from sapporo.backend.base import (
-    Backend,
-    Buffer,
-    Capabilities,
-    Context,
-    DeviceInfo,
-    Event,
-    HostBuffer,
-    Kernel,
-    Launch,
-    NativeLaunch,
-    Program,
-    format_defines,
-    load_source,
-    save_failed_source,
-)
+from sapporo.backend import base, quirks
 from sapporo.errors import BackendError, BuildError
 
 log = logging.getLogger(__name__)
@@ -46,17 +33,14 @@ _yield = getattr(os, "sched_yield", lambda: None)
 #: default of SAPPORO_SMALL_PAIRS: force launches up to this many pairs use the companion
 #: (measured crossover on 2 cores: 8 active particles at N = 16k, 128 at N = 2k)
 DEFAULT_SMALL_PAIRS = 131072
-
-
 #: PoCL's CPU drivers (PoCL 3: basic, pthread; PoCL 4 and later: cpu-minimal, cpu)
 _POCL_CPU_DRIVERS = {"basic", "pthread", "cpu", "cpu-minimal"}
 
 
 def _system_pocl_libraries() -> list[str]:
     """The libraries named by OpenCL vendor files outside PyOpenCL's wheel that are PoCL."""
-    places = [os.environ.get("OCL_ICD_VENDORS", ""), "/etc/OpenCL/vendors"]
     out = []
-    for place in places:
+    for place in (os.environ.get("OCL_ICD_VENDORS", ""), "/etc/OpenCL/vendors"):
         if not place:
             continue
         try:
@@ -78,22 +62,18 @@ def _system_pocl_installed() -> bool:
     return bool(_system_pocl_libraries())
 
 
-def _pocl_driver_dirs(library: str) -> list[str]:
-    """Where a system PoCL keeps its device drivers (``pocl/libpocl-devices-*.so``)."""
-    if os.path.isabs(library):
-        return [os.path.join(os.path.dirname(library), "pocl")]
-    roots = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64",
-             "/usr/lib", "/usr/local/lib", "/usr/local/lib64"]
-    return [os.path.join(r, "pocl") for r in roots]
+#: where a system PoCL named without its folder keeps its drivers (``pocl/`` below one)
+_LIBRARY_ROOTS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64",
+                  "/usr/lib", "/usr/local/lib", "/usr/local/lib64")
 
 
 def _system_pocl_cpu_only() -> bool:
     """True when every system PoCL has CPU drivers only (so ``POCL_DEVICES`` hides none of
     its devices); False when a driver folder cannot be found or lists any other driver."""
-    libraries = _system_pocl_libraries()
-    for library in libraries:
+    for library in _system_pocl_libraries():
         drivers: set[str] = set()
-        for folder in _pocl_driver_dirs(library):
+        roots = [os.path.dirname(library)] if os.path.isabs(library) else _LIBRARY_ROOTS
+        for folder in (os.path.join(root, "pocl") for root in roots):
             with contextlib.suppress(OSError):
                 for f in os.listdir(folder):
                     if f.startswith("libpocl-devices-") and ".so" in f:
@@ -104,13 +84,10 @@ def _system_pocl_cpu_only() -> bool:
 
 
 def _request_pocl_affinity() -> None:
-    """Ask PoCL to pin its worker threads to cores (``POCL_AFFINITY=1``), unless the user
-    set ``POCL_AFFINITY``, several ranks of an MPI job share the node (they would pin
-    their workers to the same cores), or the process may not run on every core. Unpinned,
-    force calls of 16-64 active particles at N = 16k took about twice their kernel time in
-    most processes (2 Zen 5 cores, PoCL 3.1:
-    16 / 32 / 64 active 245 / 465 / 820 us, pinned 170 / 250 / 440 us); N x N and calls on
-    the companion device are unchanged. PoCL reads it once, when it starts."""
+    """Ask PoCL to pin its worker threads to cores (``POCL_AFFINITY=1``, read once when
+    PoCL starts), unless the user set it, several MPI ranks share the node (they would pin
+    to the same cores), or the process may not run on every core. Unpinned, force calls of
+    16-64 active particles at N = 16k took about twice their kernel time (2 Zen 5 cores)."""
     if "POCL_AFFINITY" in os.environ:
         return
     from sapporo.parallel.launcher import launcher_size
@@ -128,16 +105,11 @@ def _request_pocl_affinity() -> None:
 
 
 def _request_pocl_companion() -> None:
-    """Ask PoCL for its single-threaded ``basic`` device beside ``pthread``.
-
-    Every command on PoCL's multi-threaded CPU device is handed to worker threads, which
-    costs 50-100 us; the ``basic`` device runs kernels in the calling thread. Small force
-    launches go there (:class:`CLContext`). PoCL reads ``POCL_DEVICES`` once, when it
-    starts; we set it only when it is unset, not disabled (``SAPPORO_SMALL_PAIRS=0``), and
-    every PoCL installed has CPU drivers only (the one bundled with PyOpenCL, and system
-    ones such as Debian's ``pocl-opencl-icd``), so that no other PoCL device can be hidden
-    by it.
-    """
+    """Ask PoCL for its single-threaded ``basic`` device beside ``pthread``: the threaded
+    device hands every command to worker threads (50-100 us), ``basic`` runs kernels in the
+    calling thread, so small force launches go there (:class:`CLContext`). ``POCL_DEVICES``
+    is set only when unset, not disabled (``SAPPORO_SMALL_PAIRS=0``), and every PoCL
+    installed has CPU drivers only, so that it hides no other PoCL device."""
     if "POCL_DEVICES" in os.environ:
         return
     small = config.from_environment().small_pairs
@@ -147,10 +119,9 @@ def _request_pocl_companion() -> None:
     log.debug("POCL_DEVICES set to 'pthread basic' (companion device for small launches)")
 
 
-
-#: Free space PoCL's kernel cache needs before PoCL starts (below it a temporary cache is used)
-#: and before a build: LLVM writes its output there and aborts the whole process ("LLVM
-#: ERROR: IO failure on output stream", exit 134) when the disk is full.
+#: Free space PoCL's kernel cache needs before PoCL starts (below it a temporary cache is
+#: used) and before a build: LLVM writes its output there and aborts the whole process
+#: ("LLVM ERROR: IO failure on output stream", exit 134) when the disk is full.
 POCL_CACHE_MIN_BYTES = 64 << 20
 POCL_BUILD_MIN_BYTES = 8 << 20
 
@@ -164,23 +135,24 @@ def _pocl_cache_dir() -> Path:
     return Path(base) / "pocl" / "kcache"
 
 
+def _existing(folder: Path) -> Path:
+    """``folder``, or its nearest parent that exists."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
 def _free_bytes(folder: Path) -> int | None:
     """Free bytes on the file system of ``folder`` (of its nearest existing parent)."""
-    p = folder
-    while not p.exists() and p != p.parent:
-        p = p.parent
     try:
-        st = os.statvfs(p)
-    except (OSError, AttributeError):
+        return shutil.disk_usage(_existing(folder)).free
+    except OSError:
         return None
-    return st.f_bavail * st.f_frsize
 
 
 def _cache_problem(folder: Path, need: int) -> str | None:
     """Why PoCL could not write its cache in ``folder`` (None: it can, as far as we see)."""
-    p = folder
-    while not p.exists() and p != p.parent:
-        p = p.parent
+    p = _existing(folder)
     if p.exists() and not os.access(p, os.W_OK | os.X_OK):
         return f"{p} is not writable"
     free = _free_bytes(folder)
@@ -190,17 +162,10 @@ def _cache_problem(folder: Path, need: int) -> str | None:
 
 
 def _ensure_pocl_cache() -> None:
-    """Before PoCL starts: give it a kernel cache folder with room.
-
-    When the folder PoCL would use has too little space (or cannot be written), a temporary
-    folder is used instead (``POCL_CACHE_DIR`` is set, a warning logged, the folder removed
-    at exit).
-
-    Raises
-    ------
-    BackendError
-        When the temporary folder has no room either.
-    """
+    """Before PoCL starts: give it a kernel cache folder with room. When the folder PoCL
+    would use has too little space (or cannot be written), a temporary folder is used
+    instead (``POCL_CACHE_DIR`` set, a warning logged, the folder removed at exit); a
+    :class:`BackendError` when that has no room either."""
     folder = _pocl_cache_dir()
     problem = _cache_problem(folder, POCL_CACHE_MIN_BYTES)
     if problem is None or not _pocl_present():
@@ -218,24 +183,15 @@ def _ensure_pocl_cache() -> None:
                         "process", folder, problem, tmp)
             return
         shutil.rmtree(tmp, ignore_errors=True)
-    raise BackendError(
-        f"PoCL's kernel cache {folder}: {problem}, and the temporary folder "
-        f"({tempfile.gettempdir()}) has no room either: {tmp_problem}. Free some space or "
-        "set POCL_CACHE_DIR to a folder with room"
-    )
+    raise BackendError(f"PoCL's kernel cache {folder}: {problem}, and the temporary folder "
+                       f"({tempfile.gettempdir()}) has no room either: {tmp_problem}. Free some "
+                       "space or set POCL_CACHE_DIR to a folder with room")
 
 
 def _pocl_present() -> bool:
     """Whether a PoCL can be loaded: a system one, or the ``pocl-binary-distribution`` wheel."""
-    import importlib.util
-
-    return _system_pocl_installed() or importlib.util.find_spec(
-        "pocl_binary_distribution") is not None
-
-
-def _is_pocl(info: DeviceInfo) -> bool:
-    text = f"{info.platform} {info.vendor} {info.driver_version}".lower()
-    return "pocl" in text or "portable computing language" in text
+    return (_system_pocl_installed()
+            or importlib.util.find_spec("pocl_binary_distribution") is not None)
 
 
 try:  # imported lazily by sapporo.backend; failing here only disables this backend
@@ -254,7 +210,7 @@ def _aligned_empty(nbytes: int, align: int = 4096) -> np.ndarray:
     return raw[start : start + nbytes]
 
 
-class CLEvent(Event):
+class CLEvent(base.Event):
     """Wraps a ``pyopencl.Event``."""
 
     def __init__(self, event: Any, profiling: bool):
@@ -273,54 +229,39 @@ class CLEvent(Event):
         return (self._event.profile.end - self._event.profile.start) * 1e-9
 
 
-class CLBuffer(Buffer):
+class CLBuffer(base.Buffer):
     """A ``pyopencl.Buffer`` bound to its queue."""
 
     def __init__(self, ctx: CLContext, nbytes: int, host: np.ndarray | None = None):
         self._ctx = ctx
         self.nbytes = int(nbytes)
-        try:
-            if host is None:
-                self.buf = cl.Buffer(ctx.cl_context, cl.mem_flags.READ_WRITE,
-                                     size=max(self.nbytes, 4))
-            else:  # the device works on this host memory itself
-                self.buf = cl.Buffer(ctx.cl_context,
-                                     cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR,
-                                     hostbuf=host)
+        rw = cl.mem_flags.READ_WRITE
+        try:  # with ``host``, the device works on this host memory itself
+            self.buf = (cl.Buffer(ctx.cl_context, rw, size=max(self.nbytes, 4)) if host is None
+                        else cl.Buffer(ctx.cl_context, rw | cl.mem_flags.USE_HOST_PTR,
+                                       hostbuf=host))
         except cl.Error as exc:
-            raise BackendError(
-                f"cannot allocate {self.nbytes} bytes on {ctx.info.name}: {exc}"
-            ) from exc
+            raise BackendError(f"cannot allocate {self.nbytes} bytes on {ctx.info.name}: "
+                               f"{exc}") from exc
 
     def native(self) -> int | None:
         return int(self.buf.int_ptr)
 
-    def _check(self, host: np.ndarray, offset: int) -> None:
-        if not host.flags.c_contiguous:
-            raise BackendError("host array must be C-contiguous")
-        if offset < 0 or offset + host.nbytes > self.nbytes:
-            raise BackendError(
-                f"transfer of {host.nbytes} bytes at offset {offset} exceeds buffer of "
-                f"{self.nbytes} bytes"
-            )
+    def upload(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> base.Event:
+        return self._copy(host, offset, wait, self.buf, host, dst_offset=offset)
 
-    def upload(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> Event:
-        self._check(host, offset)
+    def download(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> base.Event:
+        return self._copy(host, offset, wait, host, self.buf, src_offset=offset)
+
+    def _copy(self, host: np.ndarray, offset: int, wait: bool, *args: Any,
+              **kwargs: Any) -> base.Event:
+        self.check_transfer(host, offset)
         if host.nbytes == 0:
             return CLEvent(None, False)
-        ev = self._ctx._enqueue(False, cl.enqueue_copy, self.buf, host, dst_offset=offset,
-                                is_blocking=wait)
+        ev = self._ctx._enqueue(False, cl.enqueue_copy, *args, is_blocking=wait, **kwargs)
         return CLEvent(ev, self._ctx.profiling)
 
-    def download(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> Event:
-        self._check(host, offset)
-        if host.nbytes == 0:
-            return CLEvent(None, False)
-        ev = self._ctx._enqueue(False, cl.enqueue_copy, host, self.buf, src_offset=offset,
-                                is_blocking=wait)
-        return CLEvent(ev, self._ctx.profiling)
-
-    def fill(self, value: int = 0) -> Event:
+    def fill(self, value: int = 0) -> base.Event:
         size = self.nbytes // 4 * 4
         if size == 0:
             return CLEvent(None, False)
@@ -335,7 +276,7 @@ class CLBuffer(Buffer):
             self.buf = None
 
 
-class CLKernel(Kernel):
+class CLKernel(base.Kernel):
     def __init__(self, ctx: CLContext, kernel: Any, name: str, small: bool = False):
         self._ctx = ctx
         self._kernel = kernel
@@ -343,36 +284,24 @@ class CLKernel(Kernel):
         self._small = small
         self._arg_types: tuple | None = None
 
-    def __call__(self, global_size, local_size, *args, wait=False) -> Event:
-        self._load_args(_scalar_types(args), [_raw_arg(a) for a in args])
-        ev = self._enqueue(tuple(map(int, global_size)),
-                           None if local_size is None else tuple(map(int, local_size)))
+    def __call__(self, global_size, local_size, *args, wait=False) -> base.Event:
+        # declaring the scalar types once lets PyOpenCL pack them directly: about 0.5 us
+        # for a dozen arguments, where type discovery costs about 50
+        types = tuple(type(a) if isinstance(a, np.generic) else None for a in args)
+        if types != self._arg_types:
+            self._kernel.set_scalar_arg_dtypes(list(types))
+            self._arg_types = types
+        self._kernel.set_args(*[_raw_arg(a) for a in args])
+        ev = self._ctx._enqueue(self._small, cl.enqueue_nd_range_kernel, self._kernel,
+                                tuple(map(int, global_size)),
+                                None if local_size is None else tuple(map(int, local_size)))
         if wait:
             ev.wait()
         return CLEvent(ev, self._ctx.profiling)
 
-    def _load_args(self, types: tuple, raw: list[Any]) -> None:
-        """Set every argument. Declaring the scalar types once lets PyOpenCL pack them
-        directly: about 0.5 us for a dozen arguments, where type discovery costs about 50
-        (and one ``set_arg`` of a scalar about 6)."""
-        if types != self._arg_types:
-            self._kernel.set_scalar_arg_dtypes(list(types))
-            self._arg_types = types
-        self._kernel.set_args(*raw)
-
-    def _enqueue(self, global_size: tuple[int, ...],
-                 local_size: tuple[int, ...] | None) -> Any:
-        return self._ctx._enqueue(self._small, cl.enqueue_nd_range_kernel, self._kernel,
-                                  global_size, local_size)
-
     def prepare(self, global_size: tuple[int, ...], local_size: tuple[int, ...] | None,
-                *args: Any) -> Launch:
+                *args: Any) -> base.Launch:
         return CLLaunch(self, global_size, local_size, args)
-
-
-def _scalar_types(args: Any) -> tuple:
-    """The numpy scalar type of each argument, None for buffers."""
-    return tuple(type(a) if isinstance(a, np.generic) else None for a in args)
 
 
 def _raw_arg(a: Any) -> Any:
@@ -380,7 +309,7 @@ def _raw_arg(a: Any) -> Any:
     return a.buf if isinstance(a, CLBuffer) else a
 
 
-class CLLaunch(Launch):
+class CLLaunch(base.Launch):
     """A prepared launch: sizes converted and arguments packed once."""
 
     def __init__(self, kernel: CLKernel, global_size: tuple[int, ...],
@@ -390,7 +319,7 @@ class CLLaunch(Launch):
         self._ls = None if local_size is None else tuple(map(int, local_size))
         self._raw = [_raw_arg(a) for a in args]
 
-    def native(self) -> NativeLaunch | None:
+    def native(self) -> base.NativeLaunch | None:
         k: CLKernel = self.kernel  # type: ignore[assignment]
         queue = k._ctx.small_queue if k._small else k._ctx.queue
         args = []
@@ -405,18 +334,18 @@ class CLLaunch(Launch):
                                                       sys.byteorder)))
             else:
                 return None
-        return NativeLaunch(int(queue.int_ptr), int(k._kernel.int_ptr), self._gs,
-                            self._ls if self._ls is not None else (), tuple(args))
+        return base.NativeLaunch(int(queue.int_ptr), int(k._kernel.int_ptr), self._gs,
+                                 self._ls if self._ls is not None else (), tuple(args))
 
 
-class CLProgram(Program):
+class CLProgram(base.Program):
     def __init__(self, ctx: CLContext, program: Any, small: bool = False):
         self._ctx = ctx
         self._program = program
         self._small = small
         self._kernels: dict[str, CLKernel] = {}
 
-    def kernel(self, name: str) -> Kernel:
+    def kernel(self, name: str) -> base.Kernel:
         if name not in self._kernels:
             try:
                 k = cl.Kernel(self._program, name)
@@ -426,10 +355,10 @@ class CLProgram(Program):
         return self._kernels[name]
 
 
-class CLContext(Context):
+class CLContext(base.Context):
     """One OpenCL device with an in-order command queue."""
 
-    def __init__(self, info: DeviceInfo, device: Any, profiling: bool,
+    def __init__(self, info: base.DeviceInfo, device: Any, profiling: bool,
                  companion: Any = None):
         self.info = info
         self.profiling = profiling
@@ -445,31 +374,28 @@ class CLContext(Context):
         self.small_queue = (None if companion is None
                             else cl.CommandQueue(self.cl_context, companion, properties=props))
         self.small_pairs = 0 if companion is None else small
-        self.one_kernel_at_a_time = "portable computing language" in info.platform.lower()
+        self.one_kernel_at_a_time = quirks.is_pocl(info)
         self._companion = companion
         self._last_small: Any = None
         self._device = device
         self._programs: dict[str, CLProgram] = {}
         self._zero_copy: bool | None = None
         self._last: Any = None  # the last command enqueued (main queue)
-        spin = env.spin_us
-        self.spin_seconds = (DEFAULT_SPIN_US if spin is None else spin) * 1e-6
+        self.spin_seconds = (DEFAULT_SPIN_US if env.spin_us is None else env.spin_us) * 1e-6
 
-    def alloc(self, nbytes: int) -> Buffer:
+    def alloc(self, nbytes: int) -> base.Buffer:
         return CLBuffer(self, nbytes)
 
-    def alloc_host(self, nbytes: int) -> HostBuffer:
+    def alloc_host(self, nbytes: int) -> base.HostBuffer:
         if not self._zero_copy_works():
             return super().alloc_host(nbytes)
         array = _aligned_empty(max(int(nbytes), 4))
-        return HostBuffer(CLBuffer(self, nbytes, host=array), array, True)
+        return base.HostBuffer(CLBuffer(self, nbytes, host=array), array, True)
 
     def _zero_copy_works(self) -> bool:
-        """Whether this device computes on host memory given with USE_HOST_PTR (checked once).
-
-        Only devices that share the host's memory qualify (``quirks.shares_host_memory``);
-        a kernel writes into such a buffer and the host array must show it without a copy.
-        """
+        """Whether this device computes on host memory given with USE_HOST_PTR (checked once,
+        on devices that share the host's memory: a kernel's writes must show in the host
+        array without a copy)."""
         if self._zero_copy is None:
             self._zero_copy = False
             if config.from_environment().native_memory == "device":
@@ -491,20 +417,20 @@ class CLContext(Context):
         return self._zero_copy
 
     def build(self, source_name: str, defines: dict[str, Any] | None = None,
-              small: bool = False) -> Program:
+              small: bool = False) -> base.Program:
         small = small and self.small_queue is not None
-        options = format_defines(defines) + quirks.opencl_build_options(self.info)
+        options = base.format_defines(defines) + quirks.opencl_build_options(self.info)
         fast_key = source_name + "\0" + " ".join(options) + ("\0small" if small else "")
         if fast_key in self._programs:  # hot path: no file access
             return self._programs[fast_key]
-        source = load_source("opencl", source_name)
+        source = base.load_source("opencl", source_name)
         key = hashlib.sha256((source + "\0" + " ".join(options)).encode()).hexdigest()
         key += "-small" if small else ""
         if key in self._programs:
             self._programs[fast_key] = self._programs[key]
             return self._programs[key]
         log.debug("building %s with %s on %s", source_name, options, self.info.name)
-        if _is_pocl(self.info):  # refuse rather than let LLVM abort the process
+        if quirks.is_pocl(self.info):  # refuse rather than let LLVM abort the process
             problem = _cache_problem(_pocl_cache_dir(), POCL_BUILD_MIN_BYTES)
             if problem is not None:
                 raise BackendError(f"cannot build {source_name} on {self.info.name}: PoCL's "
@@ -512,24 +438,28 @@ class CLContext(Context):
         device = self._companion if small else self._device
         cache_file = _binary_cache_file(self.info, device, source, options)
         program = _load_binary(self.cl_context, device, cache_file, options)
-        if program is not None and not _kernel_names(program):
-            log.warning("cached kernel binary %s holds no kernels; building from source",
-                        cache_file)
-            program = None
         if program is None:
             program = self._build_source(source_name, source, options, device)
-            self._check_kernels(program, source_name, source, options)
             _save_binary(program, cache_file)
         prog = CLProgram(self, program, small)
         self._programs[key] = self._programs[fast_key] = prog
         return prog
 
-    def _check_kernels(self, program: Any, source_name: str, source: str,
-                       options: list[str]) -> None:
-        """A freshly built program must hold kernels."""
+    def _build_source(self, source_name: str, source: str, options: list[str],
+                      device: Any) -> Any:
+        """Build from source; the program must hold kernels."""
+        try:
+            program = cl.Program(self.cl_context, source).build(options=options,
+                                                                devices=[device])
+        except cl.Error as exc:
+            path = base.save_failed_source(source, ".cl")
+            raise BuildError(
+                f"OpenCL build of {source_name} failed on {self.info.name}\n"
+                f"options: {' '.join(options)}\nsource saved to: {path}\n{exc}",
+                options, str(exc), path) from None
         if not _kernel_names(program):
             # seen with PoCL's wheel (LLVM 14) on AMD Zen 4: no error, and no kernel
-            path = save_failed_source(source, ".cl")
+            path = base.save_failed_source(source, ".cl")
             raise BuildError(
                 f"OpenCL build of {source_name} on {self.info.name} gave a program with no "
                 f"kernel in it (options: {' '.join(options)}; source saved to {path}): the "
@@ -537,28 +467,12 @@ class CLContext(Context):
                 "than its LLVM, use another PoCL (Debian/Ubuntu: apt install "
                 "pocl-opencl-icd) or another device (SAPPORO_DEVICES; `sapporo info` lists "
                 "them)", options, "", path)
-
-    def _build_source(self, source_name: str, source: str, options: list[str],
-                      device: Any) -> Any:
-        try:
-            return cl.Program(self.cl_context, source).build(options=options, devices=[device])
-        except cl.Error as exc:
-            build_log = str(exc)
-            path = save_failed_source(source, ".cl")
-            raise BuildError(
-                f"OpenCL build of {source_name} failed on {self.info.name}\n"
-                f"options: {' '.join(options)}\nsource saved to: {path}\n{build_log}",
-                options,
-                build_log,
-                path,
-            ) from None
+        return program
 
     def _enqueue(self, small: bool, enqueue: Any, *args: Any, **kwargs: Any) -> Any:
         """Queue one command, ``enqueue(queue, *args, **kwargs)``, on the main or the small
-        queue and remember it. A command for one queue sees the other queue's work: that
-        queue is finished first when it has any. (The queues share the buffers; PoCL 3.0
-        can deadlock when a command of one device waits for an event of the other, so no
-        event crosses.)"""
+        queue and remember it; the other queue is finished first when it has work (no event
+        crosses: PoCL 3.0 can deadlock when a command of one device waits for the other's)."""
         self.commands += 1
         if small:
             if self._last is not None:
@@ -593,7 +507,7 @@ class CLContext(Context):
             queue.finish()
 
     def native_entry_points(self) -> dict[str, int] | None:
-        return _native_entry_points()
+        return dict(_native_entry_points()) or None
 
     def native_queue(self) -> int | None:
         return None if self.queue is None else int(self.queue.int_ptr)
@@ -606,81 +520,56 @@ class CLContext(Context):
             self._programs.clear()
 
 
-_ENTRY_POINTS: dict[str, int] | None = None
 _ENTRY_NAMES = {"set_arg": "clSetKernelArg", "enqueue": "clEnqueueNDRangeKernel",
                 "flush": "clFlush", "finish": "clFinish", "event_info": "clGetEventInfo",
                 "release": "clReleaseEvent", "write": "clEnqueueWriteBuffer",
                 "read": "clEnqueueReadBuffer", "profiling_info": "clGetEventProfilingInfo"}
 
 
-def _icd_loader_path() -> str | None:
-    """The OpenCL ICD loader PyOpenCL uses, as this process's memory map names it."""
+@functools.cache
+def _native_entry_points() -> dict[str, int]:
+    """The OpenCL functions of the ICD loader PyOpenCL uses (as this process's memory map
+    names it), by the names of :meth:`Context.native_entry_points`; empty when not found."""
     try:
         with open("/proc/self/maps") as fh:
             paths = [ln.split()[-1] for ln in fh if "libOpenCL" in ln and "/" in ln]
-    except OSError:
-        return None
-    return paths[0] if paths else None
-
-
-def _native_entry_points() -> dict[str, int] | None:
-    """The OpenCL functions of the ICD loader PyOpenCL uses (found in this process's memory
-    map), by the names of :meth:`Context.native_entry_points`; None when not found."""
-    global _ENTRY_POINTS
-    if _ENTRY_POINTS is None:
-        import ctypes
-
-        found: dict[str, int] = {}
-        try:
-            path = _icd_loader_path()
-            lib = ctypes.CDLL(path) if path else None
-            if lib is not None:
-                for key, name in _ENTRY_NAMES.items():
-                    found[key] = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0
-        except (OSError, AttributeError, IndexError) as exc:
-            log.debug("OpenCL entry points not found: %s", exc)
-            found = {}
-        _ENTRY_POINTS = found if len(found) == len(_ENTRY_NAMES) and all(found.values()) else {}
-    return dict(_ENTRY_POINTS) or None
+        lib = ctypes.CDLL(paths[0])
+        found = {key: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0
+                 for key, name in _ENTRY_NAMES.items()}
+    except (OSError, AttributeError, IndexError) as exc:
+        log.debug("OpenCL entry points not found: %s", exc)
+        return {}
+    return found if all(found.values()) else {}
 
 
 #: what the cache keys and the host CPU's identification read of /proc/cpuinfo
 _CPUINFO_KEYS = ("vendor_id", "cpu family", "model", "model name", "flags")
-_CPUINFO: dict[str, str] | None = None
-_CPU_ID: str | None = None
 
 
+@functools.cache
 def _cpuinfo() -> dict[str, str]:
     """The first processor's entries of ``/proc/cpuinfo`` (empty where there is none)."""
-    global _CPUINFO
-    if _CPUINFO is None:
-        found: dict[str, str] = {}
-        try:
-            with open("/proc/cpuinfo") as fh:
-                for line in fh:
-                    key, _, value = line.partition(":")
-                    key = key.strip()
-                    if key in _CPUINFO_KEYS and key not in found:
-                        found[key] = value.strip()
-                    if not line.strip() and found:
-                        break
-        except OSError:
-            pass
-        _CPUINFO = found
-    return _CPUINFO
+    found: dict[str, str] = {}
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        for line in fh:
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key in _CPUINFO_KEYS and key not in found:
+                found[key] = value.strip()
+            if not line.strip() and found:
+                break
+    return found
 
 
+@functools.cache
 def _host_cpu_id() -> str:
     """This machine's processor (vendor, family, model, name, flags), for the cache keys: a
     home folder shared by machines of different CPU generations must not hand one the
     binaries, or the probe answers, of another (their OpenCL device names can be equal)."""
-    global _CPU_ID
-    if _CPU_ID is None:
-        import platform
+    import platform
 
-        found = _cpuinfo()
-        _CPU_ID = "|".join([platform.machine(), *(found.get(k, "") for k in _CPUINFO_KEYS)])
-    return _CPU_ID
+    found = _cpuinfo()
+    return "|".join([platform.machine(), *(found.get(k, "") for k in _CPUINFO_KEYS)])
 
 
 def _is_host_cpu(device: Any) -> bool:
@@ -697,8 +586,6 @@ def _platform_library(platform: Any) -> str:
     """The file of the OpenCL driver behind ``platform`` ("" when unknown). An ICD
     platform handle points to its driver's dispatch table (cl_khr_icd), which lies in the
     driver's library: this process's memory map names the file."""
-    import ctypes
-
     try:
         with open("/proc/self/maps") as fh:
             maps = fh.readlines()
@@ -736,11 +623,10 @@ def _platform_label(platform: Any) -> str:
 
 def _skipped_platforms(listed: list[tuple[Any, list[Any]]]) -> dict[int, tuple[str, bool]]:
     """Which platforms of ``listed`` ((platform, devices) in platform order) are left out,
-    and why: {index: (why, whole platform)}. A PoCL that cannot compute right here
-    (:func:`_pocl_cannot_build`) is left out whole. This machine's CPU is served by one
-    platform (by :func:`_cpu_preference`, the first that passes the check): the others
-    that expose it lose their CPU devices, and are not checked. GPUs are never left out
-    for that. In the check's child process every platform is listed."""
+    and why: {index: (why, whole platform)}. A PoCL that cannot compute right here is left
+    out whole; this machine's CPU is served by one platform (the first by
+    :func:`_cpu_preference` that passes the check), the others lose their CPU devices
+    (not their GPUs). In the check's child process every platform is listed."""
     host = [not _IN_PROBE and any(_is_host_cpu(d) for d in devs) for _, devs in listed]
     order = sorted(range(len(listed)),
                    key=lambda k: (_cpu_preference(listed[k][0]) if host[k] else 3, k))
@@ -761,7 +647,7 @@ def _skipped_platforms(listed: list[tuple[Any, list[Any]]]) -> dict[int, tuple[s
     return out
 
 
-def _binary_cache_file(info: DeviceInfo, device: Any, source: str,
+def _binary_cache_file(info: base.DeviceInfo, device: Any, source: str,
                        options: list[str]) -> Path | None:
     """The cache file of one program: keyed by everything the binary depends on (source
     with its headers inlined, options, device, driver, platform and PyOpenCL versions)."""
@@ -800,6 +686,9 @@ def _load_binary(ctx: Any, device: Any, path: Path | None, options: list[str]) -
     except (cl.Error, ValueError, RuntimeError) as exc:
         log.debug("cached kernel binary %s refused (%s); building from source", path, exc)
         return None
+    if not _kernel_names(program):
+        log.warning("cached kernel binary %s holds no kernels; building from source", path)
+        return None
     log.debug("kernel binary from %s", path)
     return program
 
@@ -807,27 +696,29 @@ def _load_binary(ctx: Any, device: Any, path: Path | None, options: list[str]) -
 def _save_binary(program: Any, path: Path | None) -> None:
     """Keep a built program's binary for the next process (best effort: a folder that
     cannot be written, or a full disk, costs only the next start-up's build)."""
-    if path is None:
-        return
+    with contextlib.suppress(cl.Error):
+        binaries = program.get_info(cl.program_info.BINARIES)
+        if path is not None and binaries and binaries[0]:
+            _keep(path, bytes(binaries[0]))
+
+
+def _keep(path: Path, data: bytes) -> None:
+    """Write ``data`` to the cache file ``path`` through a temporary file of this process
+    (best effort)."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        binaries = program.get_info(cl.program_info.BINARIES)
-        if not binaries or not binaries[0]:
-            return
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(bytes(binaries[0]))
+        tmp.write_bytes(data)
         os.replace(tmp, path)
-    except (OSError, cl.Error) as exc:
-        log.debug("kernel binary not cached in %s: %s", path, exc)
+    except OSError as exc:
+        log.debug("%s not written: %s", path, exc)
         with contextlib.suppress(OSError):
             tmp.unlink()
 
 
-_POCL_HINT = (
-    "PoCL's wheel (pocl-binary-distribution 3.0, LLVM 14) does not know CPUs newer than "
-    "its LLVM (e.g. AMD Zen 4 and Zen 5): install a newer PoCL, such as your distribution's "
-    "(Debian/Ubuntu: apt install pocl-opencl-icd), and sapporo uses it"
-)
+_POCL_HINT = ("PoCL's wheel (pocl-binary-distribution 3.0, LLVM 14) does not know CPUs newer than "
+              "its LLVM (e.g. AMD Zen 4 and Zen 5): install a newer PoCL, such as your "
+              "distribution's (Debian/Ubuntu: apt install pocl-opencl-icd), and sapporo uses it")
 #: what the probe runs (part of its cache key: a new probe re-checks every platform)
 _PROBE_KIND = "library-order4-ds-v2"
 #: the probe's child process may take this long (a cold build of the force kernel: seconds)
@@ -916,34 +807,30 @@ def _pocl_cannot_build(platform: Any, devices: list[Any]) -> str:
              platform.version.strip())
     answer, keep = _run_probe(platform, cpus[0])
     if note is not None and keep:
-        with contextlib.suppress(OSError):
-            note.parent.mkdir(parents=True, exist_ok=True)
-            tmp = note.with_name(f"{note.name}.{os.getpid()}.tmp")
-            tmp.write_text("error:" + answer if answer else "ok")
-            os.replace(tmp, note)
+        _keep(note, ("error:" + answer if answer else "ok").encode())
     return answer
 
 
-class OpenCLBackend(Backend):
+class OpenCLBackend(base.Backend):
     """Every OpenCL device of every platform, numbered in platform order; this machine's
     CPU through one platform only (:func:`_skipped_platforms`)."""
 
     name = "opencl"
     #: force.cl: vectors of 1 to 16 i-particles per work-item, and the j-vector variant
-    capabilities = Capabilities(kernel_ext="cl", widths=(1, 2, 4, 8, 16), jv=True)
+    capabilities = base.Capabilities(kernel_ext="cl", widths=(1, 2, 4, 8, 16), jv=True)
 
     def __init__(self) -> None:
         if cl is None:
             raise BackendError(f"PyOpenCL is not importable: {_IMPORT_ERROR}")
-        self._devices: list[tuple[DeviceInfo, Any]] | None = None
+        self._devices: list[tuple[base.DeviceInfo, Any]] | None = None
         self.reason = ""
         #: platforms left out, and why (e.g. a PoCL that cannot build for this CPU)
         self.skipped: list[str] = []
 
-    def _scan(self) -> list[tuple[DeviceInfo, Any]]:
+    def _scan(self) -> list[tuple[base.DeviceInfo, Any]]:
         if self._devices is not None:
             return self._devices
-        found: list[tuple[DeviceInfo, Any]] = []
+        found: list[tuple[base.DeviceInfo, Any]] = []
         self._companions: dict[int, Any] = {}
         _request_pocl_companion()
         _request_pocl_affinity()
@@ -984,14 +871,9 @@ class OpenCLBackend(Backend):
             for dev in devices:
                 if companion is not None and dev is companion:
                     continue  # serves the threaded CPU device, not listed on its own
-                dtype = dev.type
-                if dtype & cl.device_type.GPU:
-                    kind = "gpu"
-                elif dtype & cl.device_type.CPU:
-                    kind = "cpu"
-                else:
-                    kind = "accelerator"
-                info = DeviceInfo(
+                kind = ("gpu" if dev.type & cl.device_type.GPU else
+                        "cpu" if dev.type & cl.device_type.CPU else "accelerator")
+                info = base.DeviceInfo(
                     backend="opencl",
                     index=len(found),
                     name=dev.name.strip(),
@@ -1016,14 +898,13 @@ class OpenCLBackend(Backend):
         self._devices = found
         return found
 
-    def devices(self) -> list[DeviceInfo]:
+    def devices(self) -> list[base.DeviceInfo]:
         return [info for info, _ in self._scan()]
 
-    def open(self, index: int, profiling: bool = False) -> Context:
+    def open(self, index: int, profiling: bool = False) -> base.Context:
         devs = self._scan()
         if not 0 <= index < len(devs):
-            raise BackendError(
-                f"OpenCL device index {index} out of range: {len(devs)} device(s) found"
-            )
+            raise BackendError(f"OpenCL device index {index} out of range: {len(devs)} device(s) "
+                               "found")
         info, dev = devs[index]
         return CLContext(info, dev, profiling, self._companions.get(index))

@@ -1,11 +1,9 @@
 """Does a PoCL platform compute sapporo's forces correctly on this machine?
 
-PoCL's wheel (``pocl-binary-distribution`` 3.0, LLVM 14) fails in several ways on CPUs newer
-than its LLVM: on AMD Zen 5 no kernel builds; on AMD Zen 4 small kernels build and run, but
-the force kernel "builds" into a program with no kernel in it, and the process then aborts
-at exit. So the OpenCL backend checks each PoCL platform once per machine, in a child
-process (a runtime that crashes or aborts cannot take the caller with it), by running the
-whole library on its first CPU device against the float64 reference::
+PoCL's wheel (LLVM 14) fails on CPUs newer than its LLVM in several ways (no kernel builds;
+a program with no kernel in it; an abort at exit), so the OpenCL backend checks each PoCL
+platform once per machine in a child process, by running the library on its first CPU
+device against the float64 reference::
 
     python -m sapporo.backend.pocl_probe PLATFORM_VERSION DEVICE_NAME DRIVER_VERSION
 
@@ -15,7 +13,6 @@ The first line of the output is ``checking``, the last ``ok`` or ``error: <why>`
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 #: accepted relative error of the accelerations (double-single gives ~1e-7)
 PROBE_TOLERANCE = 1e-5
@@ -29,25 +26,22 @@ def check(platform_version: str, device_name: str, driver_version: str) -> str:
 
     was, ocl._IN_PROBE = ocl._IN_PROBE, True  # the device under test is not probed again
     try:
-        return _check(get_backend("opencl"), platform_version, device_name, driver_version)
+        index = next((k for k, (_, dev) in enumerate(get_backend("opencl")._scan())
+                      if (dev.platform.version, dev.name, dev.driver_version)
+                      == (platform_version, device_name, driver_version)), None)
+        if index is None:
+            return "the device is not listed in the child process"
+        return _check(index)
     finally:
         ocl._IN_PROBE = was
 
 
-def _check(backend: Any, platform_version: str, device_name: str, driver_version: str) -> str:
+def _check(index: int) -> str:
     import numpy as np
 
     from sapporo import reference
     from sapporo.core.library import Library
 
-    index = None
-    for k, (_, dev) in enumerate(backend._scan()):
-        if (dev.platform.version == platform_version and dev.name == device_name
-                and dev.driver_version == driver_version):
-            index = k
-            break
-    if index is None:
-        return "the device is not listed in the child process"
     x, v, m = reference.plummer(PROBE_N, seed=1)
     ids = np.arange(PROBE_N)
     eps2 = 1e-4

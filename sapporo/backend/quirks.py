@@ -65,34 +65,20 @@ def opencl_build_options(info: DeviceInfo) -> list[str]:
 
 
 def cuda_arch_option(compute_capability: tuple[int, int]) -> str:
-    """The ``-arch`` value for nvcc for a device of the given compute capability.
-
-    Parameters
-    ----------
-    compute_capability : tuple of int
-        ``(major, minor)``, e.g. ``(9, 0)`` for an H100.
-
-    Returns
-    -------
-    str
-        E.g. ``"sm_90"``. nvcc of CUDA 13 no longer knows ``sm_70`` (Volta); the build then
-        fails with a :class:`~sapporo.errors.BuildError` that names the architecture.
-    """
+    """nvcc's ``-arch`` for a device of compute capability ``(major, minor)``, e.g.
+    ``"sm_90"`` (an architecture nvcc no longer knows fails the build with a
+    :class:`~sapporo.errors.BuildError` that names it)."""
     major, minor = compute_capability
     return f"sm_{major}{minor}"
 
 
-#: nvcc options of every CUDA kernel build. Fused multiply-adds stay on (half the flops of
-#: the pair interaction on a GPU); r^2, which decides nearest neighbours and neighbour lists,
-#: is written with ``__fmul_rn``/``__fadd_rn`` (``__dmul_rn``/``__dadd_rn``) intrinsics that
-#: never fuse, so it rounds exactly as the reference computes it.
-CUDA_OPTIONS: tuple[str, ...] = ()
-
-
 def cuda_build_options(info: DeviceInfo | None = None) -> list[str]:
-    """nvcc options for a CUDA device (the architecture is passed separately).
+    """nvcc options for a CUDA device (the architecture is passed separately): none.
 
     No fast-math flags: the double-precision path must be IEEE-exact, and the double-single
-    path uses the fast single-precision ``rsqrtf`` by name in the kernel source.
+    path uses the fast single-precision ``rsqrtf`` by name in the kernel source. Fused
+    multiply-adds stay on; r^2, which decides nearest neighbours and neighbour lists, is
+    written with intrinsics that never fuse (``__fmul_rn``, ``__dadd_rn``, ...), so it
+    rounds exactly as the reference computes it.
     """
-    return list(CUDA_OPTIONS)
+    return []

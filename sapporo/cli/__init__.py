@@ -1,20 +1,12 @@
 """The ``sapporo`` command: one dispatcher, one module per sub-command.
 
 Each module ``sapporo/cli/<name>.py`` provides ``add_parser(subparsers)``, which registers the
-sub-command and sets ``func`` (taking the parsed arguments, returning an exit code).
-
-Conventions shared by every sub-command:
-
-* the same option names: ``--order``/``--precision`` for one value, ``--orders``/
-  ``--precisions`` where several are measured (the singular spelling is accepted there too),
-  ``--backend`` and ``--devices``; lists are comma-separated (``--orders 4,6``);
-* exit code 0 on success, 1 for a failure of the work (device, build, disk), 2 for every usage
-  error (a bad option or value), 130 after Ctrl-C or SIGTERM;
-* usage errors are one line, ``sapporo COMMAND: error: ...``, with no usage block;
-* every option has help text, in plain text (:func:`plain` strips reST from docstrings);
-* a command that prints progress takes ``--quiet``, one that writes plots ``--no-plots``
-  (:func:`add_output_options`); a command that writes a ``summary.json`` writes it with
-  :func:`sapporo.summary.write_summary`.
+sub-command and sets ``func`` (taking the parsed arguments, returning an exit code). Every
+sub-command uses the same option names (``--order``/``--precision``, ``--orders``/
+``--precisions`` where several are measured, ``--backend``, ``--devices``; lists
+comma-separated), exit codes (0 done, 1 a failure of the work, 2 a usage error, one line
+``sapporo COMMAND: error: ...``, 130 after Ctrl-C or SIGTERM), ``--quiet`` and
+``--no-plots`` (:func:`add_output_options`), and plain-text help (:func:`plain`).
 """
 
 from __future__ import annotations
@@ -31,21 +23,17 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
+from sapporo import config
 from sapporo.errors import ConfigError, InputError, SapporoError
 
 COMMANDS = ("info", "run", "bench", "tune", "accuracy", "capi", "pm")
 
 
 def int_list(text: str, what: str) -> list[int]:
-    """Parse ``"1k,4k,16384"`` into positive integers (``k`` multiplies by 1024).
-
-    Raises
-    ------
-    InputError
-        Naming the option ``what`` when the text is not such a list.
-    """
+    """Parse ``"1k,4k,16384"`` into positive integers (``k`` multiplies by 1024); an
+    :class:`InputError` naming the option ``what`` when the text is not such a list."""
     vals = []
     for part in text.replace(" ", "").split(","):
         if not part:
@@ -99,15 +87,11 @@ def _parsed_list(text: str, parse: Callable[[str, str], object], what: str) -> l
 
 def order_list(text: str, what: str = "--orders") -> list[int]:
     """Parse ``"4,6"`` into orders (each checked by :func:`sapporo.config.parse_order`)."""
-    from sapporo import config
-
     return _parsed_list(text, config.parse_order, what)
 
 
 def precision_list(text: str, what: str = "--precisions") -> list[str]:
     """Parse ``"double-single,double"`` into precision names."""
-    from sapporo import config
-
     return _parsed_list(text, config.parse_precision, what)
 
 
@@ -116,8 +100,7 @@ def add_device_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
     """Add ``--backend`` and ``--devices`` (``one``: a single device index)."""
     parser.add_argument("--backend", default=None, help="opencl, cuda or auto (default auto)")
     if one:
-        parser.add_argument("--devices", "--device", dest="devices", default=None,
-                            metavar="INDEX",
+        parser.add_argument("--devices", "--device", dest="devices", default=None, metavar="INDEX",
                             help="the device to use, one index such as 0 (default 0)")
     else:
         parser.add_argument("--devices", default=None,
@@ -125,10 +108,19 @@ def add_device_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
                                  "(default: the first device, or SAPPORO_DEVICES)")
 
 
+def add_variant_options(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
+    """Add ``--orders`` and ``--precisions`` (also spelt ``--order``, ``--precision``), by
+    default 2,4,6 and both precisions (``defaults=False``: None, the command decides)."""
+    parser.add_argument("--orders", "--order", dest="orders",
+                        default="2,4,6" if defaults else None,
+                        help="comma-separated orders, e.g. 4,6 (default 2,4,6)")
+    parser.add_argument("--precisions", "--precision", dest="precisions",
+                        default="double-single,double" if defaults else None,
+                        help="comma-separated precisions, e.g. double-single,double (default both)")
+
+
 def one_device(text: str | None, what: str = "--devices") -> int:
     """The single device index of a ``--devices`` value (default 0)."""
-    from sapporo import config
-
     if text is None:
         return 0
     try:
@@ -144,13 +136,9 @@ def one_device(text: str | None, what: str = "--devices") -> int:
 def free_bytes(path: str | os.PathLike[str]) -> int | None:
     """Free bytes for an unprivileged user on the file system of ``path`` (None: unknown)."""
     try:
-        st = os.statvfs(path)
-    except (OSError, AttributeError):
-        try:
-            return shutil.disk_usage(path).free
-        except OSError:
-            return None
-    return st.f_bavail * st.f_frsize
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
 
 
 def os_error_message(exc: OSError) -> str:
@@ -162,29 +150,11 @@ def os_error_message(exc: OSError) -> str:
 
 
 def ensure_writable_dir(path: str | os.PathLike[str], what: str, need_bytes: int = 0) -> Path:
-    """Create the folder ``path`` (with parents) and check that files can be written in it.
-
-    A probe file is written and removed, and the free space is compared with ``need_bytes``
-    (and a 1 MiB floor), so a run fails before its work, not after.
-
-    Parameters
-    ----------
-    path : path-like
-        The folder.
-    what : str
-        The option named in the message, e.g. ``"--out"``.
-    need_bytes : int
-        An estimate of what will be written there.
-
-    Returns
-    -------
-    Path
-
-    Raises
-    ------
-    InputError
-        When the folder cannot be created or written.
-    """
+    """Create the folder ``path`` (with parents) and check that files can be written in it,
+    so that a command fails before its work, not after: a probe file is written and
+    removed, and the free space is compared with ``need_bytes`` (an estimate of what will be
+    written there; at least 1 MiB). ``what`` names the option in the :class:`InputError`
+    raised when the folder cannot be created or written, e.g. ``"--out"``."""
     folder = Path(path)
     if folder.exists() and not folder.is_dir():
         raise InputError(f"{what} {folder} exists and is not a directory")
@@ -194,16 +164,13 @@ def ensure_writable_dir(path: str | os.PathLike[str], what: str, need_bytes: int
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
-        raise InputError(
-            f"{what} {folder}: cannot create or write the folder ({os_error_message(exc)})"
-        ) from None
+        raise InputError(f"{what} {folder}: cannot create or write the folder "
+                         f"({os_error_message(exc)})") from None
     need = max(int(need_bytes), 1 << 20)
     free = free_bytes(folder)
     if free is not None and free < need:
-        raise InputError(
-            f"{what} {folder}: not enough free space ({free / 2**20:.1f} MiB free, about "
-            f"{need / 2**20:.1f} MiB needed)"
-        )
+        raise InputError(f"{what} {folder}: not enough free space ({free / 2**20:.1f} MiB free, "
+                         f"about {need / 2**20:.1f} MiB needed)")
     return folder
 
 
@@ -221,6 +188,33 @@ def add_output_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
     parser.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     if plots:
         parser.add_argument("--no-plots", action="store_true", help=NO_PLOTS_HELP)
+
+
+class StatusLine:
+    """Progress lines on ``stream``: rewritten in place on a terminal, one per call
+    otherwise (none when ``quiet``)."""
+
+    def __init__(self, stream: TextIO, quiet: bool = False) -> None:
+        self.stream, self.quiet = stream, quiet
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.width = 0
+
+    def __call__(self, line: str) -> None:
+        if self.quiet:
+            return
+        if self.tty:
+            self.stream.write("\r" + line + " " * max(0, self.width - len(line)))
+            self.width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def done(self, keep: bool = False) -> None:
+        """End the line on a terminal: ``keep`` it, or clear it."""
+        if self.tty and self.width:
+            self.stream.write("\n" if keep else "\r" + " " * self.width + "\r")
+            self.stream.flush()
+            self.width = 0
 
 
 def progress_writer(quiet: bool = False) -> Callable[[str], None]:
@@ -249,18 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"sapporo.cli.{name}").add_parser(sub)
-    for name, command in sub.choices.items():
-        _one_line_errors(command, f"sapporo {name}")
+    for name, command in subcommand_parsers(parser).items():  # one-line usage errors
+        command.error = usage_error(f"sapporo {name}")  # type: ignore[method-assign]
     return parser
-
-
-def _one_line_errors(parser: argparse.ArgumentParser, prog: str) -> None:
-    """Usage errors of ``parser`` and its nested sub-commands: one line, exit code 2."""
-    parser.error = usage_error(prog)  # type: ignore[method-assign]
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, child in action.choices.items():
-                _one_line_errors(child, f"{prog} {name}")
 
 
 def subcommand_parsers(parser: argparse.ArgumentParser | None = None

@@ -9,7 +9,13 @@ import argparse
 import sys
 
 from sapporo import config
-from sapporo.cli import add_device_options, add_output_options, order_list, precision_list
+from sapporo.cli import (
+    add_device_options,
+    add_output_options,
+    add_variant_options,
+    order_list,
+    precision_list,
+)
 from sapporo.errors import InputError
 
 
@@ -44,17 +50,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "accuracy", help="kernel errors against the float64 reference",
         description="Measure the force kernels' errors against the float64 reference on a "
-                    "Plummer sphere (also shifted by 1e4, and unsoftened) and print a "
-                    "Markdown table.",
-    )
+        "Plummer sphere (also shifted by 1e4, and unsoftened) and print a Markdown table.")
     p.add_argument("--n", type=int, default=4096, help="particles (default 4096)")
     p.add_argument("--n-active", type=int, default=512,
                    help="i-particles, at most --n (default 512)")
-    p.add_argument("--orders", "--order", dest="orders", default="2,4,6",
-                   help="comma-separated orders (default 2,4,6)")
-    p.add_argument("--precisions", "--precision", dest="precisions",
-                   default="double-single,double",
-                   help="comma-separated precisions (default double-single,double)")
+    add_variant_options(p)
     p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     add_device_options(p)
     add_output_options(p, plots=False)

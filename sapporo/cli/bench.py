@@ -12,11 +12,13 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import TextIO
 
+from sapporo import config
 from sapporo.cli import (
+    StatusLine,
     add_device_options,
     add_output_options,
+    add_variant_options,
     ensure_writable_dir,
     int_list,
     order_list,
@@ -28,13 +30,9 @@ from sapporo.errors import InputError
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark, print the table, write the files."""
-    from sapporo import config
     from sapporo.perf import bench
 
-    w = sys.stdout.write
-
-    progress = _Progress(sys.stderr, quiet=args.quiet)
-
+    progress = StatusLine(sys.stderr, quiet=args.quiet)
     kw: dict = {}
     if args.capi and not args.block_step:
         raise InputError("--capi times the block steps of --block-step through the C API: "
@@ -80,12 +78,12 @@ def run(args: argparse.Namespace) -> int:
         progress.done()
     paths = bench.write_outputs(report, args.out, plots=not args.no_plots)
     if not args.quiet:
-        w("\n" + bench.format_table(report))
-        w("\nwrote: " + ", ".join(str(p) for p in paths) + "\n")
+        sys.stdout.write("\n" + bench.format_table(report) + "\nwrote: "
+                         + ", ".join(str(p) for p in paths) + "\n")
     return 0
 
 
-def _block_step(args: argparse.Namespace, kw: dict, progress: _Progress) -> int:
+def _block_step(args: argparse.Namespace, kw: dict, progress: StatusLine) -> int:
     """``sapporo bench --block-step``: the latency budget of block steps."""
     from sapporo.perf import latency
 
@@ -121,46 +119,16 @@ def _block_step(args: argparse.Namespace, kw: dict, progress: _Progress) -> int:
     return 0
 
 
-class _Progress:
-    """Progress lines on ``stream``: rewritten in place on a terminal, one per line otherwise
-    (none when ``quiet``)."""
-
-    def __init__(self, stream: TextIO, quiet: bool = False) -> None:
-        self.stream = stream
-        self.quiet = quiet
-        self.tty = bool(getattr(stream, "isatty", lambda: False)())
-        self.width = 0
-
-    def __call__(self, line: str) -> None:
-        if self.quiet:
-            return
-        if self.tty:
-            self.stream.write("\r" + line + " " * max(0, self.width - len(line)))
-            self.width = len(line)
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
-
-    def done(self) -> None:
-        if self.tty and self.width:
-            self.stream.write("\r" + " " * self.width + "\r")
-            self.stream.flush()
-
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``sapporo bench``."""
     p = sub.add_parser(
         "bench", help="benchmark the force kernels (N x N, N_active sweep, host overhead)",
-        description=plain(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+        description=plain(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small sizes, about a minute")
     p.add_argument("--tiny", action="store_true",
                    help="the smallest sizes, seconds (for tests; ignores --quick)")
     p.add_argument("--out", default="sapporo-bench", help="output folder (default sapporo-bench)")
-    p.add_argument("--orders", "--order", dest="orders", default=None,
-                   help="comma-separated orders, e.g. 4,6 (default 2,4,6)")
-    p.add_argument("--precisions", "--precision", dest="precisions", default=None,
-                   help="comma-separated precisions, e.g. double-single,double (default both)")
+    add_variant_options(p, defaults=False)
     p.add_argument("--n", default=None,
                    help="N of the N x N runs, e.g. 4k,16k,64k (default 1k,4k,16k,64k)")
     p.add_argument("--sweep-n", default=None,
@@ -181,12 +149,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--launch", choices=("auto", "defaults"), default="auto",
                    help="auto: tuning profile when present; defaults: built-in parameters")
     p.add_argument("--block-step", action="store_true",
-                   help="the latency budget of block steps instead: N (default 1k,4k,16k) x "
-                        "N_active (default 1,4,16,64,128,256), time by phase, device time, "
-                        "runtime commands (writes block-step.csv, .md, .png)")
+                   help="the latency budget of block steps instead (N 1k,4k,16k x N_active "
+                        "1,4,...,256 by default; writes block-step.csv, .md, .png)")
     p.add_argument("--capi", action="store_true",
-                   help="with --block-step: also time the same steps through the C API, on "
-                        "its direct path and through Python (builds the C library and a "
-                        "small C driver; needs a C compiler)")
+                   help="with --block-step: also time the same steps through the C API (builds "
+                        "the C library and a small C driver; needs a C compiler)")
     add_output_options(p)
     p.set_defaults(func=run)

@@ -1,16 +1,11 @@
 """``sapporo capi``: build the GRAPE-6 and GRAPE-5 library for C and Fortran, print its flags.
 
-``sapporo capi build [--prefix DIR]`` compiles ``libsapporo.so`` (and its names
-``libg6.so``, ``libg5.so``, ``libpg5.so``) and installs it with ``grape6.h``, ``grape5.h``,
-``gp5util.h`` and ``sapporo.h`` into ``DIR/lib`` and ``DIR/include``, and pkg-config modules
-(``sapporo_light``, ``sapporo``, ``g6lib``, ``g5lib``) into ``DIR/lib/pkgconfig``;
-``sapporo capi flags [--prefix DIR]`` prints what a Makefile needs, building first when the
-library is missing or stale, so ``cc prog.c $(sapporo capi flags)`` just works.
-``sapporo capi amuse [--prefix DIR] [--python PY] [--install]`` prints (or runs) the pip
-command that builds AMUSE's ph4 and phiGRAPE GPU workers from the package index against
-this library, and checks that they were built and link it. ``--patch-ph4-initial-upload``
-(with ``--install``) first adds to ph4's source the upload of the first accelerations and
-jerks that its GPU mode lacks (see :func:`patch_ph4_initial_upload`), and says so.
+``build`` compiles ``libsapporo.so`` (also as ``libg6.so``, ``libg5.so``, ``libpg5.so``)
+and installs it with its headers and pkg-config modules under ``--prefix``; ``flags``
+prints what a Makefile needs, building first when the library is missing or stale, so
+``cc prog.c $(sapporo capi flags)`` just works; ``amuse`` prints (``--install``: runs) the
+pip command that builds AMUSE's ph4 and phiGRAPE GPU workers against this library, and
+checks what was built (docs/capi.md).
 """
 
 from __future__ import annotations
@@ -88,12 +83,9 @@ def run_flags(args: argparse.Namespace) -> int:
 
 
 def amuse_makeflags(lib_dir: Path) -> str:
-    """The ``MAKEFLAGS`` that make AMUSE's worker builds link ``lib_dir/libsapporo.so``.
-
-    AMUSE (2024.6.0) reads ``SAPPORO_LIBS`` and ``CUDA_LIBS`` from the ``config.mk`` that
-    ``amuse-framework`` wrote when it was installed; environment variables lose to that
-    file, assignments on make's command line (which ``MAKEFLAGS`` carries) win.
-    ``CUDA_LIBS`` and ph4's ``BOOSTLIBS`` are emptied: the workers need neither.
+    """The ``MAKEFLAGS`` that make AMUSE's worker builds link ``lib_dir/libsapporo.so``:
+    assignments on make's command line win over the ``config.mk`` that ``amuse-framework``
+    wrote (environment variables do not); ``CUDA_LIBS`` and ph4's ``BOOSTLIBS`` are emptied.
 
     Raises
     ------
@@ -129,12 +121,9 @@ PH4_PATCH_NOTE = ("// added by sapporo capi amuse --patch-ph4-initial-upload: se
 def patch_ph4_initial_upload(source: str | os.PathLike[str]) -> Path:
     """Make ph4's GPU mode send the first accelerations and jerks to the GRAPE library.
 
-    In ph4 (AMUSE 2024.6.0), ``jdata::initialize_arrays`` zeroes every acc and jerk and, in
-    GPU mode, loads every particle into the library with them (``jdata::initialize_gpu``);
-    ``idata::setup`` then computes the first acc and jerk but does not send them, so until
-    a particle takes its first step the library predicts it with a/2 = jerk/6 = 0 (to first
-    order) for every other particle's force. The same follows the ``id->setup()`` of
-    ``recommit_particles`` and ``recompute_timesteps``. This adds, in ``idata::setup``
+    ph4 (AMUSE 2024.6.0) loads every particle into the library with zero acc and jerk, and
+    ``idata::setup`` computes the first ones without sending them, so until a particle's
+    first step the library predicts it with a/2 = jerk/6 = 0. This adds to ``idata::setup``,
     after its ``scatter()``, the call the step loop makes after every step
     (:data:`PH4_UPLOAD`).
 
@@ -179,14 +168,8 @@ def patch_ph4_initial_upload(source: str | os.PathLike[str]) -> Path:
 
 def patched_ph4_source(python: str, version: str, env: dict[str, str], work: Path) -> Path:
     """Download ``amuse-ph4==version``'s sdist for ``python``, unpack it in the folder
-    ``work`` and apply :func:`patch_ph4_initial_upload`; returns the unpacked folder.
-
-    Raises
-    ------
-    SapporoError
-        When pip cannot download it, the archive is not what pip gave, or the patch
-        does not apply.
-    """
+    ``work`` and apply :func:`patch_ph4_initial_upload`; returns the unpacked folder (a
+    :class:`SapporoError` when pip cannot download it or the patch does not apply)."""
     cmd = [python, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
            "--no-build-isolation", f"amuse-ph4=={version}", "-d", str(work)]
     sys.stdout.write(f"running: {shlex.join(cmd)}\n")
@@ -211,14 +194,10 @@ def patched_ph4_source(python: str, version: str, env: dict[str, str], work: Pat
 
 def amuse_pip_command(python: str, version: str,
                       ph4_source: Path | None = None) -> list[str]:
-    """pip's command line: the GPU codes of ``version``, built here, never from a cache.
-
-    ``--no-cache-dir``: pip would reuse a wheel built earlier without the GPU worker (the
-    wheels are tagged ``py3-none-any``); ``--force-reinstall --no-deps``: replace an
-    installed CPU-only build, leave ``amuse-framework`` alone; ``--no-build-isolation``:
-    the build needs the installed ``amuse-framework`` (its ``config.mk`` and ``amusifier``).
-    ``ph4_source``: build ph4 from this folder (a patched sdist) instead of the index.
-    """
+    """pip's command line: the GPU codes of ``version`` (ph4 from the folder ``ph4_source``,
+    a patched sdist, when given), built here against the installed ``amuse-framework``,
+    never from pip's cache (it would reuse a wheel built without the GPU worker), replacing
+    an installed build."""
     return [python, "-m", "pip", "install", "--no-cache-dir", "--no-build-isolation",
             "--force-reinstall", "--no-deps",
             *(str(ph4_source) if package == "amuse-ph4" and ph4_source is not None
@@ -226,11 +205,9 @@ def amuse_pip_command(python: str, version: str,
 
 
 def amuse_workers(python: str, library: Path) -> list[tuple[str, str]]:
-    """Each GPU worker of :data:`AMUSE_WORKERS` and what it links as ``libsapporo.so``.
-
-    Returns ``(worker, verdict)`` pairs; the verdict starts with ``ok`` when the worker
-    exists and ``ldd`` resolves its ``libsapporo.so`` to ``library``.
-    """
+    """Each GPU worker of :data:`AMUSE_WORKERS` and what it links as ``libsapporo.so``:
+    ``(worker, verdict)`` pairs, the verdict ``ok...`` when ``ldd`` resolves it to
+    ``library``."""
     out = []
     for code, worker in AMUSE_WORKERS.values():
         # AMUSE prints a list of references at exit: the path is the line marked WORKER
@@ -339,7 +316,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "amuse-framework's version), then check the workers")
     a.add_argument("--patch-ph4-initial-upload", action="store_true",
                    help="with --install: build ph4 from its source with one line added, so "
-                        "its GPU mode sends the first accelerations and jerks to the library "
-                        "(ph4 2024.6.0 sends zeros until each particle's first step, which "
-                        "costs energy accuracy on any GRAPE-6 library; docs/accuracy.md)")
+                        "that its GPU mode sends the first accelerations and jerks to the "
+                        "library (ph4 2024.6.0 sends zeros; docs/accuracy.md)")
     a.set_defaults(func=run_amuse)

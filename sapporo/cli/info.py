@@ -12,20 +12,16 @@ from sapporo.core import engine
 from sapporo.errors import BackendError
 
 
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB"
-
-
 def run(args: argparse.Namespace) -> int:
     """Print the report; exit code 1 when no device is usable."""
+    from sapporo.capi import build
+
     statuses = probe_backends()
     try:
         chosen = get_backend(args.backend)
-        chosen_name = chosen.name
-        chosen_dev = chosen.devices()[0]
-        error = None
+        chosen_dev, error = chosen.devices()[0], None
     except BackendError as exc:
-        chosen_name, chosen_dev, error = None, None, str(exc)
+        chosen_dev, error = None, str(exc)
     if args.json:
         out = {
             "version": __version__,
@@ -52,35 +48,24 @@ def run(args: argparse.Namespace) -> int:
         w(f"[{s.name}] {len(s.devices)} device(s)\n")
         for d in s.devices:
             w(f"  {d.index}: {d.name} ({d.device_type}, {d.vendor}; platform {d.platform})\n")
-            w(
-                f"     compute units {d.compute_units}, max work-group {d.max_work_group_size}, "
-                f"local memory {d.local_mem_size // 1024} KiB, global memory "
-                f"{_gib(d.global_mem_size)}, fp64 {'yes' if d.double_support else 'NO'}, "
-                f"driver {d.driver_version}\n"
-            )
+            w(f"     compute units {d.compute_units}, max work-group {d.max_work_group_size}, "
+              f"local memory {d.local_mem_size // 1024} KiB, global memory "
+              f"{d.global_mem_size / 2**30:.1f} GiB, fp64 {'yes' if d.double_support else 'NO'}, "
+              f"driver {d.driver_version}\n")
             if d.companion:
                 w(f"     small launches (SAPPORO_SMALL_PAIRS) on {d.companion}, the "
                   "single-threaded device on the same memory\n")
         for why in getattr(s.backend, "skipped", []):
             w(f"  skipped: {why}\n")
-    w("\n")
-    w(_capi_line())
+    inst = build.installation()
+    w("\nC API: " + (f"built in {inst.prefix}" if inst.is_current()
+                     else "not built for this version (sapporo capi build)") + "\n")
     w(f"block steps: {engine.status()}\n")
     if error is None:
-        w(f"selected: {chosen_name} device 0: {chosen_dev.name}\n")
+        w(f"selected: {chosen.name} device 0: {chosen_dev.name}\n")
         return 0
     w(f"selected: none\n{error}\n")
     return 1
-
-
-def _capi_line() -> str:
-    """The C API's state: built for this version or not."""
-    from sapporo.capi import build
-
-    inst = build.installation()
-    built = (f"built in {inst.prefix}" if inst.is_current()
-             else "not built for this version (sapporo capi build)")
-    return f"C API: {built}\n"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -12,10 +12,8 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -26,7 +24,7 @@ from sapporo.cli import (
     one_device,
     progress_writer,
 )
-from sapporo.errors import ConfigError, InputError
+from sapporo.errors import InputError
 from sapporo.summary import write_summary
 
 log = logging.getLogger(__name__)
@@ -38,14 +36,10 @@ PROGRESS_SECONDS = 10.0
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``sapporo pm``."""
     p = sub.add_parser(
-        "pm",
-        help="integrate a system with the particle-mesh solver (leapfrog on the device)",
-        description=(
-            "Integrate a Plummer sphere, an exponential disk or a uniform random cube with "
-            "particle-mesh gravity (G = 1, total mass 1) and a kick-drift-kick leapfrog on "
-            "the device; write summary.json, snapshots and plots into --out."
-        ),
-    )
+        "pm", help="integrate a system with the particle-mesh solver (leapfrog on the device)",
+        description="Integrate a Plummer sphere, an exponential disk or a uniform random cube "
+        "with particle-mesh gravity (G = 1, total mass 1) and a kick-drift-kick leapfrog on "
+        "the device; write summary.json, snapshots and plots into --out.")
     p.add_argument("--ic", choices=("plummer", "disk", "uniform"), default="plummer",
                    help="initial conditions (default plummer)")
     p.add_argument("--n", type=int, default=32768, help="particles (default 32768)")
@@ -55,8 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--boundary", choices=("auto", "isolated", "periodic"), default="auto",
                    help="auto: periodic for uniform, isolated otherwise")
     p.add_argument("--solver", choices=("fft", "multigrid"), default="fft",
-                   help="Poisson solver: fft or multigrid (V-cycles; isolated only; "
-                        "default fft)")
+                   help="Poisson solver: fft or multigrid (V-cycles; isolated only; default fft)")
     p.add_argument("--p3m", action="store_true",
                    help="P^3M: split mesh force plus a direct short-range sum (FFT solver)")
     p.add_argument("--window", choices=("ngp", "cic", "tsc"), default="tsc",
@@ -77,8 +70,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _usage(args: argparse.Namespace) -> dict[str, Any]:
-    """Checked settings; InputError for values argparse cannot check."""
+def _usage(args: argparse.Namespace) -> tuple[float, str, int]:
+    """Box, boundary and steps; InputError for values argparse cannot check."""
     if args.n < 1:
         raise InputError(f"--n: expected a positive integer, got {args.n}")
     if args.grid < 2:
@@ -99,44 +92,18 @@ def _usage(args: argparse.Namespace) -> dict[str, Any]:
         raise InputError("--solver multigrid needs --boundary isolated")
     if args.p3m and args.solver != "fft":
         raise InputError("--p3m needs --solver fft")
-    steps = max(1, int(round(args.t_end / args.dt)))
-    return {"box": box, "boundary": boundary, "steps": steps}
+    return box, boundary, max(1, int(round(args.t_end / args.dt)))
 
 
 def _plots(out: Path, density: np.ndarray, box: float, times: list[float],
            errors: list[float]) -> list[str]:
-    try:
-        import matplotlib
+    from sapporo.perf import plots
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    if not plots.available():
         log.warning("matplotlib is not installed: no plots (pip install matplotlib)")
         return []
-    written = []
-    fig, ax = plt.subplots(figsize=(5, 4.4))
-    proj = density.sum(axis=2).T
-    floor = proj[proj > 0].min() if (proj > 0).any() else 1.0
-    im = ax.imshow(np.log10(np.maximum(proj, floor)), origin="lower", cmap="magma",
-                   extent=(-box / 2, box / 2, -box / 2, box / 2))
-    fig.colorbar(im, ax=ax, label="log10 projected mesh density")
-    ax.set_xlabel("x")
-    ax.set_ylabel("y")
-    ax.set_title("density projected along z (final)")
-    fig.tight_layout()
-    fig.savefig(out / "density.png", dpi=110)
-    plt.close(fig)
-    written.append("density.png")
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.plot(times, errors)
-    ax.set_xlabel("t")
-    ax.set_ylabel("|E - E0| / |E0|")
-    ax.set_title("energy error")
-    fig.tight_layout()
-    fig.savefig(out / "energy.png", dpi=110)
-    plt.close(fig)
-    written.append("energy.png")
-    return written
+    return [plots.plot_density(density, box, out / "density.png").name,
+            plots.plot_energy_error(times, errors, out / "energy.png", "energy error").name]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -146,32 +113,22 @@ def run(args: argparse.Namespace) -> int:
     from sapporo.pm import ic as pm_ic
     from sapporo.pm.integrator import Leapfrog
 
-    try:
-        cfg = _usage(args)
-        backend = config.parse_backend(args.backend, "--backend")
-        device = one_device(args.devices)
-        out = ensure_writable_dir(args.out, "--out")
-    except (InputError, ConfigError) as exc:
-        sys.stderr.write(f"sapporo pm: error: {exc}\n")
-        return 2
-    box, boundary, steps = cfg["box"], cfg["boundary"], cfg["steps"]
+    box, boundary, steps = _usage(args)
+    backend = config.parse_backend(args.backend, "--backend")
+    device = one_device(args.devices)
+    out = ensure_writable_dir(args.out, "--out")
     dt = args.t_end / steps
     progress = progress_writer(args.quiet)
     x, v, m = pm_ic.make(args.ic, args.n, box, args.seed)
     solver: ParticleMesh | P3M
-    try:
-        if args.p3m:
-            solver = P3M(args.grid, box, boundary, args.window, args.precision, backend,
-                         device, stencil=args.stencil)
-            mesh = solver.mesh
-        else:
-            solver = mesh = ParticleMesh(args.grid, box, boundary=boundary,
-                                         window=args.window, solver=args.solver,
-                                         precision=args.precision, backend=backend,
-                                         devices=device, stencil=args.stencil)
-    except (InputError, ConfigError) as exc:
-        sys.stderr.write(f"sapporo pm: error: {exc}\n")
-        return 2
+    if args.p3m:
+        solver = P3M(args.grid, box, boundary, args.window, args.precision, backend, device,
+                     stencil=args.stencil)
+        mesh = solver.mesh
+    else:
+        solver = mesh = ParticleMesh(args.grid, box, boundary=boundary, window=args.window,
+                                     solver=args.solver, precision=args.precision,
+                                     backend=backend, devices=device, stencil=args.stencil)
     snap_dir = out / "snapshots"
     snaps: list[str] = []
     snap_steps = (sorted({round(k * steps / (args.snapshots - 1)) for k in
@@ -183,8 +140,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             sim = Leapfrog(solver, x, v, m, dt)
         except InputError as exc:
-            sys.stderr.write(f"sapporo pm: error: {exc} (enlarge --box)\n")
-            return 2
+            raise InputError(f"{exc} (enlarge --box)") from None
         progress(f"sapporo pm: {args.ic}, n = {args.n}, grid {args.grid}^3, box {box:g}, "
                  f"{boundary}, {'p3m' if args.p3m else args.solver}, {args.window}, "
                  f"{steps} steps of dt = {dt:.4g} "

@@ -30,8 +30,14 @@ from typing import Any, TextIO
 import numpy as np
 
 from sapporo import config
-from sapporo.cli import add_device_options, ensure_writable_dir, os_error_message
-from sapporo.errors import ConfigError, InputError
+from sapporo.cli import (
+    StatusLine,
+    add_device_options,
+    add_output_options,
+    ensure_writable_dir,
+    os_error_message,
+)
+from sapporo.errors import InputError
 from sapporo.nbody import icfile
 from sapporo.nbody.fileio import write_text_atomic
 from sapporo.nbody.hermite import CRITERIA, DT_MAX, DT_MIN, HermiteIntegrator, default_eta
@@ -68,9 +74,6 @@ _IC_OPTIONS = ("n", "seed", "bh_mass", "heavy_fraction", "mass_ratio", "ic_scali
 _IC_FILE_OPTIONS = ("ic_format", "ic_columns", "ic_scale")
 
 
-# --------------------------------------------------------------------------- arguments
-
-
 def _power_of_two(text: str) -> float:
     """Parse ``0.125``, ``2^-3`` or ``2**-3``."""
     t = text.strip().replace("**", "^")
@@ -82,18 +85,14 @@ def _power_of_two(text: str) -> float:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``sapporo run``."""
     p = sub.add_parser(
-        "run",
-        help="integrate a star cluster (block-step Hermite) and report energy conservation",
-        description=(
-            "Integrate a Plummer or King star cluster (optionally two-component, optionally "
-            "with a central black hole), or the particles of a file (--ic), with the 4th-, "
-            "6th- or 8th-order block-time-step Hermite "
-            "integrator on the sapporo library; write summary.json, diagnostics.csv, "
-            "snapshots and plots into --out. Ctrl-C or SIGTERM stops after the current block "
-            "step and still writes the final snapshot and summary. Exit codes: 0 done, 1 a "
-            "file not written or a device failure, 2 bad options, 130 interrupted."
-        ),
-    )
+        "run", help="integrate a star cluster (block-step Hermite) and report energy conservation",
+        description="Integrate a Plummer or King star cluster (optionally two-component, "
+        "optionally with a central black hole), or the particles of a file (--ic), with the "
+        "4th-, 6th- or 8th-order block-time-step Hermite integrator on the sapporo library; "
+        "write summary.json, diagnostics.csv, snapshots and plots into --out. Ctrl-C or SIGTERM "
+        "stops after the current block step and still writes the final snapshot and summary. "
+        "Exit codes: 0 done, 1 a file not written or a device failure, 2 bad options, 130 "
+        "interrupted.")
     g = p.add_argument_group("model")
     g.add_argument("--model", default=None, choices=MODELS,
                    help=f"the cluster model (default {DEFAULT_MODEL})")
@@ -111,15 +110,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--mass-ratio", type=float, default=None,
                    help=f"heavy/light star mass ratio (default {DEFAULT_MASS_RATIO:g})")
     g.add_argument("--ic-scaling", default=None, choices=("analytic", "exact"),
-                   help="equal-mass Plummer or King model: analytic scaling to N-body units "
-                        "(energy -1/4 up to the sampling noise) or exact rescaling to E = -1/4 "
-                        f"(default {DEFAULT_IC_SCALING}; clusters with a black hole or two "
-                        "components are always exact)")
+                   help="equal-mass models: analytic scaling to N-body units or exact "
+                        f"rescaling to E = -1/4 (default {DEFAULT_IC_SCALING}; with a black hole "
+                        "or two components: exact)")
     g = p.add_argument_group("initial conditions from a file (instead of a model)")
     g.add_argument("--ic", default=None, metavar="FILE",
-                   help="start a new run at t = 0 from the particles of FILE: text columns, "
-                        "Phantom-GRAPE banana or phiGRAPE input, a sapporo snapshot or an "
-                        "AMUSE HDF5 particle set (see --ic-format)")
+                   help="start a new run at t = 0 from the particles of FILE (text columns, "
+                        "banana, phiGRAPE, a snapshot or AMUSE HDF5; see --ic-format)")
     g.add_argument("--ic-format", default=None, choices=icfile.FORMATS,
                    help="the format of FILE (default auto: told apart by the content)")
     g.add_argument("--ic-columns", default=None, metavar="LIST",
@@ -127,9 +124,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         f"{','.join(icfile.COLUMN_NAMES)} (skip: ignore that column); "
                         "default: 7 columns m,x,y,z,vx,vy,vz or 8 id,m,x,y,z,vx,vy,vz")
     g.add_argument("--ic-scale", default=None, choices=icfile.SCALES,
-                   help="none: take the values as N-body units (G = 1; the default); nbody: "
-                        "change to Henon units (M = 1, E = -1/4, centre of mass at rest), "
-                        "keeping the virial ratio (needed for AMUSE files in S.I. units)")
+                   help="none: the values are N-body units (G = 1; the default); nbody: "
+                        "change to Henon units keeping the virial ratio (AMUSE files in S.I.)")
     g = p.add_argument_group("integrator")
     g.add_argument("--order", type=int, default=None, help=f"4, 6 or 8 (default {DEFAULT_ORDER})")
     g.add_argument("--t-end", type=float, default=None,
@@ -149,9 +145,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"force precision: double or double-single (default {DEFAULT_PRECISION})")
     add_device_options(g)
     g.add_argument("--decomposition", default=None, choices=("j", "2d", "auto"),
-                   help="under mpiexec: how the ranks share the forces, j-particles over ranks "
-                        "(j), a rows x columns grid (2d) or chosen by the rank count (auto, "
-                        "the default; SAPPORO_DECOMPOSITION); see docs/parallel.md")
+                   help="under mpiexec: j-particles over ranks (j), a rows x columns grid (2d) "
+                        "or by the rank count (auto, the default; SAPPORO_DECOMPOSITION)")
     g = p.add_argument_group("output")
     g.add_argument("--out", default="sapporo-run", help="output directory (default sapporo-run)")
     g.add_argument("--resume", default=None, metavar="SNAPSHOT",
@@ -162,15 +157,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--snapshot-format", default="npz", choices=("npz", "hdf5"),
                    help="snapshot file format (hdf5 needs h5py)")
     g.add_argument("--log-every", type=float, default=None, metavar="DT",
-                   help="diagnostics (energy, radii) every DT time units (default dt_max/4, "
-                        "or that of the resumed run; the steps of the slowest particles are "
-                        "capped at these times, multiples of dt_max change nothing)")
-    g.add_argument("--quiet", action="store_true", help="no progress and no summary table")
-    g.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
+                   help="diagnostics (energy, radii) every DT time units (default dt_max/4, or "
+                        "that of the resumed run; steps are capped at these times)")
+    add_output_options(g)
     p.set_defaults(func=run)
-
-
-# --------------------------------------------------------------------------- helpers
 
 
 def _value(args: argparse.Namespace, name: str, default: Any) -> Any:
@@ -192,9 +182,7 @@ def _check_args(args: argparse.Namespace) -> None:
         v = getattr(args, name)
         if v is not None and not (math.isfinite(v) and v > 0):
             raise InputError(f"--{name.replace('_', '-')} must be finite and > 0, got {v}")
-    for name in ("dt_min", "dt_max"):
-        v = getattr(args, name)
-        if v is not None and math.frexp(v)[0] != 0.5:
+        if v is not None and name.startswith("dt_") and math.frexp(v)[0] != 0.5:
             raise InputError(f"--{name.replace('_', '-')} must be a power of two such as 2^-3, "
                              f"got {v:g}")
     if args.dt_min is not None and args.dt_max is not None and args.dt_min > args.dt_max:
@@ -279,15 +267,11 @@ def _check_output_times(t_start: float, t_end: float, dt_min: float, log_every: 
     if t_end > limit:
         raise InputError(f"--t-end {t_end:g} is too large: block times on the dt_min grid "
                          f"({dt_min:g}) are exact only up to {limit:g}")
-    for name, every in (("--log-every", args.log_every), ("--snapshot-every",
-                                                          args.snapshot_every)):
-        if every is None:
-            if name == "--snapshot-every":
-                continue
-            every = log_every
-        elif every < dt_min:
-            raise InputError(f"{name} {every:g} is below the smallest step dt_min {dt_min:g}")
-        count = (t_end - t_start) / every
+    for name, given, every in (("--log-every", args.log_every, log_every),
+                               ("--snapshot-every", args.snapshot_every, args.snapshot_every)):
+        if given is not None and given < dt_min:
+            raise InputError(f"{name} {given:g} is below the smallest step dt_min {dt_min:g}")
+        count = (t_end - t_start) / every if every else 0
         if count > MAX_OUTPUT_TIMES:
             raise InputError(
                 f"{name} {every:g} from t = {t_start:g} to {t_end:g} gives {count:.3g} output "
@@ -295,24 +279,16 @@ def _check_output_times(t_start: float, t_end: float, dt_min: float, log_every: 
                 + (" or a smaller --t-end" if name == "--log-every" else "")
             )
     if args.snapshot_every is not None and not _is_multiple(args.snapshot_every, log_every):
-        raise InputError(
-            f"--snapshot-every {args.snapshot_every:g} is not a multiple of the diagnostic "
-            f"interval {log_every:g} (--log-every): snapshots are written at diagnostic times"
-        )
+        raise InputError(f"--snapshot-every {args.snapshot_every:g} is not a multiple of the "
+                         f"diagnostic interval {log_every:g} (--log-every): snapshots are written "
+                         "at diagnostic times")
 
 
 def _check_resume_conflicts(args: argparse.Namespace, snap: Snapshot) -> None:
     """Options given with --resume must agree with the snapshot (exact continuation)."""
-    p, meta = snap.params, snap.meta
-    current = {
-        "order": p.get("order"), "eta": p.get("eta"), "eta4": p.get("eta4"),
-        "criterion": p.get("criterion"), "eps": math.sqrt(p.get("eps2", 0.0)),
-        "dt_min": p.get("dt_min"), "dt_max": p.get("dt_max"), "n": snap.n,
-        "seed": meta.get("seed"), "bh_mass": meta.get("bh_mass"),
-        "heavy_fraction": meta.get("heavy_fraction"), "mass_ratio": meta.get("mass_ratio"),
-        "ic_scaling": meta.get("ic_scaling"), "model": meta.get("model"),
-        "w0": meta.get("w0"),
-    }
+    current = {**{k: snap.params.get(k) for k in _TRAJECTORY_OPTIONS},
+               **{k: snap.meta.get(k) for k in _IC_OPTIONS},
+               "eps": math.sqrt(snap.params.get("eps2", 0.0)), "n": snap.n}
     for name in (*_TRAJECTORY_OPTIONS, *_IC_OPTIONS):
         given = getattr(args, name)
         have = current.get(name)
@@ -321,27 +297,20 @@ def _check_resume_conflicts(args: argparse.Namespace, snap: Snapshot) -> None:
         same = given == have if isinstance(given, str) else math.isclose(
             float(given), float(have), rel_tol=1e-12, abs_tol=0.0)
         if not same:
-            raise InputError(
-                f"--{name.replace('_', '-')} {given} conflicts with the snapshot ({have}); "
-                "omit it when resuming"
-            )
+            raise InputError(f"--{name.replace('_', '-')} {given} conflicts with the snapshot "
+                             f"({have}); omit it when resuming")
 
 
 class _Progress:
-    """A one-line progress display: rewritten with \\r on a TTY, periodic lines otherwise."""
+    """The progress line of a run: rewritten on a TTY, a line every 10 s otherwise."""
 
     def __init__(self, stream: TextIO, t_start: float, t_end: float, enabled: bool) -> None:
-        self.stream = stream
-        self.t_start = t_start
-        self.t_end = t_end
-        self.enabled = enabled
-        self.tty = bool(getattr(stream, "isatty", lambda: False)())
-        self.interval = 0.25 if self.tty else 10.0
-        self.start = time.monotonic()
-        self.last = self.start
+        self.line = StatusLine(stream, quiet=not enabled)
+        self.t_start, self.t_end = t_start, t_end
+        self.interval = 0.25 if self.line.tty else 10.0
+        self.start = self.last = time.monotonic()
         self.last_blocks = 0
         self.energy_error = float("nan")
-        self.width = 0
 
     def eta(self, t: float, elapsed: float) -> str:
         """Time left, extrapolated from the simulated time covered so far."""
@@ -356,33 +325,20 @@ class _Progress:
         return f"ETA {left / 3600:4.1f} h"
 
     def __call__(self, integrator: HermiteIntegrator, force: bool = False) -> None:
-        if not self.enabled:
-            return
         now = time.monotonic()
-        if not force and now - self.last < self.interval:
+        if self.line.quiet or (not force and now - self.last < self.interval):
             return
         elapsed = now - self.start
         rate = (integrator.block_steps - self.last_blocks) / max(now - self.last, 1e-9)
         self.last, self.last_blocks = now, integrator.block_steps
         frac = min(1.0, integrator.time / self.t_end) if self.t_end > 0 else 1.0
         bar = "#" * int(20 * frac) + "-" * (20 - int(20 * frac))
-        line = (
-            f"[{bar}] t = {integrator.time:.4f}/{self.t_end:g}  "
-            f"{rate:7.0f} blocks/s  dE/E = {self.energy_error:.2e}  {elapsed:6.1f} s  "
-            f"{self.eta(integrator.time, elapsed)}{parallel.progress_note(integrator.lib)}"
-        )
-        if self.tty:
-            pad = max(0, self.width - len(line))
-            self.stream.write("\r" + line + " " * pad)
-            self.width = len(line)
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+        self.line(f"[{bar}] t = {integrator.time:.4f}/{self.t_end:g}  "
+                  f"{rate:7.0f} blocks/s  dE/E = {self.energy_error:.2e}  {elapsed:6.1f} s  "
+                  f"{self.eta(integrator.time, elapsed)}{parallel.progress_note(integrator.lib)}")
 
     def done(self) -> None:
-        if self.enabled and self.tty and self.width:
-            self.stream.write("\n")
-            self.stream.flush()
+        self.line.done(keep=True)
 
 
 class _Abort(KeyboardInterrupt):
@@ -390,13 +346,10 @@ class _Abort(KeyboardInterrupt):
 
 
 class _Signals:
-    """SIGINT and SIGTERM during a run.
-
-    The first one asks the integrator to stop after the current block step; the run then
-    writes its final snapshot, diagnostics and summary with these signals blocked, so a
-    second one cannot cut them short (it only prints a note). A third one before the final
-    writes aborts at once (:class:`_Abort`), keeping what is already on disk.
-    """
+    """SIGINT and SIGTERM during a run: the first asks the integrator to stop after the
+    current block step, and the final files are written with these signals blocked (a
+    second one only prints a note); a third before the final writes aborts at once
+    (:class:`_Abort`), keeping what is already on disk."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -436,11 +389,6 @@ class _Signals:
         elif self.count >= 3:
             raise _Abort
 
-    @property
-    def stopping(self) -> bool:
-        """Whether a signal asked the run to stop."""
-        return self.count > 0
-
     @contextmanager
     def blocked(self) -> Iterator[None]:
         """SIGINT and SIGTERM held back (delivered afterwards) while the final files are written."""
@@ -456,43 +404,41 @@ class _Signals:
 
 
 class _DiagnosticsFile:
-    """``diagnostics.csv``, one flushed row per diagnostic time as the run goes.
-
-    A failed write is reported once (naming the file); the rows stay in memory and
-    :meth:`finish` writes the whole file again at the end.
-    """
+    """``diagnostics.csv``, one flushed row per diagnostic time as the run goes. A failed
+    write is reported once (naming the file); the rows stay in memory and :meth:`finish`
+    writes the whole file again at the end."""
 
     def __init__(self, path: Path, fields: list[str], err: TextIO) -> None:
         self.path = path
         self.fields = fields
         self.err = err
         self.fh: TextIO | None = None
-        self.writer: Any = None
         self.error: str | None = None
 
     def _line(self, row: dict[str, float]) -> dict[str, str]:
         return {k: repr(float(row[k])) for k in self.fields}
 
+    def _write(self, fh: TextIO, rows: list[dict[str, float]], header: bool = False) -> None:
+        writer = csv.DictWriter(fh, fieldnames=self.fields)
+        if header:
+            writer.writeheader()
+        writer.writerows(self._line(r) for r in rows)
+        fh.flush()
+
     def start(self, rows: list[dict[str, float]]) -> None:
         """Create the file with the header and ``rows`` (kept from earlier in the run)."""
         try:
             self.fh = open(self.path, "w", newline="")  # noqa: SIM115  (closed in finish)
-            self.writer = csv.DictWriter(self.fh, fieldnames=self.fields)
-            self.writer.writeheader()
-            for r in rows:
-                self.writer.writerow(self._line(r))
-            self.fh.flush()
+            self._write(self.fh, rows, header=True)
         except OSError as exc:
             self._fail(exc)
 
     def append(self, row: dict[str, float]) -> None:
-        if self.fh is None:
-            return
-        try:
-            self.writer.writerow(self._line(row))
-            self.fh.flush()
-        except OSError as exc:
-            self._fail(exc)
+        if self.fh is not None:
+            try:
+                self._write(self.fh, [row])
+            except OSError as exc:
+                self._fail(exc)
 
     def _fail(self, exc: OSError) -> None:
         reason = exc.strerror or str(exc) or type(exc).__name__
@@ -500,9 +446,6 @@ class _DiagnosticsFile:
         self.err.write(f"sapporo run: warning: cannot write {self.path} ({reason}); the "
                        "diagnostics are kept and written again at the end\n")
         self.err.flush()
-        self._close()
-
-    def _close(self) -> None:
         fh, self.fh = self.fh, None
         if fh is not None:
             with contextlib.suppress(OSError):
@@ -512,7 +455,6 @@ class _DiagnosticsFile:
         """Close the file; rewrite it whole if a write failed. Returns an error or None."""
         if self.fh is not None:
             try:
-                self.fh.flush()
                 self.fh.close()
             except OSError as exc:
                 self._fail(exc)
@@ -521,10 +463,7 @@ class _DiagnosticsFile:
             return None
         try:
             buf = io.StringIO()
-            writer = csv.DictWriter(buf, fieldnames=self.fields)
-            writer.writeheader()
-            for r in rows:
-                writer.writerow(self._line(r))
+            self._write(buf, rows, header=True)
             write_text_atomic(self.path, buf.getvalue())
         except OSError as exc:
             if exc.filename is None:
@@ -552,7 +491,7 @@ def _relative(a: float, b: float) -> float:
 def _output_bytes(n: int, t_start: float, t_end: float, log_every: float,
                   snap_every: float | None, plots: bool) -> int:
     """A generous estimate of what a run writes into ``--out`` (for the free-space check)."""
-    per_snapshot = n * 8 * (len(_SNAPSHOT_VECTORS) * 3 + 5) + 8 * (n + 1) + 16384
+    per_snapshot = n * 8 * (6 * 3 + 5) + 8 * (n + 1) + 16384  # 6 vectors, 5 scalars
     count = 2  # the final snapshot, and its temporary copy while it is replaced
     if snap_every:
         count += int((t_end - t_start) / snap_every) + 1
@@ -560,36 +499,27 @@ def _output_bytes(n: int, t_start: float, t_end: float, log_every: float,
     return count * per_snapshot + rows * 400 + (2 << 20 if plots else 0) + 65536
 
 
-_SNAPSHOT_VECTORS = ("x", "v", "a", "jerk", "snap", "crackle")
 RUN_FILE = "run.json"
 
 
-def _folder_run_id(out: Path) -> str | None:
-    """The run id recorded in ``out/run.json`` (None when absent or unreadable)."""
+def _check_resume_folder(out: Path, snap: Snapshot, path: str) -> None:
+    """Refuse to resume into a folder whose diagnostics belong to another run (by the run
+    id recorded in ``out/run.json``)."""
+    if not ((out / "diagnostics.csv").exists() or (out / RUN_FILE).exists()):
+        return
     try:
         data = json.loads((out / RUN_FILE).read_text())
     except (OSError, ValueError):
-        return None
-    rid = data.get("run_id") if isinstance(data, dict) else None
-    return rid if isinstance(rid, str) else None
-
-
-def _check_resume_folder(out: Path, snap: Snapshot, path: str) -> None:
-    """Refuse to resume into a folder whose diagnostics belong to another run."""
-    if not ((out / "diagnostics.csv").exists() or (out / RUN_FILE).exists()):
-        return
-    theirs = _folder_run_id(out)
+        data = None
+    theirs = data.get("run_id") if isinstance(data, dict) else None
+    theirs = theirs if isinstance(theirs, str) else None
     ours = snap.meta.get("run_id")
     if theirs is not None and theirs == ours:
         return
-    raise InputError(
-        f"--out {out} holds the diagnostics of another run (run {theirs or 'unknown'}) and "
-        f"the snapshot {path} is from run {ours or 'unknown'}; resume into the snapshot's "
-        "own folder or a new one, so that the two runs' diagnostics do not mix"
-    )
-
-
-# --------------------------------------------------------------------------- the command
+    raise InputError(f"--out {out} holds the diagnostics of another run (run "
+                     f"{theirs or 'unknown'}) and the snapshot {path} is from run "
+                     f"{ours or 'unknown'}; resume into the snapshot's own folder or a new one, so "
+                     "that the two runs' diagnostics do not mix")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -597,16 +527,10 @@ def run(args: argparse.Namespace) -> int:
     parameters, 130 after Ctrl-C or SIGTERM."""
     if parallel.under_mpi():  # one of several ranks of mpiexec: rank 0 writes and talks
         return parallel.run_cli(args, _run, "sapporo run")
-    err = sys.stderr
-    try:
-        return _run(args)
-    except (InputError, ConfigError) as exc:
-        err.write(f"sapporo run: error: {exc}\n")
-        return 2
+    return _run(args)
 
 
 def _run(args: argparse.Namespace) -> int:
-    out_stream = sys.stdout
     err = sys.stderr
     _check_args(args)
     backend = config.parse_backend(args.backend, "--backend")
@@ -651,17 +575,7 @@ def _run(args: argparse.Namespace) -> int:
 
     lib_opts: dict[str, Any] = {"backend": backend, "devices": devices,
                                 **parallel.library_options(args)}
-    if snap is not None:
-        if args.precision is not None:
-            lib_opts["precision"] = args.precision
-        _building(args, err)
-        startup0 = time.perf_counter()
-        integ = HermiteIntegrator.from_snapshot(snap, lib_opts)
-        if args.precision is not None and args.precision != snap.params.get("precision"):
-            err.write(f"note: the snapshot was run in {snap.params.get('precision')}, "
-                      f"continuing in {args.precision}\n")
-        meta.setdefault("run_id", uuid.uuid4().hex)
-    else:
+    if snap is None:
         order = int(_value(args, "order", DEFAULT_ORDER))
         criterion = args.criterion or ("aarseth" if order == 4 else "generalised")
         eps = float(_value(args, "eps", DEFAULT_EPS))
@@ -672,20 +586,30 @@ def _run(args: argparse.Namespace) -> int:
             x, v, m, meta = _model(args, n)
             ids = None
         lib_opts["precision"] = _value(args, "precision", DEFAULT_PRECISION)
-        _building(args, err)
-        startup0 = time.perf_counter()
+    elif args.precision is not None:
+        lib_opts["precision"] = args.precision
+    if not args.quiet:  # what happens during the silent start
+        err.write("sapporo run: opening the device and building the force kernels (the "
+                  "first build of a variant can take a minute) ...\n")
+        err.flush()
+    startup0 = time.perf_counter()
+    if snap is None:
         integ = HermiteIntegrator(
             lib_opts, x, v, m, ids=ids, order=order, criterion=criterion,
             eta=_value(args, "eta", default_eta(criterion, order)),
             eta4=_value(args, "eta4", 0.01), eps2=eps * eps,
             dt_min=_value(args, "dt_min", DT_MIN), dt_max=_value(args, "dt_max", DT_MAX),
         )
-        meta["run_id"] = uuid.uuid4().hex
+    else:
+        integ = HermiteIntegrator.from_snapshot(snap, lib_opts)
+        if args.precision is not None and args.precision != snap.params.get("precision"):
+            err.write(f"note: the snapshot was run in {snap.params.get('precision')}, "
+                      f"continuing in {args.precision}\n")
+    meta.setdefault("run_id", uuid.uuid4().hex)
     meta["log_every"] = log_every
     startup = time.perf_counter() - startup0  # device, kernels, initial forces, first steps
     with integ:
-        return _evolve(args, integ, meta, t_start, t_end, log_every, out, out_stream, err,
-                       startup)
+        return _Run(args, integ, meta, t_start, t_end, log_every, out, startup).evolve()
 
 
 def _read_initial_conditions(args: argparse.Namespace) -> icfile.InitialConditions:
@@ -720,155 +644,209 @@ def _model(args: argparse.Namespace, n: int
     return x, v, m, meta
 
 
-def _building(args: argparse.Namespace, err: TextIO) -> None:
-    """Say what happens during the silent start (device, kernel build)."""
-    if not args.quiet:
-        err.write("sapporo run: opening the device and building the force kernels (the "
-                  "first build of a variant can take a minute) ...\n")
-        err.flush()
+class _Run:
+    """One integration: the diagnostics as it goes, then the final snapshot, diagnostics,
+    summary and plots. A file that cannot be written is reported, naming it, and the others
+    are still written (exit code 1)."""
 
+    def __init__(self, args: argparse.Namespace, integ: HermiteIntegrator,
+                 meta: dict[str, Any], t_start: float, t_end: float, every: float, out: Path,
+                 startup: float) -> None:
+        self.args, self.integ, self.meta, self.out = args, integ, meta, out
+        self.t_start, self.t_end, self.every, self.startup = t_start, t_end, every, startup
+        self.ext = ".h5" if args.snapshot_format == "hdf5" else ".npz"
+        self.fields = ["time", "energy", "energy_error", "angular_momentum_error",
+                       *[f"r_lagr_{int(100 * f)}" for f in LAGRANGE_FRACTIONS],
+                       "block_steps", "steps", "wall_seconds"]
+        self.rows: list[dict[str, float]] = []
+        self.snapshots: list[str] = []
+        self.write_errors: list[str] = []
+        self.progress = _Progress(sys.stderr, t_start, t_end, enabled=not args.quiet)
+        self.diag_file = _DiagnosticsFile(out / "diagnostics.csv", self.fields, sys.stderr)
 
-def _evolve(args: argparse.Namespace, integ: HermiteIntegrator, meta: dict[str, Any],
-            t_start: float, t_end: float, every: float, out: Path, out_stream: TextIO,
-            err: TextIO, startup: float) -> int:
-    quiet = bool(args.quiet)
-    p = integ.params
-    eps = math.sqrt(integ.eps2)
-    if not quiet:
-        out_stream.write(
-            f"sapporo run: {integ.n} particles, order {integ.order}, {integ.precision}, "
-            f"criterion {integ.criterion} (eta {integ.eta:g}"
-            + (f", eta4 {integ.eta4:g}" if integ.criterion == "average" else "")
-            + f"), eps {eps:g}, t = {t_start:g} -> {t_end:g}\n"
-            f"device: {integ.device_name} ({getattr(integ.lib, 'backend_name', '?')})\n"
-        )
-        out_stream.flush()
+    def failed(self, what: str, problem: str) -> None:
+        self.write_errors.append(problem)
+        sys.stderr.write(f"sapporo run: error: {what} not written ({problem})\n")
 
-    wall0 = time.perf_counter()
-    k0, w0 = integ.energy_terms()
-    if "energy0" not in meta:
-        meta["energy0"] = k0 + w0
-        meta["angular_momentum0"] = [float(c) for c in integ.angular_momentum()]
-        meta["max_energy_error"] = 0.0
-    e0 = float(meta["energy0"])
-    l0 = np.asarray(meta["angular_momentum0"], dtype=np.float64)
-    integ.meta = meta
-    c0 = integ.counters
-    c0.update(parallel.run_report(integ.lib))  # MPI: communication before the run
-
-    snap_every = float(args.snapshot_every) if args.snapshot_every else None
-    ext = ".h5" if args.snapshot_format == "hdf5" else ".npz"
-    fields = ["time", "energy", "energy_error", "angular_momentum_error",
-              *[f"r_lagr_{int(100 * f)}" for f in LAGRANGE_FRACTIONS],
-              "block_steps", "steps", "wall_seconds"]
-    rows: list[dict[str, float]] = []
-    csv_path = out / "diagnostics.csv"
-    if args.resume is not None and csv_path.is_file():
-        # The folder is this run's (checked before the work): keep its earlier rows.
-        with open(csv_path, newline="") as fh:
-            rows = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(fh)
-                    if float(r["time"]) < t_start - 0.5 * integ.dt_min]
-    write_text_atomic(out / RUN_FILE, json.dumps(
-        {"run_id": meta["run_id"], "n": integ.n, "order": integ.order,
-         "precision": integ.precision, "seed": meta.get("seed")}, indent=2) + "\n")
-    diag_file = _DiagnosticsFile(csv_path, fields, err)
-    diag_file.start(rows)
-
-    def diagnose(energy_terms: tuple[float, float] | None = None) -> dict[str, float]:
+    def diagnose(self, energy_terms: tuple[float, float] | None = None) -> dict[str, float]:
+        """A row of diagnostics.csv, now."""
+        integ = self.integ
         k, w = energy_terms if energy_terms is not None else integ.energy_terms()
         e = k + w
         x, v, _ = integ.predicted()
         ang = integ.angular_momentum()
         lscale = float(np.sum(integ.m * np.linalg.norm(np.cross(x, v), axis=1)))
         row = {
-            "time": integ.time, "energy": e, "energy_error": _relative(e, e0),
-            "angular_momentum_error": float(np.linalg.norm(ang - l0)) / max(lscale, 1e-300),
+            "time": integ.time, "energy": e, "energy_error": _relative(e, self.e0),
+            "angular_momentum_error": float(np.linalg.norm(ang - self.l0)) / max(lscale, 1e-300),
             **{f"r_lagr_{int(100 * f)}": float(r) for f, r in
                zip(LAGRANGE_FRACTIONS, lagrangian_radii(x, integ.m, LAGRANGE_FRACTIONS),
                    strict=True)},
             "block_steps": integ.block_steps, "steps": integ.steps,
-            "wall_seconds": time.perf_counter() - wall0,
+            "wall_seconds": time.perf_counter() - self.wall0,
         }
-        meta["max_energy_error"] = max(float(meta.get("max_energy_error", 0.0)),
-                                       row["energy_error"])
-        rows.append(row)
-        diag_file.append(row)
+        self.meta["max_energy_error"] = max(float(self.meta.get("max_energy_error", 0.0)),
+                                            row["energy_error"])
+        self.rows.append(row)
+        self.diag_file.append(row)
+        self.progress.energy_error = row["energy_error"]
         return row
 
-    progress = _Progress(err, t_start, t_end, enabled=not quiet)
-    interrupted = False
-    snapshots: list[str] = []
-    write_errors: list[str] = []
-    try:
-        with _Signals(err) as signals:
-            signals.integ = integ
-            last = diagnose((k0, w0))
-            progress.energy_error = last["energy_error"]
-            try:
-                for t_k in _diagnostic_times(t_start, t_end, every, integ.dt_min):
-                    if signals.stopping:
-                        raise KeyboardInterrupt
-                    integ.evolve(t_k, callback=progress)
-                    last = diagnose()
-                    progress.energy_error = last["energy_error"]
-                    progress(integ, force=True)
-                    if snap_every and t_k < t_end and _is_multiple(t_k, snap_every):
-                        target = out / f"snapshot_t{t_k:010.5f}{ext}"
-                        try:
-                            snapshots.append(str(save_snapshot(target, integ.state())))
-                        except OSError as exc:
-                            msg = os_error_message(exc)
-                            write_errors.append(msg)
-                            err.write(f"sapporo run: warning: periodic snapshot not written "
-                                      f"({msg}); the run continues\n")
-            except _Abort:
-                raise
-            except KeyboardInterrupt:
-                interrupted = True
-            with signals.blocked():
-                progress.done()
-                if interrupted:
-                    by = f" by {signals.name}" if signals.name else ""
-                    err.write(f"sapporo run: interrupted at t = {integ.time:.6g}{by}; writing "
-                              "the final snapshot and summary\n")
-                    if integ.time > last["time"]:
-                        last = diagnose()
-                wall = time.perf_counter() - wall0
-                final = _finish(args, integ, meta, rows, last, c0, t_start, t_end, wall, eps,
-                                p, out, ext, snapshots, write_errors, interrupted, diag_file,
-                                err, startup)
-    except _Abort:
-        progress.done()
-        diag_file.finish(rows)
-        err.write("sapporo run: aborted; the final snapshot and summary were not written "
-                  f"(diagnostics.csv and the periodic snapshots in {out} are kept)\n")
-        return 130
-    except BaseException:  # a device or input failure: the rows so far stay on disk
-        diag_file.finish(rows)
-        raise
-    summary, summary_ok = final
+    def evolve(self) -> int:
+        args, integ, meta, out, err = self.args, self.integ, self.meta, self.out, sys.stderr
+        if not args.quiet:
+            sys.stdout.write(
+                f"sapporo run: {integ.n} particles, order {integ.order}, {integ.precision}, "
+                f"criterion {integ.criterion} (eta {integ.eta:g}"
+                + (f", eta4 {integ.eta4:g}" if integ.criterion == "average" else "")
+                + f"), eps {math.sqrt(integ.eps2):g}, t = {self.t_start:g} -> {self.t_end:g}\n"
+                f"device: {integ.device_name} ({getattr(integ.lib, 'backend_name', '?')})\n")
+            sys.stdout.flush()
+        self.wall0 = time.perf_counter()
+        k0, w0 = integ.energy_terms()
+        if "energy0" not in meta:
+            meta["energy0"] = k0 + w0
+            meta["angular_momentum0"] = [float(c) for c in integ.angular_momentum()]
+            meta["max_energy_error"] = 0.0
+        self.e0 = float(meta["energy0"])
+        self.l0 = np.asarray(meta["angular_momentum0"], dtype=np.float64)
+        integ.meta = meta
+        self.c0 = integ.counters
+        self.c0.update(parallel.run_report(integ.lib))  # MPI: communication before the run
+        if args.resume is not None and self.diag_file.path.is_file():
+            # The folder is this run's (checked before the work): keep its earlier rows.
+            with open(self.diag_file.path, newline="") as fh:
+                self.rows = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(fh)
+                             if float(r["time"]) < self.t_start - 0.5 * integ.dt_min]
+        write_text_atomic(out / RUN_FILE, json.dumps(
+            {"run_id": meta["run_id"], "n": integ.n, "order": integ.order,
+             "precision": integ.precision, "seed": meta.get("seed")}, indent=2) + "\n")
+        self.diag_file.start(self.rows)
+        snap_every = float(args.snapshot_every) if args.snapshot_every else None
+        interrupted = False
+        try:
+            with _Signals(err) as signals:
+                signals.integ = integ
+                last = self.diagnose((k0, w0))
+                try:
+                    for t_k in _diagnostic_times(self.t_start, self.t_end, self.every,
+                                                 integ.dt_min):
+                        if signals.count:  # a signal asked the run to stop
+                            raise KeyboardInterrupt
+                        integ.evolve(t_k, callback=self.progress)
+                        last = self.diagnose()
+                        self.progress(integ, force=True)
+                        if snap_every and t_k < self.t_end and _is_multiple(t_k, snap_every):
+                            self.periodic_snapshot(out / f"snapshot_t{t_k:010.5f}{self.ext}")
+                except _Abort:
+                    raise
+                except KeyboardInterrupt:
+                    interrupted = True
+                with signals.blocked():
+                    self.progress.done()
+                    if interrupted:
+                        by = f" by {signals.name}" if signals.name else ""
+                        err.write(f"sapporo run: interrupted at t = {integ.time:.6g}{by}; "
+                                  "writing the final snapshot and summary\n")
+                        if integ.time > last["time"]:
+                            last = self.diagnose()
+                    summary = self.finish(last, interrupted)
+        except _Abort:
+            self.progress.done()
+            self.diag_file.finish(self.rows)
+            err.write("sapporo run: aborted; the final snapshot and summary were not written "
+                      f"(diagnostics.csv and the periodic snapshots in {out} are kept)\n")
+            return 130
+        except BaseException:  # a device or input failure: the rows so far stay on disk
+            self.diag_file.finish(self.rows)
+            raise
+        plots = [] if args.no_plots else self.plots()
+        if not args.quiet and summary is not None:
+            _print_summary(sys.stdout, summary, out, plots)
+        if self.write_errors:
+            return 1
+        return 130 if interrupted else 0
 
-    plots: list[str] = []
-    if not args.no_plots:
-        from sapporo.perf import plots as _plots
+    def periodic_snapshot(self, target: Path) -> None:
+        try:
+            self.snapshots.append(str(save_snapshot(target, self.integ.state())))
+        except OSError as exc:
+            msg = os_error_message(exc)
+            self.write_errors.append(msg)
+            sys.stderr.write(f"sapporo run: warning: periodic snapshot not written ({msg}); "
+                             "the run continues\n")
 
-        if _plots.available():
-            diag = {k: np.array([r[k] for r in rows]) for k in fields}
-            title = _plot_title(integ, meta)
-            try:
-                plots = [str(q) for q in _plots.plot_run(out, diag, integ.n_active_counts,
-                                                         title)]
-            except OSError as exc:
-                write_errors.append(os_error_message(exc))
-                err.write(f"sapporo run: error: plots not written ({write_errors[-1]})\n")
-        else:
-            err.write("sapporo run: matplotlib is not installed, skipping plots "
-                      "(pip install matplotlib)\n")
-    if not quiet and summary_ok:
-        _print_summary(out_stream, summary, out, plots)
-    if write_errors:
-        return 1
-    return 130 if interrupted else 0
+    def finish(self, last: dict[str, float], interrupted: bool) -> dict[str, Any] | None:
+        """Write the final snapshot, the diagnostics and the summary; the summary, None
+        when it could not be written."""
+        wall = time.perf_counter() - self.wall0
+        final: str | None = None
+        try:
+            final = str(save_snapshot(self.out / f"snapshot_final{self.ext}",
+                                      self.integ.state()))
+        except OSError as exc:
+            self.failed("final snapshot", os_error_message(exc))
+        problem = self.diag_file.finish(self.rows)
+        if problem is not None:
+            self.failed("diagnostics", problem)
+        summary = self.summary(last, interrupted, final, wall)
+        try:
+            write_summary(self.out, "run", summary)
+        except OSError as exc:
+            self.failed("summary", os_error_message(exc))
+            return None
+        return summary
+
+    def summary(self, last: dict[str, float], interrupted: bool, final: str | None,
+                wall: float) -> dict[str, Any]:
+        integ, meta, c0, c1 = self.integ, self.meta, self.c0, self.integ.counters
+        steps, blocks, inter = (c1[k] - c0[k] for k in ("steps", "block_steps", "interactions"))
+        return {
+            "n": integ.n, "order": integ.order, "precision": integ.precision,
+            "device": integ.device_name, "backend": getattr(integ.lib, "backend_name", None),
+            "t_start": self.t_start, "t_end": integ.time, "t_end_requested": self.t_end,
+            "energy_error": last["energy_error"],
+            "max_energy_error": float(meta["max_energy_error"]),
+            "angular_momentum_error": last["angular_momentum_error"],
+            "steps": steps, "block_steps": blocks,
+            "mean_n_active": steps / blocks if blocks else 0.0,
+            "wall_seconds": wall, "interactions": inter,
+            "interactions_per_second": inter / wall if wall > 0 else 0.0,
+            "library_seconds": c1["library_seconds"] - c0["library_seconds"],
+            "integrator_seconds": c1["integrator_seconds"] - c0["integrator_seconds"],
+            "startup_seconds": self.startup,
+            "block_steps_per_second": blocks / wall if wall > 0 else 0.0,
+            "criterion": integ.criterion, "eta": integ.eta, "eta4": integ.eta4,
+            "eps": math.sqrt(integ.eps2), "dt_min": integ.dt_min, "dt_max": integ.dt_max,
+            "log_every": meta.get("log_every"),
+            "energy_initial": meta["energy0"], "energy_final": last["energy"],
+            **{k: meta.get(k) for k in ("seed", "bh_mass", "heavy_fraction", "mass_ratio",
+                                        "ic_scaling", "model", "w0", "initial_conditions",
+                                        "run_id")},
+            "resumed_from": self.args.resume, "interrupted": interrupted,
+            "total_steps": c1["steps"], "total_block_steps": c1["block_steps"],
+            "snapshot": final, "snapshots": self.snapshots,
+            "write_errors": list(self.write_errors),
+            **{k: v - c0[k] if k in ("communication_seconds", "collectives") and k in c0 else v
+               for k, v in parallel.run_report(integ.lib).items()},  # this run's share
+        }
+
+    def plots(self) -> list[str]:
+        from sapporo.perf import plots
+
+        if not plots.available():
+            sys.stderr.write("sapporo run: matplotlib is not installed, skipping plots "
+                             "(pip install matplotlib)\n")
+            return []
+        integ, seed = self.integ, self.meta.get("seed")
+        title = (f"N = {integ.n}, order {integ.order}, {integ.precision}, eta {integ.eta:g}, "
+                 f"eps {math.sqrt(integ.eps2):g}" + (f", seed {seed}" if seed is not None else ""))
+        diag = {k: np.array([r[k] for r in self.rows]) for k in self.fields}
+        try:
+            return [str(q) for q in plots.plot_run(self.out, diag, integ.n_active_counts, title)]
+        except OSError as exc:
+            self.failed("plots", os_error_message(exc))
+            return []
 
 
 def _describe_ic(source: dict[str, Any] | None) -> str:
@@ -882,79 +860,6 @@ def _describe_ic(source: dict[str, Any] | None) -> str:
     if source.get("w0") is not None:
         model += f" (W0 = {source['w0']:g})"
     return f"{model}, seed {source.get('seed')}"
-
-
-def _plot_title(integ: HermiteIntegrator, meta: dict[str, Any]) -> str:
-    seed = meta.get("seed")
-    return (f"N = {integ.n}, order {integ.order}, {integ.precision}, eta {integ.eta:g}, "
-            f"eps {math.sqrt(integ.eps2):g}" + (f", seed {seed}" if seed is not None else ""))
-
-
-def _finish(args: argparse.Namespace, integ: HermiteIntegrator, meta: dict[str, Any],
-            rows: list[dict[str, float]], last: dict[str, float], c0: dict[str, Any],
-            t_start: float, t_end: float, wall: float, eps: float, p: dict[str, Any],
-            out: Path, ext: str, snapshots: list[str], write_errors: list[str],
-            interrupted: bool, diag_file: _DiagnosticsFile, err: TextIO, startup: float
-            ) -> tuple[dict[str, Any], bool]:
-    """Write the final snapshot, the diagnostics and the summary; each failure is reported,
-    naming its file, and the others are still written."""
-    final: str | None = None
-    try:
-        final = str(save_snapshot(out / f"snapshot_final{ext}", integ.state()))
-    except OSError as exc:
-        write_errors.append(os_error_message(exc))
-        err.write(f"sapporo run: error: final snapshot not written ({write_errors[-1]})\n")
-    problem = diag_file.finish(rows)
-    if problem is not None:
-        write_errors.append(problem)
-        err.write(f"sapporo run: error: diagnostics not written ({problem})\n")
-
-    c1 = integ.counters
-    steps = c1["steps"] - c0["steps"]
-    blocks = c1["block_steps"] - c0["block_steps"]
-    inter = c1["interactions"] - c0["interactions"]
-    summary: dict[str, Any] = {
-        "n": integ.n, "order": integ.order, "precision": integ.precision,
-        "device": integ.device_name, "backend": getattr(integ.lib, "backend_name", None),
-        "t_start": t_start, "t_end": integ.time, "t_end_requested": t_end,
-        "energy_error": last["energy_error"],
-        "max_energy_error": float(meta["max_energy_error"]),
-        "angular_momentum_error": last["angular_momentum_error"],
-        "steps": steps, "block_steps": blocks,
-        "mean_n_active": steps / blocks if blocks else 0.0,
-        "wall_seconds": wall,
-        "interactions": inter,
-        "interactions_per_second": inter / wall if wall > 0 else 0.0,
-        "library_seconds": c1["library_seconds"] - c0["library_seconds"],
-        "integrator_seconds": c1["integrator_seconds"] - c0["integrator_seconds"],
-        "startup_seconds": startup,
-        "block_steps_per_second": blocks / wall if wall > 0 else 0.0,
-        "criterion": integ.criterion, "eta": integ.eta, "eta4": integ.eta4, "eps": eps,
-        "dt_min": p["dt_min"], "dt_max": p["dt_max"], "log_every": meta.get("log_every"),
-        "energy_initial": meta["energy0"], "energy_final": last["energy"],
-        "seed": meta.get("seed"), "bh_mass": meta.get("bh_mass"),
-        "heavy_fraction": meta.get("heavy_fraction"), "mass_ratio": meta.get("mass_ratio"),
-        "ic_scaling": meta.get("ic_scaling"), "model": meta.get("model"),
-        "w0": meta.get("w0"), "initial_conditions": meta.get("initial_conditions"),
-        "run_id": meta.get("run_id"),
-        "resumed_from": args.resume, "interrupted": interrupted,
-        "total_steps": c1["steps"], "total_block_steps": c1["block_steps"],
-        "snapshot": final, "snapshots": snapshots, "write_errors": list(write_errors),
-        **_after(parallel.run_report(integ.lib), c0, ("communication_seconds", "collectives")),
-    }
-    try:
-        write_summary(out, "run", summary)
-    except OSError as exc:
-        write_errors.append(os_error_message(exc))
-        err.write(f"sapporo run: error: summary not written ({write_errors[-1]})\n")
-        return summary, False
-    return summary, True
-
-
-def _after(report: dict[str, Any], before: dict[str, Any], keys: tuple[str, ...]
-           ) -> dict[str, Any]:
-    """``report`` with the counters ``keys`` counted from ``before`` on (this run's share)."""
-    return {k: v - before[k] if k in keys and k in before else v for k, v in report.items()}
 
 
 def _is_multiple(t: float, every: float) -> bool:

@@ -15,6 +15,7 @@ from sapporo import config
 from sapporo.cli import (
     add_device_options,
     add_output_options,
+    add_variant_options,
     ensure_writable_dir,
     int_list,
     one_device,
@@ -31,9 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from sapporo.perf import tuning
 
     w = sys.stdout.write
-
     progress = progress_writer(args.quiet)
-
     orders = order_list(args.orders, "--orders")
     precisions = precision_list(args.precisions, "--precisions")
     device = one_device(args.devices, "--devices")
@@ -77,13 +76,10 @@ def run(args: argparse.Namespace) -> int:
         w(f"\norder {order} {precision} on {meta['device']} ({meta['backend']}), "
           f"N = {meta['n']}, {meta['created']}\n")
         w(f"  {'N_active':>8}  {'chosen':<42} {'time':>11} {'default':>11} {'speedup':>8}\n")
-        for row in tuning.summary_rows(res):
-            cfg = tuning.describe(tuning.LaunchConfig(
-                **{k: row[k] for k in tuning.LaunchConfig.__dataclass_fields__}))
-            d = row["default_seconds"]
-            ds = f"{d * 1e3:9.3f}ms" if d else f"{'-':>11}"
-            sp = f"{row['speedup']:7.2f}x" if row["speedup"] else f"{'-':>8}"
-            w(f"  {row['n_active']:>8}  {cfg:<42} {row['seconds'] * 1e3:9.3f}ms {ds} {sp}\n")
+        for p, (cfg, t) in sorted(res.best.items()):
+            d = res.default_seconds.get(p)
+            ds, sp = (f"{d * 1e3:9.3f}ms", f"{d / t:7.2f}x") if d else (f"{'-':>11}", f"{'-':>8}")
+            w(f"  {p:>8}  {tuning.describe(cfg):<42} {t * 1e3:9.3f}ms {ds} {sp}\n")
         w(f"  profile: {res.path if res.path else '(not written: --dry-run)'}\n")
     return 0
 
@@ -92,13 +88,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``sapporo tune``."""
     p = sub.add_parser(
         "tune", help="sweep the force kernels' launch parameters and write a tuning profile",
-        description=plain(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--orders", "--order", dest="orders", default="2,4,6",
-                   help="comma-separated orders to tune (default 2,4,6)")
-    p.add_argument("--precisions", "--precision", dest="precisions",
-                   default="double-single,double",
-                   help="comma-separated precisions to tune (default double-single,double)")
+        description=plain(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_variant_options(p)
     add_device_options(p, one=True)
     p.add_argument("--n", type=int, default=None,
                    help="reference j-count (default 131072 on a GPU, 16384 on a CPU; "
@@ -109,8 +100,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=2, help="timed calls per point (default 2)")
     p.add_argument("--metric", choices=("kernel", "wall", "cpu"), default="kernel",
                    help="time to minimise: device kernel time (default), wall time, or the "
-                        "process's CPU time (robust to other load on CPU devices, blind to "
-                        "idle cores)")
+                        "process's CPU time (robust to other load, blind to idle cores)")
     grid = p.add_argument_group(
         "candidate grid (instead of the device's default sweep; unset dimensions take the CPU "
         "sweep's values: li 1, lj 1, w 4,8,16, jt 64,256,1024, local 0, gpc 1,2,4,8)")

@@ -336,6 +336,15 @@ static PyObject *raise_error(Engine *self)
     return NULL;
 }
 
+static PyObject *Engine_set_time(Engine *self, PyObject *arg)
+{
+    double t = PyFloat_AsDouble(arg);
+    if ((t == -1.0 && PyErr_Occurred()) || !ready(self))
+        return NULL;
+    self->time = t;
+    Py_RETURN_NONE;
+}
+
 static PyObject *Engine_reset(Engine *self, PyObject *unused)
 {
     (void)unused;
@@ -447,7 +456,7 @@ done:
     return PyBool_FromLong(ok);
 }
 
-/* The arguments of start and compute, (x, v, index, eps2, a, jerk, t, nj, h2), started:
+/* The arguments of start and compute, (x, v, index, eps2, a, jerk, nj, h2), started:
  * 1 (*ni set), 0 when the library is to convert or name them (nothing queued; the message
  * in error), -1 with an exception set.  h2: None, or (ni,) float64 radii (wants_list); all
  * 0: no lists computed, and lists() says None (the caller's lists are all empty). */
@@ -460,19 +469,18 @@ static int start_args(Engine *self, PyObject *const *args, Py_ssize_t nargs, con
     const void *ids;
     int64_t id1;
     long long one;
-    double eps2, t;
+    double eps2;
     long nj;
     Py_ssize_t ni;
     int wide = 1, rc = 0;
-    if (nargs != 9) {
-        PyErr_Format(PyExc_TypeError, "%s takes 9 arguments", name);
+    if (nargs != 8) {
+        PyErr_Format(PyExc_TypeError, "%s takes 8 arguments", name);
         return -1;
     }
     if (!ready(self))
         return -1;
-    t = PyFloat_AsDouble(args[6]);
-    nj = PyLong_AsLong(args[7]);
-    if ((t == -1.0 || nj == -1) && PyErr_Occurred())
+    nj = PyLong_AsLong(args[6]);
+    if (nj == -1 && PyErr_Occurred())
         return -1;
     snprintf(self->error, sizeof self->error, "arguments of types the engine does not take");
     if (nj < 0 || nj > (long long)LIMIT_MAX_ADDRESS || !number(args[3], &eps2))
@@ -495,9 +503,9 @@ static int start_args(Engine *self, PyObject *const *args, Py_ssize_t nargs, con
     /* a and jerk: checked when given, as the library does, used by orders 6 and 8 */
     if (!finite_rows(args[4], ni, &s, &av) || !finite_rows(args[5], ni, &s, &jv))
         goto done;
-    if (args[8] != Py_None) {
+    if (args[7] != Py_None) {
         int any = 0;
-        if ((b = f64_view(args[8], ni, 0, &s)) == NULL)
+        if ((b = f64_view(args[7], ni, 0, &s)) == NULL)
             goto done;
         h2 = b->buf;
         for (Py_ssize_t i = 0; i < ni; i++) {
@@ -508,8 +516,8 @@ static int start_args(Engine *self, PyObject *const *args, Py_ssize_t nargs, con
         if (!any)  /* lists asked for, none wanted: every list empty (the caller's) */
             h2 = NULL;
     }
-    rc = py_rc(self, eng_start_ids(self, (int)nj, (int)ni, ids, wide, xv, vv, av, jv, eps2, h2,
-                                   1, t));
+    rc = py_rc(self, eng_start_ids(self, (int)nj, (int)ni, ids, wide, xv, vv, av, jv, eps2,
+                                   h2));
     *ni_out = ni;
 done:
     views_release(&s);
@@ -525,7 +533,7 @@ static PyObject *finish_rows(Engine *self, Py_ssize_t ni)
     return PyLong_FromSsize_t(ni);
 }
 
-/* start(x, v, index, eps2, a, jerk, t, nj, h2) -> ni when started, 0 when the library is to
+/* start(x, v, index, eps2, a, jerk, nj, h2) -> ni when started, 0 when the library is to
  * convert or name the arguments (nothing queued) */
 static PyObject *Engine_start(Engine *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -547,7 +555,7 @@ static PyObject *Engine_finish(Engine *self, PyObject *arg)
     return finish_rows(self, ni);
 }
 
-/* compute(x, v, index, eps2, a, jerk, t, nj, h2) -> start and finish: ni when done (rows in
+/* compute(x, v, index, eps2, a, jerk, nj, h2) -> start and finish: ni when done (rows in
  * out), 0 when the library is to convert or name the arguments (nothing queued) */
 static PyObject *Engine_compute(Engine *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -782,13 +790,15 @@ static PyMethodDef Engine_methods[] = {
     {"put_j", (PyCFunction)(void (*)(void))Engine_put_j, METH_FASTCALL,
      "put_j(address, index, t, mass, x, v, a, jerk, snap, crackle, pop, d5) -> bool"},
     {"compute", (PyCFunction)(void (*)(void))Engine_compute, METH_FASTCALL,
-     "compute(x, v, index, eps2, a, jerk, t, nj, h2) -> ni or 0"},
+     "compute(x, v, index, eps2, a, jerk, nj, h2) -> ni or 0"},
     {"start", (PyCFunction)(void (*)(void))Engine_start, METH_FASTCALL,
-     "start(x, v, index, eps2, a, jerk, t, nj, h2) -> ni or 0"},
+     "start(x, v, index, eps2, a, jerk, nj, h2) -> ni or 0"},
     {"finish", (PyCFunction)Engine_finish, METH_O, "finish(ni) -> ni"},
     {"lists", (PyCFunction)(void (*)(void))Engine_lists, METH_FASTCALL,
      "lists(counts, table) -> bool: the last call's neighbour lists into the arrays"},
     {"wait", (PyCFunction)Engine_wait, METH_NOARGS, "wait for the force call in flight"},
+    {"set_time", (PyCFunction)Engine_set_time, METH_O,
+     "set_time(t): the time the j-particles are predicted to at the next force calls"},
     {"reset", (PyCFunction)Engine_reset, METH_NOARGS,
      "forget every j-particle (the records in use zero, no address in use)"},
     {"disable", (PyCFunction)Engine_disable, METH_NOARGS,

@@ -47,10 +47,6 @@ static void i_pack(const struct dplan *p, int ni, const void *index, int wide, c
     }
 }
 
-/* The sum of n values x[0], x[stride], ... in the reduce kernel's order: lane l adds values
- * l, l + L, l + 2L, ... in order, then lane l + s is added into lane l for s = L/2, ..., 1
- * (where that lane holds values).  The parts of one device's force call are combined so,
- * then the devices' rows, and the MPI layer's ranks (combine). */
 double lanes_sum(const double *x, size_t stride, int n)
 {
     double lane[REDUCE_LANES];
@@ -69,9 +65,6 @@ double lanes_sum(const double *x, size_t stride, int n)
     return lane[0];
 }
 
-/* The nearest neighbour among n candidates (ids id[0], id[stride], ..., r^2 likewise): the
- * smallest r^2 among those that found one (id >= 0), ties to the lower id; none found: id
- * -1, r^2 inf.  Order-independent, so parts and devices alike. */
 void nearest(const double *id, const double *r2, size_t stride, int n, double *v)
 {
     double best = INFINITY, bid = INFINITY;
@@ -97,9 +90,6 @@ static void device_row(const struct dplan *p, int i, double *v)
             v);
 }
 
-/* i-particle i's result rows v[0 .. nco - 1] of a force call on nd devices (plans p[0 ..
- * nd - 1]): each device's parts, then the devices' rows as if they were parts.  0 when a
- * checked row (check_rows) is not finite, else 1 (the rows are written either way). */
 int result_row(const struct dplan *p, int nd, int i, double *v)
 {
     double by_dev[ENG_MAX_DEV][NCO_ORDER8];
@@ -209,12 +199,9 @@ static int i_rules(Engine *e, const struct dplan *p, int ni, const void *index, 
     return 0;
 }
 
-/* start; index holds int64 ids when wide, else int.  Every device's prediction (where
- * needed) is queued first, then every device's force call; with several devices each
- * queue is flushed, so that they all work at once. */
 int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
                          const double *x, const double *v, const double *a, const double *jerk,
-                         double eps2, const double *h2, int have_t, double t)
+                         double eps2, const double *h2)
 {
     struct dplan *p;
     const int nd = e->ndev;
@@ -253,8 +240,7 @@ int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
             a = NULL;
         if (p->order < 8)
             jerk = NULL;
-        if (!have_t)
-            t = p->time0;
+        const double t = e->time;
         if (!e->pred_valid || e->pred_time != t) {
             memcpy(&bits, &t, sizeof bits);
             e->pred_valid = 0;
@@ -286,10 +272,10 @@ int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
 
 int eng_start(void *engine, int nj, int ni, const int *index, const double *x,
                      const double *v, const double *a, const double *jerk, double eps2,
-                     const double *h2, int have_t, double t)
+                     const double *h2)
 {
-    return eng_code(engine, eng_start_ids(engine, nj, ni, index, 0, x, v, a, jerk, eps2, h2,
-                                          have_t, t));
+    return eng_code(engine, eng_start_ids(engine, nj, ni, index, 0, x, v, a, jerk, eps2,
+                                          h2));
 }
 
 static int cmp_int(const void *a, const void *b)
@@ -298,9 +284,6 @@ static int cmp_int(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The neighbour lists the kernels wrote on the nd devices (plans p[0 .. nd - 1]), as the
- * library gives them: per i-particle the ids every device stored (at most the capacity
- * each), ascending, the first capacity of them, and the full count (the devices' sum). */
 int eng_collect_lists(Engine *e, const struct dplan *p, int ni)
 {
     const int nd = e->ndev, cap = p->nb_cap;
@@ -346,8 +329,6 @@ int eng_collect_lists(Engine *e, const struct dplan *p, int ni)
     return 0;
 }
 
-/* The started call's result rows into rows: ni, or -1 (error set; ENG_ERR_NONFINITE
- * names the first i-particle whose force is not finite, the rows written). */
 int eng_finish_rc(Engine *e, int ni, double *rows)
 {
     struct dplan *p = e->last;

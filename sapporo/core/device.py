@@ -7,6 +7,7 @@ and cached launch plans, which the native engine runs (:mod:`sapporo.core.engine
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,6 @@ from sapporo.backend import (
     Buffer,
     Context,
     DeviceInfo,
-    Event,
     HostBuffer,
     Kernel,
     Launch,
@@ -25,12 +25,11 @@ from sapporo.backend import (
 )
 from sapporo.core import layout
 from sapporo.core.launch import NI_CHUNK, LaunchConfig, LaunchTable, load_table
-from sapporo.core.layout import MAX_PARTS, RAW_N, REDUCE_LANES, REDUCE_ROWS
-from sapporo.errors import BackendError
+from sapporo.core.layout import MAX_PARTS, REDUCE_LANES, REDUCE_ROWS
+from sapporo.errors import BackendError, InputError
 
-__all__ = ["J_MIN", "Device", "Plan", "Variant", "j_bytes"]
+__all__ = ["CUTOFF_SHAPES", "J_MIN", "Device", "Plan", "Variant", "check_cutoff", "j_bytes"]
 
-J_BYTES = RAW_N * 32 + 8  # bytes per j-address (orders 2 to 6): raw records, id (int64)
 #: work-group size of the one-particle-per-work-item kernels (scatter, predict, reduce);
 #: left to itself PoCL picks groups that make the prediction twice as slow
 LINEAR_LOCAL = 64
@@ -50,6 +49,38 @@ J_SLACK = 16  # j-records past the capacity, read (masked) by the j-vector kerne
 #: j-records the native engine places with one scatter launch on device memory (larger
 #: batches take several, or two copies when their addresses are consecutive)
 SCATTER_MAX = 256
+#: the splits of the cutoff force (:class:`Variant`), in the order of the kernels' CUTOFF
+#: values 1, 2 (sapporo/variants.h)
+CUTOFF_SHAPES = ("s2", "gauss")
+#: the range of cutoff split lengths: their reciprocals (times 2) stay normal floats
+CUTOFF_RANGE = (1e-30, 1e30)
+
+
+def check_cutoff(order: int, cutoff: Any, shape: Any) -> tuple[float | None, str]:
+    """The cutoff arguments of :class:`sapporo.Library` checked: ``(cutoff, shape)`` with
+    ``cutoff`` a float (or None: no cutoff) and ``shape`` lower case.
+
+    Raises
+    ------
+    InputError
+        A cutoff at an order other than 2, a length that is not a finite number in
+        :data:`CUTOFF_RANGE`, or an unknown shape.
+    """
+    if not isinstance(shape, str) or shape.strip().lower() not in CUTOFF_SHAPES:
+        raise InputError(f"cutoff_shape: expected one of {', '.join(CUTOFF_SHAPES)}, got "
+                         f"{shape!r}")
+    shape = shape.strip().lower()
+    if cutoff is None:
+        return None, shape
+    if (isinstance(cutoff, bool) or not isinstance(cutoff, (int, float, np.integer, np.floating))
+            or not math.isfinite(cutoff)
+            or not CUTOFF_RANGE[0] <= cutoff <= CUTOFF_RANGE[1]):
+        raise InputError(f"cutoff: expected a split length between {CUTOFF_RANGE[0]:g} and "
+                         f"{CUTOFF_RANGE[1]:g}, got {cutoff!r}")
+    if order != 2:
+        raise InputError(f"cutoff: the short-range (cutoff) force needs order 2, not {order} "
+                         "(it has no jerk)")
+    return float(cutoff), shape
 
 
 def j_bytes(order: int) -> int:
@@ -69,12 +100,19 @@ class Variant:
         Neighbour-list capacity per i-particle.
     profiling : bool
         Record kernel events and sum their device time.
+    cutoff : float or None
+        Order 2 only: the split length of the short-range (cutoff) force, or None for
+        Newton's (see :class:`sapporo.Library`).
+    cutoff_shape : {"s2", "gauss"}
+        The split the cutoff force is the short-range part of.
     """
 
     order: int
     precision: str
     nb_capacity: int
     profiling: bool = False
+    cutoff: float | None = None
+    cutoff_shape: str = "s2"
 
     @property
     def ds(self) -> bool:
@@ -84,6 +122,15 @@ class Variant:
     def defines(self) -> dict[str, int]:
         """The compile-time definitions common to every kernel of this variant."""
         return {"ORDER": self.order, "PRECISION": 1 if self.ds else 2}
+
+    def force_defines(self) -> dict[str, Any]:
+        """The force kernel's definitions of the cutoff (none without one, so that the
+        Newtonian kernels are built exactly as before): ``CUTOFF`` (1 S2, 2 Gaussian) and
+        ``CUTOFF_R``, the split length as a double literal (``repr``: the same double)."""
+        if self.cutoff is None:
+            return {}
+        return {"CUTOFF": CUTOFF_SHAPES.index(self.cutoff_shape) + 1,
+                "CUTOFF_R": repr(float(self.cutoff))}
 
 
 @dataclass
@@ -100,17 +147,14 @@ class Plan:
     ni_hi: int
     small: bool
     ni_pad_max: int
-    h_in: HostBuffer
-    idata: np.ndarray
-    h_out: HostBuffer
-    out: np.ndarray  # (doubles,): the parts the host combines, or the reduce's rows
+    h_in: HostBuffer  # the i-particles
+    h_out: HostBuffer  # the parts the host combines, or the reduce's rows ...
+    out_bytes: int  # ... in its first out_bytes
     force: Launch  # (the engine sets nj, ni, ni_pad, jchunk, eps2 and out per call)
     reduce: Launch | None  # None: the host combines every call's parts
     partial: Buffer | None  # the force's parts for the reduce kernel
-    h_cnt: HostBuffer | None
+    h_cnt: HostBuffer | None  # the neighbour counts and lists (None: no lists)
     h_lst: HostBuffer | None
-    counts: np.ndarray | None
-    lists: np.ndarray | None
 
 
 class Device:
@@ -123,7 +167,6 @@ class Device:
         self.info: DeviceInfo = ctx.info
         self.ext = capabilities(self.info.backend).kernel_ext
         ds = variant.ds
-        # the arguments set per call, by name in the kernels' parameter tables
         # the positions of the arguments the engine sets per call: the prediction's time,
         # the force's eps2 and ni
         self.t_arg = layout.arg_index(layout.PREDICT_ARGS, "t", variant.order, ds)
@@ -141,11 +184,9 @@ class Device:
         self.h_raw: np.ndarray | None = None
         self.h_id: np.ndarray | None = None
         self.bufs: dict[str, Buffer] = {}
-        # the device time of the kernels run for the library (profiling): the events of
-        # the launches Python queues while planning (``events``, summed at finish) and the
-        # native engine's launches, which it adds through the cell's address
+        # the device time of the kernels run for the library (profiling), which the native
+        # engine adds through the cell's address
         self.seconds_cell = np.zeros(1, dtype=np.float64)
-        self.events: list[Event] = []
         self._kernels: dict[tuple[LaunchConfig, bool, bool], tuple[Kernel, Kernel]] = {}
         self.hosts: dict[str, HostBuffer] = {}
         # the prepared predictions by (companion, derivative terms): (generation, launch)
@@ -153,14 +194,6 @@ class Device:
         # the generation of this device's memory: bumped whenever a buffer is reallocated
         # (launch plans hold buffers; the native engine reads it through its address)
         self.gen_cell = np.zeros(1, dtype=np.int64)
-
-    @property
-    def _gen(self) -> int:
-        return int(self.gen_cell[0])
-
-    @_gen.setter
-    def _gen(self, value: int) -> None:
-        self.gen_cell[0] = value
 
     # -- memory
     def _reuse(self, store: dict[str, Any], name: str, nbytes: int, alloc: Any) -> Any:
@@ -170,7 +203,7 @@ class Device:
             if buf is not None:  # plans may hold it: they go (a first one moves nothing)
                 self.ctx.finish()  # queued work may still use it
                 buf.free()
-                self._gen += 1
+                self.gen_cell[0] += 1
             buf = alloc(max(nbytes, 64))
             store[name] = buf
         return buf
@@ -213,26 +246,29 @@ class Device:
             self._free_j()
             if old:  # as large as it was (the library then uploads every record again)
                 self._alloc_j(old)
-            raise BackendError(
-                f"{self.info.name}: j-memory for {n} addresses "
-                f"({cap * self.bytes_per_address()} bytes, with room to grow) could not be "
-                f"allocated: {exc or type(exc).__name__}"
-            ) from None
+            raise BackendError(f"{self.info.name}: j-memory for {n} addresses "
+                               f"({cap * self.bytes_per_address()} bytes, with room to grow) "
+                               f"could not be allocated: {exc or type(exc).__name__}") from None
         return True
 
     def bytes_per_address(self) -> int:
         """Device bytes per local j-address, all its buffers (the module's :func:`j_bytes` is
         the raw records and id the capacity is estimated from)."""
-        rs = 4 if self.variant.ds else 8
-        return (self.raw_n * 32 + 4 + 8 * rs + (16 if self.variant.ds else 0)
-                + 4 * rs * ((self.variant.order >= 6) + (self.variant.order >= 8)))
+        return self.raw_n * 32 + 4 + sum(self._predicted_bytes().values())
+
+    def _predicted_bytes(self) -> dict[str, int]:
+        """Bytes per local j-address of each buffer of predicted records (position, its low
+        part in double-single, velocity, acceleration and jerk where the order reads them)."""
+        var, rs = self.variant, 4 if self.variant.ds else 8
+        sizes = {"pos": 4 * rs, "pos_lo": 16 * var.ds, "vel": 4 * rs,
+                 "acc": 4 * rs * (var.order >= 6), "jerk": 4 * rs * (var.order >= 8)}
+        return {name: size for name, size in sizes.items() if size}
 
     def _alloc_j(self, cap: int) -> None:
         """The j-buffers (re)allocated for ``cap`` local addresses, zeroed."""
         self._free_j()
-        self._gen += 1
+        self.gen_cell[0] += 1
         self.cap = 0
-        rs = 4 if self.variant.ds else 8
         # J_SLACK records past the end: the j-vector kernels (jv) read whole vectors of
         # records; there they find id -1 (no interaction) and finite zeros
         slots = cap + J_SLACK
@@ -256,17 +292,9 @@ class Device:
             # non-finite positions that reach the sums (0 * inf)
             self.j["raw"].fill(0)
             self.j["id"].fill(-1)
-        self.j["pos"] = self.ctx.alloc(slots * 4 * rs)
-        self.j["vel"] = self.ctx.alloc(slots * 4 * rs)
-        if self.variant.ds:
-            self.j["pos_lo"] = self.ctx.alloc(slots * 16)
-        if self.variant.order >= 6:
-            self.j["acc"] = self.ctx.alloc(slots * 4 * rs)
-        if self.variant.order >= 8:
-            self.j["jerk"] = self.ctx.alloc(slots * 4 * rs)
-        for name, buf in self.j.items():
-            if name not in ("raw", "id"):
-                buf.fill(0)
+        for name, size in self._predicted_bytes().items():
+            self.j[name] = self.ctx.alloc(slots * size)
+            self.j[name].fill(0)
         self.cap = cap
 
     @property
@@ -281,15 +309,13 @@ class Device:
         :attr:`t_arg`); cached while no buffer is reallocated."""
         key = (small, terms)
         launch = self._predicts.get(key)
-        if launch is None or launch[0] != self._gen:
+        if launch is None or launch[0] != self.gen_cell[0]:
             kernel = self._predict_prog(small, terms).kernel("predict")
-            j = self.j
             args = layout.kernel_args(layout.PREDICT_ARGS, {
-                "n": np.int32(0), "t": np.float64(0.0), "raw": j["raw"],
-                "pos": j["pos"], "pos_lo": j.get("pos_lo"), "vel": j["vel"],
-                "acc": j.get("acc"), "jerk": j.get("jerk")},
+                "n": np.int32(0), "t": np.float64(0.0), **self.j},  # the j-buffers by name
                 self.variant.order, self.variant.ds)
-            launch = self._predicts[key] = (self._gen, kernel.prepare(*_linear(1), *args))
+            launch = self._predicts[key] = (int(self.gen_cell[0]),
+                                            kernel.prepare(*_linear(1), *args))
         return launch[1]
 
     def scatter_launch(self, terms: int) -> tuple[Launch, HostBuffer]:
@@ -315,10 +341,6 @@ class Device:
             prog = self.ctx.build(f"predict.{self.ext}", defs, small=small)
             self._predict_progs[(small, terms)] = prog
         return prog
-
-    def _record(self, ev: Event) -> None:
-        if self.variant.profiling:
-            self.events.append(ev)
 
     # -- forces
     def _ranges(self) -> list[tuple[LaunchConfig, int, int]]:
@@ -370,15 +392,13 @@ class Device:
             h_lst = self._host("nblist", pad_max * var.nb_capacity * 4)
         if self.h_raw is None:
             self._host("scatter_batch", SCATTER_MAX * (self.raw_n + 1) * 32)
-        j = self.j
         plans = []
         for cfg, lo, hi, small, pad, parts in shapes:
             kernel, reduce_k = self.kernels(cfg, ngb, small)
             args = layout.kernel_args(layout.FORCE_ARGS, {
                 "nj": np.int32(0), "ni": np.int32(0), "ni_pad": np.int32(0),
                 "jchunk": np.int32(0), "eps2_d": np.float64(0.0),  # set per call
-                "jpos": j["pos"], "jpos_lo": j.get("pos_lo"), "jvel": j["vel"],
-                "jacc": j.get("acc"), "jjerk": j.get("jerk"), "jid": j["id"],
+                **{"j" + name: buf for name, buf in self.j.items()},  # jpos, jvel, jid, ...
                 "idata": h_in.buffer, "out": h_out.buffer,
                 "nb_count": None if h_cnt is None else h_cnt.buffer,
                 "nb_list": None if h_lst is None else h_lst.buffer,
@@ -393,13 +413,8 @@ class Device:
                         "partial": partial, "out": h_out.buffer}, var.order, var.ds))
             plans.append(Plan(
                 cfg=cfg, ni_lo=lo, ni_hi=hi, small=small, ni_pad_max=pad, h_in=h_in,
-                idata=h_in.view(np.float64, (nci * pad_max,)), h_out=h_out,
-                out=h_out.view(np.float64, (out_n,)), force=force, reduce=reduce,
-                partial=partial if reduce is not None else None, h_cnt=h_cnt, h_lst=h_lst,
-                counts=None if h_cnt is None else h_cnt.view(np.int32, (pad_max,)),
-                lists=None if h_lst is None else h_lst.view(np.int32,
-                                                            (pad_max, var.nb_capacity)),
-            ))
+                h_out=h_out, out_bytes=out_n * 8, force=force, reduce=reduce,
+                partial=partial if reduce is not None else None, h_cnt=h_cnt, h_lst=h_lst))
         return plans
 
     def kernels(self, cfg: LaunchConfig, ngb: bool,
@@ -409,7 +424,7 @@ class Device:
         key = (cfg, ngb, small)
         if key not in self._kernels:
             defs = {**self.variant.defines(), **cfg.defines(), "NGB": int(ngb),
-                    "NB_CAP": self.variant.nb_capacity}
+                    "NB_CAP": self.variant.nb_capacity, **self.variant.force_defines()}
             prog = self.ctx.build(f"force.{self.ext}", defs, small=small)
             self._kernels[key] = (prog.kernel("force"), prog.kernel("reduce"))
         return self._kernels[key]
@@ -419,12 +434,6 @@ class Device:
         """Device time of the kernels run for the library so far (with profiling; 0.0
         without): see :attr:`sapporo.Library.kernel_seconds`."""
         return float(self.seconds_cell[0])
-
-    def finish(self) -> None:
-        self.ctx.finish()
-        if self.events:
-            self.seconds_cell[0] += sum(ev.elapsed or 0.0 for ev in self.events)
-            self.events.clear()
 
     def _free_j(self) -> None:
         for name, buf in self.j.items():

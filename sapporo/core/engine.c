@@ -12,8 +12,6 @@
 /* the engines' calls into Python (their libraries' planners), over the process */
 static long python_calls;
 
-/* An error: its code (ENG_ERR_*; a device's or the engine's own failure turns the engine
- * off) and message.  -1, for the caller to return. */
 int eng_err(Engine *e, int code, const char *fmt, ...)
 {
     va_list ap;
@@ -33,7 +31,6 @@ int eng_fail(Engine *e, const char *what, dcl_int rc, dcl_int status)
                    (int)rc, what, (int)status);
 }
 
-/* The code a public function returns for rc (-1: the error set). */
 int eng_code(const Engine *e, int rc)
 {
     return rc < 0 ? e->code : rc;
@@ -47,7 +44,6 @@ void eng_clear_plans(Engine *e)
         e->dev[d].force_queue = NULL;
 }
 
-/* Whether the memory the current plans point at is still where they were made. */
 int eng_fresh(const Engine *e)
 {
     for (int d = 0; d < e->ndev; d++) {
@@ -116,8 +112,6 @@ static dcl_int eng_timed_collect(Engine *e, int d, int read)
     return rc;
 }
 
-/* Wait for device d's part of the force call in flight, if any, and for every other
- * command the engine queued on it: 0, or -1 (error set). */
 int eng_wait_dev(Engine *e, int d)
 {
     struct edev *ed = &e->dev[d];
@@ -145,8 +139,6 @@ int eng_wait_dev(Engine *e, int d)
     return 0;
 }
 
-/* Wait for the force call in flight, if any, and for every other command the engine
- * queued, on every device: 0, or -1 (error set). */
 int eng_wait(void *engine)
 {
     Engine *e = engine;
@@ -157,7 +149,6 @@ int eng_wait(void *engine)
     return rc;
 }
 
-/* Whether a force call is in flight on any device. */
 int eng_in_flight(const Engine *e)
 {
     for (int d = 0; d < e->ndev; d++)
@@ -166,9 +157,6 @@ int eng_in_flight(const Engine *e)
     return 0;
 }
 
-/* Before queueing on queue of device d: the engine's commands on another queue of the
- * device finished first (two queues of one context, such as PoCL's companion device's,
- * share the buffers). */
 int eng_on(Engine *e, int d, void *queue)
 {
     struct edev *ed = &e->dev[d];
@@ -181,8 +169,6 @@ int eng_on(Engine *e, int d, void *queue)
     return 0;
 }
 
-/* Queue a launch (see plan_launch; event, when not NULL, receives its OpenCL event); timed
- * when the library profiles (p->seconds_at), read at the next wait. 0, or -1 (error set). */
 int eng_launch(Engine *e, struct dplan *p, struct dlaunch *l, uint64_t call_value,
                       int ni, void **event, const char *what)
 {
@@ -226,9 +212,6 @@ int eng_launch(Engine *e, struct dplan *p, struct dlaunch *l, uint64_t call_valu
     return 0;
 }
 
-/* Install the words of n plans (every device's, for every entry of its launch table; with
- * lists or not), made by the library for the memory as it is now; the old plans go when a
- * device's j-side moved.  0, or -1 (error set, the engine off). */
 int eng_install(Engine *e, const int64_t *w, int n, int lists)
 {
     const int nd = e->ndev;
@@ -280,11 +263,6 @@ int eng_install(Engine *e, const int64_t *w, int n, int lists)
     return 0;
 }
 
-/* The plans with lists or not asked of the library (the planner, with the GIL), for a
- * memory that holds addresses [0, top) and records whose derivatives up to terms the
- * predictor reads; nothing in flight.  0, or -1 (error set: the library's reason, such as
- * an address beyond its capacity, with the engine still on; or, when the library has no
- * plan or gives one the engine cannot read, off). */
 int eng_ask(Engine *e, int lists, int top, int terms)
 {
     PyGILState_STATE gil;
@@ -328,15 +306,11 @@ int eng_ask(Engine *e, int lists, int top, int terms)
     return rc;
 }
 
-/* Device d's local addresses among global addresses [0, n) of nd devices. */
 int n_local(int64_t n, int d, int nd)
 {
     return n > d ? (int)((n - d + nd - 1) / nd) : 0;
 }
 
-/* The block of ndev plans shaped for ni i-particles on addresses [0, nj) (nj no more than
- * are stored), into call[0 .. ndev - 1]: 0, or -1 (error set).  The library is asked for
- * plans only when it has none for these lists, or its memory moved. */
 int eng_plan(Engine *e, int nj, int ni, int lists, struct dplan *call)
 {
     const int nd = e->ndev;
@@ -364,6 +338,11 @@ int eng_plan(Engine *e, int nj, int ni, int lists, struct dplan *call)
     return 0;
 }
 
+static void eng_set_time(void *engine, double t)
+{
+    ((Engine *)engine)->time = t;
+}
+
 static int eng_wait_api(void *engine)
 {
     return eng_code(engine, eng_wait(engine));
@@ -385,6 +364,6 @@ static const char *eng_error(void *engine)
 }
 
 const struct sapporo_engine_api engine_api = {
-    SAPPORO_ENGINE_API_VERSION, eng_put_j, eng_start, eng_finish, eng_lists, eng_wait_api,
-    eng_order, eng_error, eng_python_calls,
+    SAPPORO_ENGINE_API_VERSION, eng_put_j, eng_start, eng_set_time, eng_finish, eng_lists,
+    eng_wait_api, eng_order, eng_error, eng_python_calls,
 };

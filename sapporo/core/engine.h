@@ -107,7 +107,6 @@ struct dplan {
     int64_t *n_stored_at;
     int mirror_cap, j_cap;
     long spin_ns;
-    double time0;     /* the library's time when the plan was made */
     long max_id;
     double *idata, *out, *mirror_raw, *dev_raw;
     int64_t *mirror_ids;
@@ -222,7 +221,9 @@ typedef struct {
     struct dplan call[ENG_MAX_DEV];
     int have_j;              /* the devices' j-sides are those of the current plans */
     struct edev dev[ENG_MAX_DEV];
-    /* the devices' predicted records: valid for pred_time */
+    /* the time of the next force call (set_time; 0 until set), and the time the devices'
+     * records are predicted to (valid: pred_valid) */
+    double time;
     int pred_valid;
     double pred_time;
     int ran;                 /* launched since this was last cleared (tests read it) */
@@ -406,11 +407,11 @@ int result_row(const struct dplan *p, int nd, int i, double *v);
  * queue is flushed, so that they all work at once. */
 int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
                          const double *x, const double *v, const double *a, const double *jerk,
-                         double eps2, const double *h2, int have_t, double t);
+                         double eps2, const double *h2);
 
 int eng_start(void *engine, int nj, int ni, const int *index, const double *x,
                      const double *v, const double *a, const double *jerk, double eps2,
-                     const double *h2, int have_t, double t);
+                     const double *h2);
 
 /* The neighbour lists the kernels wrote on the nd devices (plans p[0 .. nd - 1]), as the
  * library gives them: per i-particle the ids every device stored (at most the capacity

@@ -100,18 +100,15 @@ def plan_words(plan: dict[str, Any] | int) -> np.ndarray:
         if launch is None:
             continue
         if len(launch.args) > e["DP_MAX_ARGS"] or len(launch.global_size) > 2:
-            w[:] = 0
-            w[e["DP_STATUS"]] = -1
-            return w
+            return plan_words(-1)
         o = e["DP_LAUNCHES"] + k * e["DP_LAUNCH_WORDS"]
         gs = (*launch.global_size, 1, 1)
         ls = (*(launch.local_size or (0, 0)), 0, 0)
-        w[o + e["DL_QUEUE"]], w[o + e["DL_KERNEL"]] = launch.queue, launch.kernel
-        w[o + e["DL_CALL_ARG"]], w[o + e["DL_DIMS"]] = call_arg, len(launch.global_size)
-        w[o + e["DL_NI_ARG"]] = ni_arg
-        w[o + e["DL_G0"]], w[o + e["DL_G1"]] = gs[0], gs[1]
-        w[o + e["DL_L0"]], w[o + e["DL_L1"]] = ls[0], ls[1]
-        w[o + e["DL_NARGS"]] = len(launch.args)
+        words = {"QUEUE": launch.queue, "KERNEL": launch.kernel, "CALL_ARG": call_arg,
+                 "DIMS": len(launch.global_size), "NI_ARG": ni_arg, "G0": gs[0], "G1": gs[1],
+                 "L0": ls[0], "L1": ls[1], "NARGS": len(launch.args)}
+        for key, value in words.items():
+            w[o + e["DL_" + key]] = value
         for a, (size, bits) in enumerate(launch.args):
             w[o + e["DL_ARGS"] + 2 * a] = size
             w[o + e["DL_ARGS"] + 2 * a + 1] = np.uint64(bits).view(np.int64)

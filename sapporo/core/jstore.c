@@ -173,8 +173,6 @@ static void records_write(Engine *e, int n, const int *address, const int *index
     }
 }
 
-/* The records of addresses a0 .. a0 + m - 1 copied from the host mirror into the devices'
- * records; they are to be predicted again.  0, or -1 (error set). */
 int eng_upload_run(Engine *e, int a0, int m)
 {
     const struct dplan *j = &e->dev[0].jside;
@@ -193,9 +191,6 @@ int eng_upload_run(Engine *e, int a0, int m)
     return 0;
 }
 
-/* The n addresses (ascending, global) whose device records the library lost (new buffers),
- * uploaded from the host mirror run by run (a plan's DP_UPLOAD, at its install: nothing is
- * in flight).  0, or -1 (error set). */
 int eng_upload(Engine *e, int n, const int32_t *address)
 {
     for (int k = 0, m; k < n; k += m) {
@@ -207,8 +202,6 @@ int eng_upload(Engine *e, int n, const int32_t *address)
     return 0;
 }
 
-/* Forget every j-particle: the records in use zero (ids -1) in the mirror and on the
- * devices, no address in use.  0, or -1 (error set). */
 int eng_reset(Engine *e)
 {
     const struct dplan *j = &e->dev[0].jside;

@@ -77,29 +77,17 @@ class LaunchConfig:
 
     def defines(self) -> dict[str, int]:
         """The kernel's compile-time definitions for this shape."""
-        return {
-            "LI": self.li,
-            "LJ": self.lj,
-            "W": self.w,
-            "JT": self.jt,
-            "USE_LOCAL": int(self.use_local),
-            "JV": int(self.jv),
-        }
+        return {"LI": self.li, "LJ": self.lj, "W": self.w, "JT": self.jt,
+                "USE_LOCAL": int(self.use_local), "JV": int(self.jv)}
 
     def local_bytes(self, order: int, precision: str) -> int:
         """Local (shared) memory one work-group of this shape uses."""
         if not self.use_local and self.lj == 1:
             return 0
-        rs = 16 if precision == "double-single" else 32  # one real4
-        per_j = rs + 4  # position, id
-        if precision == "double-single":
-            per_j += 16  # position lo
-        if order >= 4:
-            per_j += rs
-        if order >= 6:
-            per_j += rs
-        if order >= 8:
-            per_j += rs  # predicted jerk
+        ds = precision == "double-single"
+        rs = 16 if ds else 32  # one real4
+        # position and id (and the position's low part), velocity, acceleration, jerk
+        per_j = rs + 4 + (16 if ds else 0) + rs * ((order >= 4) + (order >= 6) + (order >= 8))
         tile = per_j * self.jt if self.use_local else 0
         lanes = (15 if order >= 8 else 12) * 8 * self.li * self.lj if self.lj > 1 else 0
         return tile + lanes
@@ -173,10 +161,8 @@ def check_table(table: LaunchTable, info: DeviceInfo, order: int, precision: str
     for _, cfg in table.entries:
         need = cfg.local_bytes(order, precision)
         if need > info.local_mem_size:
-            raise ConfigError(
-                f"launch configuration {cfg} needs {need} bytes of local memory, "
-                f"{info.name} has {info.local_mem_size}"
-            )
+            raise ConfigError(f"launch configuration {cfg} needs {need} bytes of local memory, "
+                              f"{info.name} has {info.local_mem_size}")
         caps = capabilities(info.backend)
         if cfg.jv and not caps.jv:
             raise ConfigError(f"launch configuration {cfg}: the {info.backend} kernels have "
@@ -187,10 +173,8 @@ def check_table(table: LaunchTable, info: DeviceInfo, order: int, precision: str
                 f"{', '.join(map(str, caps.widths))} on {info.backend} (i-particles per "
                 "work-item)")
         if cfg.li * cfg.lj > info.max_work_group_size:
-            raise ConfigError(
-                f"launch configuration {cfg} has {cfg.li * cfg.lj} work-items per group, "
-                f"{info.name} allows {info.max_work_group_size}"
-            )
+            raise ConfigError(f"launch configuration {cfg} has {cfg.li * cfg.lj} work-items per "
+                              f"group, {info.name} allows {info.max_work_group_size}")
 
 
 def _slug(text: str) -> str:
@@ -211,9 +195,8 @@ def user_profile_dir() -> Path:
 
     from sapporo import __version__
 
-    return Path(platformdirs.user_cache_dir("sapporo", version=__version__.rsplit(".", 1)[0])) / (
-        "profiles"
-    )
+    version = __version__.rsplit(".", 1)[0]
+    return Path(platformdirs.user_cache_dir("sapporo", version=version)) / "profiles"
 
 
 def _shipped_profile_dir() -> Path | None:
@@ -244,21 +227,19 @@ def table_from_json(data: dict[str, Any], source: str) -> LaunchTable:
 def load_table(info: DeviceInfo, order: int, precision: str) -> LaunchTable:
     """The tuned table for this device when a profile exists, else the defaults."""
     env = config.from_environment()
-    if not env.no_profile:
-        name = profile_name(info, order, precision)
-        for folder in (user_profile_dir(), _shipped_profile_dir()):
-            if folder is None:
-                continue
-            path = folder / name
-            if path.is_file():
-                try:
-                    table = table_from_json(json.loads(path.read_text()), str(path))
-                    check_table(table, info, order, precision)
-                except (OSError, json.JSONDecodeError, ConfigError) as exc:
-                    log.warning("ignoring tuning profile %s: %s", path, exc)
-                    continue
-                log.debug("using tuning profile %s", path)
-                return table
+    folders = () if env.no_profile else (user_profile_dir(), _shipped_profile_dir())
+    for folder in filter(None, folders):
+        path = folder / profile_name(info, order, precision)
+        if not path.is_file():
+            continue
+        try:
+            table = table_from_json(json.loads(path.read_text()), str(path))
+            check_table(table, info, order, precision)
+        except (OSError, json.JSONDecodeError, ConfigError) as exc:
+            log.warning("ignoring tuning profile %s: %s", path, exc)
+            continue
+        log.debug("using tuning profile %s", path)
+        return table
     return default_table(info, order, precision)
 
 

@@ -14,43 +14,17 @@ a test holds the tables to the kernel signatures of both trees.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "FORCE_ARGS",
-    "KERNELS",
-    "ACC_ROWS",
-    "COORD_LIMIT",
-    "CRACKLE_ROWS",
-    "JERK_ROWS",
-    "SNAP_ROWS",
-    "LAYOUT",
-    "MAX_ADDRESS",
-    "MAX_ID",
-    "NCO",
-    "OC_NNID",
-    "OC_NNR2",
-    "OC_POT",
-    "PREDICT_ARGS",
-    "RAW_N",
-    "MAX_PARTS",
-    "NI_CHUNK",
-    "REDUCE_ARGS",
-    "REDUCE_LANES",
-    "REDUCE_ROWS",
-    "SCATTER_ARGS",
-    "KernelArg",
-    "arg_index",
-    "arg_names",
-    "kernel_args",
-    "nci",
-    "nco",
-    "raw_n",
-    "read_layout",
-    "result_rows",
+    "ACC_ROWS", "COORD_LIMIT", "CRACKLE_ROWS", "FORCE_ARGS", "JERK_ROWS", "KERNELS", "LAYOUT",
+    "MAX_ADDRESS", "MAX_ID", "MAX_PARTS", "NCO", "NI_CHUNK", "OC_NNID", "OC_NNR2", "OC_POT",
+    "PREDICT_ARGS", "RAW_N", "REDUCE_ARGS", "REDUCE_LANES", "REDUCE_ROWS", "SCATTER_ARGS",
+    "SNAP_ROWS", "KernelArg", "arg_index", "arg_names", "kernel_args", "nci", "nco", "raw_n",
+    "read_layout", "result_rows",
 ]
 
 LAYOUT_HEADER = Path(__file__).resolve().parents[1] / "layout.h"
@@ -115,39 +89,29 @@ def nco(order: int) -> int:
 
 def result_rows(order: int) -> list[int]:
     """The result rows a kernel of ``order`` fills (acc, pot; + jerk; + snap; + crackle)."""
-    rows = [LAYOUT["OC_AX"], LAYOUT["OC_AY"], LAYOUT["OC_AZ"], OC_POT]
-    if order >= 4:
-        rows += [LAYOUT["OC_JX"], LAYOUT["OC_JY"], LAYOUT["OC_JZ"]]
-    if order >= 6:
-        rows += [LAYOUT["OC_SX"], LAYOUT["OC_SY"], LAYOUT["OC_SZ"]]
-    if order >= 8:
-        rows += [LAYOUT["OC_CX"], LAYOUT["OC_CY"], LAYOUT["OC_CZ"]]
+    rows = [*range(ACC_ROWS.start, ACC_ROWS.stop), OC_POT]
+    for need, vec in ((4, JERK_ROWS), (6, SNAP_ROWS), (8, CRACKLE_ROWS)):
+        if order >= need:
+            rows += range(vec.start, vec.stop)
     return rows
 
 
 # ---------------------------------------------------------------------------------------------
 # kernel parameter lists
 
-#: conditions under which a parameter exists, by name: (order, double-single, lists) -> bool
-_WHEN: dict[str, Callable[[int, bool, bool], bool]] = {
-    "always": lambda order, ds, ngb: True,
-    "double-single": lambda order, ds, ngb: ds,
-    "order>=6": lambda order, ds, ngb: order >= 6,
-    "order>=8": lambda order, ds, ngb: order >= 8,
-    "ngb": lambda order, ds, ngb: ngb,
-}
-
-
 @dataclass(frozen=True)
 class KernelArg:
-    """One kernel parameter: its name in the kernel sources and when it exists."""
+    """One kernel parameter: its name in the kernel sources and when it exists
+    (``"always"``, ``"double-single"``, ``"order>=6"``, ``"order>=8"`` or ``"ngb"``: with
+    neighbour lists)."""
 
     name: str
     when: str = "always"
 
     def present(self, order: int, ds: bool, ngb: bool) -> bool:
         """Whether the parameter exists in this variant."""
-        return _WHEN[self.when](order, ds, ngb)
+        return {"always": True, "double-single": ds, "order>=6": order >= 6,
+                "order>=8": order >= 8, "ngb": ngb}[self.when]
 
 
 def _args(*spec: str | tuple[str, str]) -> tuple[KernelArg, ...]:
@@ -190,14 +154,6 @@ def arg_index(table: Sequence[KernelArg], name: str, order: int, ds: bool,
 
 def kernel_args(table: Sequence[KernelArg], values: Mapping[str, Any], order: int, ds: bool,
                 ngb: bool = False) -> list[Any]:
-    """The argument list of one variant, from values given by parameter name.
-
-    Raises ``KeyError`` naming a parameter the variant has but ``values`` lacks (a
-    programming error, not a user's).
-    """
-    out = []
-    for name in arg_names(table, order, ds, ngb):
-        if name not in values:
-            raise KeyError(f"kernel argument {name!r} missing")
-        out.append(values[name])
-    return out
+    """The argument list of one variant, from values given by parameter name (a
+    ``KeyError`` names a parameter the variant has but ``values`` lacks)."""
+    return [values[name] for name in arg_names(table, order, ds, ngb)]

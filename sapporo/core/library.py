@@ -34,7 +34,7 @@ import numpy as np
 from sapporo import config
 from sapporo.backend import DeviceInfo, get_backend
 from sapporo.core import engine, layout
-from sapporo.core.device import J_MIN, SCATTER_MAX, Device, Variant, j_bytes
+from sapporo.core.device import J_MIN, SCATTER_MAX, Device, Variant, check_cutoff, j_bytes
 from sapporo.core.launch import NI_CHUNK, LaunchTable, check_table
 from sapporo.core.layout import (
     ACC_ROWS,
@@ -46,7 +46,7 @@ from sapporo.core.layout import (
     SNAP_ROWS,
 )
 from sapporo.core.results import DEFAULT_NB_CAPACITY, ForceResult, PendingForce
-from sapporo.core.validate import COORD_LIMIT, int_arg, ints, scalar, scalars, vec3
+from sapporo.core.validate import COORD_LIMIT, all_finite, int_arg, ints, scalar, scalars, vec3
 from sapporo.errors import BackendError, InputError, NonFiniteError, SapporoError
 
 __all__ = ["DEFAULT_NB_CAPACITY", "ForceResult", "Library", "PendingForce"]
@@ -63,7 +63,6 @@ MAX_NB_CAPACITY = config.MAX_NB_CAPACITY
 #: 169-201 us with the prediction on the threaded device, N = 32k 208-215 against 241-245;
 #: at N = 64k and 4 active particles the threaded device wins (501-845 against 965 us)
 SMALL_PREDICT_MAX = 32768
-CLOSED = "the library has been closed"
 #: the smallest normal float: double-single computes pair terms in float, where a smaller
 #: non-zero mass is a denormal (or zero) and its force is silently lost
 FLT_MIN = 1.1754943508222875e-38
@@ -80,12 +79,8 @@ def _h2_rows(h2: Any, x: Any) -> Any:
     """A scalar neighbour radius squared as one per i-particle, as the engine takes it (it
     checks the values); anything else as it is."""
     if isinstance(h2, (float, int, np.floating, np.integer)) and not isinstance(h2, bool):
-        try:
-            rows = np.empty(len(x))
-        except TypeError:  # (x is no sequence: the library names it)
-            return h2
-        rows.fill(h2)
-        return rows
+        with contextlib.suppress(TypeError):  # (x is no sequence: the library names it)
+            return np.full(len(x), h2, dtype=np.float64)
     return h2
 
 
@@ -118,17 +113,23 @@ class Library:
         Neighbour-list capacity per i-particle (``SAPPORO_NB_CAPACITY``, default 256).
     profiling : bool
         Time kernels on the device (see :attr:`kernel_seconds`).
+    cutoff : float or None
+        Order 2 only: compute the short-range part of a TreePM / P^3M split of gravity
+        instead of Newton's, with this split length; None (the default): Newton's. Each
+        pair's acceleration is multiplied by ``g(R)`` and its potential by ``h(R)``
+        (``R^2 = r^2 + eps2``); coincident pairs (``R = 0``) are left out. The value is
+        compiled into the force kernel (one build per length). See docs/accuracy.md.
+    cutoff_shape : {"s2", "gauss"}
+        ``"s2"`` (default): Phantom-GRAPE's PG5/table split, Hockney & Eastwood's S2 shape
+        of diameter ``cutoff`` (the force is zero for ``R >= cutoff``). ``"gauss"``: the
+        Gaussian split of :class:`sapporo.pm.P3M` with ``r_s = cutoff`` (``g = erfc(x) +
+        2 x exp(-x^2) / sqrt(pi)``, ``h = erfc(x)``, ``x = R / (2 r_s)``), whose mesh
+        (``ParticleMesh(split=r_s)``) gives the long-range part.
     """
 
-    def __init__(
-        self,
-        order: int = 4,
-        precision: str = "double-single",
-        backend: str | None = None,
-        devices: Any = None,
-        nb_capacity: int | None = None,
-        profiling: bool = False,
-    ):
+    def __init__(self, order: int = 4, precision: str = "double-single",
+                 backend: str | None = None, devices: Any = None, nb_capacity: int | None = None,
+                 profiling: bool = False, cutoff: float | None = None, cutoff_shape: str = "s2"):
         self._lock = threading.RLock()  # calls from several threads are serialised
         if not isinstance(order, str):
             order = int_arg("order", order, 0, 2**31, " (expected 2, 4, 6 or 8)")
@@ -144,17 +145,17 @@ class Library:
             nb_capacity = env.nb_capacity or DEFAULT_NB_CAPACITY
         self.nb_capacity = int_arg("nb_capacity", nb_capacity, 1, MAX_NB_CAPACITY)
         self.profiling = bool(profiling)
-        self._variant = Variant(self.order, self.precision, self.nb_capacity, self.profiling)
+        self.cutoff, self.cutoff_shape = check_cutoff(self.order, cutoff, cutoff_shape)
+        self._variant = Variant(self.order, self.precision, self.nb_capacity, self.profiling,
+                                self.cutoff, self.cutoff_shape)
         be = get_backend(backend)
         self.backend_name = be.name
         available = be.devices()
         if devices is None:
             devices = env.devices if env.devices is not None else [0]
         if isinstance(devices, str):
-            if devices.strip().lower() != "all":
-                devices = config.parse_devices(devices, "devices")
-            else:
-                devices = list(range(len(available)))
+            devices = (list(range(len(available))) if devices.strip().lower() == "all"
+                       else config.parse_devices(devices, "devices"))
         if isinstance(devices, (int, np.integer)):
             devices = [int(devices)]
         devices = list(devices)
@@ -162,10 +163,8 @@ class Library:
             raise InputError("devices: empty device list")
         for d in devices:
             if not isinstance(d, (int, np.integer)) or not 0 <= d < len(available):
-                raise InputError(
-                    f"devices: {d!r} is not a device index of backend {be.name} "
-                    f"(0..{len(available) - 1}; see 'sapporo info')"
-                )
+                raise InputError(f"devices: {d!r} is not a device index of backend {be.name} "
+                                 f"(0..{len(available) - 1}; see 'sapporo info')")
         if len(set(devices)) != len(devices):
             raise InputError(f"devices: repeated index in {devices}")
         self._devs: list[Device] = []
@@ -174,57 +173,43 @@ class Library:
                 ctx = be.open(int(d), profiling=self.profiling)
                 if not ctx.info.double_support:
                     ctx.close()
-                    raise BackendError(
-                        f"device {ctx.info.name} has no double-precision support, which "
-                        "both precisions need (double-single sums partial results in double)"
-                    )
+                    raise BackendError(f"device {ctx.info.name} has no double-precision support, "
+                                       "which both precisions need (double-single sums "
+                                       "partial results in double)")
                 self._devs.append(Device(self._variant, ctx))
         except BaseException:
             for dev in self._devs:
                 dev.close()
             raise
-        self._raw_n = layout.raw_n(self.order)  # raw records per j-address
+        # the host mirror of the j-particles: raw records per address, and ids
+        self._raw_n = layout.raw_n(self.order)
         self._raw = np.zeros((0, self._raw_n, 4), dtype=np.float64)
         self._ids = np.full(0, -1, dtype=np.int64)
-        # a device lost its records (new buffers): every one to be uploaded again
-        self._lost = False
-        # derivative records (a, jerk, snap, crackle) the predictor reads: those past it are
-        # zero in every record stored so far (grows, never shrinks)
+        self._lost = False  # a device lost its records (new buffers): upload them all again
+        # derivative records the predictor reads: those past it are zero in every record
+        # stored so far (grows, never shrinks)
         self._pred_terms = 0
-        # the addresses in use (the highest stored + 1): one cell, which the engine raises as
-        # it stores beyond it (within the memory held) and Python reads and sets
+        # the addresses in use (the highest stored + 1): a cell the engine raises as it stores
         self._stored = np.zeros(1, dtype=np.int64)
-        self._time = 0.0
-        # time spent per phase of a call, when measured (see sapporo.perf.latency)
-        self._phases: dict[str, float] | None = None
+        self._phases: dict[str, float] | None = None  # time per phase (sapporo.perf.latency)
         self._pending: PendingForce | None = None
         self._closed = False
-        # block steps in C (sapporo.core.engine): the engine, once tried, and its result rows
+        # the native engine (made on first use; None again after a device failed), whether
+        # it was tried, and its result rows
         self._engine: Any = None
         self._engine_tried = False
         self._engine_out: np.ndarray | None = None
-        # the generation of the library's launches as the engine's plans see them: bumped
-        # by a new launch table (the memory's moves the engine sees in the plans)
+        # the generation of the launches the engine's plans hold: bumped by a new table
         self._lgen = np.zeros(1, dtype=np.int64)
-        # the addresses whose device records the engine is to upload from the mirror with
-        # the next plan it installs (DP_UPLOAD), and those of the last plan (kept until it
-        # has read them)
+        # the addresses the engine uploads from the mirror with the next plans it installs
+        # (DP_UPLOAD), and those of the last plans (kept alive until it has read them)
         self._upload = np.zeros(0, dtype=np.int32)
         self._uploaded = self._upload
-        # the error the planner met (the engine reports its code and message; the library
-        # raises it as it was)
-        self._planner_exc: SapporoError | None = None
-        # result rows this order fills: acc, pot (+ jerk) (+ snap); the others stay zero
-        self._filled_rows = layout.result_rows(self.order)
+        self._planner_exc: SapporoError | None = None  # the planner's error, raised as it was
+        self._filled_rows = layout.result_rows(self.order)  # the rows the kernels fill
         self._nco = layout.nco(self.order)
-        log.info(
-            "sapporo: order %d, %s, %s on %s", self.order, self.precision, self.backend_name,
-            ", ".join(d.info.name for d in self._devs),
-        )
-
-    def _native_moved(self) -> None:
-        """The engine's plans no longer hold (they are made again when next needed)."""
-        self._lgen[0] += 1
+        log.info("sapporo: order %d, %s, %s on %s", self.order, self.precision,
+                 self.backend_name, ", ".join(d.info.name for d in self._devs))
 
     # -- properties
     @property
@@ -235,21 +220,12 @@ class Library:
     @property
     def device_name(self) -> str:
         """Name(s) of the devices in use."""
-        names = [d.info.name for d in self._devs]
-        return names[0] if len(set(names)) == 1 and len(names) == 1 else " + ".join(names)
+        return " + ".join(d.info.name for d in self._devs)
 
     @property
     def n_stored(self) -> int:
         """Number of j-addresses in use (highest address set + 1)."""
-        return self._n_stored
-
-    @property
-    def _n_stored(self) -> int:
         return int(self._stored[0])
-
-    @_n_stored.setter
-    def _n_stored(self, value: int) -> None:
-        self._stored[0] = value
 
     @property
     def ndev(self) -> int:
@@ -261,13 +237,12 @@ class Library:
         """Device time spent in kernels so far, in seconds (only with ``profiling=True``;
         0.0 without).
 
-        It counts the kernels that the library's calls run, each timed by the runtime
-        (OpenCL's event profiling, CUDA's events): the prediction of the j-particles, the
-        force, the reduce that combines its j-parts where a kernel does that, and the
-        scatter of stored j-particles into device memory; not the copies between host and
-        device, nor any time on the host. Block steps in the native engine and calls the
-        library runs itself add to the same sum, each device's, once the call's work has
-        finished (a pending :meth:`start_compute` counts when its result is collected).
+        It counts the kernels that the native engine runs for the library's calls, each
+        timed by the runtime (OpenCL's event profiling, CUDA's events): the prediction of the
+        j-particles, the force, the reduce that combines its j-parts where a kernel does that,
+        and the scatter of stored j-particles into device memory; not the copies between host
+        and device, nor any time on the host. A call counts once its work has finished (a
+        pending :meth:`start_compute` when its result is collected).
         """
         return sum(d.kernel_seconds for d in self._devs)
 
@@ -287,11 +262,19 @@ class Library:
             check_table(table, d.info, self.order, self.precision)
         for d in self._devs:
             d.table = table
-        self._native_moved()  # the plans have the old launches
+        self._lgen[0] += 1  # the engine's plans hold the old launches: made again
 
     def _check_open(self) -> None:
         if self._closed:
-            raise SapporoError(CLOSED)
+            raise SapporoError("the library has been closed")
+
+    def _collect_pending(self) -> None:
+        """Collect a result nobody waited for while the devices hold it (their buffers are
+        about to be reused or freed); it, or its error, stays stored for its own
+        :meth:`PendingForce.result`."""
+        if self._pending is not None:
+            with contextlib.suppress(Exception):
+                self._pending.result()
 
     # -- lifecycle
     @_serialised
@@ -299,11 +282,7 @@ class Library:
         """Release the devices (idempotent)."""
         if self._closed:
             return
-        if self._pending is not None:
-            # collect a result nobody waited for while the devices still hold it, so that
-            # .result() still answers after close (an error stays stored for it)
-            with contextlib.suppress(Exception):
-                self._pending.result()
+        self._collect_pending()
         self._closed = True
         self._pending = None
         self._drop_engine()
@@ -316,7 +295,7 @@ class Library:
         # the host mirror of the j-particles goes too (a closed library may stay referenced)
         self._raw = np.zeros((0, self._raw_n, 4))
         self._ids = np.zeros(0, dtype=np.int64)
-        self._n_stored = 0
+        self._stored[0] = 0
 
     def _collected(self, pending: PendingForce) -> None:
         """A pending result was collected: it no longer holds the buffers."""
@@ -330,28 +309,13 @@ class Library:
         self.close()
 
     def __del__(self) -> None:  # pragma: no cover - best effort
-        try:
-            if not self._closed:
-                self.close()
-        except Exception:
-            pass
+        with contextlib.suppress(Exception):
+            self.close()
 
     # -- j-particles
-    def set_j_particles(
-        self,
-        address: Any,
-        index: Any,
-        t: Any,
-        mass: Any,
-        x: Any,
-        v: Any,
-        a: Any = None,
-        jerk: Any = None,
-        snap: Any = None,
-        crackle: Any = None,
-        pop: Any = None,
-        d5: Any = None,
-    ) -> None:
+    def set_j_particles(self, address: Any, index: Any, t: Any, mass: Any, x: Any, v: Any,
+                        a: Any = None, jerk: Any = None, snap: Any = None, crackle: Any = None,
+                        pop: Any = None, d5: Any = None) -> None:
         """Store j-particles in memory slots ``address`` (any order, any number of times).
 
         Parameters
@@ -372,8 +336,7 @@ class Library:
             which the 8th-order predictor adds (positions then err by O(dt^8)).
         """
         with self._lock:
-            if self._closed:
-                raise SapporoError(CLOSED)
+            self._check_open()
             ph = self._phases
             t0 = _now() if ph is not None else 0.0
             eng = self._engine_ready()
@@ -460,9 +423,9 @@ class Library:
     def set_time(self, t: float) -> None:
         """Predict j-particles to time ``t`` before the next force call."""
         with self._lock:
-            if self._closed:
-                raise SapporoError(CLOSED)
-            self._time = t if type(t) is float and math.isfinite(t) else scalar("t", t)
+            self._check_open()
+            t = t if type(t) is float and math.isfinite(t) else scalar("t", t)
+            self._engine_ready().set_time(t)  # the engine's: its next force calls predict to it
 
     def _n_local(self, n: int, d: int) -> int:
         """Local addresses of device d among global addresses [0, n)."""
@@ -470,30 +433,22 @@ class Library:
 
     # -- force calls in C (sapporo.core.engine)
     def _plans(self, lists: bool, top: int = 0, terms: int = 0) -> int | list[dict[str, Any]]:
-        """The plans of the native engine (``sapporo/core/_engine.c``, for the Python API and
-        the C API): for every device, one per entry of its launch table (and per companion
-        of small launches), with neighbour lists or not; each serves its block sizes on any
-        number of j-addresses, the engine shaping every call from it by arithmetic
-        (``sapporo/core/plan.c``). -1 when there can be none for this library (a backend
-        without native launches or buffer handles). A library that profiles has the engine
-        time its launches (``seconds_at``: each device's :attr:`kernel_seconds` cell).
+        """The native engine's plans, with neighbour lists or not: per device, one per entry
+        of its launch table (and per companion of small launches), each serving its block
+        sizes on any number of j-addresses (``sapporo/core/plan.c`` shapes every call); -1
+        when a backend has no native launches or buffer handles.
 
-        The library's memory is made ready first (:meth:`_sync_j`: room for the addresses
-        [0, top) and the derivative terms the predictor reads, the queues finished), so that
-        C starts from a consistent state. Each plan carries the generations of its
-        device's and the library's memory and where their current values are: the engine
-        never uses a plan whose memory moved, and asks again.
+        The memory is made ready first (:meth:`_sync_j`), so that C starts from a consistent
+        state. Each plan carries the generations of its device's and the library's memory
+        and where their current values are: the engine never uses a plan whose memory
+        moved, and asks again.
         """
         entries = [dev.ctx.native_entry_points() for dev in self._devs]
         if None in entries:
             return -1
         with self._lock:
             self._check_open()
-            if self._pending is not None:  # collect what nobody waited for
-                try:
-                    self._pending.result()
-                except SapporoError:
-                    pass
+            self._collect_pending()
             self._sync_j(top, terms)
             out: list[dict[str, Any]] = []
             for d, dev in enumerate(self._devs):
@@ -502,7 +457,7 @@ class Library:
                 if None in words:
                     return -1
                 for w in words:  # (the generation once every buffer is there)
-                    w.update(entry=entries[d], gen=dev._gen)
+                    w.update(entry=entries[d], gen=int(dev.gen_cell[0]))
                 out.extend(words)  # type: ignore[arg-type]
             return out
 
@@ -512,11 +467,11 @@ class Library:
         handle."""
         dev = self._devs[d]
         terms = self._pred_terms
-        n_pred = self._n_local(self._n_stored, d)
+        n_pred = self._n_local(self.n_stored, d)
         # the prediction before a small force launch goes to the companion too, unless it
         # is itself large (it is O(N); one core against all of them)
         predict = dev.predict_launch(terms, plan.small and n_pred <= SMALL_PREDICT_MAX)
-        dev.finish()
+        dev.ctx.finish()
         reduce = None if plan.reduce is None else plan.reduce.native()
         launches = [predict.native(), plan.force.native(), None, reduce]
         if None in launches[:2] or (plan.reduce is not None and reduce is None):
@@ -543,20 +498,18 @@ class Library:
                       "scatter_max": SCATTER_MAX, "scatter_batch": batch.array.ctypes.data,
                       "scatter_batch_buf": handles[5]}
             launches[2] = handles[6]
-        rows = 0
-        for r in self._filled_rows:
-            rows |= 1 << int(r)
         cfg = plan.cfg
         return {
-            "order": self.order, "nci": layout.nci(self.order),
-            "nco": layout.nco(self.order), "ni_pad_max": plan.ni_pad_max,
+            "order": self.order, "nci": layout.nci(self.order), "nco": self._nco,
+            "ni_pad_max": plan.ni_pad_max,
             "raw_n": dev.raw_n, "pred_terms": terms, "n_stored_at": self._stored.ctypes.data,
             "mirror_cap": self._raw.shape[0], "j_cap": dev.cap,
-            "ds": int(self.precision == "double-single"), "check_rows": rows,
+            "ds": int(self.precision == "double-single"),
+            "check_rows": sum(1 << int(r) for r in self._filled_rows),
             "spin_ns": int(getattr(dev.ctx, "spin_seconds", 0.0) * 1e9),
-            "time_bits": int(np.float64(self._time).view(np.int64)), "max_id": MAX_ID,
-            "idata": plan.idata.ctypes.data, "out": plan.out.ctypes.data,
-            "out_bytes": plan.out.nbytes,
+            "max_id": MAX_ID,
+            "idata": plan.h_in.array.ctypes.data, "out": plan.h_out.array.ctypes.data,
+            "out_bytes": plan.out_bytes,
             "mirror_raw": self._raw.ctypes.data, "mirror_ids": self._ids.ctypes.data,
             **memory,
             "gen_at": dev.gen_cell.ctypes.data,
@@ -573,41 +526,36 @@ class Library:
             "partial_buf": partial,
             "seconds_at": dev.seconds_cell.ctypes.data if dev.variant.profiling else 0,
             "context": dev.ctx.native_context() or 0,
-            "nb_counts": 0 if plan.counts is None else plan.counts.ctypes.data,
-            "nb_lists": 0 if plan.lists is None else plan.lists.ctypes.data,
+            "nb_counts": 0 if plan.h_cnt is None else plan.h_cnt.array.ctypes.data,
+            "nb_lists": 0 if plan.h_lst is None else plan.h_lst.array.ctypes.data,
             "nb_cap": self.nb_capacity if lists else 0,
             "launches": launches,
             "call_args": (dev.t_arg, dev.eps2_arg, -1, -1),
             "ni_args": (-1, dev.ni_arg, 0, 0),  # the scatter's n, the reduce's ni: argument 0
         }
 
-    def _engine_start(self) -> Any:
-        """Make the native engine for this library (once; not when it is opened), and
-        return it."""
-        for dev in self._devs:
-            if dev.ctx.native_entry_points() is None:
-                raise BackendError(f"{dev.info.name}: the {self.backend_name} runtime gives no "
-                                   "entry points for the native engine (see 'sapporo info')")
-        module = engine.load()
-        if self.ndev > module.MAX_DEV:
-            raise BackendError(f"{self.ndev} devices: the native engine serves at most "
-                               f"{module.MAX_DEV} per library")
-        self._engine_out = np.zeros(module.NCO_MAX * module.NI_MAX)
-        me = weakref.ref(self)  # the engine must not keep its library alive (no GC there)
-
-        def planner(lists: int, top: int, terms: int) -> Any:
-            lib = me()
-            return -1 if lib is None else lib._engine_planner(lists, top, terms)
-
-        self._engine = module.Engine(self._engine_out, planner, self.ndev)
-        self._engine_tried = True
-        return self._engine
-
     def _engine_ready(self) -> Any:
-        """The engine (made on first use), or why there is none (a device that failed
-        before)."""
+        """The native engine (made on first use, not when the library opens), or why there
+        is none (a runtime without its entry points, a device that failed before)."""
         if not self._engine_tried:
-            self._engine_start()
+            for dev in self._devs:
+                if dev.ctx.native_entry_points() is None:
+                    raise BackendError(f"{dev.info.name}: the {self.backend_name} runtime "
+                                       "gives no entry points for the native engine (see "
+                                       "'sapporo info')")
+            module = engine.load()
+            if self.ndev > module.MAX_DEV:
+                raise BackendError(f"{self.ndev} devices: the native engine serves at most "
+                                   f"{module.MAX_DEV} per library")
+            self._engine_out = np.zeros(module.NCO_MAX * module.NI_MAX)
+            me = weakref.ref(self)  # the engine must not keep its library alive (no GC there)
+
+            def planner(lists: int, top: int, terms: int) -> Any:
+                lib = me()
+                return -1 if lib is None else lib._engine_planner(lists, top, terms)
+
+            self._engine = module.Engine(self._engine_out, planner, self.ndev)
+            self._engine_tried = True
         if self._engine is None:
             raise BackendError(f"{self._devs[0].info.name}: the device failed earlier (see "
                                "the first error); open a new Library")
@@ -616,11 +564,9 @@ class Library:
     def _drop_engine(self) -> None:
         """No force call from now on (a runtime error: the device's state is unknown); the
         engine's call in flight finished."""
-        eng = self._engine
-        if eng is None:
-            return
-        self._engine = None
-        eng.disable()
+        eng, self._engine = self._engine, None
+        if eng is not None:
+            eng.disable()
 
     def _engine_planner(self, lists: int, top: int, terms: int) -> Any:
         """The engine's planner: the words of every plan (:meth:`_plans`, with neighbour
@@ -643,10 +589,8 @@ class Library:
     def _engine_wait(self) -> None:
         """Before the library works its own way: the engine's call in flight finished (the
         C API's firsthalf leaves one)."""
-        eng = self._engine
-        if eng is None:
-            return
-        self._engine_call(eng.wait)
+        if self._engine is not None:
+            self._engine_call(self._engine.wait)
 
     def _engine_call(self, method: Callable[..., Any], *args: Any) -> Any:
         """A method of the engine; its error as the library's (:meth:`_engine_error`)."""
@@ -682,7 +626,7 @@ class Library:
         if top > self._raw.shape[0]:
             self._grow(top)
         self._pred_terms = max(self._pred_terms, min(terms, self._raw_n - 2))
-        need = max(top, self._n_stored)
+        need = max(top, self.n_stored)
         try:
             for d, dev in enumerate(self._devs):
                 self._lost |= dev.ensure_j_capacity(self._n_local(need, d))
@@ -690,7 +634,7 @@ class Library:
             self._lost = True
             raise
         if self._lost:
-            self._upload = np.arange(self._n_stored, dtype=np.int32)
+            self._upload = np.arange(self.n_stored, dtype=np.int32)
             self._lost = False
 
     def _engine_chunks(self, xi: np.ndarray, vi: np.ndarray, ids: np.ndarray, eps2: float,
@@ -698,35 +642,28 @@ class Library:
                        nj: int) -> ForceResult:
         """:meth:`compute` of more than ``NI_CHUNK`` checked i-particles, one engine call
         per chunk of ``NI_CHUNK``."""
-        eng = self._engine
-        ni, nco, lists = xi.shape[0], self._nco, h2v is not None
-        out = np.empty((nco, ni))
-        counts, table = self._no_lists(ni) if lists else (None, None)
-        for c0 in range(0, ni, NI_CHUNK):
-            c = slice(c0, min(ni, c0 + NI_CHUNK))
-            if not self._engine_call(eng.compute, xi[c], vi[c], ids[c], eps2,
-                                     None if ai is None else ai[c],
-                                     None if ji is None else ji[c], self._time, nj,
-                                     None if h2v is None else h2v[c]):
+        eng, nco = self._engine, self._nco
+        rows, lists = [], []
+        for c0 in range(0, xi.shape[0], NI_CHUNK):
+            c = slice(c0, c0 + NI_CHUNK)
+            ai_c, ji_c, h2_c = (None if u is None else u[c] for u in (ai, ji, h2v))
+            k = self._engine_call(eng.compute, xi[c], vi[c], ids[c], eps2, ai_c, ji_c, nj, h2_c)
+            if not k:
                 raise self._refusal(eng)
-            k = c.stop - c0
-            out[:, c] = self._engine_out[: nco * k].reshape(nco, k)
-            if lists:
-                counts[c], table[c] = self._engine_lists(eng, k)
-        if not lists:
+            rows.append(self._engine_out[: nco * k].reshape(nco, k).copy())
+            if h2v is not None:
+                lists.append(self._engine_lists(eng, k))
+        out = np.concatenate(rows, axis=1)
+        if h2v is None:
             return self._result(out, ids)
-        return self._result(out, ids, counts, [(counts, table)])
-
-    def _no_lists(self, ni: int) -> tuple[np.ndarray, np.ndarray]:
-        """Neighbour counts (ni,) of zero and lists (ni, capacity) of -1: no neighbour."""
-        return (np.zeros(ni, dtype=np.int64),
-                np.full((ni, max(self.nb_capacity, 1)), -1, dtype=np.int32))
+        counts, table = (np.concatenate(part) for part in zip(*lists, strict=True))
+        return self._result(out, ids, counts, (counts, table))
 
     def _engine_lists(self, eng: Any, ni: int) -> tuple[np.ndarray, np.ndarray]:
         """The neighbour counts (ni,) and lists (ni, capacity; ascending, -1 past a list's
         end) of engine ``eng``'s last call (none when no i-particle wanted a list)."""
         counts = np.empty(ni, dtype=np.int64)
-        table = np.empty((ni, max(self.nb_capacity, 1)), dtype=np.int32)
+        table = np.empty((ni, self.nb_capacity), dtype=np.int32)
         eng.lists(counts, table)
         return counts, table
 
@@ -735,7 +672,7 @@ class Library:
         """:meth:`start_compute` in C, or None: the engine did not take the arguments as
         they are (types to convert, or a value the library names)."""
         eng = self._engine
-        ni = self._engine_call(eng.start, x, v, index, eps2, a, jerk, self._time,
+        ni = self._engine_call(eng.start, x, v, index, eps2, a, jerk,
                                self._stored[0] if nj is None else nj, h2)
         if ni == 0:
             return None
@@ -757,22 +694,21 @@ class Library:
         if not lists:
             return self._result(out, index)
         counts, table = self._engine_lists(eng, ni)
-        return self._result(out, index, counts, [(counts, table)])
+        return self._result(out, index, counts, (counts, table))
 
     # -- forces
     def compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None, a: Any = None,
                 nj: int | None = None, jerk: Any = None) -> ForceResult:
         """Forces on i-particles from j-addresses [0, nj); blocking. See :meth:`start_compute`."""
         with self._lock:
-            if self._closed:
-                raise SapporoError(CLOSED)
+            self._check_open()
             eng = self._engine_ready()
             if self._pending is None and (nj is None or type(nj) is int):
                 ph = self._phases
                 t0 = _now() if ph is not None else 0.0
                 if h2 is not None:
                     h2 = _h2_rows(h2, x)
-                ni = self._engine_call(eng.compute, x, v, index, eps2, a, jerk, self._time,
+                ni = self._engine_call(eng.compute, x, v, index, eps2, a, jerk,
                                        self._stored[0] if nj is None else nj, h2)
                 if ni:
                     res = self._engine_result(eng, ni, index, h2 is not None)
@@ -806,11 +742,7 @@ class Library:
         """
         self._check_open()
         self._engine_ready()
-        if self._pending is not None:  # collect what nobody waited for (buffers reused)
-            try:
-                self._pending.result()
-            except SapporoError:
-                pass
+        self._collect_pending()
         if nj is None or type(nj) is int:
             pending = self._engine_begin(x, v, index, eps2,
                                          None if h2 is None else _h2_rows(h2, x), a, jerk, nj)
@@ -836,8 +768,8 @@ class Library:
                              "(compute(..., a=ai, jerk=ji))")
         ji = None if jerk is None else vec3("jerk", jerk, ni)  # checked always, used by 8
         h2v = None if h2 is None else scalars("h2", h2, ni, nonneg=True)
-        nj = self._n_stored if nj is None else int_arg("nj", nj, 0, self._n_stored,
-                                                       " (addresses stored)")
+        nj = self.n_stored if nj is None else int_arg("nj", nj, 0, self.n_stored,
+                                                      " (addresses stored)")
         if ph is not None:
             ph["checks"] += _now() - t0
         if ni > NI_CHUNK:  # more than one launch: computed now, in chunks
@@ -850,12 +782,18 @@ class Library:
         self._pending = pending
         return pending
 
-    def _result(self, out: np.ndarray, ids: Any,
-                counts: np.ndarray | None = None,
-                lists: list[tuple[np.ndarray, np.ndarray]] | None = None) -> ForceResult:
-        """The :class:`ForceResult` of the combined rows ``out`` (nco, ni), which the engine
-        found finite, with the neighbour counts and each device's lists when they were
-        asked for. The one reader of result rows in Python."""
+    def _result(self, out: np.ndarray, ids: Any, counts: np.ndarray | None = None,
+                lists: tuple[np.ndarray, np.ndarray] | None = None,
+                checked: bool = True) -> ForceResult:
+        """The :class:`ForceResult` of the combined rows ``out`` (nco, ni), with the
+        neighbour counts and lists (see ``ForceResult._lists``) when they were asked for;
+        ``checked``: the engine found the rows finite (the MPI layer's sums of finite parts
+        are checked here). The one reader of result rows in Python."""
+        if not checked and not all_finite(out[self._filled_rows]):
+            bad = np.flatnonzero(~np.isfinite(out[self._filled_rows]).all(axis=0))
+            raise NonFiniteError(f"non-finite force on i-particle {bad[0]} (id "
+                                 f"{int(ids[bad[0]])}) and {bad.size - 1} other(s): the sum "
+                                 "of finite parts overflowed")
         out = out.copy()  # (the engine's rows are its buffer)
         order = self.order
         if out.shape[1] == 1:  # one i-particle (a block step's usual): views of the copy
@@ -876,8 +814,6 @@ class Library:
         nn_id = out[OC_NNID].astype(np.int64)
         ngb = counts is not None
         overflow = bool(ngb and np.maximum.reduce(counts, initial=0) > self.nb_capacity)
-        return ForceResult(
-            acc=acc, jerk=jerk, snap=snap, crackle=crackle, pot=pot, nn_index=nn_id,
-            nn_r2=nn_r2, neighbour_counts=counts, overflow=overflow, capacity=self.nb_capacity,
-            _lists=lists or [], _rows=out,
-        )
+        return ForceResult(acc=acc, jerk=jerk, snap=snap, crackle=crackle, pot=pot,
+                           nn_index=nn_id, nn_r2=nn_r2, neighbour_counts=counts,
+                           overflow=overflow, capacity=self.nb_capacity, _lists=lists, _rows=out)

@@ -7,13 +7,6 @@
 
 #include "engine.h"
 
-static double bits_to_double(int64_t w)
-{
-    double d;
-    memcpy(&d, &w, sizeof d);
-    return d;
-}
-
 static void unpack_launch(struct dlaunch *l, const int64_t *w)
 {
     l->queue = (void *)(intptr_t)w[DL_QUEUE];
@@ -63,7 +56,6 @@ int plan_unpack(struct dplan *p, const int64_t *w, int lists)
     p->ds = (int)w[DP_DS];
     p->check_rows = (int)w[DP_CHECK_ROWS];
     p->spin_ns = (long)w[DP_SPIN_NS];
-    p->time0 = bits_to_double(w[DP_TIME_BITS]);
     p->max_id = (long)w[DP_MAX_ID];
     p->idata = (double *)(intptr_t)w[DP_IDATA];
     p->out = (double *)(intptr_t)w[DP_OUT];

@@ -54,9 +54,9 @@ class ForceResult:
     neighbour_counts: np.ndarray | None = None
     overflow: bool = False
     capacity: int = DEFAULT_NB_CAPACITY
-    #: per device (or part): (counts (ni,), lists (ni, >= capacity) of ids); the lists of
-    #: i-particle k are the first min(count, width) entries of each
-    _lists: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list, repr=False)
+    #: (counts (ni,), lists (ni, width) of ids): the neighbours of i-particle k are the
+    #: first min(count, width, capacity) entries of row k, ascending
+    _lists: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
     #: the library's result rows these were read from (sapporo/layout.h: (nco, ni)), which
     #: the C API and the MPI layer pass on as they are
     _rows: np.ndarray | None = field(default=None, repr=False)
@@ -68,17 +68,13 @@ class ForceResult:
 
     def neighbours(self, k: int) -> np.ndarray:
         """Ascending ids of the neighbours of the k-th i-particle (at most ``capacity``)."""
-        if self.neighbour_counts is None:
+        if self.neighbour_counts is None or self._lists is None:
             raise InputError("neighbours: no neighbour lists were computed (pass h2 to compute)")
-        if len(self._lists) == 1 and type(k) is int and -self.acc.shape[0] <= k < self.acc.shape[0]:
-            # the engine's lists: each ascending, the first `capacity` of them
-            counts, lists = self._lists[0]
-            return lists[k, : min(int(counts[k]), lists.shape[1], self.capacity)].astype(np.int64)
-        k = int_arg("neighbours: k", k, -self.ni, self.ni - 1,
-                    f" (out of range for {self.ni} i-particles)") % self.ni
-        parts = [lists[k, : min(int(counts[k]), lists.shape[1])] for counts, lists in self._lists]
-        ids = np.sort(np.concatenate(parts).astype(np.int64)) if parts else np.zeros(0, np.int64)
-        return ids[: self.capacity]
+        if not (type(k) is int and -self.ni <= k < self.ni):
+            k = int_arg("neighbours: k", k, -self.ni, self.ni - 1,
+                        f" (out of range for {self.ni} i-particles)")
+        counts, lists = self._lists
+        return lists[k, : min(int(counts[k]), lists.shape[1], self.capacity)].astype(np.int64)
 
 
 class PendingForce:

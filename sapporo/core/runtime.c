@@ -22,9 +22,6 @@ static uint64_t arg_word(const struct dlaunch *l, int k, uint64_t call_value, in
     return v;
 }
 
-/* Queue a launch with its arguments (call_value at its call argument, ni at its ni
- * argument); the runtime's error code (0: queued). OpenCL: event (may be NULL) receives
- * the launch's event; CUDA has none (*event stays NULL: the stream is waited for). */
 dcl_int plan_launch(const struct dplan *p, const struct dlaunch *l, uint64_t call_value,
                            int ni, void **event)
 {
@@ -53,8 +50,6 @@ dcl_int plan_launch(const struct dplan *p, const struct dlaunch *l, uint64_t cal
     return rc;
 }
 
-/* Queue a copy of size bytes from host memory src to device memory mem + offset (the copy
- * reads src later: keep it until the queue has finished). */
 dcl_int drv_write(const struct dplan *p, void *queue, void *mem, size_t offset,
                          size_t size, const void *src)
 {
@@ -65,8 +60,6 @@ dcl_int drv_write(const struct dplan *p, void *queue, void *mem, size_t offset,
     return rc;
 }
 
-/* Copy size bytes from host memory src to device memory mem + offset now: after everything
- * queued before it, and src no longer needed when it returns. */
 dcl_int drv_write_now(const struct dplan *p, void *queue, void *mem, size_t offset,
                              size_t size, const void *src)
 {
@@ -79,8 +72,6 @@ dcl_int drv_write_now(const struct dplan *p, void *queue, void *mem, size_t offs
     return rc;
 }
 
-/* Queue a copy of size bytes from device memory mem to host memory dst (filled once the
- * queue has finished). */
 dcl_int drv_read(const struct dplan *p, void *queue, void *mem, size_t size, void *dst)
 {
     dcl_int rc;
@@ -90,7 +81,6 @@ dcl_int drv_read(const struct dplan *p, void *queue, void *mem, size_t size, voi
     return rc;
 }
 
-/* Wait until everything queued on queue has run. */
 dcl_int drv_finish(const struct dplan *p, void *queue)
 {
     dcl_int rc;
@@ -100,7 +90,6 @@ dcl_int drv_finish(const struct dplan *p, void *queue)
     return rc;
 }
 
-/* Whether queue (CUDA) or event ev (OpenCL) is still running: 1, or 0 (done or failed). */
 int drv_busy(const struct dplan *p, void *queue, void *ev, dcl_int *status)
 {
     dcl_int rc;
@@ -114,9 +103,6 @@ int drv_busy(const struct dplan *p, void *queue, void *ev, dcl_int *status)
         && *status > 0;
 }
 
-/* Wait for a launch queued on queue (its event ev, or NULL), polling for p->spin_ns before
- * sleeping (a sleeping wait costs a thread wake-up, tens of us); ev is not released. 0 when
- * it completed; else the OpenCL error, and *status its execution status. */
 dcl_int plan_wait(const struct dplan *p, void *queue, void *ev, dcl_int *status)
 {
     dcl_int rc;

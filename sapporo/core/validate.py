@@ -21,17 +21,8 @@ import numpy as np
 from sapporo.core import layout
 from sapporo.errors import InputError
 
-__all__ = [
-    "COORD_LIMIT",
-    "all_finite",
-    "int_arg",
-    "ints",
-    "positive",
-    "real_array",
-    "scalar",
-    "scalars",
-    "vec3",
-]
+__all__ = ["COORD_LIMIT", "all_finite", "int_arg", "ints", "positive", "real_array", "scalar",
+           "scalars", "vec3"]
 
 #: arrays up to this size are checked in Python floats (a numpy reduction costs ~1.5 us)
 SMALL = 48
@@ -122,10 +113,9 @@ def vec3(name: str, value: Any, n: int | None, limit: float | None = None) -> np
                else float(np.abs(arr).max()))
         if big >= limit:
             bad = int(np.flatnonzero((np.abs(arr) >= limit).any(axis=1))[0])
-            raise InputError(
-                f"{name}: value in row {bad} too large ({arr[bad].tolist()}): squared "
-                f"distances would overflow double; magnitudes must stay below {limit:g}"
-            )
+            raise InputError(f"{name}: value in row {bad} too large ({arr[bad].tolist()}): "
+                             "squared distances would overflow double; magnitudes must stay "
+                             f"below {limit:g}")
     return np.ascontiguousarray(arr)
 
 
@@ -149,17 +139,16 @@ def ints(name: str, value: Any, n: int | None, lo: int, hi: int) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     kind = arr.dtype.kind
     if kind == "f":
-        if not (np.all(np.isfinite(arr)) and np.all(arr == np.round(arr))):
-            bad = arr[~(np.isfinite(arr) & (arr == np.round(arr)))][0]
-            raise InputError(f"{name}: expected integers, got {bad.item()!r}")
+        bad = arr[~(np.isfinite(arr) & (arr == np.round(arr)))]
+        if bad.size:
+            raise InputError(f"{name}: expected integers, got {bad[0].item()!r}")
     elif kind not in "iu":
         raise InputError(f"{name}: expected integers, got dtype {arr.dtype}")
     if arr.size <= SMALL:  # Python numbers: a numpy min and max cost ~3 us
         vals = arr.tolist()
-        bad_vals = [x for x in vals if x < lo or x > hi] if (min(vals) < lo or max(vals) > hi) \
-            else []
-        if bad_vals:
-            raise InputError(f"{name}: value {_fmt(bad_vals[0])} outside [{lo}, {hi}]")
+        if min(vals) < lo or max(vals) > hi:
+            bad = next(x for x in vals if not lo <= x <= hi)
+            raise InputError(f"{name}: value {_fmt(bad)} outside [{lo}, {hi}]")
         return arr.astype(np.int64, copy=False)
     if kind == "u":
         out = bool(arr.max() > hi) or lo > 0 and bool(arr.min() < lo)
@@ -189,7 +178,8 @@ def scalars(name: str, value: Any, n: int, nonneg: bool = False) -> np.ndarray:
     if arr.shape != (n,):
         raise InputError(f"{name}: expected a scalar or shape ({n},), got {arr.shape}")
     if not all_finite(arr):
-        raise InputError(f"{name}: non-finite value at position {int(np.argmin(np.isfinite(arr)))}")
+        bad = int(np.argmin(np.isfinite(arr)))
+        raise InputError(f"{name}: non-finite value at position {bad}")
     if nonneg and (arr < 0).any():
         raise InputError(f"{name}: negative value at position {int(np.argmax(arr < 0))}")
     return arr

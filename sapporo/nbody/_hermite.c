@@ -15,14 +15,14 @@
  *      predict_taylor / predict_taylor8, the same Horner form and operation order);
  *   3. the force call: through the library's native engine (sapporo/engine_api.h, the
  *      capsule sapporo.core._engine.C_API), or, for a library without one (MPI's), through
- *      the integrator's Python method _py_force (the library's way);
+ *      the integrator's Python method _py_force (the library's way), which reads the
+ *      block from _w_act and _w and writes the forces into _r and _r_pot;
  *   4. the corrector, the interpolated derivatives, the step criterion with its force-noise
  *      guard and floor, the new power-of-two step (the formulas of docs/integrator.md);
  *   5. the new j-particles: engine put_j, or the integrator's _py_send.
  *
  * Counters (steps, block steps, fallback steps, force calls, interactions, library
- * seconds, run seconds) count what the core did since the integrator last took them;
- * force calls made by _py_force are counted by the integrator itself.
+ * seconds, run seconds) count what the core did since the integrator last took them.
  *
  * Compiled without FMA contraction (setup.py: -ffp-contract=off), so that each formula rounds
  * as its NumPy statement does.
@@ -47,26 +47,12 @@ enum { CRIT_AARSETH = 0, CRIT_GENERALISED = 1, CRIT_AVERAGE = 2 };
 #define FLOOR_FRACTION 0.125
 #define RESOLVED_FACTOR 2.0
 
-/* (Aarseth, generalised) scale factors of the fallback criterion per order */
-static void fallback_scale(int order, double *ca, double *cg)
-{
-    if (order == 4) {
-        *ca = 0.27;
-        *cg = 0.27;
-    }
-    else if (order == 6) {
-        *ca = 0.74;
-        *cg = 0.32;
-    }
-    else {
-        *ca = 0.73;
-        *cg = 0.17;
-    }
-}
+/* (Aarseth, generalised) scale factors of the fallback criterion at orders 4, 6 and 8 */
+static const double FALLBACK_SCALE[3][2] = {{0.27, 0.27}, {0.74, 0.32}, {0.73, 0.17}};
 
 /* The degree-7 Hermite interpolant of the 8th-order scheme about the step's midpoint: even
  * and odd coefficients from the half sums and differences (inverses of constant 4x4
- * systems), and d^k a/dT^k = sum_n DER8[k][n] D_n / tau^k. */
+ * systems: interp8), and d^k a/dT^k = sum_n n! / (n - k)! D_n / tau^k (deriv8). */
 static const double EVEN8[4][4] = {
     {1.0, -11.0 / 16.0, 3.0 / 16.0, -1.0 / 48.0},
     {0.0, 15.0 / 16.0, -7.0 / 16.0, 1.0 / 16.0},
@@ -91,10 +77,34 @@ static double perm(int n, int k)
     return p;
 }
 
+/* The interpolant's coefficients D[8]: D[2r] from the even inputs, D[2r + 1] from the odd
+ * ones (with absolute: by the matrices' absolute values, for error bounds). */
+static void interp8(const double *even, const double *odd, int absolute, double *D)
+{
+    for (int r = 0; r < 4; r++) {
+        double e = 0.0, o = 0.0;
+        for (int c = 0; c < 4; c++) {
+            e += (absolute ? fabs(EVEN8[r][c]) : EVEN8[r][c]) * even[c];
+            o += (absolute ? fabs(ODD8[r][c]) : ODD8[r][c]) * odd[c];
+        }
+        D[2 * r] = e;
+        D[2 * r + 1] = o;
+    }
+}
+
+/* d^k a/dT^k at the end of the step from the interpolant's coefficients D, tau the half step */
+static double deriv8(const double *D, int k, double tau)
+{
+    double s = 0.0;
+    for (int n = 0; n < 8; n++)
+        s += perm(n, k) * D[n];
+    return s / pow(tau, k);
+}
+
 /* NumPy's maximum: NaN when either is NaN */
 static double nmax(double a, double b)
 {
-    return (isnan(a) || a > b) ? a : (isnan(b) ? b : (a > b ? a : b));
+    return (isnan(a) || a > b) ? a : b;
 }
 
 /* the largest power of two <= x (x positive and finite) */
@@ -145,9 +155,9 @@ static double criterion_value(const struct params *p, const double *n)
  * |a| / sqrt(|j|^2 + |a||s|) (6th and 8th). */
 static double fallback_value(const struct params *p, double na, double nj, double ns)
 {
-    double ca, cg, t1;
-    fallback_scale(p->order, &ca, &cg);
-    t1 = p->order == 4 ? 1.0 * na / nj : 1.0 * na / sqrt(nj * nj + na * ns);
+    const double ca = FALLBACK_SCALE[(p->order - 4) / 2][0];
+    const double cg = FALLBACK_SCALE[(p->order - 4) / 2][1];
+    double t1 = p->order == 4 ? 1.0 * na / nj : 1.0 * na / sqrt(nj * nj + na * ns);
     if (p->criterion == CRIT_AARSETH)
         return ca * sqrt(p->eta) * t1;
     if (p->criterion == CRIT_GENERALISED)
@@ -173,21 +183,9 @@ static int unresolved(const struct params *p, double tau, const double *n0, cons
     else if (p->order == 8) {
         double ds = noise * nmax(n0[2], n[2]), dc = noise * nmax(n0[3], n[3]);
         double e_in[4] = {da, tau * dj, tau * tau * ds, tau * tau * tau * dc}, dd[8];
-        for (int r = 0; r < 4; r++) {
-            double de = 0.0, dodd = 0.0;
-            for (int c = 0; c < 4; c++) {
-                de += fabs(EVEN8[r][c]) * e_in[c];
-                dodd += fabs(ODD8[r][c]) * e_in[c];
-            }
-            dd[2 * r] = de;
-            dd[2 * r + 1] = dodd;
-        }
-        for (int k = 5; k < 8; k++) {
-            double s = 0.0;
-            for (int q = 0; q < 8; q++)
-                s += perm(q, k) * dd[q];
-            bound[k] = s / pow(tau, k);
-        }
+        interp8(e_in, e_in, 1, dd);
+        for (int k = 5; k < 8; k++)
+            bound[k] = deriv8(dd, k, tau);
         if (p->criterion == CRIT_AARSETH)
             return 0;  /* a, j, s, c: all computed by the library */
         lo = 5;
@@ -263,9 +261,10 @@ typedef struct {
     /* the state (the integrator's arrays) */
     double *x, *v, *a, *jk, *s, *c, *pop, *d5, *pot, *t, *dt, *m;
     int64_t *ids, *counts;
-    /* the block, in the integrator's work arrays (the Python way reads them) */
-    int64_t *w_act, *w_ids;
-    double *w_x, *w_v, *w_a, *w_j, *r_acc, *r_jerk, *r_snap, *r_crackle, *r_pot;
+    /* the block, in the integrator's work arrays (the Python way reads them): its
+     * particles, their predicted x, v, a, jerk (w) and their acc, jerk, snap, crackle (r) */
+    int64_t *w_act;
+    double *w[4], *r[4], *r_pot, *crit;  /* (crit: the trial steps' criteria) */
     /* C work */
     int *act, *index32;
     double *rows, *rec;
@@ -298,6 +297,7 @@ static void *view_attr(Core *self, PyObject *owner, const char *name, Py_ssize_t
     PyObject *obj = PyObject_GetAttrString(owner, name);
     Py_buffer *b;
     char f;
+    int rc;
     if (obj == NULL)
         return NULL;
     if (self->nviews >= (int)(sizeof self->views / sizeof self->views[0])) {
@@ -306,11 +306,10 @@ static void *view_attr(Core *self, PyObject *owner, const char *name, Py_ssize_t
         return NULL;
     }
     b = &self->views[self->nviews];
-    if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
-        Py_DECREF(obj);
-        return NULL;
-    }
+    rc = PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE);
     Py_DECREF(obj);
+    if (rc < 0)
+        return NULL;
     self->nviews++;
     f = b->format == NULL ? 'B' : b->format[strlen(b->format) - 1];
     if (b->itemsize != 8 || b->len != 8 * elems
@@ -320,14 +319,6 @@ static void *view_attr(Core *self, PyObject *owner, const char *name, Py_ssize_t
         return NULL;
     }
     return b->buf;
-}
-
-static int core_clear_views(Core *self)
-{
-    for (int k = 0; k < self->nviews; k++)
-        PyBuffer_Release(&self->views[k]);
-    self->nviews = 0;
-    return 0;
 }
 
 /* Particle i into the queue at time t (a new entry where no particle is due then). */
@@ -379,47 +370,29 @@ static int cmp_int(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Predict the k particles of act[] by h_q = tb - t[i] into the work arrays. */
+/* 1 / k!: the Taylor coefficients of the predictor */
+static const double INV_FACT[8] = {1.0, 1.0, 0.5, 1.0 / 6.0, 1.0 / 24.0, 1.0 / 120.0,
+                                   1.0 / 720.0, 1.0 / 5040.0};
+
+/* Predict the k particles of act[] by h = tb - t[i] into w[] (x, v, a and jerk): the Taylor
+ * series through the order's last derivative (4: jerk, 6: crackle, 8: d5) in the Horner
+ * form of predict_taylor8, innermost term first. */
 static void predict_block(Core *self, int k, double tb)
 {
-    const int order = self->p.order;
+    const int nd = self->p.order;  /* x, v, a and its derivatives up to the order's last */
+    const double *state[8] = {self->x, self->v, self->a, self->jk, self->s, self->c,
+                              self->pop, self->d5};
     for (int q = 0; q < k; q++) {
         const int i = self->act[q];
         const double h = tb - self->t[i];
         self->w_act[q] = i;
-        self->w_ids[q] = self->ids[i];
-        for (int d = 0; d < 3; d++) {
-            const int o = 3 * i + d, w = 3 * q + d;
-            const double x = self->x[o], v = self->v[o], a = self->a[o], j = self->jk[o];
-            if (order == 4) {
-                self->w_x[w] = x + h * (v + h * (a * 0.5 + h * (j * (1.0 / 6.0))));
-                self->w_v[w] = v + h * (a + h * (j * 0.5));
-                self->w_a[w] = a + h * j;
-                self->w_j[w] = j;
+        for (int d = 0; d < 3; d++)
+            for (int out = 0; out < 4; out++) {
+                double sum = state[nd - 1][3 * i + d] * INV_FACT[nd - 1 - out];
+                for (int m = nd - 2; m >= out; m--)
+                    sum = state[m][3 * i + d] * INV_FACT[m - out] + h * sum;
+                self->w[out][3 * q + d] = sum;
             }
-            else if (order == 6) {
-                const double s = self->s[o], c = self->c[o];
-                self->w_x[w] = x + h * (v + h * (a * 0.5 + h * (j * (1.0 / 6.0) + h * (
-                    s * (1.0 / 24.0) + h * (c * (1.0 / 120.0))))));
-                self->w_v[w] = v + h * (a + h * (j * 0.5 + h * (s * (1.0 / 6.0) + h * (
-                    c * (1.0 / 24.0)))));
-                self->w_a[w] = a + h * (j + h * (s * 0.5 + h * (c * (1.0 / 6.0))));
-                self->w_j[w] = j;
-            }
-            else {
-                const double s = self->s[o], c = self->c[o], pp = self->pop[o];
-                const double p5 = self->d5[o];
-                self->w_x[w] = x + h * (v + h * (a * 0.5 + h * (j * (1.0 / 6.0) + h * (
-                    s * (1.0 / 24.0) + h * (c * (1.0 / 120.0) + h * (
-                        pp * (1.0 / 720.0) + h * (p5 * (1.0 / 5040.0))))))));
-                self->w_v[w] = v + h * (a + h * (j * 0.5 + h * (s * (1.0 / 6.0) + h * (
-                    c * (1.0 / 24.0) + h * (pp * (1.0 / 120.0) + h * (p5 * (1.0 / 720.0)))))));
-                self->w_a[w] = a + h * (j + h * (s * 0.5 + h * (c * (1.0 / 6.0) + h * (
-                    pp * (1.0 / 24.0) + h * (p5 * (1.0 / 120.0))))));
-                self->w_j[w] = j + h * (s + h * (c * 0.5 + h * (pp * (1.0 / 6.0)
-                                                                + h * (p5 * (1.0 / 24.0)))));
-            }
-        }
     }
 }
 
@@ -434,40 +407,45 @@ static int engine_error(Core *self, int rc)
     return -1;
 }
 
-/* The forces on the block at tb into r_*: the engine, or the Python way. 0 or -1. */
+/* A Python call's result dropped: 0, or -1 when it raised. */
+static int called(PyObject *result)
+{
+    Py_XDECREF(result);
+    return result == NULL ? -1 : 0;
+}
+
+/* The forces on the block at tb into r[] and r_pot: the engine, or the Python way. 0 or -1. */
 static int force_block(Core *self, int k, double tb)
 {
     double t0 = now();
-    if (self->engine != NULL) {
+    if (self->engine == NULL) {
+        if (called(PyObject_CallFunction(self->py_force, "id", k, tb)) < 0)
+            return -1;
+    }
+    else {
         void *eng = self->eng;
         int rc;
         for (int q = 0; q < k; q++)
-            self->index32[q] = (int)self->w_ids[q];
+            self->index32[q] = (int)self->ids[self->act[q]];
         /* without the GIL, as the C API calls the engine (other threads run meanwhile; the
          * caller holds the library's lock) */
         Py_BEGIN_ALLOW_THREADS
-        rc = self->api->start(eng, self->nj, k, self->index32, self->w_x, self->w_v,
-                              self->p.order >= 6 ? self->w_a : NULL,
-                              self->p.order >= 8 ? self->w_j : NULL, self->eps2, NULL, 1, tb);
+        self->api->set_time(eng, tb);
+        rc = self->api->start(eng, self->nj, k, self->index32, self->w[0], self->w[1],
+                              self->p.order >= 6 ? self->w[2] : NULL,
+                              self->p.order >= 8 ? self->w[3] : NULL, self->eps2, NULL);
         if (rc > 0)
             rc = self->api->finish(eng, k, self->rows);
         Py_END_ALLOW_THREADS
         if (rc < 0)
             return engine_error(self, rc);
-        rows_out(self->rows, k, self->p.order, self->r_acc, self->r_jerk,
-                 self->p.order >= 6 ? self->r_snap : NULL,
-                 self->p.order >= 8 ? self->r_crackle : NULL, self->r_pot, NULL, NULL);
-        self->library_seconds += now() - t0;
-        self->force_calls++;
-        self->interactions += (long long)k * self->n;
-        return 0;
+        rows_out(self->rows, k, self->p.order, self->r[0], self->r[1],
+                 self->p.order >= 6 ? self->r[2] : NULL, self->p.order >= 8 ? self->r[3] : NULL,
+                 self->r_pot, NULL, NULL);
     }
-    {
-        PyObject *r = PyObject_CallFunction(self->py_force, "id", k, tb);
-        if (r == NULL)
-            return -1;
-        Py_DECREF(r);
-    }
+    self->library_seconds += now() - t0;
+    self->force_calls++;
+    self->interactions += (long long)k * self->n;
     return 0;
 }
 
@@ -496,13 +474,7 @@ static int send_block(Core *self, int k, double tb)
         Py_END_ALLOW_THREADS
         return rc < 0 ? engine_error(self, rc) : 0;
     }
-    {
-        PyObject *r = PyObject_CallFunction(self->py_send, "i", k);
-        if (r == NULL)
-            return -1;
-        Py_DECREF(r);
-    }
-    return 0;
+    return called(PyObject_CallFunction(self->py_send, "i", k));
 }
 
 /* Corrector, derivatives and step of block particle q (index i, step h): the new state into
@@ -515,7 +487,7 @@ static void correct_one(Core *self, int q, int i, double h, double tb, int commi
     const double tau = 0.5 * h;
     double nrm0[4], nrm[8] = {0};
     double x1[3], v1[3], s1[3], c1[3], d4[3] = {0}, d5[3] = {0}, d6[3] = {0}, d7[3] = {0};
-    const double *a1 = self->r_acc + 3 * q, *j1 = self->r_jerk + 3 * q;
+    const double *a1 = self->r[0] + 3 * q, *j1 = self->r[1] + 3 * q;
     const double *a0 = self->a + 3 * i, *j0 = self->jk + 3 * i;
     const double *x0 = self->x + 3 * i, *v0 = self->v + 3 * i;
     const double *s0 = self->s + 3 * i, *c0 = self->c + 3 * i;
@@ -532,7 +504,7 @@ static void correct_one(Core *self, int q, int i, double h, double tb, int commi
             }
         }
         else if (order == 6) {
-            const double sn = self->r_snap[3 * q + d], so = s0[d];
+            const double sn = self->r[2][3 * q + d], so = s0[d];
             v1[d] = v0[d] + h * (0.5 * (a1[d] + a0[d]) + h * (-0.1 * (j1[d] - j0[d])
                                  + h * ((1.0 / 120.0) * (sn + so))));
             x1[d] = x0[d] + h * (0.5 * (v1[d] + v0[d]) + h * (-0.1 * (a1[d] - a0[d])
@@ -549,7 +521,7 @@ static void correct_one(Core *self, int q, int i, double h, double tb, int commi
             }
         }
         else {
-            const double sn = self->r_snap[3 * q + d], cn = self->r_crackle[3 * q + d];
+            const double sn = self->r[2][3 * q + d], cn = self->r[3][3 * q + d];
             const double so = s0[d], co = c0[d];
             v1[d] = v0[d] + h * (0.5 * (a0[d] + a1[d]) + h * ((3.0 / 28.0) * (j0[d] - j1[d])
                 + h * ((1.0 / 84.0) * (so + sn) + h * ((1.0 / 1680.0) * (co - cn)))));
@@ -561,46 +533,25 @@ static void correct_one(Core *self, int q, int i, double h, double tb, int commi
                                         t2 * 0.5 * (sn + so), t3 * 0.5 * (cn - co)};
                 const double odd[4] = {0.5 * (a1[d] - a0[d]), tau * 0.5 * (j1[d] + j0[d]),
                                        t2 * 0.5 * (sn - so), t3 * 0.5 * (cn + co)};
-                double D[8], out[4];
-                for (int r = 0; r < 4; r++) {
-                    double e = 0.0, o = 0.0;
-                    for (int cc = 0; cc < 4; cc++) {
-                        e += EVEN8[r][cc] * even[cc];
-                        o += ODD8[r][cc] * odd[cc];
-                    }
-                    D[2 * r] = e;
-                    D[2 * r + 1] = o;
-                }
-                for (int kk = 4; kk < 8; kk++) {
-                    double sum = 0.0;
-                    for (int nn = 0; nn < 8; nn++)
-                        sum += perm(nn, kk) * D[nn];
-                    out[kk - 4] = sum / pow(tau, kk);
-                }
+                double D[8];
+                interp8(even, odd, 0, D);
                 s1[d] = sn;
                 c1[d] = cn;
-                d4[d] = out[0];
-                d5[d] = out[1];
-                d6[d] = out[2];
-                d7[d] = out[3];
+                d4[d] = deriv8(D, 4, tau);
+                d5[d] = deriv8(D, 5, tau);
+                d6[d] = deriv8(D, 6, tau);
+                d7[d] = deriv8(D, 7, tau);
             }
         }
     }
-    nrm0[0] = norm3(a0);
-    nrm0[1] = norm3(j0);
-    nrm0[2] = order >= 6 ? norm3(s0) : 0.0;
-    nrm0[3] = order >= 8 ? norm3(c0) : 0.0;
-    nrm[0] = norm3(a1);
-    nrm[1] = norm3(j1);
-    nrm[2] = norm3(s1);
-    nrm[3] = norm3(c1);
-    if (order >= 6) {
-        nrm[4] = norm3(d4);
-        nrm[5] = norm3(d5);
-    }
-    if (order == 8) {
-        nrm[6] = norm3(d6);
-        nrm[7] = norm3(d7);
+    {
+        /* the norms at the start of the step (a, j, and the snap and crackle the library
+         * computed), and at its end (a to the order's last interpolated derivative) */
+        const double *start[4] = {a0, j0, s0, c0}, *end[8] = {a1, j1, s1, c1, d4, d5, d6, d7};
+        for (int k = 0; k < 4; k++)
+            nrm0[k] = k < order / 2 ? norm3(start[k]) : 0.0;
+        for (int k = 0; k < order; k++)
+            nrm[k] = norm3(end[k]);
     }
     *crit = guarded_step(&self->p, tau, nrm0, nrm, fell);
     if (!commit)
@@ -668,104 +619,61 @@ static PyObject *Core_run(Core *self, PyObject *args)
 {
     double t_limit, budget, t0 = now();
     long long max_steps, done = 0;
+    int failed = 0;
     if (!PyArg_ParseTuple(args, "ddL", &t_limit, &budget, &max_steps))
         return NULL;
     if (self->act == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Core is not initialised");
         return NULL;
     }
-    while (self->time < t_limit) {
-        if (block_step(self, t_limit) < 0) {
-            self->seconds += now() - t0;
-            return NULL;
-        }
-        if (PyErr_CheckSignals() < 0) {
-            self->seconds += now() - t0;
-            return NULL;
-        }
+    while (!failed && self->time < t_limit) {
+        failed = block_step(self, t_limit) < 0 || PyErr_CheckSignals() < 0;
         if (self->stop || now() - t0 >= budget || ++done == max_steps)
             break;
     }
     self->seconds += now() - t0;
-    return PyFloat_FromDouble(self->time);
+    return failed ? NULL : PyFloat_FromDouble(self->time);
 }
 
-/* trial(idx, h, out): the guarded criterion of particles idx (all at the same time) after a
- * trial step of h, into out; nothing is committed or sent. */
+/* trial(k, h): the guarded criterion of the k particles _w_act[:k] (all at the same time)
+ * after a trial step of h, into _crit[:k]; nothing is committed or sent. */
 static PyObject *Core_trial(Core *self, PyObject *args)
 {
-    PyObject *idx_obj, *out_obj;
     double h, tb, t0 = now();
-    Py_buffer ib, ob;
-    int k;
-    if (!PyArg_ParseTuple(args, "OdO", &idx_obj, &h, &out_obj))
+    int k, failed;
+    if (!PyArg_ParseTuple(args, "id", &k, &h))
         return NULL;
-    if (self->act == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "Core is not initialised");
+    if (self->act == NULL || k < 1 || k > self->n || !(h > 0.0)) {
+        PyErr_SetString(PyExc_ValueError, "trial: an initialised Core, 1 <= k <= n, h > 0");
         return NULL;
-    }
-    if (PyObject_GetBuffer(idx_obj, &ib, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-        return NULL;
-    if (PyObject_GetBuffer(out_obj, &ob, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE)
-        < 0) {
-        PyBuffer_Release(&ib);
-        return NULL;
-    }
-    k = (int)(ib.len / 8);
-    if (ib.itemsize != 8 || ob.itemsize != 8 || ob.len < ib.len || k < 1 || k > self->n
-        || !(h > 0.0)) {
-        PyErr_SetString(PyExc_ValueError, "trial: int64 indices, float64 out, h > 0");
-        goto fail;
     }
     for (int q = 0; q < k; q++) {
-        int64_t i = ((const int64_t *)ib.buf)[q];
-        if (i < 0 || i >= self->n) {
+        if (self->w_act[q] < 0 || self->w_act[q] >= self->n) {
             PyErr_SetString(PyExc_ValueError, "trial: index out of range");
-            goto fail;
+            return NULL;
         }
-        self->act[q] = (int)i;
+        self->act[q] = (int)self->w_act[q];
     }
     tb = self->t[self->act[0]] + h;
     predict_block(self, k, tb);
-    if (force_block(self, k, tb) < 0)
-        goto fail;
-    for (int q = 0; q < k; q++) {
+    failed = force_block(self, k, tb) < 0;
+    for (int q = 0; q < k && !failed; q++) {
         int fell;
-        correct_one(self, q, self->act[q], h, tb, 0, 0.0, (double *)ob.buf + q, &fell);
+        correct_one(self, q, self->act[q], h, tb, 0, 0.0, self->crit + q, &fell);
     }
-    PyBuffer_Release(&ib);
-    PyBuffer_Release(&ob);
     self->seconds += now() - t0;
+    if (failed)
+        return NULL;
     Py_RETURN_NONE;
-fail:
-    PyBuffer_Release(&ib);
-    PyBuffer_Release(&ob);
-    self->seconds += now() - t0;
-    return NULL;
-}
-
-static void Core_free_work(Core *self)
-{
-    free(self->act);
-    free(self->index32);
-    free(self->due);
-    free(self->first);
-    free(self->next);
-    free(self->rows);
-    free(self->rec);
-    self->act = self->index32 = self->first = self->next = NULL;
-    self->due = self->rows = self->rec = NULL;
 }
 
 static int parse_criterion(PyObject *obj)
 {
+    static const char *const names[] = {"aarseth", "generalised", "average"};  /* CRIT_* */
     const char *s = PyUnicode_Check(obj) ? PyUnicode_AsUTF8(obj) : NULL;
-    if (s != NULL && strcmp(s, "aarseth") == 0)
-        return CRIT_AARSETH;
-    if (s != NULL && strcmp(s, "generalised") == 0)
-        return CRIT_GENERALISED;
-    if (s != NULL && strcmp(s, "average") == 0)
-        return CRIT_AVERAGE;
+    for (int c = 0; s != NULL && c < 3; c++)
+        if (strcmp(s, names[c]) == 0)
+            return c;
     if (!PyErr_Occurred())
         PyErr_SetString(PyExc_ValueError, "criterion must be aarseth, generalised or average");
     return -1;
@@ -785,6 +693,7 @@ static int get_double(PyObject *owner, const char *name, double *out)
 static int Core_init(Core *self, PyObject *args, PyObject *kwds)
 {
     PyObject *integ, *capsule, *engine, *o;
+    double order, count, nj, *w, *r;
     Py_ssize_t n;
     static char *kwlist[] = {"integrator", "api", "engine", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO", kwlist, &integ, &capsule, &engine))
@@ -793,37 +702,32 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_RuntimeError, "Core is initialised once");
         return -1;
     }
-    if ((o = PyObject_GetAttrString(integ, "order")) == NULL)
+    if (get_double(integ, "order", &order) < 0 || get_double(integ, "n", &count) < 0
+        || get_double(integ, "_nj", &nj) < 0 || get_double(integ, "eta", &self->p.eta) < 0
+        || get_double(integ, "eta4", &self->p.eta4) < 0
+        || get_double(integ, "force_noise", &self->p.noise) < 0
+        || get_double(integ, "dt_min", &self->p.dt_min) < 0
+        || get_double(integ, "dt_max", &self->p.dt_max) < 0
+        || get_double(integ, "eps2", &self->eps2) < 0
+        || get_double(integ, "time", &self->time) < 0)
         return -1;
-    self->p.order = (int)PyLong_AsLong(o);
-    Py_DECREF(o);
-    if ((o = PyObject_GetAttrString(integ, "n")) == NULL)
-        return -1;
-    n = PyLong_AsSsize_t(o);
-    Py_DECREF(o);
-    if (PyErr_Occurred())
-        return -1;
-    if ((self->p.order != 4 && self->p.order != 6 && self->p.order != 8) || n < 1
-        || n > LIMIT_MAX_ADDRESS) {
+    if ((order != 4 && order != 6 && order != 8) || !(count >= 1)
+        || count > LIMIT_MAX_ADDRESS) {
         PyErr_SetString(PyExc_ValueError, "order must be 4, 6 or 8 and n >= 1");
         return -1;
     }
-    self->n = (int)n;
+    self->p.order = (int)order;
+    self->n = (int)count;
+    self->nj = (int)nj;
+    n = self->n;
     if ((o = PyObject_GetAttrString(integ, "criterion")) == NULL)
         return -1;
     self->p.criterion = parse_criterion(o);
     Py_DECREF(o);
     if (self->p.criterion < 0)
         return -1;
-    if (get_double(integ, "eta", &self->p.eta) < 0 || get_double(integ, "eta4", &self->p.eta4) < 0
-        || get_double(integ, "force_noise", &self->p.noise) < 0
-        || get_double(integ, "dt_min", &self->p.dt_min) < 0
-        || get_double(integ, "dt_max", &self->p.dt_max) < 0
-        || get_double(integ, "eps2", &self->eps2) < 0 || get_double(integ, "time", &self->time) < 0)
-        return -1;
     {
         const Py_ssize_t v3 = 3 * n;
-        const int order = self->p.order;
         if ((self->x = view_attr(self, integ, "x", v3, 1)) == NULL
             || (self->v = view_attr(self, integ, "v", v3, 1)) == NULL
             || (self->a = view_attr(self, integ, "a", v3, 1)) == NULL
@@ -839,26 +743,18 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
             || (self->ids = view_attr(self, integ, "ids", n, 0)) == NULL
             || (self->counts = view_attr(self, integ, "n_active_counts", n + 1, 0)) == NULL
             || (self->w_act = view_attr(self, integ, "_w_act", n, 0)) == NULL
-            || (self->w_ids = view_attr(self, integ, "_w_ids", n, 0)) == NULL
-            || (self->w_x = view_attr(self, integ, "_w_x", v3, 1)) == NULL
-            || (self->w_v = view_attr(self, integ, "_w_v", v3, 1)) == NULL
-            || (self->w_a = view_attr(self, integ, "_w_a", v3, 1)) == NULL
-            || (self->w_j = view_attr(self, integ, "_w_j", v3, 1)) == NULL
-            || (self->r_acc = view_attr(self, integ, "_r_acc", v3, 1)) == NULL
-            || (self->r_jerk = view_attr(self, integ, "_r_jerk", v3, 1)) == NULL
-            || (self->r_snap = view_attr(self, integ, "_r_snap", v3, 1)) == NULL
-            || (self->r_crackle = view_attr(self, integ, "_r_crackle", v3, 1)) == NULL
-            || (self->r_pot = view_attr(self, integ, "_r_pot", n, 1)) == NULL)
+            || (w = view_attr(self, integ, "_w", 4 * v3, 1)) == NULL
+            || (r = view_attr(self, integ, "_r", 4 * v3, 1)) == NULL
+            || (self->r_pot = view_attr(self, integ, "_r_pot", n, 1)) == NULL
+            || (self->crit = view_attr(self, integ, "_crit", n, 1)) == NULL)
             return -1;
+        for (int k = 0; k < 4; k++) {
+            self->w[k] = w + k * v3;
+            self->r[k] = r + k * v3;
+        }
     }
     if ((self->py_force = PyObject_GetAttrString(integ, "_py_force")) == NULL
         || (self->py_send = PyObject_GetAttrString(integ, "_py_send")) == NULL)
-        return -1;
-    if ((o = PyObject_GetAttrString(integ, "_nj")) == NULL)
-        return -1;
-    self->nj = (int)PyLong_AsLong(o);
-    Py_DECREF(o);
-    if (PyErr_Occurred())
         return -1;
     if (engine != Py_None) {
         const struct sapporo_engine_api *api =
@@ -903,8 +799,15 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
 
 static void Core_dealloc(Core *self)
 {
-    core_clear_views(self);
-    Core_free_work(self);
+    for (int k = 0; k < self->nviews; k++)
+        PyBuffer_Release(&self->views[k]);
+    free(self->act);
+    free(self->index32);
+    free(self->due);
+    free(self->first);
+    free(self->next);
+    free(self->rows);
+    free(self->rec);
     Py_CLEAR(self->py_force);
     Py_CLEAR(self->py_send);
     Py_CLEAR(self->engine);
@@ -916,10 +819,10 @@ static PyMemberDef Core_members[] = {
     {"steps", T_LONGLONG, offsetof(Core, steps), 0, "particle steps"},
     {"block_steps", T_LONGLONG, offsetof(Core, block_steps), 0, "block steps"},
     {"fallback_steps", T_LONGLONG, offsetof(Core, fallback_steps), 0, "fallback steps"},
-    {"force_calls", T_LONGLONG, offsetof(Core, force_calls), 0, "engine force calls"},
-    {"interactions", T_LONGLONG, offsetof(Core, interactions), 0, "engine interactions"},
+    {"force_calls", T_LONGLONG, offsetof(Core, force_calls), 0, "force calls"},
+    {"interactions", T_LONGLONG, offsetof(Core, interactions), 0, "interactions"},
     {"library_seconds", T_DOUBLE, offsetof(Core, library_seconds), 0,
-     "seconds in engine force calls"},
+     "seconds in force calls"},
     {"seconds", T_DOUBLE, offsetof(Core, seconds), 0, "seconds inside run and trial"},
     {"stop", T_INT, offsetof(Core, stop), 0, "set to stop run after the current block"},
     {"native", T_OBJECT, offsetof(Core, engine), READONLY,
@@ -933,7 +836,8 @@ static PyMethodDef Core_methods[] = {
      "step that ends `seconds` of wall time, or after max_steps block steps (0: no limit), "
      "or after a stop request; returns the time"},
     {"trial", (PyCFunction)Core_trial, METH_VARARGS,
-     "trial(idx, h, out): the guarded criterion after a trial step of h (nothing committed)"},
+     "trial(k, h): the guarded criteria of the particles _w_act[:k] after a trial step of h, "
+     "into _crit[:k] (nothing committed)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1014,13 +918,9 @@ static struct PyModuleDef hermite_module = {
 PyMODINIT_FUNC PyInit__hermite(void)
 {
     PyObject *m;
-    if (PyType_Ready(&CoreType) < 0)
+    if (PyType_Ready(&CoreType) < 0 || (m = PyModule_Create(&hermite_module)) == NULL)
         return NULL;
-    if ((m = PyModule_Create(&hermite_module)) == NULL)
-        return NULL;
-    Py_INCREF(&CoreType);
-    if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) {
-        Py_DECREF(&CoreType);
+    if (PyModule_AddObjectRef(m, "Core", (PyObject *)&CoreType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

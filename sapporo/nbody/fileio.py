@@ -24,13 +24,8 @@ def named_error(exc: OSError, path: str | os.PathLike[str]) -> OSError:
 
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield the temporary path to write; afterwards it replaces ``path``.
-
-    Raises
-    ------
-    OSError
-        Naming ``path``, when the write or the rename fails (the temporary file is gone).
-    """
+    """Yield the temporary path to write; afterwards it replaces ``path``. A failed write or
+    rename removes it and raises an :class:`OSError` naming ``path``."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:

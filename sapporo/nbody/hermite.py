@@ -1,42 +1,22 @@
 """Block-time-step Hermite integrators (4th, 6th and 8th order) on the sapporo library.
 
 The 4th-order scheme is Makino & Aarseth (1992), the 6th- and 8th-order ones Nitadori &
-Makino (2008).
-Every particle has its own time ``t_i`` and a power-of-two step ``dt_i`` in
-``[dt_min, dt_max]``; ``t_i`` is always a multiple of ``dt_i``. A block step advances the
-particles with the smallest ``t_i + dt_i`` (the *active block*):
+Makino (2008). Every particle has its own time ``t_i`` and a power-of-two step ``dt_i`` in
+``[dt_min, dt_max]``, ``t_i`` a multiple of ``dt_i``. A block step advances the particles
+with the smallest ``t_i + dt_i``: the device predicts all j-particles to the block time and
+the host the active ones (by the same Taylor series); the library computes their forces;
+the corrector gives the new state and steps (the criterion's value rounded down to a power
+of two, at most doubling, and only when the new time is a multiple of the doubled step);
+the corrected particles are stored again as j-particles with every derivative the
+predictor uses (for 8th order the 4th and 5th, interpolated by the corrector). The 8th-order
+corrector is the Hermite (Obreshkov) quadrature through a, jerk, snap and crackle at both
+ends of the step (docs/integrator.md has it, and the criteria).
 
-1. the device predicts all j-particles to the block time; the active i-particles are
-   predicted on the host by the same Taylor series (positions, velocities and, for 6th and
-   8th order, accelerations; for 8th order also jerks);
-2. the library computes their acceleration, jerk (and snap, crackle) and potential;
-3. the corrector and the new steps: a new step is the criterion's value rounded down to a
-   power of two, it may at most double, and only when the new time is a multiple of the
-   doubled step;
-4. the corrected particles are stored again as j-particles: a and jerk, and for 6th order
-   also snap and the crackle interpolated by the corrector (the device predictor uses every
-   derivative it is given; for 4th order it is the classical second-order predictor in a);
-   for 8th order snap and crackle computed by the library and the 4th and 5th derivatives
-   interpolated by the corrector (the predictor then errs by O(dt^8) in position).
-
-The block steps run in the native core ``sapporo.nbody._hermite`` (``_hermite.c``): the
-block from a queue of the times due ``t_i + dt_i``, the force call through the library's native
-engine in-process (the C table of ``sapporo/engine_api.h``), or through the library's
-Python API where the engine cannot take it or the library has none (MPI,
-stand-ins).
-This module is the Python layer: parameters, the start, snapshots, energies, callbacks.
-
-The 8th-order corrector is the Hermite (Obreshkov) quadrature through a, j, s, c at both ends
-of the step, exact for an acceleration of degree 7 in time::
-
-    v1 = v0 + h/2 (a0 + a1) + 3h^2/28 (j0 - j1) + h^3/84 (s0 + s1) + h^4/1680 (c0 - c1)
-    x1 = x0 + h/2 (v0 + v1) + 3h^2/28 (a0 - a1) + h^3/84 (j0 + j1) + h^4/1680 (s0 - s1)
-
-and the degree-7 interpolant of a through the same values gives the 4th to 7th derivatives
-at the end of the step (the predictor's pop and d5; the step criterion's d5, d6, d7).
-
-Energies are measured at synchronised times with one extra force evaluation of all
-particles on their corrected positions.
+The block steps run in the native core ``sapporo.nbody._hermite`` (``_hermite.c``), the
+force calls through the library's native engine in-process (the C table of
+``sapporo/engine_api.h``), or through its Python API where the engine cannot take them
+(MPI, stand-ins). This module is the Python layer: parameters, the start, snapshots,
+energies (measured at synchronised times with one extra force evaluation), callbacks.
 """
 
 from __future__ import annotations
@@ -57,18 +37,8 @@ from sapporo.core import layout, validate
 from sapporo.errors import BackendError, InputError, SapporoError
 from sapporo.nbody.snapshot import Snapshot
 
-__all__ = [
-    "CALLBACK_SECONDS",
-    "CRITERIA",
-    "DT_MAX",
-    "DT_MIN",
-    "FORCE_NOISE",
-    "HermiteIntegrator",
-    "default_eta",
-    "floor_pow2",
-    "predict_taylor",
-    "predict_taylor8",
-]
+__all__ = ["CALLBACK_SECONDS", "CRITERIA", "DT_MAX", "DT_MIN", "FORCE_NOISE", "HermiteIntegrator",
+           "default_eta", "floor_pow2", "predict_taylor", "predict_taylor8"]
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +50,7 @@ DT_MAX = 2.0**-3
 #: Nitadori & Makino (2008), and the average of both (Aarseth with ``eta4``, generalised
 #: with ``eta``) as used by HiGPUs and the Sapporo2 paper.
 CRITERIA = ("aarseth", "generalised", "average")
-_ALIASES = {"generalized": "generalised", "avg": "average", "aarseth": "aarseth"}
+_ALIASES = {"generalized": "generalised", "avg": "average"}
 
 _MAX_ID = layout.MAX_ID + 1
 #: snapshot metadata keys of the 8th-order scheme's 4th and 5th derivatives
@@ -96,12 +66,9 @@ CALLBACK_SECONDS = 0.1
 
 
 def default_eta(criterion: str, order: int) -> float:
-    """The default accuracy parameter of a criterion.
-
-    ``aarseth``: 0.01 (inside the square root); ``generalised`` and ``average``: 0.1 (the
-    6th-order ``eta6`` of HiGPUs and the Sapporo2 paper; for 4th order the generalised
-    criterion with eta is Aarseth's with eta**2).
-    """
+    """The default accuracy parameter of a criterion: ``aarseth`` 0.01 (inside the square
+    root); ``generalised`` and ``average`` 0.1 (the ``eta6`` of HiGPUs and the Sapporo2
+    paper; at 4th order the generalised criterion with eta is Aarseth's with eta**2)."""
     del order
     return 0.01 if criterion == "aarseth" else 0.1
 
@@ -116,56 +83,21 @@ def _norm(q: np.ndarray) -> np.ndarray:
     return np.sqrt(np.einsum("ij,ij->i", q, q))
 
 
-def predict_taylor(
-    h: np.ndarray,
-    x: np.ndarray,
-    v: np.ndarray,
-    a: np.ndarray,
-    jerk: np.ndarray,
-    snap: np.ndarray | None = None,
-    crackle: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Taylor-predict particles by ``h`` (per particle), in the device's Horner form.
-
-    Parameters
-    ----------
-    h : ndarray, shape (n,)
-        Time since the particles' data.
-    x, v, a, jerk : ndarray, shape (n, 3)
-        Position, velocity, acceleration and jerk at the particles' times.
-    snap, crackle : ndarray, shape (n, 3), optional
-        Higher derivatives (None: zero).
-
-    Returns
-    -------
-    xp, vp, ap : ndarray, shape (n, 3)
-        Predicted position, velocity and acceleration.
-    """
-    h = np.asarray(h, dtype=np.float64)[:, None]
-    if snap is None:
-        xp = x + h * (v + h * (a * 0.5 + h * (jerk * (1.0 / 6.0))))
-        vp = v + h * (a + h * (jerk * 0.5))
-        ap = a + h * jerk
-        return xp, vp, ap
-    c = np.zeros_like(x) if crackle is None else crackle
-    xp = x + h * (v + h * (a * 0.5 + h * (jerk * (1.0 / 6.0)
-                                          + h * (snap * (1.0 / 24.0) + h * (c * (1.0 / 120.0))))))
-    vp = v + h * (a + h * (jerk * 0.5 + h * (snap * (1.0 / 6.0) + h * (c * (1.0 / 24.0)))))
-    ap = a + h * (jerk + h * (snap * 0.5 + h * (c * (1.0 / 6.0))))
+def predict_taylor(h: np.ndarray, x: np.ndarray, v: np.ndarray, a: np.ndarray, jerk: np.ndarray,
+                   snap: np.ndarray | None = None, crackle: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Taylor-predict particles by ``h`` (shape (n,), the time since their data), in the
+    device's Horner form: position, velocity and acceleration, shape (n, 3), from ``x``,
+    ``v``, ``a``, ``jerk`` and (None: zero) ``snap`` and ``crackle`` at the particles' times."""
+    zero = np.zeros_like(x)  # the missing terms add exact zeros
+    xp, vp, ap, _ = predict_taylor8(h, x, v, a, jerk, zero if snap is None else snap,
+                                    zero if crackle is None else crackle, zero, zero)
     return xp, vp, ap
 
 
-def predict_taylor8(
-    h: np.ndarray,
-    x: np.ndarray,
-    v: np.ndarray,
-    a: np.ndarray,
-    jerk: np.ndarray,
-    snap: np.ndarray,
-    crackle: np.ndarray,
-    pop: np.ndarray,
-    d5: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def predict_taylor8(h: np.ndarray, x: np.ndarray, v: np.ndarray, a: np.ndarray,
+                    jerk: np.ndarray, snap: np.ndarray, crackle: np.ndarray, pop: np.ndarray,
+                    d5: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The 8th-order predictor: Taylor series through the 5th derivative of the
     acceleration, in the device's Horner form.
 
@@ -221,11 +153,10 @@ class HermiteIntegrator:
     Parameters
     ----------
     lib_or_options : Library, dict or None
-        An open library (its order must equal ``order``; it stays open after
-        :meth:`close`), or keyword options for a new one (``precision``, ``backend``,
-        ``devices``, ...), which the integrator owns and closes; the option
-        ``library_factory`` (a callable taking the other options, default
-        :class:`~sapporo.Library`) makes it, e.g. a :class:`sapporo.parallel.ParallelLibrary`.
+        An open library of order ``order`` (it stays open after :meth:`close`), or options
+        for a new one (``precision``, ``backend``, ``devices``, ...), which the integrator
+        owns; the option ``library_factory`` (default :class:`~sapporo.Library`) makes it,
+        e.g. a :class:`sapporo.parallel.ParallelLibrary`.
     x, v : array_like, shape (n, 3)
         Initial positions and velocities.
     m : array_like, shape (n,)
@@ -246,15 +177,14 @@ class HermiteIntegrator:
     eta4 : float
         The Aarseth part of the ``average`` criterion.
     eta_s : float
-        First guess of the first steps, ``eta_s |a| / |j|`` (see :func:`_starting_step`);
-        each first step is then tried and shortened until the criterion accepts it.
+        First guess of the first steps, ``eta_s |a| / |j|``, then shortened until the
+        criterion accepts them.
     t0 : float
         Initial time (a multiple of ``dt_min``).
     force_noise : float, optional
         Relative force error assumed when judging whether the interpolated higher
-        derivatives are resolved (default :data:`FORCE_NOISE` of the library precision;
-        0 trusts them always). Unresolved ones make the step fall back to the time scale of
-        a, jerk (and snap) (``docs/integrator.md``).
+        derivatives are resolved (default :data:`FORCE_NOISE` of the precision; 0 trusts
+        them always); unresolved ones make the step fall back (``docs/integrator.md``).
 
     Raises
     ------
@@ -262,24 +192,11 @@ class HermiteIntegrator:
         For bad parameters or initial conditions (the message names the culprit).
     """
 
-    def __init__(
-        self,
-        lib_or_options: Any = None,
-        x: Any = None,
-        v: Any = None,
-        m: Any = None,
-        ids: Any = None,
-        order: int = 4,
-        eta: float | None = None,
-        eps2: float = 0.0,
-        dt_min: float = DT_MIN,
-        dt_max: float = DT_MAX,
-        criterion: str | None = None,
-        eta4: float = 0.01,
-        eta_s: float = 0.01,
-        t0: float = 0.0,
-        force_noise: float | None = None,
-    ) -> None:
+    def __init__(self, lib_or_options: Any = None, x: Any = None, v: Any = None, m: Any = None,
+                 ids: Any = None, order: int = 4, eta: float | None = None, eps2: float = 0.0,
+                 dt_min: float = DT_MIN, dt_max: float = DT_MAX, criterion: str | None = None,
+                 eta4: float = 0.01, eta_s: float = 0.01, t0: float = 0.0,
+                 force_noise: float | None = None) -> None:
         self._set_params(order, eta, eps2, dt_min, dt_max, criterion, eta4, eta_s)
         self._set_particles(x, v, m, ids)
         t0 = float(t0)
@@ -295,8 +212,6 @@ class HermiteIntegrator:
             self.close()
             raise
 
-    # ------------------------------------------------------------------ construction
-
     def _set_params(self, order: Any, eta: Any, eps2: Any, dt_min: Any, dt_max: Any,
                     criterion: Any, eta4: Any, eta_s: Any) -> None:
         if isinstance(order, bool) or order not in (4, 6, 8):
@@ -306,9 +221,7 @@ class HermiteIntegrator:
             criterion = "aarseth" if self.order == 4 else "generalised"
         crit = _ALIASES.get(str(criterion).lower(), str(criterion).lower())
         if crit not in CRITERIA:
-            raise InputError(
-                f"criterion must be one of {', '.join(CRITERIA)}, got {criterion!r}"
-            )
+            raise InputError(f"criterion must be one of {', '.join(CRITERIA)}, got {criterion!r}")
         self.criterion = crit
         self.eta = default_eta(crit, self.order) if eta is None else validate.positive("eta", eta)
         self.eta4 = validate.positive("eta4", eta4)
@@ -355,18 +268,13 @@ class HermiteIntegrator:
         self._work()
 
     def _reset_counters(self) -> None:
-        self.steps = 0
-        self.block_steps = 0
-        self.interactions = 0
-        self.force_calls = 0
-        self.library_seconds = 0.0
-        self.integrator_seconds = 0.0
-        self.fallback_steps = 0
+        self.steps = self.block_steps = self.fallback_steps = 0
+        self.interactions = self.force_calls = 0
+        self.library_seconds = self.integrator_seconds = 0.0
         self.n_active_counts = np.zeros(self.n + 1, dtype=np.int64)
         self._stop_requested = False
         self.interrupted = False
         self._core: Any = None
-        self._py_seconds = 0.0
 
     def _open(self, lib_or_options: Any) -> None:
         self._owns_lib = False
@@ -374,10 +282,8 @@ class HermiteIntegrator:
         if lib_or_options is None or isinstance(lib_or_options, Mapping):
             opts = dict(lib_or_options or {})
             if opts.setdefault("order", self.order) != self.order:
-                raise InputError(
-                    f"library option order={opts['order']!r} differs from the integrator "
-                    f"order {self.order}"
-                )
+                raise InputError(f"library option order={opts['order']!r} differs from the "
+                                 f"integrator order {self.order}")
             from sapporo import Library
 
             factory = opts.pop("library_factory", None) or Library
@@ -386,46 +292,34 @@ class HermiteIntegrator:
         else:
             lib = lib_or_options
             if getattr(lib, "order", None) != self.order:
-                raise InputError(
-                    f"the library has order {getattr(lib, 'order', None)!r}, the integrator "
-                    f"needs order {self.order}"
-                )
+                raise InputError(f"the library has order {getattr(lib, 'order', None)!r}, the "
+                                 f"integrator needs order {self.order}")
             self.lib = lib
         self.precision = getattr(self.lib, "precision", None)
         self.device_name = str(getattr(self.lib, "device_name", "unknown device"))
 
     def _compute(self, x: np.ndarray, v: np.ndarray, ids: np.ndarray,
                  a: np.ndarray | None, jerk: np.ndarray | None = None) -> Any:
+        """One force call, counted (callers give ``a`` at orders 6 and 8 only)."""
         t0 = _time.perf_counter()
-        if self.order == 8:
-            f = self.lib.compute(x, v, ids, self.eps2, a=a, jerk=jerk)
-        else:
-            f = self.lib.compute(x, v, ids, self.eps2, a=a if self.order == 6 else None)
+        extra = {"jerk": jerk} if self.order == 8 else {}
+        f = self.lib.compute(x, v, ids, self.eps2, a=a, **extra)
         self.library_seconds += _time.perf_counter() - t0
         self.force_calls += 1
         self.interactions += int(x.shape[0]) * self.n
         return f
 
-    def _send(self, sel: np.ndarray | slice, state: tuple | None = None) -> None:
-        """Upload the (corrected) state of particles ``sel`` as j-particles. ``state``:
-        (t, x, v, a, jerk, snap, crackle[, pop, d5]) of those particles when the caller holds
-        them already (the same values as ``self.t[sel]``, ...), which saves gathering them."""
-        if state is None:
-            state = (self.t[sel], self.x[sel], self.v[sel], self.a[sel], self.jerk[sel],
-                     self.snap[sel], self.crackle[sel])
-            if self.order == 8:
-                state += (self.pop[sel], self.d5[sel])
-        t, x, v, a, jerk, snap, crackle = state[:7]
+    def _send(self, sel: np.ndarray | slice) -> None:
+        """Upload the (corrected) state of particles ``sel`` as j-particles, with the
+        derivatives the order's predictor uses."""
+        extra = {}
+        if self.order >= 6:
+            extra = {"snap": self.snap[sel], "crackle": self.crackle[sel]}
         if self.order == 8:
-            self.lib.set_j_particles(self._addr[sel], self.ids[sel], t, self.m[sel], x, v,
-                                     a=a, jerk=jerk, snap=snap, crackle=crackle,
-                                     pop=state[7], d5=state[8])
-            return
-        six = self.order == 6
-        self.lib.set_j_particles(
-            self._addr[sel], self.ids[sel], t, self.m[sel], x, v, a=a, jerk=jerk,
-            snap=snap if six else None, crackle=crackle if six else None,
-        )
+            extra.update(pop=self.pop[sel], d5=self.d5[sel])
+        self.lib.set_j_particles(self._addr[sel], self.ids[sel], self.t[sel], self.m[sel],
+                                 self.x[sel], self.v[sel], a=self.a[sel], jerk=self.jerk[sel],
+                                 **extra)
 
     def _start(self, t0: float) -> None:
         """Initial forces (two passes for 6th and 8th order: snap needs the accelerations,
@@ -462,25 +356,21 @@ class HermiteIntegrator:
 
     def _trial_steps(self) -> None:
         """Shorten the first steps until the step criterion, evaluated over each first step
-        itself, accepts it.
-
-        The first guess (:func:`_starting_step`) knows a and jerk only: a particle whose
-        jerk is small by chance would take a first step far longer than its criterion allows.
-        So each particle's first step is tried (predict, force call, corrector's derivatives,
-        the guarded criterion; nothing committed), and where the criterion's step is shorter
-        the particle takes that step and is tried again. Steps only shrink (at least by half
-        each round), so this ends; a particle group shares each trial's force call.
-        """
+        itself, accepts it: the first guess knows a and jerk only. Each particle's first step
+        is tried (nothing committed; a group of particles shares a force call), and where the
+        criterion's step is shorter it takes that step and is tried again (steps only
+        shrink, so this ends)."""
         core = self._make_core()
         try:
             pending = np.arange(self.n, dtype=np.int64)
             while pending.size:
                 again = []
                 for h in np.unique(self.dt[pending]):
-                    sel = np.ascontiguousarray(pending[self.dt[pending] == h])
-                    crit = np.empty(sel.size)
+                    sel = pending[self.dt[pending] == h]
+                    self._w_act[: sel.size] = sel
                     with self._engine_errors():
-                        core.trial(sel, float(h), crit)
+                        core.trial(sel.size, float(h))
+                    crit = self._crit[: sel.size]
                     crit = np.where(np.isfinite(crit), crit, self.dt_max)
                     p = floor_pow2(np.clip(crit, self.dt_min, self.dt_max))
                     short = p < h
@@ -502,32 +392,19 @@ class HermiteIntegrator:
         lib_or_options : Library, dict or None
             As in the constructor; a missing ``precision`` option is taken from the
             snapshot.
-
-        Returns
-        -------
-        HermiteIntegrator
         """
         snapshot.validate()
         p = snapshot.params
-        try:
-            order = int(p["order"])
-            eta, eps2 = p["eta"], p["eps2"]
-            dt_min, dt_max = p["dt_min"], p["dt_max"]
-            criterion, eta4, eta_s = p["criterion"], p["eta4"], p["eta_s"]
-        except KeyError as exc:
-            raise InputError(f"snapshot lacks integrator parameter {exc}") from None
+        names = ("order", "eta", "eps2", "dt_min", "dt_max", "criterion", "eta4", "eta_s")
+        missing = [k for k in names if k not in p]
+        if missing:
+            raise InputError(f"snapshot lacks integrator parameter {missing[0]!r}")
         self = cls.__new__(cls)
-        self._set_params(order, eta, eps2, dt_min, dt_max, criterion, eta4, eta_s)
+        self._set_params(*(p[k] for k in names))
         self._set_particles(snapshot.x, snapshot.v, snapshot.m, snapshot.ids)
         self._reset_counters()
-        c = snapshot.counters
-        self.steps = int(c.get("steps", 0))
-        self.block_steps = int(c.get("block_steps", 0))
-        self.interactions = int(c.get("interactions", 0))
-        self.force_calls = int(c.get("force_calls", 0))
-        self.library_seconds = float(c.get("library_seconds", 0.0))
-        self.integrator_seconds = float(c.get("integrator_seconds", 0.0))
-        self.fallback_steps = int(c.get("fallback_steps", 0))
+        for name, value in self.counters.items():  # each keeps its type, int or float
+            setattr(self, name, type(value)(snapshot.counters.get(name, value)))
         if snapshot.n_active_counts is not None and snapshot.n_active_counts.size == self.n + 1:
             self.n_active_counts = snapshot.n_active_counts.astype(np.int64).copy()
         self.meta = dict(snapshot.meta)
@@ -540,13 +417,8 @@ class HermiteIntegrator:
             self.pop = validate.vec3(_META_POP, pop, self.n).copy()
             self.d5 = validate.vec3(_META_D5, d5, self.n).copy()
         self.time = float(snapshot.time)
-        self.t = np.array(snapshot.t, dtype=np.float64)
-        self.dt = np.array(snapshot.dt, dtype=np.float64)
-        self.a = np.array(snapshot.a, dtype=np.float64)
-        self.jerk = np.array(snapshot.jerk, dtype=np.float64)
-        self.snap = np.array(snapshot.snap, dtype=np.float64)
-        self.crackle = np.array(snapshot.crackle, dtype=np.float64)
-        self.pot = np.array(snapshot.pot, dtype=np.float64)
+        for name in ("t", "dt", "a", "jerk", "snap", "crackle", "pot"):
+            setattr(self, name, np.array(getattr(snapshot, name), dtype=np.float64))
         if np.any(self.t > self.time) or np.any(self.t + self.dt < self.time):
             raise InputError("snapshot particle times are inconsistent with its global time")
         if isinstance(lib_or_options, Mapping) or lib_or_options is None:
@@ -562,8 +434,6 @@ class HermiteIntegrator:
             self.close()
             raise
         return self
-
-    # ------------------------------------------------------------------ properties
 
     @property
     def params(self) -> dict[str, Any]:
@@ -589,11 +459,6 @@ class HermiteIntegrator:
         }
 
     @property
-    def n_active_sum(self) -> int:
-        """Sum of the active-block sizes over all block steps (equals :attr:`steps`)."""
-        return self.steps
-
-    @property
     def mean_n_active(self) -> float:
         """Mean number of active particles per block step (0 before the first)."""
         return self.steps / self.block_steps if self.block_steps else 0.0
@@ -603,8 +468,6 @@ class HermiteIntegrator:
         """True when every particle is at the global time."""
         return bool(np.all(self.t == self.time))
 
-    # ------------------------------------------------------------------ integration
-
     def request_stop(self) -> None:
         """Ask :meth:`evolve` to stop after the current block (as Ctrl-C does)."""
         self._stop_requested = True
@@ -613,17 +476,11 @@ class HermiteIntegrator:
 
     @contextmanager
     def _deferred_sigint(self) -> Iterator[None]:
-        """While evolving, Ctrl-C only requests a stop; a second one interrupts at once.
-
-        Only Python's default SIGINT handler is replaced: a handler the application installed
-        (``sapporo run`` installs one for SIGINT and SIGTERM that calls :meth:`request_stop`)
-        stays in charge.
-        """
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = signal.getsignal(signal.SIGINT)
-        if previous is not signal.default_int_handler:
+        """While evolving, Ctrl-C only requests a stop; a second one interrupts at once. Only
+        Python's default SIGINT handler is replaced: one the application installed (``sapporo
+        run``'s, which calls :meth:`request_stop`) stays in charge."""
+        if (threading.current_thread() is not threading.main_thread()
+                or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
             yield
             return
 
@@ -640,56 +497,33 @@ class HermiteIntegrator:
         try:
             yield
         finally:
-            signal.signal(
-                signal.SIGINT, previous if previous is not None else signal.default_int_handler
-            )
-
-    def _grid_time(self, t: float) -> float:
-        """``t`` rounded to the ``dt_min`` grid."""
-        k = round(t / self.dt_min)
-        tg = k * self.dt_min
-        if tg != t:
-            log.info("target time %r rounded to the block grid: %r", t, tg)
-        return tg
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def evolve(self, t_end: float, callback: Callable[[HermiteIntegrator], Any] | None = None,
                callback_steps: int | None = None) -> float:
-        """Integrate until every particle is at ``t_end`` (rounded to the dt_min grid).
+        """Integrate until every particle is at ``t_end`` (>= the current time, rounded to
+        the dt_min grid); returns the time reached.
 
-        The block steps run in the native core (``sapporo.nbody._hermite``), which returns
-        to Python only for the callback. Steps are capped so that no particle passes
-        ``t_end``; a ``t_end`` that is a multiple of ``dt_max`` changes nothing. Ctrl-C (or
-        :meth:`request_stop`) finishes the current block and raises
-        :class:`KeyboardInterrupt` with a consistent state.
+        The block steps run in the native core, which returns to Python only for the
+        callback. Steps are capped so that no particle passes ``t_end`` (a multiple of
+        ``dt_max`` changes nothing). Ctrl-C (or :meth:`request_stop`) finishes the current
+        block and raises :class:`KeyboardInterrupt` with a consistent state.
 
         Parameters
         ----------
-        t_end : float
-            Target time (>= the current time).
         callback : callable, optional
             Called as ``callback(self)`` between block steps: after the block step that ends
-            :data:`CALLBACK_SECONDS` of wall time since the last call, and after the last
-            block step.
+            :data:`CALLBACK_SECONDS` of wall time since the last call, and after the last.
         callback_steps : int, optional
-            Call the callback after every ``callback_steps`` block steps instead (and after
-            the last one).
-
-        Returns
-        -------
-        float
-            The time reached (``t_end`` on the grid).
+            Call it after every ``callback_steps`` block steps instead (and after the last).
         """
-        try:
-            t_end_f = float(t_end)
-        except (TypeError, ValueError):
-            raise InputError(f"t_end must be a number, got {t_end!r}") from None
-        if not math.isfinite(t_end_f):
-            raise InputError(f"t_end must be finite, got {t_end!r}")
+        t_end_f = round(validate.scalar("t_end", t_end) / self.dt_min) * self.dt_min
+        if t_end_f != t_end:
+            log.info("target time %r rounded to the block grid: %r", t_end, t_end_f)
         if callback_steps is not None and (isinstance(callback_steps, bool)
                                            or not isinstance(callback_steps, int)
                                            or callback_steps < 1):
             raise InputError(f"callback_steps must be an int >= 1, got {callback_steps!r}")
-        t_end_f = self._grid_time(t_end_f)
         if t_end_f < self.time:
             raise InputError(f"t_end ({t_end!r}) is before the current time {self.time!r}")
         if self.lib is None:
@@ -721,19 +555,14 @@ class HermiteIntegrator:
                 self._take_counters(core)
         return self.time
 
-    # ------------------------------------------------------------------ the native core
-
     def _work(self) -> None:
-        """The arrays the native core fills for the library's way (``_py_force``,
-        ``_py_send``): the block's addresses, ids and predicted x, v, a, jerk, and its
-        forces."""
-        n = self.n
-        self._w_act = np.zeros(n, dtype=np.int64)
-        self._w_ids = np.zeros(n, dtype=np.int64)
-        self._w_x, self._w_v, self._w_a, self._w_j = (np.zeros((n, 3)) for _ in range(4))
-        self._r_acc, self._r_jerk, self._r_snap, self._r_crackle = (np.zeros((n, 3))
-                                                                    for _ in range(4))
-        self._r_pot = np.zeros(n)
+        """The work arrays the native core shares with Python: the block's particles, their
+        predicted x, v, a and jerk (``_w``) and their acc, jerk, snap, crackle (``_r``) and
+        pot, which the library's way reads and writes (``_py_force``, ``_py_send``), and the
+        criteria of trial steps."""
+        self._w_act = np.zeros(self.n, dtype=np.int64)
+        self._w, self._r = np.zeros((4, self.n, 3)), np.zeros((4, self.n, 3))
+        self._r_pot, self._crit = np.zeros(self.n), np.zeros(self.n)
 
     def _make_core(self) -> Any:
         """A native core on the current arrays, calling the library's engine in-process where
@@ -742,13 +571,10 @@ class HermiteIntegrator:
 
         api = engine = None
         lib = self.lib
-        if hasattr(lib, "_engine_start"):  # a sapporo.Library (not MPI, not a stand-in)
-            if not lib._engine_tried:
-                lib._engine_start()
-            if lib._engine is not None:
-                from sapporo.core import _engine  # type: ignore[attr-defined]
+        if hasattr(lib, "_engine_ready"):  # a sapporo.Library (not MPI, not a stand-in)
+            from sapporo.core import _engine  # type: ignore[attr-defined]
 
-                api, engine = _engine.C_API, lib._engine
+            api, engine = _engine.C_API, lib._engine_ready()
         # a force call reads every stored j-particle, as lib.compute does (a library the
         # caller opened may hold more than the integrator's)
         self._nj = int(getattr(lib, "n_stored", self.n))
@@ -759,9 +585,9 @@ class HermiteIntegrator:
     @contextmanager
     def _engine_errors(self) -> Iterator[None]:
         """The native core's calls, under the library's lock (the core calls its engine
-        without the GIL: another thread's call of the library waits for the lock); their
-        RuntimeError (the engine failed: the library takes no force call from now on) as a
-        :class:`BackendError` naming the device; the library's own errors pass."""
+        without the GIL: another thread's call of the library waits for the lock); the
+        engine's error (``RuntimeError(message, code)``) as the library raises it; the
+        library's own errors pass."""
         lock = getattr(self.lib, "_lock", None)
         with lock if lock is not None else contextlib.nullcontext():
             try:
@@ -769,90 +595,61 @@ class HermiteIntegrator:
             except SapporoError:
                 raise
             except RuntimeError as exc:
+                if hasattr(self.lib, "_engine_error"):
+                    raise self.lib._engine_error(exc) from None
                 raise BackendError(f"{self.device_name}: {exc}") from None
 
     def _take_counters(self, core: Any) -> None:
         """Move what the core counted into the integrator's counters."""
         self.time = core.time
-        self.steps += core.steps
-        self.block_steps += core.block_steps
-        self.fallback_steps += core.fallback_steps
-        self.force_calls += core.force_calls
-        self.interactions += core.interactions
+        for name in ("steps", "block_steps", "fallback_steps", "force_calls", "interactions"):
+            setattr(self, name, getattr(self, name) + getattr(core, name))
+            setattr(core, name, 0)
         self.library_seconds += core.library_seconds
         self.integrator_seconds += core.seconds - core.library_seconds
-        # the library's way (_py_force) counted its own seconds directly
-        self.integrator_seconds -= self._py_seconds
-        self._py_seconds = 0.0
-        core.steps = core.block_steps = core.fallback_steps = 0
-        core.force_calls = core.interactions = 0
         core.library_seconds = core.seconds = 0.0
 
     def _py_force(self, k: int, t: float) -> None:
-        """The native core's force call on its block of ``k``, the library's way."""
-        t0 = self.library_seconds
+        """The native core's force call on its block of ``k`` at time ``t``, the library's
+        way (the core counts it)."""
+        w, r = self._w[:, :k], self._r[:, :k]
+        extra = {"jerk": w[3]} if self.order == 8 else {}
         self.lib.set_time(t)
-        f = self._compute(self._w_x[:k], self._w_v[:k], self._w_ids[:k],
-                          self._w_a[:k] if self.order >= 6 else None,
-                          self._w_j[:k] if self.order == 8 else None)
-        self._r_acc[:k] = f.acc
-        self._r_jerk[:k] = f.jerk
+        f = self.lib.compute(w[0], w[1], self.ids[self._w_act[:k]], self.eps2,
+                             a=w[2] if self.order >= 6 else None, **extra)
+        r[0], r[1], self._r_pot[:k] = f.acc, f.jerk, f.pot
         if self.order >= 6:
-            self._r_snap[:k] = f.snap
+            r[2] = f.snap
         if self.order == 8:
-            self._r_crackle[:k] = f.crackle
-        self._r_pot[:k] = f.pot
-        self._py_seconds += self.library_seconds - t0
+            r[3] = f.crackle
 
     def _py_send(self, k: int) -> None:
         """The native core's new j-particles (its block of ``k``), the library's way."""
         self._send(self._w_act[:k])
 
-    # ------------------------------------------------------------------ diagnostics
-
     def predicted(self, t: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Positions, velocities and accelerations of all particles predicted to ``t``.
+        """Positions, velocities and accelerations of all particles predicted to the common
+        time ``t`` (default: the global time; no particle may be ahead of it), exactly the
+        stored values for particles already at ``t``."""
+        return self._predicted(self.time if t is None else float(t))[:3]
 
-        Parameters
-        ----------
-        t : float, optional
-            Common time (default: the global time); no particle may be ahead of it.
-
-        Returns
-        -------
-        x, v, a : ndarray, shape (n, 3)
-            Exactly the stored values for particles already at ``t``.
-        """
-        t = self.time if t is None else float(t)
+    def _predicted(self, t: float) -> tuple[np.ndarray, ...]:
+        """x, v, a and jerk of all particles predicted to ``t`` by the terms the order's
+        predictor uses (the others zero)."""
         if np.any(self.t > t):
             raise InputError(f"cannot predict backwards to t={t!r}")
-        h = t - self.t
-        if self.order == 8:
-            return self._predicted8(h)[:3]
-        if self.order == 6:
-            return predict_taylor(h, self.x, self.v, self.a, self.jerk, self.snap, self.crackle)
-        return predict_taylor(h, self.x, self.v, self.a, self.jerk)
-
-    def _predicted8(self, h: np.ndarray) -> tuple[np.ndarray, ...]:
-        """x, v, a and jerk of all particles predicted by ``h`` (8th order)."""
-        return predict_taylor8(h, self.x, self.v, self.a, self.jerk, self.snap, self.crackle,
-                               self.pop, self.d5)
+        zero = np.zeros_like(self.x)
+        high = (self.snap, self.crackle) if self.order >= 6 else (zero, zero)
+        top = (self.pop, self.d5) if self.order == 8 else (zero, zero)
+        return predict_taylor8(t - self.t, self.x, self.v, self.a, self.jerk, *high, *top)
 
     def energy_terms(self) -> tuple[float, float]:
-        """Kinetic and potential energy at the global time.
-
-        All particles are predicted to :attr:`time` (exact when synchronised) and the
-        potential comes from one force evaluation of all of them by the library,
-        ``W = 0.5 sum m pot`` (softened with ``eps2``).
-
-        Returns
-        -------
-        kinetic, potential : float
-        """
+        """Kinetic and potential energy at the global time: all particles predicted to
+        :attr:`time` (exact when synchronised), the potential from one force evaluation of
+        all of them by the library, ``W = 0.5 sum m pot`` (softened with ``eps2``)."""
         if self.lib is None:
             raise SapporoError("the integrator is closed")
-        x, v, a = self.predicted()
-        jerk = self._predicted8(self.time - self.t)[3] if self.order == 8 else None
+        x, v, a, jerk = self._predicted(self.time)
         self.lib.set_time(self.time)
         f = self._compute(x, v, self.ids, a if self.order >= 6 else None, jerk)
         kinetic = 0.5 * float(np.sum(self.m * np.einsum("ij,ij->i", v, v)))
@@ -870,26 +667,17 @@ class HermiteIntegrator:
         return np.sum(self.m[:, None] * np.cross(x, v), axis=0)
 
     def state(self) -> Snapshot:
-        """A complete copy of the state (synchronised after :meth:`evolve` returns).
-
-        Returns
-        -------
-        Snapshot
-            Everything :meth:`from_snapshot` needs to continue bit for bit (at 8th order
-            the 4th and 5th derivatives ride in ``meta`` as exact JSON floats).
-        """
+        """A complete copy of the state (synchronised after :meth:`evolve` returns): all that
+        :meth:`from_snapshot` needs to continue bit for bit (at 8th order the 4th and 5th
+        derivatives ride in ``meta`` as exact JSON floats)."""
         meta = dict(self.meta)
         if self.order == 8:
             meta[_META_POP], meta[_META_D5] = self.pop.tolist(), self.d5.tolist()
-        return Snapshot(
-            time=self.time, x=self.x.copy(), v=self.v.copy(), m=self.m.copy(),
-            ids=self.ids.copy(), t=self.t.copy(), dt=self.dt.copy(), a=self.a.copy(),
-            jerk=self.jerk.copy(), snap=self.snap.copy(), crackle=self.crackle.copy(),
-            pot=self.pot.copy(), params=self.params, counters=self.counters,
-            n_active_counts=self.n_active_counts.copy(), meta=meta,
-        )
-
-    # ------------------------------------------------------------------ lifetime
+        return Snapshot(time=self.time, x=self.x.copy(), v=self.v.copy(), m=self.m.copy(),
+                        ids=self.ids.copy(), t=self.t.copy(), dt=self.dt.copy(), a=self.a.copy(),
+                        jerk=self.jerk.copy(), snap=self.snap.copy(), crackle=self.crackle.copy(),
+                        pot=self.pot.copy(), params=self.params, counters=self.counters,
+                        n_active_counts=self.n_active_counts.copy(), meta=meta)
 
     def close(self) -> None:
         """Close the library if the integrator opened it (idempotent)."""

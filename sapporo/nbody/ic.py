@@ -1,20 +1,10 @@
 """Star-cluster initial conditions in Hénon units, and simple cluster diagnostics.
 
 Hénon (N-body) units: G = 1, total mass M = 1, total energy E = -1/4 (virial radius 1).
-
-* :func:`plummer`: an equal-mass Plummer sphere, reproducible from a seed (the sampling of
-  :func:`sapporo.reference.plummer`). By default it is scaled analytically to Hénon units
-  (the length scale 3 pi / 16 of an infinite Plummer sphere), so its measured energy differs
-  from -1/4 by the sampling noise, about 1/sqrt(N); with ``exact=True`` it is rescaled
-  exactly (measured, unsoftened potential energy) to E = -1/4 in virial equilibrium.
-* :func:`king`: a King (1966) model of central potential ``W0`` sampled from its
-  distribution function (the lowered Maxwellian), scaled like :func:`plummer`: analytically
-  by default (the model's own mass and energy, from :func:`king_model`), exactly with
-  ``exact=True``.
-* :func:`star_cluster`: either model with an optional second, heavier mass component and
-  an optional central massive black hole; these variants are always rescaled exactly.
-* :func:`to_henon_units` rescales a system into virial equilibrium at E = -1/4;
-  :func:`to_nbody_units` only changes its units (M = 1, E = -1/4), keeping its virial ratio.
+Plummer spheres (:func:`plummer`) and King models (:func:`king`) are scaled analytically by
+default (so their measured energy is -1/4 up to the sampling noise, about 1/sqrt(N)), or
+exactly (:func:`to_henon_units`); :func:`star_cluster` adds a heavier mass component and a
+central black hole. docs/initial-conditions.md describes the models.
 """
 
 from __future__ import annotations
@@ -27,21 +17,9 @@ import numpy as np
 from sapporo import reference
 from sapporo.errors import InputError
 
-__all__ = [
-    "KING_W0_RANGE",
-    "MODELS",
-    "KingModel",
-    "king",
-    "king_model",
-    "kinetic_energy",
-    "lagrangian_radii",
-    "plummer",
-    "potential_energy",
-    "star_cluster",
-    "to_henon_units",
-    "to_nbody_units",
-    "two_component_counts",
-]
+__all__ = ["KING_W0_RANGE", "MODELS", "KingModel", "king", "king_model", "kinetic_energy",
+           "lagrangian_radii", "plummer", "potential_energy", "star_cluster", "to_henon_units",
+           "to_nbody_units", "two_component_counts"]
 
 #: The cluster models :func:`star_cluster` builds.
 MODELS = ("plummer", "king")
@@ -63,28 +41,33 @@ def plummer(n: int, seed: int = 0, exact: bool = False
     seed : int
         Random seed; the same seed gives the same particles.
     exact : bool
-        False (default): the analytic scaling of an infinite Plummer sphere, so the measured
-        energy is -1/4 only up to the sampling noise (about 1/sqrt(N)). True: moved to the
-        centre-of-mass frame and rescaled so that the unsoftened potential energy is
-        exactly -1/2 and the kinetic energy exactly 1/4 (E = -1/4, virial ratio 1/2).
+        False (default): the analytic scaling of an infinite Plummer sphere (the measured
+        energy is -1/4 up to the sampling noise). True: rescaled exactly, in the
+        centre-of-mass frame, to E = -1/4 in virial equilibrium (:func:`to_henon_units`).
 
     Returns
     -------
     x, v : ndarray, shape (n, 3)
     m : ndarray, shape (n,)
         ``1 / n`` each.
-
-    Raises
-    ------
-    InputError
-        For ``exact`` with fewer than 2 particles (no potential energy to scale).
     """
-    x, v, m = reference.plummer(n, seed)
+    return _scaled(*reference.plummer(n, seed), exact)
+
+
+def _scaled(x: np.ndarray, v: np.ndarray, m: np.ndarray, exact: bool
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The system, rescaled exactly to E = -1/4 in virial equilibrium when ``exact``."""
     if not exact:
         return x, v, m
     if m.size < 2:
-        raise InputError(f"exact scaling to E = -1/4 needs n >= 2, got {n!r}")
+        raise InputError(f"exact scaling to E = -1/4 needs n >= 2, got {m.size}")
     return to_henon_units(x, v, m)
+
+
+def _count(n: object) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise InputError(f"n must be a positive integer, got {n!r}")
+    return int(n)
 
 
 def kinetic_energy(v: np.ndarray, m: np.ndarray) -> float:
@@ -94,21 +77,9 @@ def kinetic_energy(v: np.ndarray, m: np.ndarray) -> float:
 
 
 def potential_energy(x: np.ndarray, m: np.ndarray, eps2: float = 0.0) -> float:
-    """Exact pairwise potential energy ``-sum_{i<j} m_i m_j / sqrt(r_ij^2 + eps2)``.
-
-    Float64 NumPy in row chunks: O(n^2) work, O(n) memory (a few seconds for n = 16k).
-
-    Parameters
-    ----------
-    x : ndarray, shape (n, 3)
-    m : ndarray, shape (n,)
-    eps2 : float
-        Softening squared.
-
-    Returns
-    -------
-    float
-    """
+    """Exact pairwise potential energy ``-sum_{i<j} m_i m_j / sqrt(r_ij^2 + eps2)`` of the
+    positions ``x`` (n, 3) and masses ``m`` (n,): float64 NumPy in row chunks, O(n^2) work,
+    O(n) memory (a few seconds for n = 16k)."""
     x = np.asarray(x, dtype=np.float64)
     m = np.asarray(m, dtype=np.float64)
     n = x.shape[0]
@@ -123,19 +94,11 @@ def potential_energy(x: np.ndarray, m: np.ndarray, eps2: float = 0.0) -> float:
     return -0.5 * total
 
 
-def to_henon_units(
-    x: np.ndarray, v: np.ndarray, m: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Move to the centre-of-mass frame and scale to Hénon units in virial equilibrium.
-
-    Masses are normalised to a total of 1, positions scaled so that the (unsoftened)
-    potential energy is -1/2 and velocities so that the kinetic energy is 1/4.
-
-    Returns
-    -------
-    x, v, m : ndarray
-        New arrays.
-    """
+def to_henon_units(x: np.ndarray, v: np.ndarray, m: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Move to the centre-of-mass frame and scale to Hénon units in virial equilibrium: new
+    arrays, the masses normalised to a total of 1, the positions scaled so that the
+    (unsoftened) potential energy is -1/2 and the velocities so that the kinetic is 1/4."""
     m = np.asarray(m, dtype=np.float64) / float(np.sum(m))
     x = np.asarray(x, dtype=np.float64) - m @ np.asarray(x, dtype=np.float64)
     v = np.asarray(v, dtype=np.float64) - m @ np.asarray(v, dtype=np.float64)
@@ -147,15 +110,11 @@ def to_henon_units(
     return x, v, m
 
 
-def to_nbody_units(
-    x: np.ndarray, v: np.ndarray, m: np.ndarray, g: float = 1.0
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Move to the centre-of-mass frame and change units to N-body (Hénon) units.
-
-    Unlike :func:`to_henon_units`, the system keeps its virial ratio: only the units change
-    (Heggie & Mathieu 1986): the mass unit is the total mass ``M``, the length unit
-    ``g M^2 / (-4 E)`` and the velocity unit ``sqrt(-4 E / M)``, so that afterwards
-    G = 1, M = 1 and E = -1/4 (unsoftened potential energy).
+def to_nbody_units(x: np.ndarray, v: np.ndarray, m: np.ndarray, g: float = 1.0
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Move to the centre-of-mass frame and change units to N-body (Hénon) units (Heggie &
+    Mathieu 1986: mass ``M``, length ``g M^2 / (-4 E)``, velocity ``sqrt(-4 E / M)``), so
+    that G = M = 1 and E = -1/4; unlike :func:`to_henon_units`, the virial ratio is kept.
 
     Parameters
     ----------
@@ -179,10 +138,8 @@ def to_nbody_units(
     """
     m = np.asarray(m, dtype=np.float64)
     total = float(np.sum(m))
-    x = np.asarray(x, dtype=np.float64)
-    v = np.asarray(v, dtype=np.float64)
-    x = x - (m @ x) / total
-    v = v - (m @ v) / total
+    x = np.asarray(x, dtype=np.float64) - (m @ x) / total
+    v = np.asarray(v, dtype=np.float64) - (m @ v) / total
     energy = kinetic_energy(v, m) + g * potential_energy(x, m)
     if not energy < 0.0:
         raise InputError(f"the system is not bound (total energy {energy:.6g} >= 0), so it "
@@ -258,24 +215,15 @@ _KING_STEP = 1.0 / 256.0
 
 
 def king_model(w0: float) -> KingModel:
-    """Solve Poisson's equation of a King (1966) model.
-
-    In units with G = sigma = r0 = 1 the potential obeys
-    ``W'' + 2 W' / r = -9 rho(W) / rho(W0)`` with ``W(0) = W0``, ``W'(0) = 0``; it is
-    integrated with 4th-order Runge-Kutta in ``ln r`` (step 1/256) from ``r = 1e-4``
-    (started on the series ``W0 - 3 r^2 / 2``) out to the tidal radius, where ``W = 0``
-    (found by bisection of the last step). The enclosed mass is ``-r^2 W'`` and the
-    potential energy ``-(1/2) (int W dM + M^2 / r_t)``; the model is then scaled to Hénon
-    units with the virial theorem (``K = -U / 2``, ``E = U / 2``).
+    """Solve Poisson's equation of a King (1966) model: ``W'' + 2 W' / r = -9 rho(W) /
+    rho(W0)`` (G = sigma = r0 = 1), by 4th-order Runge-Kutta in ``ln r`` out to the tidal
+    radius, where ``W = 0``; then scaled to Hénon units with the virial theorem
+    (docs/initial-conditions.md).
 
     Parameters
     ----------
     w0 : float
         Central potential, in :data:`KING_W0_RANGE`.
-
-    Returns
-    -------
-    KingModel
 
     Raises
     ------
@@ -340,15 +288,10 @@ def king_model(w0: float) -> KingModel:
 
 def king(n: int, w0: float = 6.0, seed: int = 0, exact: bool = False
          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Equal-mass King (1966) model in Hénon units, sampled from its distribution function.
-
-    Radii are drawn from the model's cumulative mass (:func:`king_model`, inverted by
-    linear interpolation on its grid), directions isotropically; each speed is drawn by
-    rejection from ``v^2 (exp((Psi(r) - v^2 / 2) / sigma^2) - 1)`` on ``[0, sqrt(2 Psi)]``,
-    the lowered Maxwellian at that radius, against its exact maximum. The system is moved
-    to its centre-of-mass frame and scaled to Hénon units with the model's own mass and
-    energy, so its measured energy is -1/4 and its virial ratio 1/2 up to the sampling
-    noise (about 1/sqrt(N)).
+    """Equal-mass King (1966) model in Hénon units, sampled from its distribution function:
+    radii from the cumulative mass of :func:`king_model`, isotropic directions, speeds by
+    rejection from the lowered Maxwellian at each radius. Scaled with the model's own mass
+    and energy, its measured energy is -1/4 up to the sampling noise (about 1/sqrt(N)).
 
     Parameters
     ----------
@@ -367,15 +310,8 @@ def king(n: int, w0: float = 6.0, seed: int = 0, exact: bool = False
     x, v : ndarray, shape (n, 3)
     m : ndarray, shape (n,)
         ``1 / n`` each.
-
-    Raises
-    ------
-    InputError
-        For a bad ``n``, ``w0`` or ``seed``.
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise InputError(f"n must be a positive integer, got {n!r}")
-    n = int(n)
+    n = _count(n)
     reference.check_seed(seed)
     model = king_model(w0)
     rng = np.random.default_rng(seed)
@@ -403,25 +339,13 @@ def king(n: int, w0: float = 6.0, seed: int = 0, exact: bool = False
     m = np.full(n, 1.0 / n)
     x -= m @ x
     v -= m @ v
-    if not exact:
-        return x, v, m
-    if n < 2:
-        raise InputError(f"exact scaling to E = -1/4 needs n >= 2, got {n!r}")
-    return to_henon_units(x, v, m)
+    return _scaled(x, v, m, exact)
 
 
 def two_component_counts(n: int, heavy_fraction: float, mass_ratio: float) -> tuple[int, float]:
-    """Number of heavy stars and the light-star mass for a two-component cluster.
-
-    With ``n_h`` heavy stars of mass ``mass_ratio * m_l`` and ``n - n_h`` light stars of
-    mass ``m_l``, the heavy stars carry ``heavy_fraction`` of the total mass 1 (as closely
-    as whole numbers allow; at least one star of each kind when ``0 < heavy_fraction``).
-
-    Returns
-    -------
-    n_heavy : int
-    m_light : float
-    """
+    """The number of heavy stars ``n_h`` (of mass ``mass_ratio * m_l``) and the light-star
+    mass ``m_l`` for which the heavy stars carry ``heavy_fraction`` of the total mass 1, as
+    closely as whole numbers allow (at least one star of each kind when 0 < fraction)."""
     if heavy_fraction <= 0.0 or n < 2:
         return 0, 1.0 / n
     f, mu = heavy_fraction, mass_ratio
@@ -430,16 +354,9 @@ def two_component_counts(n: int, heavy_fraction: float, mass_ratio: float) -> tu
     return n_h, 1.0 / (n_h * mu + (n - n_h))
 
 
-def star_cluster(
-    n: int,
-    seed: int = 0,
-    heavy_fraction: float = 0.0,
-    mass_ratio: float = 1.0,
-    bh_mass: float = 0.0,
-    exact: bool = False,
-    model: str = "plummer",
-    w0: float = 6.0,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def star_cluster(n: int, seed: int = 0, heavy_fraction: float = 0.0, mass_ratio: float = 1.0,
+                 bh_mass: float = 0.0, exact: bool = False, model: str = "plummer",
+                 w0: float = 6.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A Plummer or King star cluster, optionally two-component and with a central black
     hole.
 
@@ -470,19 +387,15 @@ def star_cluster(
     x, v : ndarray, shape (n, 3)
     m : ndarray, shape (n,)
         Total mass 1. With neither option this is exactly ``plummer(n, seed, exact)``
-        (``king(n, w0, seed, exact)``); otherwise the system is rescaled exactly
-        (unsoftened) to E = -1/4 in virial equilibrium. Stars are positioned independently
-        of their mass (no initial mass segregation).
+        (``king(n, w0, seed, exact)``); otherwise rescaled exactly to E = -1/4 in virial
+        equilibrium, the stars placed independently of their mass.
 
     Raises
     ------
     InputError
-        For parameters out of range, or ``n`` too small for the components (at least
-        2 stars: ``n >= 3`` with a black hole, ``n >= 2`` with two components).
+        For parameters out of range, or fewer than 2 stars.
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise InputError(f"n must be a positive integer, got {n!r}")
-    n = int(n)
+    n = _count(n)
     for name, value in (("heavy_fraction", heavy_fraction), ("bh_mass", bh_mass)):
         if not (isinstance(value, (int, float, np.floating)) and 0.0 <= value < 1.0):
             raise InputError(f"{name} must be in [0, 1), got {value!r}")
@@ -504,11 +417,9 @@ def star_cluster(
         return sample(n, bool(exact))
     n_stars = n - 1 if bh_mass > 0.0 else n
     if n_stars < 2:  # one star sits at the centre of mass, i.e. on the black hole
-        raise InputError(
-            f"n = {n} is too small for the requested components: at least 2 stars are "
-            f"needed (n >= {3 if bh_mass > 0.0 else 2}"
-            + (" with a black hole)" if bh_mass > 0.0 else ")")
-        )
+        raise InputError(f"n = {n} is too small for the requested components: at least 2 stars are "
+                         f"needed (n >= {3 if bh_mass > 0.0 else 2}"
+                         + (" with a black hole)" if bh_mass > 0.0 else ")"))
     x, v, m = sample(n_stars, False)
     if heavy_fraction > 0.0:
         n_h, m_l = two_component_counts(n_stars, float(heavy_fraction), float(mass_ratio))
@@ -531,28 +442,12 @@ def star_cluster(
     return x, v, m
 
 
-def lagrangian_radii(
-    x: np.ndarray,
-    m: np.ndarray,
-    fractions: tuple[float, ...] = (0.1, 0.5, 0.9),
-    centre: np.ndarray | None = None,
-) -> np.ndarray:
-    """Radii enclosing the given fractions of the total mass.
-
-    Parameters
-    ----------
-    x : ndarray, shape (n, 3)
-    m : ndarray, shape (n,)
-    fractions : tuple of float
-        Mass fractions in (0, 1].
-    centre : ndarray, shape (3,), optional
-        Default: the centre of mass.
-
-    Returns
-    -------
-    ndarray, shape (len(fractions),)
-        The smallest particle radius at which the enclosed mass reaches each fraction.
-    """
+def lagrangian_radii(x: np.ndarray, m: np.ndarray,
+                     fractions: tuple[float, ...] = (0.1, 0.5, 0.9),
+                     centre: np.ndarray | None = None) -> np.ndarray:
+    """Radii enclosing the given ``fractions`` (in (0, 1]) of the total mass of the particles
+    ``x`` (n, 3), ``m`` (n,) about ``centre`` (default: the centre of mass): for each, the
+    smallest particle radius at which the enclosed mass reaches it."""
     x = np.asarray(x, dtype=np.float64)
     m = np.asarray(m, dtype=np.float64)
     if centre is None:

@@ -1,46 +1,30 @@
-"""Initial conditions from files (``sapporo run --ic FILE``).
+"""Initial conditions from files (``sapporo run --ic FILE``; docs/initial-conditions.md).
 
 :func:`read` loads the masses, positions, velocities and (where the file has them) the ids
-of a star cluster from one of these formats (:data:`FORMATS`):
+of a star cluster from one of :data:`FORMATS`:
 
-* ``columns``: plain text, one particle per line, values separated by white space or by
-  commas, ``#`` starting a comment. Seven columns are ``m x y z vx vy vz`` (NBODY6's input
-  layout), eight ``id m x y z vx vy vz``; any other order is named with ``columns`` (see
-  :func:`parse_columns`).
-* ``banana``: the input of Phantom-GRAPE's ``banana`` integrator: the time, the number of
-  particles N, then per particle an integer that is read and ignored, the mass, x y z and
-  vx vy vz. Particles get the ids 0 .. N-1 in file order, as ``banana`` gives them.
-* ``phigrape``: phiGRAPE's input (and output) files: a line with the output step, a line
-  with N, a line with the time, then per particle ``index m x y z vx vy vz``; the index is
-  the particle's id.
-* ``snapshot``: a ``.npz`` or ``.h5`` snapshot of ``sapporo run``
-  (:mod:`sapporo.nbody.snapshot`); it must be synchronised (every particle at its time).
-* ``amuse``: an AMUSE HDF5 particle set (``write_set_to_file(..., format="amuse")``, the
-  store version 2 layout), the last set saved in the file; needs h5py.
+* ``columns``: plain text, one particle per line, values separated by white space or
+  commas, ``#`` starting a comment: ``m x y z vx vy vz`` (NBODY6's layout), ``id m x y z vx
+  vy vz``, or any order named with ``columns`` (:func:`parse_columns`);
+* ``banana`` (Phantom-GRAPE): the time, N, then per particle an ignored integer, m, x y z
+  and vx vy vz; ids 0 .. N-1 in file order;
+* ``phigrape``: the output step, N, the time, then per particle ``id m x y z vx vy vz``
+  (in both header formats a particle starts on a new line and may continue over lines);
+* ``snapshot``: a synchronised ``.npz`` or ``.h5`` snapshot of ``sapporo run``;
+* ``amuse``: the last AMUSE HDF5 particle set saved in the file (needs h5py).
 
-In both header formats every particle starts on a new line and may continue over the
-following lines (as in Phantom-GRAPE's own files, which put the ignored integer and the
-mass on lines of their own); the header values are read one after the other. A run started
-from a file begins at time 0 whatever time the file gives; the file's time is recorded in
-:attr:`InitialConditions.source`.
-
-Values are taken as N-body units (G = 1) except in AMUSE files, whose datasets carry their
-units; physical (S.I.) units there must be converted with ``scale="nbody"``. With
-``scale="nbody"`` the system is moved to its centre-of-mass frame and its units changed to
-Hénon units (M = 1, E = -1/4; :func:`sapporo.nbody.ic.to_nbody_units`), keeping its virial
-ratio.
-
-Every problem raises :class:`sapporo.InputError` with one line naming the file, the line
-(text formats) or the particle (the others), and what is wrong: too few or too many values,
-a value that is not a number, NaN or infinite, a negative mass, no particles, duplicate or
-out-of-range ids, a file that cannot be read.
+Values are N-body units (G = 1), except in AMUSE files, whose datasets carry their units
+(S.I. ones need ``scale="nbody"``). ``scale="nbody"`` moves the system to its centre-of-mass
+frame in Hénon units (:func:`sapporo.nbody.ic.to_nbody_units`), keeping its virial ratio. A
+run from a file starts at time 0; the file's time is kept in the ``source``. Every problem
+is an :class:`sapporo.InputError` naming the file and the line (or particle).
 """
 
 from __future__ import annotations
 
+import ast
 import math
 import os
-import re
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -53,15 +37,8 @@ from sapporo.errors import InputError
 from sapporo.nbody import snapshot as snapshot_module
 from sapporo.nbody.ic import to_nbody_units
 
-__all__ = [
-    "COLUMN_NAMES",
-    "FORMATS",
-    "G_SI",
-    "SCALES",
-    "InitialConditions",
-    "parse_columns",
-    "read",
-]
+__all__ = ["COLUMN_NAMES", "FORMATS", "G_SI", "SCALES", "InitialConditions", "parse_columns",
+           "read"]
 
 #: The formats :func:`read` knows; ``auto`` tells them apart by the file's content.
 FORMATS = ("auto", "columns", "banana", "phigrape", "snapshot", "amuse")
@@ -95,10 +72,9 @@ class InitialConditions:
         The file's particle ids; None where the format has none (the integrator then
         numbers the particles 0 .. n-1 in file order).
     source : dict
-        Where they came from, JSON-serialisable: ``file`` (absolute path), ``format``,
-        ``scale``, ``n``, ``time`` (the file's time, or None), and ``columns`` for the
-        column format; for AMUSE files ``set`` (the HDF5 group read), ``units`` (each
-        dataset's unit string) and ``units_system`` (``nbody`` or ``S.I.``).
+        Where they came from (JSON-serialisable): ``file``, ``format``, ``scale``, ``n``,
+        ``time`` (the file's, or None); ``columns`` (column format); ``set``, ``units`` and
+        ``units_system`` (AMUSE files).
     """
 
     x: np.ndarray
@@ -142,28 +118,19 @@ def parse_columns(text: str) -> tuple[str, ...]:
 def read(path: str | os.PathLike[str], format: str = "auto",
          columns: str | tuple[str, ...] | None = None, scale: str = "none"
          ) -> InitialConditions:
-    """Read initial conditions from ``path``.
+    """Read initial conditions from the file ``path``.
 
     Parameters
     ----------
-    path : path-like
-        The file.
     format : str
-        One of :data:`FORMATS`. ``auto``: HDF5 files are sapporo snapshots when they hold a
-        ``format_version``, AMUSE particle sets otherwise; ``.npz`` (zip) files are
-        snapshots; text files whose first line holds one number are banana (a particle
-        line after two header lines) or phiGRAPE (after three; where the particles are
-        split over lines, the count of values decides: ``2 + 8 N`` banana, ``3 + 8 N``
-        phiGRAPE), otherwise the columns are those of the first line (7 or 8).
+        One of :data:`FORMATS`; ``auto`` tells them apart by the content: HDF5 files are
+        snapshots (with a ``format_version``) or AMUSE sets, zip files snapshots, text whose
+        first line holds one number banana or phiGRAPE (by the header lines, or the count
+        of values), other text columns (7 or 8).
     columns : str or tuple of str, optional
-        The columns of the ``columns`` format (:func:`parse_columns`); only for that
-        format.
+        The columns of the ``columns`` format (:func:`parse_columns`).
     scale : str
         ``none`` (keep the values) or ``nbody`` (centre-of-mass frame, Hénon units).
-
-    Returns
-    -------
-    InitialConditions
 
     Raises
     ------
@@ -205,9 +172,6 @@ def read(path: str | os.PathLike[str], format: str = "auto",
         except InputError as exc:
             raise InputError(f"{path}: cannot scale to N-body units: {exc}") from None
     return ics
-
-
-# ------------------------------------------------------------------------- detection
 
 
 def _head(path: Path) -> bytes:
@@ -267,45 +231,30 @@ def _h5py(path: Path) -> Any:
     return h5py
 
 
-# ------------------------------------------------------------------------- text
-
-
 def _data_lines(path: Path) -> Iterator[tuple[int, list[str]]]:
     """(line number, values) of each line holding data: comments (``#`` to the end of the
     line) and blank lines skipped, values split at commas or else at white space."""
     try:
-        fh = open(path, "rb")  # noqa: SIM115  (closed below)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    with fh:
-        number = 0
-        while True:
-            try:
-                raw = fh.readline()
-            except OSError as exc:
-                raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-            if not raw:
-                return
-            number += 1
-            try:
-                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError:
-                raise InputError(f"{path}, line {number}: not text (bytes that are not "
-                                 "UTF-8); a binary file needs --ic-format snapshot or "
-                                 "amuse") from None
-            if "\x00" in line:
-                raise InputError(f"{path}, line {number}: not text (a NUL byte); a binary "
-                                 "file needs --ic-format snapshot or amuse")
-            line = line.split("#", 1)[0].strip()
-            if not line:
-                continue
-            if "," in line:
-                values = [part.strip() for part in line.split(",")]
+        with open(path, "rb") as fh:
+            for number, raw in enumerate(fh, 1):
+                try:
+                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError:
+                    raise InputError(f"{path}, line {number}: not text (bytes that are not "
+                                     "UTF-8); a binary file needs --ic-format snapshot or "
+                                     "amuse") from None
+                if "\x00" in line:
+                    raise InputError(f"{path}, line {number}: not text (a NUL byte); a "
+                                     "binary file needs --ic-format snapshot or amuse")
+                line = line.split("#", 1)[0].strip()
+                if not line:
+                    continue
+                values = [part.strip() for part in line.split(",")] if "," in line else line.split()
                 if "" in values:
                     raise InputError(f"{path}, line {number}: an empty field between commas")
-            else:
-                values = line.split()
-            yield number, values
+                yield number, values
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
 
 
 def _count(k: int) -> str:
@@ -399,10 +348,9 @@ def _read_columns(path: Path, columns: tuple[str, ...] | None) -> InitialConditi
     for line, values in _data_lines(path):
         if names is None:  # the first line sets the columns
             if len(values) not in (7, 8):
-                raise InputError(
-                    f"{path}, line {line}: {_count(len(values))}; a particle line has 7 "
-                    "(m x y z vx vy vz) or 8 (id m x y z vx vy vz); name other columns "
-                    "with --ic-columns")
+                raise InputError(f"{path}, line {line}: {_count(len(values))}; a particle line "
+                                 "has 7 (m x y z vx vy vz) or 8 (id m x y z vx vy vz); name "
+                                 "other columns with --ic-columns")
             names = _SEVEN if len(values) == 7 else _EIGHT
             particles.ids = array("q") if "id" in names else None
             first_line = line
@@ -496,9 +444,6 @@ def _read_header_format(path: Path, format: str) -> InitialConditions:
     return particles.result({"time": time})
 
 
-# ------------------------------------------------------------------------- snapshots
-
-
 def _read_snapshot(path: Path) -> InitialConditions:
     snap = snapshot_module.load(path)
     if not snap.synchronised:
@@ -509,16 +454,13 @@ def _read_snapshot(path: Path) -> InitialConditions:
                              ids=snap.ids.copy(), source={"time": float(snap.time)})
 
 
-# ------------------------------------------------------------------------- AMUSE
-
 _DIMENSIONS = {
     "mass": {"mass": 1.0},
     "x": {"length": 1.0}, "y": {"length": 1.0}, "z": {"length": 1.0},
     "vx": {"length": 1.0, "time": -1.0}, "vy": {"length": 1.0, "time": -1.0},
     "vz": {"length": 1.0, "time": -1.0},
 }
-#: AMUSE's unit systems: N-body values (``generic``, formerly ``nbody``) and S.I.
-_NBODY_SYSTEMS = ("generic", "nbody")
+#: AMUSE's unit system of physical units (the other, N-body values, is "generic")
 _SI_SYSTEM = "S.I."
 
 
@@ -604,89 +546,53 @@ def _amuse_set(path: Path, f: Any, h5py: Any) -> Any:
     return group
 
 
-_UNIT_TOKEN = re.compile(
-    r"\s*(?:(?P<number>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
-    r"|(?P<base>system\.get\(\s*'([^']*)'\s*\)\.base\(\s*'([^']*)'\s*\))"
-    r"|(?P<none>no_system\.get\(\s*'none'\s*\))"
-    r"|(?P<op>\*\*|[*/()]))"
-)
+_Unit = tuple[float, dict[tuple[str, str], float]]
 
 
-def _amuse_unit(path: Path, name: str, text: str
-                ) -> tuple[float, dict[tuple[str, str], float]]:
+def _amuse_unit(path: Path, name: str, text: str) -> _Unit:
     """AMUSE's unit reference string (``"none"``, ``"system.get('generic').base('mass')"``,
     ``"(1.98892e+30 * system.get('S.I.').base('mass'))"``, products, quotients and powers
     of these) as a factor and the powers of its base units, keyed by (system, quantity)."""
     if text == "none":
         return 1.0, {}
-    tokens: list[tuple[str, Any]] = []
-    pos = 0
-    while pos < len(text):
-        if text[pos:].strip() == "":
-            break
-        match = _UNIT_TOKEN.match(text, pos)
-        if match is None:
-            raise InputError(f"{path}: {name} has a unit this reader does not know: {text!r}")
-        if match.group("number") is not None:
-            tokens.append(("number", float(match.group("number"))))
-        elif match.group("base") is not None:
-            tokens.append(("unit", (1.0, {(match.group(3), match.group(4)): 1.0})))
-        elif match.group("none") is not None:
-            tokens.append(("unit", (1.0, {})))
-        else:
-            tokens.append(("op", match.group("op")))
-        pos = match.end()
-    unit, rest = _unit_product(tokens, 0, path, name, text)
-    if rest != len(tokens):
-        raise InputError(f"{path}: {name} has a unit this reader does not know: {text!r}")
-    return unit
+    try:
+        return _unit(ast.parse(text.strip(), mode="eval").body)
+    except (SyntaxError, ValueError, ArithmeticError):
+        raise InputError(f"{path}: {name} has a unit this reader does not know: "
+                         f"{text!r}") from None
 
 
-_Unit = tuple[float, dict[tuple[str, str], float]]
-
-
-def _unit_product(tokens: list[tuple[str, Any]], i: int, path: Path, name: str, text: str
-                  ) -> tuple[_Unit, int]:
-    left, i = _unit_power(tokens, i, path, name, text)
-    while i < len(tokens) and tokens[i] in (("op", "*"), ("op", "/")):
-        sign = 1.0 if tokens[i][1] == "*" else -1.0
-        right, i = _unit_power(tokens, i + 1, path, name, text)
-        dims = dict(left[1])
-        for key, power in right[1].items():
-            dims[key] = dims.get(key, 0.0) + sign * power
-        left = (left[0] * right[0] ** sign, {k: p for k, p in dims.items() if p != 0.0})
-    return left, i
-
-
-def _unit_power(tokens: list[tuple[str, Any]], i: int, path: Path, name: str, text: str
-                ) -> tuple[_Unit, int]:
-    bad = InputError(f"{path}: {name} has a unit this reader does not know: {text!r}")
-    if i >= len(tokens):
-        raise bad
-    kind, value = tokens[i]
-    if kind == "number":
-        base: _Unit = (value, {})
-        i += 1
-    elif kind == "unit":
-        base = value
-        i += 1
-    elif tokens[i] == ("op", "("):
-        base, i = _unit_product(tokens, i + 1, path, name, text)
-        if i >= len(tokens) or tokens[i] != ("op", ")"):
-            raise bad
-        i += 1
-    else:
-        raise bad
-    if i < len(tokens) and tokens[i] == ("op", "**"):
-        if i + 1 >= len(tokens) or tokens[i + 1][0] != "number":
-            raise bad
-        power = tokens[i + 1][1]
-        base = (base[0] ** power, {k: p * power for k, p in base[1].items()})
-        i += 2
-    return base, i
-
-
-# ------------------------------------------------------------------------- checks
+def _unit(node: ast.expr) -> _Unit:
+    """The unit of an expression of :func:`_amuse_unit` (ValueError for anything else)."""
+    match node:
+        case ast.Constant(value=int() | float() as number) if not isinstance(number, bool):
+            return float(number), {}
+        case ast.UnaryOp(op=ast.USub(), operand=operand):
+            factor, dims = _unit(operand)
+            if dims:
+                raise ValueError("a negative unit")
+            return -factor, {}
+        case ast.Call(func=ast.Attribute(attr="base", value=ast.Call(
+                func=ast.Attribute(attr="get", value=ast.Name(id="system")),
+                args=[ast.Constant(value=str() as system)])),
+                args=[ast.Constant(value=str() as quantity)]):
+            return 1.0, {(system, quantity): 1.0}
+        case ast.Call(func=ast.Attribute(attr="get", value=ast.Name(id="no_system")),
+                      args=[ast.Constant(value="none")]):
+            return 1.0, {}
+        case ast.BinOp(left=left, op=ast.Mult() | ast.Div() as op, right=right):
+            (f1, d1), (f2, d2) = _unit(left), _unit(right)
+            sign = 1.0 if isinstance(op, ast.Mult) else -1.0
+            dims = dict(d1)
+            for key, power in d2.items():
+                dims[key] = dims.get(key, 0.0) + sign * power
+            return f1 * f2**sign, {k: p for k, p in dims.items() if p != 0.0}
+        case ast.BinOp(left=base, op=ast.Pow(), right=exponent):
+            (factor, dims), (power, none) = _unit(base), _unit(exponent)
+            if none:
+                raise ValueError("a unit as exponent")
+            return factor**power, {k: p * power for k, p in dims.items()}
+    raise ValueError("not a unit")
 
 
 def _check_particles(path: Path, ics: InitialConditions) -> None:

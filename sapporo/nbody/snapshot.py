@@ -1,12 +1,9 @@
 """Integrator snapshots: everything needed to resume a run exactly.
 
-A :class:`Snapshot` holds the per-particle state of a block-time-step Hermite integrator
-(positions, velocities, masses, ids, the time and step of each particle and the force
-derivatives a, jerk, snap and crackle at that time), the integrator parameters, its counters
-and free-form metadata. :func:`save` and :func:`load` write and read it as NumPy ``.npz``
-(always available) or HDF5 (``.h5`` / ``.hdf5``, when :mod:`h5py` is installed). Floats are
-stored as float64 bit-for-bit, and the parameters and metadata as JSON (whose float
-representation round-trips exactly), so a resumed run follows the same trajectory.
+:func:`save` and :func:`load` write and read a :class:`Snapshot` as NumPy ``.npz`` or HDF5
+(``.h5`` / ``.hdf5``, with h5py). Floats are stored as float64 bit-for-bit, and the
+parameters and metadata as JSON (whose floats round-trip exactly), so a resumed run follows
+the same trajectory.
 """
 
 from __future__ import annotations
@@ -93,9 +90,9 @@ class Snapshot:
     def validate(self) -> Snapshot:
         """Check shapes and finiteness; return ``self``.
 
-        Also: every ``dt`` is a positive power of two, the numeric integrator parameters
-        (``eps2 >= 0``; ``eta``, ``dt_min``, ``dt_max``, ... ``> 0``) and the counters are
-        finite numbers, and params, counters and meta are dictionaries.
+        Also: every ``dt`` is a positive power of two, the numeric integrator parameters and
+        the counters are finite numbers in range, and params, counters and meta are
+        dictionaries.
 
         Raises
         ------
@@ -103,16 +100,11 @@ class Snapshot:
             Naming the first inconsistent field.
         """
         n = np.asarray(self.x).shape[0] if np.ndim(self.x) == 2 else -1
-        for name in _VECTORS:
-            arr = np.asarray(getattr(self, name))
-            if arr.shape != (n, 3):
-                raise InputError(f"snapshot field {name} must have shape ({n}, 3), got {arr.shape}")
-        for name in _SCALARS:
-            arr = np.asarray(getattr(self, name))
-            if arr.shape != (n,):
-                raise InputError(f"snapshot field {name} must have shape ({n},), got {arr.shape}")
-        if np.asarray(self.ids).shape != (n,):
-            raise InputError(f"snapshot field ids must have shape ({n},)")
+        shapes = {**dict.fromkeys(_VECTORS, (n, 3)), **dict.fromkeys((*_SCALARS, "ids"), (n,))}
+        for name, shape in shapes.items():
+            got = np.asarray(getattr(self, name)).shape
+            if got != shape:
+                raise InputError(f"snapshot field {name} must have shape {shape}, got {got}")
         _check_integers("ids", self.ids)
         if self.n_active_counts is not None:
             counts = np.asarray(self.n_active_counts)
@@ -191,9 +183,7 @@ def _check_integers(name: str, values: Any) -> None:
 def _format_version(value: Any, path: Path) -> int:
     """The snapshot's ``format_version``: an integer from 1 to :data:`FORMAT_VERSION`."""
     arr = np.asarray(value)
-    if arr.shape != () or arr.dtype.kind not in "iuf":
-        raise InputError(f"{path}: format_version must be an integer, got {arr.tolist()!r}")
-    number = float(arr)
+    number = float(arr) if arr.shape == () and arr.dtype.kind in "iuf" else np.nan
     if not (np.isfinite(number) and number == int(number)):
         raise InputError(f"{path}: format_version must be an integer, got {arr.tolist()!r}")
     version = int(number)
@@ -227,23 +217,10 @@ def _is_hdf5(path: Path) -> bool:
 
 
 def save(path: str | os.PathLike[str], snapshot: Snapshot) -> Path:
-    """Write ``snapshot`` to ``path``: HDF5 for ``.h5``/``.hdf5``, else NumPy ``.npz``.
-
-    The file is written under a temporary name and renamed, so an interrupted write never
-    leaves a truncated snapshot behind; when the write fails (a full disk, say), the
-    temporary file is removed and the :class:`OSError` names ``path``.
-
-    Parameters
-    ----------
-    path : path-like
-        Destination; ``.npz`` is appended when the name has no known suffix.
-    snapshot : Snapshot
-        What to write.
-
-    Returns
-    -------
-    Path
-        The path written.
+    """Write ``snapshot`` to ``path``: HDF5 for ``.h5``/``.hdf5``, else NumPy ``.npz``
+    (appended when the name has no known suffix); returns the path written. The file is
+    written under a temporary name and renamed, so a failed write leaves no truncated
+    snapshot behind.
 
     Raises
     ------
@@ -267,10 +244,8 @@ def save(path: str | os.PathLike[str], snapshot: Snapshot) -> Path:
         arrays["n_active_counts"] = np.ascontiguousarray(snapshot.n_active_counts, dtype=np.int64)
     texts = {name: json.dumps(getattr(snapshot, name), sort_keys=True) for name in _JSON}
     if _is_hdf5(path) and not h5py_available():
-        raise SapporoError(
-            f"cannot write {path}: HDF5 snapshots need h5py (pip install h5py); "
-            "use a .npz name instead"
-        )
+        raise SapporoError(f"cannot write {path}: HDF5 snapshots need h5py (pip install h5py); "
+                           "use a .npz name instead")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -292,16 +267,7 @@ def save(path: str | os.PathLike[str], snapshot: Snapshot) -> Path:
 
 
 def load(path: str | os.PathLike[str]) -> Snapshot:
-    """Read a snapshot written by :func:`save`.
-
-    Parameters
-    ----------
-    path : path-like
-        A ``.npz`` or ``.h5``/``.hdf5`` file.
-
-    Returns
-    -------
-    Snapshot
+    """Read a snapshot written by :func:`save` (a ``.npz`` or ``.h5``/``.hdf5`` file).
 
     Raises
     ------

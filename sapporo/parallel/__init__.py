@@ -9,13 +9,7 @@ from typing import TYPE_CHECKING, Any
 __all__ = ["ParallelLibrary", "auto_rows", "run_cli", "square_rows", "under_mpi"]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from sapporo.parallel.library import (
-        ParallelLibrary,
-        auto_rows,
-        run_cli,
-        square_rows,
-        under_mpi,
-    )
+    from sapporo.parallel.library import ParallelLibrary, auto_rows, run_cli, square_rows, under_mpi
 
 
 def __getattr__(name: str) -> Any:

@@ -1,10 +1,8 @@
 """What an MPI launcher told this process, read from its environment; imports nothing.
 
-``mpiexec`` (MPICH's Hydra, also Intel MPI and Slurm's PMI), Open MPI's ``mpirun`` and
-MVAPICH set variables that give the job's number of ranks and each rank's index on its node.
-The C API's open and the OpenCL backend read them before any MPI library is loaded (a
-GRAPE-6 client calls MPI itself; sapporo does not), so they live here, apart from
-:mod:`sapporo.parallel.library` and mpi4py.
+The C API's open and the OpenCL backend read the job's number of ranks and each rank's index
+on its node before any MPI library is loaded (a GRAPE-6 client calls MPI itself), so this
+lives apart from :mod:`sapporo.parallel.library` and mpi4py.
 """
 
 from __future__ import annotations

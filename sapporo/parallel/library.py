@@ -4,65 +4,41 @@
 same :class:`~sapporo.ForceResult`, the same errors) and is used SPMD: every rank makes the
 same calls with the same arguments and gets the same, bitwise identical results.
 
-The ranks form a grid of ``rows x cols`` (rank ``k`` sits at row ``k // cols``, column
-``k % cols``):
-
-- j-particle address ``a`` belongs to column ``a % cols`` and is stored, as local address
-  ``a // cols``, in the :class:`~sapporo.Library` of every rank of that column;
-- the i-block is cut into ``rows`` contiguous pieces, row ``r`` taking particles
-  ``[r * ni // rows, (r + 1) * ni // rows)``;
-- each rank computes the partial forces of its columns' j-particles on its row's i-particles;
-  the partials of a row are gathered along the row and combined in column order (sums in
-  column order, nearest neighbour by smallest r^2 then lower id, neighbour lists merged and
-  sorted), so every rank of the row holds the same bits; the rows' pieces are then gathered
-  along the columns.
-
-``decomposition="j"`` is the grid ``1 x P`` (every rank takes the whole i-block, as in HiGPUs
-and ph4), ``"2d"`` the most square grid ``r x c`` with ``r <= c`` (Nitadori, Makino & Abe),
-``"auto"`` picks one by :func:`auto_rows` (see docs/parallel.md).
-
-Collectives: a block step of the j-decomposition (``set_j_particles``, ``set_time``,
-``compute``) runs one collective, the gather of the partial forces along the row; the 2-D
-grid adds the gather along the column, neighbour lists one exchange of their own. Each gather
-starts with an allgather whose size is fixed when the library opens (:data:`INLINE_BYTES`):
-every rank's header (failed or not, ni, neighbour lists asked for or not,
-``scatter_min_bytes``; along a column, the headers of the whole row) and room for 4 kB of
-partials. Partials that fit travel in it; larger ones are sent as point-to-point messages,
-posted before it and received once the headers agree. So no message of a collective is sized
-by a shape before every rank has seen every rank's.
-
-Errors: the checks this layer makes of a call's arguments (shapes, addresses, non-finite
-j-particle data) raise at once, on every rank alike, since every rank passes the same
-arguments. Whatever fails in a rank's own :class:`~sapporo.Library` (its slice of the
-j-particles, its i-rows, its device) is held and travels, as a flag, with the next gather of
-forces: every rank then raises the same exception class, the message naming the failing rank
-and the call. Ranks that made a force call with different shapes (ni, h2 given or not,
-``scatter_min_bytes``) all raise the same :class:`~sapporo.InputError`, naming the ranks and
-their values, from the headers. No rank is left waiting in a collective. ``SAPPORO_MPI_CHECK=1``
-(a debug setting) makes every call check at once, with a collective of its own, that no rank
-failed and that every rank passed the same arguments (a CRC of them).
+The ranks form a grid of ``rows x cols``: j-address ``a`` is stored by every rank of column
+``a % cols`` at local address ``a // cols``; the i-block is cut into ``rows`` contiguous
+pieces; the partial forces of a row are combined in column order along the row, and the
+rows' pieces gathered along the columns. ``decomposition="j"`` is the grid ``1 x P``,
+``"2d"`` the most square one, ``"auto"`` picks by :func:`auto_rows`. A block step costs one
+collective (two on a 2-D grid), whose first exchange has a size fixed when the library
+opens (:data:`INLINE_BYTES`). An error of a rank's own library travels, as a flag, with the
+next gather of forces, and every rank raises it; ranks that passed different shapes all
+raise the same :class:`~sapporo.InputError`. docs/parallel.md has the details.
 
 mpi4py is imported only when a :class:`ParallelLibrary` is made (``pip install
-'sapporo-nbody[mpi]'``). What the launcher set in the environment (:func:`launcher_size`,
-:func:`launcher_local_rank`, :func:`launcher_device`) is read by :mod:`sapporo.parallel.launcher`.
+'sapporo-nbody[mpi]'``); what the launcher set in the environment is read by
+:mod:`sapporo.parallel.launcher`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import sys
+import tempfile
 import threading
 import time
+import traceback
 import zlib
 from typing import Any
 
 import numpy as np
 
 from sapporo import config, errors
-from sapporo.core import layout
+from sapporo.core import layout, validate
 from sapporo.core.results import PendingForce
 from sapporo.errors import ConfigError, InputError, NonFiniteError, SapporoError
-from sapporo.parallel.launcher import (  # noqa: F401 (re-exported: part of this module's interface)
+from sapporo.parallel.launcher import (  # noqa: F401 (re-exported: part of the interface)
     LOCAL_RANK_VARIABLES,
     SIZE_VARIABLES,
     launcher_device,
@@ -73,26 +49,19 @@ from sapporo.parallel.launcher import (  # noqa: F401 (re-exported: part of this
 log = logging.getLogger(__name__)
 
 DECOMPOSITIONS = ("j", "2d", "auto")
-#: "auto" uses the j-decomposition up to this many ranks and the 2-D grid beyond: the model
-#: of tune/mpi_bench.py, calibrated on loopback runs, puts the 2-D grid ahead from 8 ranks on
-#: in every case it projects; at 4 ranks the two are within the measurements' noise (see
-#: docs/parallel.md)
+#: "auto" uses the j-decomposition up to this many ranks and the 2-D grid beyond (the model
+#: of tune/mpi_bench.py puts the 2-D grid ahead from 8 ranks on: docs/parallel.md)
 AUTO_J_MAX_RANKS = 4
-#: default of ParallelLibrary.scatter_min_bytes. Combining a row by slices saves a rank
-#: about (cols - 2) x its partials' bytes of traffic and costs one more collective: worth it
-#: from ~100 kB on a network of 25 GB/s and a few us per collective (both ways give the same
-#: bits)
+#: default of ParallelLibrary.scatter_min_bytes: combining by slices saves a rank about
+#: (cols - 2) x its partials' bytes of traffic for one more collective
 SCATTER_MIN_BYTES = 1 << 17
 MAX_ADDRESS = layout.MAX_ADDRESS
-#: The first exchange of a force call along a row (and, on a 2-D grid, along a column) is an
-#: allgather whose size is fixed when the library opens, whatever the call: each rank's
-#: header (failed, ni, neighbour lists asked for, scatter_min_bytes) and room for this many
-#: bytes of its partial forces (39 i-particles at orders 2-6, 32 at order 8). A block whose
-#: partials fit travels in it; a larger block's partials go as messages posted before it and
-#: received once the headers agree. So no collective's size depends on an argument before
-#: every rank's value of it is known, and ranks that passed different shapes all raise
-#: instead of waiting. The same on every rank (it sizes a collective). On 2 ranks of one
-#: node an allgather of 4 kB took 1-2 us more than one of 112 bytes, one of 8 kB 8 us more
+#: The first exchange of a force call along a row (and column) is an allgather of a size
+#: fixed when the library opens: each rank's header (failed, ni, neighbour lists asked for,
+#: scatter_min_bytes) and room for this many bytes of its partial forces; larger partials go
+#: as messages, received once the headers agree. So no collective's size depends on an
+#: argument before every rank's value of it is known (on 2 ranks of one node an allgather of
+#: 4 kB took 1-2 us more than one of 112 bytes, one of 8 kB 8 us more)
 INLINE_BYTES = 4096
 _HEAD = 4  # doubles of the header
 _TAG = 42  # tag of the messages of partial forces
@@ -133,9 +102,6 @@ def _digest(*values: Any) -> int:
     passed the same ones."""
     crc = 0
     for value in values:
-        if value is None:
-            crc = zlib.crc32(b"None", crc)
-            continue
         try:
             arr = np.asarray(value)
         except Exception:  # unconvertible: its repr
@@ -160,23 +126,13 @@ def _array(name: str, value: Any) -> np.ndarray:
                          ) from None
 
 
-def _then(value: Any, fn: Any) -> Any:
-    """``fn(value)``, then ``value``."""
-    fn(value)
-    return value
-
-
-def _count(name: str, value: Any, hi: int) -> int:
-    """An integer in [0, hi] (ints, or floats with an integral value)."""
-    ok = not isinstance(value, (bool, np.bool_))
-    try:
-        f = float(value) if ok else math.nan
-    except (TypeError, ValueError):
-        f = math.nan
-    if not (math.isfinite(f) and f == math.floor(f) and 0 <= f <= hi):
-        raise InputError(f"{name}: expected an integer in [0, {hi}] (addresses stored), "
-                         f"got {value!r}")
-    return int(f)
+def _non_finite_row(value: Any) -> int | None:
+    """The first row of a float array (0 for a number) that holds a value that is not
+    finite; None when there is none, or ``value`` is no float array."""
+    arr = None if value is None else np.asarray(value)
+    if arr is None or arr.dtype.kind != "f" or np.isfinite(arr).all():
+        return None
+    return int(np.argwhere(~np.isfinite(arr))[0][0]) if arr.ndim else 0
 
 
 def _everywhere(exc: SapporoError) -> SapporoError:
@@ -264,17 +220,6 @@ def _merge_lists(pairs: list[tuple[np.ndarray, np.ndarray]], ni: int,
     return lens, ids.copy()
 
 
-def _local_lists(res: Any, ni: int, capacity: int) -> tuple[np.ndarray, np.ndarray]:
-    """The neighbour lists of a local :class:`~sapporo.ForceResult`, merged as
-    :func:`_merge_lists` does (the ids each of its parts kept, at most ``capacity``)."""
-    pairs = []
-    for counts, lists in getattr(res, "_lists", []):
-        lists = np.asarray(lists)
-        lens = np.minimum(np.asarray(counts, dtype=np.int64), lists.shape[1])
-        pairs.append((lens, lists.astype(np.int64)))
-    return _merge_lists(pairs, ni, capacity)
-
-
 #: local blocks of at most this many i-particles are computed at once with
 #: :meth:`Library.compute <sapporo.Library.compute>`, which runs them in C on a CPU (the
 #: native engine, :mod:`sapporo.core.engine`); larger ones are started and collected later
@@ -339,10 +284,9 @@ class ParallelLibrary:
         self._col_comm = self.comm.Split(self.col, self.row)  # ... and of my column
         self.comm_seconds = 0.0
         self.compute_seconds = 0.0
-        #: a row is combined by slices (each rank's slice sent to the rank that combines
-        #: it, then an allgather) instead of every rank receiving all the partials when
-        #: (cols - 2) x the bytes of a rank's partials reach this (the same on every rank:
-        #: a force call whose ranks differ raises)
+        #: a row is combined by slices (each rank combines one, then an allgather) instead
+        #: of by every rank when (cols - 2) x the bytes of a rank's partials reach this (the
+        #: same on every rank: a force call whose ranks differ raises)
         self.scatter_min_bytes = SCATTER_MIN_BYTES
         self.collectives = 0
         #: every call checks, with a collective of its own, that no rank failed and that the
@@ -388,10 +332,11 @@ class ParallelLibrary:
                 self._lib.close()
             self._free_comms()
             raise
-        self._max_address = min(MAX_ADDRESS, (min(i[0] for i in info) + 1) * self.cols - 1)
-        names = sorted({i[1] for i in info})
-        self._device_name = (f"{size} ranks ({self.rows} x {self.cols}, {self.decomposition}) "
-                             f"on {' + '.join(names)}")
+        #: the largest j-address :meth:`set_j_particles` accepts (on every rank)
+        self.max_address = min(MAX_ADDRESS, (min(i[0] for i in info) + 1) * self.cols - 1)
+        #: the grid and the names of the devices of all ranks
+        self.device_name = (f"{size} ranks ({self.rows} x {self.cols}, {self.decomposition}) "
+                            f"on {' + '.join(sorted({i[1] for i in info}))}")
         self.order: int = self._lib.order
         self.precision: str = self._lib.precision
         self.nb_capacity: int = self._lib.nb_capacity
@@ -402,7 +347,6 @@ class ParallelLibrary:
         log.info("sapporo.parallel: rank %d of %d, grid %d x %d", self.rank, size, self.rows,
                  self.cols)
 
-    # ------------------------------------------------------------------ collectives
     def _timed(self, fn: Any, *args: Any) -> Any:
         t0 = time.perf_counter()
         try:
@@ -410,16 +354,6 @@ class ParallelLibrary:
         finally:
             self.comm_seconds += time.perf_counter() - t0
             self.collectives += 1
-
-    def _raise_gathered(self, failures: list[tuple[int, str, str]]) -> None:
-        """Raise, on every rank alike, the error of the first failing rank."""
-        rank, cls, msg = failures[0]
-        if len(failures) == self.size and all(f[1:] == (cls, msg) for f in failures):
-            raise _everywhere(_error_class(cls)(f"on every rank: {msg}"))
-        others = [r for r, _, _ in failures[1:]]
-        more = (f" (rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} "
-                "failed too)") if others else ""
-        raise _everywhere(_error_class(cls)(f"rank {rank} of {self.size}: {msg}{more}"))
 
     def _check(self, error: BaseException | None, digest: int) -> None:
         """Collective: raise on every rank when a rank failed or the arguments differ."""
@@ -435,22 +369,24 @@ class ParallelLibrary:
                 "every rank must make the same calls (SPMD)"))
 
     def _gather_errors(self, error: BaseException | None, call: str = "") -> None:
-        """Collective, once some rank failed: exchange the messages and raise. ``call``
-        names the earlier call that failed on this rank (its error was held)."""
+        """Collective, once some rank failed: exchange the messages and raise, on every rank
+        alike, the error of the first failing rank. ``call`` names the earlier call that
+        failed on this rank (its error was held)."""
         mine = None if error is None else (type(error).__name__, str(error))
         if error is not None and not isinstance(error, SapporoError):
             mine = ("SapporoError", f"{type(error).__name__}: {error}")
         if mine is not None and call:
             mine = (mine[0], f"{call}: {mine[1]}")
         got = self._timed(self.comm.allgather, mine)
-        failures = [(r, c, m) for r, item in enumerate(got) if item is not None
-                    for c, m in [item]]
-        try:
-            self._raise_gathered(failures)
-        except SapporoError as exc:
-            if error is not None:
-                raise exc from error
-            raise
+        failures = [(r, *item) for r, item in enumerate(got) if item is not None]
+        rank, cls, msg = failures[0]
+        if len(failures) == self.size and all(f[1:] == (cls, msg) for f in failures):
+            raise _everywhere(_error_class(cls)(f"on every rank: {msg}")) from error
+        others = [r for r, _, _ in failures[1:]]
+        more = (f" (rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} "
+                "failed too)") if others else ""
+        raise _everywhere(_error_class(cls)(f"rank {rank} of {self.size}: {msg}{more}")
+                          ) from error
 
     def _checked(self, fn: Any, digest: int) -> Any:
         """Run ``fn`` here, then check collectively (:meth:`_check`); its value."""
@@ -463,13 +399,17 @@ class ParallelLibrary:
         return value
 
     def _step(self, call: str, prepare: Any, local: Any, *args: Any) -> Any:
-        """One call of a block step: ``prepare()`` (this layer's checks of the arguments,
-        the same on every rank), then ``local(prepared)`` (this rank's own library); the
-        prepared value. An error of ``prepare`` raises at once, on every rank alike; one of
-        ``local`` is held for the next gather of forces (:meth:`_finish`). With
+        """One call of a block step: ``prepare()`` (this layer's checks, alike on every rank;
+        an error raises at once everywhere), then ``local(prepared)`` (this rank's library;
+        an error is held for the next gather of forces); the prepared value. With
         :attr:`check_calls`, both run under :meth:`_checked`, with a CRC of ``args``."""
         if self.check_calls:
-            return self._checked(lambda: _then(prepare(), local), _digest(call, *args))
+            def both() -> Any:
+                prepared = prepare()
+                local(prepared)
+                return prepared
+
+            return self._checked(both, _digest(call, *args))
         try:
             prepared = prepare()
         except SapporoError as exc:
@@ -487,21 +427,10 @@ class ParallelLibrary:
         if self._closed:
             raise SapporoError("the library has been closed")
 
-    # ------------------------------------------------------------------ properties
     @property
     def n_stored(self) -> int:
         """Number of j-addresses in use (highest address set + 1), over all ranks."""
         return self._n_stored
-
-    @property
-    def max_address(self) -> int:
-        """The largest j-address :meth:`set_j_particles` accepts (on every rank)."""
-        return self._max_address
-
-    @property
-    def device_name(self) -> str:
-        """The grid and the names of the devices of all ranks."""
-        return self._device_name
 
     @property
     def local(self) -> Any:
@@ -532,15 +461,12 @@ class ParallelLibrary:
         self._check_open()
         self._checked(lambda: self._lib.set_launch_table(table), _digest(repr(table)))
 
-    # ------------------------------------------------------------------ lifecycle
     def _free_comms(self) -> None:
         for name in ("_row_comm", "_col_comm", "comm"):
             c = getattr(self, name, None)
             if c is not None:
-                try:
+                with contextlib.suppress(Exception):  # MPI already finalised
                     c.Free()
-                except Exception:  # pragma: no cover - MPI already finalised
-                    pass
                 setattr(self, name, None)
 
     def close(self) -> None:
@@ -569,12 +495,9 @@ class ParallelLibrary:
     def __del__(self) -> None:  # pragma: no cover - best effort, no MPI calls
         lib = getattr(self, "_lib", None)
         if lib is not None and not getattr(self, "_closed", True):
-            try:
+            with contextlib.suppress(Exception):
                 lib.close()
-            except Exception:
-                pass
 
-    # ------------------------------------------------------------------ j-particles
     def set_j_particles(self, address: Any, index: Any, t: Any, mass: Any, x: Any, v: Any,
                         a: Any = None, jerk: Any = None, snap: Any = None,
                         crackle: Any = None, pop: Any = None, d5: Any = None) -> None:
@@ -585,38 +508,22 @@ class ParallelLibrary:
         self._check_open()
 
         def prepare() -> tuple[np.ndarray, dict[str, Any], int]:
-            addr = _array("address", address)
-            if addr.ndim == 0:
-                addr = addr.reshape(1)
-            if addr.ndim != 1:
-                raise InputError(f"address: expected a 1-D array of integers, got shape "
-                                 f"{addr.shape}")
-            if addr.size and addr.dtype.kind not in "iu":
-                if not (addr.dtype.kind == "f" and np.isfinite(addr).all()
-                        and (addr == np.round(addr)).all()):
-                    raise InputError(f"address: expected integers, got dtype {addr.dtype}")
-            addr = addr.astype(np.int64)
+            addr = validate.ints("address", _array("address", address), None, 0,
+                                 self.max_address)
             n = addr.size
             if n == 0:
                 return addr, {}, 0
-            lo, hi = int(addr.min()), int(addr.max())
-            if lo < 0 or hi > self._max_address:
-                bad = lo if lo < 0 else hi
-                raise InputError(f"address: value {bad} outside [0, {self._max_address}]")
             args = {"index": index, "t": t, "mass": mass, "x": x, "v": v, "a": a,
                     "jerk": jerk, "snap": snap, "crackle": crackle, "pop": pop, "d5": d5}
             local = {k: _rows_of(k, val, n, 0, n, k not in ("index", "t", "mass"))
                      for k, val in args.items()}
-            if pop is None and d5 is None:  # as a library of orders 2-6 is called
-                del local["pop"], local["d5"]
             for k, val in local.items():  # named by global position, whoever owns it
-                arr = None if val is None else np.asarray(val)
-                if arr is not None and arr.dtype.kind == "f" and not np.isfinite(arr).all():
-                    bad = np.argwhere(~np.isfinite(arr))[0]
-                    where = (f" at position {int(bad[0])} (address {int(addr[bad[0]])})"
-                             if arr.ndim >= 1 and arr.shape[0] == n else "")
+                bad = _non_finite_row(val)
+                if bad is not None:
+                    where = (f" at position {bad} (address {int(addr[bad])})"
+                             if np.ndim(val) >= 1 and np.shape(val)[0] == n else "")
                     raise InputError(f"{k}: non-finite value{where}")
-            return addr, local, hi + 1
+            return addr, local, int(addr.max()) + 1
 
         def store(prepared: tuple[np.ndarray, dict[str, Any], int]) -> None:
             addr, local, _ = prepared
@@ -624,11 +531,10 @@ class ParallelLibrary:
             mine = np.flatnonzero(addr % self.cols == self.col)
             if mine.size == 0:
                 return
-            sel = {}
-            for k, val in local.items():
-                arr = None if val is None else np.asarray(val)
-                sel[k] = val if arr is None or arr.ndim == 0 or (
-                    n == 1 and arr.shape == (3,)) else arr[mine]
+            # this column's rows of every per-particle array (numbers, and the vector of a
+            # single particle, as they are)
+            sel = {k: np.asarray(val)[mine] if np.ndim(val) and not (
+                n == 1 and np.shape(val) == (3,)) else val for k, val in local.items()}
             self._lib.set_j_particles(addr[mine] // self.cols, **sel)
 
         _, _, top = self._step("set_j_particles", prepare, store, address, index, t, mass, x,
@@ -649,7 +555,6 @@ class ParallelLibrary:
         self._step("set_time", lambda: t, self._lib.set_time, t)
         self._time = t  # for the CRC of start_compute's arguments
 
-    # ------------------------------------------------------------------ forces
     def compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None, a: Any = None,
                 nj: int | None = None, jerk: Any = None) -> Any:
         """Forces on i-particles from j-addresses [0, nj); blocking. Collective."""
@@ -664,10 +569,8 @@ class ParallelLibrary:
         on every rank alike."""
         self._check_open()
         if self._pending is not None and not self._pending.done():
-            try:  # an earlier computation nobody waited for (every rank alike)
+            with contextlib.suppress(SapporoError):  # an earlier one nobody waited for
                 self._pending.result()
-            except SapporoError:
-                pass
 
         def prepare() -> dict[str, Any]:
             """What sizes the gather: checked at once."""
@@ -690,35 +593,32 @@ class ParallelLibrary:
             if self._held is not None:  # an earlier call failed here: no use computing
                 return
             ni, lo, hi, xa = state["ni"], state["lo"], state["hi"], state.pop("x")
-            njg = self._n_stored if nj is None else _count("nj", nj, self._n_stored)
+            njg = self._n_stored if nj is None else validate.int_arg(
+                "nj", nj, 0, self._n_stored, " (addresses stored)")
             if self.rows == 1:
                 xi, vi, ii, hi2, ai, ji = x, v, index, h2, a, jerk
             else:
                 for name, val in (("x", xa), ("v", v), ("a", a), ("h2", h2), ("jerk", jerk)):
-                    arr = None if val is None else np.asarray(val)
-                    if arr is not None and arr.dtype.kind == "f" and not np.isfinite(arr).all():
-                        row = int(np.argwhere(~np.isfinite(arr))[0][0]) if arr.ndim else 0
+                    row = _non_finite_row(val)
+                    if row is not None:
                         raise InputError(f"{name}: non-finite value in row {row}")
-                xi = _rows_of("x", xa, ni, lo, hi, True)
-                vi = _rows_of("v", v, ni, lo, hi, True)
-                ii = _rows_of("index", index, ni, lo, hi, False)
-                hi2 = _rows_of("h2", h2, ni, lo, hi, False)
-                ai = _rows_of("a", a, ni, lo, hi, True)
-                ji = _rows_of("jerk", jerk, ni, lo, hi, True)
+                args = {"x": xa, "v": v, "index": index, "h2": h2, "a": a, "jerk": jerk}
+                xi, vi, ii, hi2, ai, ji = (
+                    _rows_of(name, val, ni, lo, hi, vector=name not in ("index", "h2"))
+                    for name, val in args.items())
             if hi > lo:
                 # j-addresses [0, njg) of this column, in local addresses
                 nj_loc = min(max(0, -(-(njg - self.col) // self.cols)), self._lib.n_stored)
                 t0 = time.perf_counter()
-                extra = {} if ji is None else {"jerk": ji}  # order 8
                 if hi2 is None and hi - lo <= SYNC_LOCAL_MAX:
                     try:  # a non-finite force is reported by result(), as when started
                         state["local"] = _Done(self._lib.compute(xi, vi, ii, eps2, a=ai,
-                                                                 nj=nj_loc, **extra))
+                                                                 nj=nj_loc, jerk=ji))
                     except NonFiniteError as exc:
                         state["local"] = _Done(error=exc)
                 else:
                     state["local"] = self._lib.start_compute(xi, vi, ii, eps2, h2=hi2, a=ai,
-                                                             nj=nj_loc, **extra)
+                                                             nj=nj_loc, jerk=ji)
                 self.compute_seconds += time.perf_counter() - t0
 
         # errors of this call carry no call name: the call is the one that reports them
@@ -783,12 +683,28 @@ class ParallelLibrary:
         self.comm_seconds += time.perf_counter() - t0
         self._wait(sends)
 
-    def _senders(self, heads: np.ndarray, ranks: range, me: int) -> list[int]:
-        """The ranks of a communicator (``ranks``: their ranks in the library's, in order)
-        but ``me`` that sent their partials as messages, as their own headers (rows of
-        ``heads``, indexed by the library's rank) decided."""
-        return [q for q, rank in enumerate(ranks)
-                if q != me and not self._inline(int(heads[rank, 1]))]
+    def _exchange(self, comm: Any, heads: np.ndarray, part: np.ndarray | None,
+                  sends: list[Any], ranks: range) -> tuple[np.ndarray, np.ndarray | None]:
+        """The first exchange of a force call along ``comm`` (whose ranks are ``ranks`` of
+        the library's, in order), an allgather of a fixed size: this rank's headers
+        (``heads``) and its partials when they travel inline (``part``; None: ``sends``
+        carry them). Returns every rank's header (one row per rank of the library's) and
+        the parts gathered, one row per rank of ``comm``; None when the headers disagree or
+        show a failure, after the messages of partials were received and dropped."""
+        width = heads.size
+        fixed = np.empty(width + self._room * self._ncols())
+        fixed[:width] = heads.ravel()
+        if part is not None:
+            fixed[width:width + part.size] = part.ravel()
+        got = np.empty((len(ranks), fixed.size))
+        self._timed(comm.Allgather, fixed, got)
+        every = got[:, :width].reshape(-1, _HEAD)
+        if self._agree(every):
+            return every, got[:, width:]
+        me = comm.Get_rank()  # those that sent messages, as their own headers decided
+        self._drop(comm, [q for q, rank in enumerate(ranks)
+                          if q != me and not self._inline(int(every[rank, 1]))], sends)
+        return every, None
 
     @staticmethod
     def _agree(heads: np.ndarray) -> bool:
@@ -805,29 +721,20 @@ class ParallelLibrary:
         the combined slices then gathered. Returns the row's headers (cols, _HEAD) and the
         combined (n, K) rows, None when the headers disagree or show a failure."""
         c, (n, k), me, comm = self.cols, part.shape, self.col, self._row_comm
-        fixed = np.empty(_HEAD + self._room * k)
-        fixed[:_HEAD] = head
-        if self._inline(int(head[1])):
-            fixed[_HEAD:_HEAD + n * k] = part.ravel()
-            got = np.empty((c, fixed.size))
-            self._timed(comm.Allgather, fixed, got)
-            heads = got[:, :_HEAD]
-            if not self._agree(heads):
-                self._drop(comm, self._senders(heads, range(c), me), [])
-                return heads, None
-            return heads, self._combine(got[:, _HEAD:_HEAD + n * k].reshape(c, n, k))
-        slices = c > 1 and (c - 2) * n * k * 8 >= self.scatter_min_bytes
+        inline = self._inline(int(head[1]))
+        slices = not inline and c > 1 and (c - 2) * n * k * 8 >= self.scatter_min_bytes
         bounds = [q * n // c for q in range(c + 1)]
         others = [q for q in range(c) if q != me]
-        # posted first: they travel while the headers are gathered
-        sends = [comm.Isend(part[bounds[q]:bounds[q + 1]] if slices else part, dest=q,
-                            tag=_TAG) for q in others]
-        got = np.empty((c, fixed.size))
-        self._timed(comm.Allgather, fixed, got)
-        heads = got[:, :_HEAD]
-        if not self._agree(heads):
-            self._drop(comm, self._senders(heads, range(c), me), sends)
+        # messages are posted first: they travel while the headers are gathered
+        sends = [] if inline else [
+            comm.Isend(part[bounds[q]:bounds[q + 1]] if slices else part, dest=q, tag=_TAG)
+            for q in others]
+        heads, got = self._exchange(comm, np.array(head), part if inline else None, sends,
+                                    range(c))
+        if got is None:
             return heads, None
+        if inline:
+            return heads, self._combine(got[:, :n * k].reshape(c, n, k))
         lo, hi = (bounds[me], bounds[me + 1]) if slices else (0, n)
         parts = np.empty((c, hi - lo, k))
         parts[me] = part[lo:hi]
@@ -853,24 +760,16 @@ class ParallelLibrary:
         inline = self._inline(ni)
         others = [q for q in range(r) if q != me]
         sends = [] if inline else [comm.Isend(piece, dest=q, tag=_TAG) for q in others]
-        width = row_heads.size
-        fixed = np.empty(width + self._room * k)
-        fixed[:width] = row_heads.ravel()
-        if inline:
-            fixed[width:width + piece.size] = piece.ravel()
-        got = np.empty((r, fixed.size))
-        self._timed(comm.Allgather, fixed, got)
-        heads = got[:, :width].reshape(self.size, _HEAD)
-        if not self._agree(heads):
-            self._drop(comm, self._senders(heads, range(self.col, self.size, self.cols), me),
-                       sends)
+        heads, got = self._exchange(comm, row_heads, piece if inline else None, sends,
+                                    range(self.col, self.size, self.cols))
+        if got is None:
             return heads, None
         starts = [q * ni // r for q in range(r + 1)]
         full = np.empty((ni, k))
         if inline:
             for q in range(r):
                 rows_q = full[starts[q]:starts[q + 1]]
-                rows_q[...] = got[q, width:width + rows_q.size].reshape(-1, k)
+                rows_q[...] = got[q, :rows_q.size].reshape(-1, k)
         else:
             full[lo:hi] = piece
             self._wait([comm.Irecv(full[starts[q]:starts[q + 1]], source=q, tag=_TAG)
@@ -884,11 +783,8 @@ class ParallelLibrary:
         for field, what, show, why in _HEADER_CHECKS:
             values = heads[:, field]
             if (values != values[0]).any():
-                exc = _everywhere(InputError(f"ParallelLibrary.compute: the ranks {what}: "
-                                             f"{_by_value(values, show)} ({why})"))
-                if error is not None:
-                    raise exc from error
-                raise exc
+                raise _everywhere(InputError(f"ParallelLibrary.compute: the ranks {what}: "
+                                             f"{_by_value(values, show)} ({why})")) from error
         self._gather_errors(error, call)
 
     def _finish(self, state: dict[str, Any]) -> Any:
@@ -919,8 +815,11 @@ class ParallelLibrary:
         # 3. neighbour lists: merged along the row, gathered along the column
         lens = lists = None
         if ngb:
-            here = (_local_lists(res, n, self.nb_capacity) if res is not None
-                    else (np.zeros(n, np.int64), np.zeros((n, 0), np.int64)))
+            mine = []  # this rank's lists: the ids its library kept
+            if res is not None:
+                counts, ids = res._lists
+                mine.append((np.minimum(counts, ids.shape[1]), ids.astype(np.int64)))
+            here = _merge_lists(mine, n, self.nb_capacity)
             along = self._timed(self._row_comm.allgather, here)
             row_lists = _merge_lists(along, n, self.nb_capacity)
             if self.rows > 1:
@@ -940,22 +839,14 @@ class ParallelLibrary:
         try:
             return self._lib._result(np.ascontiguousarray(full[:, :-1].T),
                                      np.asarray(index).reshape(-1), counts,
-                                     [(lens, lists)] if ngb else None)
+                                     (lens, lists) if ngb else None, checked=False)
         except NonFiniteError as exc:
             raise _everywhere(exc) from None
-
-
-# ---------------------------------------------------------------------- the command line
 
 
 def under_mpi() -> bool:
     """True when this process is one of several ranks started by an MPI launcher."""
     return launcher_size() > 1
-
-
-def _all_ranks(exc: BaseException) -> bool:
-    """Whether ``exc`` was raised on every rank alike (by a collective check)."""
-    return bool(getattr(exc, "all_ranks", False))
 
 
 class CommandRun:
@@ -979,9 +870,8 @@ class CommandRun:
         """Make the run's :class:`ParallelLibrary` once every rank got this far."""
         failed = self._meet(False)
         if any(failed):
-            exc = SapporoError(f"rank {failed.index(True)} failed before the library opened")
-            exc.all_ranks = True  # type: ignore[attr-defined]
-            raise exc
+            raise _everywhere(SapporoError(f"rank {failed.index(True)} failed before the "
+                                           "library opened"))
         return ParallelLibrary(decomposition=self.decomposition, **kwargs)
 
 
@@ -996,15 +886,9 @@ def run_cli(args: Any, body: Any, name: str) -> int:
     """Run ``body(args)`` on every rank of ``mpiexec``: rank 0 writes ``args.out`` and
     talks; the other ranks compute the same and write into a private temporary folder,
     removed at the end (with ``SAPPORO_RANK_OUTPUT=1``: into ``<out>.rank<r>``, kept).
-
-    Errors: raised on every rank alike, rank 0 reports them; one rank's failure before the
+    Errors raised on every rank alike are reported by rank 0; a rank's failure before the
     library opens ends the run on every rank; any other failure of a single rank aborts the
-    job (``MPI_Abort``) after its message, so no rank waits forever.
-
-    Returns the exit status (2 for bad input, 1 for other errors)."""
-    import sys
-    import tempfile
-    import traceback
+    job (``MPI_Abort``). Returns the exit status (2 for bad input, 1 for other errors)."""
 
     run = CommandRun(name, getattr(args, "decomposition", None))
     args._mpi_run = run
@@ -1029,7 +913,7 @@ def run_cli(args: Any, body: Any, name: str) -> int:
                 err.write(f"{name}: error" + (f" on rank {run.rank}" if not root else "")
                           + f": {text}\n")
             return code
-        if _all_ranks(exc):
+        if getattr(exc, "all_ranks", False):  # raised on every rank alike
             if root:
                 err.write(f"{name}: error: {text}\n")
             return code

@@ -63,17 +63,16 @@ def measure(n: int = 4096, n_active: int = 512, orders=(2, 4, 6),
                     r = ref.forces(x[sel], v[sel], ids[sel], x, v, m, ids, spec["eps2"],
                                    order=order, ai=a[sel], aj=a, ji=jk[sel], jj=jk)
                     ea = ref.relative_vector_error(f.acc, r.acc, r.acc_abs)
-                    ej = (ref.relative_vector_error(f.jerk, r.jerk, r.jerk_abs).max()
-                          if order >= 4 else None)
-                    es = (ref.relative_vector_error(f.snap, r.snap, r.snap_abs).max()
-                          if order >= 6 else None)
+                    ej = es = None
+                    if order >= 4:
+                        ej = float(ref.relative_vector_error(f.jerk, r.jerk, r.jerk_abs).max())
+                    if order >= 6:
+                        es = float(ref.relative_vector_error(f.snap, r.snap, r.snap_abs).max())
                     rows.append(AccuracyRow(
                         order, precision, case, n, len(sel), float(ea.max()),
-                        float(np.median(ea)), None if ej is None else float(ej),
-                        None if es is None else float(es),
+                        float(np.median(ea)), ej, es,
                         float((np.abs(f.pot - r.pot) / np.abs(r.pot)).max()),
-                        float((f.nn_index == r.nn_index).mean()),
-                    ))
+                        float((f.nn_index == r.nn_index).mean())))
                     log.info("accuracy %s", rows[-1])
     return rows
 

@@ -1,20 +1,12 @@
 """Benchmarks of the force library, with peers measured in the same process.
 
-Three measurements per order and precision (:func:`run_bench`):
-
-* **N x N**: every particle of an N-body system as i-particle against all N as j-particles,
-  for a list of N. When a full evaluation would exceed the time budget, only a subset of
-  the i-particles is computed (the row says so: ``n_active < n``); throughput is then
-  ``n_active * n`` interactions over the time.
-* **N_active sweep**: time per force call for 1, 2, 4, ..., 1024 active i-particles at a
-  fixed N (what a block time-step integrator sees).
-* **Host overhead**: wall time minus device kernel time per call at N_active = 1
-  (``Library(profiling=True)``).
-
-Peers, each on the same particles, are measured by :mod:`sapporo.perf.peers` (the float64
-NumPy reference, pytreegrav, and on GPUs CuPy or PyTorch). GFLOP/s use the customary operation
-counts per interaction (:data:`FLOPS`). Results go to a CSV file and a text table (here) and
-PNG plots (:func:`sapporo.perf.plots.plot_bench`, with matplotlib).
+Three measurements per order and precision (:func:`run_bench`): **N x N**, every particle
+against all N for a list of N (only a subset of the i-particles, ``n_active < n``, when the
+time budget would be exceeded); the **N_active sweep**, the time per force call for 1, 2,
+4, ..., 1024 active particles at a fixed N; and the **host overhead**, wall minus kernel time
+per call at N_active = 1. Peers (:mod:`sapporo.perf.peers`) run on the same particles;
+GFLOP/s use the customary counts per interaction (:data:`FLOPS`). Results go to a CSV file,
+a text table and PNG plots (:func:`sapporo.perf.plots.plot_bench`).
 """
 
 from __future__ import annotations
@@ -22,7 +14,6 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import math
-import os
 import statistics
 import time
 from pathlib import Path
@@ -46,7 +37,9 @@ from sapporo.perf.report import (
     Progress,
     Row,
     bench_system,
+    force_call,
     format_table,
+    load_average,
     parse_peak,
     with_rates,
     write_csv,
@@ -57,10 +50,6 @@ __all__ = ["COLUMNS", "CSV_NAME", "EPS2", "FLOPS", "PEERS", "PLOT_NAMES", "TABLE
            "parse_peak", "run_bench", "with_rates", "write_csv", "write_outputs"]
 
 log = logging.getLogger(__name__)
-
-# ---------------------------------------------------------------------------------------------
-# sapporo
-
 
 def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[str, Any],
                    say: Progress, sources: dict[str, str]) -> list[Row]:
@@ -92,18 +81,20 @@ def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[st
             return sysd
 
         def call(sysd: dict[str, Any], ni: int, nj: int | None = None,
-                 cpu: list[float] | None = None, on: Library = lib) -> tuple[float, float]:
-            a = None if sysd["a"] is None else sysd["a"][:ni]
-            jerk = None if sysd["jerk"] is None else sysd["jerk"][:ni]
-            k0 = on.kernel_seconds
-            c0 = time.process_time()
-            t0 = time.perf_counter()
-            on.compute(sysd["x"][:ni], sysd["v"][:ni], sysd["id"][:ni], EPS2, a=a, nj=nj,
-                       jerk=jerk)
-            wall = time.perf_counter() - t0
-            if cpu is not None:
-                cpu.append(time.process_time() - c0)
-            return wall, on.kernel_seconds - k0
+                 on: Library = lib) -> dict[str, float]:
+            return force_call(on, sysd, ni, nj)
+
+        def row(kind: str, n: int, ni: int, times: list[dict[str, float]],
+                kernel: float | None = None, note: str = "") -> Row:
+            walls = [t["wall"] for t in times]
+            if kernel is None:
+                kernel = min(t["kernel"] for t in times)
+            return with_rates(Row(**common, kind=kind, code="sapporo", order=order,
+                                  precision=precision, n=n, n_active=ni, repeats=len(times),
+                                  seconds=min(walls), seconds_median=statistics.median(walls),
+                                  cpu_seconds=min(t["cpu"] for t in times),
+                                  kernel_seconds=kernel, launch=launch, note=note),
+                              s.peak_gflops)
 
         # N x N
         for n in s.n_list:
@@ -111,29 +102,18 @@ def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[st
             probe = min(n, 1024)
             call(sysd, n, nj=min(n, 256))  # builds every configuration this size uses
             call(sysd, probe)
-            t_probe, _ = call(sysd, probe)
-            per_i = t_probe / probe
+            per_i = call(sysd, probe)["wall"] / probe
             ni, note = n, ""
             if per_i * n * s.repeats > s.budget:
                 ni = max(probe, int(s.budget / s.repeats / per_i) // 1024 * 1024)
                 ni = min(ni, n)
                 if ni < n:
                     note = f"i-subset: {ni} of {n} i-particles (time budget {s.budget:g} s)"
-            walls, kerns, cpus = [], [], []
-            for _ in range(s.repeats):
-                w, k = call(sysd, ni, cpu=cpus)
-                walls.append(w)
-                kerns.append(k)
-            row = with_rates(Row(**common, kind="nxn", code="sapporo", order=order,
-                            precision=precision, n=n, n_active=ni, repeats=s.repeats,
-                            seconds=min(walls), seconds_median=statistics.median(walls),
-                            cpu_seconds=min(cpus), kernel_seconds=min(kerns), launch=launch,
-                            note=note),
-                        s.peak_gflops)
-            rows.append(row)
-            say(f"{tag}: N x N  N={n:>7} i={ni:>7}  {row.seconds:9.4f} s  "
-                f"{row.interactions_per_s / 1e9:7.3f} Gint/s  {row.gflops:7.2f} GFLOP/s"
-                + (f"  ({note})" if note else ""))
+            rows.append(row("nxn", n, ni, [call(sysd, ni) for _ in range(s.repeats)],
+                            note=note))
+            say(f"{tag}: N x N  N={n:>7} i={ni:>7}  {rows[-1].seconds:9.4f} s  "
+                f"{rows[-1].interactions_per_s / 1e9:7.3f} Gint/s  "
+                f"{rows[-1].gflops:7.2f} GFLOP/s" + (f"  ({note})" if note else ""))
 
         # N_active sweep, host overhead and block step at sweep_n
         n = s.sweep_n
@@ -143,43 +123,35 @@ def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[st
                 continue
             for each in (lib, plain):
                 call(sysd, ni, nj=min(n, 256), on=each)  # builds this launch shape
-            w1, _ = call(sysd, ni, on=plain)
+            w1 = call(sysd, ni, on=plain)["wall"]
             reps = int(min(30, max(3, math.ceil(s.sweep_seconds / max(w1, 1e-6)))))
             if s.sweep_seconds <= 0:
                 reps = 1
-            walls, cpus = [], []
-            for _ in range(reps):
-                walls.append(call(sysd, ni, cpu=cpus, on=plain)[0])
+            times = [call(sysd, ni, on=plain) for _ in range(reps)]
             call(sysd, ni)  # the other library's memory back into the caches (CPUs)
-            kern = min(call(sysd, ni)[1] for _ in range(reps))
-            row = with_rates(Row(**common, kind="n_active", code="sapporo", order=order,
-                            precision=precision, n=n, n_active=ni, repeats=reps,
-                            seconds=min(walls), seconds_median=statistics.median(walls),
-                            cpu_seconds=min(cpus), kernel_seconds=kern, launch=launch),
-                        s.peak_gflops)
-            rows.append(row)
-            say(f"{tag}: N_active={ni:>5} at N={n}  {row.seconds * 1e6:10.1f} us  "
-                f"(kernel {row.kernel_seconds * 1e6:9.1f} us)  "
-                f"{row.interactions_per_s / 1e9:7.3f} Gint/s")
+            kern = min(call(sysd, ni)["kernel"] for _ in range(reps))
+            rows.append(row("n_active", n, ni, times, kern))
+            say(f"{tag}: N_active={ni:>5} at N={n}  {rows[-1].seconds * 1e6:10.1f} us  "
+                f"(kernel {kern * 1e6:9.1f} us)  {rows[-1].interactions_per_s / 1e9:7.3f} Gint/s")
         calls = max(1, s.overhead_calls)
         for each in (lib, plain):
             call(sysd, 1, nj=min(n, 256), on=each)
-        walls = [call(sysd, 1, on=plain)[0] for _ in range(calls)]
+        walls = [call(sysd, 1, on=plain)["wall"] for _ in range(calls)]
         call(sysd, 1)
-        kerns = [call(sysd, 1)[1] for _ in range(min(calls, 50))]
-        kern = statistics.median(kerns)
+        kern = statistics.median(call(sysd, 1)["kernel"] for _ in range(min(calls, 50)))
         over = [(w - kern) * 1e6 for w in walls]
         steps = _block_steps(plain, sysd, calls)
-        row = with_rates(Row(**common, kind="overhead", code="sapporo", order=order,
-                        precision=precision, n=n, n_active=1, repeats=len(walls),
-                        seconds=statistics.median(walls), seconds_median=statistics.median(walls),
-                        kernel_seconds=kern, overhead_us=statistics.median(over),
-                        overhead_us_min=min(over), step_us=statistics.median(steps) * 1e6,
-                        step_us_min=min(steps) * 1e6, launch=launch), s.peak_gflops)
-        rows.append(row)
-        say(f"{tag}: host overhead at N_active=1, N={n}: median {row.overhead_us:8.1f} us, "
-            f"min {row.overhead_us_min:8.1f} us (wall {row.seconds * 1e6:.1f} us, kernel "
-            f"{row.kernel_seconds * 1e6:.1f} us); block step {row.step_us:.1f} us")
+        r = with_rates(Row(**common, kind="overhead", code="sapporo", order=order,
+                           precision=precision, n=n, n_active=1, repeats=len(walls),
+                           seconds=statistics.median(walls),
+                           seconds_median=statistics.median(walls), kernel_seconds=kern,
+                           overhead_us=statistics.median(over), overhead_us_min=min(over),
+                           step_us=statistics.median(steps) * 1e6,
+                           step_us_min=min(steps) * 1e6, launch=launch), s.peak_gflops)
+        rows.append(r)
+        say(f"{tag}: host overhead at N_active=1, N={n}: median {r.overhead_us:8.1f} us, "
+            f"min {r.overhead_us_min:8.1f} us (wall {r.seconds * 1e6:.1f} us, kernel "
+            f"{kern * 1e6:.1f} us); block step {r.step_us:.1f} us")
     return rows
 
 
@@ -201,23 +173,9 @@ def _block_steps(lib: Any, sysd: dict[str, Any], calls: int) -> list[float]:
     return walls[1:]
 
 
-# ---------------------------------------------------------------------------------------------
-# driver
-
-
 def run_bench(settings: BenchSettings, progress: Progress | None = None) -> BenchReport:
-    """Measure every requested variant and peer.
-
-    Parameters
-    ----------
-    settings : BenchSettings
-    progress : callable, optional
-        Called with one line of text per measurement.
-
-    Returns
-    -------
-    BenchReport
-    """
+    """Measure every variant and peer of ``settings``; ``progress`` is called with one line
+    of text per measurement."""
     from sapporo import config
     from sapporo.backend import get_backend
 
@@ -252,12 +210,9 @@ def run_bench(settings: BenchSettings, progress: Progress | None = None) -> Benc
     device = info.name if ndev == 1 else f"{ndev} x {info.name}"
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     common = {"device": device, "backend": be.name, "date": date}
-    try:
-        load = os.getloadavg()
-    except OSError:
-        load = None
     report = BenchReport(device=device, backend=be.name, device_type=info.device_type,
-                         date=date, rows=[], launch_sources={}, settings=s, load_average=load)
+                         date=date, rows=[], launch_sources={}, settings=s,
+                         load_average=load_average())
     say(f"sapporo bench on {device} ({be.name}, {info.device_type}), {date}")
 
     for precision in precisions:

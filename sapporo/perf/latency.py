@@ -1,38 +1,38 @@
 """Where the time of a block step goes: the latency budget of small force calls.
 
-A block step of a Hermite integrator with individual time steps stores the particles it has
-just corrected, moves the time on and computes the forces on the next block of active
-particles. With a few active particles the arithmetic is tiny, and what a step costs is
-fixed: argument checks, storing into the host mirror, the runtime commands (prediction,
-force launch, copies), waiting for the device, combining the partial results.
-
-:func:`block_step_budget` runs such steps on a Plummer sphere and reports, per step:
-
-- ``wall_us``: the median wall time of a whole step (store + set_time + compute);
-- ``device_us``: kernel time on the device, from a second, profiled library doing the same
-  steps (profiling events would disturb the wall times);
-- ``host_us``: wall minus device, the fixed cost a user cannot avoid by a faster device;
-- the phases of the call as timed inside the library (medians over the steps): ``checks``
-  (argument checks Python makes, when the engine did not take the arguments as they are),
-  ``store`` (j-particles checked and stored, by the native engine), ``step`` (the force
-  call in C: :mod:`sapporo.core.engine`); on PoCL's single-threaded companion device a
-  kernel runs inside its enqueue, so there ``step`` holds device time too;
-- ``commands``: runtime commands queued per step.
+A block step of a Hermite integrator stores the particles it has just corrected, moves the
+time on and computes the forces on the next block. With a few active particles what a step
+costs is fixed: argument checks, storing, the runtime commands, waiting for the device,
+combining the partial results. :func:`block_step_budget` runs such steps on a Plummer
+sphere and reports, per step: ``wall_us`` (median wall time of store + set_time +
+compute), ``device_us`` (kernel time, from a second, profiled library doing the same
+steps), ``host_us`` (wall minus device), the phases timed inside the library (``checks``:
+Python's argument checks; ``store``: j-particles stored by the native engine; ``step``: the
+force call in C, which holds device time too on PoCL's single-threaded companion device)
+and ``commands`` (runtime commands queued per step).
 """
 
 from __future__ import annotations
 
+import csv
 import logging
+import os
+import shlex
+import shutil
 import statistics
+import subprocess
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from sapporo.errors import InputError
-from sapporo.perf.report import FLOPS
+from sapporo.errors import InputError, SapporoError
+from sapporo.perf.report import EPS2, FLOPS
 
 log = logging.getLogger(__name__)
 
@@ -43,25 +43,23 @@ __all__ = ["PHASES", "block_step_budget", "budget_table", "capi_steps", "run_swe
 PHASES = ("checks", "store", "step")
 
 
-def _steps(lib: Any, x: np.ndarray, v: np.ndarray, m: np.ndarray, ids: np.ndarray,
-           a: np.ndarray, jerk: np.ndarray, n_active: int, steps: int, seed: int,
-           eps2: float, times: list[float] | None,
+def _steps(lib: Any, s: dict[str, np.ndarray], n_active: int, steps: int, seed: int,
+           times: list[float] | None = None,
            per_phase: dict[str, list[float]] | None = None) -> None:
-    """Run ``steps`` block steps of ``n_active`` particles (a fresh random block each);
-    ``times`` gets each step's wall time, ``per_phase`` each step's time per phase (from
-    the library's accumulators, ``lib._phases``)."""
+    """Run ``steps`` block steps of ``n_active`` particles of the system ``s`` (a fresh
+    random block each); ``times`` gets each step's wall time, ``per_phase`` each step's
+    time per phase (from the library's accumulators, ``lib._phases``)."""
     acc = lib._phases if per_phase is not None else None
     last = dict.fromkeys(PHASES, 0.0)
-    n = x.shape[0]
     rng = np.random.default_rng(seed)
-    order = lib.order
     # the blocks' arrays are made before the clock runs: an integrator has them at hand
     blocks = []
     for _ in range(min(steps, 64)):
-        sel = np.sort(rng.choice(n, n_active, replace=False))
-        a_b, jerk_b = a[sel], jerk[sel]
-        blocks.append((sel, ids[sel], m[sel], x[sel], v[sel], a_b, jerk_b,
-                       a_b if order >= 6 else None, {"jerk": jerk_b} if order >= 8 else {}))
+        sel = np.sort(rng.choice(len(s["m"]), n_active, replace=False))
+        a_b, jerk_b = s["a"][sel], s["jerk"][sel]
+        blocks.append((sel, s["id"][sel], s["m"][sel], s["x"][sel], s["v"][sel], a_b, jerk_b,
+                       a_b if lib.order >= 6 else None,
+                       {"jerk": jerk_b} if lib.order >= 8 else {}))
     dt = 2.0**-20
     clock = time.perf_counter
     for k in range(steps):
@@ -69,7 +67,7 @@ def _steps(lib: Any, x: np.ndarray, v: np.ndarray, m: np.ndarray, ids: np.ndarra
         t0 = clock()
         lib.set_j_particles(sel, ids_b, k * dt, m_b, x_b, v_b, a=a_b, jerk=jerk_b)
         lib.set_time((k + 1) * dt)
-        lib.compute(x_b, v_b, ids_b, eps2, a=ai, **extra)
+        lib.compute(x_b, v_b, ids_b, EPS2, a=ai, **extra)
         if times is not None:
             times.append(clock() - t0)
         if acc is not None and per_phase is not None:
@@ -78,17 +76,9 @@ def _steps(lib: Any, x: np.ndarray, v: np.ndarray, m: np.ndarray, ids: np.ndarra
                 last[name] = acc.get(name, 0.0)
 
 
-def block_step_budget(
-    n: int,
-    n_active: int,
-    order: int = 4,
-    precision: str = "double-single",
-    backend: str | None = None,
-    devices: Any = None,
-    steps: int = 300,
-    warmup: int = 30,
-    seed: int = 1,
-) -> dict[str, Any]:
+def block_step_budget(n: int, n_active: int, order: int = 4, precision: str = "double-single",
+                      backend: str | None = None, devices: Any = None, steps: int = 300,
+                      warmup: int = 30, seed: int = 1) -> dict[str, Any]:
     """Measure the latency budget of block steps of ``n_active`` particles among ``n``.
 
     Returns a dict with the keys described in the module docstring, plus ``n``,
@@ -103,17 +93,15 @@ def block_step_budget(
     if steps < 1 or warmup < 0:
         raise InputError(f"steps: expected >= 1 (and warmup >= 0), got {steps}, {warmup}")
     x, v, m = plummer(n, seed=seed)
-    ids = np.arange(n)
     rng = np.random.default_rng(seed + 1)
-    a = rng.normal(scale=0.5, size=(n, 3))
-    jerk = rng.normal(scale=0.5, size=(n, 3))
-    eps2 = 1e-4
+    s = {"x": x, "v": v, "m": m, "id": np.arange(n), "a": rng.normal(scale=0.5, size=(n, 3)),
+         "jerk": rng.normal(scale=0.5, size=(n, 3))}
     out: dict[str, Any] = {"n": n, "n_active": n_active, "order": order,
                            "precision": precision, "steps": steps}
     with Library(order=order, precision=precision, backend=backend, devices=devices) as lib:
         out["device"] = lib.device_name
-        lib.set_j_particles(ids, ids, 0.0, m, x, v, a=a, jerk=jerk)
-        _steps(lib, x, v, m, ids, a, jerk, n_active, warmup, seed, eps2, None)
+        lib.set_j_particles(s["id"], s["id"], 0.0, m, x, v, a=s["a"], jerk=s["jerk"])
+        _steps(lib, s, n_active, warmup, seed)
         phases: dict[str, float] = defaultdict(float)
         lib._phases = phases
         ctxs = [d.ctx for d in lib._devs]
@@ -125,29 +113,23 @@ def block_step_budget(
         commands0 = queued()
         times: list[float] = []
         per_phase: dict[str, list[float]] = defaultdict(list)
-        _steps(lib, x, v, m, ids, a, jerk, n_active, steps, seed, eps2, times, per_phase)
+        _steps(lib, s, n_active, steps, seed, times, per_phase)
         commands = queued() - commands0
         lib._phases = None
     with Library(order=order, precision=precision, backend=backend, devices=devices,
                  profiling=True) as prof:
-        prof.set_j_particles(ids, ids, 0.0, m, x, v, a=a, jerk=jerk)
-        _steps(prof, x, v, m, ids, a, jerk, n_active, warmup, seed, eps2, None)
+        prof.set_j_particles(s["id"], s["id"], 0.0, m, x, v, a=s["a"], jerk=s["jerk"])
+        _steps(prof, s, n_active, warmup, seed)
         k0 = prof.kernel_seconds
-        _steps(prof, x, v, m, ids, a, jerk, n_active, steps, seed, eps2, None)
+        _steps(prof, s, n_active, steps, seed)
         device = (prof.kernel_seconds - k0) / steps
     wall = statistics.median(times)
-    out.update({
-        "wall_us": 1e6 * wall,
-        "wall_min_us": 1e6 * min(times),
-        "device_us": 1e6 * device,
-        "host_us": 1e6 * max(wall - device, 0.0),
-        "commands": commands / steps,
-    })
-    for name in PHASES:  # medians over the steps, as the wall time
-        out[f"{name}_us"] = 1e6 * statistics.median(per_phase[name])
     pairs = n_active * n
-    out["interactions_per_s"] = pairs / wall
-    out["gflops"] = pairs * FLOPS[order] / wall / 1e9
+    out.update(wall_us=1e6 * wall, wall_min_us=1e6 * min(times), device_us=1e6 * device,
+               host_us=1e6 * max(wall - device, 0.0), commands=commands / steps,
+               # the phases' medians over the steps, as the wall time's
+               **{f"{name}_us": 1e6 * statistics.median(per_phase[name]) for name in PHASES},
+               interactions_per_s=pairs / wall, gflops=pairs * FLOPS[order] / wall / 1e9)
     log.info("block step N=%d N_active=%d: %.0f us (device %.0f us)", n, n_active,
              out["wall_us"], out["device_us"])
     return out
@@ -157,20 +139,15 @@ def budget_table(rows: Sequence[dict[str, Any]]) -> str:
     """The budget as a Markdown table (microseconds per block step); with the columns of
     the C API (:func:`capi_steps`) when the rows have them."""
     capi = bool(rows) and all("capi_us" in r for r in rows)
-    head = ("| N | N_active | wall | device | host | " + " | ".join(PHASES)
-            + " | commands | interactions/s |")
-    if capi:
-        head += " C API |"
-    lines = [head, "|" + "---|" * (7 + len(PHASES) + (1 if capi else 0))]
+    lines = ["| N | N_active | wall | device | host | " + " | ".join(PHASES)
+             + " | commands | interactions/s |" + (" C API |" if capi else ""),
+             "|" + "---|" * (7 + len(PHASES) + (1 if capi else 0))]
     for r in rows:
-        line = (
-            f"| {r['n']} | {r['n_active']} | {r['wall_us']:.0f} | {r['device_us']:.0f} | "
-            f"{r['host_us']:.0f} | " + " | ".join(f"{r[p + '_us']:.1f}" for p in PHASES)
-            + f" | {r['commands']:.1f} | {r['interactions_per_s']:.3g} |"
-        )
-        if capi:
-            line += f" {r['capi_us']:.0f} |"
-        lines.append(line)
+        lines.append(f"| {r['n']} | {r['n_active']} | {r['wall_us']:.0f} | "
+                     f"{r['device_us']:.0f} | {r['host_us']:.0f} | "
+                     + " | ".join(f"{r[p + '_us']:.1f}" for p in PHASES)
+                     + f" | {r['commands']:.1f} | {r['interactions_per_s']:.3g} |"
+                     + (f" {r['capi_us']:.0f} |" if capi else ""))
     return "\n".join(lines)
 
 
@@ -205,30 +182,16 @@ CAPI_DRIVER = "capi_block_step.c"
 def capi_steps(rows: Sequence[dict[str, Any]], steps: int = 300, backend: str | None = None,
                devices: Any = None, progress: Any = None) -> dict[str, float]:
     """Time the same block steps through the C API, in place: each row of :func:`run_sweep`
-    gets ``capi_us`` (the median step of ``tune/capi_block_step.c``: ``g6_set_j_particle``
-    for the block, ``g6_set_ti``, firsthalf, lasthalf).
-
-    Returns the start-up: ``open_ms``, the median ``g6_open`` (N = 1024, 3 runs), which
-    starts the embedded Python.
-
-    Builds the C library first when needed (``sapporo capi build``, default prefix) and the
-    driver with the C compiler (``$CC``, else ``cc``).
+    gets ``capi_us``, the median step of ``tune/capi_block_step.c`` (built with ``$CC``, the
+    C library first when needed). Returns the start-up: ``open_ms``, the median
+    ``g6_open``, which starts the embedded Python.
 
     Raises
     ------
     SapporoError
         When the library or the driver cannot be built, or the driver fails.
     """
-    import os
-    import shlex
-    import shutil
-    import subprocess
-    import tempfile
-    from importlib import resources
-    from pathlib import Path
-
     from sapporo.capi import build as capi_build
-    from sapporo.errors import SapporoError
 
     if not rows:
         return {}
@@ -264,39 +227,28 @@ def capi_steps(rows: Sequence[dict[str, Any]], steps: int = 300, backend: str | 
             run_env = {**env, "SAPPORO_ORDER": str(r["order"]),
                        "SAPPORO_PRECISION": str(r["precision"]),
                        "SAPPORO_NPIPES": str(max(int(r["n_active"]), 128))}
-            proc = subprocess.run([str(exe), str(r["n"]), str(r["n_active"]), str(steps)],
-                                  capture_output=True, text=True, env=run_env, timeout=600)
-            fields = proc.stdout.split()
-            if proc.returncode != 0 or "step_us" not in fields:
-                raise SapporoError(f"{CAPI_DRIVER} {r['n']} {r['n_active']} failed "
-                                   f"(status {proc.returncode}): "
-                                   f"{(proc.stderr or proc.stdout).strip()[-500:]}")
-            r["capi_us"] = float(fields[fields.index("step_us") + 1])
+            r["capi_us"] = _driver(exe, (r["n"], r["n_active"], steps), run_env, "step_us")
         if progress is not None:
             progress("C API start-up: g6_open ...")
-        return _open_times(exe, {**env, "SAPPORO_ORDER": str(rows[0]["order"]),
-                                 "SAPPORO_PRECISION": str(rows[0]["precision"])})
+        # g6_open starts the embedded Python and opens the library: median of 3 processes
+        env.update(SAPPORO_ORDER=str(rows[0]["order"]),
+                   SAPPORO_PRECISION=str(rows[0]["precision"]))
+        return {"open_ms": statistics.median(_driver(exe, (1024, 1, 20), env, "open_ms")
+                                             for _ in range(3))}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _open_times(exe: Any, env: dict[str, str], runs: int = 3) -> dict[str, float]:
-    """Median ``g6_open`` of ``tune/capi_block_step.c``, which starts the embedded Python
-    and opens the library (``runs`` processes, N = 1024)."""
-    import subprocess
-
-    from sapporo.errors import SapporoError
-
-    def open_ms() -> float:
-        proc = subprocess.run([str(exe), "1024", "1", "20"], capture_output=True, text=True,
-                              env=env, timeout=600)
-        fields = proc.stdout.split()
-        if proc.returncode != 0 or "open_ms" not in fields:
-            raise SapporoError(f"{CAPI_DRIVER} 1024 1 failed (status {proc.returncode}): "
-                               f"{(proc.stderr or proc.stdout).strip()[-500:]}")
-        return float(fields[fields.index("open_ms") + 1])
-
-    return {"open_ms": statistics.median(open_ms() for _ in range(runs))}
+def _driver(exe: Path, args: tuple[int, ...], env: dict[str, str], key: str) -> float:
+    """Run the C driver of :func:`capi_steps` on ``N N_active steps``: the value it prints
+    after ``key``."""
+    proc = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=600)
+    fields = proc.stdout.split()
+    if proc.returncode != 0 or key not in fields:
+        raise SapporoError(f"{CAPI_DRIVER} {args[0]} {args[1]} failed (status "
+                           f"{proc.returncode}): {(proc.stderr or proc.stdout).strip()[-500:]}")
+    return float(fields[fields.index(key) + 1])
 
 
 def startup_note(times: dict[str, float]) -> str:
@@ -310,9 +262,6 @@ def write_sweep(rows: Sequence[dict[str, Any]], out: Any, plots: bool = True,
     """Write ``block-step.csv``, ``block-step.md`` (the table, then ``notes``) and
     ``block-step.png`` (when matplotlib is there) into the folder ``out``; returns the
     paths written."""
-    import csv
-    from pathlib import Path
-
     from sapporo.perf import plots as plots_module
 
     folder = Path(out)
@@ -326,10 +275,10 @@ def write_sweep(rows: Sequence[dict[str, Any]], out: Any, plots: bool = True,
             writer.writerow(r)
     paths.append(csv_path)
     md = folder / "block-step.md"
-    device = rows[0]["device"] if rows else ""
-    md.write_text(f"Block step, order {rows[0]['order'] if rows else ''}, "
-                  f"{rows[0]['precision'] if rows else ''}, {device} (microseconds per step)"
-                  f"\n\n{budget_table(rows)}\n" + "".join(f"\n{n}\n" for n in notes))
+    first = rows[0] if rows else {}
+    md.write_text(f"Block step, order {first.get('order', '')}, {first.get('precision', '')}, "
+                  f"{first.get('device', '')} (microseconds per step)\n\n{budget_table(rows)}\n"
+                  + "".join(f"\n{n}\n" for n in notes))
     paths.append(md)
     if plots and rows and plots_module.available():
         paths.append(plots_module.plot_block_step(rows, folder / "block-step.png"))

@@ -1,17 +1,14 @@
 """The peers of ``sapporo bench``: other codes timed on the same particles, in the same process.
 
-* ``numpy-reference``: the float64 NumPy reference model (:func:`sapporo.reference.forces`),
-  small N only;
-* ``pytreegrav`` / ``pytreegrav-target``: pytreegrav's numba brute force (acceleration only,
-  ``parallel=True``; JIT compiled before timing);
-* ``cupy`` / ``torch``: a naive float32 direct sum on a CUDA GPU, when installed.
-
-:func:`measure_peer` runs one of them; a peer that is not installed (or needs a GPU the device
-is not) is skipped with a note.
+``numpy-reference`` (the float64 reference, :func:`sapporo.reference.forces`, small N only),
+``pytreegrav`` / ``pytreegrav-target`` (pytreegrav's numba brute force, acceleration only)
+and ``cupy`` / ``torch`` (a naive float32 direct sum on a CUDA GPU). A peer that is not
+installed, or needs a GPU the device is not, is skipped with a note.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections.abc import Callable
@@ -26,27 +23,10 @@ __all__ = ["measure_peer"]
 
 def measure_peer(peer: str, s: BenchSettings, common: dict[str, Any], say: Progress,
                  device_type: str, notes: list[str]) -> list[Row]:
-    """The N x N rows of one peer (empty, with a line in ``notes``, when it is skipped).
-
-    Parameters
-    ----------
-    peer : str
-        One of :data:`sapporo.perf.bench.PEERS`.
-    s : BenchSettings
-        Sizes, seed and time budget.
-    common : dict
-        Fields shared by every row (device, backend, date).
-    say : callable
-        Progress, one line per measurement.
-    device_type : str
-        The benchmarked device's type; the GPU peers run only beside a GPU.
-    notes : list of str
-        Where a skipped peer says why.
-
-    Returns
-    -------
-    list of Row
-    """
+    """The N x N rows of ``peer`` (one of :data:`sapporo.perf.bench.PEERS`) with the sizes,
+    seed and time budget of ``s`` (``common``: the fields of every row; ``say``: progress);
+    empty, with a line in ``notes``, when it is skipped (a GPU peer beside a device of
+    another ``device_type``, or one not installed)."""
     try:
         if peer == "numpy-reference":
             return _numpy_peer(s, common, say)
@@ -60,7 +40,6 @@ def measure_peer(peer: str, s: BenchSettings, common: dict[str, Any], say: Progr
         notes.append(f"{peer}: skipped (not available: {exc})")
         say(f"peer {peer}: skipped (not available: {exc})")
         return []
-
 
 
 def _repeat(fn: Callable[[], Any], repeats: int, enough: float) -> tuple[list[float],
@@ -108,10 +87,8 @@ def _pytreegrav_peer(s: BenchSettings, common: dict[str, Any], say: Progress,
 
     name = "pytreegrav-target" if target else "pytreegrav"
     symmetric_from = 1000  # pytreegrav's Accel switches to its symmetric kernel here
-    try:
+    with contextlib.suppress(ImportError):
         from pytreegrav.bruteforce_symmetric import SYMMETRIC_NMIN as symmetric_from
-    except ImportError:
-        pass
 
     def run(x: np.ndarray, m: np.ndarray, ni: int) -> None:
         if target:
@@ -158,25 +135,19 @@ def _pytreegrav_peer(s: BenchSettings, common: dict[str, Any], say: Progress,
 def _gpu_peer(s: BenchSettings, common: dict[str, Any], say: Progress, lib: str) -> list[Row]:
     """A naive float32 direct sum (acceleration and potential) on a CUDA GPU."""
     if lib == "cupy":
-        import cupy as xp
+        import cupy
 
-        def sync() -> None:
-            xp.cuda.Device().synchronize()
+        asarray, sync = cupy.asarray, cupy.cuda.Device().synchronize
     else:
         import torch
 
         if not torch.cuda.is_available():
             raise ImportError("torch sees no CUDA device")
 
-        class _T:
-            @staticmethod
-            def asarray(a: np.ndarray) -> Any:
-                return torch.as_tensor(a, device="cuda")
+        def asarray(a: np.ndarray) -> Any:
+            return torch.as_tensor(a, device="cuda")
 
-        xp = _T()
-
-        def sync() -> None:
-            torch.cuda.synchronize()
+        sync = torch.cuda.synchronize
 
     def direct(x: Any, m: Any, chunk: int) -> None:
         n = x.shape[0]
@@ -195,8 +166,8 @@ def _gpu_peer(s: BenchSettings, common: dict[str, Any], say: Progress, lib: str)
         if per_pair is not None and per_pair * n * n > s.budget:
             say(f"peer {lib}: skipped N={n} (time budget)")
             continue
-        x = xp.asarray(sysd["x"].astype(np.float32))
-        m = xp.asarray(sysd["m"].astype(np.float32))
+        x = asarray(sysd["x"].astype(np.float32))
+        m = asarray(sysd["m"].astype(np.float32))
         chunk = max(1, (1 << 26) // n)
         direct(x, m, chunk)
         sync()

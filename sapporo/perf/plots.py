@@ -1,14 +1,11 @@
-"""PNG plots: a ``sapporo run`` (energy error, Lagrangian radii, active-block sizes) and
-``sapporo bench`` (:func:`plot_bench`).
-
-Matplotlib (the ``plot`` extra) is imported lazily with the Agg backend; :func:`available`
-tells whether it is installed. Matplotlib's warnings (an empty log axis, a tight layout that
-does not fit) are kept out of the output. The diagnostics come from ``OUT/diagnostics.csv``
-as written by ``sapporo run`` (see :func:`read_diagnostics`).
+"""PNG plots of ``sapporo run`` (energy error, Lagrangian radii, active-block sizes),
+``sapporo bench`` (:func:`plot_bench`) and ``sapporo pm``, with matplotlib (imported lazily,
+Agg backend, its warnings kept out of the output; :func:`available` says whether it is
+installed).
 
 ``python -m sapporo.perf.plots compare OUT.png RUN_DIR [RUN_DIR ...]`` overlays the energy
-error of several runs, ``python -m sapporo.perf.plots sweep OUT.png RUN_DIR ...`` plots the final
-energy error against eta (the figures of ``docs/reproductions.md``).
+error of several runs, ``... sweep OUT.png RUN_DIR ...`` plots the final energy error against
+eta (the figures of ``docs/reproductions.md``).
 """
 
 from __future__ import annotations
@@ -34,17 +31,9 @@ if TYPE_CHECKING:  # pragma: no cover
 #: The figures of :func:`plot_bench`.
 PLOT_NAMES = ("bench-nactive.png", "bench-nxn.png", "bench-orders.png")
 
-__all__ = [
-    "available",
-    "compare_runs",
-    "plot_energy_error",
-    "plot_lagrangian_radii",
-    "plot_bench",
-    "plot_n_active",
-    "plot_run",
-    "read_diagnostics",
-    "sweep_plot",
-]
+__all__ = ["available", "compare_runs", "plot_density", "plot_energy_error",
+           "plot_lagrangian_radii", "plot_bench", "plot_n_active", "plot_run", "read_diagnostics",
+           "sweep_plot"]
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +68,9 @@ def read_diagnostics(path: str | Path) -> dict[str, np.ndarray]:
 
 
 def _save(fig: Any, path: str | Path, dpi: int = 110) -> Path:
-    """Lay out, write (under a temporary name, then renamed) and close ``fig``.
-
-    Matplotlib's warnings are not passed on. A failed write (a full disk) leaves no partial
-    file and raises :class:`OSError` naming ``path``.
-    """
+    """Lay out, write (under a temporary name, then renamed) and close ``fig``, without
+    passing matplotlib's warnings on; a failed write leaves no partial file and raises
+    :class:`OSError` naming ``path``."""
     import matplotlib.pyplot as plt
 
     path = Path(path)
@@ -135,6 +122,22 @@ def plot_lagrangian_radii(times: np.ndarray, radii: dict[str, np.ndarray], path:
     return _save(fig, path)
 
 
+def plot_density(density: np.ndarray, box: float, path: str | Path) -> Path:
+    """A mesh density (G, G, G) of a box of side ``box`` projected along z, logarithmic, to
+    a PNG (``sapporo pm``)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 4.4))
+    proj = density.sum(axis=2).T
+    floor = proj[proj > 0].min() if (proj > 0).any() else 1.0
+    im = ax.imshow(np.log10(np.maximum(proj, floor)), origin="lower", cmap="magma",
+                   extent=(-box / 2, box / 2, -box / 2, box / 2))
+    fig.colorbar(im, ax=ax, label="log10 projected mesh density")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.set_title("density projected along z (final)")
+    return _save(fig, path)
+
+
 def plot_n_active(n_active_counts: np.ndarray, path: str | Path, title: str = "") -> Path:
     """Histogram of the number of active particles per block step (log2 bins), to a PNG."""
     plt = _pyplot()
@@ -157,10 +160,7 @@ def plot_n_active(n_active_counts: np.ndarray, path: str | Path, title: str = ""
 def plot_run(out: str | Path, diagnostics: dict[str, np.ndarray],
              n_active_counts: np.ndarray, title: str = "") -> list[Path]:
     """The three standard plots of a run into directory ``out``; returns their paths.
-
-    ``title`` names the run (``sapporo run`` gives N, order, precision, eta, eps and seed);
-    each plot puts what it shows above it.
-    """
+    ``title`` names the run; each plot puts what it shows above it."""
     out = Path(out)
     t = diagnostics["time"]
     paths = [plot_energy_error(t, diagnostics["energy_error"], out / "energy_error.png",
@@ -281,14 +281,21 @@ def plot_bench(report: BenchReport, out_dir: str | Path) -> list[Path]:
     variants = [(o, p) for p in report.settings.precisions for o in report.settings.orders]
     written = []
 
+    def curves(plot: Any, rows: list[Any], x: Any, y: Any, prefix: str = "") -> None:
+        """One curve ``y`` against ``x`` of the rows of each order and precision."""
+        for o, p in variants:
+            rs = [r for r in rows if r.order == o and r.precision == p]
+            if rs:
+                plot([x(r) for r in rs], [y(r) for r in rs], _STYLES[p], marker=_MARKERS[p],
+                     color=_COLORS[o], label=f"{prefix}order {o}, {p}")
+
+    def full(r: Any) -> float:  # the time of a whole N x N evaluation
+        return r.seconds * r.n / r.n_active
+
     # 1. time per call against N_active at fixed N
     sweep = report.select("n_active")
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
-    for o, p in variants:
-        rs = [r for r in sweep if r.order == o and r.precision == p]
-        if rs:
-            ax.loglog([r.n_active for r in rs], [r.seconds for r in rs], _STYLES[p],
-                      marker=_MARKERS[p], color=_COLORS[o], label=f"order {o}, {p}")
+    curves(ax.loglog, sweep, lambda r: r.n_active, lambda r: r.seconds)
     if sweep:
         ax.set_title(f"force call at N = {sweep[0].n}\n{title}", fontsize=9)
     ax.set_xlabel("N_active (i-particles per call)")
@@ -298,26 +305,20 @@ def plot_bench(report: BenchReport, out_dir: str | Path) -> list[Path]:
     # 2. time of a full N x N evaluation against N, with an N^2 line
     nxn = report.select("nxn")
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
-    for o, p in variants:
-        rs = [r for r in nxn if r.order == o and r.precision == p]
-        if rs:
-            ax.loglog([r.n for r in rs], [r.seconds * r.n / r.n_active for r in rs],
-                      _STYLES[p], marker=_MARKERS[p], color=_COLORS[o],
-                      label=f"sapporo order {o}, {p}")
+    curves(ax.loglog, nxn, lambda r: r.n, full, "sapporo ")
     peer_marks = {"numpy-reference": "^", "pytreegrav": "v", "pytreegrav-target": "<",
                   "cupy": "D", "torch": "D"}
     for peer in report.peers():
         for o in [None, *report.settings.orders]:
             rs = [r for r in report.select("nxn", peer) if r.order == o]
             if rs:
-                ax.loglog([r.n for r in rs], [r.seconds * r.n / r.n_active for r in rs], ":",
+                ax.loglog([r.n for r in rs], [full(r) for r in rs], ":",
                           marker=peer_marks.get(peer, "x"), color=_COLORS.get(o, "k"),
                           label=f"{peer}" + (f" order {o}" if o else ""))
     if nxn:
         ns = sorted({r.n for r in nxn})
         ref = min(nxn, key=lambda r: r.n)
-        t0 = ref.seconds * ref.n / ref.n_active
-        ax.loglog(ns, [t0 * (n / ref.n) ** 2 for n in ns], color="0.6", lw=1,
+        ax.loglog(ns, [full(ref) * (n / ref.n) ** 2 for n in ns], color="0.6", lw=1,
                   label="∝ N²")
     ax.set_title(f"N x N force evaluation (i-subsets scaled to N)\n{title}", fontsize=9)
     ax.set_xlabel("N")
@@ -326,14 +327,8 @@ def plot_bench(report: BenchReport, out_dir: str | Path) -> list[Path]:
 
     # 3. 4th vs 6th order, double-single vs double: throughput against N
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
-    for o, p in variants:
-        rs = [r for r in nxn if r.order == o and r.precision == p]
-        if rs:
-            for ax, key in zip(axes, ("interactions_per_s", "gflops"), strict=True):
-                ax.semilogx([r.n for r in rs], [getattr(r, key) / (1e9 if key[0] == "i" else 1)
-                                                for r in rs],
-                            _STYLES[p], marker=_MARKERS[p], color=_COLORS[o],
-                            label=f"order {o}, {p}")
+    curves(axes[0].semilogx, nxn, lambda r: r.n, lambda r: r.interactions_per_s / 1e9)
+    curves(axes[1].semilogx, nxn, lambda r: r.n, lambda r: r.gflops)
     axes[0].set_ylabel("10⁹ interactions / s")
     axes[1].set_ylabel("GFLOP/s (38 / 60 / 97 flops per interaction)")
     for ax in axes:
@@ -353,12 +348,8 @@ def _save_bench(plt: Any, fig: Any, axes: Any, path: Path, legend: int) -> Path:
     return _save(fig, path, dpi=120)
 
 
-
-
-_USAGE = (
-    "usage: python -m sapporo.perf.plots compare OUT.png RUN_DIR [RUN_DIR ...]\n"
-    "       python -m sapporo.perf.plots sweep OUT.png RUN_DIR [RUN_DIR ...]\n"
-)
+_USAGE = ("usage: python -m sapporo.perf.plots compare OUT.png RUN_DIR [RUN_DIR ...]\n"
+          "       python -m sapporo.perf.plots sweep OUT.png RUN_DIR [RUN_DIR ...]\n")
 
 
 def plot_block_step(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:

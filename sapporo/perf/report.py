@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import csv
 import io
+import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -33,21 +35,13 @@ Progress = Callable[[str], None]
 
 @dataclass
 class Row:
-    """One measurement (a CSV line).
-
-    ``kind`` is ``"nxn"``, ``"n_active"`` or ``"overhead"``; ``code`` is ``"sapporo"`` or a
-    peer's name. Times are in seconds (best over repeats; ``seconds_median`` the median);
-    ``cpu_seconds`` is the smallest CPU time of this process over the repeats (all threads:
-    insensitive to other processes' load, unlike wall time), and ``interactions_per_cpu_s``
-    the throughput per CPU-second (per core); ``kernel_seconds`` is device
-    kernel time (sapporo only); ``overhead_us`` wall minus kernel time per call in
-    microseconds (median; ``overhead_us_min`` the smallest). ``step_us`` (overhead rows):
-    wall time of a block step of one particle (its j-record updated, a new time so that
-    every j-particle is predicted, the force on it) in microseconds, median
-    (``step_us_min`` the smallest). Wall times of the N_active sweep, the overhead and the
-    block step come from a library without profiling (no timing events), kernel times from
-    one with.
-    """
+    """One measurement (a CSV line): ``kind`` ``"nxn"``, ``"n_active"`` or ``"overhead"``;
+    ``code`` ``"sapporo"`` or a peer's name. Times in seconds, the best over the repeats
+    (``seconds_median`` the median); ``cpu_seconds``: the process's CPU time (insensitive to
+    other processes' load); ``kernel_seconds``: device time (from a profiling library, the
+    wall times from one without); ``overhead_us``: wall minus kernel time per call, median
+    (``_min`` the smallest); ``step_us``: a block step of one particle (its j-record
+    updated, a new time, the force on it)."""
 
     device: str
     backend: str
@@ -90,34 +84,23 @@ class BenchSettings:
     ----------
     orders, precisions : sequences
         Variants of the library to measure.
-    n_list : sequence of int
-        N of the N x N measurements.
-    sweep_n : int
-        N of the N_active sweep and of the host-overhead measurement.
-    n_active : sequence of int
-        Active-particle counts of the sweep.
-    overhead_calls : int
-        Calls timed for the host overhead.
-    repeats : int
-        Timed repeats of each N x N measurement (the best counts).
-    budget : float
-        Seconds allowed per N x N measurement (all repeats); beyond it a subset of the
-        i-particles is computed, and a peer is skipped.
+    n_list, sweep_n, n_active : sequence of int, int, sequence of int
+        N of the N x N measurements; N and active-particle counts of the N_active sweep
+        (and of the host overhead, timed with ``overhead_calls`` calls).
+    repeats, budget : int, float
+        Timed repeats of each N x N measurement (the best counts), and the seconds they may
+        take together (beyond them a subset of the i-particles is computed, and a peer is
+        skipped).
     sweep_seconds : float
         Time spent per point of the N_active sweep (3 to 30 calls).
-    peers : sequence of str
-        Among :data:`PEERS`; unavailable ones are skipped with a note.
-    numpy_max_n : int
-        Largest N for the NumPy reference.
-    backend, devices
-        As for :class:`sapporo.Library`.
+    peers, numpy_max_n : sequence of str, int
+        Among :data:`PEERS` (unavailable ones are skipped with a note); the largest N of
+        the NumPy reference.
+    backend, devices, launch, seed
+        As for :class:`sapporo.Library`; ``launch="defaults"``: the built-in launch
+        parameters instead of a tuning profile; the seed of the Plummer spheres.
     peak_gflops : dict
         Device peak in GFLOP/s by precision, for the fraction of peak (empty: unknown).
-    launch : {"auto", "defaults"}
-        ``"auto"``: the library's table (tuning profile when present); ``"defaults"``: the
-        built-in launch parameters.
-    seed : int
-        Seed of the Plummer spheres.
     """
 
     orders: Sequence[int] = (2, 4, 6)
@@ -140,18 +123,15 @@ class BenchSettings:
     @classmethod
     def quick(cls, **kw: Any) -> BenchSettings:
         """A run of about a minute on a 2-core CPU."""
-        base = dict(n_list=(1024, 4096), sweep_n=4096, overhead_calls=50, repeats=2,
-                    budget=4.0, sweep_seconds=0.05, numpy_max_n=1024)
-        base.update(kw)
-        return cls(**base)
+        return cls(**{**dict(n_list=(1024, 4096), sweep_n=4096, overhead_calls=50, repeats=2,
+                             budget=4.0, sweep_seconds=0.05, numpy_max_n=1024), **kw})
 
     @classmethod
     def tiny(cls, **kw: Any) -> BenchSettings:
         """A few seconds: for tests of the machinery, not for numbers."""
-        base = dict(n_list=(256, 512), sweep_n=512, n_active=(1, 4, 16), overhead_calls=5,
-                    repeats=1, budget=2.0, sweep_seconds=0.0, numpy_max_n=256)
-        base.update(kw)
-        return cls(**base)
+        return cls(**{**dict(n_list=(256, 512), sweep_n=512, n_active=(1, 4, 16),
+                             overhead_calls=5, repeats=1, budget=2.0, sweep_seconds=0.0,
+                             numpy_max_n=256), **kw})
 
 
 @dataclass
@@ -178,10 +158,6 @@ class BenchReport:
         return [r for r in self.rows if r.kind == kind and r.code == code]
 
 
-# ---------------------------------------------------------------------------------------------
-# systems
-
-
 def bench_system(n: int, seed: int, order: int) -> dict[str, Any]:
     """A Plummer sphere with velocities, (random, orders 6, 8) accelerations and (order 8)
     jerks, and ids."""
@@ -192,6 +168,28 @@ def bench_system(n: int, seed: int, order: int) -> dict[str, Any]:
     a = rng.normal(scale=0.3, size=(n, 3)) if order >= 6 else None
     jerk = rng.normal(scale=0.3, size=(n, 3)) if order >= 8 else None
     return {"x": x, "v": v, "m": m, "a": a, "jerk": jerk, "id": np.arange(n, dtype=np.int64)}
+
+
+def force_call(lib: Any, sysd: dict[str, Any], ni: int, nj: int | None = None
+               ) -> dict[str, float]:
+    """One force call of ``lib`` on the first ``ni`` particles of ``sysd``
+    (:func:`bench_system`): its ``wall``, ``kernel`` and process ``cpu`` seconds."""
+    a = None if sysd["a"] is None else sysd["a"][:ni]
+    jerk = None if sysd["jerk"] is None else sysd["jerk"][:ni]
+    k0 = lib.kernel_seconds
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    lib.compute(sysd["x"][:ni], sysd["v"][:ni], sysd["id"][:ni], EPS2, a=a, nj=nj, jerk=jerk)
+    return {"wall": time.perf_counter() - t0, "kernel": lib.kernel_seconds - k0,
+            "cpu": time.process_time() - c0}
+
+
+def load_average() -> tuple[float, float, float] | None:
+    """The system's load average (None where there is none)."""
+    try:
+        return os.getloadavg()
+    except OSError:
+        return None
 
 
 def with_rates(row: Row, peak: dict[str, float]) -> Row:
@@ -206,10 +204,6 @@ def with_rates(row: Row, peak: dict[str, float]) -> Row:
             if row.code == "sapporo" and peak.get(row.precision):
                 row.peak_fraction = row.gflops / peak[row.precision]
     return row
-
-
-# ---------------------------------------------------------------------------------------------
-# output
 
 
 def _cell(value: Any) -> str:

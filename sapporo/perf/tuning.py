@@ -1,20 +1,12 @@
 """Launch-parameter tuning: sweep the force kernels' launch shapes and write a profile.
 
 For one device, order and precision, :func:`tune` times every candidate
-:class:`~sapporo.core.launch.LaunchConfig` at a reference j-count ``n`` for a ladder of active
-i-particle counts (1, 2, 4, ..., 1024 and ``n``), keeps the fastest configuration per
-range of active particles, checks each kept configuration against the float64 reference
-model, and writes the resulting :class:`~sapporo.core.launch.LaunchTable` as a JSON
-profile named by :func:`~sapporo.core.launch.profile_name` into
-:func:`~sapporo.core.launch.user_profile_dir` (or a given folder).
-:class:`~sapporo.Library` then loads it automatically.
-
-Candidates that fail to build or launch (local memory too large, work-group too big) are
-skipped with a note. Candidates are timed in interleaved rounds (so that changes in the
-machine's load hit all alike) and the minimum over the rounds counts: device kernel time by
-default (``metric="kernel"``), or wall time, or the process's CPU time. The built-in
-default stays unless a candidate beats it by more than ``margin`` (5 %), so timing noise
-does not make tables differ from the defaults for nothing.
+:class:`~sapporo.core.launch.LaunchConfig` for a ladder of active i-particle counts, keeps
+the fastest per range of active particles, checks each kept one against the float64
+reference, and writes the :class:`~sapporo.core.launch.LaunchTable` as a JSON profile that
+:class:`~sapporo.Library` then loads. Candidates that fail to build or launch are skipped;
+the rest are timed in interleaved rounds (so that changes in load hit all alike), and the
+built-in default stays unless a candidate beats it by more than ``margin``.
 """
 
 from __future__ import annotations
@@ -24,10 +16,9 @@ import itertools
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +37,7 @@ from sapporo.core.launch import (
     user_profile_dir,
 )
 from sapporo.errors import InputError, SapporoError
-from sapporo.perf.report import bench_system
+from sapporo.perf.report import EPS2, bench_system, force_call, load_average
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +47,6 @@ TOLERANCE = {"double": 1e-12, "double-single": 1e-5}
 DEFAULT_N = {"gpu": 131072, "cpu": 16384}
 #: What :func:`tune` can minimise.
 METRICS = ("kernel", "wall", "cpu")
-#: Softening used for tuning and verification.
-EPS2 = 1e-4
 #: A candidate within this fraction of the fastest keeps the neighbouring point's choice,
 #: so that timing noise does not cut the table into many ranges.
 STICKY = 0.03
@@ -69,14 +58,10 @@ Progress = Callable[[str], None]
 
 @dataclass
 class Trial:
-    """One timing of one candidate at one number of active particles.
+    """One timing of candidate ``cfg`` at ``n_active`` active i-particles.
 
     Attributes
     ----------
-    cfg : LaunchConfig
-        The candidate.
-    n_active : int
-        Active i-particles of the launch.
     seconds : float or None
         Best time over the repeats (None when the candidate failed).
     note : str
@@ -91,20 +76,15 @@ class Trial:
 
 @dataclass
 class TuneResult:
-    """What :func:`tune` found.
+    """What :func:`tune` found: the tuned ``table`` (its ``meta`` the profile's metadata),
+    every timing taken (``trials``) and where the profile was written (``path``, None when
+    not).
 
     Attributes
     ----------
-    table : LaunchTable
-        The tuned table (its ``meta`` is the profile's metadata).
-    trials : list of Trial
-        Every timing taken.
-    path : Path or None
-        Where the profile was written (None when not written).
-    best : dict
-        Chosen configuration and time per active-particle count.
-    default_seconds : dict
-        Time of the built-in default configuration per active-particle count.
+    best, default_seconds : dict
+        Per active-particle count: the chosen configuration and its time, and the time of
+        the built-in default.
     """
 
     table: LaunchTable
@@ -112,17 +92,6 @@ class TuneResult:
     path: Path | None
     best: dict[int, tuple[LaunchConfig, float]]
     default_seconds: dict[int, float | None] = field(default_factory=dict)
-
-
-# ---------------------------------------------------------------------------------------------
-# candidates
-
-
-def _load_average() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
 
 
 def describe(cfg: LaunchConfig) -> str:
@@ -145,17 +114,9 @@ def grid(li: Sequence[int] = (1,), lj: Sequence[int] = (1,), w: Sequence[int] = 
 
 
 def cpu_candidates(precision: str, quick: bool = False) -> list[LaunchConfig]:
-    """Candidate launch shapes for CPU devices (vectors over i, tiles from global memory).
-
-    Parameters
-    ----------
-    precision : str
-        ``"double"`` or ``"double-single"`` (kept for symmetry; both sweep the same widths).
-    quick : bool
-        A reduced sweep: w in {4, 8, 16}, jt 64, groups per compute unit 2 and 8 (the full
-        sweep: jt in {64, 256, 1024}, groups per compute unit in {1, 2, 4, 8}); plus lanes
-        over j-particles (``jv``) with w in {4, 8}.
-    """
+    """Candidate launch shapes for CPU devices (vectors over i, tiles from global memory,
+    and lanes over j-particles); ``quick``: fewer tile sizes and groups per compute unit.
+    Both precisions sweep the same shapes."""
     del precision
     lanes_over_i = grid(w=(4, 8, 16), jt=(64,) if quick else (64, 256, 1024),
                         groups_per_cu=(2, 8) if quick else (1, 2, 4, 8))
@@ -166,13 +127,9 @@ def cpu_candidates(precision: str, quick: bool = False) -> list[LaunchConfig]:
 
 
 def gpu_candidates(info: DeviceInfo, quick: bool = False) -> list[LaunchConfig]:
-    """Candidate launch shapes for GPUs (tiles in local memory).
-
-    Work-groups of ``li`` i-lanes times ``lj`` j-lanes with ``li * lj`` in {64, 128, 256}
-    (within the device's work-group limit), ``li`` stepping by factors of 4 (2 with
-    ``quick``: fewer sizes instead); tiles of one or two work-groups' worth of j; and
-    ``w`` = 2 (and 4 unless ``quick``) i-particles per work-item with ``lj`` = 1.
-    """
+    """Candidate launch shapes for GPUs (tiles in local memory): work-groups of ``li``
+    i-lanes times ``lj`` j-lanes of 64 to 256 work-items, tiles of one or two work-groups'
+    worth of j, and 2 or 4 i-particles per work-item (``quick``: fewer of each)."""
     out = []
     sizes = (128, 256) if quick else (64, 128, 256)
     for size in sizes:
@@ -244,10 +201,6 @@ def parse_config(text: str) -> LaunchConfig:
         raise InputError(str(exc)) from None
 
 
-# ---------------------------------------------------------------------------------------------
-# the sweep
-
-
 def _launch_key(cfg: LaunchConfig, info: DeviceInfo, ni: int, nj: int) -> tuple:
     """Configurations with the same key launch identically for this ``ni``/``nj``."""
     ni_pad = -(-min(ni, NI_CHUNK) // cfg.i_per_group) * cfg.i_per_group
@@ -260,14 +213,7 @@ def _call(lib: Any, cfg: LaunchConfig, sysd: dict[str, np.ndarray], ni: int,
     """One force call on the first ``ni`` particles with ``cfg``: wall, kernel and process CPU
     seconds."""
     lib.set_launch_table(LaunchTable([(NI_CHUNK, cfg)], source="tuning"))
-    a = None if sysd["a"] is None else sysd["a"][:ni]
-    jerk = None if sysd["jerk"] is None else sysd["jerk"][:ni]
-    k0 = lib.kernel_seconds
-    c0 = time.process_time()
-    t0 = time.perf_counter()
-    lib.compute(sysd["x"][:ni], sysd["v"][:ni], sysd["id"][:ni], EPS2, a=a, nj=nj, jerk=jerk)
-    return {"wall": time.perf_counter() - t0, "kernel": lib.kernel_seconds - k0,
-            "cpu": time.process_time() - c0}
+    return force_call(lib, sysd, ni, nj)
 
 
 def _paired_speedup(lib: Any, cand: LaunchConfig, dflt: LaunchConfig,
@@ -307,15 +253,10 @@ def verify_config(lib: Any, cfg: LaunchConfig, n_active: Sequence[int], nj: int 
         got = lib.compute(s["x"][sel], s["v"][sel], s["id"][sel], EPS2, a=a, jerk=jerk)
         ref = forces(s["x"][sel], s["v"][sel], s["id"][sel], s["x"], s["v"], s["m"], s["id"],
                      EPS2, order=lib.order, ai=a, aj=s["a"], ji=jerk, jj=s["jerk"])
-        errs = [relative_vector_error(got.acc, ref.acc, ref.acc_abs),
-                relative_vector_error(got.pot, ref.pot, ref.pot_abs)]
-        if lib.order >= 4:
-            errs.append(relative_vector_error(got.jerk, ref.jerk, ref.jerk_abs))
-        if lib.order >= 6:
-            errs.append(relative_vector_error(got.snap, ref.snap, ref.snap_abs))
-        if lib.order >= 8:
-            errs.append(relative_vector_error(got.crackle, ref.crackle, ref.crackle_abs))
-        worst = max(worst, max(float(np.max(e)) for e in errs))
+        # acc and pot, then one derivative more every two orders: jerk, snap, crackle
+        for q in ("acc", "pot", "jerk", "snap", "crackle")[:lib.order // 2 + 1]:
+            err = relative_vector_error(getattr(got, q), getattr(ref, q), getattr(ref, q + "_abs"))
+            worst = max(worst, float(np.max(err)))
     return worst
 
 
@@ -359,24 +300,12 @@ def _entries(chosen: dict[int, LaunchConfig], n: int) -> list[tuple[int, LaunchC
     return entries
 
 
-def tune(
-    order: int,
-    precision: str,
-    backend: str | None = None,
-    device: int = 0,
-    n: int | None = None,
-    points: Sequence[int] | None = None,
-    configs: Iterable[LaunchConfig] | None = None,
-    quick: bool = False,
-    repeats: int = 2,
-    metric: str = "kernel",
-    margin: float = MARGIN,
-    confirm: int = 7,
-    verify: bool = True,
-    write: bool = True,
-    out_dir: str | Path | None = None,
-    progress: Progress | None = None,
-) -> TuneResult:
+def tune(order: int, precision: str, backend: str | None = None, device: int = 0,
+         n: int | None = None, points: Sequence[int] | None = None,
+         configs: Iterable[LaunchConfig] | None = None, quick: bool = False, repeats: int = 2,
+         metric: str = "kernel", margin: float = MARGIN, confirm: int = 7, verify: bool = True,
+         write: bool = True, out_dir: str | Path | None = None,
+         progress: Progress | None = None) -> TuneResult:
     """Sweep launch configurations for one order and precision and write a profile.
 
     Parameters
@@ -398,27 +327,20 @@ def tune(
     repeats : int
         Timed calls per candidate and point (the minimum counts).
     metric : {"kernel", "wall", "cpu"}
-        Device kernel time, wall time, or CPU time of the process per call (CPU devices:
-        insensitive to other processes' load, but blind to idle cores, so it cannot judge
-        ``groups_per_cu`` at small active-particle counts).
+        Device kernel time, wall time, or the process's CPU time per call (insensitive to
+        other processes' load, blind to idle cores).
     margin : float
-        The built-in default stays unless a candidate is faster by more than this fraction
-        (finite, in [0, 1)).
+        The built-in default stays unless a candidate is faster by more than this fraction.
     confirm : int
-        Paired calls (candidate and default back to back, order alternating) that a
-        candidate beating the default must win by more than ``margin`` in the median
-        (>= 0); 0 skips the confirmation.
+        Paired calls (candidate and default back to back) that a candidate beating the
+        default must win by more than ``margin`` in the median; 0: no confirmation.
     verify : bool
-        Check each kept configuration against the reference model; failing ones are
-        dropped and the next fastest taken.
+        Check each kept configuration against the reference model (failing ones are
+        dropped).
     write : bool
         Write the profile (to ``out_dir``, default :func:`user_profile_dir`).
     progress : callable, optional
         Called with one line of text per configuration tried.
-
-    Returns
-    -------
-    TuneResult
 
     Raises
     ------
@@ -536,10 +458,9 @@ def tune(
             chosen = _choose(pts, times, STICKY, default_cfg.for_ni, margin)
             missing = [p for p in pts if p not in chosen]
             if missing:
-                raise InputError(
-                    f"{tag} no working launch configuration at N_active = {missing}; "
-                    f"failures: {sorted(set(failed.values()) | set(rejected.values()))}"
-                )
+                raise InputError(f"{tag} no working launch configuration at N_active = {missing}; "
+                                 "failures: "
+                                 f"{sorted(set(failed.values()) | set(rejected.values()))}")
             entries = _entries(chosen, n)
             bad = False
             for ni_max, cfg in entries:
@@ -563,27 +484,17 @@ def tune(
 
         best = {p: (chosen[p], times[p][chosen[p]]) for p in pts}
         dflt = {p: times[p].get(default_cfg.for_ni(p)) for p in pts}
+        load = load_average()
         meta = {
-            "format": 1,
-            "sapporo_version": __version__,
-            "backend": info.backend,
-            "device": info.name,
-            "device_key": info.key,
-            "device_type": info.device_type,
-            "compute_units": info.compute_units,
-            "driver_version": info.driver_version,
-            "order": order,
-            "precision": precision,
-            "n": n,
-            "load_average": _load_average(),
+            "format": 1, "sapporo_version": __version__, "backend": info.backend,
+            "device": info.name, "device_key": info.key, "device_type": info.device_type,
+            "compute_units": info.compute_units, "driver_version": info.driver_version,
+            "order": order, "precision": precision, "n": n,
+            "load_average": None if load is None else [round(x, 2) for x in load],
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "sweep": {
-                "candidates": len(cands),
-                "n_active": pts,
-                "repeats": repeats,
-                "metric": metric,
-                "margin": margin,
-                "quick": bool(quick),
+                "candidates": len(cands), "n_active": pts, "repeats": repeats,
+                "metric": metric, "margin": margin, "quick": bool(quick),
                 "seconds": round(sweep_seconds, 1),
                 "skipped": {describe(c): r for c, r in {**failed, **rejected}.items()},
             },
@@ -607,13 +518,3 @@ def tune(
     for ni_max, cfg in entries:
         say(f"{tag} N_active <= {ni_max:>6}: {describe(cfg)}")
     return TuneResult(table=table, trials=trials, path=path, best=best, default_seconds=dflt)
-
-
-def summary_rows(result: TuneResult) -> list[dict[str, Any]]:
-    """Per active-particle count: chosen configuration, its time and the default's."""
-    rows = []
-    for p, (cfg, t) in sorted(result.best.items()):
-        d = result.default_seconds.get(p)
-        rows.append({"n_active": p, **asdict(cfg), "seconds": t, "default_seconds": d,
-                     "speedup": (d / t) if d else None})
-    return rows

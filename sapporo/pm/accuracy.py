@@ -1,17 +1,9 @@
 """The point-mass accuracy check of the particle-mesh solver, and the table of docs/pm.md.
 
-:func:`point_mass_errors` puts a unit point mass near the centre of an isolated mesh, off the
-mesh points, and massless probes around it, and compares the mesh force with the exact
-``1/r^2``. The error it returns is the **largest over all probes and offsets** of
-
-- radial: ``|a_r - 1/r^2| / (1/r^2)``, ``a_r`` the mesh force's component towards the mass;
-- tangential: ``|a_t| / (1/r^2)``, ``a_t`` the rest of the mesh force;
-
-with probes at radii uniform in ``[r_min, r_max)`` cells (default 6 to 12), in random
-directions (``n_probes`` of them, fixed seed), and the mass at each of :data:`OFFSETS` (in
-cells from the box centre, which is a mesh cell corner). ``python -m sapporo.pm.accuracy``
-prints the table of docs/pm.md (the largest and the rms error per setting, and the time
-per force call, settings interleaved).
+:func:`point_mass_errors` puts a unit point mass near the centre of an isolated mesh and
+massless probes around it, and returns the largest radial (``|a_r - 1/r^2| r^2``) and
+tangential (``|a_t| r^2``) errors over the probes and the mass's :data:`OFFSETS`.
+``python -m sapporo.pm.accuracy`` prints the table of docs/pm.md.
 """
 
 from __future__ import annotations
@@ -36,20 +28,10 @@ OFFSETS = np.random.default_rng(1).uniform(-0.5, 0.5, (4, 3))
 def point_mass_errors(pm: ParticleMesh, r_min: float = 6.0, r_max: float = 12.0,
                       n_probes: int = 600, offsets: np.ndarray = OFFSETS,
                       seed: int = 0) -> dict[str, float]:
-    """Force errors of a unit point mass on the isolated mesh ``pm`` (see the module notes).
-
-    Parameters
-    ----------
-    pm : ParticleMesh
-        An isolated mesh; ``r_max`` plus the offsets and its margin must fit in half a box.
-    r_min, r_max : float
-        Probe radii, in cells.
-    n_probes : int
-        Massless probes per offset.
-    offsets : ndarray (k, 3)
-        Positions of the mass, in cells from the box centre.
-    seed : int
-        Seed of the probe radii and directions.
+    """Force errors of a unit point mass on the isolated mesh ``pm`` (see the module notes):
+    ``n_probes`` massless probes (radii in ``[r_min, r_max)`` cells, random directions from
+    ``seed``) for the mass at each of ``offsets`` (cells from the box centre; the largest
+    radius plus offset and margin must fit in half a box).
 
     Returns
     -------

@@ -33,20 +33,14 @@ class NumpyPM:
         self.fft = HostFFTSolver(grid, box, "periodic", np.dtype(np.float64))
         self.times = dict.fromkeys(STEP_STAGES, 0.0)
 
-    def _cic(self, x: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        g = self.grid
-        u = (x + self.box / 2) / self.h - 0.5
-        i0 = np.floor(u).astype(np.int64)
-        d = u - i0
-        idx = [(i0 % g), ((i0 + 1) % g)]
-        w = [1.0 - d, d]
-        return idx, w
-
     def forces(self, x: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Accelerations and potentials (periodic, CIC, 2-point gradient)."""
         g = self.grid
         t0 = time.perf_counter()
-        idx, w = self._cic(x)
+        u = (x + self.box / 2) / self.h - 0.5
+        i0 = np.floor(u).astype(np.int64)
+        idx = [i0 % g, (i0 + 1) % g]  # the two CIC cells along each axis ...
+        w = [1.0 - (u - i0), u - i0]  # ... and their weights
         cells, weights = [], []
         for a in range(2):
             for b in range(2):

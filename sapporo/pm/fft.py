@@ -1,9 +1,6 @@
-"""Green's functions and the FFT Poisson solve of the particle-mesh solver.
-
-The transforms run on the host with :mod:`numpy.fft` (real-to-complex, pocketfft). On CPU
-devices the mesh buffers are host memory given to the device, so the host transform reads
-and writes them in place; elsewhere the density comes down and the potential goes up once
-per solve. docs/pm.md explains why no device FFT library is used yet.
+"""Green's functions and the FFT Poisson solve of the particle-mesh solver, on the host with
+:mod:`numpy.fft` (on CPU devices in place on the mesh buffers; docs/pm.md says why no device
+FFT library is used yet).
 """
 
 from __future__ import annotations
@@ -107,24 +104,10 @@ def periodic_kernel(grid: int, box: float, green: str = "continuous",
 
 
 class HostFFTSolver:
-    """Poisson by FFT on the host: ``phi = IFFT(kernel * FFT(rho))``.
-
-    Parameters
-    ----------
-    grid : int
-        Mesh points per dimension.
-    box : float
-        Side of the box.
-    boundary : str
-        ``"isolated"`` (zero padding to 2G) or ``"periodic"``.
-    dtype : numpy dtype
-        float64 or float32: the transforms run in this precision.
-    green, window :
-        See :func:`periodic_kernel` (periodic only; ``window`` None for no deconvolution).
-    split : float or None
-        P^3M: the long-range Green's function of split length r_s (see
-        :func:`isolated_green`, :func:`periodic_kernel`).
-    """
+    """Poisson by FFT on the host, ``phi = IFFT(kernel * FFT(rho))``, on ``grid`` points per
+    side of a box of side ``box``: ``"isolated"`` (zero padding to 2G) or ``"periodic"``
+    ``boundary``, in the precision ``dtype``; ``green``, ``window`` and ``split`` (P^3M) as
+    for :func:`periodic_kernel` and :func:`isolated_kernel`."""
 
     def __init__(self, grid: int, box: float, boundary: str, dtype: np.dtype,
                  green: str = "continuous", window: str | None = None,

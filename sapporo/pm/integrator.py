@@ -1,15 +1,10 @@
 """Kick-drift-kick leapfrog on the device with particle-mesh forces.
 
-Positions, velocities and accelerations stay in device buffers between steps; the drift
-raises a flag when a particle leaves the mesh's usable region (the host then names it),
-and the host reads the buffers for diagnostics (on CPU devices they are host memory, so
-that costs no copy). One step:
-
-    v += a dt / 2;  x += v dt;  a = PM(x);  v += a dt / 2
-
-The energy is ``sum m v^2 / 2 + sum m phi / 2`` with the mesh potential at the particles,
-which includes each particle's own mesh self-energy (1e-4 of the total for 32k
-particles on a 32^3 mesh, see docs/pm.md).
+Positions, velocities and accelerations stay in device buffers between steps
+(``v += a dt / 2;  x += v dt;  a = PM(x);  v += a dt / 2``); the drift raises a flag when a
+particle leaves the mesh's usable region. The energy is ``sum m v^2 / 2 + sum m phi / 2``
+with the mesh potential at the particles, which includes each particle's own mesh
+self-energy (docs/pm.md).
 """
 
 from __future__ import annotations
@@ -34,21 +29,16 @@ class Leapfrog:
     Parameters
     ----------
     mesh : ParticleMesh or P3M
-        The force solver (its device runs the updates too). With :class:`P3M` the
-        short-range part is added on the host after each mesh solve (a stage of its own,
-        ``short_range``).
-    x, v : array (n, 3)
-        Initial positions (inside the mesh's usable region) and velocities.
-    m : array (n,)
-        Masses.
+        The force solver (its device runs the updates too); with :class:`P3M` the
+        short-range part is added on the host after each mesh solve (stage ``short_range``).
+    x, v, m : array (n, 3), (n, 3), (n,)
+        Initial positions (inside the mesh's usable region), velocities and masses.
     dt : float
         Time step.
     sort_every : int
         Reorder the particles by mesh cell at the start and every this many steps (0:
-        never). Assignment and interpolation then touch nearby mesh points one after the
-        other (5x faster interpolation at 128^3 on a CPU, docs/pm.md). The forces do not
-        depend on the order (deterministic assignment), so neither does the trajectory;
-        :meth:`state` returns the particles in the order given.
+        never), for faster assignment and interpolation (docs/pm.md); the trajectory does
+        not depend on the order, and :meth:`state` returns the particles in the order given.
     """
 
     def __init__(self, mesh: ParticleMesh | P3M, x: Any, v: Any, m: Any, dt: float,
@@ -131,7 +121,7 @@ class Leapfrog:
         t0 = time.perf_counter()
         mesh, n = self.mesh, self.n
         it = mesh.dtype.itemsize
-        x = mesh._host_positions().astype(np.float64)
+        x = mesh._host_positions()
         acc_s, pot_s = self.p3m.short_range(x, self.m)
         mesh._acc.from_device(3 * n * it)
         mesh._pot.from_device(n * it)
@@ -189,7 +179,7 @@ class Leapfrog:
 
     def state(self) -> tuple[np.ndarray, np.ndarray]:
         """Copies of the positions and velocities (float64), in the order given."""
-        xs = self.mesh._host_positions().astype(np.float64)
+        xs = self.mesh._host_positions()
         self._v.from_device()
         self.mesh._require_open().finish()
         vs = self._v.view(self.mesh.dtype, (self.n, 3)).astype(np.float64)

@@ -1,21 +1,15 @@
 """The particle-mesh gravity solver (:class:`ParticleMesh`).
 
-Pipeline per force call, every stage on the device except the FFT (see :mod:`.fft`):
-
-1. assignment: each particle adds its mass times the window weights to the mesh, as 64-bit
-   fixed-point integers with integer atomics (deterministic: the sums do not depend on the
-   order of the work-items), then converted to a density;
-2. Poisson: FFT (periodic, or isolated by zero padding to 2G) or multigrid (isolated,
-   fourth-order by defect correction);
-3. gradient: mesh accelerations by 2- or 4-point centred differences;
-4. interpolation: potential and acceleration at the particles with the assignment window.
-
-Conventions: G = 1, the box ``[-box/2, box/2)^3`` is centred on the origin, mesh point
-``i`` sits at the cell centre ``-box/2 + (i + 1/2) h`` with ``h = box / grid``.
+Per force call, on the device except the FFT (:mod:`.fft`): mass assignment (64-bit
+fixed-point integer atomics: the sums do not depend on the order of the work-items), the
+Poisson solve (FFT, periodic or isolated by zero padding, or multigrid), the gradient by 2-
+or 4-point differences, and interpolation to the particles. G = 1; the box ``[-box/2,
+box/2)^3`` is centred on the origin, mesh point ``i`` at ``-box/2 + (i + 1/2) h``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -93,9 +87,7 @@ class ParticleMesh:
         Isolated: the potential of the particles alone (FFT with zero padding to 2G, or
         multigrid). Periodic: of the periodic continuation minus the mean density.
     window : {"ngp", "cic", "tsc"}
-        Assignment and interpolation window (default TSC: with the 4-point gradient a point
-        mass's force is within 2% of 1/r^2 from 6 cells on, CIC is 2.4% off there; see
-        docs/pm.md).
+        Assignment and interpolation window (default TSC, the most accurate: docs/pm.md).
     solver : {"fft", "multigrid"}
         Multigrid needs isolated boundaries.
     precision : {"double", "single"}
@@ -125,12 +117,9 @@ class ParticleMesh:
 
     Notes
     -----
-    Particles must lie in the box; with isolated boundaries every mesh point a particle's
-    window and the gradient stencil reach must lie on the mesh, so the usable region is the
-    box less :attr:`margin` cells on each side. Particles outside raise
-    :class:`~sapporo.errors.InputError` (nothing is wrapped or dropped silently); in single
-    precision the check applies to the positions rounded to float32, as the device sees
-    them.
+    Particles must lie in the box, with isolated boundaries in the box less :attr:`margin`
+    cells on each side (the reach of the window and the gradient stencil); particles
+    outside (as the device sees them) raise :class:`~sapporo.errors.InputError`.
     """
 
     def __init__(self, grid: int, box: float, boundary: str = "isolated", window: str = "tsc",
@@ -138,18 +127,12 @@ class ParticleMesh:
                  devices: Any = None, *, stencil: int = 4, green: str = "continuous",
                  deconvolve: bool = False, mg_tol: float = MG_TOL, mg_cycles: int = 50,
                  assignment: str = "fixed", split: float | None = None):
-        if isinstance(grid, bool) or not isinstance(grid, (int, np.integer)):
-            raise InputError(f"grid: expected an integer, got {grid!r}")
-        if grid < 2:
-            raise InputError(f"grid: expected at least 2 points per dimension, got {grid}")
-        if grid > 1024:
-            raise InputError(f"grid: at most 1024 points per dimension, got {grid}")
-        try:
-            box = float(box)
-        except (TypeError, ValueError):
-            raise InputError(f"box: expected a positive number, got {box!r}") from None
-        if not math.isfinite(box) or box <= 0:
+        if (isinstance(grid, bool) or not isinstance(grid, (int, np.integer))
+                or not 2 <= grid <= 1024):
+            raise InputError(f"grid: expected 2 to 1024 points per dimension, got {grid!r}")
+        if not (isinstance(box, (int, float, np.number)) and math.isfinite(box) and box > 0):
             raise InputError(f"box: expected a positive finite number, got {box!r}")
+        box = float(box)
         self.grid, self.box = int(grid), box
         self.h = box / self.grid
         self.boundary = _choice(boundary, BOUNDARIES, "boundary")
@@ -157,18 +140,17 @@ class ParticleMesh:
         self.solver = _choice(solver, SOLVERS, "solver")
         self.precision = _choice(precision, PRECISIONS, "precision")
         self.green = _choice(green, GREENS, "green")
-        if stencil not in (2, 4) or isinstance(stencil, bool):
+        if isinstance(stencil, bool) or stencil not in (2, 4):
             raise InputError(f"stencil: expected 2 or 4, got {stencil!r}")
         self.stencil = int(stencil)
         self.deconvolve = bool(deconvolve)
         self.assignment = _choice(assignment, ("fixed", "float"), "assignment")
-        if split is not None:
-            if self.solver != "fft":
-                raise ConfigError("split (P^3M long-range part) needs solver 'fft'")
-            if not (isinstance(split, (int, float)) and math.isfinite(split) and split > 0):
-                raise InputError(f"split: expected a positive length, got {split!r}")
-            split = float(split)
-        self.split = split
+        if split is not None and self.solver != "fft":
+            raise ConfigError("split (P^3M long-range part) needs solver 'fft'")
+        if split is not None and not (isinstance(split, (int, float)) and math.isfinite(split)
+                                      and split > 0):
+            raise InputError(f"split: expected a positive length, got {split!r}")
+        self.split = None if split is None else float(split)
         if self.solver == "multigrid":
             if self.boundary != "isolated":
                 raise ConfigError("solver 'multigrid' needs boundary 'isolated'")
@@ -236,7 +218,6 @@ class ParticleMesh:
         self._rho_factor = 4 * math.pi if self.solver == "multigrid" else 1.0
         self._scale = 1.0
         self._mass = 0.0
-        self.last_timings: dict[str, float] = {}
         self.last_info: dict[str, Any] = {}
 
     # -- device --------------------------------------------------------------------------
@@ -294,10 +275,8 @@ class ParticleMesh:
         self.close()
 
     def __del__(self) -> None:  # pragma: no cover - depends on the collector
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
     def _require_open(self) -> Context:
         if self._ctx is None:
@@ -386,12 +365,15 @@ class ParticleMesh:
         self._mass = float(np.sum(m, dtype=np.float64))
         self._scale = 2.0**FIX_BITS / self._mass if self._mass > 0 else 1.0
 
-    def _host_positions(self) -> np.ndarray:
-        """The device's positions as a host array (a copy comes down where needed)."""
-        n = self._n
-        self._x.from_device(3 * n * self.dtype.itemsize)
+    def _read(self, buffer: Any, shape: tuple[int, ...]) -> np.ndarray:
+        """A float64 copy of a host buffer's device data (brought down where needed)."""
+        buffer.from_device(math.prod(shape) * self.dtype.itemsize)
         self._require_open().finish()
-        return self._x.view(self.dtype, (n, 3))
+        return buffer.view(self.dtype, shape).astype(np.float64)
+
+    def _host_positions(self) -> np.ndarray:
+        """The device's positions (the host buffer holds them too afterwards)."""
+        return self._read(self._x, (self._n, 3))
 
     def _assign(self) -> None:
         ctx = self._require_open()
@@ -429,18 +411,16 @@ class ParticleMesh:
         if self._phi_fresh:
             self._phi.buffer.fill(0)
             self._phi_fresh = False
-        self._rho.from_device()
-        ctx.finish()
-        rho = self._rho.view(self.dtype, (g**3,)).astype(np.float64)
-        faces = multipole_faces(self._host_positions().astype(np.float64),
+        rho = self._read(self._rho, (g**3,))
+        faces = multipole_faces(self._host_positions(),
                                 self._m.view(self.dtype, (self._n,)).astype(np.float64),
                                 g, self.box)
-        self._mg.solve(faces, self._rho.buffer, float(np.sqrt(rho @ rho)), self._phi.buffer)
+        norm = float(np.sqrt(rho @ rho))
+        self._mg.solve(faces, self._rho.buffer, norm, self._phi.buffer)
         ctx.finish()
         self.last_info = {"solver": "multigrid", "cycles": self._mg.cycles,
                           "residual": self._mg.residual,
-                          "relative_residual": self._mg.residual / max(float(np.sqrt(rho @ rho)),
-                                                                      1e-300)}
+                          "relative_residual": self._mg.residual / max(norm, 1e-300)}
 
     def _gradient(self) -> None:
         self._k["gradient"](_gsize(self.grid**3), None, np.float64(1.0 / self.h),
@@ -462,16 +442,10 @@ class ParticleMesh:
             t0 = time.perf_counter()
             stage()
             times[name] = time.perf_counter() - t0
-        self.last_timings = times
         return times
 
     def _results(self) -> tuple[np.ndarray, np.ndarray]:
-        n = self._n
-        self._acc.from_device(3 * n * self.dtype.itemsize)
-        self._pot.from_device(n * self.dtype.itemsize)
-        self._require_open().finish()
-        acc = self._acc.view(self.dtype, (n, 3)).astype(np.float64)
-        pot = self._pot.view(self.dtype, (n,)).astype(np.float64)
+        acc, pot = self._read(self._acc, (self._n, 3)), self._read(self._pot, (self._n,))
         if not (np.isfinite(acc).all() and np.isfinite(pot).all()):
             raise NonFiniteError("particle-mesh forces are not finite")
         return acc, pot
@@ -494,7 +468,7 @@ class ParticleMesh:
         self._load(x, m)
         times = self._compute()
         acc, pot = self._results()
-        return PMResult(acc, pot, dict(times), dict(self.last_info))
+        return PMResult(acc, pot, times, dict(self.last_info))
 
     def solve_mesh(self, rho: Any, faces: Any = None) -> np.ndarray:
         """The mesh potential (G, G, G) of a mesh density ``rho`` (G, G, G), by this solver.
@@ -534,14 +508,8 @@ class ParticleMesh:
 
     def density(self) -> np.ndarray:
         """The mesh density (G, G, G) of the last force call (a copy)."""
-        self._rho.from_device()
-        self._require_open().finish()
-        g = self.grid
-        return self._rho.view(self.dtype, (g, g, g)).astype(np.float64) / self._rho_factor
+        return self._read(self._rho, (self.grid,) * 3) / self._rho_factor
 
     def potential_mesh(self) -> np.ndarray:
         """The mesh potential (G, G, G) of the last force call (a copy)."""
-        self._phi.from_device()
-        self._require_open().finish()
-        g = self.grid
-        return self._phi.view(self.dtype, (g, g, g)).astype(np.float64)
+        return self._read(self._phi, (self.grid,) * 3)

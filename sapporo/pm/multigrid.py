@@ -1,20 +1,11 @@
 """Multigrid V-cycles (red-black Gauss-Seidel) for isolated boundaries, on the device.
 
-The mesh is cell-centred: point i of a level with spacing h sits at lo + (i + 1/2) h, so a
-level of n points coarsens to n / 2 points of spacing 2 h covering the same box. The 7-point
-Laplacian is solved with Dirichlet values on the box faces, half a cell outside the outer
-points (ghost = 2 b - phi). On the finest level the face values come from a multipole
-expansion of the particles (monopole and quadrupole about the centre of mass; the dipole
-vanishes there); coarser levels solve error equations with zero face values. Restriction
-averages the 8 fine cells, prolongation is trilinear.
-
-The finest level solves the fourth-order equation ``L4 phi = 4 pi rho`` (L4 the 13-point
-Laplacian, ``L7 - sum_d delta_d^4 / 12 h^2``) by defect correction: every V-cycle is a
-7-point one on ``L7 phi = 4 pi rho + sum_d delta_d^4 phi / 12 h^2`` with the current phi
-(the ``mg_defect`` kernel), so the iteration's fixed point is the fourth-order solution and
-the residual is that of the fourth-order equation. The 7-point Laplacian alone has an
-anisotropic O(h^2) error that puts the force of a point mass 1.7% off 6 cells away (TSC);
-docs/pm.md has the measurements.
+The mesh is cell-centred (a level of n points coarsens to n / 2 covering the same box);
+the 7-point Laplacian is solved with Dirichlet values on the box faces, from a multipole
+expansion of the particles on the finest level and zero on the coarser ones' error
+equations; restriction averages 8 cells, prolongation is trilinear. The finest level
+solves the fourth-order equation (13-point Laplacian) by defect correction (the
+``mg_defect`` kernel), whose residual the tolerance refers to (docs/pm.md).
 """
 
 from __future__ import annotations
@@ -87,23 +78,10 @@ def multipole_faces(x: np.ndarray, m: np.ndarray, grid: int, box: float) -> np.n
 
 
 class MultigridSolver:
-    """V-cycles on the device for the isolated Poisson problem ``L phi = 4 pi rho``.
-
-    Parameters
-    ----------
-    ctx : sapporo.backend.Context
-        The open device.
-    program : sapporo.backend.Program
-        The built ``pm`` program (for the ``mg_*`` kernels).
-    grid, box : int, float
-        The mesh.
-    dtype : numpy dtype
-        float64 or float32 (the program's precision).
-    tol : float
-        Stop when the residual's 2-norm is below ``tol`` times the right-hand side's.
-    max_cycles : int
-        At most this many V-cycles per solve.
-    """
+    """V-cycles on the device (``ctx``; ``program``: the built ``pm`` program, in the
+    precision ``dtype``) for the isolated Poisson problem ``L phi = 4 pi rho`` on the mesh
+    ``grid``, ``box``: at most ``max_cycles`` per solve, until the residual's 2-norm is below
+    ``tol`` times the right-hand side's."""
 
     def __init__(self, ctx, program, grid: int, box: float, dtype: np.dtype, tol: float,
                  max_cycles: int):

@@ -27,14 +27,12 @@ class P3M:
     grid, box, boundary, window, precision, backend, devices, stencil :
         As for :class:`~sapporo.pm.ParticleMesh` (FFT solver); here the defaults are TSC
         and the 4-point gradient.
-    split : float
-        r_s in mesh cells (default 1.25).
-    cut : float
-        r_cut in units of r_s (default 4.5: the short-range force is then below 1e-5 of
-        Newton's at the cut).
+    split, cut : float
+        r_s in mesh cells (default 1.25), and r_cut in units of r_s (default 4.5: the
+        short-range force at the cut is 1.8% of Newton's, erfc(x) + 2x exp(-x^2)/sqrt(pi)
+        at x = r_cut / 2 r_s, and the pairs beyond it lose that much at most).
     deconvolve : bool
-        Divide the long-range Green's function by the window's transfer function squared
-        (default True).
+        Divide the long-range Green's function by the window's transfer function squared.
     """
 
     def __init__(self, grid: int, box: float, boundary: str = "isolated", window: str = "tsc",
@@ -60,7 +58,6 @@ class P3M:
         self._kernel = self.mesh._prog.kernel("short_range")
         self._cap = 0
         self._bufs: dict[str, Any] = {}
-        self.last_timings: dict[str, float] = {}
 
     def close(self) -> None:
         """Release the device (idempotent)."""
@@ -137,6 +134,5 @@ class P3M:
             raise NonFiniteError("P^3M forces are not finite")
         timings = dict(long.timings)
         timings["short_range"] = t2 - t1
-        self.last_timings = timings
         info = dict(long.info, mesh_seconds=t1 - t0, rs=self.rs, rcut=self.rcut, cells=self.nc)
         return PMResult(acc, pot, timings, info)

@@ -407,9 +407,9 @@ def test_cache_keys_name_the_cpu(monkeypatch, tmp_path):
     monkeypatch.setenv("SAPPORO_KERNEL_CACHE", str(tmp_path))
     here = opencl._binary_cache_file(info, device, "src", ["-DX=1"])
     assert here == opencl._binary_cache_file(info, device, "src", ["-DX=1"])
-    monkeypatch.setattr(opencl, "_CPU_ID", "x86_64|another processor")
-    assert opencl._binary_cache_file(info, device, "src", ["-DX=1"]) != here
     assert "|" in opencl._host_cpu_id()
+    monkeypatch.setattr(opencl, "_host_cpu_id", lambda: "x86_64|another processor")
+    assert opencl._binary_cache_file(info, device, "src", ["-DX=1"]) != here
 
 
 def test_affinity_request_respects_the_environment(monkeypatch):

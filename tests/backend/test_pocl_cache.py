@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sapporo.backend import get_backend
+from sapporo.backend import get_backend, quirks
 from sapporo.backend import opencl as ocl
 from sapporo.errors import BackendError
 
@@ -87,7 +87,7 @@ def _pocl_device() -> int | None:
     except BackendError:
         return None
     for d in devices:
-        if ocl._is_pocl(d):
+        if quirks.is_pocl(d):
             return d.index
     return None
 

@@ -22,7 +22,7 @@ def test_defaults() -> None:
     assert open_settings() == {
         "order": 4, "precision": "double-single", "backend": None, "devices": None,
     }
-    assert Bridge().npipes() == DEFAULT_NPIPES == 128
+    assert read_npipes() == DEFAULT_NPIPES == 128
 
 
 def test_environment_then_explicit_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -36,7 +36,7 @@ def test_environment_then_explicit_arguments(monkeypatch: pytest.MonkeyPatch) ->
     assert open_settings(order=2, precision="ds", backend="auto", devices=[1]) == {
         "order": 2, "precision": "double-single", "backend": None, "devices": [1],
     }
-    assert Bridge().npipes() == 16384
+    assert read_npipes() == 16384
 
 
 def test_sapporo2_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -187,8 +187,10 @@ def test_grape5_contexts_are_separate_libraries() -> None:
         libs = [bridge.g5_open(c) for c in (0, 5)]
         assert libs[0] is not libs[1] and bridge.g5_open(5) is libs[1]
         assert libs[0].order == 2
+        assert all(bridge.engine(5)) and 5 in bridge._engines  # held for C until closed
         bridge.g5_close(5)
         assert libs[1]._closed and bridge.g5_open(5) is not libs[1]
+        assert 5 not in bridge._engines
     finally:
         for c in (0, 5):
             bridge.g5_close(c)

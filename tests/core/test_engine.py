@@ -752,9 +752,10 @@ def test_module_refuses_misuse():
     mod = engine.load()
     bare = mod.Engine.__new__(mod.Engine)
     for call in (lambda: bare.compute(np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None,
-                                      0.0, 1, None),
+                                      1, None),
                  lambda: bare.start(np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None,
-                                    0.0, 1, None),
+                                    1, None),
+                 lambda: bare.set_time(0.0),
                  lambda: bare.finish(1), lambda: bare.handle,
                  lambda: bare.lists(np.zeros(1, np.int64), np.zeros((1, 1), np.int32)),
                  lambda: bare.put_j(0, 0, 0.0, 1.0, np.zeros((1, 3)), np.zeros((1, 3)),
@@ -769,7 +770,7 @@ def test_module_refuses_misuse():
         mod.Engine(np.zeros(mod.NCO_MAX * mod.NI_MAX, dtype=np.float32), lambda *a: 0)
     with pytest.raises(TypeError, match="planner"):
         mod.Engine(out, None)
-    args = (np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None, 0.0)
+    args = (np.zeros((1, 3)), np.zeros((1, 3)), 0, 0.0, None, None)
     # no plan: nothing stored, nothing computed; a planner that has none turns it off
     asked = []
     eng = mod.Engine(out, lambda *a: asked.append(a) or -1)

@@ -438,7 +438,7 @@ def test_addresses_up_to_the_device_memory(make_lib, monkeypatch):
         mem = min(d.info.global_mem_size for d in lib._devs)
         one = min(d.max_j for d in lib._devs) * lib.ndev  # the largest buffer's limit
         assert lib.max_address == min(
-            L.MAX_ADDRESS, int(0.8 * mem * lib.ndev) // sapporo.core.device.J_BYTES - 1,
+            L.MAX_ADDRESS, int(0.8 * mem * lib.ndev) // sapporo.core.device.j_bytes(4) - 1,
             one - 1)
         # A device that holds 3000 j-particles (as if its memory were that small).
         monkeypatch.setattr(L.Library, "_j_capacity", lambda self: 3000)
