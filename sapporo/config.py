@@ -58,7 +58,8 @@ MAX_NPIPES = _C_API["SAPPORO_MAX_NPIPES"]
 MAX_NB_CAPACITY = 65536
 #: The longest poll of ``SAPPORO_SPIN_US`` (one second; the wait sleeps after it)
 MAX_SPIN_US = 1_000_000
-#: the cutoff lengths (S2 diameter, or the Gaussian split) a library takes
+#: the cutoff lengths (S2 diameter, or the Gaussian split) a library takes: their
+#: reciprocals (times 2) stay normal floats
 CUTOFF_RANGE = (1e-30, 1e30)
 
 #: The range of each integer setting, (smallest, largest or None): the one place that

@@ -23,6 +23,7 @@ from sapporo.backend import (
     Program,
     capabilities,
 )
+from sapporo.config import CUTOFF_RANGE
 from sapporo.core import layout
 from sapporo.core.launch import NI_CHUNK, LaunchConfig, LaunchTable, load_table
 from sapporo.core.layout import MAX_PARTS, REDUCE_LANES, REDUCE_ROWS
@@ -52,8 +53,6 @@ SCATTER_MAX = 256
 #: the splits of the cutoff force (:class:`Variant`), in the order of the kernels' CUTOFF
 #: values 1, 2 (sapporo/variants.h)
 CUTOFF_SHAPES = ("s2", "gauss")
-#: the range of cutoff split lengths: their reciprocals (times 2) stay normal floats
-CUTOFF_RANGE = (1e-30, 1e30)
 
 
 def check_cutoff(order: int, cutoff: Any, shape: Any) -> tuple[float | None, str]:
