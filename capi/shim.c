@@ -545,7 +545,7 @@ static int do_set_ti(double ti)
     if (!isfinite(ti))
         return shim_fail(SAPPORO_ERR_INPUT, "ti = %g is not finite", ti);
     eng_api->set_time(eng, ti);
-    return SAPPORO_OK;
+    return jb_flush();  /* the step's j-particles stored now: an error is this call's */
 }
 
 static int do_flush(void)

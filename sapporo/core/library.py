@@ -593,11 +593,15 @@ class Library:
             self._engine_call(self._engine.wait)
 
     def _engine_call(self, method: Callable[..., Any], *args: Any) -> Any:
-        """A method of the engine; its error as the library's (:meth:`_engine_error`)."""
+        """A method of the engine; its error as the library's (:meth:`_engine_error`), and
+        the host out of memory for its buffers as a :class:`BackendError`."""
         try:
             return method(*args)
         except RuntimeError as exc:
             raise self._engine_error(exc) from None
+        except MemoryError:
+            raise BackendError(f"{self.device_name}: the host has no memory for the engine's "
+                               "buffers of this call") from None
 
     def _engine_error(self, exc: RuntimeError) -> SapporoError:
         """The engine's error (``_engine.Error(message, code)``) as the exception to raise:

@@ -597,3 +597,13 @@ def test_null_scalar_pointers_to_fortran_names_are_refused_by_name(capi, tmp_pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[-1] == "ok"
     assert "= -1" not in proc.stdout and "nan" not in proc.stdout.lower()
+
+
+def test_a_store_the_engine_refuses_is_g6_set_tis_error(capi: CApi, tmp_path: Path) -> None:
+    """g6_set_ti hands the buffered j-particles to the engine: a store it refuses (a mass
+    below float's normal range in double-single) is that call's error, and the library then
+    computes with what it holds."""
+    proc = capi.run(capi.program("store_at_set_ti.c"), cwd=tmp_path,
+                    env=capi.env(SAPPORO_PRECISION="double-single"), check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == "ok"
