@@ -20,6 +20,7 @@ are (:mod:`sapporo.core.validate`) and reads its results into a
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import logging
 import math
@@ -82,6 +83,26 @@ def _h2_rows(h2: Any, x: Any) -> Any:
         with contextlib.suppress(TypeError):  # (x is no sequence: the library names it)
             return np.full(len(x), h2, dtype=np.float64)
     return h2
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None on another C library."""
+    try:
+        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
+def _give_back_freed_memory() -> None:
+    """Return the heap a closed library freed to the system: glibc keeps freed blocks in
+    the arenas of the threads that used them (the runtime's worker threads), so a program
+    that opens and closes libraries (GRAPE-5 contexts, tests) would otherwise keep every
+    library's memory it ever had (64 contexts opened and closed 12 times: 307 -> 1717 MB;
+    trimmed, 142 MB flat)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def _serialised(method: _F) -> _F:
@@ -295,7 +316,9 @@ class Library:
         # the host mirror of the j-particles goes too (a closed library may stay referenced)
         self._raw = np.zeros((0, self._raw_n, 4))
         self._ids = np.zeros(0, dtype=np.int64)
+        self._engine_out = None
         self._stored[0] = 0
+        _give_back_freed_memory()
 
     def _collected(self, pending: PendingForce) -> None:
         """A pending result was collected: it no longer holds the buffers."""
