@@ -818,6 +818,34 @@ def test_module_refuses_misuse():
             mod.Engine(out, lambda *a: 0, ndev)
 
 
+def test_host_out_of_memory_is_a_backend_error(backend):
+    """The engine's own buffers out of host memory (a large batch of j-particles, a call):
+    a BackendError naming the device, never a bare MemoryError; the library computes
+    afterwards."""
+    from sapporo.errors import BackendError
+
+    lib, (x, v, m, ids, a, jerk) = _ready(backend=backend)
+    real = lib._engine
+
+    class Starved:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def put_j(self, *args):
+            raise MemoryError
+
+    try:
+        lib._engine = Starved()
+        with pytest.raises(BackendError, match="no memory"):
+            lib.set_j_particles(np.arange(5), ids[:5], 0.0, m[:5], x[:5], v[:5])
+        lib._engine = real
+        s = np.array([3])
+        res = lib.compute(x[s], v[s], ids[s], EPS2)
+        assert np.isfinite(res.acc).all()
+    finally:
+        lib.close()
+
+
 def test_launch_failure_is_a_backend_error_that_stays(backend):
     """An OpenCL error inside the native engine raises BackendError naming the device; the
     library then refuses every force call with a BackendError that says so (its device
