@@ -742,6 +742,8 @@ class Library:
                     if ph is not None:
                         ph["step"] += _now() - t0
                     return res
+                self._planner_exc = None  # converted and checked, without a second try
+                return self._start_converted(x, v, index, eps2, h2, a, nj, jerk).result()
             return self.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj,
                                       jerk=jerk).result()
 
@@ -776,7 +778,13 @@ class Library:
             if pending is not None:
                 return pending
             self._planner_exc = None
-        # types to convert, or a value to name: checked here, in the library's words
+        return self._start_converted(x, v, index, eps2, h2, a, nj, jerk)
+
+    def _start_converted(self, x: Any, v: Any, index: Any, eps2: Any, h2: Any, a: Any,
+                         nj: Any, jerk: Any) -> PendingForce:
+        """:meth:`start_compute` of arguments the engine did not take as they are (types to
+        convert, or a value to name): checked here, in the library's words, then started
+        (the caller holds the lock; nothing is pending)."""
         ph = self._phases
         t0 = _now() if ph is not None else 0.0
         xi = vec3("x", x, None, limit=COORD_LIMIT)
