@@ -35,13 +35,26 @@
 #if defined(__SSE2__) && __has_builtin(__builtin_ia32_rsqrtps) && __has_builtin(__builtin_ia32_sqrtpd)
 #define SAP_SSE 1
 #endif
+#if defined(__AVX512F__) && __has_builtin(__builtin_ia32_rsqrt14ps512_mask) \
+    && __has_builtin(__builtin_ia32_sqrtpd512)
+#define SAP_AVX512 1
+#endif
 #endif
 
 #if PRECISION == 1
 /* rsqrt_nr: the Newton step multiplies x by the estimate, so an infinite x (r^2 beyond
  * float's range) gives inf * 0 = NaN and a denormal one (which rsqrtps reads as 0, as the
  * GPU's rsqrt.approx.ftz does) -inf or NaN: RSQRT_NAN_AT_INF says so (see RSQRT_FINITE). */
-#if W == 8 && defined(SAP_AVX)
+#if W == 16 && defined(SAP_AVX512)
+static inline float16 rsqrt_nr(const float16 x)
+{
+    /* the 14-bit estimate: after the Newton step below float's own rounding */
+    const float16 y = __builtin_ia32_rsqrt14ps512_mask(x, (float16)0.0f, (ushort)0xffff);
+    return y * (1.5f - 0.5f * x * y * y);
+}
+#define RSQRT(x) rsqrt_nr(x)
+#define RSQRT_NAN_AT_INF 1
+#elif W == 8 && defined(SAP_AVX)
 static inline float8 rsqrt_nr(const float8 x)
 {
     const float8 y = __builtin_ia32_rsqrtps256(x);
@@ -69,6 +82,8 @@ static inline float4 rsqrt_nr(const float4 x)
 #else
 #if W == 4 && defined(SAP_AVX)
 #define RSQRT(x) (1.0 / __builtin_ia32_sqrtpd256(x))
+#elif W == 8 && defined(SAP_AVX512)
+#define RSQRT(x) (1.0 / __builtin_ia32_sqrtpd512(x, 4)) /* 4: the current rounding */
 #elif W == 8 && defined(SAP_AVX)
 static inline double8 sqrt_pd8(const double8 x)
 {

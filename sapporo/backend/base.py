@@ -48,6 +48,9 @@ class DeviceInfo:
     #: the largest single buffer the device allocates (OpenCL's CL_DEVICE_MAX_MEM_ALLOC_SIZE,
     #: often a quarter of its memory; 0: no limit but the memory itself, as on CUDA)
     max_alloc_size: int = 0
+    #: floats per vector register of the code the device's compiler makes (OpenCL's preferred
+    #: float vector width: 16 where PoCL targets AVX-512, 8 with AVX2; 1 on GPUs)
+    float_lanes: int = 1
 
     @property
     def key(self) -> str:

@@ -887,6 +887,7 @@ class OpenCLBackend(base.Backend):
                     double_support=bool(dev.double_fp_config) or "cl_khr_fp64" in dev.extensions,
                     int64_atomics="cl_khr_int64_base_atomics" in dev.extensions,
                     max_alloc_size=int(dev.max_mem_alloc_size),
+                    float_lanes=int(dev.preferred_vector_width_float),
                     driver_version=str(dev.driver_version),
                 )
                 if companion is not None and quirks.is_pocl_threaded_cpu(info.name):

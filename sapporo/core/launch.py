@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -134,16 +134,22 @@ class LaunchTable:
 def default_table(info: DeviceInfo, order: int, precision: str) -> LaunchTable:
     """Built-in launch parameters for a device type."""
     if info.device_type == "cpu":
-        # Explicit vectors over i are what makes PoCL emit SIMD code; 8 floats or 4 doubles
-        # fill an AVX2 register.
+        # Explicit vectors over i are what makes PoCL emit SIMD code; a register's worth of
+        # i-particles per work-item: 8 floats or 4 doubles with AVX2, 16 or 8 with AVX-512
+        # (there 17-25% faster than 8 / 4 from 16 active particles up, and as fast below, on
+        # Zen 4: docs/performance.md).
         # One or two active particles would leave most lanes idle: there the lanes run over
         # j-particles instead (jv). Kernel time at N = 16k, order 4, one / two active
         # particles: 55 / 130 us (double-single) and 61 / 126 us (double) against 180 / 178
         # and 204 / 210 with the lanes over i-particles.
-        w = 8 if precision == "double-single" else 4
+        # Three or four active particles: 4 per work-item (double with AVX-512: 140 against
+        # 201 us; the same time elsewhere).
+        floats = 16 if info.float_lanes >= 16 else 8
+        w = floats if precision == "double-single" else floats // 2
         few = LaunchConfig(li=1, lj=1, w=8, jt=64, use_local=False, groups_per_cu=2, jv=True)
         cfg = LaunchConfig(li=1, lj=1, w=w, jt=64, use_local=False, groups_per_cu=4)
-        return LaunchTable([(2, few), (NI_CHUNK, cfg)], source="defaults (cpu)")
+        four = [(4, replace(cfg, w=4))] if w > 4 else []
+        return LaunchTable([(2, few), *four, (NI_CHUNK, cfg)], source="defaults (cpu)")
     # GPUs: one i-particle per work-item; few active particles share a group across j-lanes.
     # At most 128 work-items and 32 KiB of local memory per group (fits NVIDIA, AMD, Intel).
     entries = [

@@ -14,6 +14,7 @@ import pytest
 import sapporo
 from sapporo import reference as ref
 from sapporo.core.launch import (
+    NI_CHUNK,
     LaunchConfig,
     LaunchTable,
     check_table,
@@ -30,7 +31,8 @@ SHAPES = [
     LaunchConfig(li=4, lj=1, w=2, jt=16, use_local=True),
     LaunchConfig(li=1, lj=1, w=16, jt=64, use_local=False, groups_per_cu=1),
     # the widths with inline x86 square roots (double-single: vrsqrtps + Newton step with
-    # 4 and 8 floats; double: vsqrtpd with 2 and 4 doubles); W = 2 is above
+    # 4 and 8 floats, AVX-512's vrsqrt14ps with 16; double: vsqrtpd with 2, 4 and, with
+    # AVX-512, 8 doubles); W = 2 and 16 are above
     LaunchConfig(li=1, lj=1, w=4, jt=64, use_local=False),
     LaunchConfig(li=1, lj=1, w=8, jt=64, use_local=False),
     # lanes over j-particles (CPUs, few active particles)
@@ -116,6 +118,21 @@ def test_table_lookup_and_json_round_trip():
         table_from_json({"entries": [{"ni_max": 4, "bogus": 1}]}, "x")
     with pytest.raises(ConfigError, match="no entries"):
         table_from_json({"entries": []}, "x")
+
+
+@pytest.mark.parametrize("lanes,ds,dp", [(8, 8, 4), (16, 16, 8), (4, 8, 4), (1, 8, 4)])
+def test_cpu_table_fills_the_vector_registers(lanes, ds, dp):
+    """A CPU's built-in table puts a register's worth of i-particles in each work-item, as
+    the compiler reports it (16 floats with AVX-512, else 8), and 4 for three or four."""
+    from sapporo.backend import DeviceInfo
+
+    info = DeviceInfo("opencl", 0, "cpu", "v", "p", "cpu", 2, 4096, 65536, 2**30, True, "1",
+                      float_lanes=lanes)
+    for precision, w in (("double-single", ds), ("double", dp)):
+        table = default_table(info, 4, precision)
+        assert table.for_ni(2).jv and not table.for_ni(3).jv
+        assert table.for_ni(4).w == 4
+        assert table.for_ni(5).w == table.for_ni(NI_CHUNK).w == w
 
 
 def test_parts_fill_the_device():

@@ -111,6 +111,9 @@ def shapes(backend_name: str) -> list[tuple[str, LaunchTable]]:
         "lanes": LaunchConfig(li=8, lj=16, w=1, jt=128, use_local=True, groups_per_cu=2),
         "w2": LaunchConfig(li=8, lj=1, w=2, jt=64, use_local=False, groups_per_cu=2),
         "w4": LaunchConfig(li=4, lj=1, w=4, jt=64, use_local=False, groups_per_cu=2),
+        # AVX2's and AVX-512's register widths (whichever is not the default here)
+        "w8": LaunchConfig(li=1, lj=1, w=8, jt=64, use_local=False, groups_per_cu=2),
+        "w16": LaunchConfig(li=1, lj=1, w=16, jt=64, use_local=False, groups_per_cu=2),
     }
     if caps.jv:
         cfgs["jv"] = LaunchConfig(li=1, lj=1, w=8, jt=64, use_local=False, groups_per_cu=2,
