@@ -29,7 +29,7 @@ from sapporo.core.launch import NI_CHUNK, LaunchConfig, LaunchTable, load_table
 from sapporo.core.layout import MAX_PARTS, REDUCE_LANES, REDUCE_ROWS
 from sapporo.errors import BackendError, InputError
 
-__all__ = ["CUTOFF_SHAPES", "J_MIN", "Device", "Plan", "Variant", "check_cutoff", "j_bytes"]
+__all__ = ["CUTOFF_SHAPES", "J_MIN", "Device", "Variant", "check_cutoff", "j_bytes"]
 
 #: work-group size of the one-particle-per-work-item kernels (scatter, predict, reduce);
 #: left to itself PoCL picks groups that make the prediction twice as slow
@@ -50,6 +50,12 @@ J_SLACK = 16  # j-records past the capacity, read (masked) by the j-vector kerne
 #: j-records the native engine places with one scatter launch on device memory (larger
 #: batches take several, or two copies when their addresses are consecutive)
 SCATTER_MAX = 256
+#: predictions of at most this many j-particles run on the companion device with a small
+#: force launch: there the force launch need not wait for the threaded device's hand-off.
+#: Block step of one particle, PoCL 3.1 on 2 Zen 5 cores: N = 16k 132-136 us against
+#: 169-201 us with the prediction on the threaded device, N = 32k 208-215 against 241-245;
+#: at N = 64k and 4 active particles the threaded device wins (501-845 against 965 us)
+SMALL_PREDICT_MAX = 32768
 #: the splits of the cutoff force (:class:`Variant`), in the order of the kernels' CUTOFF
 #: values 1, 2 (sapporo/variants.h)
 CUTOFF_SHAPES = ("s2", "gauss")
@@ -130,30 +136,6 @@ class Variant:
             return {}
         return {"CUTOFF": CUTOFF_SHAPES.index(self.cutoff_shape) + 1,
                 "CUTOFF_R": repr(float(self.cutoff))}
-
-
-@dataclass
-class Plan:
-    """The launches of one entry of a device's launch table, for any shape it serves: the
-    force call of ``ni_lo .. ni_hi`` i-particles on any number of j-addresses, on the device
-    or (``small``) on its companion of small launches. The engine derives each call's
-    launch from it by arithmetic (``sapporo/core/plan.c``): the padded block, the parts of
-    the j-range, whether the host or the reduce kernel combines them; the buffers are sized
-    for the largest of these (see :meth:`Device.plans`)."""
-
-    cfg: LaunchConfig
-    ni_lo: int
-    ni_hi: int
-    small: bool
-    ni_pad_max: int
-    h_in: HostBuffer  # the i-particles
-    h_out: HostBuffer  # the parts the host combines, or the reduce's rows ...
-    out_bytes: int  # ... in its first out_bytes
-    force: Launch  # (the engine sets nj, ni, ni_pad, jchunk, eps2 and out per call)
-    reduce: Launch | None  # None: the host combines every call's parts
-    partial: Buffer | None  # the force's parts for the reduce kernel
-    h_cnt: HostBuffer | None  # the neighbour counts and lists (None: no lists)
-    h_lst: HostBuffer | None
 
 
 class Device:
@@ -363,11 +345,19 @@ class Device:
         return max(pad * min(-(-target // max(1, pad // step)), MAX_PARTS)
                    for pad in range(_round_up(ni_lo, step), _round_up(ni_hi, step) + 1, step))
 
-    def plans(self, ngb: bool) -> list[Plan]:
-        """A :class:`Plan` for every entry of the launch table, on the device and (where
-        there is one) on its companion of small launches: every force kernel the table
-        names, built now, and the buffers the largest call needs, allocated before any
-        launch holds them (no buffer is reallocated while they are made)."""
+    def plans(self, ngb: bool, terms: int, n_pred: int) -> list[dict[str, Any]] | None:
+        """The device's part of the engine's plans (``sapporo/plan.h``; the library adds the
+        rest), one for every entry of the launch table, on the device and (where there is
+        one) on its companion of small launches. Each serves the force calls of its range of
+        block sizes on any number of j-addresses: the engine derives each call's launch from
+        it by arithmetic (``sapporo/core/plan.c``: the padded block, the parts of the
+        j-range, whether the host or the reduce kernel combines them). Every force kernel
+        the table names is built now, and the buffers the largest call needs are allocated
+        before any launch holds them (no buffer is reallocated while they are made). None
+        when a launch or a buffer has no native handle.
+
+        ``terms``: the derivative records the prediction reads; ``n_pred``: the device's
+        j-addresses it predicts."""
         var = self.variant
         nci, nco = layout.nci(var.order), layout.nco(var.order)
         limit = self.host_reduce_max
@@ -391,6 +381,27 @@ class Device:
             h_lst = self._host("nblist", pad_max * var.nb_capacity * 4)
         if self.h_raw is None:
             self._host("scatter_batch", SCATTER_MAX * (self.raw_n + 1) * 32)
+        if self.h_raw is not None:  # the device computes on these host arrays
+            memory = {"memory": 0, "dev_raw": self.h_raw.ctypes.data,
+                      "dev_ids": self.h_id.ctypes.data, "queue": 0, "idata_buf": 0,
+                      "out_buf": 0, "nb_counts_buf": 0, "nb_lists_buf": 0, "scatter_max": 0,
+                      "scatter_batch": 0, "scatter_batch_buf": 0}
+            scatter = None
+        else:  # its own memory: the engine queues the copies
+            scatter_launch, batch = self.scatter_launch(terms)
+            handles = [self.j["raw"].native(), self.j["id"].native(), self.ctx.native_queue(),
+                       h_in.buffer.native(), h_out.buffer.native(), batch.buffer.native(),
+                       scatter_launch.native()]
+            if None in handles:
+                return None
+            memory = {"memory": 1, "dev_raw": handles[0], "dev_ids": handles[1],
+                      "queue": handles[2], "idata_buf": handles[3], "out_buf": handles[4],
+                      "nb_counts_buf": 0 if h_cnt is None else h_cnt.buffer.native(),
+                      "nb_lists_buf": 0 if h_lst is None else h_lst.buffer.native(),
+                      "scatter_max": SCATTER_MAX, "scatter_batch": batch.array.ctypes.data,
+                      "scatter_batch_buf": handles[5]}
+            scatter = handles[6]
+        partial_buf = 0 if partial is None else partial.native()
         plans = []
         for cfg, lo, hi, small, pad, parts in shapes:
             kernel, reduce_k = self.kernels(cfg, ngb, small)
@@ -410,10 +421,35 @@ class Device:
                     *layout.kernel_args(layout.REDUCE_ARGS, {
                         "ni": np.int32(0), "ni_pad": np.int32(0), "nparts": np.int32(1),
                         "partial": partial, "out": h_out.buffer}, var.order, var.ds))
-            plans.append(Plan(
-                cfg=cfg, ni_lo=lo, ni_hi=hi, small=small, ni_pad_max=pad, h_in=h_in,
-                h_out=h_out, out_bytes=out_n * 8, force=force, reduce=reduce,
-                partial=partial if reduce is not None else None, h_cnt=h_cnt, h_lst=h_lst))
+            # the prediction before a small force launch goes to the companion too, unless
+            # it is itself large (it is O(N); one core against all of them)
+            predict = self.predict_launch(terms, small and n_pred <= SMALL_PREDICT_MAX)
+            self.ctx.finish()
+            launches = [predict.native(), force.native(), scatter,
+                        None if reduce is None else reduce.native()]
+            if None in launches[:2] or (reduce is not None and None in (launches[3], partial_buf)):
+                return None
+            plans.append({
+                "ni_pad_max": pad, "raw_n": self.raw_n, "j_cap": self.cap,
+                "spin_ns": int(getattr(self.ctx, "spin_seconds", 0.0) * 1e9),
+                "idata": h_in.array.ctypes.data, "out": h_out.array.ctypes.data,
+                "out_bytes": out_n * 8, **memory,
+                "gen_at": self.gen_cell.ctypes.data,
+                "small": int(small), "ni_lo": lo, "ni_hi": hi,
+                "i_per_group": cfg.i_per_group, "i_per_item": cfg.i_per_item, "lj": cfg.lj,
+                "j_align": cfg.j_align, "min_jchunk": cfg.min_jchunk,
+                "target_groups": self.info.compute_units * cfg.groups_per_cu,
+                "small_pairs": self.ctx.small_pairs, "host_reduce_max": limit,
+                "out_arg": layout.arg_index(layout.FORCE_ARGS, "out", var.order, var.ds, ngb),
+                "partial_buf": partial_buf if reduce is not None else 0,
+                "seconds_at": self.seconds_cell.ctypes.data if var.profiling else 0,
+                "context": self.ctx.native_context() or 0,
+                "nb_counts": 0 if h_cnt is None else h_cnt.array.ctypes.data,
+                "nb_lists": 0 if h_lst is None else h_lst.array.ctypes.data,
+                "launches": launches,
+                "call_args": (self.t_arg, self.eps2_arg, -1, -1),
+                "ni_args": (-1, self.ni_arg, 0, 0),  # the scatter's n, the reduce's ni: arg 0
+            })
         return plans
 
     def kernels(self, cfg: LaunchConfig, ngb: bool,

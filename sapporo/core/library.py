@@ -35,7 +35,7 @@ import numpy as np
 from sapporo import config
 from sapporo.backend import DeviceInfo, get_backend
 from sapporo.core import engine, layout
-from sapporo.core.device import J_MIN, SCATTER_MAX, Device, Variant, check_cutoff, j_bytes
+from sapporo.core.device import J_MIN, Device, Variant, check_cutoff, j_bytes
 from sapporo.core.launch import NI_CHUNK, LaunchTable, check_table
 from sapporo.core.layout import (
     ACC_ROWS,
@@ -58,12 +58,6 @@ MAX_ID = layout.MAX_ID  #: the largest id (layout.h)
 MAX_ADDRESS = layout.MAX_ADDRESS  #: the largest j-address (layout.h)
 #: the lists of a chunk of NI_CHUNK i-particles take NI_CHUNK * capacity * 4 bytes (2 GiB)
 MAX_NB_CAPACITY = config.MAX_NB_CAPACITY
-#: predictions of at most this many j-particles run on the companion device with a small
-#: force launch: there the force launch need not wait for the threaded device's hand-off.
-#: Block step of one particle, PoCL 3.1 on 2 Zen 5 cores: N = 16k 132-136 us against
-#: 169-201 us with the prediction on the threaded device, N = 32k 208-215 against 241-245;
-#: at N = 64k and 4 active particles the threaded device wins (501-845 against 965 us)
-SMALL_PREDICT_MAX = 32768
 #: the smallest normal float: double-single computes pair terms in float, where a smaller
 #: non-zero mass is a denormal (or zero) and its force is silently lost
 FLT_MIN = 1.1754943508222875e-38
@@ -474,88 +468,23 @@ class Library:
             self._collect_pending()
             self._sync_j(top, terms)
             out: list[dict[str, Any]] = []
+            mirror = {
+                "order": self.order, "nci": layout.nci(self.order), "nco": self._nco,
+                "pred_terms": self._pred_terms, "n_stored_at": self._stored.ctypes.data,
+                "mirror_cap": self._raw.shape[0], "ds": int(self.precision == "double-single"),
+                "check_rows": sum(1 << int(r) for r in self._filled_rows), "max_id": MAX_ID,
+                "mirror_raw": self._raw.ctypes.data, "mirror_ids": self._ids.ctypes.data,
+                "lgen": int(self._lgen[0]), "lgen_at": self._lgen.ctypes.data,
+                "upload": self._upload.ctypes.data, "nupload": self._upload.size,
+                "nb_cap": self.nb_capacity if lists else 0}
             for d, dev in enumerate(self._devs):
-                plans = dev.plans(lists)
-                words = [self._plan_values(d, plan, lists) for plan in plans]
-                if None in words:
+                plans = dev.plans(lists, self._pred_terms, self._n_local(self.n_stored, d))
+                if plans is None:
                     return -1
-                for w in words:  # (the generation once every buffer is there)
-                    w.update(entry=entries[d], gen=int(dev.gen_cell[0]))
-                out.extend(words)  # type: ignore[arg-type]
+                for w in plans:  # (the generation once every buffer is there)
+                    w.update(mirror, dev=d, entry=entries[d], gen=int(dev.gen_cell[0]))
+                out.extend(plans)
             return out
-
-    def _plan_values(self, d: int, plan: Any, lists: bool) -> dict[str, Any] | None:
-        """Device ``d``'s plan ``plan`` (:class:`~sapporo.core.device.Plan`) as the values
-        of its words (see :meth:`_plans`); None when a launch or a buffer has no native
-        handle."""
-        dev = self._devs[d]
-        terms = self._pred_terms
-        n_pred = self._n_local(self.n_stored, d)
-        # the prediction before a small force launch goes to the companion too, unless it
-        # is itself large (it is O(N); one core against all of them)
-        predict = dev.predict_launch(terms, plan.small and n_pred <= SMALL_PREDICT_MAX)
-        dev.ctx.finish()
-        reduce = None if plan.reduce is None else plan.reduce.native()
-        launches = [predict.native(), plan.force.native(), None, reduce]
-        if None in launches[:2] or (plan.reduce is not None and reduce is None):
-            return None
-        partial = 0 if plan.partial is None else plan.partial.native()
-        if partial is None:
-            return None
-        if dev.h_raw is not None:  # the device computes on these host arrays
-            memory = {"memory": 0, "dev_raw": dev.h_raw.ctypes.data,
-                      "dev_ids": dev.h_id.ctypes.data, "queue": 0, "idata_buf": 0,
-                      "out_buf": 0, "nb_counts_buf": 0, "nb_lists_buf": 0, "scatter_max": 0,
-                      "scatter_batch": 0, "scatter_batch_buf": 0}
-        else:  # its own memory: the engine queues the copies
-            scatter, batch = dev.scatter_launch(terms)
-            handles = [dev.j["raw"].native(), dev.j["id"].native(), dev.ctx.native_queue(),
-                       plan.h_in.buffer.native(), plan.h_out.buffer.native(),
-                       batch.buffer.native(), scatter.native()]
-            if None in handles:
-                return None
-            memory = {"memory": 1, "dev_raw": handles[0], "dev_ids": handles[1],
-                      "queue": handles[2], "idata_buf": handles[3], "out_buf": handles[4],
-                      "nb_counts_buf": 0 if plan.h_cnt is None else plan.h_cnt.buffer.native(),
-                      "nb_lists_buf": 0 if plan.h_lst is None else plan.h_lst.buffer.native(),
-                      "scatter_max": SCATTER_MAX, "scatter_batch": batch.array.ctypes.data,
-                      "scatter_batch_buf": handles[5]}
-            launches[2] = handles[6]
-        cfg = plan.cfg
-        return {
-            "order": self.order, "nci": layout.nci(self.order), "nco": self._nco,
-            "ni_pad_max": plan.ni_pad_max,
-            "raw_n": dev.raw_n, "pred_terms": terms, "n_stored_at": self._stored.ctypes.data,
-            "mirror_cap": self._raw.shape[0], "j_cap": dev.cap,
-            "ds": int(self.precision == "double-single"),
-            "check_rows": sum(1 << int(r) for r in self._filled_rows),
-            "spin_ns": int(getattr(dev.ctx, "spin_seconds", 0.0) * 1e9),
-            "max_id": MAX_ID,
-            "idata": plan.h_in.array.ctypes.data, "out": plan.h_out.array.ctypes.data,
-            "out_bytes": plan.out_bytes,
-            "mirror_raw": self._raw.ctypes.data, "mirror_ids": self._ids.ctypes.data,
-            **memory,
-            "gen_at": dev.gen_cell.ctypes.data,
-            "lgen": int(self._lgen[0]), "lgen_at": self._lgen.ctypes.data,
-            "upload": self._upload.ctypes.data, "nupload": self._upload.size,
-            "dev": d, "small": int(plan.small), "ni_lo": plan.ni_lo, "ni_hi": plan.ni_hi,
-            "i_per_group": cfg.i_per_group, "i_per_item": cfg.i_per_item, "lj": cfg.lj,
-            "j_align": cfg.j_align, "min_jchunk": cfg.min_jchunk,
-            "target_groups": dev.info.compute_units * cfg.groups_per_cu,
-            "small_pairs": dev.ctx.small_pairs,
-            "host_reduce_max": dev.host_reduce_max,
-            "out_arg": layout.arg_index(layout.FORCE_ARGS, "out", self.order,
-                                        self.precision == "double-single", lists),
-            "partial_buf": partial,
-            "seconds_at": dev.seconds_cell.ctypes.data if dev.variant.profiling else 0,
-            "context": dev.ctx.native_context() or 0,
-            "nb_counts": 0 if plan.h_cnt is None else plan.h_cnt.array.ctypes.data,
-            "nb_lists": 0 if plan.h_lst is None else plan.h_lst.array.ctypes.data,
-            "nb_cap": self.nb_capacity if lists else 0,
-            "launches": launches,
-            "call_args": (dev.t_arg, dev.eps2_arg, -1, -1),
-            "ni_args": (-1, dev.ni_arg, 0, 0),  # the scatter's n, the reduce's ni: argument 0
-        }
 
     def _engine_ready(self) -> Any:
         """The native engine (made on first use, not when the library opens), or why there
@@ -609,12 +538,6 @@ class Library:
         self._uploaded, self._upload = self._upload, np.zeros(0, dtype=np.int32)
         return words
 
-    def _engine_wait(self) -> None:
-        """Before the library works its own way: the engine's call in flight finished (the
-        C API's firsthalf leaves one)."""
-        if self._engine is not None:
-            self._engine_call(self._engine.wait)
-
     def _engine_call(self, method: Callable[..., Any], *args: Any) -> Any:
         """A method of the engine; its error as the library's (:meth:`_engine_error`), and
         the host out of memory for its buffers as a :class:`BackendError`."""
@@ -648,8 +571,8 @@ class Library:
         in the host mirror and on every device (a device that cannot allocate raises
         :class:`BackendError` naming it and the bytes; the library keeps computing with what
         it held), and ``terms`` derivative records the predictor reads (never fewer). A
-        device whose buffers were made again gets every record uploaded from the mirror."""
-        self._engine_wait()
+        device whose buffers were made again gets every record uploaded from the mirror.
+        (The engine has waited for its calls in flight before it asks.)"""
         if top > self._raw.shape[0]:
             self._grow(top)
         self._pred_terms = max(self._pred_terms, min(terms, self._raw_n - 2))

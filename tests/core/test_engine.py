@@ -53,7 +53,7 @@ def _device_records(lib) -> np.ndarray:
     dev = lib._devs[0]
     if dev.h_raw is not None:
         return dev.h_raw
-    lib._engine_wait()
+    lib._engine.wait()
     out = np.zeros((dev.cap, dev.raw_n, 4))
     dev.j["raw"].download(out)
     return out
@@ -388,7 +388,7 @@ def test_profiling_on_the_cuda_road(order):
             # two events per launch: a prediction, a force and a reduce per step or so
             assert driver.cuemu_driver_calls(4) >= made + 2 * 2 * len(steps)
             _kernel_time_grows(prof, system, order, 16, 64)
-            prof._engine_wait()
+            prof._engine.wait()
             assert driver.cuemu_driver_calls(5) == live  # every event destroyed
         finally:
             for lib in (prof, plain):
