@@ -34,6 +34,7 @@ class FakeDevice:
         self.max_compute_units, self.max_work_group_size = 2, 4096
         self.local_mem_size, self.global_mem_size = 1 << 20, 1 << 30
         self.max_mem_alloc_size = 1 << 28
+        self.preferred_vector_width_float = 8
         self.double_fp_config, self.extensions = 1, "cl_khr_fp64"
         self.platform: FakePlatform | None = None
 
