@@ -11,11 +11,11 @@ int shim_py_open(int order, const char *precision, const char *backend, int ndev
 int shim_py_close(void);
 int shim_py_device_count(void);
 /* GRAPE-5 (capi/g5.c): one library of order 2 per context id, each with its own engine.
- * one_at_a_time: 1 when the context's engine must not run beside another thread's (a
- * runtime whose kernels must not run at once from two contexts:
- * Context.one_kernel_at_a_time).  cutoff: in, the split length of g5_set_cutoff_scale (0:
+ * lock_slot: -1 when the context's engine may run beside any other; k >= 0 where kernels
+ * must not run at once from two contexts (Context.one_kernel_at_a_time): its library's
+ * instance k, whose contexts share compiled kernels and take turns (g5.c).  cutoff: in, the split length of g5_set_cutoff_scale (0:
  * none), or < 0 for SAPPORO_G5_CUTOFF's; out, the length the library was opened with (0:
  * Newtonian forces). */
 int shim_py_g5_open(int context, int ndev, const int *devices, double *cutoff,
-                    int *max_address, void **api, void **engine, int *one_at_a_time);
+                    int *max_address, void **api, void **engine, int *lock_slot);
 int shim_py_g5_close(int context);

@@ -201,6 +201,10 @@ class Bridge:
         ``cutoff``: the S2 split length of the short-range force (g5_set_cutoff_scale's; 0:
         Newtonian forces), or negative for ``SAPPORO_G5_CUTOFF``'s. The library's
         ``cutoff`` says what it was opened with.
+
+        The library's instance is the context id modulo the cores this process may use, so
+        that a tree code's threads (one context each, as many as cores) compute at once on
+        PoCL, each with kernels of its own (:class:`~sapporo.core.library.Library`).
         """
         from sapporo.core.library import Library
 
@@ -210,7 +214,8 @@ class Bridge:
             length = config.g5_cutoff_setting() if cutoff < 0 else (float(cutoff) or None)
             if length is not None:
                 settings.update(cutoff=length, cutoff_shape="s2")
-            lib = self.g5[context] = Library(**settings)
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+            lib = self.g5[context] = Library(**settings, instance=context % max(1, cores))
             logger.info("C API opened GRAPE-5 context %d %s", context, settings)
         return lib
 
@@ -252,7 +257,7 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
     def on_error(exc_type: type, exc: BaseException, tb: Any) -> int:
         code = _error_code(lib, exc)
         message = str(exc) if isinstance(exc, SapporoError) else f"{exc_type.__name__}: {exc}"
-        lib.shim_record_error(code, " ".join(message.split()).encode("utf-8", "replace"))
+        lib.shim_report(code, " ".join(message.split()).encode("utf-8", "replace"), 0)
         return code
 
     def extern(func: Any) -> Any:
@@ -260,6 +265,9 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
 
     def text(p: Any) -> str | None:
         return None if p == ffi.NULL else ffi.string(p).decode()
+
+    def device_list(ndev: int, devices: Any) -> list[int] | None:
+        return [int(d) for d in ffi.unpack(devices, ndev)] if ndev > 0 else None
 
     def hand_over(context: int | None, api_out: Any, engine_out: Any) -> int:
         api, engine = state.engine(context)
@@ -285,10 +293,7 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
     def shim_py_open(order: int, precision: Any, backend: Any, ndev: int, devices: Any,
                      max_address: Any, api_out: Any, engine_out: Any) -> int:
         # ndev > 0: these devices; < 0: any -ndev of them (sapporo2); 0: not given.
-        if ndev > 0:
-            devs: list[int] | int | None = [int(d) for d in ffi.unpack(devices, ndev)]
-        else:
-            devs = -ndev if ndev < 0 else None
+        devs = -ndev if ndev < 0 else device_list(ndev, devices)
         state.open(order=order, precision=text(precision), backend=text(backend), devices=devs)
         max_address[0] = state.lib.max_address
         return hand_over(None, api_out, engine_out)
@@ -300,13 +305,14 @@ def bind(ffi: Any, lib: Any, bridge: Bridge | None = None) -> Bridge:
 
     @extern
     def shim_py_g5_open(context, ndev, devices, cutoff, max_address, api_out, engine_out,
-                        one_out) -> int:
+                        slot_out) -> int:
         # ndev > 0: the devices g5_open_special named; 0: as g6_open chooses them
-        lib = state.g5_open(context, [int(d) for d in ffi.unpack(devices, ndev)]
-                            if ndev > 0 else None, float(cutoff[0]))
+        lib = state.g5_open(context, device_list(ndev, devices), float(cutoff[0]))
         cutoff[0] = getattr(lib, "cutoff", None) or 0.0
         max_address[0] = lib.max_address
-        one_out[0] = int(any(d.ctx.one_kernel_at_a_time for d in getattr(lib, "_devs", ())))
+        # the lock of its instance where kernels must not run at once from two contexts
+        shared = any(d.ctx.one_kernel_at_a_time for d in getattr(lib, "_devs", ()))
+        slot_out[0] = lib.instance if shared else -1
         return hand_over(context, api_out, engine_out)
 
     @extern

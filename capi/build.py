@@ -60,9 +60,10 @@ VERSION_SCRIPT = (
     "  local:\n    *;\n};\n"
 )
 
-#: Functions of shim.c that Python calls, plus the error codes read from sapporo.h.
+#: Functions of shim.c that Python calls (shim_report: an error of Python's, recorded and
+#: printed as the C half's are), plus the error codes read from sapporo.h.
 _CDEF_HELPERS = """
-void shim_record_error(int code, const char *message);
+void shim_report(int code, const char *message, int every_time);
 void shim_mark_ready(void);
 """
 
@@ -132,11 +133,7 @@ def recorded_sites() -> list[str]:
     dirs += site.getsitepackages()
     if site.ENABLE_USER_SITE:
         dirs.append(site.getusersitepackages())
-    out: list[str] = []
-    for d in dirs:
-        if d not in out and os.path.isdir(d):
-            out.append(d)
-    return out
+    return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
 
 
 def _error_code_names() -> list[str]:

@@ -8,8 +8,8 @@
  *
  * Each context id (the first argument of the MC calls; 0 for the others) has its own
  * library of order 2 with its own engine, j-memory, n, i-particles and results, and its own
- * mutex, so calls with different ids run at once from several threads (on PoCL one at a
- * time: g5_engine_enter).  The engine runs without the GIL; a call into Python (opening or
+ * mutex, so calls with different ids run at once from several threads (on PoCL those of
+ * different instances: g5_engine_enter).  The engine runs without the GIL; a call into Python (opening or
  * closing a context) takes shim.c's process-wide lock, which also guards the error record.
  * The exception is the engine's own call of its library's planner (for memory, or plans):
  * that takes the GIL and runs under the context's mutex only (the planner works on its own
@@ -40,7 +40,6 @@
 #include <fenv.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 
 #include "grape5.h"
 #include "shim.h"
@@ -57,8 +56,9 @@ struct g5_context {
     int stored;               /* addresses [0, stored) may be used by g5_set_n */
     const struct sapporo_engine_api *api;
     void *eng;                /* its library's engine; NULL: everything through Python */
-    int one_at_a_time;        /* its engine runs under shim_lock, never beside another
-                               * thread's (PoCL: Context.one_kernel_at_a_time) */
+    int lock_slot;            /* -1: its engine runs beside any other; k >= 0 (PoCL:
+                               * Context.one_kernel_at_a_time): beside no other of its
+                               * library's instance k (g5_engine_enter) */
     int n;                    /* g5_set_n: j-particles [0, n) in the next force call */
     int ni;                   /* i-particles set (0: none) */
     int icap;                 /* room for this many in the i-arrays */
@@ -90,6 +90,11 @@ struct g5_context {
 static struct g5_context g5c[G5_CONTEXTS] = {
     [0 ... G5_CONTEXTS - 1] = { .lock = PTHREAD_MUTEX_INITIALIZER },
 };
+/* the engines of instance k > 0 take turns under instance_lock[k] (instance 0 under
+ * shim_lock: the GRAPE-6 library's and every other library's instance) */
+static pthread_mutex_t instance_lock[G5_CONTEXTS] = {
+    [0 ... G5_CONTEXTS - 1] = PTHREAD_MUTEX_INITIALIZER,
+};
 static int g5_is_open;        /* g5_open was called (guarded by shim_lock) */
 static double g5_eps2;        /* g5_set_eps_to_all's eps squared (or g5_set_eps2_to_all's
                                * eps2), for every context (atomic) */
@@ -98,25 +103,14 @@ static char g5_open_error[512]; /* why the last g5_open failed ("" if it did not
  * called, SAPPORO_G5_CUTOFF's), and the length the open contexts were opened with */
 static double g5_cutoff = -1.0;
 static double g5_open_cutoff;
-static double g5_eta;         /* g5_set_eta's value, kept and not used (as PG5/table) */
 /* the devices of g5_open_special (every context's library opens on them), none: as g6_open
  * chooses (guarded by shim_lock) */
 #define G5_MAX_DEVICES 16
 static int g5_ndev, g5_devices[G5_MAX_DEVICES];
 
-/* An error of a GRAPE-5 call, recorded under the C API's lock (enter/leave, as every call
- * into Python or into the error record). */
-static int g5_fail(const char *fn, int code, const char *fmt, ...)
-{
-    char message[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(message, sizeof message, fmt, ap);
-    va_end(ap);
-    shim_enter(fn);
-    shim_report(code, message, 0);
-    return shim_leave(code);
-}
+/* An error of a GRAPE-5 call (fn), recorded under the C API's lock: g5_fail(fn, code, fmt,
+ * ...) returns code. */
+#define g5_fail(fn, ...) (shim_enter(fn), shim_leave(shim_fail(__VA_ARGS__)))
 
 static int g5_put(struct g5_context *c, int rc)
 {
@@ -124,33 +118,33 @@ static int g5_put(struct g5_context *c, int rc)
     return rc;
 }
 
-/* Around a call of the context's engine: on a runtime whose kernels must not run at once
- * from two contexts (PoCL's CPU drivers abort in pocl_release_dlhandle_cache when two
- * threads run one kernel with different grid sizes), the call takes shim_lock, so that it
- * runs beside no other context's engine nor any call into Python.  Elsewhere the contexts'
- * engines run at once, as PG5's do.  The error, if any, is recorded after leaving. */
+/* Around a call of the context's engine: on a runtime whose compiled kernels must not run
+ * at once from two contexts (PoCL's CPU drivers abort in pocl_release_dlhandle_cache when
+ * two threads first run one kernel at once), the contexts of one instance take turns:
+ * instance 0 under shim_lock (beside no call into Python nor the GRAPE-6 library, whose
+ * kernels it shares), instance k under instance_lock[k].  Contexts of different instances
+ * (bridge.py: the context id modulo the cores) have kernels of their own and run at once,
+ * as elsewhere every context does, and as PG5's do.  The error, if any, is recorded after
+ * leaving. */
 static void g5_engine_enter(const char *fn, const struct g5_context *c)
 {
-    if (c->one_at_a_time)
+    if (c->lock_slot == 0)
         shim_enter(fn);
+    else if (c->lock_slot > 0)
+        pthread_mutex_lock(&instance_lock[c->lock_slot]);
 }
 
 static int g5_engine_leave(const struct g5_context *c, int rc)
 {
-    return c->one_at_a_time ? shim_leave(rc) : rc;
-}
-
-/* The context has had no position nor mass at any address (the context is locked). */
-static void g5_forget(struct g5_context *c)
-{
-    if (c->given != NULL)
-        memset(c->given, 0, (size_t)c->scap);
-    c->partial = c->pend_lo = c->pend_hi = 0;
+    if (c->lock_slot == 0)
+        return shim_leave(rc);
+    if (c->lock_slot > 0)
+        pthread_mutex_unlock(&instance_lock[c->lock_slot]);
+    return rc;
 }
 
 /* Open the context's library unless it is (the context is locked).  forces: a force call,
- * which says on every call that g5_open failed (as the GRAPE-6 force calls do), so that a
- * client that never checks codes does not run on without forces after a few lines. */
+ * which says on every call that g5_open failed (as the GRAPE-6 force calls do). */
 static int g5_ready_for(const char *fn, struct g5_context *c, int forces)
 {
     int rc;
@@ -159,29 +153,15 @@ static int g5_ready_for(const char *fn, struct g5_context *c, int forces)
     if (c->open)
         return SAPPORO_OK;
     shim_enter(fn);
-    if (!g5_is_open && g5_open_error[0] != '\0' && forces) {
-        char message[768];
-        snprintf(message, sizeof message, "no forces computed, GRAPE-5 could not be opened: "
-                 "%s", g5_open_error);
-        shim_report(SAPPORO_ERR_STATE, message, 1);
-        return shim_leave(SAPPORO_ERR_STATE);
-    }
-    if (!g5_is_open) {
-        rc = g5_open_error[0] != '\0'
-            ? shim_fail(SAPPORO_ERR_STATE, "GRAPE-5 is not open: %s", g5_open_error)
-            : shim_fail(SAPPORO_ERR_STATE, "GRAPE-5 is not open (call g5_open first)");
+    if ((rc = shim_need_open(g5_is_open, g5_open_error, "GRAPE-5", "g5_open", forces)) < 0)
         return shim_leave(rc);
-    }
     cutoff = g5_cutoff;
     rc = PY(shim_py_g5_open((int)(c - g5c), g5_ndev, g5_devices, &cutoff, &c->max_address,
-                            &api, &engine, &c->one_at_a_time));
+                            &api, &engine, &c->lock_slot));
     if (rc == SAPPORO_OK && (rc = shim_engine_check(api)) < 0)
         PY(shim_py_g5_close((int)(c - g5c)));
-    if (rc == SAPPORO_OK) {
+    if (rc == SAPPORO_OK) {  /* the rest as g5_close left it (or as it started): empty */
         c->open = 1;
-        c->stored = 0;
-        c->n = c->ni = c->have_force = 0;
-        g5_forget(c);
         c->api = shim_any_api = api;
         c->eng = engine;
         g5_open_cutoff = cutoff;
@@ -235,10 +215,9 @@ static int g5_i_room(const char *fn, struct g5_context *c, int ni)
         || shim_grow((void **)&c->acc, 3 * sizeof(double), cap)
         || shim_grow((void **)&c->pot, sizeof(double), cap))
         return g5_fail(fn, SAPPORO_ERR_INTERNAL, "out of memory for %d i-particles", ni);
-    for (int i = 0; i < cap; i++) {
+    memset(c->zeros, 0, 3 * sizeof(double) * (size_t)cap);
+    for (int i = 0; i < cap; i++)
         c->ones[i] = 1;
-        c->zeros[3 * i] = c->zeros[3 * i + 1] = c->zeros[3 * i + 2] = 0.0;
-    }
     c->icap = cap;
     return SAPPORO_OK;
 }
@@ -264,14 +243,26 @@ static int g5_j_room(const char *fn, struct g5_context *c, int n)
 
 /* ------------------------------------------------------------------------ the calls */
 
-static int do_g5_open(const char *fn)
+/* g5_open, and Sapporo2's g5_open_special(ndev, list): ndev > 0 opens every context on the
+ * devices list[0 .. ndev - 1] (as g6_open_special; a device the backend does not have is the
+ * error of the open).  ndev <= 0 (Sapporo2: the driver chooses) is g5_open: the devices of
+ * the SAPPORO_* settings (SAPPORO_DEVICES, sapporo2.config, the launcher's rank, else the
+ * first). */
+static int do_g5_open(const char *fn, int ndev, const int *list)
 {
     int rc;
     struct g5_context *c = &g5c[0];
     pthread_mutex_lock(&c->lock);
     shim_enter(fn);
-    if (strncmp(fn, "g5_open_special", 15) != 0)
-        g5_ndev = 0;  /* as g6_open chooses the devices */
+    if (ndev > G5_MAX_DEVICES || (ndev > 0 && list == NULL)) {
+        rc = shim_fail(SAPPORO_ERR_INPUT, "ndev = %d device ids%s: give 1 to %d ids in list, or "
+                       "ndev <= 0 to open as g5_open does", ndev, list == NULL ? " but list is "
+                       "NULL" : "", G5_MAX_DEVICES);
+        return g5_put(c, shim_leave(rc));
+    }
+    g5_ndev = ndev > 0 ? ndev : 0;
+    for (int k = 0; k < g5_ndev; k++)
+        g5_devices[k] = list[k];
     rc = shim_python_up();
     if (rc == SAPPORO_OK)
         g5_is_open = 1;
@@ -284,8 +275,7 @@ static int do_g5_open(const char *fn)
         g5_is_open = 0;
         snprintf(g5_open_error, sizeof g5_open_error, "%s", shim_last_error);
     }
-    shim_leave(rc);
-    return g5_put(c, rc);
+    return g5_put(c, shim_leave(rc));
 }
 
 static int do_g5_close(void)
@@ -307,16 +297,13 @@ static int do_g5_close(void)
                 rc = r;
         }
         c->stored = c->n = c->ni = c->have_force = 0;
+        c->epsj_cap = c->scap = c->partial = c->pend_lo = c->pend_hi = 0;
         free(c->epsj2);
-        c->epsj2 = NULL;
-        c->epsj_cap = 0;
         free(c->sx);
         free(c->sm);
         free(c->given);
-        c->sx = c->sm = NULL;
+        c->epsj2 = c->sx = c->sm = NULL;
         c->given = NULL;
-        c->scap = 0;
-        g5_forget(c);
         pthread_mutex_unlock(&c->lock);
     }
     shim_enter("g5_close");
@@ -365,15 +352,12 @@ static int do_g5_set_eps2_to_all(const char *fn, double eps2)
  * computes in floating point and needs none, so the values are not used.  What cannot be a
  * range is said once (a warning, throttled like the errors), and accepted all the same, as
  * PG5 and Sapporo2 accept anything. */
-static int do_g5_set_range(const char *fn, double xmin, double xmax, double mmin)
+static int do_g5_set_range(double xmin, double xmax, double mmin)
 {
-    if (!(isfinite(xmin) && isfinite(xmax) && isfinite(mmin) && xmin < xmax)) {
-        shim_enter(fn);
+    if (!(isfinite(xmin) && isfinite(xmax) && isfinite(mmin) && xmin < xmax))
         shim_warn("xmin = %g, xmax = %g, mmin = %g is not a range (finite values, xmin < xmax); "
-             "ignored all the same: sapporo computes in floating point and needs no range",
-             xmin, xmax, mmin);
-        shim_leave(SAPPORO_OK);
-    }
+                  "ignored all the same: sapporo computes in floating point and needs no range",
+                  xmin, xmax, mmin);
     return SAPPORO_OK;
 }
 
@@ -381,27 +365,16 @@ static int do_g5_set_range(const char *fn, double xmin, double xmax, double mmin
  * fixes at compile time (3.0 / SIZE_OF_MESH); 0: Newtonian forces.  It replaces
  * SAPPORO_G5_CUTOFF and takes effect at g5_open: once GRAPE-5 is open a different length is
  * refused (g5_close first), the same one accepted. */
-static int do_g5_set_cutoff_scale(const char *fn, double scale)
+static int do_g5_set_cutoff_scale(double scale)
 {
-    int rc = SAPPORO_OK;
-    shim_enter(fn);
     if (!(isfinite(scale) && scale >= 0.0))
-        rc = shim_fail(SAPPORO_ERR_INPUT, "scale = %g must be finite and >= 0 (0: no cutoff)",
-                       scale);
-    else if (g5_is_open && scale != g5_open_cutoff)
-        rc = shim_fail(SAPPORO_ERR_STATE, "GRAPE-5 is open with cutoff scale %g; the scale "
-                       "is fixed by g5_open: call g5_set_cutoff_scale(%g) before it (or "
-                       "g5_close first)", g5_open_cutoff, scale);
-    else
-        g5_cutoff = scale;
-    return shim_leave(rc);
-}
-
-/* g5_set_eta: PG5/table keeps eta and uses it nowhere (its split is the S2 shape of
- * SFT_FOR_PM); so here: kept, not used, any value accepted. */
-static int do_g5_set_eta(double eta)
-{
-    __atomic_store(&g5_eta, &eta, __ATOMIC_RELAXED);
+        return shim_fail(SAPPORO_ERR_INPUT, "scale = %g must be finite and >= 0 (0: no cutoff)",
+                         scale);
+    if (g5_is_open && scale != g5_open_cutoff)
+        return shim_fail(SAPPORO_ERR_STATE, "GRAPE-5 is open with cutoff scale %g; the scale "
+                         "is fixed by g5_open: call g5_set_cutoff_scale(%g) before it (or "
+                         "g5_close first)", g5_open_cutoff, scale);
+    g5_cutoff = scale;
     return SAPPORO_OK;
 }
 
@@ -409,41 +382,15 @@ static int do_g5_set_eta(double eta)
  * is the S2 split's); so here, accepted and not used.  A program that calls it expects a
  * cutoff force: when none is set (nor SAPPORO_G5_CUTOFF), a warning says the forces are
  * Newtonian. */
-static int do_g5_set_cutoff_table(const char *fn)
+static int do_g5_set_cutoff_table(void)
 {
-    int none;
-    shim_enter(fn);
-    if (g5_is_open)
-        none = g5_open_cutoff == 0.0;
-    else
-        none = g5_cutoff == 0.0 || (g5_cutoff < 0.0 && getenv("SAPPORO_G5_CUTOFF") == NULL);
+    int none = g5_is_open ? g5_open_cutoff == 0.0
+        : g5_cutoff == 0.0 || (g5_cutoff < 0.0 && getenv("SAPPORO_G5_CUTOFF") == NULL);
     if (none)
         shim_warn("accepted and not used, as in PG5/table: the cutoff force is the S2 split of "
                   "g5_set_cutoff_scale or SAPPORO_G5_CUTOFF (PG5's SFT_FOR_PM), and neither "
                   "is set: the forces are Newtonian");
-    return shim_leave(SAPPORO_OK);
-}
-
-/* Sapporo2's g5_open_special(ndev, list): ndev > 0 opens every context on the devices
- * list[0 .. ndev - 1] (as g6_open_special; a device the backend does not have is the
- * error of the open).  ndev <= 0 (Sapporo2: the driver chooses) is g5_open: the devices of
- * the SAPPORO_* settings (SAPPORO_DEVICES, sapporo2.config, the launcher's rank, else the
- * first). */
-static int do_g5_open_special(const char *fn, int ndev, const int *list)
-{
-    int rc = SAPPORO_OK;
-    shim_enter(fn);
-    if (ndev > G5_MAX_DEVICES || (ndev > 0 && list == NULL))
-        rc = shim_fail(SAPPORO_ERR_INPUT, "ndev = %d device ids%s: give 1 to %d ids in list, or "
-                  "ndev <= 0 to open as g5_open does", ndev, list == NULL ? " but list is "
-                  "NULL" : "", G5_MAX_DEVICES);
-    else {
-        g5_ndev = ndev > 0 ? ndev : 0;
-        for (int k = 0; k < g5_ndev; k++)
-            g5_devices[k] = list[k];
-    }
-    shim_leave(rc);
-    return rc < 0 ? rc : do_g5_open(fn);
+    return SAPPORO_OK;
 }
 
 static int do_g5_set_n(const char *fn, int id, int n)
@@ -459,31 +406,37 @@ static int do_g5_set_n(const char *fn, int id, int n)
     return g5_put(c, SAPPORO_OK);
 }
 
-/* Whether addresses adr .. adr + nj - 1 lie in the j-memory. */
-static int g5_check_addresses(const char *fn, const struct g5_context *c, int adr, int nj)
+/* The context of an id, locked, for a call that stores j-particles at addresses adr .. adr +
+ * nj - 1: NULL, with *rc the error, when the id, the library or the addresses are wrong, and
+ * with *rc = SAPPORO_OK when nj is 0 (nothing to store). */
+static struct g5_context *g5_get_j(const char *fn, int id, int adr, int nj, int *rc)
 {
+    struct g5_context *c = g5_get(fn, id, 0, rc);
+    if (c == NULL)
+        return NULL;
     if (adr < 0 || nj < 0 || (long)adr + nj > (long)c->max_address + 1)
-        return g5_fail(fn, SAPPORO_ERR_INPUT, "adr = %d, nj = %d: the addresses must lie in "
-                       "0 .. g5_get_jmemsize() - 1 = %d", adr, nj, c->max_address);
-    return SAPPORO_OK;
+        *rc = g5_fail(fn, SAPPORO_ERR_INPUT, "adr = %d, nj = %d: the addresses must lie in "
+                      "0 .. g5_get_jmemsize() - 1 = %d", adr, nj, c->max_address);
+    if (*rc < 0 || nj == 0) {
+        pthread_mutex_unlock(&c->lock);
+        return NULL;
+    }
+    return c;
 }
 
-/* Whether the j-particles at addresses adr .. adr + nj - 1 of xj, mj and epsj2 (indexed by
- * address; each NULL: not given) may be stored: finite, positions below COORD_LIMIT,
- * softening >= 0. */
-static int g5_check_j(const char *fn, int adr, int nj, const double *xj, const double *mj,
-                      const double *epsj2)
+/* The positions of g5_set_xj or the masses of g5_set_mj (the other NULL) at addresses adr ..
+ * adr + nj - 1: the engine's rules (finite, positions below COORD_LIMIT) checked here, as the
+ * engine sees them at the next force call only and the error is this call's. */
+static int g5_check_half(const char *fn, int adr, int nj, const double *xj, const double *mj)
 {
     for (int a = adr; a < adr + nj; a++) {
         const double *x = xj != NULL ? xj + 3 * (size_t)a : NULL;
-        if (x == NULL && mj != NULL && !isfinite(mj[a]))  /* g5_set_mj */
+        if (mj != NULL && !isfinite(mj[a]))
             return g5_fail(fn, SAPPORO_ERR_INPUT, "j-particle at address %d: mass %g is not "
                            "finite", a, mj[a]);
-        if (!finite3(x) || (mj != NULL && !isfinite(mj[a]))
-            || (epsj2 != NULL && !(epsj2[a] >= 0.0 && isfinite(epsj2[a]))))
+        if (!finite3(x))
             return g5_fail(fn, SAPPORO_ERR_INPUT, "j-particle at address %d has a NaN or "
-                           "infinite value%s", a,
-                           epsj2 != NULL ? " (or a negative softening)" : "");
+                           "infinite value", a);
         if (x != NULL && !position_ok(x))
             return g5_fail(fn, SAPPORO_ERR_INPUT, "j-particle at address %d: position (%g, "
                            "%g, %g) too large; magnitudes must stay below %g", a, x[0], x[1],
@@ -525,44 +478,48 @@ static int g5_keep(const char *fn, struct g5_context *c, int adr, int nj, const 
     return SAPPORO_OK;
 }
 
-/* Send the batch of nj j-particles in c->jaddr, c->jrec to the context's engine. */
-static int g5_send(const char *fn, struct g5_context *c, int nj)
+/* Send the nj j-particles at the addresses c->jaddr (ascending) to the context's engine,
+ * their positions and masses read from x and m (indexed by address). */
+static int g5_send(const char *fn, struct g5_context *c, int nj, const double *x,
+                   const double *m)
 {
     int rc;
+    for (int k = 0; k < nj; k++)
+        put_record(c->jrec + 4 * (size_t)G5_RECORDS * k, G5_RECORDS,
+                   x + 3 * (size_t)c->jaddr[k], m[c->jaddr[k]], NULL, 0.0, NULL, NULL);
     g5_engine_enter(fn, c);
     rc = g5_engine_leave(c, c->api->put_j(c->eng, nj, c->jaddr, c->jidx, c->jrec, G5_RECORDS));
-    return rc < 0 ? g5_fail(fn, rc, "%s", c->api->error(c->eng)) : SAPPORO_OK;
+    if (rc < 0)
+        return g5_fail(fn, rc, "%s", c->api->error(c->eng));
+    if (c->jaddr[nj - 1] >= c->stored)
+        c->stored = c->jaddr[nj - 1] + 1;
+    return SAPPORO_OK;
 }
 
 /* j-particles at addresses adr .. adr + nj - 1, read from xj[adr ..], mj[adr ..] (PG5
  * indexes the arrays by address); with_eps: epsj2 (per-j softening squared, also by
- * address) is given. */
+ * address) is given.  The engine checks the positions and masses (and stores all or none):
+ * its refusal is this call's error. */
 static int do_g5_set_xmj(const char *fn, int id, int adr, int nj, const double *xj,
                          const double *mj, const double *epsj2, int with_eps)
 {
     int rc;
-    struct g5_context *c = g5_get(fn, id, 0, &rc);
+    struct g5_context *c = g5_get_j(fn, id, adr, nj, &rc);
     if (c == NULL)
         return rc;
-    if ((rc = g5_check_addresses(fn, c, adr, nj)) < 0)
-        return g5_put(c, rc);
-    if (nj == 0)
-        return g5_put(c, SAPPORO_OK);
     if (xj == NULL || mj == NULL || (with_eps && epsj2 == NULL))
         return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "xj, mj%s must not be NULL",
                                  with_eps ? " and epsj2" : ""));
-    if ((rc = g5_check_j(fn, adr, nj, xj, mj, epsj2)) < 0
-        || (rc = g5_j_room(fn, c, nj)) < 0)
+    for (int a = adr; epsj2 != NULL && a < adr + nj; a++)
+        if (!(epsj2[a] >= 0.0 && isfinite(epsj2[a])))
+            return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "j-particle at address %d has a "
+                                     "NaN or infinite value (or a negative softening)", a));
+    if ((rc = g5_j_room(fn, c, nj)) < 0)
         return g5_put(c, rc);
-    for (int k = 0; k < nj; k++) {
+    for (int k = 0; k < nj; k++)
         c->jaddr[k] = adr + k;
-        put_record(c->jrec + 4 * (size_t)G5_RECORDS * k, G5_RECORDS,
-                   xj + 3 * ((size_t)adr + k), mj[adr + k], NULL, 0.0, NULL, NULL);
-    }
-    if ((rc = g5_send(fn, c, nj)) < 0 || (rc = g5_keep(fn, c, adr, nj, xj, mj)) < 0)
+    if ((rc = g5_send(fn, c, nj, xj, mj)) < 0 || (rc = g5_keep(fn, c, adr, nj, xj, mj)) < 0)
         return g5_put(c, rc);
-    if (adr + nj > c->stored)
-        c->stored = adr + nj;
     if (epsj2 != NULL || c->epsj2 != NULL) {
         if (c->epsj_cap < adr + nj) {  /* addresses not covered have no per-j softening */
             int old = c->epsj_cap, cap = 2 * old > adr + nj ? 2 * old : adr + nj;
@@ -585,28 +542,21 @@ static int do_g5_set_xmj(const char *fn, int id, int adr, int nj, const double *
 static int do_g5_set_half(const char *fn, int id, int adr, int nj, int positions,
                           const double *xj, const double *mj)
 {
-    int rc;
-    struct g5_context *c = g5_get(fn, id, 0, &rc);
+    int rc, empty;
+    struct g5_context *c = g5_get_j(fn, id, adr, nj, &rc);
     if (c == NULL)
         return rc;
-    if ((rc = g5_check_addresses(fn, c, adr, nj)) < 0)
-        return g5_put(c, rc);
-    if (nj == 0)
-        return g5_put(c, SAPPORO_OK);
     if (positions ? xj == NULL : mj == NULL)
         return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "%s must not be NULL",
                                  positions ? "xj" : "mj"));
-    if ((rc = g5_check_j(fn, adr, nj, xj, mj, NULL)) < 0
+    if ((rc = g5_check_half(fn, adr, nj, xj, mj)) < 0
         || (rc = g5_keep(fn, c, adr, nj, xj, mj)) < 0)
         return g5_put(c, rc);
-    if (c->pend_lo >= c->pend_hi) {
+    empty = c->pend_lo >= c->pend_hi;
+    if (empty || adr < c->pend_lo)
         c->pend_lo = adr;
+    if (empty || adr + nj > c->pend_hi)
         c->pend_hi = adr + nj;
-    }
-    else {
-        c->pend_lo = adr < c->pend_lo ? adr : c->pend_lo;
-        c->pend_hi = adr + nj > c->pend_hi ? adr + nj : c->pend_hi;
-    }
     return g5_put(c, SAPPORO_OK);
 }
 
@@ -614,7 +564,7 @@ static int do_g5_set_half(const char *fn, int id, int adr, int nj, int positions
  * that have had both a position and a mass (the others wait for their other half). */
 static int g5_flush(const char *fn, struct g5_context *c)
 {
-    int rc, nj = 0, last = -1;
+    int rc, nj = 0;
     if (c->pend_lo >= c->pend_hi)
         return SAPPORO_OK;
     for (int a = c->pend_lo; a < c->pend_hi; a++)
@@ -623,17 +573,11 @@ static int g5_flush(const char *fn, struct g5_context *c)
         if ((rc = g5_j_room(fn, c, nj)) < 0)
             return rc;
         nj = 0;
-        for (int a = c->pend_lo; a < c->pend_hi; a++) {
-            if (c->given[a] != G5_GIVEN)
-                continue;
-            c->jaddr[nj] = last = a;
-            put_record(c->jrec + 4 * (size_t)G5_RECORDS * nj++, G5_RECORDS,
-                       c->sx + 3 * (size_t)a, c->sm[a], NULL, 0.0, NULL, NULL);
-        }
-        if ((rc = g5_send(fn, c, nj)) < 0)
+        for (int a = c->pend_lo; a < c->pend_hi; a++)
+            if (c->given[a] == G5_GIVEN)
+                c->jaddr[nj++] = a;
+        if ((rc = g5_send(fn, c, nj, c->sx, c->sm)) < 0)
             return rc;
-        if (last + 1 > c->stored)
-            c->stored = last + 1;
     }
     c->pend_lo = c->pend_hi = 0;
     return SAPPORO_OK;
@@ -646,8 +590,7 @@ static int g5_set_i(const char *fn, struct g5_context *c, int ni, const double *
 {
     int rc;
     double e2;
-    c->ni = 0;
-    c->have_force = 0;
+    c->ni = c->have_force = 0;
     if (xi == NULL)
         return g5_fail(fn, SAPPORO_ERR_INPUT, "xi must not be NULL");
     for (int i = 0; i < ni; i++) {
@@ -677,17 +620,14 @@ static int do_g5_set_xi(const char *fn, int id, int ni, const double *xi, const 
     struct g5_context *c = g5_get(fn, id, 0, &rc);
     if (c == NULL)
         return rc;
+    c->ni = c->have_force = 0;  /* none, unless g5_set_i sets them */
     np = do_g5_pipelines();
-    if (ni < 1 || ni > np) {
-        c->ni = c->have_force = 0;
+    if (ni < 1 || ni > np)
         return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "ni = %d must be between 1 and "
                                  "g5_get_number_of_pipelines() = %d (SAPPORO_NPIPES sets it)",
                                  ni, np));
-    }
-    if (with_eps && eps2 == NULL) {
-        c->ni = c->have_force = 0;
+    if (with_eps && eps2 == NULL)
         return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "eps2 must not be NULL"));
-    }
     return g5_put(c, g5_set_i(fn, c, ni, xi, eps2));
 }
 
@@ -715,7 +655,8 @@ static int do_g5_set_eps(const char *fn, int id, int ni, const double *eps)
 }
 
 /* Forces on ni i-particles x from addresses [0, c->n), one softening, by the engine (a
- * force that is not finite: SAPPORO_ERR_NONFINITE, naming the particle). */
+ * force that is not finite: SAPPORO_ERR_NONFINITE, the engine's message naming the particle
+ * and its id, 1 as every GRAPE-5 i-particle's). */
 static int g5_force(const char *fn, struct g5_context *c, int ni, const double *x, double eps2,
                     double *acc, double *pot)
 {
@@ -725,16 +666,10 @@ static int g5_force(const char *fn, struct g5_context *c, int ni, const double *
     if (rc > 0)
         rc = c->api->finish(c->eng, ni, c->rows);
     rc = g5_engine_leave(c, rc);
-    if (rc == SAPPORO_ERR_NONFINITE) {  /* the i-particles' id (1 for all) means nothing */
-        const char *e = c->api->error(c->eng), *id = strstr(e, " (id "), *end;
-        end = id != NULL ? strchr(id, ')') : NULL;
-        return g5_fail(fn, rc, "%.*s%s; GRAPE-5 excludes no pair, so an i-particle at a "
-                       "j-particle's position needs eps > 0",
-                       end != NULL ? (int)(id - e) : (int)strlen(e), e,
-                       end != NULL ? end + 1 : "");
-    }
     if (rc < 0)
-        return g5_fail(fn, rc, "%s", c->api->error(c->eng));
+        return g5_fail(fn, rc, "%s%s", c->api->error(c->eng), rc != SAPPORO_ERR_NONFINITE ? ""
+                       : "; GRAPE-5 excludes no pair, so an i-particle at a j-particle's "
+                       "position needs eps > 0");
     __atomic_add_fetch(&shim_direct_calls, 1, __ATOMIC_RELAXED);
     rows_out(c->rows, ni, 2, acc, NULL, NULL, NULL, pot, NULL, NULL);
     for (int i = 0; i < ni; i++)
@@ -867,8 +802,9 @@ static int do_g5_calculate(const char *fn, int id, const double *x, const double
 }
 
 /* Every exported call serves its call through the static functions above, its messages
- * naming it (__func__), and restores the caller's floating-point environment (as shim.c's
- * calls do).  Returns from the calling function. */
+ * naming it (__func__), and restores the caller's floating-point environment: those that
+ * touch no context with SERVE (shim.h), under shim_lock; the others with G5_CALL, which takes
+ * no lock (their contexts' locks come first).  G5_CALL returns from the calling function. */
 #define G5_CALL(expr)                         \
     do {                                      \
         fenv_t fe_;                           \
@@ -883,13 +819,15 @@ typedef double g5vec[3];
 
 /* --------------------------------------------------------------------- GRAPE-5: C names */
 
-EXPORT int g5_open(void) { G5_CALL(do_g5_open(__func__)); }
+EXPORT int g5_open(void) { G5_CALL(do_g5_open(__func__, 0, NULL)); }
 EXPORT int g5_close(void) { G5_CALL(do_g5_close()); }
 EXPORT int g5_get_number_of_pipelines(void) { G5_CALL(do_g5_pipelines()); }
 EXPORT int g5_get_jmemsize(void) { G5_CALL(do_g5_jmemsize()); }
 EXPORT int g5_set_eps_to_all(double eps) { G5_CALL(do_g5_set_eps_to_all(__func__, eps)); }
 EXPORT int g5_set_eps2_to_all(double eps2) { G5_CALL(do_g5_set_eps2_to_all(__func__, eps2)); }
-EXPORT int g5_set_eta(double eta) { G5_CALL(do_g5_set_eta(eta)); }
+/* PG5/table keeps eta and uses it nowhere (its split is the S2 shape of SFT_FOR_PM); so here:
+ * any value accepted, not used. */
+EXPORT int g5_set_eta(double eta) { return SAPPORO_OK; }
 EXPORT int g5_set_n(int n) { G5_CALL(do_g5_set_n(__func__, 0, n)); }
 EXPORT int g5_set_nMC(int devid, int n) { G5_CALL(do_g5_set_n(__func__, devid, n)); }
 EXPORT int g5_run(void) { G5_CALL(do_g5_run(__func__, 0)); }
@@ -897,20 +835,20 @@ EXPORT int g5_runMC(int devid) { G5_CALL(do_g5_run(__func__, devid)); }
 
 EXPORT int g5_set_range(double xmin, double xmax, double mmin)
 {
-    G5_CALL(do_g5_set_range(__func__, xmin, xmax, mmin));
+    return SERVE(do_g5_set_range(xmin, xmax, mmin));
 }
 
 EXPORT int g5_open_special(int ndev, int *list)
 {
-    G5_CALL(do_g5_open_special(__func__, ndev, list));
+    G5_CALL(do_g5_open(__func__, ndev, list));
 }
 
-EXPORT int g5_set_cutoff_scale(double scale) { G5_CALL(do_g5_set_cutoff_scale(__func__, scale)); }
+EXPORT int g5_set_cutoff_scale(double scale) { return SERVE(do_g5_set_cutoff_scale(scale)); }
 
 EXPORT int g5_set_cutoff_table(double (*ffunc)(double), double fcut, double fcor,
                                double (*pfunc)(double), double pcut, double pcor)
 {
-    G5_CALL(do_g5_set_cutoff_table(__func__));
+    return SERVE(do_g5_set_cutoff_table());
 }
 
 EXPORT int g5_set_eps(int ni, double *eps) { G5_CALL(do_g5_set_eps(__func__, 0, ni, eps)); }
@@ -1009,21 +947,11 @@ EXPORT int g5_calculate_force_on_xeMC(int devid, g5vec *x, double *eps2, g5vec *
 /* --------------------------------------------------------------- GRAPE-5: Fortran names */
 
 /* G5_CALL for a Fortran name: a NULL among its scalars (in parentheses; a C caller's
- * mistake, see NULL_SCALARS in shim.c) is refused naming it, before anything reads it. */
+ * mistake, see NULL_SCALARS in shim.h) is refused naming it, before anything reads it. */
 #define G5_CALL_REFS(scalars, expr) \
-    do {                            \
-        G5_SCALARS scalars;         \
-        G5_CALL(expr);              \
-    } while (0)
-#define G5_SCALARS(...)                                                                    \
-    do {                                                                                   \
-        char null_[64];                                                                    \
-        if (shim_null_name(#__VA_ARGS__, SCALAR_COUNT(__VA_ARGS__),                        \
-                           SCALAR_LIST(__VA_ARGS__), null_, sizeof null_))                 \
-            return g5_fail(__func__, SAPPORO_ERR_INPUT, NULL_MESSAGE, null_);              \
-    } while (0)
+    G5_CALL(SERVE(NULL_SCALARS scalars) < 0 ? SAPPORO_ERR_INPUT : (expr))
 
-EXPORT int g5_open_(void) { G5_CALL(do_g5_open(__func__)); }
+EXPORT int g5_open_(void) { G5_CALL(do_g5_open(__func__, 0, NULL)); }
 EXPORT int g5_close_(void) { G5_CALL(do_g5_close()); }
 EXPORT int g5_get_number_of_pipelines_(void) { G5_CALL(do_g5_pipelines()); }
 EXPORT int g5_get_jmemsize_(void) { G5_CALL(do_g5_jmemsize()); }
@@ -1041,25 +969,25 @@ EXPORT int g5_set_eps2_to_all_(double *eps2)
 
 EXPORT int g5_set_range_(double *xmin, double *xmax, double *mmin)
 {
-    G5_CALL_REFS((xmin, xmax, mmin), do_g5_set_range(__func__, *xmin, *xmax, *mmin));
+    return SERVE_REFS((xmin, xmax, mmin), do_g5_set_range(*xmin, *xmax, *mmin));
 }
 
 EXPORT int g5_open_special_(int *ndev, int *list)
 {
-    G5_CALL_REFS((ndev), do_g5_open_special(__func__, *ndev, list));
+    G5_CALL_REFS((ndev), do_g5_open(__func__, *ndev, list));
 }
 
 EXPORT int g5_set_cutoff_scale_(double *scale)
 {
-    G5_CALL_REFS((scale), do_g5_set_cutoff_scale(__func__, *scale));
+    return SERVE_REFS((scale), do_g5_set_cutoff_scale(*scale));
 }
 
-EXPORT int g5_set_eta_(double *eta) { G5_CALL_REFS((eta), do_g5_set_eta(*eta)); }
+EXPORT int g5_set_eta_(double *eta) { G5_CALL_REFS((eta), SAPPORO_OK); }
 
 EXPORT int g5_set_cutoff_table_(double (*ffunc)(double *), double *fcut, double *fcor,
                                 double (*pfunc)(double *), double *pcut, double *pcor)
 {
-    G5_CALL_REFS((fcut, fcor, pcut, pcor), do_g5_set_cutoff_table(__func__));
+    return SERVE_REFS((fcut, fcor, pcut, pcor), do_g5_set_cutoff_table());
 }
 
 EXPORT int g5_set_eps_(int *ni, double *eps)

@@ -47,9 +47,8 @@ extern "C" {
 /* Open (context 0 at once, the others on their first use); opening again does nothing.
  * Order 2; precision, backend and devices as for g6_open (SAPPORO_* variables). */
 int g5_open(void);
-/* Sapporo2's open with a device list: ndev <= 0 is g5_open.  For ndev > 0 the devices are
- * still those of the SAPPORO_* settings, as for g5_open (SAPPORO_DEVICES chooses them): a
- * warning names the ids given. */
+/* Sapporo2's open with a device list: every context opens on the devices list[0 .. ndev - 1]
+ * (at most 16); ndev <= 0 is g5_open. */
 int g5_open_special(int ndev, int *list);
 /* Close every context: their j-particles are gone.  g5_open may follow. */
 int g5_close(void);
@@ -107,7 +106,7 @@ int g5_calculate_force_on_xe(double (*x)[3], double *eps2, double (*a)[3], doubl
  * and for R = 0), the short-range part of the S2 split (docs/capi.md).  Once GRAPE-5 is open
  * another length is refused (SAPPORO_ERR_STATE; g5_close first). */
 int g5_set_cutoff_scale(double scale);
-/* PG5/table's: eta is kept and not used (as there); any value. */
+/* PG5/table's: eta is accepted and not used (as there); any value. */
 int g5_set_eta(double eta);
 /* PG5/table's placeholder: accepted, the functions never called (the split is S2's); a
  * warning when no cutoff scale is set. */

@@ -38,8 +38,6 @@ long shim_python_calls;                      /* calls of the C API's Python half
 /* The open library's native engine and its functions (sapporo/engine_api.h; NULL: not
  * open): every j-particle and force call goes there. */
 static const struct sapporo_engine_api *eng_api;
-/* the engine's table as the last open found it (the module stays loaded): its count of
- * calls into Python */
 const struct sapporo_engine_api *shim_any_api;
 static void *eng;
 /* the engine's result rows of one call (at most LIMIT_NI_CHUNK i-particles, its ENG_NI_MAX) */
@@ -125,9 +123,6 @@ static void print_counted(const char *text, unsigned long count, int every_time)
     fflush(stderr);
 }
 
-/* Record an error and print it (print_counted; every_time: a force call on a library whose
- * open failed, so that a client that never checks codes does not run on, without forces,
- * after a few lines). */
 void shim_report(int code, const char *message, int every_time)
 {
     snprintf(shim_last_error, sizeof shim_last_error, "%s: %s (code %d)", current_fn, message,
@@ -135,12 +130,6 @@ void shim_report(int code, const char *message, int every_time)
     print_counted(shim_last_error, count_kind(code, message), every_time);
     if (on_error_mode() == 1 && abort_code == 0)
         abort_code = code;
-}
-
-/* An error of Python's (bridge.py; declared in the cdef by build.py). */
-static void shim_record_error(int code, const char *message)
-{
-    shim_report(code, message, 0);
 }
 
 /* A warning: printed like an error (after "warning: "), but no error code, no
@@ -163,35 +152,22 @@ int shim_fail(int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
-    shim_record_error(code, message);
+    shim_report(code, message, 0);
     return code;
 }
 
-/* Fortran names take every scalar by reference: a NULL one (a C caller's mistake) is
- * refused with its name, before anything reads it.  null_name: the name of the first NULL
- * among n pointers p (names: theirs, comma-separated) into out, or 0 when none is NULL. */
-int shim_null_name(const char *names, int n, const void *const *p, char *out, size_t size)
+int shim_null_scalars(const char *names, int n, const void *const *p)
 {
     for (int k = 0; k < n; k++, names = strchr(names, ',') + 1) {
         if (p[k] != NULL)
             continue;
         while (*names == ' ')
             names++;
-        snprintf(out, size, "%.*s", (int)strcspn(names, ","), names);
-        return 1;
+        return shim_fail(SAPPORO_ERR_INPUT, "%.*s is a NULL pointer (Fortran passes every "
+                         "scalar by reference)", (int)strcspn(names, ","), names);
     }
-    return 0;
+    return SAPPORO_OK;
 }
-
-/* NULL_SCALARS(p, q, ...): 0, or the error (recorded) naming the first that is NULL. */
-static int null_scalars(const char *names, int n, const void *const *p)
-{
-    char name[64];
-    return shim_null_name(names, n, p, name, sizeof name)
-        ? shim_fail(SAPPORO_ERR_INPUT, NULL_MESSAGE, name) : SAPPORO_OK;
-}
-#define NULL_SCALARS(...) \
-    null_scalars(#__VA_ARGS__, SCALAR_COUNT(__VA_ARGS__), SCALAR_LIST(__VA_ARGS__))
 
 /* The embedded init code is done (bridge.py; declared in the cdef by build.py). */
 static void shim_mark_ready(void)
@@ -223,14 +199,13 @@ static int start_python(void)
                     status.err_msg ? status.err_msg : "unknown error");
             return -1;
         }
+        /* an interpreter of our own collects no garbage until sapporo is imported
+         * (python_up): the imports make tens of thousands of objects and no cycles to free */
+        PyRun_SimpleString("import gc\ngc.disable()\n");
     }
     else {
         gil = PyGILState_Ensure();
     }
-    /* an interpreter of our own collects no garbage until sapporo is imported (python_up):
-     * the imports make tens of thousands of objects and no cycles to free */
-    if (fresh)
-        PyRun_SimpleString("import gc\ngc.disable()\n");
     if (PyRun_SimpleString(shim_site_code) != 0)
         fprintf(stderr, "sapporo: could not add the recorded site directories\n");
     if (fresh)
@@ -294,25 +269,28 @@ int shim_leave(int rc)
     return rc;
 }
 
-static int need_open(void)
-{
-    if (!is_open && open_error[0] != '\0')
-        return shim_fail(SAPPORO_ERR_STATE, "the library is not open: %s", open_error);
-    if (!is_open)
-        return shim_fail(SAPPORO_ERR_STATE, "the library is not open (call g6_open first)");
-    return 0;
-}
-
-/* need_open() for a force call: when the open failed, say so on every call. */
-static int need_open_for_forces(void)
+int shim_need_open(int open, const char *open_error, const char *what, const char *opener,
+                   int forces)
 {
     char message[768];
-    if (is_open || open_error[0] == '\0')
-        return need_open();
-    snprintf(message, sizeof message, "no forces computed, the library could not be opened: "
-             "%s", open_error);
+    if (open)
+        return SAPPORO_OK;
+    if (open_error[0] == '\0')
+        return shim_fail(SAPPORO_ERR_STATE, "%s is not open (call %s first)", what, opener);
+    if (!forces)
+        return shim_fail(SAPPORO_ERR_STATE, "%s is not open: %s", what, open_error);
+    /* so that a client that never checks codes does not run on without forces after a few
+     * lines */
+    snprintf(message, sizeof message, "no forces computed, %s could not be opened: %s", what,
+             open_error);
     shim_report(SAPPORO_ERR_STATE, message, 1);
     return SAPPORO_ERR_STATE;
+}
+
+/* The library open (forces: for a force call), or the error. */
+static int need_open(int forces)
+{
+    return shim_need_open(is_open, open_error, "the library", "g6_open", forces);
 }
 
 /* SAPPORO_NPIPES when it is blank or plain digits in range: the answer of capi/bridge.py's
@@ -364,7 +342,6 @@ int shim_npipes_for_client(void)
 
 /* -------------------------------------------------------------------- j-particle buffer */
 
-/* *p grown to cap elements of elem bytes: 0, or -1 (out of memory; *p as it was). */
 int shim_grow(void **p, size_t elem, int cap)
 {
     void *q = realloc(*p, elem * (size_t)cap);
@@ -418,7 +395,7 @@ static int jb_put(int address, int index, double t, double mass, const double *x
                   const double *d5)
 {
     int rc, k;
-    if ((rc = need_open()) < 0)
+    if ((rc = need_open(0)) < 0)
         return rc;
     if (address < 0)
         return shim_fail(SAPPORO_ERR_INPUT, "address = %d must be >= 0", address);
@@ -471,8 +448,6 @@ static int jb_flush(void)
 
 /* -------------------------------------------------------------- the shared implementations */
 
-/* An engine table that an open handed over: SAPPORO_OK, or the error when it was built for
- * another interface version. */
 int shim_engine_check(const struct sapporo_engine_api *api)
 {
     if (api->version == SAPPORO_ENGINE_API_VERSION)
@@ -526,10 +501,7 @@ static int do_close(void)
     jb_clear();
     max_j_index = -1;
     open_error[0] = '\0';
-    pending = 0;
-    pending_lists = 0;
-    have_result = 0;
-    nb.valid = 0;
+    pending = pending_lists = have_result = nb.valid = 0;
     if (is_open) {
         is_open = 0;
         rc = PY(shim_py_close());
@@ -540,7 +512,7 @@ static int do_close(void)
 static int do_set_ti(double ti)
 {
     int rc;
-    if ((rc = need_open()) < 0)
+    if ((rc = need_open(0)) < 0)
         return rc;
     if (!isfinite(ti))
         return shim_fail(SAPPORO_ERR_INPUT, "ti = %g is not finite", ti);
@@ -595,9 +567,7 @@ static void warn_h2(int ni, const int *index, const double *h2)
 static int firsthalf_pending(int rc)
 {
     pending = 1;
-    pending_lists = 0;
-    have_result = 0;
-    nb.valid = 0;
+    pending_lists = have_result = nb.valid = 0;
     return pending_rc = rc;
 }
 
@@ -606,7 +576,7 @@ static int start_forces(int nj, int ni, const int *index, const double *xi, cons
                         const double *ai, const double *ji, double eps2, const double *h2)
 {
     int rc, np;
-    if ((rc = need_open_for_forces()) < 0)
+    if ((rc = need_open(1)) < 0)
         return rc;
     if ((np = get_npipes()) < 0)
         return np;
@@ -667,7 +637,7 @@ static int do_lasthalf(int ni, double *acc, double *jerk, double *snap, double *
 static int do_read_neighbours(void)
 {
     int rc, overflow = 0;
-    if ((rc = need_open()) < 0)
+    if ((rc = need_open(0)) < 0)
         return rc;
     nb.valid = 0;
     if (!have_result)
@@ -740,14 +710,12 @@ static int do_device_count(void)
 }
 
 /* ------------------------------------------------------------------------ exported names
- * Each exported function serves its call through the static functions above, under the C
- * API's lock and with the caller's floating-point environment kept (shim_enter and
- * shim_leave), its messages naming it (__func__).  The Fortran names take every scalar by
- * reference: a NULL one is refused naming it, before anything reads it.  cluster_id (there
- * is one cluster) and the hardware's hints (dtj, aold, j6old, phiold, the buffer and mode
- * settings) are accepted and never read. */
-#define SERVE(expr) (shim_enter(__func__), shim_leave(expr))
-#define SERVE_REFS(scalars, expr) SERVE(NULL_SCALARS scalars < 0 ? SAPPORO_ERR_INPUT : (expr))
+ * Each exported function serves its call through the static functions above (SERVE,
+ * SERVE_REFS of shim.h), under the C API's lock and with the caller's floating-point
+ * environment kept, its messages naming it (__func__).  The Fortran names take every scalar
+ * by reference: a NULL one is refused naming it, before anything reads it.  cluster_id
+ * (there is one cluster) and the hardware's hints (dtj, aold, j6old, phiold, the buffer and
+ * mode settings) are accepted and never read. */
 
 /* Fortran has no NULL: a negative first radius means "no neighbour lists". */
 static const double *fortran_h2(int ni, const double *h2)
@@ -1031,12 +999,10 @@ EXPORT int sapporo_python_started(void) { return SERVE(python_ready); }
  * both on little-endian machines).  All blanks means "not given" (NULL). */
 static const char *fortran_string(const char *s, size_t len, char *buf, size_t cap)
 {
-    int n = (int)(unsigned int)len;
-    if (s == NULL || n <= 0)
-        return NULL;
+    int n = s != NULL ? (int)(unsigned int)len : 0;
     while (n > 0 && s[n - 1] == ' ')
         n--;
-    if (n == 0)
+    if (n <= 0)
         return NULL;
     if ((size_t)n >= cap)
         n = (int)cap - 1;
@@ -1125,20 +1091,11 @@ EXPORT void sapporo_last_error_(char *message, size_t message_len)
     to_fortran_string(shim_last_error, message, message_len);
 }
 
-EXPORT long sapporo_direct_calls_(void)
-{
-    return sapporo_direct_calls();
-}
-
-EXPORT long sapporo_python_calls_(void)
-{
-    return sapporo_python_calls();
-}
-
-EXPORT int sapporo_python_started_(void)
-{
-    return sapporo_python_started();
-}
+/* the same functions as the C names (which take no argument, and name themselves in no
+ * message) */
+EXPORT long sapporo_direct_calls_(void) __attribute__((alias("sapporo_direct_calls")));
+EXPORT long sapporo_python_calls_(void) __attribute__((alias("sapporo_python_calls")));
+EXPORT int sapporo_python_started_(void) __attribute__((alias("sapporo_python_started")));
 
 EXPORT void sapporo_version_(char *text, size_t text_len)
 {

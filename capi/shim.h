@@ -27,7 +27,8 @@ extern long shim_python_calls;
 extern _Thread_local char shim_last_error[1024];
 /* force calls the engines ran, in this process */
 extern long shim_direct_calls;
-/* the engine table as the last open found it: its count of calls into Python */
+/* the engine table as the last open found it (the module stays loaded): its count of calls
+ * into Python */
 extern const struct sapporo_engine_api *shim_any_api;
 
 /* shim_lock taken (the error record, the embedded Python, the library's calls) for API
@@ -51,12 +52,25 @@ int shim_grow(void **p, size_t elem, int cap);
  * another interface version) */
 int shim_engine_check(const struct sapporo_engine_api *api);
 
-/* Fortran names take every scalar by reference: shim_null_name writes the name of the first
- * NULL among n pointers p (names: theirs, comma-separated) into out and returns 1, or 0 when
- * none is NULL. */
-int shim_null_name(const char *names, int n, const void *const *p, char *out, size_t size);
-#define NULL_MESSAGE "%s is a NULL pointer (Fortran passes every scalar by reference)"
+/* whether a library (what: "the library", "GRAPE-5"; opener: the call that opens it) is
+ * open: SAPPORO_OK, or the error, which gives why its last open failed (open_error; "" when
+ * none did) and, for a force call (forces), is printed on every call */
+int shim_need_open(int open, const char *open_error, const char *what, const char *opener,
+                   int forces);
+
+/* Fortran names take every scalar by reference: a NULL one (a C caller's mistake) is refused
+ * naming it, before anything reads it.  NULL_SCALARS(p, q, ...): 0, or the error (recorded,
+ * under shim_enter) naming the first of them that is NULL. */
+int shim_null_scalars(const char *names, int n, const void *const *p);
 #define SCALAR_LIST(...) (const void *[]){__VA_ARGS__}
 #define SCALAR_COUNT(...) (int)(sizeof(SCALAR_LIST(__VA_ARGS__)) / sizeof(void *))
+#define NULL_SCALARS(...) \
+    shim_null_scalars(#__VA_ARGS__, SCALAR_COUNT(__VA_ARGS__), SCALAR_LIST(__VA_ARGS__))
+
+/* An exported call served: expr evaluated under shim_enter(__func__) (its messages name the
+ * exported function) and shim_leave; SERVE_REFS first refuses a NULL among its scalars (in
+ * parentheses: SERVE_REFS((ni, eps2), ...)). */
+#define SERVE(expr) (shim_enter(__func__), shim_leave(expr))
+#define SERVE_REFS(scalars, expr) SERVE(NULL_SCALARS scalars < 0 ? SAPPORO_ERR_INPUT : (expr))
 
 #endif

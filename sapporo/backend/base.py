@@ -212,10 +212,12 @@ class Context(ABC):
     """
 
     small_pairs: int = 0
-    #: kernels of this runtime must not run at once from two contexts of one process:
-    #: PoCL's CPU drivers (3.1 to at least 5.0) abort (``pocl_release_dlhandle_cache:
-    #: Assertion `found->ref_count > 0'``) when two threads run one kernel at once with
-    #: different grid sizes, as the GRAPE-5 calls of a threaded tree code do
+    #: a compiled kernel of this runtime must not run at once from two contexts of one
+    #: process: PoCL's CPU drivers (3.1 to at least 5.0) abort
+    #: (``pocl_release_dlhandle_cache: Assertion `found->ref_count > 0'``) when two threads
+    #: first run one kernel at once, as the GRAPE-5 calls of a threaded tree code do on a
+    #: fresh kernel cache. Contexts opened as different instances (:meth:`Backend.open`)
+    #: have kernels of their own and may run at once.
     one_kernel_at_a_time: bool = False
     #: runtime commands queued so far (kernel launches, copies, fills): the latency budget
     #: counts them per block step
@@ -284,8 +286,11 @@ class Backend(ABC):
         """Every device this backend sees (empty when none)."""
 
     @abstractmethod
-    def open(self, index: int, profiling: bool = False) -> Context:
-        """Open device ``index`` of :meth:`devices`."""
+    def open(self, index: int, profiling: bool = False, instance: int = 0) -> Context:
+        """Open device ``index`` of :meth:`devices`. ``instance``: contexts of different
+        instances never share a compiled kernel, so that they can compute at the same time
+        from several threads where the runtime needs that
+        (:attr:`Context.one_kernel_at_a_time`)."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -647,7 +647,7 @@ class CUDABackend(base.Backend):
     def devices(self) -> list[base.DeviceInfo]:
         return list(self._infos)
 
-    def open(self, index: int, profiling: bool = False) -> base.Context:
+    def open(self, index: int, profiling: bool = False, instance: int = 0) -> base.Context:
         if not 0 <= index < len(self._infos):
             why = f" ({self.reason})" if self.reason else ""
             raise BackendError(f"CUDA device index {index} out of range: {len(self._infos)} "

@@ -359,7 +359,7 @@ class CLContext(base.Context):
     """One OpenCL device with an in-order command queue."""
 
     def __init__(self, info: base.DeviceInfo, device: Any, profiling: bool,
-                 companion: Any = None):
+                 companion: Any = None, instance: int = 0):
         self.info = info
         self.profiling = profiling
         env = config.from_environment()
@@ -375,6 +375,10 @@ class CLContext(base.Context):
                             else cl.CommandQueue(self.cl_context, companion, properties=props))
         self.small_pairs = 0 if companion is None else small
         self.one_kernel_at_a_time = quirks.is_pocl(info)
+        # PoCL shares a loaded kernel between contexts with the same program: a define of
+        # their own gives other instances programs of their own
+        self._instance = ([f"-DSAPPORO_INSTANCE={instance}"]
+                          if instance and self.one_kernel_at_a_time else [])
         self._companion = companion
         self._last_small: Any = None
         self._device = device
@@ -419,7 +423,8 @@ class CLContext(base.Context):
     def build(self, source_name: str, defines: dict[str, Any] | None = None,
               small: bool = False) -> base.Program:
         small = small and self.small_queue is not None
-        options = base.format_defines(defines) + quirks.opencl_build_options(self.info)
+        options = (base.format_defines(defines) + quirks.opencl_build_options(self.info)
+                   + self._instance)
         fast_key = source_name + "\0" + " ".join(options) + ("\0small" if small else "")
         if fast_key in self._programs:  # hot path: no file access
             return self._programs[fast_key]
@@ -902,10 +907,10 @@ class OpenCLBackend(base.Backend):
     def devices(self) -> list[base.DeviceInfo]:
         return [info for info, _ in self._scan()]
 
-    def open(self, index: int, profiling: bool = False) -> base.Context:
+    def open(self, index: int, profiling: bool = False, instance: int = 0) -> base.Context:
         devs = self._scan()
         if not 0 <= index < len(devs):
             raise BackendError(f"OpenCL device index {index} out of range: {len(devs)} device(s) "
                                "found")
         info, dev = devs[index]
-        return CLContext(info, dev, profiling, self._companions.get(index))
+        return CLContext(info, dev, profiling, self._companions.get(index), instance)

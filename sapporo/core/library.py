@@ -140,11 +140,17 @@ class Library:
         Gaussian split of :class:`sapporo.pm.P3M` with ``r_s = cutoff`` (``g = erfc(x) +
         2 x exp(-x^2) / sqrt(pi)``, ``h = erfc(x)``, ``x = R / (2 r_s)``), whose mesh
         (``ParticleMesh(split=r_s)``) gives the long-range part.
+    instance : int
+        Libraries of different instances never share a compiled kernel (on PoCL, whose CPU
+        drivers must not run one from two threads at once). The C API's GRAPE-5 contexts,
+        which compute at the same time from a tree code's threads, use it; the Python API
+        computes one call at a time, so 0 (the default) serves it.
     """
 
     def __init__(self, order: int = 4, precision: str = "double-single",
                  backend: str | None = None, devices: Any = None, nb_capacity: int | None = None,
-                 profiling: bool = False, cutoff: float | None = None, cutoff_shape: str = "s2"):
+                 profiling: bool = False, cutoff: float | None = None, cutoff_shape: str = "s2",
+                 instance: int = 0):
         self._lock = threading.RLock()  # calls from several threads are serialised
         if not isinstance(order, str):
             order = int_arg("order", order, 0, 2**31, " (expected 2, 4, 6 or 8)")
@@ -161,6 +167,7 @@ class Library:
         self.nb_capacity = int_arg("nb_capacity", nb_capacity, 1, MAX_NB_CAPACITY)
         self.profiling = bool(profiling)
         self.cutoff, self.cutoff_shape = check_cutoff(self.order, cutoff, cutoff_shape)
+        self.instance = int_arg("instance", instance, 0, 2**31 - 1)
         self._variant = Variant(self.order, self.precision, self.nb_capacity, self.profiling,
                                 self.cutoff, self.cutoff_shape)
         be = get_backend(backend)
@@ -185,7 +192,7 @@ class Library:
         self._devs: list[Device] = []
         try:
             for d in devices:
-                ctx = be.open(int(d), profiling=self.profiling)
+                ctx = be.open(int(d), profiling=self.profiling, instance=self.instance)
                 if not ctx.info.double_support:
                     ctx.close()
                     raise BackendError(f"device {ctx.info.name} has no double-precision support, "

@@ -78,6 +78,20 @@ def test_g5_tree_example(capi: CApi, tmp_path: Path) -> None:
     assert abs(w_tree - w_direct) < 1e-3 * abs(w_direct)
 
 
+def test_g5_tree_threads_on_fresh_kernel_caches(capi: CApi, tmp_path: Path) -> None:
+    """Two OpenMP threads, each on its own GRAPE-5 context, computing at once from empty
+    kernel caches (PoCL's and ours). PoCL's CPU drivers aborted such runs
+    (``pocl_release_dlhandle_cache: Assertion `found->ref_count > 0'``, 5 runs of 6 with
+    the contexts' engines running at once on shared kernels); contexts of different
+    instances have kernels of their own."""
+    exe = capi.program(str(EXAMPLES / "c" / "g5_tree.c"), extra=("-fopenmp",))
+    for run in range(3):
+        env = capi.env(OMP_NUM_THREADS="2", POCL_CACHE_DIR=str(tmp_path / f"pocl{run}"),
+                       SAPPORO_KERNEL_CACHE="0")
+        proc = capi.run(exe, 1024, 0.5, cwd=tmp_path, env=env)
+        assert proc.returncode == 0 and "rms relative" in proc.stdout, proc.stderr
+
+
 def test_makefiles(capi: CApi, tmp_path: Path) -> None:
     """`make` in a copy of each example folder, with `sapporo capi flags` building the
     library into a fresh per-user folder, as a user would."""

@@ -271,11 +271,11 @@ def test_bad_calls_report_and_continue(capi: CApi, tmp_path: Path) -> None:
     for message in [
         "sapporo: g5_set_xi: GRAPE-5 is not open (call g5_open first) (code -2)",
         "g5_set_xmj: adr = -1, nj = 10: the addresses must lie in 0 .. g5_get_jmemsize() - 1",
-        "g5_set_xmj: j-particle at address 3 has a NaN or infinite value (code -1)",
+        "g5_set_xmj: j-particle at address 3 (index 0) has a NaN or infinite value (code -1)",
         "g5_run: n = 64 j-particles, but addresses were set up to 31 only",
         "g5_set_xi: ni = 0 must be between 1 and g5_get_number_of_pipelines() = 128",
         "g5_set_nMC: context id = 64 must be between 0 and 63 (code -1)",
-        "g5_calculate_force_on_x: non-finite force on i-particle 0 and 3 other(s)",
+        "g5_calculate_force_on_x: non-finite force on i-particle 0 (id 1) and 3 other(s)",
         "GRAPE-5 excludes no pair, so an i-particle at a j-particle's position needs eps > 0",
         "the per-j softening differs between j-particles",
     ]:

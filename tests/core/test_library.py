@@ -295,6 +295,21 @@ def test_bitwise_reproducible(make_lib, precision):
         assert np.array_equal(getattr(outs[3], q), getattr(outs[4], q))
 
 
+def test_instances_compute_the_same_bits(make_lib, backend):
+    """A library of another instance (kernels built apart, on PoCL) gives the same forces,
+    bit for bit; the instance must be a non-negative integer."""
+    x, v, m, ids, _, _ = system(300, seed=19)
+    out = []
+    for instance in (0, 1):
+        with make_lib(2, "double-single", instance=instance) as lib:
+            load(lib, x, v, m, ids)
+            lib.set_time(0.0)
+            out.append(lib.compute(x[:40], v[:40], ids[:40], EPS2))
+    assert np.array_equal(out[0].acc, out[1].acc) and np.array_equal(out[0].pot, out[1].pot)
+    with pytest.raises(sapporo.InputError, match="instance"):
+        sapporo.Library(order=2, backend=backend, instance=-1)
+
+
 def test_start_compute_result(make_lib):
     lib = make_lib(4, "double")
     n = 200
