@@ -241,7 +241,7 @@ int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
         if (p->order < 8)
             jerk = NULL;
         const double t = e->time;
-        if (!e->pred_valid || e->pred_time != t) {
+        if (!e->pred_valid || (e->pred_time != t && !eng_still(e))) {
             memcpy(&bits, &t, sizeof bits);
             e->pred_valid = 0;
             for (int d = 0; d < nd; d++) {

@@ -274,8 +274,14 @@ class Device:
             self.j["raw"].fill(0)
             self.j["id"].fill(-1)
         for name, size in self._predicted_bytes().items():
-            self.j[name] = self.ctx.alloc(slots * size)
-            self.j[name].fill(0)
+            if name in ("pos", "pos_lo") and self.h_raw is not None:
+                # host arrays: the engine writes j-records that do not move there itself
+                host = self.j_hosts[name] = self.ctx.alloc_host(slots * size)
+                host.array[:] = 0
+                self.j[name] = host.buffer
+            else:
+                self.j[name] = self.ctx.alloc(slots * size)
+                self.j[name].fill(0)
         self.cap = cap
 
     @property
@@ -435,6 +441,8 @@ class Device:
                 "idata": h_in.array.ctypes.data, "out": h_out.array.ctypes.data,
                 "out_bytes": out_n * 8, **memory,
                 "gen_at": self.gen_cell.ctypes.data,
+                **{"pred_" + k: (self.j_hosts[n].array.ctypes.data if n in self.j_hosts else 0)
+                   for k, n in (("pos", "pos"), ("lo", "pos_lo"))},
                 "small": int(small), "ni_lo": lo, "ni_hi": hi,
                 "i_per_group": cfg.i_per_group, "i_per_item": cfg.i_per_item, "lj": cfg.lj,
                 "j_align": cfg.j_align, "min_jchunk": cfg.min_jchunk,

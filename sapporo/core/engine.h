@@ -113,6 +113,9 @@ struct dplan {
     const int32_t *upload;      /* addresses the library stored itself, to copy at install */
     int nupload;
     int32_t *dev_ids;
+    /* host memory: the predicted positions (and double-single's low parts), which the
+     * engine writes itself for j-records that do not move (eng_put_j); NULL otherwise */
+    void *pred_pos, *pred_lo;
     dcl_set_arg_fn set_arg;
     dcl_enqueue_fn enqueue;
     dcl_queue_fn flush, finish;
@@ -226,6 +229,9 @@ typedef struct {
     double time;
     int pred_valid;
     double pred_time;
+    /* a j-record with a velocity was stored since the last reset: the records move, and
+     * only the prediction places them (still: eng_still) */
+    int moving;
     int ran;                 /* launched since this was last cleared (tests read it) */
     long planner_calls;      /* the library asked for plans, over the engine's life */
     long launches;           /* kernels queued, over the engine's life */
@@ -368,6 +374,10 @@ int eng_plan(Engine *e, int nj, int ni, int lists, struct dplan *call);
 /* The records of addresses a0 .. a0 + m - 1 copied from the host mirror into the devices'
  * records; they are to be predicted again.  0, or -1 (error set). */
 int eng_upload_run(Engine *e, int a0, int m);
+
+/* Whether the stored j-records stand still and their predicted positions are written as
+ * they are stored: no prediction is launched (jstore.c). */
+int eng_still(const Engine *e);
 
 /* The n addresses (ascending, global) whose device records the library lost (new buffers),
  * uploaded from the host mirror run by run (a plan's DP_UPLOAD, at its install: nothing is

@@ -142,14 +142,48 @@ static int eng_copy_j(Engine *e, int d, int n, const int *address, const int *in
     return s > 0 ? eng_send_staged(e, d, s) : 0;
 }
 
+/* Whether the stored j-records stand still where the devices compute on host memory: order
+ * 2 (the force reads positions and masses only), no velocity stored since the reset (so the
+ * prediction, x + dt (v + ...), is x at any time), and the predicted positions in host
+ * arrays.  The engine then writes each record's predicted position as it stores it, as the
+ * prediction kernel would (predict.cl), and launches no prediction: a GRAPE-5 call is one
+ * command. */
+int eng_still(const Engine *e)
+{
+    const struct dplan *j = &e->dev[0].jside;
+    return j->order == 2 && !e->moving && !j->memory && j->pred_pos != NULL;
+}
+
+/* Record r's predicted position at local address l of device q, as predict.cl writes it
+ * (double-single: hi/lo float pairs and the mass, double: the position and the mass). */
+static void predicted_write(const struct dplan *q, size_t l, const double *r)
+{
+    for (int c = 0; c < 3; c++) {
+        const double x = r[c] + 0.0;  /* x + dt * 0, as the kernel's sum */
+        if (q->ds) {
+            const float hi = (float)x;
+            ((float *)q->pred_pos)[4 * l + c] = hi;
+            ((float *)q->pred_lo)[4 * l + c] = (float)(x - (double)hi);
+        }
+        else
+            ((double *)q->pred_pos)[4 * l + c] = x;
+    }
+    if (q->ds) {
+        ((float *)q->pred_pos)[4 * l + 3] = (float)r[3];
+        ((float *)q->pred_lo)[4 * l + 3] = 0.0f;
+    }
+    else
+        ((double *)q->pred_pos)[4 * l + 3] = r[3];
+}
+
 /* n j-records into the host mirror (global addresses) and, on devices that compute on host
  * memory, into their records (address a: device a % ndev, local address a / ndev), in
  * order: a repeated address keeps its last record, as in the library. Only the records the
  * predictor reads (x|m, v|t and pred_terms derivatives) are written: the others are zero
  * in every stored record (records_ok, and the library raises pred_terms when it stores a
- * non-zero one), and stay so. */
+ * non-zero one), and stay so.  still: their predicted positions too (eng_still). */
 static void records_write(Engine *e, int n, const int *address, const int *index,
-                          const double *rec, int nrec)
+                          const double *rec, int nrec, int still)
 {
     const struct dplan *j = &e->dev[0].jside;
     const int nd = e->ndev, raw_n = j->raw_n;
@@ -169,6 +203,8 @@ static void records_write(Engine *e, int n, const int *address, const int *index
             memcpy(q->dev_raw + l * len, r, given);
             memset((char *)(q->dev_raw + l * len) + given, 0, zeros);
             q->dev_ids[l] = index[k];
+            if (still)
+                predicted_write(q, l, r);
         }
     }
 }
@@ -215,6 +251,7 @@ int eng_reset(Engine *e)
     if (n > 0 && eng_upload_run(e, 0, n) < 0)
         return -1;
     *j->n_stored_at = 0;
+    e->moving = 0;
     return 0;
 }
 
@@ -318,10 +355,15 @@ int eng_put_j_rc(Engine *e, int n, const int *address, const int *index,
         return eng_err(e, ENG_ERR_INTERNAL, "the library gave no room for address %d", top - 1);
     if (eng_in_flight(e) && eng_wait(e) < 0)  /* the force call reads the records */
         return -1;
-    records_write(e, n, address, index, rec, nrec);
+    for (int k = 0; k < n && !e->moving; k++) {
+        const double *v = rec + 4 * (size_t)nrec * k + 4;
+        e->moving = v[0] != 0.0 || v[1] != 0.0 || v[2] != 0.0;
+    }
+    records_write(e, n, address, index, rec, nrec, eng_still(e));
     if (top > *j->n_stored_at)  /* more addresses in use: the next prediction reads them */
         *j->n_stored_at = top;
-    e->pred_valid = 0;
+    if (!eng_still(e))  /* (still: the predicted positions are written) */
+        e->pred_valid = 0;
     for (int d = 0; d < e->ndev && j->memory; d++)
         if (eng_copy_j(e, d, n, address, index, rec, nrec) < 0)
             return -1;

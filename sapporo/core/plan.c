@@ -63,6 +63,8 @@ int plan_unpack(struct dplan *p, const int64_t *w, int lists)
     p->mirror_ids = (int64_t *)(intptr_t)w[DP_MIRROR_IDS];
     p->dev_raw = (double *)(intptr_t)w[DP_DEV_RAW];
     p->dev_ids = (int32_t *)(intptr_t)w[DP_DEV_IDS];
+    p->pred_pos = (void *)(intptr_t)w[DP_PRED_POS];
+    p->pred_lo = (void *)(intptr_t)w[DP_PRED_LO];
     p->nb_counts = (int32_t *)(intptr_t)w[DP_NB_COUNTS];
     p->nb_lists = (int32_t *)(intptr_t)w[DP_NB_LISTS];
     p->nb_cap = (int)w[DP_NB_CAP];

@@ -1083,3 +1083,43 @@ def test_any_shape_without_the_planner(backend, precision):
                         np.zeros(n), order, precision)
     finally:
         lib.close()
+
+
+@pytest.mark.parametrize("precision", ["double-single", "double"])
+def test_still_records_launch_no_prediction(backend, precision):
+    """Order 2 with no velocity stored (the GRAPE-5 calls' j-particles) on host memory: the
+    engine writes the predicted positions as it stores the records and launches the force
+    alone, with the same bits as the prediction kernel's; one velocity stored, and the
+    prediction runs again on every change."""
+    n = 500
+    x, _, m = ref.plummer(n, seed=3)
+    ids, zero = np.arange(n), np.zeros((n, 3))
+    still, moving = (_open(2, precision, backend) for _ in range(2))
+    try:
+        moving.set_j_particles([0], [0], 0.0, [m[0]], x[:1], np.ones((1, 3)))
+        counts = []
+        out = {}
+        for lib in (still, moving):
+            lib.set_j_particles(ids, ids, 0.0, m, x, zero)
+            lib.set_time(0.5)
+            lib.compute(x[:37], zero[:37], ids[:37], 1e-4)  # (the first prediction)
+            before = lib._engine.launches
+            x2 = x.copy()
+            for k in range(3):
+                x2[:100] += 0.01
+                lib.set_j_particles(ids[:100], ids[:100], 0.0, m[:100], x2[:100], zero[:100])
+                lib.set_time(0.5 + k)
+                out.setdefault(id(lib), []).append(lib.compute(x[:37], zero[:37], ids[:37], 1e-4))
+            counts.append(lib._engine.launches - before)
+        host = still._devs[0].h_raw is not None
+        # host memory: the force alone, against prediction and force (device memory: a
+        # scatter of the records too, and a prediction for both)
+        assert counts == ([3, 6] if host else [counts[1]] * 2)
+        for a, b in zip(out[id(still)], out[id(moving)], strict=True):
+            assert np.array_equal(a.acc, b.acc) and np.array_equal(a.pot, b.pot)
+        r = ref.forces(x[:37], None, ids[:37], x2, None, m, ids, 1e-4, order=2)
+        tol = 1e-5 if precision == "double-single" else 1e-12
+        assert ref.relative_vector_error(a.acc, r.acc, r.acc_abs).max() <= tol
+    finally:
+        still.close()
+        moving.close()
