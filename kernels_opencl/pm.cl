@@ -20,6 +20,7 @@
 
 #define PM_INLINE inline
 #define PM_LONG long
+#define PM_GLOBAL __global
 #include "pm_window.h"
 #define NG3 ((long)NG * NG * NG)
 
@@ -304,61 +305,5 @@ __kernel void short_range(const int n, const double rs, const double rcut2, cons
 {
     const int p = get_global_id(0);
     if (p >= n) return;
-    const double xi = x[3 * p], yi = x[3 * p + 1], zi = x[3 * p + 2];
-    int ci[3];
-    const double xyz[3] = {xi, yi, zi};
-    for (int d = 0; d < 3; d++) {
-        const int c = (int)floor((xyz[d] - lo) * cell_inv);
-        ci[d] = c < 0 ? 0 : (c >= nc ? nc - 1 : c);
-    }
-    const double inv_2rs = 0.5 / rs, two_over_sqrtpi_2rs = 1.0 / (rs * 1.7724538509055160273);
-    double ax = 0.0, ay = 0.0, az = 0.0, ph = 0.0;
-    for (int a = -1; a <= 1; a++) {
-        int cx = ci[0] + a;
-#if PERIODIC
-        cx = cx < 0 ? cx + nc : (cx >= nc ? cx - nc : cx);
-#else
-        if (cx < 0 || cx >= nc) continue;
-#endif
-        for (int b = -1; b <= 1; b++) {
-            int cy = ci[1] + b;
-#if PERIODIC
-            cy = cy < 0 ? cy + nc : (cy >= nc ? cy - nc : cy);
-#else
-            if (cy < 0 || cy >= nc) continue;
-#endif
-            for (int c = -1; c <= 1; c++) {
-                int cz = ci[2] + c;
-#if PERIODIC
-                cz = cz < 0 ? cz + nc : (cz >= nc ? cz - nc : cz);
-#else
-                if (cz < 0 || cz >= nc) continue;
-#endif
-                const int cell = (cx * nc + cy) * nc + cz;
-                for (int j = start[cell]; j < end[cell]; j++) {
-                    if (j == p) continue;
-                    double dx = (double)x[3 * j] - xi, dy = (double)x[3 * j + 1] - yi,
-                           dz = (double)x[3 * j + 2] - zi;
-#if PERIODIC
-                    dx -= box * rint(dx / box);
-                    dy -= box * rint(dy / box);
-                    dz -= box * rint(dz / box);
-#endif
-                    const double r2 = dx * dx + dy * dy + dz * dz;
-                    if (r2 >= rcut2 || r2 == 0.0) continue;
-                    const double r = sqrt(r2), u = r * inv_2rs;
-                    const double e = erfc(u), mj = (double)m[j];
-                    const double f = mj * (e + r * two_over_sqrtpi_2rs * exp(-u * u)) / (r2 * r);
-                    ax += f * dx;
-                    ay += f * dy;
-                    az += f * dz;
-                    ph -= mj * e / r;
-                }
-            }
-        }
-    }
-    acc[3 * p] = (real)ax;
-    acc[3 * p + 1] = (real)ay;
-    acc[3 * p + 2] = (real)az;
-    pot[p] = (real)ph;
+    short_range_one(p, rs, rcut2, lo, box, cell_inv, nc, x, m, start, end, acc, pot);
 }

@@ -3,8 +3,9 @@
  * and interpolation weigh the same cells with the same arithmetic in both languages.
  *
  * The includer defines PM_INLINE (how a small device function is declared: `inline` in
- * OpenCL C, `__device__ __forceinline__` in CUDA) and PM_LONG (a 64-bit signed integer:
- * `long` in OpenCL C, `long long` in CUDA). The variants are described in pm.cl. */
+ * OpenCL C, `__device__ __forceinline__` in CUDA), PM_LONG (a 64-bit signed integer:
+ * `long` in OpenCL C, `long long` in CUDA) and PM_GLOBAL (`__global`, nothing in CUDA).
+ * The variants are described in pm.cl. */
 #ifndef SAPPORO_PM_WINDOW_H
 #define SAPPORO_PM_WINDOW_H
 
@@ -112,5 +113,73 @@ PM_INLINE double to_mesh(real x, double lo, double inv_h)
             }                                                                                 \
         }                                                                                     \
     } while (0)
+
+/* The P^3M short-range sum of particle p (pm.cl's short_range, which says what it adds):
+ * the particles of the 27 chaining-mesh cells around p's closer than rcut. PM_GLOBAL: the
+ * includer's qualifier of device memory (`__global` in OpenCL C, nothing in CUDA). */
+PM_INLINE void short_range_one(const int p, const double rs, const double rcut2,
+                               const double lo, const double box, const double cell_inv,
+                               const int nc, PM_GLOBAL const real *x, PM_GLOBAL const real *m,
+                               PM_GLOBAL const int *start, PM_GLOBAL const int *end,
+                               PM_GLOBAL real *acc, PM_GLOBAL real *pot)
+{
+    const double xi = x[3 * p], yi = x[3 * p + 1], zi = x[3 * p + 2];
+    int ci[3];
+    const double xyz[3] = {xi, yi, zi};
+    for (int d = 0; d < 3; d++) {
+        const int c = (int)floor((xyz[d] - lo) * cell_inv);
+        ci[d] = c < 0 ? 0 : (c >= nc ? nc - 1 : c);
+    }
+    const double inv_2rs = 0.5 / rs, two_over_sqrtpi_2rs = 1.0 / (rs * 1.7724538509055160273);
+    double ax = 0.0, ay = 0.0, az = 0.0, ph = 0.0;
+    for (int a = -1; a <= 1; a++) {
+        int cx = ci[0] + a;
+#if PERIODIC
+        cx = cx < 0 ? cx + nc : (cx >= nc ? cx - nc : cx);
+#else
+        if (cx < 0 || cx >= nc) continue;
+#endif
+        for (int b = -1; b <= 1; b++) {
+            int cy = ci[1] + b;
+#if PERIODIC
+            cy = cy < 0 ? cy + nc : (cy >= nc ? cy - nc : cy);
+#else
+            if (cy < 0 || cy >= nc) continue;
+#endif
+            for (int c = -1; c <= 1; c++) {
+                int cz = ci[2] + c;
+#if PERIODIC
+                cz = cz < 0 ? cz + nc : (cz >= nc ? cz - nc : cz);
+#else
+                if (cz < 0 || cz >= nc) continue;
+#endif
+                const int cell = (cx * nc + cy) * nc + cz;
+                for (int j = start[cell]; j < end[cell]; j++) {
+                    if (j == p) continue;
+                    double dx = (double)x[3 * j] - xi, dy = (double)x[3 * j + 1] - yi,
+                           dz = (double)x[3 * j + 2] - zi;
+#if PERIODIC
+                    dx -= box * rint(dx / box);
+                    dy -= box * rint(dy / box);
+                    dz -= box * rint(dz / box);
+#endif
+                    const double r2 = dx * dx + dy * dy + dz * dz;
+                    if (r2 >= rcut2 || r2 == 0.0) continue;
+                    const double r = sqrt(r2), u = r * inv_2rs;
+                    const double e = erfc(u), mj = (double)m[j];
+                    const double f = mj * (e + r * two_over_sqrtpi_2rs * exp(-u * u)) / (r2 * r);
+                    ax += f * dx;
+                    ay += f * dy;
+                    az += f * dz;
+                    ph -= mj * e / r;
+                }
+            }
+        }
+    }
+    acc[3 * p] = (real)ax;
+    acc[3 * p + 1] = (real)ay;
+    acc[3 * p + 2] = (real)az;
+    pot[p] = (real)ph;
+}
 
 #endif
