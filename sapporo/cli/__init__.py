@@ -174,10 +174,6 @@ def ensure_writable_dir(path: str | os.PathLike[str], what: str, need_bytes: int
     return folder
 
 
-QUIET_HELP = "no progress and no closing summary on the terminal (errors still go to stderr)"
-NO_PLOTS_HELP = "do not write PNG plots"
-
-
 def add_output_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
                        plots: bool = True) -> None:
     """Add ``--quiet`` and, where the command writes plots, ``--no-plots``.
@@ -185,9 +181,10 @@ def add_output_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
     The same two options, with the same meaning, on every command that prints progress or
     writes plots (``tests/cli/test_cli_common.py`` checks it).
     """
-    parser.add_argument("--quiet", action="store_true", help=QUIET_HELP)
+    parser.add_argument("--quiet", action="store_true", help="no progress and no closing "
+                        "summary on the terminal (errors still go to stderr)")
     if plots:
-        parser.add_argument("--no-plots", action="store_true", help=NO_PLOTS_HELP)
+        parser.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
 
 
 class StatusLine:
@@ -303,12 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with _sigterm_as_interrupt():
             return int(args.func(args) or 0)
-    except (InputError, ConfigError) as exc:  # a bad option or value: a usage error
+    except SapporoError as exc:  # InputError, ConfigError: a bad option or value (usage)
         sys.stderr.write(f"sapporo {args.command}: error: {exc}\n")
-        return 2
-    except SapporoError as exc:
-        sys.stderr.write(f"sapporo {args.command}: error: {exc}\n")
-        return 1
+        return 2 if isinstance(exc, (InputError, ConfigError)) else 1
     except OSError as exc:  # unwritable output, missing input, full disk, ...
         sys.stderr.write(f"sapporo {args.command}: error: {os_error_message(exc)}\n")
         return 1

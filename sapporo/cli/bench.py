@@ -66,14 +66,10 @@ def run(args: argparse.Namespace) -> int:
     ensure_writable_dir(args.out, "--out")
     if args.block_step:
         return _block_step(args, kw, progress)
-    if args.tiny:
-        settings = bench.BenchSettings.tiny(**kw)
-    elif args.quick:
-        settings = bench.BenchSettings.quick(**kw)
-    else:
-        settings = bench.BenchSettings(**kw)
+    make = (bench.BenchSettings.tiny if args.tiny else bench.BenchSettings.quick if args.quick
+            else bench.BenchSettings)
     try:
-        report = bench.run_bench(settings, progress=progress)
+        report = bench.run_bench(make(**kw), progress=progress)
     finally:
         progress.done()
     paths = bench.write_outputs(report, args.out, plots=not args.no_plots)
@@ -89,11 +85,10 @@ def _block_step(args: argparse.Namespace, kw: dict, progress: StatusLine) -> int
 
     orders = kw.get("orders", [4])
     precisions = kw.get("precisions", ["double-single"])
-    n_list = kw.get("n_list", [1024, 4096] if (args.quick or args.tiny) else latency.SWEEP_N)
-    na_list = kw.get("n_active", latency.SWEEP_N_ACTIVE)
+    n_list = kw.get("n_list", [256] if args.tiny else [1024, 4096] if args.quick
+                    else latency.SWEEP_N)
+    na_list = kw.get("n_active", [1, 16] if args.tiny else latency.SWEEP_N_ACTIVE)
     steps = 40 if args.tiny else 150 if args.quick else 300
-    if args.tiny:
-        n_list, na_list = kw.get("n_list", [256]), kw.get("n_active", [1, 16])
     rows = []
     notes = []
     try:

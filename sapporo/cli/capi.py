@@ -290,24 +290,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``sapporo capi build`` and ``sapporo capi flags``."""
     p = sub.add_parser("capi", help="the GRAPE-6 library for C and Fortran programs")
     csub = p.add_subparsers(dest="capi_command", metavar="ACTION", required=True)
-    prefix_help = "install prefix (default: a per-user folder for this Python environment)"
-
     b = csub.add_parser("build", help="build and install libsapporo.so (also as libg6.so, "
                         "libg5.so, libpg5.so) and headers")
-    b.add_argument("--prefix", default=None, help=prefix_help)
-    b.add_argument("--keep", metavar="DIR", default=None,
-                   help="keep the generated C source and version script in DIR")
-    b.set_defaults(func=run_build)
-
     f = csub.add_parser("flags", help="print compile and link flags (builds when needed)")
-    f.add_argument("--prefix", default=None, help=prefix_help)
-    f.add_argument("--cflags", action="store_true", help="only the compile flags (-I)")
-    f.add_argument("--libs", action="store_true", help="only the link flags")
-    f.set_defaults(func=run_flags)
-
     a = csub.add_parser("amuse", help="build AMUSE's ph4 and phiGRAPE GPU workers against "
                         "this library (prints the command; --install runs it)")
-    a.add_argument("--prefix", default=None, help=prefix_help)
+    for action, func in ((b, run_build), (f, run_flags), (a, run_amuse)):
+        action.add_argument("--prefix", default=None, help="install prefix (default: a "
+                            "per-user folder for this Python environment)")
+        action.set_defaults(func=func)
+
+    b.add_argument("--keep", metavar="DIR", default=None,
+                   help="keep the generated C source and version script in DIR")
+
+    f.add_argument("--cflags", action="store_true", help="only the compile flags (-I)")
+    f.add_argument("--libs", action="store_true", help="only the link flags")
+
     a.add_argument("--python", default=None, metavar="PY",
                    help="the interpreter of the environment AMUSE is installed in (default: "
                         "this one)")
@@ -318,4 +316,3 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --install: build ph4 from its source with one line added, so "
                         "that its GPU mode sends the first accelerations and jerks to the "
                         "library (ph4 2024.6.0 sends zeros; docs/accuracy.md)")
-    a.set_defaults(func=run_amuse)

@@ -77,12 +77,10 @@ def _usage(args: argparse.Namespace) -> tuple[float, str, int]:
     if args.grid < 2:
         raise InputError(f"--grid: expected at least 2, got {args.grid}")
     box = DEFAULT_BOX[args.ic] if args.box is None else args.box
-    if not math.isfinite(box) or box <= 0:
-        raise InputError(f"--box: expected a positive number, got {box}")
-    if not math.isfinite(args.t_end) or args.t_end <= 0:
-        raise InputError(f"--t-end: expected a positive time, got {args.t_end}")
-    if not math.isfinite(args.dt) or args.dt <= 0:
-        raise InputError(f"--dt: expected a positive time step, got {args.dt}")
+    for name, value, what in (("--box", box, "number"), ("--t-end", args.t_end, "time"),
+                              ("--dt", args.dt, "time step")):
+        if not math.isfinite(value) or value <= 0:
+            raise InputError(f"{name}: expected a positive {what}, got {value}")
     if args.snapshots < 0:
         raise InputError(f"--snapshots: expected 0 or more, got {args.snapshots}")
     boundary = args.boundary
@@ -180,7 +178,6 @@ def run(args: argparse.Namespace) -> int:
             progress("sapporo pm: interrupted; writing the summary")
         per_step = sim.mean_step_times()
         density = mesh.density()
-        wall = time.perf_counter() - wall0
         summary = {
             "ic": args.ic, "n": args.n, "grid": args.grid, "box": box, "boundary": boundary,
             "solver": "p3m" if args.p3m else args.solver, "window": args.window,
@@ -192,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
             "energy_initial": e0, "energy_final": kin + pot,
             "seconds_per_step": per_step,
             "seconds_per_step_total": float(sum(per_step.values())),
-            "wall_seconds": wall,
+            "wall_seconds": time.perf_counter() - wall0,
             "snapshots": snaps,
         }
         sim.close()

@@ -40,7 +40,7 @@ from sapporo.cli import (
 from sapporo.errors import InputError
 from sapporo.nbody import icfile
 from sapporo.nbody.fileio import write_text_atomic
-from sapporo.nbody.hermite import CRITERIA, DT_MAX, DT_MIN, HermiteIntegrator, default_eta
+from sapporo.nbody.hermite import CRITERIA, DT_MAX, DT_MIN, HermiteIntegrator
 from sapporo.nbody.ic import KING_W0_RANGE, MODELS, lagrangian_radii, star_cluster
 from sapporo.nbody.snapshot import Snapshot, h5py_available
 from sapporo.nbody.snapshot import load as load_snapshot
@@ -409,9 +409,7 @@ class _DiagnosticsFile:
     writes the whole file again at the end."""
 
     def __init__(self, path: Path, fields: list[str], err: TextIO) -> None:
-        self.path = path
-        self.fields = fields
-        self.err = err
+        self.path, self.fields, self.err = path, fields, err
         self.fh: TextIO | None = None
         self.error: str | None = None
 
@@ -577,7 +575,6 @@ def _run(args: argparse.Namespace) -> int:
                                 **parallel.library_options(args)}
     if snap is None:
         order = int(_value(args, "order", DEFAULT_ORDER))
-        criterion = args.criterion or ("aarseth" if order == 4 else "generalised")
         eps = float(_value(args, "eps", DEFAULT_EPS))
         if ics is not None:
             x, v, m, ids = ics.x, ics.v, ics.m, ics.ids
@@ -585,21 +582,17 @@ def _run(args: argparse.Namespace) -> int:
         else:
             x, v, m, meta = _model(args, n)
             ids = None
+    if snap is None or args.precision is not None:  # a resumed run: the snapshot's by default
         lib_opts["precision"] = _value(args, "precision", DEFAULT_PRECISION)
-    elif args.precision is not None:
-        lib_opts["precision"] = args.precision
     if not args.quiet:  # what happens during the silent start
         err.write("sapporo run: opening the device and building the force kernels (the "
                   "first build of a variant can take a minute) ...\n")
         err.flush()
     startup0 = time.perf_counter()
     if snap is None:
-        integ = HermiteIntegrator(
-            lib_opts, x, v, m, ids=ids, order=order, criterion=criterion,
-            eta=_value(args, "eta", default_eta(criterion, order)),
-            eta4=_value(args, "eta4", 0.01), eps2=eps * eps,
-            dt_min=_value(args, "dt_min", DT_MIN), dt_max=_value(args, "dt_max", DT_MAX),
-        )
+        integ = HermiteIntegrator(  # criterion and eta: the integrator's defaults when None
+            lib_opts, x, v, m, ids=ids, order=order, criterion=args.criterion, eta=args.eta,
+            eta4=_value(args, "eta4", 0.01), eps2=eps * eps, dt_min=dt_min, dt_max=dt_max)
     else:
         integ = HermiteIntegrator.from_snapshot(snap, lib_opts)
         if args.precision is not None and args.precision != snap.params.get("precision"):
@@ -633,11 +626,9 @@ def _model(args: argparse.Namespace, n: int
     w0 = float(_value(args, "w0", DEFAULT_W0))
     x, v, m = star_cluster(n, seed, heavy_fraction=heavy, mass_ratio=ratio, bh_mass=bh,
                            exact=scaling == "exact", model=model, w0=w0)
-    if model != "king":
-        w0 = None
     meta: dict[str, Any] = {"seed": seed, "bh_mass": bh, "heavy_fraction": heavy,
                             "mass_ratio": ratio, "ic_scaling": scaling, "model": model,
-                            "w0": w0}
+                            "w0": w0 if model == "king" else None}
     meta["initial_conditions"] = {"model": model, "n": n, **{k: meta[k] for k in (
         "w0", "seed", "bh_mass", "heavy_fraction", "mass_ratio", "ic_scaling")
         if meta[k] is not None}}
@@ -812,8 +803,7 @@ class _Run:
             "mean_n_active": steps / blocks if blocks else 0.0,
             "wall_seconds": wall, "interactions": inter,
             "interactions_per_second": inter / wall if wall > 0 else 0.0,
-            "library_seconds": c1["library_seconds"] - c0["library_seconds"],
-            "integrator_seconds": c1["integrator_seconds"] - c0["integrator_seconds"],
+            **{k: c1[k] - c0[k] for k in ("library_seconds", "integrator_seconds")},
             "startup_seconds": self.startup,
             "block_steps_per_second": blocks / wall if wall > 0 else 0.0,
             "criterion": integ.criterion, "eta": integ.eta, "eta4": integ.eta4,
@@ -889,13 +879,10 @@ def _print_summary(w: TextIO, s: dict[str, Any], out: Path, plots: list[str]) ->
         ("interactions / s", f"{s['interactions_per_second']:.3e}"),
     ]
     width = max(len(k) for k, _ in rows)
-    w.write("\n")
-    for k, v in rows:
-        w.write(f"  {k:<{width}}  {v}\n")
+    w.write("\n" + "".join(f"  {k:<{width}}  {v}\n" for k, v in rows))
     files = ["summary.json", "diagnostics.csv"]
     if s["snapshot"]:
         files.append(Path(s["snapshot"]).name)
     w.write(f"\nwritten to {out}/: " + ", ".join(files + [Path(q).name for q in plots]) + "\n")
-    for problem in s["write_errors"]:
-        w.write(f"  NOT written: {problem}\n")
+    w.writelines(f"  NOT written: {problem}\n" for problem in s["write_errors"])
     w.flush()

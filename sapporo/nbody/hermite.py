@@ -52,7 +52,6 @@ DT_MAX = 2.0**-3
 CRITERIA = ("aarseth", "generalised", "average")
 _ALIASES = {"generalized": "generalised", "avg": "average"}
 
-_MAX_ID = layout.MAX_ID + 1
 #: snapshot metadata keys of the 8th-order scheme's 4th and 5th derivatives
 _META_POP, _META_D5 = "hermite8_pop", "hermite8_d5"
 
@@ -142,10 +141,6 @@ def _largest_dividing_pow2(t: float, dt: np.ndarray, dt_min: float) -> np.ndarra
     return dt
 
 
-def _is_pow2(x: float) -> bool:
-    return x > 0.0 and math.isfinite(x) and math.frexp(x)[0] == 0.5
-
-
 class HermiteIntegrator:
     """Block-time-step Hermite integrator (4th, 6th or 8th order) on a
     :class:`sapporo.Library`.
@@ -204,13 +199,7 @@ class HermiteIntegrator:
             raise InputError(f"t0 must be a finite multiple of dt_min, got {t0!r}")
         self._reset_counters()
         self.meta: dict[str, Any] = {}
-        self._open(lib_or_options)
-        self._set_noise(force_noise)
-        try:
-            self._start(t0)
-        except BaseException:
-            self.close()
-            raise
+        self._open(lib_or_options, force_noise, lambda: self._start(t0))
 
     def _set_params(self, order: Any, eta: Any, eps2: Any, dt_min: Any, dt_max: Any,
                     criterion: Any, eta4: Any, eta_s: Any) -> None:
@@ -230,7 +219,7 @@ class HermiteIntegrator:
         self.dt_min = validate.positive("dt_min", dt_min)
         self.dt_max = validate.positive("dt_max", dt_max)
         for name, value in (("dt_min", self.dt_min), ("dt_max", self.dt_max)):
-            if not _is_pow2(value):
+            if math.frexp(value)[0] != 0.5:  # not a power of two (finite and > 0 already)
                 raise InputError(f"{name} must be a power of two (e.g. 2**-3), got {value!r}")
         if self.dt_min > self.dt_max:
             raise InputError(f"dt_min ({self.dt_min!r}) must be <= dt_max ({self.dt_max!r})")
@@ -243,7 +232,6 @@ class HermiteIntegrator:
         except (TypeError, ValueError):
             f = -1.0
         if not (math.isfinite(f) and f >= 0.0):
-            self.close()
             raise InputError(f"force_noise must be finite and >= 0, got {force_noise!r}")
         self.force_noise = f
 
@@ -260,7 +248,7 @@ class HermiteIntegrator:
         if ids is None:
             self.ids = np.arange(n, dtype=np.int64)
         else:
-            self.ids = validate.ints("ids", ids, n, 0, _MAX_ID - 1).copy()
+            self.ids = validate.ints("ids", ids, n, 0, layout.MAX_ID).copy()
             if np.unique(self.ids).size != n:
                 raise InputError("ids: must be distinct")
         self.n = n
@@ -276,7 +264,9 @@ class HermiteIntegrator:
         self.interrupted = False
         self._core: Any = None
 
-    def _open(self, lib_or_options: Any) -> None:
+    def _open(self, lib_or_options: Any, force_noise: Any, start: Callable[[], Any]) -> None:
+        """Open the library (or take the one given), set the force noise, then ``start()``;
+        a failure after the library opened closes it."""
         self._owns_lib = False
         self.lib: Any = None
         if lib_or_options is None or isinstance(lib_or_options, Mapping):
@@ -297,6 +287,12 @@ class HermiteIntegrator:
             self.lib = lib
         self.precision = getattr(self.lib, "precision", None)
         self.device_name = str(getattr(self.lib, "device_name", "unknown device"))
+        try:
+            self._set_noise(force_noise)
+            start()
+        except BaseException:
+            self.close()
+            raise
 
     def _compute(self, x: np.ndarray, v: np.ndarray, ids: np.ndarray,
                  a: np.ndarray | None, jerk: np.ndarray | None = None) -> Any:
@@ -426,13 +422,7 @@ class HermiteIntegrator:
             if "precision" in p:
                 opts.setdefault("precision", p["precision"])
             lib_or_options = opts
-        self._open(lib_or_options)
-        self._set_noise(p.get("force_noise"))
-        try:
-            self._send(slice(None))
-        except BaseException:
-            self.close()
-            raise
+        self._open(lib_or_options, p.get("force_noise"), lambda: self._send(slice(None)))
         return self
 
     @property
@@ -673,11 +663,10 @@ class HermiteIntegrator:
         meta = dict(self.meta)
         if self.order == 8:
             meta[_META_POP], meta[_META_D5] = self.pop.tolist(), self.d5.tolist()
-        return Snapshot(time=self.time, x=self.x.copy(), v=self.v.copy(), m=self.m.copy(),
-                        ids=self.ids.copy(), t=self.t.copy(), dt=self.dt.copy(), a=self.a.copy(),
-                        jerk=self.jerk.copy(), snap=self.snap.copy(), crackle=self.crackle.copy(),
-                        pot=self.pot.copy(), params=self.params, counters=self.counters,
-                        n_active_counts=self.n_active_counts.copy(), meta=meta)
+        copies = {k: getattr(self, k).copy() for k in ("x", "v", "m", "ids", "t", "dt", "a", "jerk",
+                                                       "snap", "crackle", "pot", "n_active_counts")}
+        return Snapshot(time=self.time, params=self.params, counters=self.counters, meta=meta,
+                        **copies)
 
     def close(self) -> None:
         """Close the library if the integrator opened it (idempotent)."""

@@ -64,12 +64,6 @@ def _scaled(x: np.ndarray, v: np.ndarray, m: np.ndarray, exact: bool
     return to_henon_units(x, v, m)
 
 
-def _count(n: object) -> int:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise InputError(f"n must be a positive integer, got {n!r}")
-    return int(n)
-
-
 def kinetic_energy(v: np.ndarray, m: np.ndarray) -> float:
     """``0.5 sum m |v|^2``."""
     v = np.asarray(v, dtype=np.float64)
@@ -247,34 +241,26 @@ def king_model(w0: float) -> KingModel:
 
     r_start = 1e-4
     t, w, y = math.log(r_start), w0 - 1.5 * r_start**2, -3.0 * r_start**2
-    ts, ws, ys = [t], [w], [y]
+    points = [(t, w, y)]
     h = _KING_STEP
-    while True:
-        w_next, y_next = step(t, w, y, h)
-        if w_next > 0.0:
-            t, w, y = t + h, w_next, y_next
-            ts.append(t)
-            ws.append(w)
-            ys.append(y)
-            continue
-        lo_h, hi_h = 0.0, h  # W(t + lo_h) > 0 >= W(t + hi_h)
-        for _ in range(60):
-            mid = 0.5 * (lo_h + hi_h)
-            if step(t, w, y, mid)[0] > 0.0:
-                lo_h = mid
-            else:
-                hi_h = mid
-        ts.append(t + hi_h)
-        ws.append(0.0)
-        ys.append(step(t, w, y, hi_h)[1])
-        break
-    r = np.exp(np.asarray(ts))
-    wv = np.asarray(ws)
-    mass = -r * np.asarray(ys)  # -r^2 dW/dr = -r dW/dt
+    while (w_y := step(t, w, y, h))[0] > 0.0:
+        t, w, y = t + h, *w_y
+        points.append((t, w, y))
+    lo_h, hi_h = 0.0, h  # W(t + lo_h) > 0 >= W(t + hi_h)
+    for _ in range(60):
+        mid = 0.5 * (lo_h + hi_h)
+        if step(t, w, y, mid)[0] > 0.0:
+            lo_h = mid
+        else:
+            hi_h = mid
+    points.append((t + hi_h, 0.0, step(t, w, y, hi_h)[1]))
+    ts, ws, ys = np.asarray(points).T
+    r = np.exp(ts)
+    mass = -r * ys  # -r^2 dW/dr = -r dW/dt
     total = float(mass[-1])
     r_t = float(r[-1])
     r = np.concatenate(([0.0], r))
-    wv = np.concatenate(([w0], wv))
+    wv = np.concatenate(([w0], ws))
     mass = np.concatenate(([0.0], mass))
     integral = float(np.sum(0.5 * (wv[1:] + wv[:-1]) * np.diff(mass)))  # int W dM
     potential = -0.5 * (integral + total * total / r_t)
@@ -311,7 +297,7 @@ def king(n: int, w0: float = 6.0, seed: int = 0, exact: bool = False
     m : ndarray, shape (n,)
         ``1 / n`` each.
     """
-    n = _count(n)
+    n = reference._count(n)
     reference.check_seed(seed)
     model = king_model(w0)
     rng = np.random.default_rng(seed)
@@ -395,7 +381,7 @@ def star_cluster(n: int, seed: int = 0, heavy_fraction: float = 0.0, mass_ratio:
     InputError
         For parameters out of range, or fewer than 2 stars.
     """
-    n = _count(n)
+    n = reference._count(n)
     for name, value in (("heavy_fraction", heavy_fraction), ("bh_mass", bh_mass)):
         if not (isinstance(value, (int, float, np.floating)) and 0.0 <= value < 1.0):
             raise InputError(f"{name} must be in [0, 1), got {value!r}")

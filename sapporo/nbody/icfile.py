@@ -52,7 +52,6 @@ G_SI = 6.6743e-11
 MAX_ID = 2**31 - 1
 
 _REQUIRED = ("m", "x", "y", "z", "vx", "vy", "vz")
-_SEVEN = _REQUIRED
 _EIGHT = ("id", *_REQUIRED)
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 _ZIP_MAGIC = b"PK\x03\x04"
@@ -155,13 +154,12 @@ def read(path: str | os.PathLike[str], format: str = "auto",
         ics = _read_snapshot(path)
     elif format == "amuse":
         ics = _read_amuse(path, scale)
+    elif head.startswith((_HDF5_MAGIC, _ZIP_MAGIC)):
+        raise InputError(f"{path} is a binary file, not {format} text")
+    elif format == "columns":
+        ics = _read_columns(path, columns)
     else:
-        if head.startswith((_HDF5_MAGIC, _ZIP_MAGIC)):
-            raise InputError(f"{path} is a binary file, not {format} text")
-        if format == "columns":
-            ics = _read_columns(path, columns)
-        else:
-            ics = _read_header_format(path, format)
+        ics = _read_header_format(path, format)
     _check_particles(path, ics)
     ics.source = {"file": os.path.abspath(path), "format": format, "scale": scale,
                   "n": ics.n, **ics.source}
@@ -193,12 +191,8 @@ def _detect(path: Path, head: bytes, columns: tuple[str, ...] | None) -> str:
     if head.startswith(_ZIP_MAGIC):
         return "snapshot"
     if head.startswith(_HDF5_MAGIC):
-        h5py = _h5py(path)
-        try:
-            with h5py.File(path, "r") as f:
-                return "snapshot" if "format_version" in f else "amuse"
-        except OSError as exc:
-            raise InputError(f"{path}: cannot read this HDF5 file ({exc})") from None
+        with _hdf5(path)[1] as f:
+            return "snapshot" if "format_version" in f else "amuse"
     counts: list[int] = []
     total = 0
     tokens: list[str] = []
@@ -222,13 +216,17 @@ def _detect(path: Path, head: bytes, columns: tuple[str, ...] | None) -> str:
     return "phigrape" if n >= 0 and total == 3 + 8 * n else "banana"
 
 
-def _h5py(path: Path) -> Any:
+def _hdf5(path: Path) -> tuple[Any, Any]:
+    """h5py, and the HDF5 file ``path`` open for reading."""
     try:
         import h5py
     except ImportError:
         raise InputError(f"{path} is an HDF5 file; reading it needs h5py (pip install h5py, "
                          "or the hdf5 extra)") from None
-    return h5py
+    try:
+        return h5py, h5py.File(path, "r")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read this HDF5 file ({exc})") from None
 
 
 def _data_lines(path: Path) -> Iterator[tuple[int, list[str]]]:
@@ -351,7 +349,7 @@ def _read_columns(path: Path, columns: tuple[str, ...] | None) -> InitialConditi
                 raise InputError(f"{path}, line {line}: {_count(len(values))}; a particle line "
                                  "has 7 (m x y z vx vy vz) or 8 (id m x y z vx vy vz); name "
                                  "other columns with --ic-columns")
-            names = _SEVEN if len(values) == 7 else _EIGHT
+            names = _REQUIRED if len(values) == 7 else _EIGHT
             particles.ids = array("q") if "id" in names else None
             first_line = line
         if len(values) != len(names):
@@ -454,12 +452,8 @@ def _read_snapshot(path: Path) -> InitialConditions:
                              ids=snap.ids.copy(), source={"time": float(snap.time)})
 
 
-_DIMENSIONS = {
-    "mass": {"mass": 1.0},
-    "x": {"length": 1.0}, "y": {"length": 1.0}, "z": {"length": 1.0},
-    "vx": {"length": 1.0, "time": -1.0}, "vy": {"length": 1.0, "time": -1.0},
-    "vz": {"length": 1.0, "time": -1.0},
-}
+_DIMENSIONS = {"mass": {"mass": 1.0}, **dict.fromkeys(("x", "y", "z"), {"length": 1.0}),
+               **dict.fromkeys(("vx", "vy", "vz"), {"length": 1.0, "time": -1.0})}
 #: AMUSE's unit system of physical units (the other, N-body values, is "generic")
 _SI_SYSTEM = "S.I."
 
@@ -469,11 +463,7 @@ def _text(value: Any) -> str:
 
 
 def _read_amuse(path: Path, scale: str) -> InitialConditions:
-    h5py = _h5py(path)
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read this HDF5 file ({exc})") from None
+    h5py, f = _hdf5(path)
     with f:
         group = _amuse_set(path, f, h5py)
         set_name = str(group.name)
@@ -512,8 +502,7 @@ def _read_amuse(path: Path, scale: str) -> InitialConditions:
         raise InputError(f"{path}: the particles are in physical units (mass in "
                          f"{units['mass']}); give --ic-scale nbody to convert them to "
                          "N-body units")
-    lengths = {arr.size for arr in arrays.values()}
-    if len(lengths) != 1:
+    if len({arr.size for arr in arrays.values()}) != 1:
         raise InputError(f"{path}: the attributes have different lengths "
                          f"({', '.join(f'{k} {v.size}' for k, v in arrays.items())})")
     x = np.stack([arrays["x"], arrays["y"], arrays["z"]], axis=1)

@@ -167,8 +167,7 @@ def _check_integers(name: str, values: Any) -> None:
             raise InputError(f"snapshot field {name} holds values beyond int64")
         return
     if arr.dtype.kind == "f":
-        finite = np.isfinite(arr)
-        if not finite.all():
+        if not np.isfinite(arr).all():
             raise InputError(f"snapshot field {name} must hold integers, not NaN or inf")
         bad = arr != np.round(arr)
         if bad.any():
@@ -237,9 +236,9 @@ def save(path: str | os.PathLike[str], snapshot: Snapshot) -> Path:
         "format_version": np.asarray(FORMAT_VERSION, dtype=np.int64),
         "time": np.asarray(float(snapshot.time), dtype=np.float64),
         "ids": np.ascontiguousarray(snapshot.ids, dtype=np.int64),
+        **{name: np.ascontiguousarray(getattr(snapshot, name), dtype=np.float64)
+           for name in (*_VECTORS, *_SCALARS)},
     }
-    for name in (*_VECTORS, *_SCALARS):
-        arrays[name] = np.ascontiguousarray(getattr(snapshot, name), dtype=np.float64)
     if snapshot.n_active_counts is not None:
         arrays["n_active_counts"] = np.ascontiguousarray(snapshot.n_active_counts, dtype=np.int64)
     texts = {name: json.dumps(getattr(snapshot, name), sort_keys=True) for name in _JSON}

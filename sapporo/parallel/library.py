@@ -30,6 +30,7 @@ import threading
 import time
 import traceback
 import zlib
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -55,7 +56,6 @@ AUTO_J_MAX_RANKS = 4
 #: default of ParallelLibrary.scatter_min_bytes: combining by slices saves a rank about
 #: (cols - 2) x its partials' bytes of traffic for one more collective
 SCATTER_MIN_BYTES = 1 << 17
-MAX_ADDRESS = layout.MAX_ADDRESS
 #: The first exchange of a force call along a row (and column) is an allgather of a size
 #: fixed when the library opens: each rank's header (failed, ni, neighbour lists asked for,
 #: scatter_min_bytes) and room for this many bytes of its partial forces; larger partials go
@@ -226,19 +226,6 @@ def _merge_lists(pairs: list[tuple[np.ndarray, np.ndarray]], ni: int,
 SYNC_LOCAL_MAX = 256
 
 
-class _Done:
-    """A local force call already made (its result, or the error its result raises)."""
-
-    def __init__(self, result: Any = None, error: BaseException | None = None):
-        self._result = result
-        self._error = error
-
-    def result(self) -> Any:
-        if self._error is not None:
-            raise self._error
-        return self._result
-
-
 class ParallelLibrary:
     """:class:`sapporo.Library` spread over the ranks of an MPI communicator (SPMD).
 
@@ -282,8 +269,7 @@ class ParallelLibrary:
         self.row, self.col = divmod(self.rank, self.cols)
         self._row_comm = self.comm.Split(self.row, self.col)  # the ranks of my row
         self._col_comm = self.comm.Split(self.col, self.row)  # ... and of my column
-        self.comm_seconds = 0.0
-        self.compute_seconds = 0.0
+        self.comm_seconds = self.compute_seconds = 0.0
         #: a row is combined by slices (each rank combines one, then an allgather) instead
         #: of by every rank when (cols - 2) x the bytes of a rank's partials reach this (the
         #: same on every rank: a force call whose ranks differ raises)
@@ -333,7 +319,7 @@ class ParallelLibrary:
             self._free_comms()
             raise
         #: the largest j-address :meth:`set_j_particles` accepts (on every rank)
-        self.max_address = min(MAX_ADDRESS, (min(i[0] for i in info) + 1) * self.cols - 1)
+        self.max_address = min(layout.MAX_ADDRESS, (min(i[0] for i in info) + 1) * self.cols - 1)
         #: the grid and the names of the devices of all ranks
         self.device_name = (f"{size} ranks ({self.rows} x {self.cols}, {self.decomposition}) "
                             f"on {' + '.join(sorted({i[1] for i in info}))}")
@@ -611,11 +597,14 @@ class ParallelLibrary:
                 nj_loc = min(max(0, -(-(njg - self.col) // self.cols)), self._lib.n_stored)
                 t0 = time.perf_counter()
                 if hi2 is None and hi - lo <= SYNC_LOCAL_MAX:
-                    try:  # a non-finite force is reported by result(), as when started
-                        state["local"] = _Done(self._lib.compute(xi, vi, ii, eps2, a=ai,
-                                                                 nj=nj_loc, jerk=ji))
+                    # computed now; a non-finite force is raised by result(), as when started
+                    done: Future = Future()
+                    try:
+                        done.set_result(self._lib.compute(xi, vi, ii, eps2, a=ai, nj=nj_loc,
+                                                          jerk=ji))
                     except NonFiniteError as exc:
-                        state["local"] = _Done(error=exc)
+                        done.set_exception(exc)
+                    state["local"] = done  # not after another error (held by _step)
                 else:
                     state["local"] = self._lib.start_compute(xi, vi, ii, eps2, h2=hi2, a=ai,
                                                              nj=nj_loc, jerk=ji)
@@ -852,11 +841,9 @@ def under_mpi() -> bool:
 class CommandRun:
     """One run of a command under ``mpiexec`` (see :func:`run_cli`)."""
 
-    def __init__(self, name: str, decomposition: str | None):
-        MPI = _mpi()
-        self.world = MPI.COMM_WORLD
+    def __init__(self, decomposition: str | None):
+        self.world = _mpi().COMM_WORLD
         self.rank = self.world.Get_rank()
-        self.name = name
         self.decomposition = (decomposition or config.from_environment().decomposition
                               or "auto")
         self.met = False  # this rank took part in the meeting before the library opens
@@ -890,7 +877,7 @@ def run_cli(args: Any, body: Any, name: str) -> int:
     library opens ends the run on every rank; any other failure of a single rank aborts the
     job (``MPI_Abort``). Returns the exit status (2 for bad input, 1 for other errors)."""
 
-    run = CommandRun(name, getattr(args, "decomposition", None))
+    run = CommandRun(getattr(args, "decomposition", None))
     args._mpi_run = run
     root = run.rank == 0
     err = sys.stderr

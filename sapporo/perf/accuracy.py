@@ -84,8 +84,7 @@ def markdown(rows: list[AccuracyRow]) -> str:
 
     out = ["| precision | order | case | acc max | acc median | jerk max | snap max | pot max "
            "| nn agree |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        out.append(f"| {r.precision} | {r.order} | {r.case} | {fmt(r.acc_max)} | "
-                   f"{fmt(r.acc_median)} | {fmt(r.jerk_max)} | {fmt(r.snap_max)} | "
-                   f"{fmt(r.pot_max)} | {100 * r.nn_agree:.1f} % |")
+    out += [f"| {r.precision} | {r.order} | {r.case} | {fmt(r.acc_max)} | "
+            f"{fmt(r.acc_median)} | {fmt(r.jerk_max)} | {fmt(r.snap_max)} | "
+            f"{fmt(r.pot_max)} | {100 * r.nn_agree:.1f} % |" for r in rows]
     return "\n".join(out)

@@ -60,16 +60,16 @@ def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[st
     tag = f"order {order} {precision}"
     # two libraries on the same device: one times the kernels (events), the other the calls
     # as users make them (profiling off: on CUDA no events are recorded at all)
-    with Library(order=order, precision=precision, backend=s.backend, devices=s.devices,
-                 profiling=True) as lib, \
-            Library(order=order, precision=precision, backend=s.backend, devices=s.devices,
-                    profiling=False) as plain:
+    opts = {"order": order, "precision": precision, "backend": s.backend, "devices": s.devices}
+    with Library(**opts, profiling=True) as lib, Library(**opts, profiling=False) as plain:
         if s.launch == "defaults":
             for each in (lib, plain):
                 each.set_launch_table(default_table(each.device_infos[0], order, precision))
         source = lib.launch_tables()[0].source
         sources[tag] = source
         launch = Path(source).name if source.endswith(".json") else source
+        ours = {**common, "code": "sapporo", "order": order, "precision": precision,
+                "launch": launch}  # the fields of every row of this library
 
         def load(n: int, libs: tuple[Library, ...] = (lib,)) -> dict[str, Any]:
             sysd = bench_system(n, s.seed, order)
@@ -89,12 +89,10 @@ def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[st
             walls = [t["wall"] for t in times]
             if kernel is None:
                 kernel = min(t["kernel"] for t in times)
-            return with_rates(Row(**common, kind=kind, code="sapporo", order=order,
-                                  precision=precision, n=n, n_active=ni, repeats=len(times),
+            return with_rates(Row(**ours, kind=kind, n=n, n_active=ni, repeats=len(times),
                                   seconds=min(walls), seconds_median=statistics.median(walls),
                                   cpu_seconds=min(t["cpu"] for t in times),
-                                  kernel_seconds=kernel, launch=launch, note=note),
-                              s.peak_gflops)
+                                  kernel_seconds=kernel, note=note), s.peak_gflops)
 
         # N x N
         for n in s.n_list:
@@ -105,8 +103,7 @@ def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[st
             per_i = call(sysd, probe)["wall"] / probe
             ni, note = n, ""
             if per_i * n * s.repeats > s.budget:
-                ni = max(probe, int(s.budget / s.repeats / per_i) // 1024 * 1024)
-                ni = min(ni, n)
+                ni = min(max(probe, int(s.budget / s.repeats / per_i) // 1024 * 1024), n)
                 if ni < n:
                     note = f"i-subset: {ni} of {n} i-particles (time budget {s.budget:g} s)"
             rows.append(row("nxn", n, ni, [call(sysd, ni) for _ in range(s.repeats)],
@@ -124,9 +121,8 @@ def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[st
             for each in (lib, plain):
                 call(sysd, ni, nj=min(n, 256), on=each)  # builds this launch shape
             w1 = call(sysd, ni, on=plain)["wall"]
-            reps = int(min(30, max(3, math.ceil(s.sweep_seconds / max(w1, 1e-6)))))
-            if s.sweep_seconds <= 0:
-                reps = 1
+            reps = 1 if s.sweep_seconds <= 0 else int(
+                min(30, max(3, math.ceil(s.sweep_seconds / max(w1, 1e-6)))))
             times = [call(sysd, ni, on=plain) for _ in range(reps)]
             call(sysd, ni)  # the other library's memory back into the caches (CPUs)
             kern = min(call(sysd, ni)["kernel"] for _ in range(reps))
@@ -141,13 +137,12 @@ def _bench_library(s: BenchSettings, order: int, precision: str, common: dict[st
         kern = statistics.median(call(sysd, 1)["kernel"] for _ in range(min(calls, 50)))
         over = [(w - kern) * 1e6 for w in walls]
         steps = _block_steps(plain, sysd, calls)
-        r = with_rates(Row(**common, kind="overhead", code="sapporo", order=order,
-                           precision=precision, n=n, n_active=1, repeats=len(walls),
+        r = with_rates(Row(**ours, kind="overhead", n=n, n_active=1, repeats=len(walls),
                            seconds=statistics.median(walls),
                            seconds_median=statistics.median(walls), kernel_seconds=kern,
                            overhead_us=statistics.median(over), overhead_us_min=min(over),
                            step_us=statistics.median(steps) * 1e6,
-                           step_us_min=min(steps) * 1e6, launch=launch), s.peak_gflops)
+                           step_us_min=min(steps) * 1e6), s.peak_gflops)
         rows.append(r)
         say(f"{tag}: host overhead at N_active=1, N={n}: median {r.overhead_us:8.1f} us, "
             f"min {r.overhead_us_min:8.1f} us (wall {r.seconds * 1e6:.1f} us, kernel "
@@ -210,9 +205,8 @@ def run_bench(settings: BenchSettings, progress: Progress | None = None) -> Benc
     device = info.name if ndev == 1 else f"{ndev} x {info.name}"
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     common = {"device": device, "backend": be.name, "date": date}
-    report = BenchReport(device=device, backend=be.name, device_type=info.device_type,
-                         date=date, rows=[], launch_sources={}, settings=s,
-                         load_average=load_average())
+    report = BenchReport(**common, device_type=info.device_type, rows=[], launch_sources={},
+                         settings=s, load_average=load_average())
     say(f"sapporo bench on {device} ({be.name}, {info.device_type}), {date}")
 
     for precision in precisions:
@@ -253,8 +247,6 @@ def write_outputs(report: BenchReport, out_dir: str | Path, plots: bool = True) 
     paths = [write_csv(report, out / CSV_NAME)]
     if plots:
         paths += plot_bench(report, out)
-    table = out / TABLE_NAME
-    write_text_atomic(table, format_table(report))
-    paths.append(table)
-    return paths
+    write_text_atomic(out / TABLE_NAME, format_table(report))
+    return [*paths, out / TABLE_NAME]
 

@@ -98,12 +98,12 @@ def block_step_budget(n: int, n_active: int, order: int = 4, precision: str = "d
          "jerk": rng.normal(scale=0.5, size=(n, 3))}
     out: dict[str, Any] = {"n": n, "n_active": n_active, "order": order,
                            "precision": precision, "steps": steps}
-    with Library(order=order, precision=precision, backend=backend, devices=devices) as lib:
+    opts = {"order": order, "precision": precision, "backend": backend, "devices": devices}
+    with Library(**opts) as lib:
         out["device"] = lib.device_name
         lib.set_j_particles(s["id"], s["id"], 0.0, m, x, v, a=s["a"], jerk=s["jerk"])
         _steps(lib, s, n_active, warmup, seed)
-        phases: dict[str, float] = defaultdict(float)
-        lib._phases = phases
+        lib._phases = defaultdict(float)  # time per phase, summed by the library
         ctxs = [d.ctx for d in lib._devs]
 
         def queued() -> int:  # the runtime commands of the library and of its engine
@@ -116,8 +116,7 @@ def block_step_budget(n: int, n_active: int, order: int = 4, precision: str = "d
         _steps(lib, s, n_active, steps, seed, times, per_phase)
         commands = queued() - commands0
         lib._phases = None
-    with Library(order=order, precision=precision, backend=backend, devices=devices,
-                 profiling=True) as prof:
+    with Library(**opts, profiling=True) as prof:
         prof.set_j_particles(s["id"], s["id"], 0.0, m, x, v, a=s["a"], jerk=s["jerk"])
         _steps(prof, s, n_active, warmup, seed)
         k0 = prof.kernel_seconds
@@ -142,12 +141,11 @@ def budget_table(rows: Sequence[dict[str, Any]]) -> str:
     lines = ["| N | N_active | wall | device | host | " + " | ".join(PHASES)
              + " | commands | interactions/s |" + (" C API |" if capi else ""),
              "|" + "---|" * (7 + len(PHASES) + (1 if capi else 0))]
-    for r in rows:
-        lines.append(f"| {r['n']} | {r['n_active']} | {r['wall_us']:.0f} | "
-                     f"{r['device_us']:.0f} | {r['host_us']:.0f} | "
-                     + " | ".join(f"{r[p + '_us']:.1f}" for p in PHASES)
-                     + f" | {r['commands']:.1f} | {r['interactions_per_s']:.3g} |"
-                     + (f" {r['capi_us']:.0f} |" if capi else ""))
+    lines += [f"| {r['n']} | {r['n_active']} | {r['wall_us']:.0f} | "
+              f"{r['device_us']:.0f} | {r['host_us']:.0f} | "
+              + " | ".join(f"{r[p + '_us']:.1f}" for p in PHASES)
+              + f" | {r['commands']:.1f} | {r['interactions_per_s']:.3g} |"
+              + (f" {r['capi_us']:.0f} |" if capi else "") for r in rows]
     return "\n".join(lines)
 
 
@@ -195,10 +193,10 @@ def capi_steps(rows: Sequence[dict[str, Any]], steps: int = 300, backend: str | 
 
     if not rows:
         return {}
+    say = progress or (lambda line: None)
     inst = capi_build.installation()
     if not inst.is_current():
-        if progress is not None:
-            progress("building the C library (sapporo capi build) ...")
+        say("building the C library (sapporo capi build) ...")
         capi_build.build()
     source = Path(str(resources.files("sapporo.tune"))) / CAPI_DRIVER
     cc = shlex.split(os.environ.get("CC", "cc"))
@@ -221,15 +219,12 @@ def capi_steps(rows: Sequence[dict[str, Any]], steps: int = 300, backend: str | 
             env["SAPPORO_DEVICES"] = (devices if isinstance(devices, str)
                                       else ",".join(map(str, devices)))
         for k, r in enumerate(rows, start=1):
-            if progress is not None:
-                progress(f"C API block step {k}/{len(rows)}: N = {r['n']}, "
-                         f"N_active = {r['n_active']}")
+            say(f"C API block step {k}/{len(rows)}: N = {r['n']}, N_active = {r['n_active']}")
             run_env = {**env, "SAPPORO_ORDER": str(r["order"]),
                        "SAPPORO_PRECISION": str(r["precision"]),
                        "SAPPORO_NPIPES": str(max(int(r["n_active"]), 128))}
             r["capi_us"] = _driver(exe, (r["n"], r["n_active"], steps), run_env, "step_us")
-        if progress is not None:
-            progress("C API start-up: g6_open ...")
+        say("C API start-up: g6_open ...")
         # g6_open starts the embedded Python and opens the library: median of 3 processes
         env.update(SAPPORO_ORDER=str(rows[0]["order"]),
                    SAPPORO_PRECISION=str(rows[0]["precision"]))
@@ -266,20 +261,16 @@ def write_sweep(rows: Sequence[dict[str, Any]], out: Any, plots: bool = True,
 
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    csv_path = folder / "block-step.csv"
+    csv_path, md = folder / "block-step.csv", folder / "block-step.md"
     with open(csv_path, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
-        for r in rows:
-            writer.writerow(r)
-    paths.append(csv_path)
-    md = folder / "block-step.md"
+        writer.writerows(rows)
     first = rows[0] if rows else {}
     md.write_text(f"Block step, order {first.get('order', '')}, {first.get('precision', '')}, "
                   f"{first.get('device', '')} (microseconds per step)\n\n{budget_table(rows)}\n"
                   + "".join(f"\n{n}\n" for n in notes))
-    paths.append(md)
+    paths = [csv_path, md]
     if plots and rows and plots_module.available():
         paths.append(plots_module.plot_block_step(rows, folder / "block-step.png"))
     return paths

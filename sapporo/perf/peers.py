@@ -9,6 +9,7 @@ installed, or needs a GPU the device is not, is skipped with a note.
 from __future__ import annotations
 
 import contextlib
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -107,14 +108,11 @@ def _pytreegrav_peer(s: BenchSettings, common: dict[str, Any], say: Progress,
         ni, note = n, ""
         if per_pair is not None and per_pair * n * n > s.budget:
             if not target:
-                rows_note = f"skipped N={n}: estimated {per_pair * n * n:.0f} s > budget"
-                say(f"peer {name}: {rows_note}")
+                say(f"peer {name}: skipped N={n}: estimated {per_pair * n * n:.0f} s > budget")
                 continue
-            ni = max(1024, int(s.budget / (per_pair * n)) // 1024 * 1024)
+            ni = min(n, max(1024, int(s.budget / (per_pair * n)) // 1024 * 1024))
             if ni < n:
                 note = f"i-subset: {ni} of {n} targets (time budget {s.budget:g} s)"
-            else:
-                ni = n
         times, cpus = _repeat(lambda sysd=sysd, ni=ni: run(sysd["x"], sysd["m"], ni), 2,
                               s.budget / 4)
         best = min(times)
@@ -149,7 +147,7 @@ def _gpu_peer(s: BenchSettings, common: dict[str, Any], say: Progress, lib: str)
 
         sync = torch.cuda.synchronize
 
-    def direct(x: Any, m: Any, chunk: int) -> None:
+    def direct(x: Any, m: Any, chunk: int) -> None:  # one evaluation, waited for
         n = x.shape[0]
         for i0 in range(0, n, chunk):
             d = x[None, :, :] - x[i0:i0 + chunk, None, :]
@@ -158,6 +156,7 @@ def _gpu_peer(s: BenchSettings, common: dict[str, Any], say: Progress, lib: str)
             w = m[None, :] * inv * inv * inv
             (w[:, :, None] * d).sum(1)
             (-m[None, :] * inv).sum(1)
+        sync()
 
     rows = []
     per_pair = None
@@ -169,14 +168,8 @@ def _gpu_peer(s: BenchSettings, common: dict[str, Any], say: Progress, lib: str)
         x = asarray(sysd["x"].astype(np.float32))
         m = asarray(sysd["m"].astype(np.float32))
         chunk = max(1, (1 << 26) // n)
-        direct(x, m, chunk)
-        sync()
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            direct(x, m, chunk)
-            sync()
-            times.append(time.perf_counter() - t0)
+        direct(x, m, chunk)  # warm-up
+        times, _ = _repeat(lambda x=x, m=m, chunk=chunk: direct(x, m, chunk), 3, math.inf)
         best = min(times)
         per_pair = best / (n * n)
         row = with_rates(Row(**common, kind="nxn", code=lib, order=None, precision="float32",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import json
-import logging
 import sys
 import warnings
 from collections.abc import Sequence
@@ -34,8 +33,6 @@ PLOT_NAMES = ("bench-nactive.png", "bench-nxn.png", "bench-orders.png")
 __all__ = ["available", "compare_runs", "plot_density", "plot_energy_error",
            "plot_lagrangian_radii", "plot_bench", "plot_n_active", "plot_run", "read_diagnostics",
            "sweep_plot"]
-
-log = logging.getLogger(__name__)
 
 
 def available() -> bool:
@@ -91,42 +88,41 @@ def _has_data(values: np.ndarray) -> bool:
 def plot_energy_error(times: np.ndarray, errors: np.ndarray, path: str | Path,
                       title: str = "") -> Path:
     """``|E(t) - E0| / |E0|`` against time, logarithmic, to a PNG."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = _pyplot().subplots(figsize=(6, 4))
     err = np.where(np.asarray(errors) > 0, errors, np.nan)
     ax.plot(times, err, "o-", ms=3)
-    if _has_data(err):  # a log axis with nothing positive on it only warns
-        ax.set_yscale("log")
-    ax.set_xlabel("time [N-body units]")
-    ax.set_ylabel("|E - E0| / |E0|")
-    ax.set_title(title or "relative energy error")
-    ax.grid(True, which="both", alpha=0.3)
+    _time_axes(ax, "|E - E0| / |E0|", title or "relative energy error", _has_data(err))
     return _save(fig, path)
 
 
 def plot_lagrangian_radii(times: np.ndarray, radii: dict[str, np.ndarray], path: str | Path,
                           title: str = "") -> Path:
     """Lagrangian radii (one curve per label, e.g. ``"10 % of mass"``) against time, to a PNG."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = _pyplot().subplots(figsize=(6, 4))
     for label, r in radii.items():
         ax.plot(times, r, "-", label=label)
-    if any(_has_data(np.where(np.asarray(r) > 0, r, np.nan)) for r in radii.values()):
-        ax.set_yscale("log")
-    ax.set_xlabel("time [N-body units]")
-    ax.set_ylabel("radius [N-body units]")
-    ax.set_title(title or "Lagrangian radii")
+    _time_axes(ax, "radius [N-body units]", title or "Lagrangian radii",
+               any(_has_data(np.where(np.asarray(r) > 0, r, np.nan)) for r in radii.values()))
     if radii:
         ax.legend(title="radius enclosing")
-    ax.grid(True, which="both", alpha=0.3)
     return _save(fig, path)
+
+
+def _time_axes(ax: Any, ylabel: str, title: str, log: bool) -> None:
+    """Labels, title and grid of a plot against time; a log y axis when ``log`` (one with
+    nothing positive on it only warns)."""
+    if log:
+        ax.set_yscale("log")
+    ax.set_xlabel("time [N-body units]")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
 
 
 def plot_density(density: np.ndarray, box: float, path: str | Path) -> Path:
     """A mesh density (G, G, G) of a box of side ``box`` projected along z, logarithmic, to
     a PNG (``sapporo pm``)."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(5, 4.4))
+    fig, ax = _pyplot().subplots(figsize=(5, 4.4))
     proj = density.sum(axis=2).T
     floor = proj[proj > 0].min() if (proj > 0).any() else 1.0
     im = ax.imshow(np.log10(np.maximum(proj, floor)), origin="lower", cmap="magma",
@@ -163,15 +159,14 @@ def plot_run(out: str | Path, diagnostics: dict[str, np.ndarray],
     ``title`` names the run; each plot puts what it shows above it."""
     out = Path(out)
     t = diagnostics["time"]
-    paths = [plot_energy_error(t, diagnostics["energy_error"], out / "energy_error.png",
-                               _titled("relative energy error", title))]
     radii = {k.replace("r_lagr_", "") + " % of mass": v for k, v in diagnostics.items()
              if k.startswith("r_lagr_")}
-    paths.append(plot_lagrangian_radii(t, radii, out / "lagrangian_radii.png",
-                                       _titled("Lagrangian radii", title)))
-    paths.append(plot_n_active(n_active_counts, out / "n_active.png",
-                               _titled("active block sizes", title)))
-    return paths
+    return [plot_energy_error(t, diagnostics["energy_error"], out / "energy_error.png",
+                              _titled("relative energy error", title)),
+            plot_lagrangian_radii(t, radii, out / "lagrangian_radii.png",
+                                  _titled("Lagrangian radii", title)),
+            plot_n_active(n_active_counts, out / "n_active.png",
+                          _titled("active block sizes", title))]
 
 
 def _titled(what: str, run: str) -> str:
@@ -214,8 +209,7 @@ def run_labels(runs: Sequence[str | Path]) -> list[str]:
 def compare_runs(png: str | Path, runs: Sequence[str | Path], labels: Sequence[str] | None = None,
                  title: str = "") -> Path:
     """Overlay the energy error against time of several run directories, to a PNG."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = _pyplot().subplots(figsize=(6, 4))
     labels = list(labels) if labels is not None else run_labels(runs)
     if len(labels) != len(runs):
         raise SapporoError(f"{len(labels)} labels for {len(runs)} runs")
@@ -225,13 +219,8 @@ def compare_runs(png: str | Path, runs: Sequence[str | Path], labels: Sequence[s
         err = np.where(d["energy_error"] > 0, d["energy_error"], np.nan)
         positive = positive or _has_data(err)
         ax.plot(d["time"], err, "o-", ms=3, label=label)
-    if positive:
-        ax.set_yscale("log")
-    ax.set_xlabel("time [N-body units]")
-    ax.set_ylabel("|E - E0| / |E0|")
-    ax.set_title(title or "relative energy error")
+    _time_axes(ax, "|E - E0| / |E0|", title or "relative energy error", positive)
     ax.legend()
-    ax.grid(True, which="both", alpha=0.3)
     return _save(fig, png)
 
 
@@ -300,7 +289,7 @@ def plot_bench(report: BenchReport, out_dir: str | Path) -> list[Path]:
         ax.set_title(f"force call at N = {sweep[0].n}\n{title}", fontsize=9)
     ax.set_xlabel("N_active (i-particles per call)")
     ax.set_ylabel("wall time per call [s]")
-    written.append(_save_bench(plt, fig, [ax], out / PLOT_NAMES[0], legend=8))
+    written.append(_save_bench(fig, [ax], out / PLOT_NAMES[0], legend=8))
 
     # 2. time of a full N x N evaluation against N, with an N^2 line
     nxn = report.select("nxn")
@@ -323,7 +312,7 @@ def plot_bench(report: BenchReport, out_dir: str | Path) -> list[Path]:
     ax.set_title(f"N x N force evaluation (i-subsets scaled to N)\n{title}", fontsize=9)
     ax.set_xlabel("N")
     ax.set_ylabel("wall time [s]")
-    written.append(_save_bench(plt, fig, [ax], out / PLOT_NAMES[1], legend=7))
+    written.append(_save_bench(fig, [ax], out / PLOT_NAMES[1], legend=7))
 
     # 3. 4th vs 6th order, double-single vs double: throughput against N
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
@@ -335,11 +324,11 @@ def plot_bench(report: BenchReport, out_dir: str | Path) -> list[Path]:
         ax.set_xlabel("N")
         ax.set_ylim(bottom=0)
     fig.suptitle(f"orders and precisions, N x N\n{title}", fontsize=9)
-    written.append(_save_bench(plt, fig, axes, out / PLOT_NAMES[2], legend=8))
+    written.append(_save_bench(fig, axes, out / PLOT_NAMES[2], legend=8))
     return written
 
 
-def _save_bench(plt: Any, fig: Any, axes: Any, path: Path, legend: int) -> Path:
+def _save_bench(fig: Any, axes: Any, path: Path, legend: int) -> Path:
     """Grid and legend on every axis, then the figure to ``path`` (120 dpi), closed."""
     for ax in axes:
         ax.grid(True, which="both", alpha=0.3)
@@ -365,10 +354,9 @@ def plot_block_step(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
     for ax, n in zip(axes[0], ns, strict=True):
         sel = sorted((r for r in rows if int(r["n"]) == n), key=lambda r: r["n_active"])
         xs = np.arange(len(sel))
-        wall = np.array([r["wall_us"] for r in sel])
-        device = np.minimum(np.array([r["device_us"] for r in sel]), wall)
-        checks = np.array([r["checks_us"] for r in sel])
-        store = np.array([r["store_us"] for r in sel])
+        wall, device, checks, store = (np.array([r[k] for r in sel]) for k in
+                                       ("wall_us", "device_us", "checks_us", "store_us"))
+        device = np.minimum(device, wall)
         other = np.maximum(wall - device - checks - store, 0)
         total = device + checks + store + other
         bottom = np.zeros(len(sel))

@@ -238,8 +238,7 @@ def format_table(report: BenchReport) -> str:
     if report.load_average:
         lines.append("load average at start: " + " ".join(f"{x:.2f}" for x in
                                                          report.load_average))
-    for tag, src in report.launch_sources.items():
-        lines.append(f"launch table, {tag}: {src}")
+    lines += [f"launch table, {tag}: {src}" for tag, src in report.launch_sources.items()]
     peak = ", ".join(f"{k} {v:g}" for k, v in s.peak_gflops.items())
     lines.append(f"flops per interaction: order 2: {FLOPS[2]}, 4: {FLOPS[4]}, 6: {FLOPS[6]}, "
                  f"8: {FLOPS[8]}"
@@ -260,39 +259,35 @@ def format_table(report: BenchReport) -> str:
         line += "".join(f" {_ratio(r, p):>19}" for p in peers)
         lines.append(line)
     if peers:
-        lines += ["", "peers (same particles, same process)"]
-        lines.append(f"{'code':<18} {'order':>5} {'N':>7} {'i':>7} {'time [s]':>10} "
-                     f"{'Gint/s':>8} {'Gint/cpu-s':>10}  note")
-        for p in peers:
-            for r in report.select("nxn", p):
-                lines.append(f"{r.code:<18} {r.order or '-':>5} {r.n:>7} {r.n_active:>7} "
-                             f"{r.seconds:10.4f} {r.interactions_per_s / 1e9:8.4f} "
-                             f"{_giga(r.interactions_per_cpu_s, 4):>10}  {r.note}")
+        lines += ["", "peers (same particles, same process)",
+                  f"{'code':<18} {'order':>5} {'N':>7} {'i':>7} {'time [s]':>10} "
+                  f"{'Gint/s':>8} {'Gint/cpu-s':>10}  note"]
+        lines += [f"{r.code:<18} {r.order or '-':>5} {r.n:>7} {r.n_active:>7} "
+                  f"{r.seconds:10.4f} {r.interactions_per_s / 1e9:8.4f} "
+                  f"{_giga(r.interactions_per_cpu_s, 4):>10}  {r.note}"
+                  for p in peers for r in report.select("nxn", p)]
     sweep = report.select("n_active")
     if sweep:
-        lines += ["", f"N_active sweep at N = {sweep[0].n} (best wall time per call)"]
-        lines.append(f"{'order':>5} {'precision':<13} {'N_active':>8} {'time [us]':>11} "
-                     f"{'kernel [us]':>11} {'Gint/s':>8} {'GFLOP/s':>8}")
-        for r in sweep:
-            lines.append(f"{r.order:>5} {r.precision:<13} {r.n_active:>8} "
-                         f"{r.seconds * 1e6:11.1f} {r.kernel_seconds * 1e6:11.1f} "
-                         f"{r.interactions_per_s / 1e9:8.4f} {r.gflops:8.3f}")
+        lines += ["", f"N_active sweep at N = {sweep[0].n} (best wall time per call)",
+                  f"{'order':>5} {'precision':<13} {'N_active':>8} {'time [us]':>11} "
+                  f"{'kernel [us]':>11} {'Gint/s':>8} {'GFLOP/s':>8}"]
+        lines += [f"{r.order:>5} {r.precision:<13} {r.n_active:>8} "
+                  f"{r.seconds * 1e6:11.1f} {r.kernel_seconds * 1e6:11.1f} "
+                  f"{r.interactions_per_s / 1e9:8.4f} {r.gflops:8.3f}" for r in sweep]
     over = report.select("overhead")
     if over:
         lines += ["", f"host overhead per call at N_active = 1, N = {over[0].n} "
-                      "(wall minus kernel time)"]
-        lines.append(f"{'order':>5} {'precision':<13} {'median [us]':>11} {'min [us]':>9} "
-                     f"{'wall [us]':>10} {'kernel [us]':>11} {'calls':>6} "
-                     f"{'block step [us]':>15} {'min [us]':>9}")
-        for r in over:
-            lines.append(f"{r.order:>5} {r.precision:<13} {r.overhead_us:11.1f} "
-                         f"{r.overhead_us_min:9.1f} {r.seconds * 1e6:10.1f} "
-                         f"{r.kernel_seconds * 1e6:11.1f} {r.repeats:>6} "
-                         f"{_num(r.step_us):>15} {_num(r.step_us_min):>9}")
+                      "(wall minus kernel time)",
+                  f"{'order':>5} {'precision':<13} {'median [us]':>11} {'min [us]':>9} "
+                  f"{'wall [us]':>10} {'kernel [us]':>11} {'calls':>6} "
+                  f"{'block step [us]':>15} {'min [us]':>9}"]
+        lines += [f"{r.order:>5} {r.precision:<13} {r.overhead_us:11.1f} "
+                  f"{r.overhead_us_min:9.1f} {r.seconds * 1e6:10.1f} "
+                  f"{r.kernel_seconds * 1e6:11.1f} {r.repeats:>6} "
+                  f"{_num(r.step_us):>15} {_num(r.step_us_min):>9}" for r in over]
         lines.append("(wall: median call without profiling; kernel: median kernel time; block "
                      "step: one j-particle updated, a new time, the force on one particle)")
-    for note in report.notes:
-        lines.append(f"note: {note}")
+    lines += [f"note: {note}" for note in report.notes]
     return "\n".join(lines) + "\n"
 
 

@@ -37,7 +37,8 @@ from sapporo.core.launch import (
     user_profile_dir,
 )
 from sapporo.errors import InputError, SapporoError
-from sapporo.perf.report import EPS2, bench_system, force_call, load_average
+from sapporo.nbody.fileio import write_text_atomic
+from sapporo.perf.report import EPS2, Progress, bench_system, force_call, load_average
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +53,6 @@ METRICS = ("kernel", "wall", "cpu")
 STICKY = 0.03
 #: The built-in default stays unless a candidate is faster by more than this fraction.
 MARGIN = 0.05
-
-Progress = Callable[[str], None]
 
 
 @dataclass
@@ -137,28 +136,24 @@ def gpu_candidates(info: DeviceInfo, quick: bool = False) -> list[LaunchConfig]:
             continue
         li = 1
         while li <= size:
-            for mult in (1,) if quick else (1, 2):
-                for g in (4,) if quick else (2, 4, 8):
-                    out.append(LaunchConfig(li=li, lj=size // li, w=1, jt=size * mult,
-                                            use_local=True, groups_per_cu=g))
+            out += [LaunchConfig(li=li, lj=size // li, w=1, jt=size * mult, use_local=True,
+                                 groups_per_cu=g)
+                    for mult in ((1,) if quick else (1, 2)) for g in ((4,) if quick else (2, 4, 8))]
             li *= 2 if quick else 4
         if li // (2 if quick else 4) != size:  # always include one i-lane per work-item
             out.append(LaunchConfig(li=size, lj=1, w=1, jt=size, use_local=True,
                                     groups_per_cu=4))
         # two or four i-particles per work-item share each j-particle read
-        for w in (2,) if quick else (2, 4):
-            out.append(LaunchConfig(li=size // w, lj=1, w=w, jt=size, use_local=True,
-                                    groups_per_cu=4))
+        out += [LaunchConfig(li=size // w, lj=1, w=w, jt=size, use_local=True, groups_per_cu=4)
+                for w in ((2,) if quick else (2, 4))]
     return out
 
 
 def candidates(info: DeviceInfo, order: int, precision: str,
                quick: bool = False) -> list[LaunchConfig]:
     """Candidates for a device by type; the built-in defaults are always among them."""
-    if info.device_type == "cpu":
-        cands = cpu_candidates(precision, quick)
-    else:
-        cands = gpu_candidates(info, quick)
+    cands = (cpu_candidates(precision, quick) if info.device_type == "cpu"
+             else gpu_candidates(info, quick))
     for _, cfg in default_table(info, order, precision).entries:
         if cfg not in cands:
             cands.append(cfg)
@@ -167,14 +162,8 @@ def candidates(info: DeviceInfo, order: int, precision: str,
 
 def n_active_points(n: int, top: int = 1024) -> list[int]:
     """Active-particle counts to time: powers of two up to ``min(top, n)``, and ``n``."""
-    pts = []
-    k = 1
-    while k <= min(top, n):
-        pts.append(k)
-        k *= 2
-    if n not in pts:
-        pts.append(n)
-    return pts
+    pts = [1 << e for e in range(max(0, min(top, n)).bit_length())]
+    return pts if n in pts else [*pts, n]
 
 
 def parse_config(text: str) -> LaunchConfig:
@@ -286,7 +275,7 @@ def _choose(points: list[int], times: dict[int, dict[LaunchConfig, float]], stic
     return chosen
 
 
-def _entries(chosen: dict[int, LaunchConfig], n: int) -> list[tuple[int, LaunchConfig]]:
+def _entries(chosen: dict[int, LaunchConfig]) -> list[tuple[int, LaunchConfig]]:
     """Table entries from per-point choices: point p covers (previous point, p]; the largest
     point covers everything above; neighbouring equal choices merge."""
     pts = sorted(chosen)
@@ -447,8 +436,7 @@ def tune(order: int, precision: str, backend: str | None = None, device: int = 0
                     say(f"{tag} N_active={p:>6}  confirm {describe(win)} against the default: "
                         f"paired speedup {ratio:.3f} ({'accepted' if ok else 'rejected'})")
                     if not ok:  # not a real lead: ties with the default at most
-                        for cfg in times[p]:
-                            times[p][cfg] = max(times[p][cfg], t_dflt)
+                        times[p] = {c: max(t, t_dflt) for c, t in times[p].items()}
         sweep_seconds = time.perf_counter() - t_start
 
         # choose, then verify the chosen ones; drop failures and choose again
@@ -461,7 +449,7 @@ def tune(order: int, precision: str, backend: str | None = None, device: int = 0
                 raise InputError(f"{tag} no working launch configuration at N_active = {missing}; "
                                  "failures: "
                                  f"{sorted(set(failed.values()) | set(rejected.values()))}")
-            entries = _entries(chosen, n)
+            entries = _entries(chosen)
             bad = False
             for ni_max, cfg in entries:
                 if not verify or cfg in verified:
@@ -510,9 +498,7 @@ def tune(order: int, precision: str, backend: str | None = None, device: int = 0
         folder = Path(out_dir) if out_dir is not None else user_profile_dir()
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / profile_name(info, order, precision)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(table.to_json(), indent=2) + "\n")
-        tmp.replace(path)
+        write_text_atomic(path, json.dumps(table.to_json(), indent=2) + "\n")
         table.source = str(path)
         say(f"{tag} wrote {path}")
     for ni_max, cfg in entries:

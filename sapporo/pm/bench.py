@@ -9,6 +9,7 @@ single-threaded), in the same process, and returns seconds per stage for both.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,12 +42,9 @@ class NumpyPM:
         i0 = np.floor(u).astype(np.int64)
         idx = [i0 % g, (i0 + 1) % g]  # the two CIC cells along each axis ...
         w = [1.0 - (u - i0), u - i0]  # ... and their weights
-        cells, weights = [], []
-        for a in range(2):
-            for b in range(2):
-                for c in range(2):
-                    cells.append((idx[a][:, 0] * g + idx[b][:, 1]) * g + idx[c][:, 2])
-                    weights.append(w[a][:, 0] * w[b][:, 1] * w[c][:, 2])
+        corners = list(itertools.product(range(2), repeat=3))
+        cells = [(idx[a][:, 0] * g + idx[b][:, 1]) * g + idx[c][:, 2] for a, b, c in corners]
+        weights = [w[a][:, 0] * w[b][:, 1] * w[c][:, 2] for a, b, c in corners]
         rho = np.bincount(np.concatenate(cells), np.concatenate(weights) * np.tile(m, 8),
                           minlength=g**3)
         rho = rho.reshape(g, g, g) / self.h**3

@@ -58,17 +58,15 @@ def isolated_kernel(grid: int, h: float, split: float | None = None,
 def _window_transfer(grid: int, box: float, window: str) -> np.ndarray:
     """The window's transfer function prod_d sinc(k_d h / 2)^p on the rfft layout."""
     h = box / grid
-    k, kr = _wavenumbers(grid, box)
-    p = _WINDOW_POWER[window]
-    sx = np.sinc(k * h / (2.0 * np.pi)) ** p
-    sz = np.sinc(kr * h / (2.0 * np.pi)) ** p
+    sx, sz = (np.sinc(k * h / (2.0 * np.pi)) ** _WINDOW_POWER[window]
+              for k in _wavenumbers(grid, box))
     return sx[:, None, None] * sx[None, :, None] * sz[None, None, :]
 
 
 def _wavenumbers(grid: int, box: float) -> tuple[np.ndarray, np.ndarray]:
-    k = 2.0 * np.pi * np.fft.fftfreq(grid, d=box / grid)
-    kr = 2.0 * np.pi * np.fft.rfftfreq(grid, d=box / grid)
-    return k, kr
+    """Angular wavenumbers along an axis: of the full and of the real (last) FFT axis."""
+    return (2.0 * np.pi * np.fft.fftfreq(grid, d=box / grid),
+            2.0 * np.pi * np.fft.rfftfreq(grid, d=box / grid))
 
 
 def periodic_kernel(grid: int, box: float, green: str = "continuous",
@@ -87,8 +85,7 @@ def periodic_kernel(grid: int, box: float, green: str = "continuous",
     if green == "continuous":
         kx2, kz2 = k**2, kr**2
     elif green == "discrete":
-        kx2 = (2.0 - 2.0 * np.cos(k * h)) / h**2
-        kz2 = (2.0 - 2.0 * np.cos(kr * h)) / h**2
+        kx2, kz2 = ((2.0 - 2.0 * np.cos(q * h)) / h**2 for q in (k, kr))
     else:
         raise ValueError(f"green: expected 'continuous' or 'discrete', got {green!r}")
     denom = kx2[:, None, None] + kx2[None, :, None] + kz2[None, None, :]

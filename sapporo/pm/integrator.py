@@ -91,8 +91,7 @@ class Leapfrog:
         mesh, n = self.mesh, self.n
         ctx = mesh._require_open()
         it = mesh.dtype.itemsize
-        x = mesh._host_positions()
-        perm = self._cell_order(x)
+        perm = self._cell_order(mesh._host_positions())
         if np.array_equal(perm, np.arange(n)):
             return
         arrays = [(mesh._x, 3), (self._v, 3), (mesh._acc, 3), (mesh._m, 1), (mesh._pot, 1)]
@@ -121,15 +120,10 @@ class Leapfrog:
         t0 = time.perf_counter()
         mesh, n = self.mesh, self.n
         it = mesh.dtype.itemsize
-        x = mesh._host_positions()
-        acc_s, pot_s = self.p3m.short_range(x, self.m)
-        mesh._acc.from_device(3 * n * it)
-        mesh._pot.from_device(n * it)
-        mesh._require_open().finish()
-        acc = mesh._acc.view(mesh.dtype, (n, 3))
-        pot = mesh._pot.view(mesh.dtype, (n,))
-        acc += acc_s
-        pot += pot_s + self.m / (self.p3m.rs * math.sqrt(math.pi))
+        acc_s, pot_s = self.p3m.short_range(mesh._host_positions(), self.m)
+        mesh._acc.view(mesh.dtype, (n, 3))[...] = mesh._read(mesh._acc, (n, 3)) + acc_s
+        mesh._pot.view(mesh.dtype, (n,))[...] = mesh._read(mesh._pot, (n,)) + (
+            pot_s + self.m / (self.p3m.rs * math.sqrt(math.pi)))
         mesh._acc.to_device(3 * n * it)
         mesh._pot.to_device(n * it)
         mesh._require_open().finish()
@@ -180,9 +174,7 @@ class Leapfrog:
     def state(self) -> tuple[np.ndarray, np.ndarray]:
         """Copies of the positions and velocities (float64), in the order given."""
         xs = self.mesh._host_positions()
-        self._v.from_device()
-        self.mesh._require_open().finish()
-        vs = self._v.view(self.mesh.dtype, (self.n, 3)).astype(np.float64)
+        vs = self.mesh._read(self._v, (self.n, 3))
         x, v = np.empty_like(xs), np.empty_like(vs)
         x[self.order] = xs
         v[self.order] = vs
@@ -190,9 +182,8 @@ class Leapfrog:
 
     def energies(self) -> tuple[float, float]:
         """Kinetic and potential energy now."""
-        self._v.from_device()
-        _, pot = self.mesh._results()  # waits for the queue
-        v = self._v.view(self.mesh.dtype, (self.n, 3)).astype(np.float64)  # internal order
+        v = self.mesh._read(self._v, (self.n, 3))  # internal order
+        _, pot = self.mesh._results()
         kin = 0.5 * float(np.sum(self.m * np.sum(v * v, axis=1)))
         return kin, 0.5 * float(np.sum(self.m * pot))
 

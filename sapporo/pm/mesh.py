@@ -10,7 +10,6 @@ box/2)^3`` is centred on the origin, mesh point ``i`` at ``-box/2 + (i + 1/2) h`
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -21,9 +20,7 @@ import numpy as np
 from sapporo.backend import Context, get_backend
 from sapporo.errors import BackendError, ConfigError, InputError, NonFiniteError
 from sapporo.pm.fft import HostFFTSolver
-from sapporo.pm.multigrid import MultigridSolver, level_sizes, multipole_faces
-
-log = logging.getLogger(__name__)
+from sapporo.pm.multigrid import MultigridSolver, _gsize, level_sizes, multipole_faces
 
 BOUNDARIES = ("isolated", "periodic")
 WINDOWS = ("ngp", "cic", "tsc")
@@ -67,11 +64,6 @@ def _choice(value: Any, allowed: tuple[str, ...], what: str) -> str:
     if not isinstance(value, str) or value.lower() not in allowed:
         raise InputError(f"{what}: expected one of {', '.join(allowed)}, got {value!r}")
     return value.lower()
-
-
-def _gsize(n: int) -> tuple[int]:
-    """A 1-D launch size covering ``n`` work-items, a multiple of 64 (kernels check bounds)."""
-    return (max(64, -(-int(n) // 64) * 64),)
 
 
 class ParticleMesh:
@@ -173,8 +165,7 @@ class ParticleMesh:
                 f"grid {grid}: too small for {self.window} with a {self.stencil}-point gradient "
                 f"on an isolated mesh (margin {self.margin} cells on each side)")
 
-        self._ctx: Context | None = None
-        self._ctx = self._open(backend, devices)
+        self._ctx: Context | None = self._open(backend, devices)
         info = self._ctx.info
         lacks = None
         if self.precision == "double" and not info.double_support:
@@ -202,8 +193,7 @@ class ParticleMesh:
         self._phi = self._ctx.alloc_host(ng3 * it)
         self._g = self._ctx.alloc(3 * ng3 * it)
         self._phi_fresh = True
-        self._n = 0
-        self._cap = 0
+        self._n = self._cap = 0
         self._x = self._m = self._acc = self._pot = None
         self._fft: HostFFTSolver | None = None
         self._mg: MultigridSolver | None = None
@@ -336,32 +326,24 @@ class ParticleMesh:
 
     # -- stages --------------------------------------------------------------------------
 
-    def _ensure_particles(self, n: int) -> None:
-        if n <= self._cap:
-            self._n = n
-            return
-        for b in (self._x, self._m, self._acc, self._pot):
-            if b is not None:
-                b.free()
-        it = self.dtype.itemsize
-        ctx = self._require_open()
-        self._x = ctx.alloc_host(3 * n * it)
-        self._m = ctx.alloc_host(n * it)
-        self._acc = ctx.alloc_host(3 * n * it)
-        self._pot = ctx.alloc_host(n * it)
-        self._cap = self._n = n
-
     def _load(self, x: np.ndarray, m: np.ndarray) -> None:
         """Put positions and masses on the device (the queue must be idle)."""
-        n = x.shape[0]
-        self._ensure_particles(n)
+        n, it = x.shape[0], self.dtype.itemsize
+        if n > self._cap:  # larger particle arrays
+            for b in (self._x, self._m, self._acc, self._pot):
+                if b is not None:
+                    b.free()
+            ctx = self._require_open()
+            self._x = ctx.alloc_host(3 * n * it)
+            self._m = ctx.alloc_host(n * it)
+            self._acc = ctx.alloc_host(3 * n * it)
+            self._pot = ctx.alloc_host(n * it)
+            self._cap = n
+        self._n = n
         self._x.view(self.dtype, (n, 3))[...] = x
         self._m.view(self.dtype, (n,))[...] = m
-        self._x.to_device(3 * n * self.dtype.itemsize)
-        self._m.to_device(n * self.dtype.itemsize)
-        self._set_mass(m)
-
-    def _set_mass(self, m: np.ndarray) -> None:
+        self._x.to_device(3 * n * it)
+        self._m.to_device(n * it)
         self._mass = float(np.sum(m, dtype=np.float64))
         self._scale = 2.0**FIX_BITS / self._mass if self._mass > 0 else 1.0
 
@@ -376,23 +358,20 @@ class ParticleMesh:
         return self._read(self._x, (self._n, 3))
 
     def _assign(self) -> None:
+        """Fixed-point sums of the masses in ``_q``, then made the density; or float atomics
+        straight into the density."""
         ctx = self._require_open()
-        lo = np.float64(-self.box / 2)
-        if self.assignment == "float":
-            self._rho.buffer.fill(0)
-            self._k["assign_float"](_gsize(self._n), None, np.int32(self._n), lo,
-                                    np.float64(1.0 / self.h),
-                                    np.float64(self._rho_factor / self.h**3), self._x.buffer,
-                                    self._m.buffer, self._rho.buffer)
-            ctx.finish()
-            return
-        self._q.fill(0)
-        self._k["assign"](_gsize(self._n), None, np.int32(self._n), lo,
-                          np.float64(1.0 / self.h), np.float64(self._scale), self._x.buffer,
-                          self._m.buffer, self._q)
-        factor = self._rho_factor / (self._scale * self.h**3)
-        self._k["to_density"](_gsize(self.grid**3), None, np.float64(factor), self._q,
-                              self._rho.buffer)
+        fixed = self.assignment == "fixed"
+        out = self._q if fixed else self._rho.buffer
+        out.fill(0)
+        weight = self._scale if fixed else self._rho_factor / self.h**3
+        self._k["assign" if fixed else "assign_float"](
+            _gsize(self._n), None, np.int32(self._n), np.float64(-self.box / 2),
+            np.float64(1.0 / self.h), np.float64(weight), self._x.buffer, self._m.buffer, out)
+        if fixed:
+            factor = self._rho_factor / (self._scale * self.h**3)
+            self._k["to_density"](_gsize(self.grid**3), None, np.float64(factor), self._q,
+                                  self._rho.buffer)
         ctx.finish()
 
     def _poisson(self) -> None:

@@ -29,6 +29,11 @@ MAX_COARSE = 8
 ORDER = 4
 
 
+def _gsize(n: int) -> tuple[int]:
+    """A 1-D launch size covering ``n`` work-items, a multiple of 64 (kernels check bounds)."""
+    return (max(64, -(-int(n) // 64) * 64),)
+
+
 def level_sizes(grid: int) -> list[int]:
     """Points per side of each level, finest first.
 
@@ -90,11 +95,8 @@ class MultigridSolver:
         self.tol, self.max_cycles = tol, max_cycles
         self.sizes = level_sizes(grid)
         it = self.dtype.itemsize
-        self.k_smooth = program.kernel("mg_smooth")
-        self.k_residual = program.kernel("mg_residual")
-        self.k_restrict = program.kernel("mg_restrict")
-        self.k_prolong = program.kernel("mg_prolong")
-        self.k_defect = program.kernel("mg_defect")
+        self._k = {name: program.kernel(f"mg_{name}")
+                   for name in ("smooth", "residual", "restrict", "prolong", "defect")}
         # level 0 phi and rhs are the mesh's buffers (given to solve); coarse levels own theirs
         self.phi = [None] + [ctx.alloc(n**3 * it) for n in self.sizes[1:]]
         self.rhs = [None] + [ctx.alloc(n**3 * it) for n in self.sizes[1:]]
@@ -107,14 +109,8 @@ class MultigridSolver:
 
     def free(self) -> None:
         """Release the level buffers."""
-        for b in self.phi[1:] + self.rhs[1:] + [self.rhs4]:
+        for b in [*self.phi[1:], *self.rhs[1:], self.rhs4, *self.res, self.bnd]:
             b.free()
-        for hb in self.res + [self.bnd]:
-            hb.free()
-
-    @staticmethod
-    def _gsize(n: int) -> tuple[int]:
-        return (-(-n // 64) * 64,)
 
     def _h(self, level: int) -> float:
         return self.box / self.sizes[level]
@@ -125,14 +121,14 @@ class MultigridSolver:
         use = np.int32(level == 0)
         for _ in range(sweeps):
             for color in (0, 1):
-                self.k_smooth(self._gsize(n**3), None, np.int32(n), h2, np.int32(color), use,
-                              phi, rhs, self.bnd.buffer)
+                self._k["smooth"](_gsize(n**3), None, np.int32(n), h2, np.int32(color), use,
+                                  phi, rhs, self.bnd.buffer)
 
     def _residual(self, level: int, phi, rhs) -> None:
         n = self.sizes[level]
-        self.k_residual(self._gsize(n**3), None, np.int32(n),
-                        np.float64(1.0 / self._h(level) ** 2), np.int32(level == 0), phi, rhs,
-                        self.bnd.buffer, self.res[level].buffer)
+        self._k["residual"](_gsize(n**3), None, np.int32(n),
+                            np.float64(1.0 / self._h(level) ** 2), np.int32(level == 0), phi,
+                            rhs, self.bnd.buffer, self.res[level].buffer)
 
     def _vcycle(self, level: int) -> None:
         phi, rhs = self.phi[level], self.rhs[level]
@@ -142,12 +138,12 @@ class MultigridSolver:
         self._smooth(level, phi, rhs, PRE_SWEEPS)
         self._residual(level, phi, rhs)
         nc = self.sizes[level + 1]
-        self.k_restrict(self._gsize(nc**3), None, np.int32(nc), self.res[level].buffer,
-                        self.rhs[level + 1])
+        self._k["restrict"](_gsize(nc**3), None, np.int32(nc), self.res[level].buffer,
+                            self.rhs[level + 1])
         self.phi[level + 1].fill(0)
         self._vcycle(level + 1)
-        self.k_prolong(self._gsize((2 * nc) ** 3), None, np.int32(nc), self.phi[level + 1],
-                       phi)
+        self._k["prolong"](_gsize((2 * nc) ** 3), None, np.int32(nc), self.phi[level + 1],
+                           phi)
         self._smooth(level, phi, rhs, POST_SWEEPS)
 
     def _residual_norm(self) -> float:
@@ -155,9 +151,9 @@ class MultigridSolver:
         refreshing the defect-corrected right-hand side, which the next V-cycle uses)."""
         if ORDER == 4:
             n = self.grid
-            self.k_defect(self._gsize(n**3), None, np.int32(n),
-                          np.float64(1.0 / (12.0 * self._h(0) ** 2)), self.phi[0],
-                          self.rhs_given, self.rhs4)
+            self._k["defect"](_gsize(n**3), None, np.int32(n),
+                              np.float64(1.0 / (12.0 * self._h(0) ** 2)), self.phi[0],
+                              self.rhs_given, self.rhs4)
             self.rhs[0] = self.rhs4
         else:
             self.rhs[0] = self.rhs_given

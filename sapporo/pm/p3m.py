@@ -72,24 +72,18 @@ class P3M:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _ensure(self, n: int) -> None:
-        if n <= self._cap:
-            return
-        for b in self._bufs.values():
-            b.free()
-        ctx = self.mesh._require_open()
-        it = self.mesh.dtype.itemsize
-        cells = self.nc**3
-        self._bufs = {"x": ctx.alloc_host(3 * n * it), "m": ctx.alloc_host(n * it),
-                      "start": ctx.alloc_host(cells * 4), "end": ctx.alloc_host(cells * 4),
-                      "acc": ctx.alloc_host(3 * n * it), "pot": ctx.alloc_host(n * it)}
-        self._cap = n
-
     def short_range(self, x: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The short-range accelerations and potentials alone (validated input)."""
         n, nc, dt = x.shape[0], self.nc, self.mesh.dtype
         box = self.mesh.box
-        self._ensure(n)
+        if n > self._cap:  # larger buffers
+            for b in self._bufs.values():
+                b.free()
+            ctx, it, cells = self.mesh._require_open(), dt.itemsize, nc**3
+            self._bufs = {"x": ctx.alloc_host(3 * n * it), "m": ctx.alloc_host(n * it),
+                          "start": ctx.alloc_host(cells * 4), "end": ctx.alloc_host(cells * 4),
+                          "acc": ctx.alloc_host(3 * n * it), "pot": ctx.alloc_host(n * it)}
+            self._cap = n
         c = np.clip(np.floor((x + box / 2) * (nc / box)).astype(np.int64), 0, nc - 1)
         cid = (c[:, 0] * nc + c[:, 1]) * nc + c[:, 2]
         order = np.argsort(cid, kind="stable")
@@ -107,13 +101,10 @@ class P3M:
                      np.float64(self.rcut**2), np.float64(-box / 2), np.float64(box),
                      np.float64(nc / box), np.int32(nc), b["x"].buffer, b["m"].buffer,
                      b["start"].buffer, b["end"].buffer, b["acc"].buffer, b["pot"].buffer)
-        b["acc"].from_device(3 * n * dt.itemsize)
-        b["pot"].from_device(n * dt.itemsize)
-        self.mesh._require_open().finish()
         acc = np.empty((n, 3))
         pot = np.empty(n)
-        acc[order] = b["acc"].view(dt, (n, 3))
-        pot[order] = b["pot"].view(dt, (n,))
+        acc[order] = self.mesh._read(b["acc"], (n, 3))
+        pot[order] = self.mesh._read(b["pot"], (n,))
         return acc, pot
 
     def forces(self, x: Any, m: Any) -> PMResult:
@@ -132,7 +123,5 @@ class P3M:
         pot = long.pot + pot_s + m / (self.rs * math.sqrt(math.pi))
         if not (np.isfinite(acc).all() and np.isfinite(pot).all()):
             raise NonFiniteError("P^3M forces are not finite")
-        timings = dict(long.timings)
-        timings["short_range"] = t2 - t1
         info = dict(long.info, mesh_seconds=t1 - t0, rs=self.rs, rcut=self.rcut, cells=self.nc)
-        return PMResult(acc, pot, timings, info)
+        return PMResult(acc, pot, {**long.timings, "short_range": t2 - t1}, info)

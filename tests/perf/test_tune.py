@@ -126,7 +126,7 @@ def test_choose_and_entries():
              64: {a: 3.0, b: 1.0, c: 1.01}, 1000: {a: 9.0, b: 1.0, c: 0.5}}
     chosen = tuning._choose(list(times), times, sticky=0.03)
     assert chosen == {1000: c, 64: c, 8: b, 1: b}
-    assert tuning._entries(chosen, 1000) == [(8, b), (NI_CHUNK, c)]
+    assert tuning._entries(chosen) == [(8, b), (NI_CHUNK, c)]
 
 
 def test_n_active_points_and_candidates():
