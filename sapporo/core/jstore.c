@@ -158,19 +158,22 @@ int eng_still(const Engine *e)
  * (double-single: hi/lo float pairs and the mass, double: the position and the mass). */
 static void predicted_write(const struct dplan *q, size_t l, const double *r)
 {
-    /* read first: the stores may alias r for all the compiler knows */
-    const double x[4] = {r[0] + 0.0, r[1] + 0.0, r[2] + 0.0, r[3]};  /* x + dt * 0 */
+    for (int c = 0; c < 3; c++) {
+        const double x = r[c] + 0.0;  /* x + dt * 0, as the kernel's sum */
+        if (q->ds) {
+            const float hi = (float)x;
+            ((float *)q->pred_pos)[4 * l + c] = hi;
+            ((float *)q->pred_lo)[4 * l + c] = (float)(x - (double)hi);
+        }
+        else
+            ((double *)q->pred_pos)[4 * l + c] = x;
+    }
     if (q->ds) {
-        float hi[4], lo[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int c = 0; c < 4; c++)
-            hi[c] = (float)x[c];
-        for (int c = 0; c < 3; c++)
-            lo[c] = (float)(x[c] - (double)hi[c]);
-        memcpy((float *)q->pred_pos + 4 * l, hi, sizeof hi);
-        memcpy((float *)q->pred_lo + 4 * l, lo, sizeof lo);
+        ((float *)q->pred_pos)[4 * l + 3] = (float)r[3];
+        ((float *)q->pred_lo)[4 * l + 3] = 0.0f;
     }
     else
-        memcpy((double *)q->pred_pos + 4 * l, x, sizeof x);
+        ((double *)q->pred_pos)[4 * l + 3] = r[3];
 }
 
 /* n j-records into the host mirror (global addresses) and, on devices that compute on host
