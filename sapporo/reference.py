@@ -49,27 +49,9 @@ DEFAULT_CHUNK_ELEMENTS = 1 << 20
 
 _NO_ID = np.iinfo(np.int64).max
 
-
-# --------------------------------------------------------------------------- validation
-
-
-# The checks are those of the library (sapporo.core.validate): the same messages, and the same
-# refusals (non-finite values, complex numbers, text, booleans, ragged lists).
-
-
-def _vectors(name: str, value: object, n: int | None = None) -> np.ndarray:
-    """A finite real (n, 3) array as float64 (a copy)."""
-    return validate.vec3(name, value, n).copy()
-
-
-def _scalars(name: str, value: object, n: int) -> np.ndarray:
-    """A finite real (n,) array (or one number for all) as float64."""
-    return validate.scalars(name, value, n).copy()
-
-
-def _ids(name: str, value: object, n: int) -> np.ndarray:
-    """An integer (n,) array as int64."""
-    return validate.ints(name, value, n, -(2**63), 2**63 - 1).copy()
+# The arguments are checked as the library checks them (sapporo.core.validate): the same
+# messages, and the same refusals (non-finite values, complex numbers, text, booleans, ragged
+# lists). Nothing here writes to the checked arrays, which may be the caller's own.
 
 
 # --------------------------------------------------------------------------- prediction
@@ -103,13 +85,13 @@ def predict(t: float, tj: float | np.ndarray, x: np.ndarray, v: np.ndarray,
     xp, vp, ap : ndarray, shape (n, 3), float64
         Predicted position, velocity and acceleration (new arrays).
     """
-    x = _vectors("x", x)
+    x = validate.vec3("x", x, None)
     n = x.shape[0]
-    v = _vectors("v", v, n)
-    a, jerk, snap, crackle = (np.zeros((n, 3)) if val is None else _vectors(name, val, n)
+    v = validate.vec3("v", v, n)
+    a, jerk, snap, crackle = (np.zeros((n, 3)) if val is None else validate.vec3(name, val, n)
                               for name, val in (("a", a), ("jerk", jerk), ("snap", snap),
                                                 ("crackle", crackle)))
-    dt = (validate.scalar("t", t) - _scalars("tj", tj, n))[:, None]
+    dt = (validate.scalar("t", t) - validate.scalars("tj", tj, n))[:, None]
 
     xp = x + v * dt + a * dt**2 / 2 + jerk * dt**3 / 6 + snap * dt**4 / 24 + crackle * dt**5 / 120
     vp = v + a * dt + jerk * dt**2 / 2 + snap * dt**3 / 6 + crackle * dt**4 / 24
@@ -233,21 +215,21 @@ def forces(xi: np.ndarray, vi: np.ndarray | None, index_i: np.ndarray, xj: np.nd
         if order != 2:
             raise InputError(f"cutoff needs order 2, got order {order!r}")
         cut = (validate.positive("cutoff", cutoff), _cutoff_shape(cutoff_shape))
-    xi = _vectors("xi", xi)
+    xi = validate.vec3("xi", xi, None)
     ni = xi.shape[0]
-    xj = _vectors("xj", xj)
+    xj = validate.vec3("xj", xj, None)
     nj = xj.shape[0]
-    index_i = _ids("index_i", index_i, ni)
-    index_j = _ids("index_j", index_j, nj)
-    mj = _scalars("mj", mj, nj)
+    index_i = validate.ints("index_i", index_i, ni, -(2**63), 2**63 - 1)
+    index_j = validate.ints("index_j", index_j, nj, -(2**63), 2**63 - 1)
+    mj = validate.scalars("mj", mj, nj)
     given = {"vi": vi, "vj": vj, "ai": ai, "aj": aj, "ji": ji, "jj": jj}
     for name in list(given)[: order - 2]:  # order 4 needs vi, vj; 6 ai, aj too; 8 ji, jj too
         if given[name] is None:
             raise InputError(f"{name} is required for order {order}")
-    vi, vj, ai, aj, ji, jj = (np.zeros((k, 3)) if u is None else _vectors(name, u, k)
+    vi, vj, ai, aj, ji, jj = (np.zeros((k, 3)) if u is None else validate.vec3(name, u, k)
                               for (name, u), k in zip(given.items(), (ni, nj) * 3, strict=True))
     eps2 = validate.scalar("eps2", eps2, nonneg=True)
-    h2_arr = None if h2 is None else _scalars("h2", h2, ni)
+    h2_arr = None if h2 is None else validate.scalars("h2", h2, ni)
     chunk_elements = validate.int_arg("chunk_elements", chunk_elements, 1, 2**62)
 
     out = ReferenceForces(
@@ -313,23 +295,22 @@ def _chunk(out: ReferenceForces, s: int, e: int, order: int, eps2: float,
     m = mj[None, :]
     m_R3 = m * inv_R * inv_R2
 
-    acc = m_R3 * r  # (3, c, nj)
     pot = m * inv_R
     if cut is not None:
         # the short-range parts; coincident pairs (R = 0) left out, as self pairs are
         keep = ~same & (r2 + eps2 > 0.0)
         m_R3 = np.where(keep, m_R3, 0.0)
         pot = np.where(keep, pot, 0.0)
-        out.acc_abs[s:e] = _norm(m_R3 * r).sum(axis=1)
-        out.pot_abs[s:e] = np.abs(pot).sum(axis=1)
+    acc = m_R3 * r  # (3, c, nj)
+    out.acc_abs[s:e] = _norm(acc).sum(axis=1)
+    out.pot_abs[s:e] = np.abs(pot).sum(axis=1)
+    if cut is not None:
         g, h = cutoff_factors(np.sqrt(np.where(keep, R2, 0.0)), *cut)
         out.acc[s:e] = (m_R3 * g * r).sum(axis=2).T
         out.pot[s:e] = -(pot * h).sum(axis=1)
         return
     out.acc[s:e] = acc.sum(axis=2).T
-    out.acc_abs[s:e] = _norm(acc).sum(axis=1)
     out.pot[s:e] = -pot.sum(axis=1)
-    out.pot_abs[s:e] = np.abs(pot).sum(axis=1)
     if order == 2:
         return
 
@@ -556,10 +537,8 @@ def relative_vector_error(
     result = np.asarray(result, dtype=np.float64)
     reference = np.asarray(reference, dtype=np.float64)
     if result.shape != reference.shape:
-        raise InputError(
-            f"result and reference must have the same shape, got {result.shape} and "
-            f"{reference.shape}"
-        )
+        raise InputError(f"result and reference must have the same shape, got {result.shape} "
+                         f"and {reference.shape}")
     if result.ndim not in (1, 2):
         raise InputError(f"result must be 1-d or 2-d, got shape {result.shape}")
     with np.errstate(invalid="ignore", over="ignore"):

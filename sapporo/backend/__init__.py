@@ -76,19 +76,20 @@ def capabilities(name: str) -> Capabilities:
     return _class(name).capabilities
 
 
+def _probe(name: str) -> BackendStatus:
+    """Backend ``name`` with its devices, or the reason it is unusable."""
+    try:
+        backend = _load(name)
+    except BackendError as exc:
+        return BackendStatus(name, None, [], str(exc))
+    devices = backend.devices()
+    reason = "" if devices else (getattr(backend, "reason", "") or "no device")
+    return BackendStatus(name, backend, devices, reason)
+
+
 def probe_backends() -> list[BackendStatus]:
     """Try every backend; report devices or the reason it is unusable."""
-    out = []
-    for name in ("cuda", "opencl"):
-        try:
-            backend = _load(name)
-        except BackendError as exc:
-            out.append(BackendStatus(name, None, [], str(exc)))
-            continue
-        devices = backend.devices()
-        reason = "" if devices else (getattr(backend, "reason", "") or "no device")
-        out.append(BackendStatus(name, backend, devices, reason))
-    return out
+    return [_probe(name) for name in ("cuda", "opencl")]
 
 
 def get_backend(name: str | None = None) -> Backend:
@@ -102,14 +103,13 @@ def get_backend(name: str | None = None) -> Backend:
     """
     name = config.parse_backend(name) if name is not None else config.from_environment().backend
     if name is not None:
-        try:
-            backend = _load(name)
-        except BackendError as exc:
-            raise BackendError(f"backend {name!r} is unusable: {exc}. {_INSTALL_HINT}") from None
-        if not backend.devices():
-            reason = getattr(backend, "reason", "") or "no device"
-            raise BackendError(f"backend {name!r} has no usable device: {reason}. {_INSTALL_HINT}")
-        return backend
+        status = _probe(name)
+        if status.backend is None:
+            raise BackendError(f"backend {name!r} is unusable: {status.reason}. {_INSTALL_HINT}")
+        if not status.devices:
+            raise BackendError(f"backend {name!r} has no usable device: {status.reason}. "
+                               f"{_INSTALL_HINT}")
+        return status.backend
     tried = []
     for status in probe_backends():
         if status.devices:

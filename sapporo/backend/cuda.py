@@ -159,8 +159,7 @@ class CUBuffer(base.Buffer):
         ctx.enqueue(ctx.drv.memcpy_htod_async, int(self.mem) + offset, host)
         if wait:
             ctx.synchronize()
-            return CUEvent(None)
-        return CUEvent(ctx)
+        return CUEvent(None if wait else ctx)
 
     def download(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> base.Event:
         self.check_transfer(host, offset)
@@ -298,7 +297,7 @@ class CUKernel(base.Kernel):
                 self._func.prepare(fmt)
                 self._format = fmt
             if ctx.profiling:
-                start = ctx.record(timing=True)
+                start = ctx.record()
             try:
                 ctx.commands += 1
                 self._func.prepared_async_call(grid, block, ctx.stream, *values)
@@ -306,7 +305,7 @@ class CUKernel(base.Kernel):
                 raise BackendError(f"launch of kernel {self.name} (grid {grid}, block {block}) "
                                    f"failed on {ctx.info.name}: {exc}") from exc
             if ctx.profiling:
-                end = ctx.record(timing=True)
+                end = ctx.record()
         if wait:
             ctx.synchronize(end)
         return CUEvent(ctx, end, start)
@@ -454,7 +453,6 @@ class CUContext(base.Context):
             self._ctx = None
             raise BackendError(f"cannot create a stream on {info.name}: {exc}") from exc
         drv.Context.pop()
-        self._no_timing = int(getattr(getattr(drv, "event_flags", None), "DISABLE_TIMING", 0))
 
     def active(self) -> _Activation:
         """``with ctx.active():`` this context is current on this thread within the block."""
@@ -466,10 +464,9 @@ class CUContext(base.Context):
             self.commands += 1
             copy(*args, self.stream)
 
-    def record(self, timing: bool = False) -> Any:
-        """Record an event on the stream (call with the context active; timing events only
-        when asked for)."""
-        ev = self.drv.Event() if timing else self.drv.Event(self._no_timing)
+    def record(self) -> Any:
+        """Record a timing event on the stream (call with the context active)."""
+        ev = self.drv.Event()
         ev.record(self.stream)
         return ev
 
@@ -605,8 +602,7 @@ class CUDABackend(base.Backend):
     capabilities = base.Capabilities(kernel_ext="cu", widths=(1, 2, 4), jv=False)
 
     def __init__(self) -> None:
-        drv = _import_driver()
-        self.drv = drv
+        self.drv = drv = _import_driver()
         self.reason = ""
         self._infos: list[base.DeviceInfo] = []
         try:

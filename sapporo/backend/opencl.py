@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,7 @@ def _system_pocl_libraries() -> list[str]:
     """The libraries named by OpenCL vendor files outside PyOpenCL's wheel that are PoCL."""
     out = []
     for place in (os.environ.get("OCL_ICD_VENDORS", ""), "/etc/OpenCL/vendors"):
-        if not place:
-            continue
-        try:
+        with contextlib.suppress(OSError):  # (an unset OCL_ICD_VENDORS names no .icd file)
             files = ([os.path.join(place, f) for f in os.listdir(place)]
                      if os.path.isdir(place) else [place])
             for f in files:
@@ -52,8 +51,6 @@ def _system_pocl_libraries() -> list[str]:
                         text = fh.read().strip()
                     if "pocl" in text.lower():
                         out.append(text)
-        except OSError:
-            continue
     return out
 
 
@@ -248,26 +245,24 @@ class CLBuffer(base.Buffer):
         return int(self.buf.int_ptr)
 
     def upload(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> base.Event:
-        return self._copy(host, offset, wait, self.buf, host, dst_offset=offset)
+        self.check_transfer(host, offset)
+        return self._queue(host.nbytes, cl.enqueue_copy, self.buf, host, dst_offset=offset,
+                           is_blocking=wait)
 
     def download(self, host: np.ndarray, offset: int = 0, wait: bool = True) -> base.Event:
-        return self._copy(host, offset, wait, host, self.buf, src_offset=offset)
-
-    def _copy(self, host: np.ndarray, offset: int, wait: bool, *args: Any,
-              **kwargs: Any) -> base.Event:
         self.check_transfer(host, offset)
-        if host.nbytes == 0:
-            return CLEvent(None, False)
-        ev = self._ctx._enqueue(False, cl.enqueue_copy, *args, is_blocking=wait, **kwargs)
-        return CLEvent(ev, self._ctx.profiling)
+        return self._queue(host.nbytes, cl.enqueue_copy, host, self.buf, src_offset=offset,
+                           is_blocking=wait)
 
     def fill(self, value: int = 0) -> base.Event:
         size = self.nbytes // 4 * 4
-        if size == 0:
+        return self._queue(size, cl.enqueue_fill_buffer, self.buf, np.int32(value), 0, size)
+
+    def _queue(self, nbytes: int, enqueue: Any, *args: Any, **kwargs: Any) -> base.Event:
+        """Queue ``enqueue(queue, *args, **kwargs)`` on the main queue (nothing for 0 bytes)."""
+        if nbytes == 0:
             return CLEvent(None, False)
-        ev = self._ctx._enqueue(False, cl.enqueue_fill_buffer, self.buf, np.int32(value), 0,
-                                size)
-        return CLEvent(ev, self._ctx.profiling)
+        return CLEvent(self._ctx._enqueue(False, enqueue, *args, **kwargs), self._ctx.profiling)
 
     def free(self) -> None:
         buf = getattr(self, "buf", None)
@@ -483,15 +478,13 @@ class CLContext(base.Context):
             if self._last is not None:
                 self.queue.finish()
                 self._last = None
-            ev = enqueue(self.small_queue, *args, **kwargs)
-            self._last_small = ev
-        else:
-            if self._last_small is not None:
-                self.small_queue.finish()
-                self._last_small = None
-            ev = enqueue(self.queue, *args, **kwargs)
-            self._last = ev
-        return ev
+            self._last_small = enqueue(self.small_queue, *args, **kwargs)
+            return self._last_small
+        if self._last_small is not None:
+            self.small_queue.finish()
+            self._last_small = None
+        self._last = enqueue(self.queue, *args, **kwargs)
+        return self._last
 
     def finish(self) -> None:
         """Wait for the queues. The last kernel is polled for up to ``spin_seconds`` first:
@@ -652,20 +645,28 @@ def _skipped_platforms(listed: list[tuple[Any, list[Any]]]) -> dict[int, tuple[s
     return out
 
 
-def _binary_cache_file(info: base.DeviceInfo, device: Any, source: str,
-                       options: list[str]) -> Path | None:
-    """The cache file of one program: keyed by everything the binary depends on (source
-    with its headers inlined, options, device, driver, platform and PyOpenCL versions)."""
+def _cache_file(parts: Callable[[], list[str]], prefix: str = "", digits: int = 64,
+                suffix: str = "") -> Path | None:
+    """A file of the kernel cache folder named by the hash of ``parts()`` and this
+    machine's processor (:func:`_host_cpu_id`); None without a cache folder, or when the
+    driver does not answer ``parts()``."""
     folder = config.kernel_cache_dir()
     if folder is None:
         return None
     try:
-        ident = "\0".join([source, " ".join(options), device.name, device.driver_version,
-                           device.platform.version, info.platform, str(cl.VERSION),
-                           _host_cpu_id()])
+        ident = "\0".join([*parts(), _host_cpu_id()])
     except cl.Error:  # a driver that does not answer: no cache
         return None
-    return folder / (hashlib.sha256(ident.encode()).hexdigest() + ".bin")
+    return folder / f"{prefix}{hashlib.sha256(ident.encode()).hexdigest()[:digits]}{suffix}"
+
+
+def _binary_cache_file(info: base.DeviceInfo, device: Any, source: str,
+                       options: list[str]) -> Path | None:
+    """The cache file of one program: keyed by everything the binary depends on (source
+    with its headers inlined, options, device, driver, platform and PyOpenCL versions)."""
+    return _cache_file(lambda: [source, " ".join(options), device.name, device.driver_version,
+                                device.platform.version, info.platform, str(cl.VERSION)],
+                       suffix=".bin")
 
 
 def _kernel_names(program: Any) -> list[str]:
@@ -794,20 +795,13 @@ def _pocl_cannot_build(platform: Any, devices: list[Any]) -> str:
         return ""
     # the threaded device first: the single-threaded one serves it, and is not listed alone
     cpus.sort(key=lambda d: quirks.is_pocl_single_threaded_cpu(d.name.strip()))
-    folder = config.kernel_cache_dir()
-    note = None
-    if folder is not None:
-        try:
-            ident = "\0".join([platform.version, cpus[0].name, cpus[0].driver_version,
-                               str(cl.VERSION), _PROBE_KIND, _host_cpu_id()])
-        except cl.Error:
-            ident = ""
-        if ident:
-            note = folder / ("probe-" + hashlib.sha256(ident.encode()).hexdigest()[:32])
-            with contextlib.suppress(OSError):
-                text = note.read_text()
-                if text.startswith("ok") or text.startswith("error:"):
-                    return "" if text.startswith("ok") else text[len("error:"):]
+    note = _cache_file(lambda: [platform.version, cpus[0].name, cpus[0].driver_version,
+                                str(cl.VERSION), _PROBE_KIND], prefix="probe-", digits=32)
+    if note is not None:
+        with contextlib.suppress(OSError):
+            text = note.read_text()
+            if text.startswith("ok") or text.startswith("error:"):
+                return "" if text.startswith("ok") else text[len("error:"):]
     log.info("checking %s (%s) once on this machine ...", cpus[0].name.strip(),
              platform.version.strip())
     answer, keep = _run_probe(platform, cpus[0])

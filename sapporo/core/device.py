@@ -256,8 +256,7 @@ class Device:
         h_raw = self.ctx.alloc_host(cap * self.raw_n * 32)
         self.j_hosts = {"raw": h_raw}  # (freed with the others if one fails)
         if h_raw.zero_copy:
-            h_id = self.ctx.alloc_host(slots * 4)
-            self.j_hosts = {"raw": h_raw, "id": h_id}
+            h_id = self.j_hosts["id"] = self.ctx.alloc_host(slots * 4)
             self.h_raw = h_raw.view(np.float64, (cap, self.raw_n, 4))
             self.h_raw[:] = 0.0
             self.h_id = h_id.view(np.int32, (slots,))
@@ -385,8 +384,6 @@ class Device:
         if ngb:
             h_cnt = self._host("nbcount", pad_max * 4)
             h_lst = self._host("nblist", pad_max * var.nb_capacity * 4)
-        if self.h_raw is None:
-            self._host("scatter_batch", SCATTER_MAX * (self.raw_n + 1) * 32)
         if self.h_raw is not None:  # the device computes on these host arrays
             memory = {"memory": 0, "dev_raw": self.h_raw.ctypes.data,
                       "dev_ids": self.h_id.ctypes.data, "queue": 0, "idata_buf": 0,

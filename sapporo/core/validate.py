@@ -76,7 +76,7 @@ def int_arg(name: str, value: Any, lo: int, hi: int, note: str = "") -> int:
         try:
             f = float(value)
         except (TypeError, ValueError, OverflowError):
-            raise InputError(f"{name}: expected an integer, got {value!r}") from None
+            f = math.nan
         if not (math.isfinite(f) and f == math.floor(f)):
             raise InputError(f"{name}: expected an integer, got {value!r}") from None
         v = int(f)
