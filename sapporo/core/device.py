@@ -273,8 +273,9 @@ class Device:
             self.j["raw"].fill(0)
             self.j["id"].fill(-1)
         for name, size in self._predicted_bytes().items():
-            if name in ("pos", "pos_lo") and self.h_raw is not None:
+            if name in ("pos", "pos_lo") and self.h_raw is not None and self.variant.order == 2:
                 # host arrays: the engine writes j-records that do not move there itself
+                # (order 2: eng_still)
                 host = self.j_hosts[name] = self.ctx.alloc_host(slots * size)
                 host.array[:] = 0
                 self.j[name] = host.buffer

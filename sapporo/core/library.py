@@ -360,10 +360,9 @@ class Library:
             which the 8th-order predictor adds (positions then err by O(dt^8)).
         """
         with self._lock:
-            self._check_open()
+            eng = self._engine or self._engine_ready()  # (closed: no engine, and the error)
             ph = self._phases
             t0 = _now() if ph is not None else 0.0
-            eng = self._engine_ready()
             args = (address, index, t, mass, x, v, a, jerk, snap, crackle, pop, d5)
             if not self._engine_call(eng.put_j, *args):
                 # types the engine does not take, or a value it refuses: converted and
@@ -402,7 +401,6 @@ class Library:
     @_serialised
     def reset(self) -> None:
         """Forget every j-particle (addresses become unused; memory is kept)."""
-        self._check_open()
         self._engine_call(self._engine_ready().reset)
 
     def _j_capacity(self) -> int:
@@ -447,9 +445,8 @@ class Library:
     def set_time(self, t: float) -> None:
         """Predict j-particles to time ``t`` before the next force call."""
         with self._lock:
-            self._check_open()
-            t = t if type(t) is float and math.isfinite(t) else scalar("t", t)
-            self._engine_ready().set_time(t)  # the engine's: its next force calls predict to it
+            eng = self._engine or self._engine_ready()
+            eng.set_time(t if type(t) is float and math.isfinite(t) else scalar("t", t))
 
     def _n_local(self, n: int, d: int) -> int:
         """Local addresses of device d among global addresses [0, n)."""
@@ -495,7 +492,9 @@ class Library:
 
     def _engine_ready(self) -> Any:
         """The native engine (made on first use, not when the library opens), or why there
-        is none (a runtime without its entry points, a device that failed before)."""
+        is none (a closed library, a runtime without its entry points, a device that failed
+        before)."""
+        self._check_open()
         if not self._engine_tried:
             for dev in self._devs:
                 if dev.ctx.native_entry_points() is None:
@@ -658,8 +657,7 @@ class Library:
                 nj: int | None = None, jerk: Any = None) -> ForceResult:
         """Forces on i-particles from j-addresses [0, nj); blocking. See :meth:`start_compute`."""
         with self._lock:
-            self._check_open()
-            eng = self._engine_ready()
+            eng = self._engine or self._engine_ready()
             if self._pending is None and (nj is None or type(nj) is int):
                 ph = self._phases
                 t0 = _now() if ph is not None else 0.0
@@ -677,7 +675,6 @@ class Library:
             return self.start_compute(x, v, index, eps2, h2=h2, a=a, nj=nj,
                                       jerk=jerk).result()
 
-    @_serialised
     def start_compute(self, x: Any, v: Any, index: Any, eps2: float, h2: Any = None,
                       a: Any = None, nj: int | None = None, jerk: Any = None) -> PendingForce:
         """Start the forces on i-particles and return at once (GRAPE's firsthalf).
@@ -699,16 +696,19 @@ class Library:
         jerk : (ni, 3), optional
             Predicted jerks of the i-particles (required for order 8).
         """
-        self._check_open()
-        self._engine_ready()
-        self._collect_pending()
-        if nj is None or type(nj) is int:
-            pending = self._engine_begin(x, v, index, eps2,
-                                         None if h2 is None else _h2_rows(h2, x), a, jerk, nj)
-            if pending is not None:
-                return pending
-            self._planner_exc = None
-        return self._start_converted(x, v, index, eps2, h2, a, nj, jerk)
+        with self._lock:
+            if self._engine is None:
+                self._engine_ready()
+            if self._pending is not None:
+                self._collect_pending()
+            if nj is None or type(nj) is int:
+                pending = self._engine_begin(x, v, index, eps2,
+                                             None if h2 is None else _h2_rows(h2, x), a, jerk,
+                                             nj)
+                if pending is not None:
+                    return pending
+                self._planner_exc = None
+            return self._start_converted(x, v, index, eps2, h2, a, nj, jerk)
 
     def _start_converted(self, x: Any, v: Any, index: Any, eps2: Any, h2: Any, a: Any,
                          nj: Any, jerk: Any) -> PendingForce:

@@ -1123,3 +1123,42 @@ def test_still_records_launch_no_prediction(backend, precision):
     finally:
         still.close()
         moving.close()
+
+
+def test_a_block_step_makes_few_python_calls(backend):
+    """A Python API block step (store the corrected block, move the time on, the forces on
+    the next block) makes at most 15 Python function calls, with neighbour lists or not,
+    synchronous or not: the engine does the rest."""
+    import sys
+
+    n, k = 1024, 16
+    x, v, m, ids, a, jerk = _system(n)
+    with _open(4, "double-single", backend) as lib:
+        lib.set_j_particles(np.arange(n), ids, 0.0, m, x, v, a=a, jerk=jerk)
+        act = np.arange(k)
+        h2 = np.full(k, 0.01)
+
+        def step(kind: str) -> None:
+            lib.set_j_particles(act, ids[act], 0.0, m[act], x[act], v[act], a=a[act],
+                                jerk=jerk[act])
+            lib.set_time(0.01)
+            if kind == "async":
+                lib.start_compute(x[act], v[act], ids[act], 1e-4).result()
+            else:
+                lib.compute(x[act], v[act], ids[act], 1e-4, h2=h2 if kind == "lists" else None)
+
+        for kind in ("plain", "lists", "async"):
+            step(kind)  # (plans made)
+            calls: list[str] = []
+
+            def count(frame, event, _, calls=calls) -> None:
+                if event == "call":
+                    calls.append(frame.f_code.co_name)
+
+            sys.setprofile(count)
+            try:
+                step(kind)
+            finally:
+                sys.setprofile(None)
+            calls = calls[1:]  # step itself
+            assert 0 < len(calls) <= 15, (kind, calls)
