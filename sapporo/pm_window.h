@@ -71,16 +71,19 @@ PM_INLINE int window1(double u, double *w)
 #endif
 }
 
-/* A mesh index along one axis, or -1 when it falls off an isolated mesh. */
-PM_INLINE int wrap(int i)
+/* An index along one axis of n cells, or -1 when it falls off an isolated mesh. */
+PM_INLINE int wrap_n(int i, int n)
 {
 #if PERIODIC
-    i %= NG;
-    return i < 0 ? i + NG : i;
+    i %= n;
+    return i < 0 ? i + n : i;
 #else
-    return (i < 0 || i >= NG) ? -1 : i;
+    return (i < 0 || i >= n) ? -1 : i;
 #endif
 }
+
+/* A mesh index along one axis (NG cells), or -1 off an isolated mesh. */
+PM_INLINE int wrap(int i) { return wrap_n(i, NG); }
 
 /* Particle coordinate to mesh units. */
 PM_INLINE double to_mesh(real x, double lo, double inv_h)
@@ -133,26 +136,14 @@ PM_INLINE void short_range_one(const int p, const double rs, const double rcut2,
     const double inv_2rs = 0.5 / rs, two_over_sqrtpi_2rs = 1.0 / (rs * 1.7724538509055160273);
     double ax = 0.0, ay = 0.0, az = 0.0, ph = 0.0;
     for (int a = -1; a <= 1; a++) {
-        int cx = ci[0] + a;
-#if PERIODIC
-        cx = cx < 0 ? cx + nc : (cx >= nc ? cx - nc : cx);
-#else
-        if (cx < 0 || cx >= nc) continue;
-#endif
+        const int cx = wrap_n(ci[0] + a, nc);
+        if (cx < 0) continue;
         for (int b = -1; b <= 1; b++) {
-            int cy = ci[1] + b;
-#if PERIODIC
-            cy = cy < 0 ? cy + nc : (cy >= nc ? cy - nc : cy);
-#else
-            if (cy < 0 || cy >= nc) continue;
-#endif
+            const int cy = wrap_n(ci[1] + b, nc);
+            if (cy < 0) continue;
             for (int c = -1; c <= 1; c++) {
-                int cz = ci[2] + c;
-#if PERIODIC
-                cz = cz < 0 ? cz + nc : (cz >= nc ? cz - nc : cz);
-#else
-                if (cz < 0 || cz >= nc) continue;
-#endif
+                const int cz = wrap_n(ci[2] + c, nc);
+                if (cz < 0) continue;
                 const int cell = (cx * nc + cy) * nc + cz;
                 for (int j = start[cell]; j < end[cell]; j++) {
                     if (j == p) continue;
