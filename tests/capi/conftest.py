@@ -52,6 +52,16 @@ class CApi:
     def library(self) -> Path:
         return self.lib_dir / "libsapporo.so"
 
+    def exported(self) -> set[str]:
+        """The names the library exports (``nm -D``, version suffixes dropped); skips the
+        test where binutils' nm is missing."""
+        nm = shutil.which("nm")
+        if nm is None:
+            pytest.skip("nm (binutils) not found")
+        out = subprocess.run([nm, "-D", "--defined-only", str(self.library)],
+                             capture_output=True, text=True, check=True).stdout
+        return {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
+
     @property
     def sites(self) -> list[str]:
         """Site directories recorded in the build (see capi/build.py)."""

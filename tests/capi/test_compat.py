@@ -55,12 +55,7 @@ def sapporo_errors(stderr: str) -> list[str]:
 
 
 def test_referenced_symbols_are_exported(capi: CApi) -> None:
-    nm = shutil.which("nm")
-    if nm is None:
-        pytest.skip("nm (binutils) not found")
-    out = subprocess.run([nm, "-D", "--defined-only", str(capi.library)],
-                         capture_output=True, text=True, check=True).stdout
-    names = {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
+    names = capi.exported()
     missing = sorted(set(REFERENCED) - names)
     assert not missing, f"not exported: {missing}"
     table = (ROOT / "docs" / "capi.md").read_text()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -376,12 +375,7 @@ BEYOND_PG5_C = ["g5_set_range", "g5_set_xj", "g5_set_mj", "g5_set_jp", "g5_set_e
 
 
 def test_every_pg5_call_is_exported_and_declared(capi: CApi) -> None:
-    nm = shutil.which("nm")
-    if nm is None:
-        pytest.skip("nm (binutils) not found")
-    out = subprocess.run([nm, "-D", "--defined-only", str(capi.library)],
-                         capture_output=True, text=True, check=True).stdout
-    names = {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
+    names = capi.exported()
     header = (capi.prefix / "include" / "grape5.h").read_text()
     for c_name in PG5_C + OURS_C + BEYOND_PG5_C:
         fortran = [f"{c_name}_"] + ([f"{c_name.lower()}_"] if "MC" in c_name else [])

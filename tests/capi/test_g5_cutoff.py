@@ -11,8 +11,6 @@ none), the self pair left out at eps = 0 (R = 0, as in PG5/table).
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -130,12 +128,7 @@ def test_fortran_pg5_table_client(capi: CApi, tmp_path: Path) -> None:
 
 
 def test_cutoff_calls_are_exported_and_declared(capi: CApi) -> None:
-    nm = shutil.which("nm")
-    if nm is None:
-        pytest.skip("nm (binutils) not found")
-    out = subprocess.run([nm, "-D", "--defined-only", str(capi.library)],
-                         capture_output=True, text=True, check=True).stdout
-    names = {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
+    names = capi.exported()
     header = (capi.prefix / "include" / "grape5.h").read_text()
     for c_name in ("g5_set_eta", "g5_set_cutoff_table", "g5_set_cutoff_scale"):
         for name in (c_name, f"{c_name}_"):
