@@ -259,13 +259,15 @@ int eng_reset(Engine *e)
 
 /* The j-particles' rules: n records (nrec double4 each, at rec) at addresses, with ids.
  * 0, with the addresses in use they need (*top: the highest plus one) and the derivative
- * records the predictor must read (*terms: the highest non-zero one, a = 1, jerk = 2, ...),
- * or -1 with the error (ENG_ERR_INPUT) naming the first j-particle that breaks one. */
+ * records the predictor must read (*terms: the highest non-zero one, a = 1, jerk = 2, ...)
+ * and whether one has a velocity (*moves), or -1 with the error (ENG_ERR_INPUT) naming the
+ * first j-particle that breaks one. */
 static int j_rules(Engine *e, int n, const int *address, const int *index, const double *rec,
-                   int nrec, int *top, int *terms)
+                   int nrec, int *top, int *terms, int *moves)
 {
     *top = 0;
     *terms = 0;
+    *moves = 0;
     for (int k = 0; k < n; k++) {
         const double *r = rec + 4 * (size_t)nrec * k;
         const int a = address[k];
@@ -283,6 +285,7 @@ static int j_rules(Engine *e, int n, const int *address, const int *index, const
             return eng_err(e, ENG_ERR_INPUT, "x: j-particle at address %d: position (%g, %g, "
                            "%g) too large: squared distances would overflow double; "
                            "magnitudes must stay below %g", a, r[0], r[1], r[2], COORD_LIMIT);
+        *moves |= r[4] != 0.0 || r[5] != 0.0 || r[6] != 0.0;
         for (int q = nrec - 1; q >= 2 && q - 1 > *terms; q--)
             if (r[4 * q] != 0.0 || r[4 * q + 1] != 0.0 || r[4 * q + 2] != 0.0)
                 *terms = q - 1;
@@ -332,7 +335,7 @@ int eng_put_j_rc(Engine *e, int n, const int *address, const int *index,
                         const double *rec, int nrec)
 {
     const struct dplan *j = &e->dev[0].jside;
-    int top, terms;
+    int top, terms, moves;
     e->code = ENG_ERR_BACKEND;
     if (e->off)
         return eng_err(e, ENG_ERR_BACKEND, "the device failed earlier (see the first error); "
@@ -342,7 +345,7 @@ int eng_put_j_rc(Engine *e, int n, const int *address, const int *index,
                        JB_RECORDS);
     if (n < 1)
         return 1;
-    if (j_rules(e, n, address, index, rec, nrec, &top, &terms) < 0)
+    if (j_rules(e, n, address, index, rec, nrec, &top, &terms, &moves) < 0)
         return -1;
     if (e->have_j && terms > j->raw_n - 2)  /* (records past the order's are not read) */
         terms = j->raw_n - 2;
@@ -357,10 +360,7 @@ int eng_put_j_rc(Engine *e, int n, const int *address, const int *index,
         return eng_err(e, ENG_ERR_INTERNAL, "the library gave no room for address %d", top - 1);
     if (eng_in_flight(e) && eng_wait(e) < 0)  /* the force call reads the records */
         return -1;
-    for (int k = 0; k < n && !e->moving; k++) {
-        const double *v = rec + 4 * (size_t)nrec * k + 4;
-        e->moving = v[0] != 0.0 || v[1] != 0.0 || v[2] != 0.0;
-    }
+    e->moving |= moves;
     records_write(e, n, address, index, rec, nrec, eng_still(e));
     if (top > *j->n_stored_at)  /* more addresses in use: the next prediction reads them */
         *j->n_stored_at = top;
