@@ -45,7 +45,6 @@
 #include "shim.h"
 
 #define G5_CONTEXTS 64        /* context ids 0 .. G5_CONTEXTS - 1 (PG5 has 24) */
-#define G5_RECORDS 2          /* double4 per j-record: x|m, v|t (no velocity, no derivative) */
 #define G5_NI_CHUNK LIMIT_NI_CHUNK /* i-particles per force call of g5_calculate_force_on_x* (the
                                * engine's ENG_NI_MAX) */
 
@@ -63,16 +62,12 @@ struct g5_context {
     int ni;                   /* i-particles set (0: none) */
     int icap;                 /* room for this many in the i-arrays */
     double *xi, *eps2i;       /* i-particles: positions, softening squared */
-    double *zeros;            /* 3 * icap zeros: the i-velocities, which order 2 never reads */
     int *ones;                /* icap ones: the i-indices */
     double *gx, *gacc, *gpot; /* one softening's i-particles, when they differ */
     int *gmap;
     double *rows;             /* the engine's result rows */
     double *acc, *pot;        /* the forces of the last g5_run */
     int have_force;           /* for this many i-particles (0: none) */
-    int jcap;                 /* room in the j-batch */
-    int *jaddr, *jidx;        /* a batch of j-particles: addresses, indices (zeros) */
-    double *jrec;             /* ... raw records (G5_RECORDS double4 each: x|m, v|t = 0) */
     double *epsj2;            /* per-j softening squared by address (g5_set_xmje), or NULL */
     int epsj_cap;
     int scap;                 /* room in the copy below: addresses [0, scap) */
@@ -81,6 +76,9 @@ struct g5_context {
     int partial;              /* addresses that have had one of the two only */
     int pend_lo, pend_hi;     /* addresses [pend_lo, pend_hi) may hold what g5_set_xj and
                                * g5_set_mj gave since the last force call (none: lo >= hi) */
+    int groups_ni;            /* g5_start_groups: its i-particles (0: none to collect), whose
+                               * forces go to acc, pot; those from groups_first on ... */
+    int groups_first, groups_left; /* ... (groups_left of them) are still in flight */
 };
 
 #define G5_GIVEN_X 1          /* an address has had a position ... */
@@ -196,7 +194,7 @@ static int g5_capacity(int cap, int need, int first)
     return cap;
 }
 
-/* Room for ni i-particles (their indices ones, their velocities zeros). */
+/* Room for ni i-particles (their indices ones). */
 static int g5_i_room(const char *fn, struct g5_context *c, int ni)
 {
     int cap;
@@ -205,7 +203,6 @@ static int g5_i_room(const char *fn, struct g5_context *c, int ni)
     cap = g5_capacity(c->icap, ni, 256);
     if (shim_grow((void **)&c->xi, 3 * sizeof(double), cap)
         || shim_grow((void **)&c->eps2i, sizeof(double), cap)
-        || shim_grow((void **)&c->zeros, 3 * sizeof(double), cap)
         || shim_grow((void **)&c->ones, sizeof(int), cap)
         || shim_grow((void **)&c->gx, 3 * sizeof(double), cap)
         || shim_grow((void **)&c->gacc, 3 * sizeof(double), cap)
@@ -215,29 +212,9 @@ static int g5_i_room(const char *fn, struct g5_context *c, int ni)
         || shim_grow((void **)&c->acc, 3 * sizeof(double), cap)
         || shim_grow((void **)&c->pot, sizeof(double), cap))
         return g5_fail(fn, SAPPORO_ERR_INTERNAL, "out of memory for %d i-particles", ni);
-    memset(c->zeros, 0, 3 * sizeof(double) * (size_t)cap);
     for (int i = 0; i < cap; i++)
         c->ones[i] = 1;
     c->icap = cap;
-    return SAPPORO_OK;
-}
-
-/* Room for a batch of n j-particles; the records' other rows stay zero. */
-static int g5_j_room(const char *fn, struct g5_context *c, int n)
-{
-    int cap;
-    if (n <= c->jcap)
-        return SAPPORO_OK;
-    cap = g5_capacity(c->jcap, n, 1024);
-    free(c->jrec);
-    c->jrec = calloc((size_t)cap, 4 * G5_RECORDS * sizeof(double));
-    if (c->jrec == NULL || shim_grow((void **)&c->jaddr, sizeof(int), cap)
-        || shim_grow((void **)&c->jidx, sizeof(int), cap)) {
-        c->jcap = 0;
-        return g5_fail(fn, SAPPORO_ERR_INTERNAL, "out of memory for %d j-particles", n);
-    }
-    memset(c->jidx, 0, sizeof(int) * (size_t)cap);
-    c->jcap = cap;
     return SAPPORO_OK;
 }
 
@@ -296,7 +273,7 @@ static int do_g5_close(void)
             if (r < 0)
                 rc = r;
         }
-        c->stored = c->n = c->ni = c->have_force = 0;
+        c->stored = c->n = c->ni = c->have_force = c->groups_ni = c->groups_left = 0;
         c->epsj_cap = c->scap = c->partial = c->pend_lo = c->pend_hi = 0;
         free(c->epsj2);
         free(c->sx);
@@ -462,6 +439,12 @@ static int g5_keep(const char *fn, struct g5_context *c, int adr, int nj, const 
         memset(c->given + old, 0, (size_t)(cap - old));
         c->scap = cap;
     }
+    if (xj != NULL && mj != NULL && c->partial == 0) {  /* both: none partial, then or now */
+        memcpy(c->sx + 3 * (size_t)adr, xj + 3 * (size_t)adr, 3 * sizeof(double) * (size_t)nj);
+        memcpy(c->sm + adr, mj + adr, sizeof(double) * (size_t)nj);
+        memset(c->given + adr, G5_GIVEN, (size_t)nj);
+        return SAPPORO_OK;
+    }
     for (int a = adr; a < end; a++) {
         unsigned char was = c->given[a], now = was;
         if (xj != NULL) {
@@ -478,21 +461,18 @@ static int g5_keep(const char *fn, struct g5_context *c, int adr, int nj, const 
     return SAPPORO_OK;
 }
 
-/* Send the nj j-particles at the addresses c->jaddr (ascending) to the context's engine,
- * their positions and masses read from x and m (indexed by address). */
-static int g5_send(const char *fn, struct g5_context *c, int nj, const double *x,
-                   const double *m)
+/* The n j-particles at addresses adr .. adr + n - 1 to the context's engine: positions x
+ * and masses m of the first at x, m (the engine's put_xm: no velocity, id 0). */
+static int g5_store(const char *fn, struct g5_context *c, int adr, int n, const double *x,
+                    const double *m)
 {
     int rc;
-    for (int k = 0; k < nj; k++)
-        put_record(c->jrec + 4 * (size_t)G5_RECORDS * k, G5_RECORDS,
-                   x + 3 * (size_t)c->jaddr[k], m[c->jaddr[k]], NULL, 0.0, NULL, NULL);
     g5_engine_enter(fn, c);
-    rc = g5_engine_leave(c, c->api->put_j(c->eng, nj, c->jaddr, c->jidx, c->jrec, G5_RECORDS));
+    rc = g5_engine_leave(c, c->api->put_xm(c->eng, adr, n, x, m, 0));
     if (rc < 0)
         return g5_fail(fn, rc, "%s", c->api->error(c->eng));
-    if (c->jaddr[nj - 1] >= c->stored)
-        c->stored = c->jaddr[nj - 1] + 1;
+    if (adr + n > c->stored)
+        c->stored = adr + n;
     return SAPPORO_OK;
 }
 
@@ -514,11 +494,8 @@ static int do_g5_set_xmj(const char *fn, int id, int adr, int nj, const double *
         if (!(epsj2[a] >= 0.0 && isfinite(epsj2[a])))
             return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "j-particle at address %d has a "
                                      "NaN or infinite value (or a negative softening)", a));
-    if ((rc = g5_j_room(fn, c, nj)) < 0)
-        return g5_put(c, rc);
-    for (int k = 0; k < nj; k++)
-        c->jaddr[k] = adr + k;
-    if ((rc = g5_send(fn, c, nj, xj, mj)) < 0 || (rc = g5_keep(fn, c, adr, nj, xj, mj)) < 0)
+    if ((rc = g5_store(fn, c, adr, nj, xj + 3 * (size_t)adr, mj + adr)) < 0
+        || (rc = g5_keep(fn, c, adr, nj, xj, mj)) < 0)
         return g5_put(c, rc);
     if (epsj2 != NULL || c->epsj2 != NULL) {
         if (c->epsj_cap < adr + nj) {  /* addresses not covered have no per-j softening */
@@ -564,20 +541,13 @@ static int do_g5_set_half(const char *fn, int id, int adr, int nj, int positions
  * that have had both a position and a mass (the others wait for their other half). */
 static int g5_flush(const char *fn, struct g5_context *c)
 {
-    int rc, nj = 0;
-    if (c->pend_lo >= c->pend_hi)
-        return SAPPORO_OK;
-    for (int a = c->pend_lo; a < c->pend_hi; a++)
-        nj += c->given[a] == G5_GIVEN;
-    if (nj > 0) {
-        if ((rc = g5_j_room(fn, c, nj)) < 0)
+    int rc;
+    for (int a = c->pend_lo, end; a < c->pend_hi; a = end) {  /* each run of such addresses */
+        for (end = a; end < c->pend_hi && c->given[end] == G5_GIVEN; end++)
+            ;
+        if (end > a && (rc = g5_store(fn, c, a, end - a, c->sx + 3 * (size_t)a, c->sm + a)) < 0)
             return rc;
-        nj = 0;
-        for (int a = c->pend_lo; a < c->pend_hi; a++)
-            if (c->given[a] == G5_GIVEN)
-                c->jaddr[nj++] = a;
-        if ((rc = g5_send(fn, c, nj, c->sx, c->sm)) < 0)
-            return rc;
+        end += end == a;
     }
     c->pend_lo = c->pend_hi = 0;
     return SAPPORO_OK;
@@ -654,18 +624,10 @@ static int do_g5_set_eps(const char *fn, int id, int ni, const double *eps)
     return g5_put(c, SAPPORO_OK);
 }
 
-/* Forces on ni i-particles x from addresses [0, c->n), one softening, by the engine (a
- * force that is not finite: SAPPORO_ERR_NONFINITE, the engine's message naming the particle
- * and its id, 1 as every GRAPE-5 i-particle's). */
-static int g5_force(const char *fn, struct g5_context *c, int ni, const double *x, double eps2,
-                    double *acc, double *pot)
+/* The rows of a finished force call of ni i-particles (rc: its code) into acc and pot. */
+static int g5_rows(const char *fn, struct g5_context *c, int rc, int ni, double *acc,
+                   double *pot)
 {
-    int rc;
-    g5_engine_enter(fn, c);
-    rc = c->api->start(c->eng, c->n, ni, c->ones, x, c->zeros, NULL, NULL, eps2, NULL);
-    if (rc > 0)
-        rc = c->api->finish(c->eng, ni, c->rows);
-    rc = g5_engine_leave(c, rc);
     if (rc < 0)
         return g5_fail(fn, rc, "%s%s", c->api->error(c->eng), rc != SAPPORO_ERR_NONFINITE ? ""
                        : "; GRAPE-5 excludes no pair, so an i-particle at a j-particle's "
@@ -677,41 +639,68 @@ static int g5_force(const char *fn, struct g5_context *c, int ni, const double *
     return SAPPORO_OK;
 }
 
+/* Forces on ni i-particles x from addresses [0, c->n), one softening, by the engine (a
+ * force that is not finite: SAPPORO_ERR_NONFINITE, the engine's message naming the particle
+ * and its id, 1 as every GRAPE-5 i-particle's). */
+static int g5_force(const char *fn, struct g5_context *c, int ni, const double *x, double eps2,
+                    double *acc, double *pot)
+{
+    int rc;
+    g5_engine_enter(fn, c);
+    rc = c->api->start(c->eng, c->n, ni, c->ones, x, NULL, NULL, NULL, eps2, NULL);
+    if (rc > 0)
+        rc = c->api->finish(c->eng, ni, c->rows);
+    return g5_rows(fn, c, g5_engine_leave(c, rc), ni, acc, pot);
+}
+
+/* Addresses [0, n) ready for a force call: those g5_set_xj and g5_set_mj gave sent, none
+ * with one half only, and their per-j softening (g5_set_xmje) one value, *epsj2.  what: n's
+ * name in messages. */
+static int g5_j_ready(const char *fn, struct g5_context *c, int n, const char *what,
+                      double *epsj2)
+{
+    int rc;
+    *epsj2 = 0.0;
+    for (int a = 0, end = n < c->scap ? n : c->scap; c->partial > 0 && a < end; a++)
+        if (c->given[a] != 0 && c->given[a] != G5_GIVEN)
+            return g5_fail(fn, SAPPORO_ERR_INPUT, "j-particle at address %d has a %s (%s) but "
+                           "never had a %s: give it with %s, or both with g5_set_xmj, before "
+                           "a force call uses it (%s %d)", a,
+                           c->given[a] == G5_GIVEN_X ? "position" : "mass",
+                           c->given[a] == G5_GIVEN_X ? "g5_set_xj" : "g5_set_mj",
+                           c->given[a] == G5_GIVEN_X ? "mass" : "position",
+                           c->given[a] == G5_GIVEN_X ? "g5_set_mj" : "g5_set_xj", what, n);
+    if ((rc = g5_flush(fn, c)) < 0)
+        return rc;
+    if (n > c->stored)
+        return g5_fail(fn, SAPPORO_ERR_INPUT, "%s %d j-particles, but addresses were set "
+                       "up to %d only (g5_set_xmj, or g5_set_xj and g5_set_mj)", what, n,
+                       c->stored - 1);
+    if (c->epsj2 != NULL && n > 0) {
+        *epsj2 = c->epsj2[0];
+        for (int a = 1; a < n; a++) {
+            double e = a < c->epsj_cap ? c->epsj2[a] : 0.0;
+            if (e != *epsj2)
+                return g5_fail(fn, SAPPORO_ERR_INPUT, "the per-j softening differs between "
+                               "j-particles (epsj2[0] = %g, epsj2[%d] = %g): sapporo takes "
+                               "one softening per i-particle and force call, so every "
+                               "j-particle of g5_set_xmje must have the same", *epsj2, a, e);
+        }
+    }
+    return SAPPORO_OK;
+}
+
 /* The forces on the i-particles set, into c->acc, c->pot: one force call per softening
  * (the library takes one per call), plus the per-j softening when uniform. */
 static int g5_compute(const char *fn, struct g5_context *c)
 {
     int rc, ni = c->ni, same = 1;
-    double epsj2 = 0.0;
-    c->have_force = 0;
+    double epsj2;
+    c->have_force = c->groups_ni = 0;
     if (ni == 0)
         return g5_fail(fn, SAPPORO_ERR_STATE, "no i-particles (call g5_set_xi first)");
-    for (int a = 0, end = c->n < c->scap ? c->n : c->scap; c->partial > 0 && a < end; a++)
-        if (c->given[a] != 0 && c->given[a] != G5_GIVEN)
-            return g5_fail(fn, SAPPORO_ERR_INPUT, "j-particle at address %d has a %s (%s) but "
-                           "never had a %s: give it with %s, or both with g5_set_xmj, before "
-                           "a force call uses it (n = %d)", a,
-                           c->given[a] == G5_GIVEN_X ? "position" : "mass",
-                           c->given[a] == G5_GIVEN_X ? "g5_set_xj" : "g5_set_mj",
-                           c->given[a] == G5_GIVEN_X ? "mass" : "position",
-                           c->given[a] == G5_GIVEN_X ? "g5_set_mj" : "g5_set_xj", c->n);
-    if ((rc = g5_flush(fn, c)) < 0)
+    if ((rc = g5_j_ready(fn, c, c->n, "n =", &epsj2)) < 0)
         return rc;
-    if (c->n > c->stored)
-        return g5_fail(fn, SAPPORO_ERR_INPUT, "n = %d j-particles, but addresses were set "
-                       "up to %d only (g5_set_xmj, or g5_set_xj and g5_set_mj)", c->n,
-                       c->stored - 1);
-    if (c->epsj2 != NULL && c->n > 0) {
-        epsj2 = c->epsj2[0];
-        for (int a = 1; a < c->n; a++) {
-            double e = a < c->epsj_cap ? c->epsj2[a] : 0.0;
-            if (e != epsj2)
-                return g5_fail(fn, SAPPORO_ERR_INPUT, "the per-j softening differs between "
-                               "j-particles (epsj2[0] = %g, epsj2[%d] = %g): sapporo takes "
-                               "one softening per i-particle and force call, so every "
-                               "j-particle of g5_set_xmje must have the same", epsj2, a, e);
-        }
-    }
     for (int i = 1; i < ni && same; i++)
         same = c->eps2i[i] == c->eps2i[0];
     if (same) {
@@ -742,6 +731,92 @@ static int g5_compute(const char *fn, struct g5_context *c)
     if (rc == SAPPORO_OK)
         c->have_force = ni;
     return rc;
+}
+
+/* g5_start_groups: the forces on ng groups, group g's i-particles x[ioff[g] .. ioff[g + 1])
+ * from addresses [joff[g], joff[g + 1]) only, g5_set_eps_to_all's softening.  The engine
+ * takes as many groups per launch as fit (start_groups); all launches but the last are
+ * waited for here, the last is left in flight for g5_get_groups_force. */
+static int do_g5_start_groups(const char *fn, int id, int ng, const int *ioff, const int *joff,
+                              const double *x)
+{
+    int rc, nj = 0;
+    double e2, epsj2;
+    struct g5_context *c = g5_get(fn, id, 1, &rc);
+    if (c == NULL)
+        return rc;
+    c->groups_ni = c->have_force = 0;
+    if (ng < 0 || (ng > 0 && (ioff == NULL || joff == NULL || x == NULL)))
+        return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "ng = %d must be >= 0, and the "
+                                 "offsets and x not NULL", ng));
+    for (int g = 0; g <= ng; g++)
+        nj = joff[g] > nj ? joff[g] : nj;
+    if (ng > 0 && ioff[0] != 0)
+        return g5_put(c, g5_fail(fn, SAPPORO_ERR_INPUT, "i_offsets[0] = %d must be 0",
+                                 ioff[0]));
+    if (ng == 0 || ioff[ng] == 0)
+        return g5_put(c, SAPPORO_OK);  /* no i-particle */
+    if (ioff[ng] < 0 || (rc = g5_i_room(fn, c, ioff[ng])) < 0
+        || (rc = g5_j_ready(fn, c, nj, "j_offsets reach", &epsj2)) < 0)
+        return g5_put(c, ioff[ng] < 0 ? g5_fail(fn, SAPPORO_ERR_INPUT, "i_offsets[%d] = %d "
+                                                "must be >= 0", ng, ioff[ng]) : rc);
+    __atomic_load(&g5_eps2, &e2, __ATOMIC_RELAXED);
+    for (int g = 0, k; g < ng; g += k) {
+        g5_engine_enter(fn, c);
+        k = rc = c->api->start_groups(c->eng, ng - g, ioff + g, joff + g, c->ones, x,
+                                      e2 + epsj2);
+        c->groups_first = ioff[g];
+        c->groups_left = k > 0 ? ioff[g + k] - ioff[g] : 0;
+        if (k > 0 && g + k < ng)
+            rc = c->api->finish(c->eng, c->groups_left, c->rows);
+        rc = g5_engine_leave(c, rc);
+        if (rc < 0 || g + k < ng) {
+            if ((rc = g5_rows(fn, c, rc, c->groups_left, c->acc + 3 * (size_t)ioff[g],
+                              c->pot + ioff[g])) < 0)
+                return g5_put(c, rc);
+            c->groups_left = 0;
+        }
+    }
+    c->groups_ni = ioff[ng];
+    return g5_put(c, SAPPORO_OK);
+}
+
+/* g5_get_groups_force: the forces of the last g5_start_groups, its i-particles' in order. */
+static int do_g5_get_groups_force(const char *fn, int id, double *a, double *pot)
+{
+    int rc;
+    struct g5_context *c = g5_get(fn, id, 0, &rc);
+    if (c == NULL)
+        return rc;
+    if (c->groups_ni == 0 || a == NULL || pot == NULL)
+        return g5_put(c, g5_fail(fn, c->groups_ni ? SAPPORO_ERR_INPUT : SAPPORO_ERR_STATE,
+                                 c->groups_ni ? "a and pot must not be NULL" : "no groups' "
+                                 "forces to read (g5_start_groups started none, failed, or "
+                                 "another force call came after it)"));
+    if (c->groups_left > 0) {
+        const int first = c->groups_first;
+        g5_engine_enter(fn, c);
+        rc = g5_engine_leave(c, c->api->finish(c->eng, c->groups_left, c->rows));
+        rc = g5_rows(fn, c, rc, c->groups_left, c->acc + 3 * (size_t)first, c->pot + first);
+        c->groups_left = 0;
+        if (rc < 0) {
+            c->groups_ni = 0;
+            return g5_put(c, rc);
+        }
+    }
+    memcpy(a, c->acc, sizeof(double) * 3 * (size_t)c->groups_ni);
+    memcpy(pot, c->pot, sizeof(double) * (size_t)c->groups_ni);
+    return g5_put(c, SAPPORO_OK);
+}
+
+/* g5_calculate_force_on_groups: g5_start_groups and g5_get_groups_force in one call. */
+static int do_g5_groups(const char *fn, int id, int ng, const int *ioff, const int *joff,
+                        const double *x, double *a, double *pot)
+{
+    int rc = do_g5_start_groups(fn, id, ng, ioff, joff, x);
+    if (rc < 0 || ng <= 0 || ioff[ng] == 0)
+        return rc;
+    return do_g5_get_groups_force(fn, id, a, pot);
 }
 
 static int do_g5_run(const char *fn, int id)
@@ -944,6 +1019,41 @@ EXPORT int g5_calculate_force_on_xeMC(int devid, g5vec *x, double *eps2, g5vec *
     G5_CALL(do_g5_calculate(__func__, devid, (const double *)x, eps2, 1, (double *)a, p, ni));
 }
 
+/* Groups: many interaction lists in one launch (sapporo's own calls; grape5.h) */
+EXPORT int g5_start_groups(int ng, int *i_offsets, int *j_offsets, g5vec *x)
+{
+    G5_CALL(do_g5_start_groups(__func__, 0, ng, i_offsets, j_offsets, (const double *)x));
+}
+
+EXPORT int g5_start_groupsMC(int devid, int ng, int *i_offsets, int *j_offsets, g5vec *x)
+{
+    G5_CALL(do_g5_start_groups(__func__, devid, ng, i_offsets, j_offsets, (const double *)x));
+}
+
+EXPORT int g5_get_groups_force(g5vec *a, double *p)
+{
+    G5_CALL(do_g5_get_groups_force(__func__, 0, (double *)a, p));
+}
+
+EXPORT int g5_get_groups_forceMC(int devid, g5vec *a, double *p)
+{
+    G5_CALL(do_g5_get_groups_force(__func__, devid, (double *)a, p));
+}
+
+EXPORT int g5_calculate_force_on_groups(int ng, int *i_offsets, int *j_offsets, g5vec *x,
+                                        g5vec *a, double *p)
+{
+    G5_CALL(do_g5_groups(__func__, 0, ng, i_offsets, j_offsets, (const double *)x,
+                         (double *)a, p));
+}
+
+EXPORT int g5_calculate_force_on_groupsMC(int devid, int ng, int *i_offsets, int *j_offsets,
+                                          g5vec *x, g5vec *a, double *p)
+{
+    G5_CALL(do_g5_groups(__func__, devid, ng, i_offsets, j_offsets, (const double *)x,
+                         (double *)a, p));
+}
+
 /* --------------------------------------------------------------- GRAPE-5: Fortran names */
 
 /* G5_CALL for a Fortran name: a NULL among its scalars (in parentheses; a C caller's
@@ -1105,6 +1215,42 @@ EXPORT int g5_calculate_force_on_xeMC_(int *devid, g5vec *x, double *eps2, g5vec
                                               (double *)a, p, *ni));
 }
 
+EXPORT int g5_start_groups_(int *ng, int *i_offsets, int *j_offsets, g5vec *x)
+{
+    G5_CALL_REFS((ng), do_g5_start_groups(__func__, 0, *ng, i_offsets, j_offsets,
+                                          (const double *)x));
+}
+
+EXPORT int g5_start_groupsMC_(int *devid, int *ng, int *i_offsets, int *j_offsets, g5vec *x)
+{
+    G5_CALL_REFS((devid, ng), do_g5_start_groups(__func__, *devid, *ng, i_offsets, j_offsets,
+                                                 (const double *)x));
+}
+
+EXPORT int g5_get_groups_force_(g5vec *a, double *p)
+{
+    G5_CALL(do_g5_get_groups_force(__func__, 0, (double *)a, p));
+}
+
+EXPORT int g5_get_groups_forceMC_(int *devid, g5vec *a, double *p)
+{
+    G5_CALL_REFS((devid), do_g5_get_groups_force(__func__, *devid, (double *)a, p));
+}
+
+EXPORT int g5_calculate_force_on_groups_(int *ng, int *i_offsets, int *j_offsets, g5vec *x,
+                                         g5vec *a, double *p)
+{
+    G5_CALL_REFS((ng), do_g5_groups(__func__, 0, *ng, i_offsets, j_offsets, (const double *)x,
+                                    (double *)a, p));
+}
+
+EXPORT int g5_calculate_force_on_groupsMC_(int *devid, int *ng, int *i_offsets, int *j_offsets,
+                                           g5vec *x, g5vec *a, double *p)
+{
+    G5_CALL_REFS((devid, ng), do_g5_groups(__func__, *devid, *ng, i_offsets, j_offsets,
+                                           (const double *)x, (double *)a, p));
+}
+
 /* gfortran folds names to lower case: `call g5_set_xmjMC(...)` calls g5_set_xmjmc_, which
  * PG5 does not define (its g5_set_xmjMC_ is reached from C, or through bind(C)).  Both
  * names are exported here. */
@@ -1124,3 +1270,8 @@ G5_LOWER(g5_calculate_force_on_xmc_, g5_calculate_force_on_xMC_,
          (int *devid, g5vec *x, g5vec *a, double *p, int *ni));
 G5_LOWER(g5_calculate_force_on_xemc_, g5_calculate_force_on_xeMC_,
          (int *devid, g5vec *x, double *eps2, g5vec *a, double *p, int *ni));
+G5_LOWER(g5_start_groupsmc_, g5_start_groupsMC_,
+         (int *devid, int *ng, int *i_offsets, int *j_offsets, g5vec *x));
+G5_LOWER(g5_get_groups_forcemc_, g5_get_groups_forceMC_, (int *devid, g5vec *a, double *p));
+G5_LOWER(g5_calculate_force_on_groupsmc_, g5_calculate_force_on_groupsMC_,
+         (int *devid, int *ng, int *i_offsets, int *j_offsets, g5vec *x, g5vec *a, double *p));

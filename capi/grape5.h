@@ -99,6 +99,24 @@ int g5_get_force(int ni, double (*a)[3], double *pot);
 int g5_calculate_force_on_x(double (*x)[3], double (*a)[3], double *p, int ni);
 int g5_calculate_force_on_xe(double (*x)[3], double *eps2, double (*a)[3], double *p, int ni);
 
+/* Groups (sapporo's own; no other GRAPE library has them): the interaction lists of many
+ * groups in one launch, as a tree walk makes them.  Group g (0 .. ng - 1) is the
+ * i-particles x[i_offsets[g] .. i_offsets[g + 1] - 1], which take the force of the
+ * j-particles at addresses j_offsets[g] .. j_offsets[g + 1] - 1 only (stored before, by
+ * g5_set_xmj; g5_set_n plays no part).  Both offset arrays have ng + 1 entries and never
+ * decrease; i_offsets[0] = 0, and offsets count from 0 in Fortran too.  Softening:
+ * g5_set_eps_to_all's.  a[i], p[i] for every i < i_offsets[ng], as g5_calculate_force_on_x
+ * gives them.  g5_start_groups returns once the last launch is queued (a group of more
+ * i-particles than one launch takes, LIMIT_NI_CHUNK padded to whole work-groups, or more
+ * groups than fit in one, take several launches: all but the last are waited for);
+ * g5_get_groups_force waits for it and reads the forces.  Between the two the host is free
+ * (a tree walk of the next groups); a force call or j-store on the context waits for it
+ * first, and a force call discards it.  g5_calculate_force_on_groups is the pair in one. */
+int g5_calculate_force_on_groups(int ng, int *i_offsets, int *j_offsets, double (*x)[3],
+                                 double (*a)[3], double *p);
+int g5_start_groups(int ng, int *i_offsets, int *j_offsets, double (*x)[3]);
+int g5_get_groups_force(double (*a)[3], double *p);
+
 /* The cutoff force of PG5/table (TreePM, P3M).  g5_set_cutoff_scale (sapporo's): the diameter
  * a of the S2 shape (PG5's SFT_FOR_PM, 3.0 / SIZE_OF_MESH there), 0 for Newtonian forces;
  * called before g5_open, it replaces SAPPORO_G5_CUTOFF, and every context computes
@@ -125,6 +143,10 @@ int g5_get_forceMC(int devid, int ni, double (*a)[3], double *pot);
 int g5_calculate_force_on_xMC(int devid, double (*x)[3], double (*a)[3], double *p, int ni);
 int g5_calculate_force_on_xeMC(int devid, double (*x)[3], double *eps2, double (*a)[3],
                                double *p, int ni);
+int g5_calculate_force_on_groupsMC(int devid, int ng, int *i_offsets, int *j_offsets,
+                                   double (*x)[3], double (*a)[3], double *p);
+int g5_start_groupsMC(int devid, int ng, int *i_offsets, int *j_offsets, double (*x)[3]);
+int g5_get_groups_forceMC(int devid, double (*a)[3], double *p);
 
 /* PG5 built with SYMMETRIC names the per-j softening calls g5_set_xmj and g5_set_xmjMC. */
 #ifdef SYMMETRIC
@@ -168,6 +190,14 @@ int g5_calculate_force_on_xMC_(int *devid, double (*x)[3], double (*a)[3], doubl
 int g5_calculate_force_on_xe_(double (*x)[3], double *eps2, double (*a)[3], double *p, int *ni);
 int g5_calculate_force_on_xeMC_(int *devid, double (*x)[3], double *eps2, double (*a)[3],
                                 double *p, int *ni);
+int g5_calculate_force_on_groups_(int *ng, int *i_offsets, int *j_offsets, double (*x)[3],
+                                  double (*a)[3], double *p);
+int g5_calculate_force_on_groupsMC_(int *devid, int *ng, int *i_offsets, int *j_offsets,
+                                    double (*x)[3], double (*a)[3], double *p);
+int g5_start_groups_(int *ng, int *i_offsets, int *j_offsets, double (*x)[3]);
+int g5_start_groupsMC_(int *devid, int *ng, int *i_offsets, int *j_offsets, double (*x)[3]);
+int g5_get_groups_force_(double (*a)[3], double *p);
+int g5_get_groups_forceMC_(int *devid, double (*a)[3], double *p);
 int g5_set_cutoff_scale_(double *scale);
 int g5_set_eta_(double *eta);
 int g5_set_cutoff_table_(double (*ffunc)(double *), double *fcut, double *fcor,

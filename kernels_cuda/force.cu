@@ -3,7 +3,8 @@
  *
  * Work split. The host launches grid (ni_pad / (LI * W), nparts) of blocks (LI, LJ). Block
  * (gi, part) takes i-particles [gi*LI*W, (gi+1)*LI*W) and the j-range
- * [part*jchunk, (part+1)*jchunk); inside the block, lane lj of an i-particle takes every
+ * [part*jchunk, (part+1)*jchunk) (at order 2 cut to the block's own, idata's IC_J0 and
+ * IC_J1 rows of its first i-particle: the engine's groups); inside the block, lane lj of an i-particle takes every
  * LJ-th j-particle of each tile of JT. Threads are numbered so that the LJ lanes of one
  * i-particle are consecutive (flat = li * LJ + lj): they then share a warp whenever LJ is a
  * power of two up to 32, and are combined with warp shuffles (a butterfly, lane pairs at
@@ -136,8 +137,14 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
     const int lj = flat % LJ;
     const int i0 = (blockIdx.x * LI + li) * W; /* this thread's i-particles: i0 .. i0+W-1 */
     const int part = blockIdx.y;
+#if ORDER == 2 /* the block's j-range (layout.h: IC_J0, IC_J1), cut to the part's */
+    const int first = blockIdx.x * LI * W;
+    const int j0 = max(part * jchunk, (int)idata[IC_J0 * ni_pad + first]);
+    const int j1 = min(min(part * jchunk + jchunk, nj), (int)idata[IC_J1 * ni_pad + first]);
+#else
     const int j0 = part * jchunk;
     const int j1 = min(j0 + jchunk, nj);
+#endif
     const real eps2 = (real)eps2_d;
     /* The lanes of this thread's warp (all 32 unless the block ends inside it). */
 #if (LI * LJ) % 32 == 0

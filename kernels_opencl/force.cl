@@ -197,8 +197,14 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
     const int lj = get_local_id(1);
     const int iv = get_group_id(0) * LI + li; /* vector index: i-particles iv*W .. iv*W+W-1 */
     const int part = get_group_id(1);
+#if ORDER == 2  /* the work-group's j-range (layout.h: IC_J0, IC_J1), cut to the part's */
+    const int first = get_group_id(0) * LI * (JV ? 1 : W);
+    const int j0 = max(part * jchunk, (int)idata[IC_J0 * ni_pad + first]);
+    const int j1 = min(min(part * jchunk + jchunk, nj), (int)idata[IC_J1 * ni_pad + first]);
+#else
     const int j0 = part * jchunk;
     const int j1 = min(j0 + jchunk, nj);
+#endif
     /* Work-items whose i-particles are all padding load their share of each tile and meet
      * the barriers, but skip the interactions (as in the CUDA kernel): on GPUs, warps or
      * wavefronts of padding then cost almost nothing. */

@@ -31,7 +31,7 @@
 /* positions at or beyond this magnitude are refused */
 #define COORD_LIMIT LIMIT_COORD
 
-#define SAPPORO_ENGINE_API_VERSION 6
+#define SAPPORO_ENGINE_API_VERSION 7
 
 /* the error codes the engine returns: sapporo.h's SAPPORO_ERR_* of the same meaning */
 #define ENG_ERR_INPUT -1      /* an argument out of range (the engine keeps working) */
@@ -69,6 +69,18 @@ struct sapporo_engine_api {
     const char *(*error)(void *engine);
     /* the engines' calls into Python (the library's planner), over the process */
     long (*python_calls)(void);
+    /* start a force call on ng groups (order 2): group g's i-particles x[ioff[g] ..
+     * ioff[g + 1]) (index: their ids, indexed alike) take the force of j-addresses
+     * [joff[g], joff[g + 1]) only, all groups in one launch.  Each group is padded to whole
+     * work-groups; as many groups as fit in one launch (LIMIT_NI_CHUNK padded i-particles)
+     * are started: their number k >= 1, or < 0.  finish(engine, ioff[k] - ioff[0], rows)
+     * then gives the rows of i-particles ioff[0] .. ioff[k] - 1. */
+    int (*start_groups)(void *engine, int ng, const int *ioff, const int *joff,
+                        const int *index, const double *x, double eps2);
+    /* put_j of n j-particles at addresses adr .. adr + n - 1: positions x (3 each), masses
+     * m, all with id index, no velocity, at time 0 (the GRAPE-5 calls); where the records
+     * stand still (order 2 on host memory), written in one pass with no staging */
+    int (*put_xm)(void *engine, int adr, int n, const double *x, const double *m, int index);
 };
 
 /* ---------------------------------------------------------------------- the argument rules

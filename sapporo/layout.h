@@ -47,6 +47,11 @@
 #define IC_H2 3 /* neighbour radius squared */
 #define IC_VX 4
 #define IC_VY 5
+/* order 2 reads no velocity: its rows IC_VX, IC_VY hold the i-particle's j-range [J0, J1)
+ * (local addresses; the engine's groups, or [0, nj) for everyone), the same for all the
+ * i-particles of a work-group */
+#define IC_J0 4
+#define IC_J1 5
 #define IC_VZ 6
 #define IC_ID 7
 #define IC_AX 8 /* predicted acceleration, orders 6 and 8 */

@@ -6,15 +6,20 @@
  * Builds an octree over a Plummer sphere (G = 1, total mass 1), cuts it into groups of at
  * most NCRIT particles and, for every group, walks the tree once to make its interaction
  * list: distant cells as pseudo-particles at their centre of mass, near leaves as their
- * particles.  Each list goes to the library with g5_set_xmj and g5_set_n, the group's
- * forces come back from g5_calculate_force_on_x: one call per group, as a tree code on
- * GRAPE-5 makes them.  Built with OpenMP, each thread walks its own groups and uses its own
- * context (the MC calls with the thread number as id).  Then the same forces by direct
- * summation (every particle in one list) for comparison.
+ * particles.  The walk runs twice:
+ *   - one list per call, as a tree code on GRAPE-5 makes them: each list goes to the
+ *     library with g5_set_xmj and g5_set_n, the group's forces come back from
+ *     g5_calculate_force_on_x;
+ *   - BATCH groups per call (sapporo's groups): their lists stored one after the other with
+ *     one g5_set_xmj, the forces of all of them from one g5_calculate_force_on_groups.
+ * Built with OpenMP, each thread walks its own groups and uses its own context (the MC calls
+ * with the thread number as id).  Then the same forces by direct summation (every particle
+ * in one list) for comparison.
  *
  * Build: cc -O2 -fopenmp g5_tree.c $(sapporo capi flags) -lm -o g5_tree   (or `make`)
- * Prints N, the groups and their mean list length, the RMS relative error of the tree's
- * accelerations and both potential energies.
+ * Prints N, the groups and their mean list length, the times, the largest difference
+ * between the two walks' accelerations, the RMS relative error of the tree's accelerations
+ * and both potential energies.
  */
 #include <math.h>
 #include <stdio.h>
@@ -31,6 +36,7 @@
 #define NLEAF 8    /* particles per leaf cell, at most */
 #define NCRIT 64   /* particles per group (one force call), at most */
 #define EPS 0.01   /* softening length */
+#define BATCH 64   /* groups per g5_calculate_force_on_groups call */
 
 struct cell {
     double centre[3], half;  /* the cube */
@@ -175,6 +181,76 @@ static void groups(int c, int *list, int *ng)
             groups(cells[c].child[o], list, ng);
 }
 
+/* Room for *cap list entries at *lx, *lm: at least need. */
+static void room(double (**lx)[3], double **lm, long *cap, long need)
+{
+    if (need <= *cap)
+        return;
+    *cap = need > 2 * *cap ? need : 2 * *cap;
+    *lx = realloc(*lx, sizeof **lx * *cap);
+    *lm = realloc(*lm, sizeof **lm * *cap);
+    if (*lx == NULL || *lm == NULL) {
+        fprintf(stderr, "g5_tree: out of memory\n");
+        exit(1);
+    }
+}
+
+/* The forces on every group's particles: one list per call (batch 1), or batch groups per
+ * g5_calculate_force_on_groupsMC; the mean list length. */
+static double tree_forces(double theta, const int *glist, int ng, int batch, double (*a)[3],
+                          double *pot)
+{
+    long list_total = 0;
+#pragma omp parallel reduction(+ : list_total)
+    {
+        int id = 0, ioff[BATCH + 1], joff[BATCH + 1];
+        long cap = 0;
+        double (*lx)[3] = NULL, *lm = NULL;
+        double (*gx)[3] = malloc(sizeof *gx * NCRIT * batch);
+        double (*ga)[3] = malloc(sizeof *ga * NCRIT * batch), *gp = malloc(sizeof *gp * NCRIT * batch);
+#ifdef _OPENMP
+        id = omp_get_thread_num();
+#endif
+#pragma omp for schedule(dynamic)
+        for (int k0 = 0; k0 < ng; k0 += batch) {
+            const int nb = ng - k0 < batch ? ng - k0 : batch;
+            ioff[0] = joff[0] = 0;
+            for (int b = 0; b < nb; b++) {
+                const struct cell *g = &cells[glist[k0 + b]];
+                int nl = 0;
+                room(&lx, &lm, &cap, joff[b] + (long)n);  /* a list holds n at most */
+                walk(g, 0, theta, lx + joff[b], lm + joff[b], &nl);
+                for (int j = 0; j < g->count; j++)
+                    memcpy(gx[ioff[b] + j], x[order[g->first + j]], sizeof gx[j]);
+                ioff[b + 1] = ioff[b] + g->count;
+                joff[b + 1] = joff[b] + nl;
+            }
+            list_total += joff[nb];
+            g5_set_xmjMC(id, 0, joff[nb], lx, lm);
+            if (batch == 1) {
+                g5_set_nMC(id, joff[1]);
+                g5_calculate_force_on_xMC(id, gx, ga, gp, ioff[1]);
+            }
+            else
+                g5_calculate_force_on_groupsMC(id, nb, ioff, joff, gx, ga, gp);
+            for (int b = 0; b < nb; b++) {
+                const struct cell *g = &cells[glist[k0 + b]];
+                for (int j = 0; j < g->count; j++) {
+                    int i = order[g->first + j];
+                    memcpy(a[i], ga[ioff[b] + j], sizeof a[i]);
+                    pot[i] = gp[ioff[b] + j];
+                }
+            }
+        }
+        free(lx);
+        free(lm);
+        free(gx);
+        free(ga);
+        free(gp);
+    }
+    return (double)list_total / ng;
+}
+
 static double now(void)
 {
     struct timespec ts;
@@ -184,10 +260,10 @@ static double now(void)
 
 int main(int argc, char **argv)
 {
-    double theta, (*a)[3], *pot, (*ad)[3], *potd, t0, t_tree, t_direct;
-    double err2 = 0.0, w_tree = 0.0, w_direct = 0.0, root_centre[3] = {0, 0, 0}, half = 0.0;
+    double theta, (*a)[3], *pot, (*ab)[3], *potb, (*ad)[3], *potd, t0, t_tree, t_batch;
+    double t_direct, err2 = 0.0, diff = 0.0, w_tree = 0.0, w_direct = 0.0, mean_list;
+    double root_centre[3] = {0, 0, 0}, half = 0.0;
     int *glist, ng = 0;
-    long list_total = 0;
     n = argc > 1 ? atoi(argv[1]) : 4096;
     theta = argc > 2 ? atof(argv[2]) : 0.6;
     if (n < 2 || theta <= 0.0) {
@@ -202,6 +278,8 @@ int main(int argc, char **argv)
     glist = malloc(sizeof(int) * n);
     a = calloc(n, sizeof *a);
     pot = calloc(n, sizeof *pot);
+    ab = calloc(n, sizeof *ab);
+    potb = calloc(n, sizeof *potb);
     ad = calloc(n, sizeof *ad);
     potd = calloc(n, sizeof *potd);
     plummer();
@@ -217,39 +295,11 @@ int main(int argc, char **argv)
     }
     build(root_centre, half * 1.0001, 0, n);
     groups(0, glist, &ng);
-#pragma omp parallel reduction(+ : list_total)
-    {
-        int id = 0, nl;
-        double (*lx)[3] = malloc(sizeof *lx * n), *lm = malloc(sizeof *lm * n);
-        double (*gx)[3] = malloc(sizeof *gx * NCRIT), (*ga)[3] = malloc(sizeof *ga * NCRIT);
-        double *gp = malloc(sizeof *gp * NCRIT);
-#ifdef _OPENMP
-        id = omp_get_thread_num();
-#endif
-#pragma omp for schedule(dynamic)
-        for (int k = 0; k < ng; k++) {
-            const struct cell *g = &cells[glist[k]];
-            nl = 0;
-            walk(g, 0, theta, lx, lm, &nl);
-            list_total += nl;
-            for (int j = 0; j < g->count; j++)
-                memcpy(gx[j], x[order[g->first + j]], sizeof gx[j]);
-            g5_set_xmjMC(id, 0, nl, lx, lm);
-            g5_set_nMC(id, nl);
-            g5_calculate_force_on_xMC(id, gx, ga, gp, g->count);
-            for (int j = 0; j < g->count; j++) {
-                int i = order[g->first + j];
-                memcpy(a[i], ga[j], sizeof a[i]);
-                pot[i] = gp[j];
-            }
-        }
-        free(lx);
-        free(lm);
-        free(gx);
-        free(ga);
-        free(gp);
-    }
+    mean_list = tree_forces(theta, glist, ng, 1, a, pot);
     t_tree = now() - t0;
+    t0 = now();
+    tree_forces(theta, glist, ng, BATCH, ab, potb);
+    t_batch = now() - t0;
 
     t0 = now();  /* direct summation: every particle in one list */
     g5_set_xmj(0, n, x, m);
@@ -258,20 +308,24 @@ int main(int argc, char **argv)
     t_direct = now() - t0;
 
     for (int i = 0; i < n; i++) {
-        double e2 = 0.0, a2 = 0.0;
+        double e2 = 0.0, b2 = 0.0, a2 = 0.0;
         for (int d = 0; d < 3; d++) {
             e2 += (a[i][d] - ad[i][d]) * (a[i][d] - ad[i][d]);
-            a2 += ad[i][d] * ad[i][d];
+            b2 += (a[i][d] - ab[i][d]) * (a[i][d] - ab[i][d]);
+            a2 += a[i][d] * a[i][d];
         }
         err2 += e2 / a2;
+        diff = fmax(diff, sqrt(b2 / a2));
         /* the potential comes back positive, with the particle's own m/eps in it */
         w_tree -= 0.5 * m[i] * (pot[i] - m[i] / EPS);
         w_direct -= 0.5 * m[i] * (potd[i] - m[i] / EPS);
     }
     printf("N = %d  theta = %.2f  groups = %d  mean list = %.0f  cells = %d\n", n, theta, ng,
-           (double)list_total / ng, ncells);
-    printf("tree: %.3f s   direct: %.3f s   rms relative acceleration error = %.2e\n",
-           t_tree, t_direct, sqrt(err2 / n));
+           mean_list, ncells);
+    printf("tree, one list per call: %.3f s   %d groups per call: %.3f s   direct: %.3f s\n",
+           t_tree, BATCH, t_batch, t_direct);
+    printf("largest relative difference between the two walks = %.1e\n", diff);
+    printf("rms relative acceleration error = %.2e\n", sqrt(err2 / n));
     printf("W tree = %.8f  W direct = %.8f\n", w_tree, w_direct);
     g5_close();
     return 0;

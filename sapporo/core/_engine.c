@@ -320,6 +320,10 @@ static void Engine_dealloc(Engine *self)
     PyMem_RawFree(self->index);
     PyMem_RawFree(self->run_ids);
     PyMem_RawFree(self->run_raw);
+    PyMem_RawFree(self->g_map);
+    PyMem_RawFree(self->g_id);
+    PyMem_RawFree(self->g_jr);
+    PyMem_RawFree(self->g_x);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -517,7 +521,7 @@ static int start_args(Engine *self, PyObject *const *args, Py_ssize_t nargs, con
             h2 = NULL;
     }
     rc = py_rc(self, eng_start_ids(self, (int)nj, (int)ni, ids, wide, xv, vv, av, jv, eps2,
-                                   h2));
+                                   h2, NULL));
     *ni_out = ni;
 done:
     views_release(&s);

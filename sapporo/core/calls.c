@@ -17,10 +17,11 @@ static long id_at(const void *index, int wide, int i)
 
 /* The i-particles into the plan's rows (layout.h); the padding repeats the last one. A
  * radius that asks for no list (wants_list) among ones that do gives an empty list (as
- * through Python). */
-static void i_pack(const struct dplan *p, int ni, const void *index, int wide, const double *xi,
-                   const double *vi, const double *ai, const double *ji, const double *h2,
-                   int lists)
+ * through Python).  Order 2: each i-particle's range of global j-addresses (jr, pairs; NULL:
+ * all) as local ones of p's device, of nd, in the velocity's rows. */
+static void i_pack(const struct dplan *p, int nd, int ni, const void *index, int wide,
+                   const double *xi, const double *vi, const double *ai, const double *ji,
+                   const double *h2, const int *jr, int lists)
 {
     const size_t st = (size_t)p->ni_pad;
     for (int i = 0; i < p->ni_pad; i++) {
@@ -30,9 +31,15 @@ static void i_pack(const struct dplan *p, int ni, const void *index, int wide, c
         d[IC_Y * st] = xi[3 * s + 1];
         d[IC_Z * st] = xi[3 * s + 2];
         d[IC_H2 * st] = lists && wants_list(h2[s]) ? h2[s] : 0.0;
-        d[IC_VX * st] = p->order >= 4 ? vi[3 * s] : 0.0;  /* order 2 reads no velocity */
-        d[IC_VY * st] = p->order >= 4 ? vi[3 * s + 1] : 0.0;
-        d[IC_VZ * st] = p->order >= 4 ? vi[3 * s + 2] : 0.0;
+        if (p->order == 2) {
+            d[IC_J0 * st] = jr == NULL ? 0.0 : n_local(jr[2 * s], p->dev, nd);
+            d[IC_J1 * st] = jr == NULL ? INT32_MAX : n_local(jr[2 * s + 1], p->dev, nd);
+        }
+        else {
+            d[IC_VX * st] = vi[3 * s];
+            d[IC_VY * st] = vi[3 * s + 1];
+            d[IC_VZ * st] = vi[3 * s + 2];
+        }
         d[IC_ID * st] = (double)id_at(index, wide, s);
         if (p->order >= 6) {
             d[IC_AX * st] = ai[3 * s];
@@ -114,14 +121,15 @@ int result_row(const struct dplan *p, int nd, int i, double *v)
  * copies back.  0, or -1 (error set). */
 static int eng_start_dev(Engine *e, int d, struct dplan *p, int ni, const void *index,
                          int wide, const double *x, const double *v, const double *a,
-                         const double *jerk, double eps2, const double *h2, int lists)
+                         const double *jerk, double eps2, const double *h2, const int *jr,
+                         int lists)
 {
     struct edev *ed = &e->dev[d];
     void *ev = NULL;
     uint64_t bits;
     if (eng_on(e, d, p->force.queue) < 0)
         return -1;
-    i_pack(p, ni, index, wide, x, v, a, jerk, h2, lists);
+    i_pack(p, e->ndev, ni, index, wide, x, v, a, jerk, h2, jr, lists);
     if (lists)
         memset(p->nb_counts, 0, sizeof(int32_t) * (size_t)p->ni_pad);
     if (p->memory) {  /* the i-particles (and the lists' counts) to the device */
@@ -178,7 +186,7 @@ static int i_rules(Engine *e, const struct dplan *p, int ni, const void *index, 
         return eng_err(e, ENG_ERR_INPUT, "jerk: order 8 needs the i-particles' predicted "
                        "jerks");
     for (int i = 0; i < ni; i++) {
-        const double *x = xi + 3 * i, *d[3] = {vi + 3 * i, ai ? ai + 3 * i : NULL,
+        const double *x = xi + 3 * i, *d[3] = {vi ? vi + 3 * i : NULL, ai ? ai + 3 * i : NULL,
                                                ji ? ji + 3 * i : NULL};
         const long id = id_at(index, wide, i);
         if (id < 0 || id > p->max_id)
@@ -201,7 +209,7 @@ static int i_rules(Engine *e, const struct dplan *p, int ni, const void *index, 
 
 int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
                          const double *x, const double *v, const double *a, const double *jerk,
-                         double eps2, const double *h2)
+                         double eps2, const double *h2, const int *jr)
 {
     struct dplan *p;
     const int nd = e->ndev;
@@ -211,7 +219,7 @@ int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
     if (e->off)
         return eng_err(e, ENG_ERR_BACKEND, "the device failed earlier (see the first error); "
                        "open a new library");
-    e->uncollected = 0;  /* a new call: the previous one's results are gone */
+    e->uncollected = e->grouped = 0;  /* a new call: the previous one's results are gone */
     if (ni < 1 || ni > ENG_NI_MAX)
         return eng_err(e, ENG_ERR_INPUT, "ni = %d: between 1 and %d i-particles per call", ni,
                        ENG_NI_MAX);
@@ -241,6 +249,11 @@ int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
         if (p->order < 8)
             jerk = NULL;
         const double t = e->time;
+        if (!e->pred_valid && eng_still(e)) {  /* (nothing in flight) */
+            eng_predict_still(e);
+            e->pred_valid = 1;
+            e->pred_time = t;
+        }
         if (!e->pred_valid || (e->pred_time != t && !eng_still(e))) {
             memcpy(&bits, &t, sizeof bits);
             e->pred_valid = 0;
@@ -256,8 +269,8 @@ int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
             e->pred_time = t;
         }
         for (int d = 0; d < nd; d++)
-            if (eng_start_dev(e, d, &p[d], ni, index, wide, x, v, a, jerk, eps2, h2, lists)
-                < 0)
+            if (eng_start_dev(e, d, &p[d], ni, index, wide, x, v, a, jerk, eps2, h2, jr,
+                              lists) < 0)
                 return -1;
         for (int d = 0; d < nd && nd > 1; d++)  /* one device: flushed when waited for */
             if (!is_cuda(&p[d]))
@@ -275,7 +288,90 @@ int eng_start(void *engine, int nj, int ni, const int *index, const double *x,
                      const double *h2)
 {
     return eng_code(engine, eng_start_ids(engine, nj, ni, index, 0, x, v, a, jerk, eps2,
-                                          h2));
+                                          h2, NULL));
+}
+
+static int gcd(int a, int b)
+{
+    return b == 0 ? a : gcd(b, a % b);
+}
+
+int eng_start_groups_rc(Engine *e, int ng, const int *ioff, const int *joff, const int *index,
+                        const double *x, double eps2)
+{
+    int g, unit = 1, npad = 0, s = 0;
+    e->code = ENG_ERR_BACKEND;
+    if (e->off)
+        return eng_err(e, ENG_ERR_BACKEND, "the device failed earlier (see the first error); "
+                       "open a new library");
+    e->uncollected = 0;
+    if (ng < 1 || ioff == NULL || joff == NULL)
+        return eng_err(e, ENG_ERR_INPUT, "groups: ng = %d must be >= 1, with offsets", ng);
+    if (ioff[0] < 0 || joff[0] < 0)
+        return eng_err(e, ENG_ERR_INPUT, "groups: offsets start at 0 or more (i %d, j %d)",
+                       ioff[0], joff[0]);
+    for (g = 0; g < ng; g++)
+        if (ioff[g + 1] < ioff[g] || joff[g + 1] < joff[g])
+            return eng_err(e, ENG_ERR_INPUT, "groups: group %d's offsets decrease (i %d to %d, "
+                           "j %d to %d)", g, ioff[g], ioff[g + 1], joff[g], joff[g + 1]);
+    if (eng_in_flight(e) && eng_wait(e) < 0)  /* (its i-particles' arrays are reused) */
+        return -1;
+    if ((!e->have_j || e->ntpl[0] == 0) && eng_ask(e, 0, 0, 0) < 0)
+        return -1;
+    if (e->dev[0].jside.order != 2)
+        return eng_err(e, ENG_ERR_INPUT, "groups: order 2 only (this library's is %d)",
+                       e->dev[0].jside.order);
+    if (i_rules(e, &e->dev[0].jside, ioff[ng] - ioff[0], index + ioff[0], 0, x + 3 * ioff[0],
+                NULL, NULL, NULL, eps2) < 0)
+        return -1;
+    /* each group padded to a whole number of work-groups of every plan */
+    for (int k = 0; k < e->ntpl[0]; k++)
+        unit = unit / gcd(unit, e->tpl[0][k].ipg) * e->tpl[0][k].ipg;
+    for (g = 0; g < ng; g++) {
+        const int m = ioff[g + 1] - ioff[g], pad = (m + unit - 1) / unit * unit;
+        if (npad + pad > ENG_NI_MAX)
+            break;
+        npad += pad;
+    }
+    if (g == 0)
+        return eng_err(e, ENG_ERR_INPUT, "groups: group 0 has %d i-particles, at most %d per "
+                       "group", ioff[1] - ioff[0], ENG_NI_MAX / unit * unit);
+    if (eng_room(e, (void **)&e->g_x, 3 * sizeof(double), npad) < 0
+        || eng_room(e, (void **)&e->g_jr, 2 * sizeof(int), npad) < 0
+        || eng_room(e, (void **)&e->g_id, sizeof(int), npad) < 0
+        || eng_room(e, (void **)&e->g_map, sizeof(int), ioff[g] - ioff[0]) < 0)
+        return -1;
+    for (int h = 0; h < g; h++) {
+        const int m = ioff[h + 1] - ioff[h], pad = (m + unit - 1) / unit * unit;
+        for (int k = 0; k < pad; k++, s++) {
+            const int from = ioff[h] + (k < m ? k : m - 1);  /* padding repeats the last */
+            memcpy(e->g_x + 3 * s, x + 3 * from, 3 * sizeof(double));
+            e->g_id[s] = index[from];
+            e->g_jr[2 * s] = joff[h];
+            e->g_jr[2 * s + 1] = joff[h + 1];
+            if (k < m)
+                e->g_map[from - ioff[0]] = s;
+        }
+    }
+    e->grouped_ni = ioff[g] - ioff[0];
+    if (npad == 0) {  /* no i-particle: nothing to compute */
+        e->empty = e->uncollected = e->grouped = 1;
+        e->lists_valid = 0;
+        return g;
+    }
+    if (eng_start_ids(e, joff[g], npad, e->g_id, 0, e->g_x, NULL, NULL, NULL, eps2, NULL,
+                      e->g_jr) < 0)
+        return -1;
+    e->grouped = 1;
+    return g;
+}
+
+int eng_start_groups(void *engine, int ng, const int *ioff, const int *joff, const int *index,
+                     const double *x, double eps2)
+{
+    Engine *e = engine;
+    const int rc = eng_start_groups_rc(e, ng, ioff, joff, index, x, eps2);
+    return rc < 0 ? eng_code(e, rc) : rc;
 }
 
 static int cmp_int(const void *a, const void *b)
@@ -332,9 +428,11 @@ int eng_collect_lists(Engine *e, const struct dplan *p, int ni)
 int eng_finish_rc(Engine *e, int ni, double *rows)
 {
     struct dplan *p = e->last;
+    const int *map = e->grouped ? e->g_map : NULL;  /* a call on groups: the rows it padded */
     int bad = 0, first = -1;
     e->code = ENG_ERR_BACKEND;
-    if (!e->uncollected || (p == NULL && !e->empty) || ni != e->last_ni) {
+    if (!e->uncollected || (p == NULL && !e->empty)
+        || ni != (map != NULL ? e->grouped_ni : e->last_ni)) {
         eng_wait(e);
         return eng_err(e, ENG_ERR_INPUT, "no force call of %d i-particles in flight", ni);
     }
@@ -351,7 +449,7 @@ int eng_finish_rc(Engine *e, int ni, double *rows)
         return -1;
     for (int i = 0; i < ni; i++) {
         double v[NCO_ORDER8];
-        if (!result_row(p, e->ndev, i, v) && bad++ == 0)
+        if (!result_row(p, e->ndev, map != NULL ? map[i] : i, v) && bad++ == 0)
             first = i;
         for (int r = 0; r < p->nco; r++)
             rows[(size_t)r * (size_t)ni + (size_t)i] = v[r];
@@ -359,7 +457,8 @@ int eng_finish_rc(Engine *e, int ni, double *rows)
     if (bad)
         return eng_err(e, ENG_ERR_NONFINITE, "non-finite force on i-particle %d (id %d) and %d "
                        "other(s): %s", first,
-                       (int)p->idata[(size_t)IC_ID * (size_t)p->ni_pad + (size_t)first], bad - 1,
+                       (int)p->idata[(size_t)IC_ID * (size_t)p->ni_pad
+                                     + (size_t)(map != NULL ? map[first] : first)], bad - 1,
                        p->ds ? "coincident particles with eps2 = 0, or pair terms beyond "
                        "single precision's range (~3e38: double-single computes them in "
                        "float; use N-body units or precision='double', see docs/accuracy.md)"

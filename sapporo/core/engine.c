@@ -306,6 +306,15 @@ int eng_ask(Engine *e, int lists, int top, int terms)
     return rc;
 }
 
+int eng_room(Engine *e, void **p, size_t size, int n)
+{
+    void *q = PyMem_RawRealloc(*p, size * (size_t)(n > 0 ? n : 1));
+    if (q == NULL)
+        return eng_err(e, ENG_ERR_INTERNAL, "out of memory for %d particles", n);
+    *p = q;
+    return 0;
+}
+
 int n_local(int64_t n, int d, int nd)
 {
     return n > d ? (int)((n - d + nd - 1) / nd) : 0;
@@ -365,5 +374,5 @@ static const char *eng_error(void *engine)
 
 const struct sapporo_engine_api engine_api = {
     SAPPORO_ENGINE_API_VERSION, eng_put_j, eng_start, eng_set_time, eng_finish, eng_lists,
-    eng_wait_api, eng_order, eng_error, eng_python_calls,
+    eng_wait_api, eng_order, eng_error, eng_python_calls, eng_start_groups, eng_put_xm,
 };

@@ -240,6 +240,11 @@ typedef struct {
     int uncollected;         /* the last started call's results are still to be collected */
     int last_ni;
     int empty;               /* ... on no j-particle: no force, no launch */
+    /* ... on groups (eng_start_groups): the grouped_ni i-particles' rows in the padded
+     * block (g_map), and the padded block's positions, ids and j-ranges */
+    int grouped, grouped_ni;
+    int *g_map, *g_id, *g_jr;
+    double *g_x;
     /* profiling: the launches queued since the last wait, timed (eng_timed_collect) */
     struct eng_timed timed[ENG_TIMED_MAX];
     int ntimed;
@@ -361,6 +366,9 @@ int eng_install(Engine *e, const int64_t *w, int n, int lists);
  * plan or gives one the engine cannot read, off). */
 int eng_ask(Engine *e, int lists, int top, int terms);
 
+/* Room for n values of size bytes at *p (grown by PyMem_RawRealloc): 0, or -1 (error set). */
+int eng_room(Engine *e, void **p, size_t size, int n);
+
 /* Device d's local addresses among global addresses [0, n) of nd devices. */
 int n_local(int64_t n, int d, int nd);
 
@@ -379,6 +387,10 @@ int eng_upload_run(Engine *e, int a0, int m);
  * they are stored: no prediction is launched (jstore.c). */
 int eng_still(const Engine *e);
 
+/* Still records: the predicted positions of every address in use written from the host
+ * mirror (where a prediction would run: at the first force call, or after new buffers). */
+void eng_predict_still(Engine *e);
+
 /* The n addresses (ascending, global) whose device records the library lost (new buffers),
  * uploaded from the host mirror run by run (a plan's DP_UPLOAD, at its install: nothing is
  * in flight).  0, or -1 (error set). */
@@ -393,6 +405,11 @@ int eng_put_j_rc(Engine *e, int n, const int *address, const int *index,
 
 int eng_put_j(void *engine, int n, const int *address, const int *index,
                      const double *rec, int nrec);
+
+/* put_xm of engine_api.h: still records (eng_still) in one pass, others through put_j. */
+int eng_put_xm_rc(Engine *e, int adr, int n, const double *x, const double *m, int index);
+
+int eng_put_xm(void *engine, int adr, int n, const double *x, const double *m, int index);
 
 /* ----------------------------------------------------------------- calls.c: force calls */
 
@@ -412,16 +429,25 @@ void nearest(const double *id, const double *r2, size_t stride, int n, double *v
  * checked row (check_rows) is not finite, else 1 (the rows are written either way). */
 int result_row(const struct dplan *p, int nd, int i, double *v);
 
-/* start; index holds int64 ids when wide, else int.  Every device's prediction (where
+/* start; index holds int64 ids when wide, else int; jr (order 2; NULL: all) each
+ * i-particle's range of j-addresses, as pairs.  Every device's prediction (where
  * needed) is queued first, then every device's force call; with several devices each
  * queue is flushed, so that they all work at once. */
 int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
                          const double *x, const double *v, const double *a, const double *jerk,
-                         double eps2, const double *h2);
+                         double eps2, const double *h2, const int *jr);
 
 int eng_start(void *engine, int nj, int ni, const int *index, const double *x,
                      const double *v, const double *a, const double *jerk, double eps2,
                      const double *h2);
+
+/* A force call on ng groups (order 2; engine_api.h's start_groups): the number of groups
+ * started, or -1 (error set). */
+int eng_start_groups_rc(Engine *e, int ng, const int *ioff, const int *joff, const int *index,
+                        const double *x, double eps2);
+
+int eng_start_groups(void *engine, int ng, const int *ioff, const int *joff, const int *index,
+                     const double *x, double eps2);
 
 /* The neighbour lists the kernels wrote on the nd devices (plans p[0 .. nd - 1]), as the
  * library gives them: per i-particle the ids every device stored (at most the capacity

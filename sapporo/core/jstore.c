@@ -147,11 +147,14 @@ static int eng_copy_j(Engine *e, int d, int n, const int *address, const int *in
  * prediction, x + dt (v + ...), is x at any time), and the predicted positions in host
  * arrays.  The engine then writes each record's predicted position as it stores it, as the
  * prediction kernel would (predict.cl), and launches no prediction: a GRAPE-5 call is one
- * command. */
+ * command.  Nothing reads the devices' raw records then, and they are not written: the
+ * host mirror has them (eng_put_j_rc copies them over when the records start moving, and
+ * eng_predict_still writes the predicted positions from the mirror). */
 int eng_still(const Engine *e)
 {
     const struct dplan *j = &e->dev[0].jside;
-    return j->order == 2 && !e->moving && !j->memory && j->pred_pos != NULL;
+    return j->order == 2 && !e->moving && j->pred_terms == 0 && !j->memory
+        && j->pred_pos != NULL;
 }
 
 /* Record r's predicted position at local address l of device q, as predict.cl writes it
@@ -201,14 +204,27 @@ static void records_write(Engine *e, int n, const int *address, const int *index
         if (!j->memory) {
             const struct dplan *q = &e->dev[a % (size_t)nd].jside;
             const size_t l = a / (size_t)nd;
-            memcpy(q->dev_raw + l * len, r, given);
-            if (zeros)
-                memset((char *)(q->dev_raw + l * len) + given, 0, zeros);
-            q->dev_ids[l] = index[k];
+            if (q->dev_ids[l] != index[k])  /* (a line the kernels read is written only when
+                                             * it changes: GRAPE-5's ids are all 0) */
+                q->dev_ids[l] = index[k];
             if (still)
                 predicted_write(q, l, r);
+            else {
+                memcpy(q->dev_raw + l * len, r, given);
+                if (zeros)
+                    memset((char *)(q->dev_raw + l * len) + given, 0, zeros);
+            }
         }
     }
+}
+
+void eng_predict_still(Engine *e)
+{
+    const struct dplan *j = &e->dev[0].jside;
+    const int nd = e->ndev, n = (int)*j->n_stored_at;
+    for (int a = 0; a < n; a++)
+        predicted_write(&e->dev[a % nd].jside, (size_t)(a / nd),
+                        j->mirror_raw + (size_t)a * 4 * (size_t)j->raw_n);
 }
 
 int eng_upload_run(Engine *e, int a0, int m)
@@ -335,7 +351,7 @@ int eng_put_j_rc(Engine *e, int n, const int *address, const int *index,
                         const double *rec, int nrec)
 {
     const struct dplan *j = &e->dev[0].jside;
-    int top, terms, moves;
+    int top, terms, moves, was_still = e->have_j && eng_still(e);
     e->code = ENG_ERR_BACKEND;
     if (e->off)
         return eng_err(e, ENG_ERR_BACKEND, "the device failed earlier (see the first error); "
@@ -361,6 +377,9 @@ int eng_put_j_rc(Engine *e, int n, const int *address, const int *index,
     if (eng_in_flight(e) && eng_wait(e) < 0)  /* the force call reads the records */
         return -1;
     e->moving |= moves;
+    if (was_still && !eng_still(e)  /* they start moving: the prediction reads them all */
+        && eng_upload_run(e, 0, (int)*j->n_stored_at) < 0)
+        return -1;
     records_write(e, n, address, index, rec, nrec, eng_still(e));
     if (top > *j->n_stored_at)  /* more addresses in use: the next prediction reads them */
         *j->n_stored_at = top;
@@ -370,6 +389,72 @@ int eng_put_j_rc(Engine *e, int n, const int *address, const int *index,
         if (eng_copy_j(e, d, n, address, index, rec, nrec) < 0)
             return -1;
     return 1;
+}
+
+/* put_xm's records, packed XM_CHUNK at a time (in the cache) */
+#define XM_CHUNK 128
+
+int eng_put_xm_rc(Engine *e, int adr, int n, const double *x, const double *m, int index)
+{
+    const struct dplan *j = &e->dev[0].jside;
+    double rec[XM_CHUNK * 8];
+    int address[XM_CHUNK], ids[XM_CHUNK], top, terms, moves;
+    e->code = ENG_ERR_BACKEND;
+    if (e->off || n < 1 || adr < 0 || adr > LIMIT_MAX_ADDRESS - (n - 1)
+        || !e->have_j || !eng_fresh(e) || !room_for(e, adr + n) || !eng_still(e)) {
+        /* through put_j (its rules, errors and requests for memory) */
+        if (n > 0 && (eng_room(e, (void **)&e->rec, sizeof(double) * 8, n) < 0
+                      || eng_room(e, (void **)&e->address, sizeof(int), n) < 0
+                      || eng_room(e, (void **)&e->index, sizeof(int), n) < 0))
+            return -1;
+        for (int k = 0; k < n; k++) {
+            put_record(e->rec + 8 * (size_t)k, 2, x + 3 * (size_t)k, m[k], NULL, 0.0, NULL,
+                       NULL);
+            e->address[k] = adr + k;
+            e->index[k] = index;
+        }
+        e->put_cap = 0;  /* (put_j's buffers of the Python method: sized anew) */
+        return eng_put_j_rc(e, n, e->address, e->index, e->rec, 2);
+    }
+    /* still records: checked at once (no branch per value; put_j's rules name the first
+     * that breaks one), then written in chunks, as put_j would (all or none) */
+    double nonfinite = 0.0, largest = 0.0;
+    int tiny = 0;
+    for (int k = 0; k < n; k++) {
+        const double *p = x + 3 * (size_t)k;
+        nonfinite += p[0] * 0.0 + p[1] * 0.0 + p[2] * 0.0 + m[k] * 0.0;  /* NaN if any is */
+        for (int d = 0; d < 3; d++)
+            largest = fabs(p[d]) > largest ? fabs(p[d]) : largest;
+        tiny |= j->ds && !ds_mass_ok(m[k]);
+    }
+    for (int k0 = 0; k0 < n; k0 += XM_CHUNK) {
+        const int c = n - k0 < XM_CHUNK ? n - k0 : XM_CHUNK;
+        for (int k = 0; k < c; k++) {
+            put_record(rec + 8 * k, 2, x + 3 * (size_t)(k0 + k), m[k0 + k], NULL, 0.0, NULL,
+                       NULL);
+            address[k] = adr + k0 + k;
+            ids[k] = index;
+        }
+        if (nonfinite != 0.0 || !(largest < COORD_LIMIT) || tiny) {
+            if (j_rules(e, c, address, ids, rec, 2, &top, &terms, &moves) < 0
+                || j_fits(e, j, c, address, rec, 2) < 0)
+                return -1;
+            continue;
+        }
+        if (k0 == 0 && eng_in_flight(e) && eng_wait(e) < 0)
+            return -1;  /* (the force call in flight reads the records) */
+        records_write(e, c, address, ids, rec, 2, 1);
+    }
+    if (nonfinite != 0.0 || !(largest < COORD_LIMIT) || tiny)
+        return eng_err(e, ENG_ERR_INTERNAL, "put_xm: a rule broken but not found");
+    if (adr + n > *j->n_stored_at)
+        *j->n_stored_at = adr + n;
+    return 1;
+}
+
+int eng_put_xm(void *engine, int adr, int n, const double *x, const double *m, int index)
+{
+    return eng_code(engine, eng_put_xm_rc(engine, adr, n, x, m, index));
 }
 
 int eng_put_j(void *engine, int n, const int *address, const int *index,

@@ -639,7 +639,10 @@ def run_forces(ctx: Any, ext: str, variant: tuple[int, ...], n: int = 700, ni: i
     idata = np.zeros((nci, ni_pad))
     idata[IC["id"], :] = -3
     idata[0:3, :ni] = xi.T
-    idata[4:7, :ni] = vi.T
+    if order == 2:  # no velocity: the j-range of every i-particle (layout.h's IC_J0, IC_J1)
+        idata[LAYOUT["IC_J0"]], idata[LAYOUT["IC_J1"]] = 0, n
+    else:
+        idata[4:7, :ni] = vi.T
     idata[IC["id"], :ni] = idi
     idata[IC["h2"], :ni] = h2
     if order >= 6:

@@ -139,7 +139,7 @@ def test_fortran_client(capi: CApi, tmp_path: Path, precision: str) -> None:
     proc = capi.run(capi.program("g5.f90", lib="pg5"), cwd=tmp_path,
                     env=capi.env(SAPPORO_PRECISION=precision))
     assert "jmem T" in proc.stdout and "sapporo:" not in proc.stderr, proc.stderr
-    for key in ("f", "g"):
+    for key in ("f", "g", "h"):
         check_forces(proc.stdout, x, m, n, np.full(n, EPS**2), TOL[precision], key)
 
 
@@ -243,6 +243,70 @@ def test_contexts_from_two_threads_bitwise_as_serial(capi: CApi, tmp_path: Path,
     err = np.linalg.norm(acc - ref.acc, axis=1) / np.linalg.norm(ref.acc, axis=1)
     assert err.max() < TOL[precision]
     assert np.abs(pot + ref.pot).max() / np.abs(ref.pot).max() < TOL[precision]
+
+
+# ----------------------------------------------------------------------------- groups
+
+
+def check_groups(stdout: str, x: np.ndarray, m: np.ndarray, tol: float) -> None:
+    """tests/capi/g5_groups.c's forces ("f": the groups' call) against the float64 reference
+    of each i-particle's own list, and against the same lists through one-list calls ("o").
+    Errors are relative to the sum of the pair terms' sizes, sum m_j / R^2 (a random list's
+    net force may nearly cancel)."""
+    lines = stdout.splitlines()
+    pool_j = np.array([int(ln.split()[2]) for ln in lines if ln.startswith("j ")])
+    rows = np.array([[int(v) for v in ln.split()[2:5]] for ln in lines if ln.startswith("i ")])
+    acc, pot = read_forces(stdout, "f")
+    one_acc, one_pot = read_forces(stdout, "o")
+    assert acc.shape == (len(rows), 3) and one_acc.shape == acc.shape, stdout[-2000:]
+    assert np.all(acc[rows[:, 1] == rows[:, 2]] == 0)  # an empty list: no force
+    worst = worst_one = 0.0
+    for lo, hi in {(int(a), int(b)) for a, b in rows[:, 1:] if b > a}:
+        sel = np.flatnonzero((rows[:, 1] == lo) & (rows[:, 2] == hi))
+        xi, js = x[rows[sel, 0]], pool_j[lo:hi]
+        ref = forces(xi, None, np.arange(len(sel)), x[js], None, m[js],
+                     np.arange(len(js)) + len(x), EPS**2, order=2)
+        r2 = ((xi[:, None, :] - x[js][None, :, :]) ** 2).sum(-1) + EPS**2
+        scale = (m[js] / r2).sum(1)
+        pscale = (m[js] / np.sqrt(r2)).sum(1)
+        err = np.linalg.norm(acc[sel] - ref.acc, axis=1) / scale
+        perr = np.abs(pot[sel] + ref.pot) / pscale
+        worst = max(worst, err.max(), perr.max())
+        worst_one = max(worst_one, (np.linalg.norm(acc[sel] - one_acc[sel], axis=1)
+                                    / scale).max(), (np.abs(pot[sel] - one_pot[sel])
+                                                     / pscale).max())
+    assert worst < tol, f"groups against the reference: {worst:.3g} (tolerance {tol:g})"
+    assert worst_one < tol, f"groups against one-list calls: {worst_one:.3g}"
+
+
+GROUPS_CALLS = {"async_same": 1, "bad decreasing": -1, "bad beyond": -1, "good again": 0,
+                "good twice": 0, "bad start": -1, "bad after": -2, "rc": 0}
+
+
+@pytest.mark.parametrize(("precision", "runtime", "ng"), [
+    ("double-single", "default", 400), ("double", "default", 400),
+    ("double", "device-memory", 60), ("double", "cuda", 30)])
+def test_groups_in_one_call_as_one_list_calls(capi: CApi, tmp_path: Path, precision: str,
+                                              runtime: str, ng: int,
+                                              request: pytest.FixtureRequest) -> None:
+    """g5_calculate_force_on_groups on tree-walk-like groups (0-63 i-particles, lists of
+    0-1999; 400 groups take two launches): the reference's forces, the one-list calls'
+    forces, and bitwise the same through g5_start_groups and g5_get_groups_force with other
+    calls between; bad offsets refused, the forces gone after another force call."""
+    x, m = write_ic(tmp_path / "ic.txt", 3000)
+    env = {"SAPPORO_PRECISION": precision}
+    if runtime == "device-memory":
+        env["SAPPORO_NATIVE_MEMORY"] = "device"
+    if runtime == "cuda":
+        env.update(request.getfixturevalue("cuda_env"))
+    proc = capi.run(capi.program("g5_groups.c", lib="g5"), "ic.txt", EPS, ng, 11,
+                    cwd=tmp_path, env=capi.env(**env))
+    said = {ln.rsplit(" ", 1)[0]: int(ln.rsplit(" ", 1)[1]) for ln in proc.stdout.splitlines()
+            if ln.split(" ")[0] in ("async_same", "bad", "good", "rc")}
+    assert said == GROUPS_CALLS, proc.stderr[-3000:]
+    assert "i_offsets[0] = 1 must be 0" in proc.stderr
+    assert "group 1's offsets decrease" in proc.stderr
+    check_groups(proc.stdout, x, m, TOL[precision])
 
 
 # ----------------------------------------------------------------------------- errors

@@ -1090,7 +1090,7 @@ def test_still_records_launch_no_prediction(backend, precision):
     """Order 2 with no velocity stored (the GRAPE-5 calls' j-particles) on host memory: the
     engine writes the predicted positions as it stores the records and launches the force
     alone, with the same bits as the prediction kernel's; one velocity stored, and the
-    prediction runs again on every change."""
+    prediction runs again on every change, over the records stored still too."""
     n = 500
     x, _, m = ref.plummer(n, seed=3)
     ids, zero = np.arange(n), np.zeros((n, 3))
@@ -1120,6 +1120,13 @@ def test_still_records_launch_no_prediction(backend, precision):
         r = ref.forces(x[:37], None, ids[:37], x2, None, m, ids, 1e-4, order=2)
         tol = 1e-5 if precision == "double-single" else 1e-12
         assert ref.relative_vector_error(a.acc, r.acc, r.acc_abs).max() <= tol
+        # one velocity now: every record is predicted again, from the records stored still
+        still.set_j_particles([n - 1], [n - 1], 0.0, [m[-1]], x2[-1:], np.ones((1, 3)))
+        still.set_time(3.0)
+        got = still.compute(x[:37], zero[:37], ids[:37], 1e-4)
+        x2[-1] += 3.0
+        r = ref.forces(x[:37], None, ids[:37], x2, None, m, ids, 1e-4, order=2)
+        assert ref.relative_vector_error(got.acc, r.acc, r.acc_abs).max() <= tol
     finally:
         still.close()
         moving.close()

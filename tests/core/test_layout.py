@@ -28,8 +28,12 @@ def test_header_is_parsed_completely() -> None:
     assert layout.nco(2) == layout.nco(4) == layout.nco(6) == layout.NCO == 12
     assert layout.nco(8) == layout.LAYOUT["OC_CZ"] + 1 == 15
     assert layout.LAYOUT["OC_CX"] == layout.nco(6)
-    ic = sorted(v for k, v in layout.LAYOUT.items() if k.startswith("IC_"))
+    ic = sorted(v for k, v in layout.LAYOUT.items()
+                if k.startswith("IC_") and k not in ("IC_J0", "IC_J1"))
     assert ic == list(range(layout.nci(8)))
+    # order 2 reads no velocity: its j-range rows are the velocity's
+    assert (layout.LAYOUT["IC_J0"], layout.LAYOUT["IC_J1"]) == (layout.LAYOUT["IC_VX"],
+                                                                layout.LAYOUT["IC_VY"])
     assert layout.nci(4) == layout.LAYOUT["IC_ID"] + 1  # orders < 6 stop after the id
     assert layout.nci(6) == layout.LAYOUT["IC_AZ"] + 1 == 11  # order 6: + acceleration
     assert layout.nci(8) == layout.LAYOUT["IC_JZ"] + 1 == 14  # order 8: + jerk
