@@ -37,7 +37,6 @@
  * the last of both.  A force call that would use an address given one of the two only is
  * refused, naming it.
  */
-#include <fenv.h>
 #include <limits.h>
 #include <math.h>
 
@@ -882,11 +881,11 @@ static int do_g5_calculate(const char *fn, int id, const double *x, const double
  * no lock (their contexts' locks come first).  G5_CALL returns from the calling function. */
 #define G5_CALL(expr)                         \
     do {                                      \
-        fenv_t fe_;                           \
+        shim_fp fp_;                          \
         int rc_;                              \
-        fegetenv(&fe_);                       \
+        shim_fp_save(&fp_);                   \
         rc_ = (expr);                         \
-        fesetenv(&fe_);                       \
+        shim_fp_restore(&fp_);                \
         return rc_;                           \
     } while (0)
 

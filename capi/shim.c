@@ -12,7 +12,6 @@
  * build.py defines shim_python (the installing interpreter) and shim_site_code (Python that
  * adds the recorded site directories) before including this file into cffi's C source.
  */
-#include <fenv.h>
 #include <math.h>
 #include <stdarg.h>
 
@@ -238,19 +237,14 @@ int shim_python_up(void)
     return 0;
 }
 
-/* The caller's floating-point environment, saved by shim_enter() and put back by shim_leave(): the
- * library's own arithmetic (NumPy, the embedded interpreter) must not leave exception flags
- * behind in the client's thread.  gfortran reports flags still raised at STOP, e.g. "Note:
- * The following floating-point exceptions are signalling: IEEE_DENORMAL" after a force
- * call on particles with tiny coordinates; with the flags restored it reports only the
- * client's own.  On x86-64 fesetenv also restores the SSE control and status register
- * (MXCSR), where the denormal flag lives. */
-static fenv_t caller_fenv;
+/* The caller's floating-point state, saved by shim_enter() and put back by shim_leave()
+ * (shim_fp_save, shim_fp_restore). */
+static shim_fp caller_fp;
 
 void shim_enter(const char *fn)
 {
     pthread_mutex_lock(&shim_lock);
-    fegetenv(&caller_fenv);
+    shim_fp_save(&caller_fp);
     current_fn = fn;
 }
 
@@ -259,7 +253,7 @@ int shim_leave(int rc)
     int stop = abort_code;
     abort_code = 0;
     current_fn = "sapporo";
-    fesetenv(&caller_fenv);
+    shim_fp_restore(&caller_fp);
     pthread_mutex_unlock(&shim_lock);
     if (stop != 0) {
         fprintf(stderr, "sapporo: stopping the program (SAPPORO_ON_ERROR=abort)\n");

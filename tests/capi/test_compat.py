@@ -296,3 +296,13 @@ def test_no_ieee_denormal_note_at_stop(capi: CApi, tmp_path: Path, precision: st
     rc, acc, pot = proc.stdout.split()
     assert rc == "0" and float(acc) == pytest.approx(0.25) and float(pot) == pytest.approx(-2.5)
     assert "IEEE" not in proc.stderr, proc.stderr
+
+
+def test_callers_floating_point_state_kept(capi: CApi, tmp_path: Path) -> None:
+    """Across GRAPE-5 and GRAPE-6 calls: no flag of the library's own arithmetic is left
+    raised, the flag the caller raised (on the x87) stays raised, and its rounding mode comes
+    back."""
+    proc = capi.run(capi.program("fpstate.c"), cwd=tmp_path)
+    said = dict(line.split() for line in proc.stdout.splitlines())
+    assert said == {"no_flags_left": "1", "round_kept": "1", "own_flag_kept": "1",
+                    "rc": "0"}, proc.stdout + proc.stderr
