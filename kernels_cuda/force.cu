@@ -345,7 +345,11 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
 #endif
 #pragma unroll
             for (int w = 0; w < W; w++) {
-#if PRECISION == 1
+#if PRECISION == 1 && SINGLE
+                const real dx = pj.x - xhi[w];
+                const real dy = pj.y - yhi[w];
+                const real dz = pj.z - zhi[w];
+#elif PRECISION == 1
                 const real dx = (pj.x - xhi[w]) + (pl.x - xlo[w]);
                 const real dy = (pj.y - yhi[w]) + (pl.y - ylo[w]);
                 const real dz = (pj.z - zhi[w]) + (pl.z - zlo[w]);

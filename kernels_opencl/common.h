@@ -3,6 +3,8 @@
  *   ORDER      2 (acceleration, potential), 4 (+ jerk), 6 (+ snap) or 8 (+ crackle)
  *   PRECISION  1 = double-single (j - i differences in hi/lo float pairs, the rest in float,
  *                  partial sums combined in double), 2 = double (everything in double)
+ *   SINGLE     1: single (order 2, storage as double-single's): j - i differences of the
+ *              high floats alone, no low parts
  *   NGB        0 or 1: neighbour lists off or on
  *   LI, LJ     work-group shape: LI work-items over i x LJ j-lanes (tuning parameters)
  *   W          i-particles per work-item, held in OpenCL vector types (1 on GPUs; 4 to 16

@@ -337,7 +337,11 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
             const float xlj = pl.x, ylj = pl.y, zlj = pl.z;
 #endif
 #endif
-#if PRECISION == 1
+#if PRECISION == 1 && SINGLE
+            const vreal dx = xj - xhi;
+            const vreal dy = yj - yhi;
+            const vreal dz = zj - zhi;
+#elif PRECISION == 1
             const vreal dx = (xj - xhi) + (xlj - xlo);
             const vreal dy = (yj - yhi) + (ylj - ylo);
             const vreal dz = (zj - zhi) + (zlj - zlo);

@@ -22,7 +22,7 @@ from pathlib import Path
 from sapporo.errors import ConfigError
 
 BACKENDS = ("opencl", "cuda")
-PRECISIONS = ("double", "double-single")
+PRECISIONS = ("double", "double-single", "single")
 ORDERS = (2, 4, 6, 8)
 
 logger = logging.getLogger(__name__)
@@ -132,14 +132,16 @@ def parse_order(value: str | int | None, source: str = "order") -> int | None:
 
 
 def parse_precision(value: str | None, source: str = "precision") -> str | None:
-    """Parse a precision name (``double`` or ``double-single``; ``ds`` is accepted)."""
+    """Parse a precision name (``double``, ``double-single`` or ``single``; ``ds`` is
+    accepted)."""
     if value is None:
         return None
     v = value.strip().lower().replace("_", "-")
     if v in ("ds", "doublesingle", "mixed"):
         v = "double-single"
     if v not in PRECISIONS:
-        raise ConfigError(f"{source}: expected 'double' or 'double-single', got {value!r}")
+        raise ConfigError(f"{source}: expected 'double', 'double-single' or 'single', got "
+                          f"{value!r}")
     return v
 
 

@@ -14,6 +14,9 @@
 #ifndef NGB
 #define NGB 0
 #endif
+#ifndef SINGLE
+#define SINGLE 0
+#endif
 #ifndef LI
 #define LI 16
 #endif
@@ -51,6 +54,9 @@
 #endif
 #if PRECISION != 1 && PRECISION != 2
 #error "PRECISION must be 1 (double-single) or 2 (double)"
+#endif
+#if SINGLE && (PRECISION != 1 || ORDER != 2)
+#error "SINGLE (float differences of the high parts alone) is double-single's, at order 2"
 #endif
 #if NGB != 0 && NGB != 1
 #error "NGB must be 0 or 1"

@@ -32,7 +32,7 @@ def test_values_are_parsed(monkeypatch):
 @pytest.mark.parametrize(
     "name,value",
     [("BACKEND", "metal"), ("DEVICES", "a,b"), ("DEVICES", "-1"), ("ORDER", "four"),
-     ("ORDER", "4.0"), ("PRECISION", "single"), ("NPIPES", "1e3"), ("NB_CAPACITY", "x"),
+     ("ORDER", "4.0"), ("PRECISION", "quad"), ("NPIPES", "1e3"), ("NB_CAPACITY", "x"),
      ("SPIN_US", "fast"), ("SMALL_PAIRS", "many")],
 )
 def test_malformed_values_name_the_variable(monkeypatch, name, value):

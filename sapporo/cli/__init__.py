@@ -90,9 +90,19 @@ def order_list(text: str, what: str = "--orders") -> list[int]:
     return _parsed_list(text, config.parse_order, what)
 
 
+def command_precision(value: str, what: str = "--precision") -> str:
+    """A precision for the commands: ``double-single`` or ``double`` (``single`` is for
+    order-2 tree codes, through the GRAPE-5 calls or ``Library(order=2)``)."""
+    precision = config.parse_precision(value, what)
+    if precision == "single":
+        raise ConfigError(f"{what}: 'single' is for order-2 tree codes (the GRAPE-5 calls, "
+                          f"Library(order=2)); the commands take double-single or double")
+    return precision
+
+
 def precision_list(text: str, what: str = "--precisions") -> list[str]:
     """Parse ``"double-single,double"`` into precision names."""
-    return _parsed_list(text, config.parse_precision, what)
+    return _parsed_list(text, command_precision, what)
 
 
 def add_device_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup,

@@ -34,6 +34,7 @@ from sapporo.cli import (
     StatusLine,
     add_device_options,
     add_output_options,
+    command_precision,
     ensure_writable_dir,
     os_error_message,
 )
@@ -177,7 +178,7 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.order is not None and args.order not in (4, 6, 8):
         raise InputError(f"--order must be 4, 6 or 8, got {args.order}")
     if args.precision is not None:
-        args.precision = config.parse_precision(args.precision, "--precision")
+        args.precision = command_precision(args.precision, "--precision")
     for name in ("t_end", "eta", "eta4", "snapshot_every", "log_every", "dt_min", "dt_max"):
         v = getattr(args, name)
         if v is not None and not (math.isfinite(v) and v > 0):

@@ -100,7 +100,7 @@ class Variant:
     Parameters
     ----------
     order : {2, 4, 6, 8}
-    precision : {"double-single", "double"}
+    precision : {"double-single", "double", "single"}
     nb_capacity : int
         Neighbour-list capacity per i-particle.
     profiling : bool
@@ -121,8 +121,9 @@ class Variant:
 
     @property
     def ds(self) -> bool:
-        """True for double-single."""
-        return self.precision == "double-single"
+        """True for the float records of double-single (and of single, its order-2 form
+        without the low parts)."""
+        return self.precision != "double"
 
     def defines(self) -> dict[str, int]:
         """The compile-time definitions common to every kernel of this variant."""
@@ -131,11 +132,13 @@ class Variant:
     def force_defines(self) -> dict[str, Any]:
         """The force kernel's definitions of the cutoff (none without one, so that the
         Newtonian kernels are built exactly as before): ``CUTOFF`` (1 S2, 2 Gaussian) and
-        ``CUTOFF_R``, the split length as a double literal (``repr``: the same double)."""
-        if self.cutoff is None:
-            return {}
-        return {"CUTOFF": CUTOFF_SHAPES.index(self.cutoff_shape) + 1,
-                "CUTOFF_R": repr(float(self.cutoff))}
+        ``CUTOFF_R``, the split length as a double literal (``repr``: the same double); and
+        ``SINGLE`` for single."""
+        out: dict[str, Any] = {"SINGLE": 1} if self.precision == "single" else {}
+        if self.cutoff is not None:
+            out.update(CUTOFF=CUTOFF_SHAPES.index(self.cutoff_shape) + 1,
+                       CUTOFF_R=repr(float(self.cutoff)))
+        return out
 
 
 class Device:

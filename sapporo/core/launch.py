@@ -84,7 +84,7 @@ class LaunchConfig:
         """Local (shared) memory one work-group of this shape uses."""
         if not self.use_local and self.lj == 1:
             return 0
-        ds = precision == "double-single"
+        ds = precision != "double"  # (float records: double-single, single)
         rs = 16 if ds else 32  # one real4
         # position and id (and the position's low part), velocity, acceleration, jerk
         per_j = rs + 4 + (16 if ds else 0) + rs * ((order >= 4) + (order >= 6) + (order >= 8))
@@ -145,7 +145,7 @@ def default_table(info: DeviceInfo, order: int, precision: str) -> LaunchTable:
         # Three or four active particles: 4 per work-item (double with AVX-512: 140 against
         # 201 us; the same time elsewhere).
         floats = 16 if info.float_lanes >= 16 else 8
-        w = floats if precision == "double-single" else floats // 2
+        w = floats if precision != "double" else floats // 2
         few = LaunchConfig(li=1, lj=1, w=8, jt=64, use_local=False, groups_per_cu=2, jv=True)
         cfg = LaunchConfig(li=1, lj=1, w=w, jt=64, use_local=False, groups_per_cu=4)
         four = [(4, replace(cfg, w=4))] if w > 4 else []

@@ -117,9 +117,11 @@ class Library:
     ----------
     order : {2, 4, 6, 8}
         2: acceleration and potential; 4: + jerk; 6: + snap; 8: + crackle.
-    precision : {"double-single", "double"}
+    precision : {"double-single", "double", "single"}
         ``"double-single"``: j - i position differences in hi/lo float pairs, the rest in
         float, partial sums in double (relative error ~1e-6). ``"double"``: all in double.
+        ``"single"`` (order 2 only, for tree codes): double-single without the low parts,
+        differences of float positions (docs/accuracy.md states its error).
     backend : {None, "opencl", "cuda"}
         None: ``SAPPORO_BACKEND``, else CUDA when usable, else OpenCL.
     devices : None, list of int, or "all"
@@ -155,12 +157,16 @@ class Library:
         if not isinstance(order, str):
             order = int_arg("order", order, 0, 2**31, " (expected 2, 4, 6 or 8)")
         if not isinstance(precision, str):
-            raise InputError(f"precision: expected 'double' or 'double-single', got {precision!r}")
+            raise InputError(f"precision: expected 'double', 'double-single' or 'single', got "
+                             f"{precision!r}")
         try:
             self.order = config.parse_order(order, "order")
             self.precision = config.parse_precision(precision, "precision")
         except SapporoError as exc:
             raise InputError(str(exc)) from None
+        if self.precision == "single" and self.order != 2:
+            raise InputError(f"precision 'single' is for order 2 (tree codes, the GRAPE-5 "
+                             f"calls), not order {self.order}: use 'double-single'")
         env = config.from_environment()
         if nb_capacity is None:
             nb_capacity = env.nb_capacity or DEFAULT_NB_CAPACITY
@@ -475,7 +481,7 @@ class Library:
             mirror = {
                 "order": self.order, "nci": layout.nci(self.order), "nco": self._nco,
                 "pred_terms": self._pred_terms, "n_stored_at": self._stored.ctypes.data,
-                "mirror_cap": self._raw.shape[0], "ds": int(self.precision == "double-single"),
+                "mirror_cap": self._raw.shape[0], "ds": int(self._variant.ds),
                 "check_rows": sum(1 << int(r) for r in self._filled_rows), "max_id": MAX_ID,
                 "mirror_raw": self._raw.ctypes.data, "mirror_ids": self._ids.ctypes.data,
                 "lgen": int(self._lgen[0]), "lgen_at": self._lgen.ctypes.data,
