@@ -286,18 +286,24 @@ GROUPS_CALLS = {"async_same": 1, "bad decreasing": -1, "bad beyond": -1, "good a
 
 @pytest.mark.parametrize(("precision", "runtime", "ng"), [
     ("double-single", "default", 400), ("double", "default", 400), ("single", "default", 400),
-    ("double", "device-memory", 60), ("double", "cuda", 30), ("single", "cuda", 30)])
+    ("double", "device-memory", 60), ("double", "two-devices", 60), ("double", "cuda", 30),
+    ("single", "cuda", 30)])
 def test_groups_in_one_call_as_one_list_calls(capi: CApi, tmp_path: Path, precision: str,
                                               runtime: str, ng: int,
                                               request: pytest.FixtureRequest) -> None:
     """g5_calculate_force_on_groups on tree-walk-like groups (0-63 i-particles, lists of
     0-1999; 400 groups take two launches): the reference's forces, the one-list calls'
     forces, and bitwise the same through g5_start_groups and g5_get_groups_force with other
-    calls between; bad offsets refused, the forces gone after another force call."""
+    calls between; bad offsets refused, the forces gone after another force call. Two
+    devices (PoCL's two CPU devices) each take their share of every list."""
     x, m = write_ic(tmp_path / "ic.txt", 3000)
     env = {"SAPPORO_PRECISION": precision}
     if runtime == "device-memory":
         env["SAPPORO_NATIVE_MEMORY"] = "device"
+    if runtime == "two-devices":
+        request.getfixturevalue("two_pocl_devices")
+        env.update(POCL_DEVICES="pthread pthread", SAPPORO_BACKEND="opencl",
+                   SAPPORO_DEVICES="0,1")
     if runtime == "cuda":
         env.update(request.getfixturevalue("cuda_env"))
     proc = capi.run(capi.program("g5_groups.c", lib="g5"), "ic.txt", EPS, ng, 11,
