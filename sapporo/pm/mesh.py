@@ -19,7 +19,7 @@ import numpy as np
 
 from sapporo.backend import Context, get_backend
 from sapporo.errors import BackendError, ConfigError, InputError, NonFiniteError
-from sapporo.pm.fft import HostFFTSolver
+from sapporo.pm.fft import SPLIT_SHAPES, HostFFTSolver
 from sapporo.pm.multigrid import MultigridSolver, _gsize, level_sizes, multipole_faces
 
 BOUNDARIES = ("isolated", "periodic")
@@ -106,6 +106,11 @@ class ParticleMesh:
     split : float or None
         FFT only: keep the long-range part of gravity, split length ``split`` (in box
         units), for P^3M (:class:`~sapporo.pm.p3m.P3M` adds the short-range part).
+    split_shape : {"gauss", "s2"}
+        The split: Gaussian (``split`` is r_s; :class:`~sapporo.pm.p3m.P3M`'s), or S2
+        clouds of diameter ``split`` (Phantom-GRAPE's PG5/table, whose short-range part the
+        GRAPE-5 cutoff calls and ``Library(order=2, cutoff=split, cutoff_shape="s2")``
+        compute).
 
     Notes
     -----
@@ -118,7 +123,8 @@ class ParticleMesh:
                  solver: str = "fft", precision: str = "double", backend: str | None = None,
                  devices: Any = None, *, stencil: int = 4, green: str = "continuous",
                  deconvolve: bool = False, mg_tol: float = MG_TOL, mg_cycles: int = 50,
-                 assignment: str = "fixed", split: float | None = None):
+                 assignment: str = "fixed", split: float | None = None,
+                 split_shape: str = "gauss"):
         if (isinstance(grid, bool) or not isinstance(grid, (int, np.integer))
                 or not 2 <= grid <= 1024):
             raise InputError(f"grid: expected 2 to 1024 points per dimension, got {grid!r}")
@@ -143,6 +149,7 @@ class ParticleMesh:
                                       and split > 0):
             raise InputError(f"split: expected a positive length, got {split!r}")
         self.split = None if split is None else float(split)
+        self.split_shape = _choice(split_shape, SPLIT_SHAPES, "split_shape")
         if self.solver == "multigrid":
             if self.boundary != "isolated":
                 raise ConfigError("solver 'multigrid' needs boundary 'isolated'")
@@ -200,7 +207,7 @@ class ParticleMesh:
         if self.solver == "fft":
             self._fft = HostFFTSolver(self.grid, box, self.boundary, self.dtype, self.green,
                                       self.window if self.deconvolve else None,
-                                      self.split)
+                                      self.split, self.split_shape)
         else:
             self._mg = MultigridSolver(self._ctx, self._prog, self.grid, box, self.dtype,
                                        float(mg_tol), mg_cycles)
