@@ -197,7 +197,10 @@ static void records_write(Engine *e, int n, const int *address, const int *index
     for (int k = 0; k < n; k++) {
         const size_t a = (size_t)address[k];
         const double *r = rec + 4 * (size_t)nrec * k;
-        memcpy(j->mirror_raw + a * len, r, given);
+        if (given == 2 * sizeof(double[4]))  /* (x|m and v|t: a copy the compiler inlines) */
+            memcpy(j->mirror_raw + a * len, r, 2 * sizeof(double[4]));
+        else
+            memcpy(j->mirror_raw + a * len, r, given);
         if (zeros)
             memset((char *)(j->mirror_raw + a * len) + given, 0, zeros);
         j->mirror_ids[a] = index[k];
