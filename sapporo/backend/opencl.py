@@ -34,6 +34,8 @@ _yield = getattr(os, "sched_yield", lambda: None)
 #: default of SAPPORO_SMALL_PAIRS: force launches up to this many pairs use the companion
 #: (measured crossover on 2 cores: 8 active particles at N = 16k, 128 at N = 2k)
 DEFAULT_SMALL_PAIRS = 131072
+#: the devices whose narrow vectors (quirks.narrow_vectors) this process has warned about
+_ADVISED: set[str] = set()
 #: PoCL's CPU drivers (PoCL 3: basic, pthread; PoCL 4 and later: cpu-minimal, cpu)
 _POCL_CPU_DRIVERS = {"basic", "pthread", "cpu", "cpu-minimal"}
 
@@ -357,6 +359,9 @@ class CLContext(base.Context):
                  companion: Any = None, instance: int = 0):
         self.info = info
         self.profiling = profiling
+        if info.name not in _ADVISED and (advice := quirks.narrow_vectors(info)) is not None:
+            _ADVISED.add(info.name)  # (once per device and process)
+            log.warning("sapporo: %s", advice)
         env = config.from_environment()
         small = DEFAULT_SMALL_PAIRS if env.small_pairs is None else env.small_pairs
         if small == 0:

@@ -42,6 +42,33 @@ def _is_x86() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 
 
+def cpu_flags() -> set[str]:
+    """The host CPU's feature flags (Linux's /proc/cpuinfo; empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def narrow_vectors(info: DeviceInfo) -> str | None:
+    """Why an OpenCL CPU device wastes half of each vector register, with the command that
+    fixes it; None when it does not. A runtime whose compiler does not know the CPU (PoCL's
+    pip wheel carries LLVM 14, older than AVX-512 CPUs such as AMD Zen 4) compiles for an
+    older target: 8 float lanes where the CPU has 16, and the force kernels run 1.2-1.5
+    times slower (docs/performance.md, N x N at 8 against 16 lanes)."""
+    if info.backend != "opencl" or not is_cpu(info) or info.float_lanes >= 16 \
+            or "avx512f" not in cpu_flags():
+        return None
+    return (f"{info.name} compiles for {info.float_lanes} float lanes, but this CPU has "
+            "AVX-512 (16): the force kernels run 1.2-1.5 times slower. Install your "
+            "system's PoCL, which sapporo prefers to the pip wheel's: sudo apt install "
+            "pocl-opencl-icd (Debian, Ubuntu; dnf install pocl on Fedora)")
+
+
 def opencl_build_options(info: DeviceInfo) -> list[str]:
     """Extra OpenCL compiler options for a device.
 

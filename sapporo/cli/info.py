@@ -7,7 +7,7 @@ import json
 import sys
 
 from sapporo import __version__, config
-from sapporo.backend import get_backend, probe_backends
+from sapporo.backend import get_backend, probe_backends, quirks
 from sapporo.core import engine
 from sapporo.errors import BackendError
 
@@ -55,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
             if d.companion:
                 w(f"     small launches (SAPPORO_SMALL_PAIRS) on {d.companion}, the "
                   "single-threaded device on the same memory\n")
+            if (advice := quirks.narrow_vectors(d)) is not None:
+                w(f"     note: {advice}\n")
         for why in getattr(s.backend, "skipped", []):
             w(f"  skipped: {why}\n")
     inst = build.installation()

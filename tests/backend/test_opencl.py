@@ -434,3 +434,30 @@ def test_affinity_request_respects_the_environment(monkeypatch):
     monkeypatch.setattr(opencl.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     opencl._request_pocl_affinity()
     assert opencl.os.environ["POCL_AFFINITY"] == "1"
+
+
+def test_narrow_vectors_are_said_with_the_fix(monkeypatch, capsys):
+    """A CPU runtime compiling for 8 float lanes on a CPU with AVX-512 (PoCL's pip wheel,
+    whose LLVM 14 does not know the CPU) is said, with the command that fixes it; 16 lanes,
+    a CPU without AVX-512 or a GPU are not. `sapporo info` prints it under the device."""
+    from dataclasses import replace
+
+    from sapporo.backend import quirks
+    from sapporo.backend.base import DeviceInfo
+    from sapporo.cli import main
+
+    cpu = DeviceInfo("opencl", 0, "pthread-x86-64-v3-Some CPU", "v", "Portable Computing "
+                     "Language", "cpu", 2, 4096, 65536, 2**30, True, "3.0", float_lanes=8)
+    monkeypatch.setattr(quirks, "cpu_flags", lambda: {"avx2", "avx512f"})
+    advice = quirks.narrow_vectors(cpu)
+    assert advice is not None and "8 float lanes" in advice and "apt install pocl" in advice
+    assert quirks.narrow_vectors(replace(cpu, float_lanes=16)) is None
+    assert quirks.narrow_vectors(replace(cpu, device_type="gpu", float_lanes=1)) is None
+    monkeypatch.setattr(quirks, "cpu_flags", lambda: {"avx2"})
+    assert quirks.narrow_vectors(cpu) is None
+    # sapporo info: under the device, where this machine's runtime has narrow vectors
+    monkeypatch.setattr(quirks, "narrow_vectors", lambda info: "NARROW" if info.device_type
+                        == "cpu" else None)
+    assert main(["info", "--backend", "opencl"]) == 0
+    out = capsys.readouterr().out
+    assert "note: NARROW" in out
