@@ -204,9 +204,9 @@ static void records_write(Engine *e, int n, const int *address, const int *index
         if (zeros)
             memset((char *)(j->mirror_raw + a * len) + given, 0, zeros);
         j->mirror_ids[a] = index[k];
-        if (!j->memory) {
-            const struct dplan *q = &e->dev[a % (size_t)nd].jside;
-            const size_t l = a / (size_t)nd;
+        if (!j->memory) {  /* (one device: no division per record) */
+            const struct dplan *q = nd == 1 ? j : &e->dev[a % (size_t)nd].jside;
+            const size_t l = nd == 1 ? a : a / (size_t)nd;
             if (q->dev_ids[l] != index[k])  /* (a line the kernels read is written only when
                                              * it changes: GRAPE-5's ids are all 0) */
                 q->dev_ids[l] = index[k];
