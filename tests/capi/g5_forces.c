@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "grape5.h"
+#include "ic.h"
 #include "sapporo.h"
 
 static int worst;
@@ -29,8 +30,7 @@ static void check(int rc)
 
 int main(int argc, char **argv)
 {
-    FILE *f;
-    int n = 0, cap = 1024, ni, np;
+    int n, ni, np;
     double (*x)[3], *m, (*a)[3], *p, eps;
     const char *mode;
     if (argc < 4) {
@@ -39,17 +39,8 @@ int main(int argc, char **argv)
     }
     eps = atof(argv[2]);
     mode = argv[3];
-    x = malloc(sizeof *x * cap);
-    m = malloc(sizeof *m * cap);
-    if ((f = fopen(argv[1], "r")) == NULL)
+    if ((n = read_ic(argv[1], &x, &m)) < 0)
         return 2;
-    while (fscanf(f, "%lf %lf %lf %lf", &x[n][0], &x[n][1], &x[n][2], &m[n]) == 4)
-        if (++n == cap) {
-            cap *= 2;
-            x = realloc(x, sizeof *x * cap);
-            m = realloc(m, sizeof *m * cap);
-        }
-    fclose(f);
     ni = argc > 4 ? atoi(argv[4]) : n;
     a = calloc(n, sizeof *a);
     p = calloc(n, sizeof *p);

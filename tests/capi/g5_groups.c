@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "grape5.h"
+#include "ic.h"
 #include "sapporo.h"
 
 static int worst;
@@ -43,8 +44,7 @@ static int draw(int n)  /* 0 .. n - 1 */
 
 int main(int argc, char **argv)
 {
-    FILE *f;
-    int n = 0, cap = 1024, ng, ni = 0, nj = 0, *ioff, *joff, *pi, *pj, same = 1;
+    int n, ng, ni = 0, nj = 0, *ioff, *joff, *pi, *pj, same = 1;
     double (*x)[3], *m, (*xi)[3], (*xj)[3], *mj, (*a)[3], *p, (*a2)[3], *p2, eps;
     if (argc < 5) {
         fprintf(stderr, "usage: g5_groups IC EPS NG SEED\n");
@@ -53,17 +53,8 @@ int main(int argc, char **argv)
     eps = atof(argv[2]);
     ng = atoi(argv[3]);
     state = (unsigned long long)atoll(argv[4]);
-    x = malloc(sizeof *x * cap);
-    m = malloc(sizeof *m * cap);
-    if ((f = fopen(argv[1], "r")) == NULL)
+    if ((n = read_ic(argv[1], &x, &m)) < 0)
         return 2;
-    while (fscanf(f, "%lf %lf %lf %lf", &x[n][0], &x[n][1], &x[n][2], &m[n]) == 4)
-        if (++n == cap) {
-            cap *= 2;
-            x = realloc(x, sizeof *x * cap);
-            m = realloc(m, sizeof *m * cap);
-        }
-    fclose(f);
 
     ioff = malloc(sizeof *ioff * (ng + 1));
     joff = malloc(sizeof *joff * (ng + 1));
