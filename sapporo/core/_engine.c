@@ -167,26 +167,13 @@ static int numbers(PyObject *obj, Py_ssize_t n, struct views *s, double *all,
     return 1;
 }
 
-/* Room for n records in put_j's buffers (rec, address, index): 0, or -1 with MemoryError. */
+/* Room for n records in put_j's buffers (eng_put_room): 0, or -1 with MemoryError. */
 static int put_room(Engine *e, Py_ssize_t n)
 {
-    double *rec;
-    int *address, *index;
-    if ((size_t)n <= e->put_cap)
-        return 0;
-    rec = PyMem_RawRealloc(e->rec, sizeof(double) * JB_DOUBLES * (size_t)n);
-    if (rec != NULL)
-        e->rec = rec;
-    address = rec == NULL ? NULL : PyMem_RawRealloc(e->address, sizeof(int) * (size_t)n);
-    if (address != NULL)
-        e->address = address;
-    index = address == NULL ? NULL : PyMem_RawRealloc(e->index, sizeof(int) * (size_t)n);
-    if (index == NULL) {
+    if (eng_put_room(e, (size_t)n) < 0) {
         PyErr_NoMemory();
         return -1;
     }
-    e->index = index;
-    e->put_cap = (size_t)n;
     return 0;
 }
 

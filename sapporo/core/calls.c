@@ -336,11 +336,22 @@ int eng_start_groups_rc(Engine *e, int ng, const int *ioff, const int *joff, con
     if (g == 0)
         return eng_err(e, ENG_ERR_INPUT, "groups: group 0 has %d i-particles, at most %d per "
                        "group", ioff[1] - ioff[0], ENG_NI_MAX / unit * unit);
-    if (eng_room(e, (void **)&e->g_x, 3 * sizeof(double), npad) < 0
-        || eng_room(e, (void **)&e->g_jr, 2 * sizeof(int), npad) < 0
-        || eng_room(e, (void **)&e->g_id, sizeof(int), npad) < 0
-        || eng_room(e, (void **)&e->g_map, sizeof(int), ioff[g] - ioff[0]) < 0)
-        return -1;
+    if (e->g_map == NULL) {  /* (once: a launch holds at most ENG_NI_MAX, padded or not) */
+        e->g_x = PyMem_RawMalloc(3 * sizeof(double) * ENG_NI_MAX);
+        e->g_jr = PyMem_RawMalloc(2 * sizeof(int) * ENG_NI_MAX);
+        e->g_id = PyMem_RawMalloc(sizeof(int) * ENG_NI_MAX);
+        e->g_map = PyMem_RawMalloc(sizeof(int) * ENG_NI_MAX);
+        if (e->g_x == NULL || e->g_jr == NULL || e->g_id == NULL || e->g_map == NULL) {
+            PyMem_RawFree(e->g_x);
+            PyMem_RawFree(e->g_jr);
+            PyMem_RawFree(e->g_id);
+            PyMem_RawFree(e->g_map);
+            e->g_x = NULL;
+            e->g_jr = e->g_id = e->g_map = NULL;
+            return eng_err(e, ENG_ERR_INTERNAL, "out of memory for %d i-particles",
+                           ENG_NI_MAX);
+        }
+    }
     for (int h = 0; h < g; h++) {
         const int m = ioff[h + 1] - ioff[h], pad = (m + unit - 1) / unit * unit;
         for (int k = 0; k < pad; k++, s++) {

@@ -306,15 +306,6 @@ int eng_ask(Engine *e, int lists, int top, int terms)
     return rc;
 }
 
-int eng_room(Engine *e, void **p, size_t size, int n)
-{
-    void *q = PyMem_RawRealloc(*p, size * (size_t)(n > 0 ? n : 1));
-    if (q == NULL)
-        return eng_err(e, ENG_ERR_INTERNAL, "out of memory for %d particles", n);
-    *p = q;
-    return 0;
-}
-
 int n_local(int64_t n, int d, int nd)
 {
     return n > d ? (int)((n - d + nd - 1) / nd) : 0;

@@ -366,9 +366,6 @@ int eng_install(Engine *e, const int64_t *w, int n, int lists);
  * plan or gives one the engine cannot read, off). */
 int eng_ask(Engine *e, int lists, int top, int terms);
 
-/* Room for n values of size bytes at *p (grown by PyMem_RawRealloc): 0, or -1 (error set). */
-int eng_room(Engine *e, void **p, size_t size, int n);
-
 /* Device d's local addresses among global addresses [0, n) of nd devices. */
 int n_local(int64_t n, int d, int nd);
 
@@ -405,6 +402,10 @@ int eng_put_j_rc(Engine *e, int n, const int *address, const int *index,
 
 int eng_put_j(void *engine, int n, const int *address, const int *index,
                      const double *rec, int nrec);
+
+/* Room for n records (JB_RECORDS each) in put_j's staging buffers (rec, address, index),
+ * which the Python method and put_xm's way through put_j fill: 0, or -1 (error set). */
+int eng_put_room(Engine *e, size_t n);
 
 /* put_xm of engine_api.h: still records (eng_still) in one pass, others through put_j. */
 int eng_put_xm_rc(Engine *e, int adr, int n, const double *x, const double *m, int index);

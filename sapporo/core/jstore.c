@@ -394,6 +394,26 @@ int eng_put_j_rc(Engine *e, int n, const int *address, const int *index,
     return 1;
 }
 
+int eng_put_room(Engine *e, size_t n)
+{
+    double *rec;
+    int *address, *index;
+    if (n <= e->put_cap)
+        return 0;
+    rec = PyMem_RawRealloc(e->rec, sizeof(double) * JB_DOUBLES * n);
+    if (rec != NULL)
+        e->rec = rec;
+    address = rec == NULL ? NULL : PyMem_RawRealloc(e->address, sizeof(int) * n);
+    if (address != NULL)
+        e->address = address;
+    index = address == NULL ? NULL : PyMem_RawRealloc(e->index, sizeof(int) * n);
+    if (index == NULL)
+        return eng_err(e, ENG_ERR_INTERNAL, "out of memory for %zu j-particles", n);
+    e->index = index;
+    e->put_cap = n;
+    return 0;
+}
+
 /* put_xm's records, packed XM_CHUNK at a time (in the cache) */
 #define XM_CHUNK 128
 
@@ -405,10 +425,8 @@ int eng_put_xm_rc(Engine *e, int adr, int n, const double *x, const double *m, i
     e->code = ENG_ERR_BACKEND;
     if (e->off || n < 1 || adr < 0 || adr > LIMIT_MAX_ADDRESS - (n - 1)
         || !e->have_j || !eng_fresh(e) || !room_for(e, adr + n) || !eng_still(e)) {
-        /* through put_j (its rules, errors and requests for memory) */
-        if (n > 0 && (eng_room(e, (void **)&e->rec, sizeof(double) * 8, n) < 0
-                      || eng_room(e, (void **)&e->address, sizeof(int), n) < 0
-                      || eng_room(e, (void **)&e->index, sizeof(int), n) < 0))
+        /* through put_j (its rules, errors and requests for memory), in its buffers */
+        if (n > 0 && eng_put_room(e, (size_t)n) < 0)
             return -1;
         for (int k = 0; k < n; k++) {
             put_record(e->rec + 8 * (size_t)k, 2, x + 3 * (size_t)k, m[k], NULL, 0.0, NULL,
@@ -416,13 +434,12 @@ int eng_put_xm_rc(Engine *e, int adr, int n, const double *x, const double *m, i
             e->address[k] = adr + k;
             e->index[k] = index;
         }
-        e->put_cap = 0;  /* (put_j's buffers of the Python method: sized anew) */
         return eng_put_j_rc(e, n, e->address, e->index, e->rec, 2);
     }
     /* still records: checked at once (no branch per value; put_j's rules name the first
      * that breaks one), then written in chunks, as put_j would (all or none) */
     double nonfinite = 0.0, largest = 0.0;
-    int tiny = 0;
+    int tiny = 0, broken;
     for (int k = 0; k < n; k++) {
         const double *p = x + 3 * (size_t)k;
         nonfinite += p[0] * 0.0 + p[1] * 0.0 + p[2] * 0.0 + m[k] * 0.0;  /* NaN if any is */
@@ -430,6 +447,7 @@ int eng_put_xm_rc(Engine *e, int adr, int n, const double *x, const double *m, i
             largest = fabs(p[d]) > largest ? fabs(p[d]) : largest;
         tiny |= j->ds && !ds_mass_ok(m[k]);
     }
+    broken = nonfinite != 0.0 || !(largest < COORD_LIMIT) || tiny;
     for (int k0 = 0; k0 < n; k0 += XM_CHUNK) {
         const int c = n - k0 < XM_CHUNK ? n - k0 : XM_CHUNK;
         for (int k = 0; k < c; k++) {
@@ -438,7 +456,7 @@ int eng_put_xm_rc(Engine *e, int adr, int n, const double *x, const double *m, i
             address[k] = adr + k0 + k;
             ids[k] = index;
         }
-        if (nonfinite != 0.0 || !(largest < COORD_LIMIT) || tiny) {
+        if (broken) {
             if (j_rules(e, c, address, ids, rec, 2, &top, &terms, &moves) < 0
                 || j_fits(e, j, c, address, rec, 2) < 0)
                 return -1;
@@ -448,7 +466,7 @@ int eng_put_xm_rc(Engine *e, int adr, int n, const double *x, const double *m, i
             return -1;  /* (the force call in flight reads the records) */
         records_write(e, c, address, ids, rec, 2, 1);
     }
-    if (nonfinite != 0.0 || !(largest < COORD_LIMIT) || tiny)
+    if (broken)
         return eng_err(e, ENG_ERR_INTERNAL, "put_xm: a rule broken but not found");
     if (adr + n > *j->n_stored_at)
         *j->n_stored_at = adr + n;
