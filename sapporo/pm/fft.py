@@ -122,15 +122,16 @@ def periodic_kernel(grid: int, box: float, green: str = "continuous",
     denom[0, 0, 0] = 1.0
     out = -4.0 * np.pi / denom
     out[0, 0, 0] = 0.0
-    k2 = k[:, None, None] ** 2 + k[None, :, None] ** 2 + kr[None, None, :] ** 2
-    if split is not None and shape == "s2":  # long-range part only: times S(k)^2
-        u = np.sqrt(k2) * split / 2.0
-        big = np.where(u > 1e-3, u, 1.0)
-        s = np.where(u > 1e-3, 12.0 * (2.0 - 2.0 * np.cos(big) - big * np.sin(big)) / big**4,
-                     1.0 - u * u / 15.0)
-        out *= s * s
-    elif split is not None:  # long-range part only (P^3M): times exp(-k^2 r_s^2)
-        out *= np.exp(-k2 * split**2)
+    if split is not None:  # the long-range part only (P^3M, TreePM)
+        k2 = k[:, None, None] ** 2 + k[None, :, None] ** 2 + kr[None, None, :] ** 2
+        if shape == "s2":  # times S(k)^2
+            u = np.sqrt(k2) * split / 2.0
+            big = np.where(u > 1e-3, u, 1.0)
+            s = np.where(u > 1e-3, 12.0 * (2.0 - 2.0 * np.cos(big) - big * np.sin(big))
+                         / big**4, 1.0 - u * u / 15.0)
+            out *= s * s
+        else:  # times exp(-k^2 r_s^2)
+            out *= np.exp(-k2 * split**2)
     if window is not None:
         out /= _window_transfer(grid, box, window) ** 2
     return out
