@@ -215,7 +215,8 @@ class Bridge:
             if length is not None:
                 settings.update(cutoff=length, cutoff_shape="s2")
             cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-            lib = self.g5[context] = Library(**settings, instance=context % max(1, cores))
+            lib = self.g5[context] = Library(**settings, ids=False,
+                                             instance=context % max(1, cores))
             logger.info("C API opened GRAPE-5 context %d %s", context, settings)
         return lib
 

@@ -7,6 +7,8 @@
  *   PRECISION  1 = double-single (j - i differences in hi/lo float pairs, the rest in float,
  *                  partial sums combined in double), 2 = double (everything in double)
  *   NGB        0 or 1: neighbour lists off or on
+ *   IDS        1: ids exclude self-pairs and give the nearest neighbour; 0: every pair
+ *              counts, no nearest neighbour, no lists (GRAPE-5)
  *   LI, LJ     thread-block shape: LI threads over i x LJ j-lanes (tuning parameters)
  *   W          i-particles per thread (1, 2 or 4; W > 1 needs LJ == 1): each j-particle
  *              read from shared memory serves W interactions (OpenCL: W lanes of a vector)

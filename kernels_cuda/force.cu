@@ -359,8 +359,8 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
                 const real dz = pj.z - zd[w];
 #endif
                 const real r2u = ADD_RN(ADD_RN(MUL_RN(dx, dx), MUL_RN(dy, dy)), MUL_RN(dz, dz));
-                /* self-exclusion by id; unused addresses carry id -1 */
-                const bool other = (idj != idi[w]) && (idj >= 0);
+                /* self-exclusion by id; unused addresses carry id -1 (IDS 0: every pair) */
+                const bool other = !IDS || ((idj != idi[w]) && (idj >= 0));
                 /* computed for every pair and then selected: a branch around it made nvcc
                  * reload and convert eps2 inside the loop (inf or NaN of a self pair is
                  * discarded by the select) */
@@ -485,6 +485,7 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
                 cz[w] += mrinv3 * djz - a9 * hz - b9 * gz - g3 * fz;
 #endif
 #endif
+#if IDS
                 /* nearest neighbour: smallest unsoftened r^2, ties to the lower id */
 #if PRECISION == 1
                 const unsigned long long key =
@@ -495,6 +496,7 @@ force(const int nj, const int ni, const int ni_pad, const int jchunk, const doub
                     nn_r2[w] = r2u;
                     nn_id[w] = idj;
                 }
+#endif
 #endif
 #if NGB
                 const int i = i0 + w;

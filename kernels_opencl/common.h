@@ -6,6 +6,8 @@
  *   SINGLE     1: single (order 2, storage as double-single's): j - i differences of the
  *              high floats alone, no low parts
  *   NGB        0 or 1: neighbour lists off or on
+ *   IDS        1: ids exclude self-pairs and give the nearest neighbour; 0: every pair
+ *              counts, no nearest neighbour, no lists (GRAPE-5)
  *   LI, LJ     work-group shape: LI work-items over i x LJ j-lanes (tuning parameters)
  *   W          i-particles per work-item, held in OpenCL vector types (1 on GPUs; 4 to 16
  *              on CPUs, where it is what makes PoCL use SIMD instructions)

@@ -353,9 +353,12 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
             const vreal r2u = dx * dx + dy * dy + dz * dz;
             /* self-exclusion by id; unused addresses carry id -1 */
 #if JV
-            const vint other_i = (idj != (vint)idi) & (idj >= (vint)0) & in_tile;
-#else
+            const vint other_i = (IDS ? (idj != (vint)idi) & (idj >= (vint)0) : (vint)(-1))
+                                 & in_tile;
+#elif IDS
             const vint other_i = VMASK((vint)idj != idi) & (vint)(~(idj >> 31));
+#else
+            const vint other_i = (vint)(-1);  /* (every pair: the masks fold away) */
 #endif
 #if CUTOFF
             /* coincident pairs (R = 0) are left out too; the factors of a pair left out
@@ -509,12 +512,14 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
             cz += mrinv3 * djz - a9 * hz - b9 * gz - g3 * fz;
 #endif
 #endif
+#if IDS
             /* nearest neighbour: smallest unsoftened r^2, ties to the lower id */
             const vint closer = (VMASK(MASK_I(r2u < nn_r2))
                                  | (VMASK(MASK_I(r2u == nn_r2)) & VMASK((vint)idj < nn_id)))
                                 & other_i;
             nn_r2 = BLEND_R(nn_r2, r2u, MASK_R(closer));
             nn_id = BLEND_I(nn_id, (vint)idj, closer);
+#endif
 #if NGB
             const vint in_list = VMASK(MASK_I(r2u < h2)) & other_i;
             if (ANY(in_list)) {

@@ -17,6 +17,11 @@
 #ifndef SINGLE
 #define SINGLE 0
 #endif
+/* IDS 0: the j-particles' ids are not read: every pair counts (no self-exclusion), no nearest
+ * neighbour is kept, no neighbour lists (GRAPE-5's pairs, with fewer instructions) */
+#ifndef IDS
+#define IDS 1
+#endif
 #ifndef LI
 #define LI 16
 #endif
@@ -54,6 +59,9 @@
 #endif
 #if PRECISION != 1 && PRECISION != 2
 #error "PRECISION must be 1 (double-single) or 2 (double)"
+#endif
+#if !IDS && NGB
+#error "neighbour lists (NGB) need the ids (IDS)"
 #endif
 #if SINGLE && (PRECISION != 1 || ORDER != 2)
 #error "SINGLE (float differences of the high parts alone) is double-single's, at order 2"

@@ -110,6 +110,8 @@ class Variant:
         Newton's (see :class:`sapporo.Library`).
     cutoff_shape : {"s2", "gauss"}
         The split the cutoff force is the short-range part of.
+    ids : bool
+        False: the kernels read no ids (every pair counts, no nearest neighbour, no lists).
     """
 
     order: int
@@ -118,6 +120,7 @@ class Variant:
     profiling: bool = False
     cutoff: float | None = None
     cutoff_shape: str = "s2"
+    ids: bool = True
 
     @property
     def ds(self) -> bool:
@@ -133,8 +136,10 @@ class Variant:
         """The force kernel's definitions of the cutoff (none without one, so that the
         Newtonian kernels are built exactly as before): ``CUTOFF`` (1 S2, 2 Gaussian) and
         ``CUTOFF_R``, the split length as a double literal (``repr``: the same double); and
-        ``SINGLE`` for single."""
+        ``SINGLE`` for single; ``IDS`` 0 without ids."""
         out: dict[str, Any] = {"SINGLE": 1} if self.precision == "single" else {}
+        if not self.ids:
+            out["IDS"] = 0
         if self.cutoff is not None:
             out.update(CUTOFF=CUTOFF_SHAPES.index(self.cutoff_shape) + 1,
                        CUTOFF_R=repr(float(self.cutoff)))

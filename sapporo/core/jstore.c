@@ -157,17 +157,27 @@ int eng_still(const Engine *e)
         && j->pred_pos != NULL;
 }
 
+/* v as double-single's pair: hi = (float)v and lo = (float)(v - hi).  hi is hidden from the
+ * optimiser: GCC 12's vectoriser (at -O3, or -O2 on unrolled code) narrows v - (double)hi
+ * to float arithmetic, which gives lo = 0. */
+static inline void ds_split(double v, float *hi, float *lo)
+{
+    float h = (float)v;
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    __asm__("" : "+x"(h));
+#endif
+    *hi = h;
+    *lo = (float)(v - (double)h);
+}
+
 /* Record r's predicted position at local address l of device q, as predict.cl writes it
  * (double-single: hi/lo float pairs and the mass, double: the position and the mass). */
 static void predicted_write(const struct dplan *q, size_t l, const double *r)
 {
     for (int c = 0; c < 3; c++) {
         const double x = r[c] + 0.0;  /* x + dt * 0, as the kernel's sum */
-        if (q->ds) {
-            const float hi = (float)x;
-            ((float *)q->pred_pos)[4 * l + c] = hi;
-            ((float *)q->pred_lo)[4 * l + c] = (float)(x - (double)hi);
-        }
+        if (q->ds)
+            ds_split(x, (float *)q->pred_pos + 4 * l + c, (float *)q->pred_lo + 4 * l + c);
         else
             ((double *)q->pred_pos)[4 * l + c] = x;
     }
@@ -414,14 +424,98 @@ int eng_put_room(Engine *e, size_t n)
     return 0;
 }
 
-/* put_xm's records, packed XM_CHUNK at a time (in the cache) */
-#define XM_CHUNK 128
+/* Device q's predicted positions of still records (as predict.cl writes them: x + dt * 0,
+ * double-single as hi/lo float pairs, and the mass) at local addresses l0 .. l0 + nq - 1,
+ * from every stride-th position of x and mass of m. */
+static inline __attribute__((always_inline)) void xm_predicted(
+    const struct dplan *q, size_t l0, int nq, const double *restrict x,
+    const double *restrict m, int stride)
+{
+    if (q->ds) {
+        float *restrict hi = (float *)q->pred_pos + 4 * l0;
+        float *restrict lo = (float *)q->pred_lo + 4 * l0;
+        for (int k = 0; k < nq; k++) {
+            const double *p = x + 3 * (size_t)k * stride;
+            for (int c = 0; c < 3; c++)
+                ds_split(p[c] + 0.0, hi + 4 * k + c, lo + 4 * k + c);
+            hi[4 * k + 3] = (float)m[(size_t)k * stride];
+            lo[4 * k + 3] = 0.0f;
+        }
+    }
+    else {
+        double *restrict pos = (double *)q->pred_pos + 4 * l0;
+        for (int k = 0; k < nq; k++) {
+            const double *p = x + 3 * (size_t)k * stride;
+            pos[4 * k] = p[0] + 0.0;
+            pos[4 * k + 1] = p[1] + 0.0;
+            pos[4 * k + 2] = p[2] + 0.0;
+            pos[4 * k + 3] = m[(size_t)k * stride];
+        }
+    }
+}
+
+/* n still records at addresses adr .. adr + n - 1 (positions x, masses m, id index) written
+ * as records_write writes them (eng_still: the mirror's x|m and v|t, each device's id and
+ * predicted position), in one pass per device over whole arrays. */
+static void xm_write(Engine *e, int adr, int n, const double *restrict x,
+                     const double *restrict m, int index)
+{
+    const struct dplan *j = &e->dev[0].jside;
+    const int nd = e->ndev;
+    const size_t len = 4 * (size_t)j->raw_n;
+    double *restrict raw = j->mirror_raw + (size_t)adr * len;
+    int64_t *restrict ids = j->mirror_ids + adr;
+    for (int k = 0; k < n; k++) {
+        double *r = raw + (size_t)k * len;
+        r[0] = x[3 * k];
+        r[1] = x[3 * k + 1];
+        r[2] = x[3 * k + 2];
+        r[3] = m[k];
+        r[4] = r[5] = r[6] = r[7] = 0.0;  /* (v|t: order 2 keeps two records) */
+        ids[k] = index;
+    }
+    for (int d = 0; d < nd; d++) {  /* address a: device a % nd, local address a / nd */
+        const struct dplan *q = &e->dev[d].jside;
+        const int k0 = (d - adr % nd + nd) % nd;
+        const size_t l0 = (size_t)(adr + k0) / (size_t)nd;
+        const int nq = k0 < n ? (n - 1 - k0) / nd + 1 : 0;
+        int32_t *restrict dev_ids = q->dev_ids + l0;
+        for (int k = 0; k < nq; k++)  /* (written only where it changes: lines the kernels
+                                       * read; GRAPE-5's ids are all 0) */
+            if (dev_ids[k] != index)
+                dev_ids[k] = index;
+        if (nd == 1)  /* (the common case, with its stride known) */
+            xm_predicted(q, l0, nq, x, m, 1);
+        else
+            xm_predicted(q, l0, nq, x + 3 * (size_t)k0, m + k0, nd);
+    }
+}
+
+/* Whether positions x and masses m of n records all keep put_j's rules for still records
+ * (finite, positions below COORD_LIMIT, double-single: no mass below float's normal range),
+ * in one pass without a branch per value: the magnitudes' bits compare as the magnitudes
+ * do, and NaN's and infinity's above every finite one's. */
+static int xm_ok(int n, const double *restrict x, const double *restrict m, int ds)
+{
+    const double limit = COORD_LIMIT, inf = INFINITY, tiny = ENGINE_FLT_MIN;
+    const uint64_t abs = ~(UINT64_C(1) << 63);
+    uint64_t lim, fin, low, bad = 0;
+    memcpy(&lim, &limit, sizeof lim);
+    memcpy(&fin, &inf, sizeof fin);
+    memcpy(&low, &tiny, sizeof low);
+    for (int k = 0; k < n; k++) {
+        uint64_t u[4];
+        memcpy(u, x + 3 * (size_t)k, 3 * sizeof(double));
+        memcpy(u + 3, m + k, sizeof(double));
+        bad |= ((u[0] & abs) >= lim) | ((u[1] & abs) >= lim) | ((u[2] & abs) >= lim)
+               | ((u[3] & abs) >= fin) | (ds & ((u[3] & abs) - 1 < low - 1));
+    }
+    return bad == 0;
+}
 
 int eng_put_xm_rc(Engine *e, int adr, int n, const double *x, const double *m, int index)
 {
     const struct dplan *j = &e->dev[0].jside;
-    double rec[XM_CHUNK * 8];
-    int address[XM_CHUNK], ids[XM_CHUNK], top, terms, moves;
     e->code = ENG_ERR_BACKEND;
     if (e->off || n < 1 || adr < 0 || adr > LIMIT_MAX_ADDRESS - (n - 1)
         || !e->have_j || !eng_fresh(e) || !room_for(e, adr + n) || !eng_still(e)) {
@@ -437,37 +531,22 @@ int eng_put_xm_rc(Engine *e, int adr, int n, const double *x, const double *m, i
         return eng_put_j_rc(e, n, e->address, e->index, e->rec, 2);
     }
     /* still records: checked at once (no branch per value; put_j's rules name the first
-     * that breaks one), then written in chunks, as put_j would (all or none) */
-    double nonfinite = 0.0, largest = 0.0;
-    int tiny = 0, broken;
-    for (int k = 0; k < n; k++) {
-        const double *p = x + 3 * (size_t)k;
-        nonfinite += p[0] * 0.0 + p[1] * 0.0 + p[2] * 0.0 + m[k] * 0.0;  /* NaN if any is */
-        for (int d = 0; d < 3; d++)
-            largest = fabs(p[d]) > largest ? fabs(p[d]) : largest;
-        tiny |= j->ds && !ds_mass_ok(m[k]);
-    }
-    broken = nonfinite != 0.0 || !(largest < COORD_LIMIT) || tiny;
-    for (int k0 = 0; k0 < n; k0 += XM_CHUNK) {
-        const int c = n - k0 < XM_CHUNK ? n - k0 : XM_CHUNK;
-        for (int k = 0; k < c; k++) {
-            put_record(rec + 8 * k, 2, x + 3 * (size_t)(k0 + k), m[k0 + k], NULL, 0.0, NULL,
-                       NULL);
-            address[k] = adr + k0 + k;
-            ids[k] = index;
-        }
-        if (broken) {
-            if (j_rules(e, c, address, ids, rec, 2, &top, &terms, &moves) < 0
-                || j_fits(e, j, c, address, rec, 2) < 0)
+     * that breaks one), then written as put_j would (all or none) */
+    if (!xm_ok(n, x, m, j->ds)) {
+        double rec[8];
+        int top, terms, moves;
+        for (int k = 0; k < n; k++) {
+            const int a = adr + k;
+            put_record(rec, 2, x + 3 * (size_t)k, m[k], NULL, 0.0, NULL, NULL);
+            if (j_rules(e, 1, &a, &index, rec, 2, &top, &terms, &moves) < 0
+                || j_fits(e, j, 1, &a, rec, 2) < 0)
                 return -1;
-            continue;
         }
-        if (k0 == 0 && eng_in_flight(e) && eng_wait(e) < 0)
-            return -1;  /* (the force call in flight reads the records) */
-        records_write(e, c, address, ids, rec, 2, 1);
-    }
-    if (broken)
         return eng_err(e, ENG_ERR_INTERNAL, "put_xm: a rule broken but not found");
+    }
+    if (eng_in_flight(e) && eng_wait(e) < 0)  /* (the force call in flight reads them) */
+        return -1;
+    xm_write(e, adr, n, x, m, index);
     if (adr + n > *j->n_stored_at)
         *j->n_stored_at = adr + n;
     return 1;

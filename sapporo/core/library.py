@@ -70,9 +70,12 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 _now = time.perf_counter
 
 
-def _h2_rows(h2: Any, x: Any) -> Any:
+def _h2_rows(h2: Any, x: Any, ids: bool) -> Any:
     """A scalar neighbour radius squared as one per i-particle, as the engine takes it (it
-    checks the values); anything else as it is."""
+    checks the values); anything else as it is. A library without ids (``ids``) refuses."""
+    if not ids:
+        raise InputError("h2: neighbour lists need the ids; this library was opened with "
+                         "ids=False (every pair counts, as on GRAPE-5)")
     if isinstance(h2, (float, int, np.floating, np.integer)) and not isinstance(h2, bool):
         with contextlib.suppress(TypeError):  # (x is no sequence: the library names it)
             return np.full(len(x), h2, dtype=np.float64)
@@ -142,6 +145,13 @@ class Library:
         Gaussian split of :class:`sapporo.pm.P3M` with ``r_s = cutoff`` (``g = erfc(x) +
         2 x exp(-x^2) / sqrt(pi)``, ``h = erfc(x)``, ``x = R / (2 r_s)``), whose mesh
         (``ParticleMesh(split=r_s)``) gives the long-range part.
+    ids : bool
+        True (the default): an i-particle skips the j-particles with its id (self-exclusion)
+        and gets its nearest neighbour. False: the kernels read no ids, as GRAPE-5 computes:
+        every pair counts (a particle that is also a j-particle adds ``-m / eps`` to its own
+        potential; without softening its force is not finite), ``nn_index`` is -1 and
+        neighbour lists are refused. The order-2 kernels then run about a fifth faster.
+        The C API's GRAPE-5 contexts use it.
     instance : int
         Libraries of different instances never share a compiled kernel (on PoCL, whose CPU
         drivers must not run one from two threads at once). The C API's GRAPE-5 contexts,
@@ -152,7 +162,7 @@ class Library:
     def __init__(self, order: int = 4, precision: str = "double-single",
                  backend: str | None = None, devices: Any = None, nb_capacity: int | None = None,
                  profiling: bool = False, cutoff: float | None = None, cutoff_shape: str = "s2",
-                 instance: int = 0):
+                 ids: bool = True, instance: int = 0):
         self._lock = threading.RLock()  # calls from several threads are serialised
         if not isinstance(order, str):
             order = int_arg("order", order, 0, 2**31, " (expected 2, 4, 6 or 8)")
@@ -174,8 +184,11 @@ class Library:
         self.profiling = bool(profiling)
         self.cutoff, self.cutoff_shape = check_cutoff(self.order, cutoff, cutoff_shape)
         self.instance = int_arg("instance", instance, 0, 2**31 - 1)
+        if not isinstance(ids, (bool, np.bool_)):
+            raise InputError(f"ids: expected True or False, got {ids!r}")
+        self.ids = bool(ids)
         self._variant = Variant(self.order, self.precision, self.nb_capacity, self.profiling,
-                                self.cutoff, self.cutoff_shape)
+                                self.cutoff, self.cutoff_shape, self.ids)
         be = get_backend(backend)
         self.backend_name = be.name
         available = be.devices()
@@ -668,7 +681,7 @@ class Library:
                 ph = self._phases
                 t0 = _now() if ph is not None else 0.0
                 if h2 is not None:
-                    h2 = _h2_rows(h2, x)
+                    h2 = _h2_rows(h2, x, self.ids)
                 ni = self._engine_call(eng.compute, x, v, index, eps2, a, jerk,
                                        self._stored[0] if nj is None else nj, h2)
                 if ni:
@@ -708,9 +721,8 @@ class Library:
             if self._pending is not None:
                 self._collect_pending()
             if nj is None or type(nj) is int:
-                pending = self._engine_begin(x, v, index, eps2,
-                                             None if h2 is None else _h2_rows(h2, x), a, jerk,
-                                             nj)
+                h2v = None if h2 is None else _h2_rows(h2, x, self.ids)
+                pending = self._engine_begin(x, v, index, eps2, h2v, a, jerk, nj)
                 if pending is not None:
                     return pending
                 self._planner_exc = None

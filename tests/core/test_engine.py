@@ -156,6 +156,38 @@ def test_single_against_the_reference(backend):
         _open(4, "single", backend)
 
 
+@pytest.mark.parametrize(("order", "precision"), [(2, "double-single"), (2, "double"),
+                                                  (2, "single"), (4, "double-single")])
+def test_without_ids_every_pair_counts(backend, order, precision):
+    """ids=False (the GRAPE-5 contexts' kernels): the ids are not read. A particle's own
+    pair counts (with softening: -m/eps in its potential, no force), as in the float64
+    reference of every pair; no nearest neighbour; neighbour lists refused. Blocks of 1 (the
+    lanes over j-particles on CPUs) to 600."""
+    x, v, m, ids, _, _ = _system(600, seed=4)
+    tol = {"double": 1e-12, "double-single": 1e-5, "single": 1e-5}[precision]
+    with _open(order, precision, backend, ids=False) as lib:
+        lib.set_j_particles(np.arange(600), ids, 0.0, m, x, v)
+        for ni in (1, 5, 600):
+            got = lib.compute(x[:ni], v[:ni], ids[:ni], EPS2)
+            want = ref.forces(x[:ni], v[:ni], np.full(ni, -1), x, v, m, ids, EPS2, order=order)
+            assert ref.relative_vector_error(got.acc, want.acc, want.acc_abs).max() <= tol
+            assert (np.abs(got.pot - want.pot) / np.abs(want.pot)).max() <= tol
+            if order == 4:
+                assert ref.relative_vector_error(got.jerk, want.jerk,
+                                                 want.jerk_abs).max() <= tol
+            assert (got.nn_index == -1).all() and np.isinf(got.nn_r2).all()
+        # the own pair's potential is in it: the sum over the others differs by m/eps
+        others = ref.forces(x[:5], v[:5], ids[:5], x, v, m, ids, EPS2, order=order)
+        got = lib.compute(x[:5], v[:5], ids[:5], EPS2)
+        np.testing.assert_allclose(others.pot - got.pot, m[:5] / np.sqrt(EPS2), rtol=1e-4)
+        with pytest.raises(InputError, match="neighbour lists need the ids"):
+            lib.compute(x[:5], v[:5], ids[:5], EPS2, h2=0.01)
+        with pytest.raises(InputError, match="neighbour lists need the ids"):
+            lib.start_compute(x[:5], v[:5], ids[:5], EPS2, h2=np.full(5, 0.01))
+    with pytest.raises(InputError, match="ids: expected True or False"):
+        _open(2, "double", backend, ids=1)
+
+
 @pytest.mark.parametrize("precision", ["double-single", "double"])
 @pytest.mark.parametrize("order", [2, 4, 6, 8])
 def test_parts_combined_by_the_reduce_kernel_and_large_batches(backend, monkeypatch,
