@@ -455,8 +455,12 @@ static inline __attribute__((always_inline)) void xm_predicted(
 }
 
 /* n still records at addresses adr .. adr + n - 1 (positions x, masses m, id index) written
- * as records_write writes them (eng_still: the mirror's x|m and v|t, each device's id and
- * predicted position), in one pass per device over whole arrays. */
+ * as records_write writes them (eng_still: the mirror's x|m, each device's id and predicted
+ * position), in one pass per device over whole arrays.  The mirror's v|t is left as it is:
+ * while the records stand still every velocity in it is zero (the reset and growth write
+ * zeros, and a velocity ends standing still), so a time there predicts nothing. Ids are
+ * written where they change (a tree code's batch of lists outgrows the caches, and lines
+ * only read are not written back). */
 static void xm_write(Engine *e, int adr, int n, const double *restrict x,
                      const double *restrict m, int index)
 {
@@ -471,8 +475,8 @@ static void xm_write(Engine *e, int adr, int n, const double *restrict x,
         r[1] = x[3 * k + 1];
         r[2] = x[3 * k + 2];
         r[3] = m[k];
-        r[4] = r[5] = r[6] = r[7] = 0.0;  /* (v|t: order 2 keeps two records) */
-        ids[k] = index;
+        if (ids[k] != index)
+            ids[k] = index;
     }
     for (int d = 0; d < nd; d++) {  /* address a: device a % nd, local address a / nd */
         const struct dplan *q = &e->dev[d].jside;
