@@ -31,11 +31,12 @@
  * as in PG5/table.
  *
  * Positions and masses may also come apart (g5_set_xj, g5_set_mj, the original GRAPE-5's
- * calls).  Each context keeps a copy of the last position and the last mass given for every
- * address, by any call (g5_set_xmj too), and which of the two it has had; the addresses that
- * g5_set_xj and g5_set_mj touched are sent to the library at the next force call, each with
- * the last of both.  A force call that would use an address given one of the two only is
- * refused, naming it.
+ * calls).  Each context knows which of the two every address has had, and keeps a copy of
+ * those that g5_set_xj and g5_set_mj gave; what g5_set_xmj gave is stored in the library at
+ * once, and read back from it when one half of such an address comes later.  The addresses
+ * that g5_set_xj and g5_set_mj touched are sent to the library at the next force call, each
+ * with the last of both.  A force call that would use an address given one of the two only
+ * is refused, naming it.
  */
 #include <limits.h>
 #include <math.h>
@@ -70,8 +71,9 @@ struct g5_context {
     double *epsj2;            /* per-j softening squared by address (g5_set_xmje), or NULL */
     int epsj_cap;
     int scap;                 /* room in the copy below: addresses [0, scap) */
-    double *sx, *sm;          /* the last position and mass given for each address */
-    unsigned char *given;     /* ... which of them it has had (G5_GIVEN_X | G5_GIVEN_M) */
+    double *sx, *sm;          /* the last position and mass given for each address ... */
+    unsigned char *given;     /* ... which of them it has had (G5_GIVEN_X | G5_GIVEN_M), and
+                               * G5_STORED where the library has both and the copy not */
     int partial;              /* addresses that have had one of the two only */
     int pend_lo, pend_hi;     /* addresses [pend_lo, pend_hi) may hold what g5_set_xj and
                                * g5_set_mj gave since the last force call (none: lo >= hi) */
@@ -83,6 +85,8 @@ struct g5_context {
 #define G5_GIVEN_X 1          /* an address has had a position ... */
 #define G5_GIVEN_M 2          /* ... a mass */
 #define G5_GIVEN (G5_GIVEN_X | G5_GIVEN_M)
+#define G5_STORED 4           /* both, stored by g5_set_xmj: the copy is the library's */
+#define G5_PARTIAL(g) ((g) == G5_GIVEN_X || (g) == G5_GIVEN_M)
 
 static struct g5_context g5c[G5_CONTEXTS] = {
     [0 ... G5_CONTEXTS - 1] = { .lock = PTHREAD_MUTEX_INITIALIZER },
@@ -421,8 +425,10 @@ static int g5_check_half(const char *fn, int adr, int nj, const double *xj, cons
     return SAPPORO_OK;
 }
 
-/* Keep the positions xj and masses mj (indexed by address; each NULL: not given) of
- * addresses adr .. adr + nj - 1 as the last given, and which of the two each has had. */
+/* Keep what g5_set_xj (positions xj) or g5_set_mj (masses mj; the other NULL) gave for
+ * addresses adr .. adr + nj - 1 (indexed by address) as the last given, or (both given:
+ * g5_set_xmj, stored in the library already) mark those addresses as the library's.  An
+ * address the library holds gets its copy back from it before one half replaces its own. */
 static int g5_keep(const char *fn, struct g5_context *c, int adr, int nj, const double *xj,
                    const double *mj)
 {
@@ -438,11 +444,25 @@ static int g5_keep(const char *fn, struct g5_context *c, int adr, int nj, const 
         memset(c->given + old, 0, (size_t)(cap - old));
         c->scap = cap;
     }
-    if (xj != NULL && mj != NULL && c->partial == 0) {  /* both: none partial, then or now */
-        memcpy(c->sx + 3 * (size_t)adr, xj + 3 * (size_t)adr, 3 * sizeof(double) * (size_t)nj);
-        memcpy(c->sm + adr, mj + adr, sizeof(double) * (size_t)nj);
-        memset(c->given + adr, G5_GIVEN, (size_t)nj);
+    if (xj != NULL && mj != NULL) {
+        for (int a = adr; a < end && c->partial > 0; a++)
+            c->partial -= G5_PARTIAL(c->given[a]);
+        memset(c->given + adr, G5_GIVEN | G5_STORED, (size_t)nj);
         return SAPPORO_OK;
+    }
+    for (int a = adr, b; a < end; a = b) {  /* each run of the library's addresses: back */
+        for (b = a; b < end && (c->given[b] & G5_STORED); b++)
+            ;
+        if (b > a) {
+            int rc;
+            g5_engine_enter(fn, c);
+            rc = g5_engine_leave(c, c->api->get_xm(c->eng, a, b - a, c->sx + 3 * (size_t)a,
+                                                   c->sm + a));
+            if (rc < 0)
+                return g5_fail(fn, rc, "%s", c->api->error(c->eng));
+            memset(c->given + a, G5_GIVEN, (size_t)(b - a));
+        }
+        b += b == a;
     }
     for (int a = adr; a < end; a++) {
         unsigned char was = c->given[a], now = was;
@@ -454,7 +474,7 @@ static int g5_keep(const char *fn, struct g5_context *c, int adr, int nj, const 
             c->sm[a] = mj[a];
             now |= G5_GIVEN_M;
         }
-        c->partial += (now != 0 && now != G5_GIVEN) - (was != 0 && was != G5_GIVEN);
+        c->partial += G5_PARTIAL(now) - G5_PARTIAL(was);
         c->given[a] = now;
     }
     return SAPPORO_OK;
@@ -661,7 +681,7 @@ static int g5_j_ready(const char *fn, struct g5_context *c, int n, const char *w
     int rc;
     *epsj2 = 0.0;
     for (int a = 0, end = n < c->scap ? n : c->scap; c->partial > 0 && a < end; a++)
-        if (c->given[a] != 0 && c->given[a] != G5_GIVEN)
+        if (G5_PARTIAL(c->given[a]))
             return g5_fail(fn, SAPPORO_ERR_INPUT, "j-particle at address %d has a %s (%s) but "
                            "never had a %s: give it with %s, or both with g5_set_xmj, before "
                            "a force call uses it (%s %d)", a,

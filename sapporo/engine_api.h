@@ -31,7 +31,7 @@
 /* positions at or beyond this magnitude are refused */
 #define COORD_LIMIT LIMIT_COORD
 
-#define SAPPORO_ENGINE_API_VERSION 7
+#define SAPPORO_ENGINE_API_VERSION 8
 
 /* the error codes the engine returns: sapporo.h's SAPPORO_ERR_* of the same meaning */
 #define ENG_ERR_INPUT -1      /* an argument out of range (the engine keeps working) */
@@ -81,6 +81,9 @@ struct sapporo_engine_api {
      * m, all with id index, no velocity, at time 0 (the GRAPE-5 calls); where the records
      * stand still (order 2 on host memory), written in one pass with no staging */
     int (*put_xm)(void *engine, int adr, int n, const double *x, const double *m, int index);
+    /* the positions (3 each) and masses of addresses adr .. adr + n - 1 as last stored (the
+     * host mirror's; zeros where nothing was): 1, or < 0 (addresses out of range) */
+    int (*get_xm)(void *engine, int adr, int n, double *x, double *m);
 };
 
 /* ---------------------------------------------------------------------- the argument rules

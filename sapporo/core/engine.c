@@ -366,4 +366,5 @@ static const char *eng_error(void *engine)
 const struct sapporo_engine_api engine_api = {
     SAPPORO_ENGINE_API_VERSION, eng_put_j, eng_start, eng_set_time, eng_finish, eng_lists,
     eng_wait_api, eng_order, eng_error, eng_python_calls, eng_start_groups, eng_put_xm,
+    eng_get_xm,
 };

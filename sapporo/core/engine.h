@@ -411,6 +411,7 @@ int eng_put_room(Engine *e, size_t n);
 int eng_put_xm_rc(Engine *e, int adr, int n, const double *x, const double *m, int index);
 
 int eng_put_xm(void *engine, int adr, int n, const double *x, const double *m, int index);
+int eng_get_xm(void *engine, int adr, int n, double *x, double *m);
 
 /* ----------------------------------------------------------------- calls.c: force calls */
 

@@ -561,6 +561,25 @@ int eng_put_xm(void *engine, int adr, int n, const double *x, const double *m, i
     return eng_code(engine, eng_put_xm_rc(engine, adr, n, x, m, index));
 }
 
+int eng_get_xm(void *engine, int adr, int n, double *x, double *m)
+{
+    Engine *e = engine;
+    const struct dplan *j = &e->dev[0].jside;
+    const int stored = e->have_j ? (int)*j->n_stored_at : 0;
+    const size_t len = 4 * (size_t)j->raw_n;
+    e->code = ENG_ERR_INPUT;
+    if (n < 0 || adr < 0 || adr > LIMIT_MAX_ADDRESS - n)
+        return eng_code(e, eng_err(e, ENG_ERR_INPUT, "get_xm: addresses %d .. %d outside "
+                                   "[0, %d]", adr, adr + n - 1, LIMIT_MAX_ADDRESS));
+    for (int k = 0; k < n; k++) {
+        const double *r = adr + k < stored ? j->mirror_raw + (size_t)(adr + k) * len : NULL;
+        for (int c = 0; c < 3; c++)
+            x[3 * k + c] = r != NULL ? r[c] : 0.0;
+        m[k] = r != NULL ? r[3] : 0.0;
+    }
+    return 1;
+}
+
 int eng_put_j(void *engine, int n, const int *address, const int *index,
                      const double *rec, int nrec)
 {
