@@ -24,6 +24,13 @@
 #ifndef NG
 #define NG 16
 #endif
+#ifndef SPLIT
+#define SPLIT 2
+#endif
+#if SPLIT != 1 && SPLIT != 2
+#error "SPLIT must be 1 (S2) or 2 (Gaussian)"
+#endif
+#include "s2.h"
 
 #if PRECISION == 1
 typedef float real;
@@ -134,6 +141,7 @@ PM_INLINE void short_range_one(const int p, const double rs, const double rcut2,
         ci[d] = c < 0 ? 0 : (c >= nc ? nc - 1 : c);
     }
     const double inv_2rs = 0.5 / rs, two_over_sqrtpi_2rs = 1.0 / (rs * 1.7724538509055160273);
+    const double two_over_a = 2.0 / rs;  /* (S2: rs is the clouds' diameter a) */
     double ax = 0.0, ay = 0.0, az = 0.0, ph = 0.0;
     for (int a = -1; a <= 1; a++) {
         const int cx = wrap_n(ci[0] + a, nc);
@@ -156,9 +164,16 @@ PM_INLINE void short_range_one(const int p, const double rs, const double rcut2,
 #endif
                     const double r2 = dx * dx + dy * dy + dz * dz;
                     if (r2 >= rcut2 || r2 == 0.0) continue;
-                    const double r = sqrt(r2), u = r * inv_2rs;
-                    const double e = erfc(u), mj = (double)m[j];
-                    const double f = mj * (e + r * two_over_sqrtpi_2rs * exp(-u * u)) / (r2 * r);
+                    const double r = sqrt(r2), mj = (double)m[j];
+#if SPLIT == 1  /* S2 (s2.h), zero from r = a on */
+                    const double u = r * two_over_a, t = u < 2.0 ? 2.0 - u : 0.0;
+                    const double g = (u < 1.0 ? S2_G_IN(u) : S2_G_OUT(t)) * (1.0 / 140);
+                    const double e = (u < 1.0 ? S2_H_IN(u) : S2_H_OUT(t)) * (1.0 / 140);
+#else  /* Gaussian: g = erfc(u) + 2 u exp(-u^2) / sqrt(pi), h = erfc(u), u = r / (2 rs) */
+                    const double u = r * inv_2rs, e = erfc(u);
+                    const double g = e + r * two_over_sqrtpi_2rs * exp(-u * u);
+#endif
+                    const double f = mj * g / (r2 * r);
                     ax += f * dx;
                     ay += f * dy;
                     az += f * dz;

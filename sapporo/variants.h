@@ -121,11 +121,6 @@
 #if CUTOFF && !defined(CUTOFF_R)
 #error "CUTOFF needs CUTOFF_R, the split length"
 #endif
-#define S2_G_IN(x) \
-    (140 - (x) * (x) * (x) * (224 + (x) * (x) * (-224 + (x) * (70 + (x) * (48 - 21 * (x))))))
-#define S2_G_OUT(t) ((t) * (t) * (t) * (t) * (t) * (168 + (t) * (-182 + (t) * (64 - 7 * (t)))))
-#define S2_H_IN(x) \
-    (140 - (x) * (208 - (x) * (x) * (112 + (x) * (x) * (-56 + (x) * (14 + (x) * (8 - 3 * (x)))))))
-#define S2_H_OUT(t) ((t) * (t) * (t) * (t) * (t) * (t) * (14 + (t) * (-8 + (t))))
+#include "s2.h"
 
 #endif

@@ -52,6 +52,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="Poisson solver: fft or multigrid (V-cycles; isolated only; default fft)")
     p.add_argument("--p3m", action="store_true",
                    help="P^3M: split mesh force plus a direct short-range sum (FFT solver)")
+    p.add_argument("--p3m-split", choices=("gauss", "s2"), default="gauss",
+                   help="P^3M's split: gauss (r_s 1.25 cells, cut at 4.5 r_s) or s2 (S2 "
+                        "clouds of 3 cells, the GRAPE-5 cutoff force's; default gauss)")
     p.add_argument("--window", choices=("ngp", "cic", "tsc"), default="tsc",
                    help="mass assignment and interpolation: ngp, cic or tsc (default tsc)")
     p.add_argument("--stencil", type=int, choices=(2, 4), default=4,
@@ -121,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     solver: ParticleMesh | P3M
     if args.p3m:
         solver = P3M(args.grid, box, boundary, args.window, args.precision, backend, device,
-                     stencil=args.stencil)
+                     stencil=args.stencil, split_shape=args.p3m_split)
         mesh = solver.mesh
     else:
         solver = mesh = ParticleMesh(args.grid, box, boundary=boundary, window=args.window,
@@ -181,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
         summary = {
             "ic": args.ic, "n": args.n, "grid": args.grid, "box": box, "boundary": boundary,
             "solver": "p3m" if args.p3m else args.solver, "window": args.window,
+            **({"p3m_split": args.p3m_split} if args.p3m else {}),
             "stencil": args.stencil,
             "precision": args.precision, "device": mesh.device_name,
             "backend": mesh._ctx.info.backend, "seed": args.seed, "dt": dt,

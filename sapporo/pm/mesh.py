@@ -188,7 +188,8 @@ class ParticleMesh:
         defines = {"PRECISION": 2 if self.precision == "double" else 1,
                    "WINDOW": WINDOWS.index(self.window),
                    "PERIODIC": int(self.boundary == "periodic"),
-                   "STENCIL": self.stencil, "NG": self.grid}
+                   "STENCIL": self.stencil, "NG": self.grid,
+                   "SPLIT": {"s2": 1, "gauss": 2}[self.split_shape]}  # (pm_window.h)
         self._prog = self._ctx.build(f"pm.{ext}", defines)
         self._k = {name: self._prog.kernel(name) for name in
                    ("assign", "assign_float", "to_density", "gradient", "interpolate",

@@ -12,7 +12,8 @@ from sapporo.cli import main
 
 @pytest.mark.parametrize("model,extra", [("plummer", []), ("disk", ["--solver", "multigrid"]),
                                          ("uniform", ["--window", "tsc"]),
-                                         ("plummer", ["--p3m", "--window", "tsc"])])
+                                         ("plummer", ["--p3m", "--window", "tsc"]),
+                                         ("plummer", ["--p3m", "--p3m-split", "s2"])])
 def test_pm_command(backend, tmp_path, capsys, model, extra) -> None:
     """Three steps at a small size. Grid 48: the default TSC window and 4-point gradient
     keep 3 cells free on each side of an isolated mesh, and the models reach 0.4 box from
@@ -32,6 +33,7 @@ def test_pm_command(backend, tmp_path, capsys, model, extra) -> None:
     if "--p3m" in extra:
         stages.add("short_range")
         assert summary["solver"] == "p3m"
+        assert summary["p3m_split"] == ("s2" if "s2" in extra else "gauss")
     assert set(summary["seconds_per_step"]) == stages
     assert all(t > 0 for t in summary["seconds_per_step"].values())
     assert summary["energy_error"] == pytest.approx(

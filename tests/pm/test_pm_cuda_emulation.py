@@ -52,18 +52,20 @@ def test_emulated_cuda_matches_opencl(opts) -> None:
     assert np.abs(got_x - want_x).max() <= tol * box
 
 
-@pytest.mark.parametrize("boundary", ["isolated", "periodic"])
-def test_emulated_cuda_p3m_matches_opencl(boundary) -> None:
+@pytest.mark.parametrize(("boundary", "shape"), [("isolated", "gauss"),
+                                                 ("periodic", "gauss"), ("periodic", "s2")])
+def test_emulated_cuda_p3m_matches_opencl(boundary, shape) -> None:
     from sapporo.pm import P3M
 
     rng = np.random.default_rng(10)
-    with P3M(16, 1.0, boundary, backend="opencl", split=1.0, cut=4.0) as p3m:
+    kw = {"split": 1.0, "cut": 4.0} if shape == "gauss" else {"split": 4.0}
+    with P3M(16, 1.0, boundary, backend="opencl", split_shape=shape, **kw) as p3m:
         lo, hi = p3m.mesh.usable_region()
         x = rng.uniform(lo, hi, (200, 3))
         m = rng.uniform(0.5, 1.5, 200)
         want = p3m.forces(x, m)
     with fake_pycuda.emulated_cuda():
-        with P3M(16, 1.0, boundary, backend="cuda", split=1.0, cut=4.0) as p3m:
+        with P3M(16, 1.0, boundary, backend="cuda", split_shape=shape, **kw) as p3m:
             got = p3m.forces(x, m)
     assert np.abs(got.acc - want.acc).max() <= 1e-12 * np.abs(want.acc).max()
     assert np.abs(got.pot - want.pot).max() <= 1e-12 * np.abs(want.pot).max()
