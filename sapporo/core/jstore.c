@@ -170,23 +170,34 @@ static inline void ds_split(double v, float *hi, float *lo)
     *lo = (float)(v - (double)h);
 }
 
-/* Record r's predicted position at local address l of device q, as predict.cl writes it
- * (double-single: hi/lo float pairs and the mass, double: the position and the mass). */
-static void predicted_write(const struct dplan *q, size_t l, const double *r)
+/* Device q's predicted positions of still records (as predict.cl writes them: x + dt * 0,
+ * double-single as hi/lo float pairs, and the mass) at local addresses l0 .. l0 + nq - 1,
+ * from every stride-th position of x and mass of m (one record: x its x|m, m x + 3). */
+static inline __attribute__((always_inline)) void xm_predicted(
+    const struct dplan *q, size_t l0, int nq, const double *restrict x,
+    const double *restrict m, int stride)
 {
-    for (int c = 0; c < 3; c++) {
-        const double x = r[c] + 0.0;  /* x + dt * 0, as the kernel's sum */
-        if (q->ds)
-            ds_split(x, (float *)q->pred_pos + 4 * l + c, (float *)q->pred_lo + 4 * l + c);
-        else
-            ((double *)q->pred_pos)[4 * l + c] = x;
-    }
     if (q->ds) {
-        ((float *)q->pred_pos)[4 * l + 3] = (float)r[3];
-        ((float *)q->pred_lo)[4 * l + 3] = 0.0f;
+        float *restrict hi = (float *)q->pred_pos + 4 * l0;
+        float *restrict lo = (float *)q->pred_lo + 4 * l0;
+        for (int k = 0; k < nq; k++) {
+            const double *p = x + 3 * (size_t)k * stride;
+            for (int c = 0; c < 3; c++)
+                ds_split(p[c] + 0.0, hi + 4 * k + c, lo + 4 * k + c);
+            hi[4 * k + 3] = (float)m[(size_t)k * stride];
+            lo[4 * k + 3] = 0.0f;
+        }
     }
-    else
-        ((double *)q->pred_pos)[4 * l + 3] = r[3];
+    else {
+        double *restrict pos = (double *)q->pred_pos + 4 * l0;
+        for (int k = 0; k < nq; k++) {
+            const double *p = x + 3 * (size_t)k * stride;
+            pos[4 * k] = p[0] + 0.0;
+            pos[4 * k + 1] = p[1] + 0.0;
+            pos[4 * k + 2] = p[2] + 0.0;
+            pos[4 * k + 3] = m[(size_t)k * stride];
+        }
+    }
 }
 
 /* n j-records into the host mirror (global addresses) and, on devices that compute on host
@@ -221,7 +232,7 @@ static void records_write(Engine *e, int n, const int *address, const int *index
                                              * it changes: GRAPE-5's ids are all 0) */
                 q->dev_ids[l] = index[k];
             if (still)
-                predicted_write(q, l, r);
+                xm_predicted(q, l, 1, r, r + 3, 1);
             else {
                 memcpy(q->dev_raw + l * len, r, given);
                 if (zeros)
@@ -235,9 +246,10 @@ void eng_predict_still(Engine *e)
 {
     const struct dplan *j = &e->dev[0].jside;
     const int nd = e->ndev, n = (int)*j->n_stored_at;
-    for (int a = 0; a < n; a++)
-        predicted_write(&e->dev[a % nd].jside, (size_t)(a / nd),
-                        j->mirror_raw + (size_t)a * 4 * (size_t)j->raw_n);
+    for (int a = 0; a < n; a++) {
+        const double *r = j->mirror_raw + (size_t)a * 4 * (size_t)j->raw_n;
+        xm_predicted(&e->dev[a % nd].jside, (size_t)(a / nd), 1, r, r + 3, 1);
+    }
 }
 
 int eng_upload_run(Engine *e, int a0, int m)
@@ -422,36 +434,6 @@ int eng_put_room(Engine *e, size_t n)
     e->index = index;
     e->put_cap = n;
     return 0;
-}
-
-/* Device q's predicted positions of still records (as predict.cl writes them: x + dt * 0,
- * double-single as hi/lo float pairs, and the mass) at local addresses l0 .. l0 + nq - 1,
- * from every stride-th position of x and mass of m. */
-static inline __attribute__((always_inline)) void xm_predicted(
-    const struct dplan *q, size_t l0, int nq, const double *restrict x,
-    const double *restrict m, int stride)
-{
-    if (q->ds) {
-        float *restrict hi = (float *)q->pred_pos + 4 * l0;
-        float *restrict lo = (float *)q->pred_lo + 4 * l0;
-        for (int k = 0; k < nq; k++) {
-            const double *p = x + 3 * (size_t)k * stride;
-            for (int c = 0; c < 3; c++)
-                ds_split(p[c] + 0.0, hi + 4 * k + c, lo + 4 * k + c);
-            hi[4 * k + 3] = (float)m[(size_t)k * stride];
-            lo[4 * k + 3] = 0.0f;
-        }
-    }
-    else {
-        double *restrict pos = (double *)q->pred_pos + 4 * l0;
-        for (int k = 0; k < nq; k++) {
-            const double *p = x + 3 * (size_t)k * stride;
-            pos[4 * k] = p[0] + 0.0;
-            pos[4 * k + 1] = p[1] + 0.0;
-            pos[4 * k + 2] = p[2] + 0.0;
-            pos[4 * k + 3] = m[(size_t)k * stride];
-        }
-    }
 }
 
 /* n still records at addresses adr .. adr + n - 1 (positions x, masses m, id index) written
