@@ -140,8 +140,11 @@ PM_INLINE void short_range_one(const int p, const double rs, const double rcut2,
         const int c = (int)floor((xyz[d] - lo) * cell_inv);
         ci[d] = c < 0 ? 0 : (c >= nc ? nc - 1 : c);
     }
-    const double inv_2rs = 0.5 / rs, two_over_sqrtpi_2rs = 1.0 / (rs * 1.7724538509055160273);
+#if SPLIT == 1
     const double two_over_a = 2.0 / rs;  /* (S2: rs is the clouds' diameter a) */
+#else
+    const double inv_2rs = 0.5 / rs, two_over_sqrtpi_2rs = 1.0 / (rs * 1.7724538509055160273);
+#endif
     double ax = 0.0, ay = 0.0, az = 0.0, ph = 0.0;
     for (int a = -1; a <= 1; a++) {
         const int cx = wrap_n(ci[0] + a, nc);
