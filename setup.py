@@ -40,7 +40,8 @@ setup(
         Extension(
             "sapporo.core._engine",
             sources=["sapporo/core/_engine.c", "sapporo/core/engine.c", "sapporo/core/calls.c",
-                     "sapporo/core/jstore.c", "sapporo/core/runtime.c", "sapporo/core/plan.c"],
+                     "sapporo/core/jstore.c", "sapporo/core/runtime.c", "sapporo/core/plan.c",
+                     "sapporo/core/twin.c"],
             include_dirs=["sapporo"],
             depends=["sapporo/engine_api.h", "sapporo/plan.h", "sapporo/layout.h",
                      "sapporo/core/engine.h"],

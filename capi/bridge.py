@@ -204,7 +204,10 @@ class Bridge:
 
         The library's instance is the context id modulo the cores this process may use, so
         that a tree code's threads (one context each, as many as cores) compute at once on
-        PoCL, each with kernels of its own (:class:`~sapporo.core.library.Library`).
+        PoCL, each with kernels of its own (:class:`~sapporo.core.library.Library`); and it
+        has no twin: those threads keep the cores busy, and a list the calling thread just
+        stored is in its own core's caches (one thread gained nothing from a second core on
+        tree-walk lists, two lost up to a third).
         """
         from sapporo.core.library import Library
 
@@ -215,7 +218,7 @@ class Bridge:
             if length is not None:
                 settings.update(cutoff=length, cutoff_shape="s2")
             cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-            lib = self.g5[context] = Library(**settings, ids=False,
+            lib = self.g5[context] = Library(**settings, ids=False, twin=False,
                                              instance=context % max(1, cores))
             logger.info("C API opened GRAPE-5 context %d %s", context, settings)
         return lib

@@ -38,6 +38,12 @@
 #ifndef JV
 #define JV 0
 #endif
+#ifndef TWIN
+#define TWIN 0
+#endif
+#if TWIN != 0 && TWIN != 1
+#error "TWIN must be 0 or 1"
+#endif
 
 #if W != 1 && W != 2 && W != 4 && W != 8 && W != 16
 #error "W must be 1, 2, 4, 8 or 16"

@@ -7,6 +7,11 @@
  * local memory in lane order, parts by the `reduce` kernel (lanes over parts, then a tree): a
  * fixed summation order, so the same inputs on the same configuration give bitwise identical results.
  *
+ * TWIN = 1: the launch's parts are the second half of a call's: part get_group_id(1) +
+ * get_num_groups(1).  A small call on PoCL's CPU companion runs its first half on the
+ * companion and this half on a second single-threaded device, from another thread of the
+ * engine (sapporo/core/twin.c), each with a launch of nparts / 2 parts.
+ *
  * JV = 1 (CPUs, few active particles): one i-particle per work-item and W consecutive
  * j-particles per step in the vector lanes instead, so that a single active particle still
  * uses every lane; the lanes are combined in lane order at the end. j-records are read as
@@ -196,7 +201,11 @@ void force(const int nj, const int ni, const int ni_pad, const int jchunk, const
     const int li = get_local_id(0);
     const int lj = get_local_id(1);
     const int iv = get_group_id(0) * LI + li; /* vector index: i-particles iv*W .. iv*W+W-1 */
+#if TWIN
+    const int part = get_group_id(1) + get_num_groups(1);
+#else
     const int part = get_group_id(1);
+#endif
 #if ORDER == 2  /* the work-group's j-range (layout.h: IC_J0, IC_J1), cut to the part's */
     const int first = get_group_id(0) * LI * (JV ? 1 : W);
     const int j0 = max(part * jchunk, (int)idata[IC_J0 * ni_pad + first]);

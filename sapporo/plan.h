@@ -12,9 +12,10 @@
  * capacity, DP_LGEN) and its device's own (its records and their capacity DP_J_CAP,
  * buffers, queues, launches on its local addresses, DP_GEN).
  *
- * A block: DP_* words, then four launches of DL_* words each: the prediction, the force,
- * (device memory only; zeros otherwise) the scatter of j-records, and (where a call of the
- * entry may need a kernel to combine the force's j-parts; zeros otherwise) the reduce.  The
+ * A block: DP_* words, then five launches of DL_* words each: the prediction, the force,
+ * (device memory only; zeros otherwise) the scatter of j-records, (where a call of the
+ * entry may need a kernel to combine the force's j-parts; zeros otherwise) the reduce, and
+ * (small plans on a companion with a twin; zeros otherwise) the twin's force.  The
  * engine sets per call the arguments FA_*, RA_* and PA_* name, the force's out argument
  * (DP_OUT_ARG: the host array's buffer, or DP_PARTIAL_BUF for the reduce) and the grids,
  * from DP_I_PER_GROUP, DP_I_PER_ITEM, DP_LJ, DP_J_ALIGN, DP_MIN_JCHUNK, DP_TARGET_GROUPS,
@@ -49,6 +50,13 @@
  * from the launches' events, CUDA with DP_FN_CU_EVENT_* (cuEventCreate, cuEventRecord,
  * cuEventElapsedTime, cuEventDestroy_v2) from events recorded around each launch.
  *
+ * The twin (PoCL's CPU companion only): a second single-threaded device on the same memory,
+ * which runs the second half of the j-range of a small call of at least DP_TWIN_PAIRS
+ * padded i x j pairs from a thread of the engine (sapporo/core/twin.c), while the calling
+ * thread runs the first half on the companion.  Its force launch is the force's with the
+ * kernel built with TWIN = 1, on the twin's queue, writing its parts to the host array
+ * DP_TWIN_OUT (as large as DP_OUT).
+ *
  * DP_UPLOAD and DP_NUPLOAD: the global addresses (ascending, int32) whose records the
  * library stored itself since its last plan (new addresses, new derivative terms; all of
  * them after a device's memory was reallocated), which the engine copies from the host
@@ -72,7 +80,7 @@ enum {
     DP_FN_CU_EVENT_ELAPSED, DP_FN_CU_EVENT_DESTROY, DP_UPLOAD, DP_NUPLOAD,
     DP_DEV, DP_SMALL, DP_I_PER_GROUP, DP_I_PER_ITEM, DP_LJ, DP_J_ALIGN, DP_MIN_JCHUNK,
     DP_TARGET_GROUPS, DP_SMALL_PAIRS, DP_HOST_REDUCE_MAX, DP_OUT_ARG, DP_PARTIAL_BUF,
-    DP_J_CAP, DP_MIRROR_CAP, DP_PRED_POS, DP_PRED_LO,
+    DP_J_CAP, DP_MIRROR_CAP, DP_PRED_POS, DP_PRED_LO, DP_TWIN_OUT, DP_TWIN_PAIRS,
     DP_LAUNCHES
 };
 enum { DL_QUEUE, DL_KERNEL, DL_CALL_ARG, DL_NI_ARG, DL_DIMS, DL_G0, DL_G1, DL_L0, DL_L1,
@@ -82,6 +90,6 @@ enum { DL_QUEUE, DL_KERNEL, DL_CALL_ARG, DL_NI_ARG, DL_DIMS, DL_G0, DL_G1, DL_L0
 enum { FA_NJ, FA_NI, FA_NI_PAD, FA_JCHUNK };
 enum { PA_N };
 enum { RA_NI, RA_NI_PAD, RA_NPARTS };
-enum { DP_MAX_ARGS = 32, DP_LAUNCH_WORDS = 74, DP_WORDS = 373 };
+enum { DP_MAX_ARGS = 32, DP_LAUNCH_WORDS = 74, DP_WORDS = 449 };
 
 #endif

@@ -212,6 +212,10 @@ class Context(ABC):
     """
 
     small_pairs: int = 0
+    #: the companion has a twin: a second device on the same memory on which the native
+    #: engine runs half of a small launch's j-range from a thread of its own (programs built
+    #: with ``twin=True``; their kernels are the engine's alone: never called from Python)
+    twin: bool = False
     #: a compiled kernel of this runtime must not run at once from two contexts of one
     #: process: PoCL's CPU drivers (3.1 to at least 5.0) abort
     #: (``pocl_release_dlhandle_cache: Assertion `found->ref_count > 0'``) when two threads
@@ -235,11 +239,12 @@ class Context(ABC):
 
     @abstractmethod
     def build(self, source_name: str, defines: dict[str, Any] | None = None,
-              small: bool = False) -> Program:
+              small: bool = False, twin: bool = False) -> Program:
         """Build a kernel file of this backend's kernel tree with compile-time definitions.
 
         ``small=True``: for the companion device of small launches (see ``small_pairs``);
-        only meaningful where ``small_pairs > 0``."""
+        only meaningful where ``small_pairs > 0``. ``twin=True``: for the companion's twin
+        (see ``twin``); only meaningful where it is True."""
 
     @abstractmethod
     def finish(self) -> None:
@@ -286,11 +291,13 @@ class Backend(ABC):
         """Every device this backend sees (empty when none)."""
 
     @abstractmethod
-    def open(self, index: int, profiling: bool = False, instance: int = 0) -> Context:
+    def open(self, index: int, profiling: bool = False, instance: int = 0,
+             twin: bool = True) -> Context:
         """Open device ``index`` of :meth:`devices`. ``instance``: contexts of different
         instances never share a compiled kernel, so that they can compute at the same time
         from several threads where the runtime needs that
-        (:attr:`Context.one_kernel_at_a_time`)."""
+        (:attr:`Context.one_kernel_at_a_time`). ``twin``: the companion's twin where there
+        is one (:attr:`Context.twin`)."""
 
 
 # ---------------------------------------------------------------------------------------------

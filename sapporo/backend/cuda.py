@@ -482,9 +482,9 @@ class CUContext(base.Context):
         return host
 
     def build(self, source_name: str, defines: dict[str, Any] | None = None,
-              small: bool = False) -> base.Program:
-        """Compile ``kernels_cuda/<name>.cu`` (a ``.cl`` name maps to its CUDA twin); CUDA
-        has no companion device, ``small`` is ignored."""
+              small: bool = False, twin: bool = False) -> base.Program:
+        """Compile ``kernels_cuda/<name>.cu`` (a ``.cl`` name maps to its CUDA counterpart);
+        CUDA has no companion device, ``small`` and ``twin`` are ignored."""
         name = _cuda_source_name(source_name)
         source = base.load_source("cuda", name)
         arch = quirks.cuda_arch_option(self.compute_capability())
@@ -643,7 +643,8 @@ class CUDABackend(base.Backend):
     def devices(self) -> list[base.DeviceInfo]:
         return list(self._infos)
 
-    def open(self, index: int, profiling: bool = False, instance: int = 0) -> base.Context:
+    def open(self, index: int, profiling: bool = False, instance: int = 0,
+             twin: bool = True) -> base.Context:
         if not 0 <= index < len(self._infos):
             why = f" ({self.reason})" if self.reason else ""
             raise BackendError(f"CUDA device index {index} out of range: {len(self._infos)} "

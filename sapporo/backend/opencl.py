@@ -32,8 +32,11 @@ log = logging.getLogger(__name__)
 DEFAULT_SPIN_US = 300
 _yield = getattr(os, "sched_yield", lambda: None)
 #: default of SAPPORO_SMALL_PAIRS: force launches up to this many pairs use the companion
-#: (measured crossover on 2 cores: 8 active particles at N = 16k, 128 at N = 2k)
+#: (measured crossover on 2 cores: 8 active particles at N = 16k, 128 at N = 2k) ...
 DEFAULT_SMALL_PAIRS = 131072
+#: ... and with its twin, this many on 2 cores (64 active particles at N = 16k, 1024 at
+#: N = 1k), fewer where the threaded device has more cores (in proportion)
+DEFAULT_SMALL_PAIRS_TWIN_2_CORES = 1 << 20
 #: the devices whose narrow vectors (quirks.narrow_vectors) this process has warned about
 _ADVISED: set[str] = set()
 #: PoCL's CPU drivers (PoCL 3: basic, pthread; PoCL 4 and later: cpu-minimal, cpu)
@@ -106,16 +109,20 @@ def _request_pocl_affinity() -> None:
 def _request_pocl_companion() -> None:
     """Ask PoCL for its single-threaded ``basic`` device beside ``pthread``: the threaded
     device hands every command to worker threads (50-100 us), ``basic`` runs kernels in the
-    calling thread, so small force launches go there (:class:`CLContext`). ``POCL_DEVICES``
-    is set only when unset, not disabled (``SAPPORO_SMALL_PAIRS=0``), and every PoCL
-    installed has CPU drivers only, so that it hides no other PoCL device."""
+    calling thread, so small force launches go there (:class:`CLContext`). With two cores
+    or more, a second ``basic`` device is the companion's twin: the engine runs half of a
+    small launch's j-range there from a thread of its own. ``POCL_DEVICES`` is set only
+    when unset, not disabled (``SAPPORO_SMALL_PAIRS=0``), and every PoCL installed has CPU
+    drivers only, so that it hides no other PoCL device."""
     if "POCL_DEVICES" in os.environ:
         return
     small = config.from_environment().small_pairs
     if small == 0 or (_system_pocl_installed() and not _system_pocl_cpu_only()):
         return
-    os.environ["POCL_DEVICES"] = "pthread basic"
-    log.debug("POCL_DEVICES set to 'pthread basic' (companion device for small launches)")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    os.environ["POCL_DEVICES"] = "pthread basic basic" if (cores or 1) >= 2 else "pthread basic"
+    log.debug("POCL_DEVICES set to %r (companion devices for small launches)",
+              os.environ["POCL_DEVICES"])
 
 
 #: Free space PoCL's kernel cache needs before PoCL starts (below it a temporary cache is
@@ -274,14 +281,18 @@ class CLBuffer(base.Buffer):
 
 
 class CLKernel(base.Kernel):
-    def __init__(self, ctx: CLContext, kernel: Any, name: str, small: bool = False):
+    def __init__(self, ctx: CLContext, kernel: Any, name: str, small: bool = False,
+                 twin: bool = False):
         self._ctx = ctx
         self._kernel = kernel
         self.name = name
         self._small = small
+        self._twin = twin
         self._arg_types: tuple | None = None
 
     def __call__(self, global_size, local_size, *args, wait=False) -> base.Event:
+        if self._twin:
+            raise BackendError(f"kernel {self.name!r} is the twin's: the engine launches it")
         # declaring the scalar types once lets PyOpenCL pack them directly: about 0.5 us
         # for a dozen arguments, where type discovery costs about 50
         types = tuple(type(a) if isinstance(a, np.generic) else None for a in args)
@@ -318,7 +329,8 @@ class CLLaunch(base.Launch):
 
     def native(self) -> base.NativeLaunch | None:
         k: CLKernel = self.kernel  # type: ignore[assignment]
-        queue = k._ctx.small_queue if k._small else k._ctx.queue
+        queue = (k._ctx.twin_queue if k._twin else
+                 k._ctx.small_queue if k._small else k._ctx.queue)
         args = []
         for a in self._raw:
             if a is None:
@@ -336,10 +348,11 @@ class CLLaunch(base.Launch):
 
 
 class CLProgram(base.Program):
-    def __init__(self, ctx: CLContext, program: Any, small: bool = False):
+    def __init__(self, ctx: CLContext, program: Any, small: bool = False, twin: bool = False):
         self._ctx = ctx
         self._program = program
         self._small = small
+        self._twin = twin
         self._kernels: dict[str, CLKernel] = {}
 
     def kernel(self, name: str) -> base.Kernel:
@@ -348,7 +361,7 @@ class CLProgram(base.Program):
                 k = cl.Kernel(self._program, name)
             except cl.Error as exc:
                 raise BackendError(f"kernel {name!r} not found in program: {exc}") from exc
-            self._kernels[name] = CLKernel(self._ctx, k, name, self._small)
+            self._kernels[name] = CLKernel(self._ctx, k, name, self._small, self._twin)
         return self._kernels[name]
 
 
@@ -356,17 +369,23 @@ class CLContext(base.Context):
     """One OpenCL device with an in-order command queue."""
 
     def __init__(self, info: base.DeviceInfo, device: Any, profiling: bool,
-                 companion: Any = None, instance: int = 0):
+                 companion: Any = None, instance: int = 0, twin: Any = None):
         self.info = info
         self.profiling = profiling
         if info.name not in _ADVISED and (advice := quirks.narrow_vectors(info)) is not None:
             _ADVISED.add(info.name)  # (once per device and process)
             log.warning("sapporo: %s", advice)
         env = config.from_environment()
-        small = DEFAULT_SMALL_PAIRS if env.small_pairs is None else env.small_pairs
-        if small == 0:
-            companion = None
-        self.cl_context = cl.Context([device] if companion is None else [device, companion])
+        if env.small_pairs == 0 or companion is None:
+            companion = twin = None
+        if env.small_pairs is not None:
+            small = env.small_pairs
+        elif twin is not None:
+            small = max(DEFAULT_SMALL_PAIRS,
+                        DEFAULT_SMALL_PAIRS_TWIN_2_CORES * 2 // max(2, info.compute_units))
+        else:
+            small = DEFAULT_SMALL_PAIRS
+        self.cl_context = cl.Context([d for d in (device, companion, twin) if d is not None])
         props = cl.command_queue_properties.PROFILING_ENABLE if profiling else 0
         self.queue = cl.CommandQueue(self.cl_context, device, properties=props)
         # small launches go to the companion (PoCL's single-threaded device on the same
@@ -374,12 +393,17 @@ class CLContext(base.Context):
         self.small_queue = (None if companion is None
                             else cl.CommandQueue(self.cl_context, companion, properties=props))
         self.small_pairs = 0 if companion is None else small
+        # the companion's twin, a second single-threaded device (see base.Context.twin)
+        self.twin_queue = (None if twin is None
+                           else cl.CommandQueue(self.cl_context, twin, properties=props))
+        self.twin = twin is not None
         self.one_kernel_at_a_time = quirks.is_pocl(info)
         # PoCL shares a loaded kernel between contexts with the same program: a define of
         # their own gives other instances programs of their own
         self._instance = ([f"-DSAPPORO_INSTANCE={instance}"]
                           if instance and self.one_kernel_at_a_time else [])
         self._companion = companion
+        self._twin = twin
         self._last_small: Any = None
         self._device = device
         self._programs: dict[str, CLProgram] = {}
@@ -421,16 +445,18 @@ class CLContext(base.Context):
         return self._zero_copy
 
     def build(self, source_name: str, defines: dict[str, Any] | None = None,
-              small: bool = False) -> base.Program:
-        small = small and self.small_queue is not None
+              small: bool = False, twin: bool = False) -> base.Program:
+        twin = twin and self.twin
+        small = (small or twin) and self.small_queue is not None
         options = (base.format_defines(defines) + quirks.opencl_build_options(self.info)
                    + self._instance)
-        fast_key = source_name + "\0" + " ".join(options) + ("\0small" if small else "")
+        where = "\0twin" if twin else "\0small" if small else ""
+        fast_key = source_name + "\0" + " ".join(options) + where
         if fast_key in self._programs:  # hot path: no file access
             return self._programs[fast_key]
         source = base.load_source("opencl", source_name)
         key = hashlib.sha256((source + "\0" + " ".join(options)).encode()).hexdigest()
-        key += "-small" if small else ""
+        key += "-twin" if twin else "-small" if small else ""
         if key in self._programs:
             self._programs[fast_key] = self._programs[key]
             return self._programs[key]
@@ -440,13 +466,13 @@ class CLContext(base.Context):
             if problem is not None:
                 raise BackendError(f"cannot build {source_name} on {self.info.name}: PoCL's "
                                    f"kernel cache {_pocl_cache_dir()}: {problem}")
-        device = self._companion if small else self._device
+        device = self._twin if twin else self._companion if small else self._device
         cache_file = _binary_cache_file(self.info, device, source, options)
         program = _load_binary(self.cl_context, device, cache_file, options)
         if program is None:
             program = self._build_source(source_name, source, options, device)
             _save_binary(program, cache_file)
-        prog = CLProgram(self, program, small)
+        prog = CLProgram(self, program, small, twin)
         self._programs[key] = self._programs[fast_key] = prog
         return prog
 
@@ -520,6 +546,7 @@ class CLContext(base.Context):
             self.finish()
             self.queue = None
             self.small_queue = None
+            self.twin_queue = None
             self._programs.clear()
 
 
@@ -868,13 +895,16 @@ class OpenCLBackend(base.Backend):
                 self.skipped.append(why)
                 devices = [d for d in devices if not _is_host_cpu(d)]
             names = [dev.name.strip() for dev in devices]
-            companion = None
-            if any(quirks.is_pocl_threaded_cpu(n) for n in names):
-                companion = next((d for d, n in zip(devices, names, strict=True)
-                                  if quirks.is_pocl_single_threaded_cpu(n)), None)
+            # the threaded CPU device's companion and the companion's twin (PoCL's first
+            # two single-threaded devices), not listed on their own
+            singles = ([d for d, n in zip(devices, names, strict=True)
+                        if quirks.is_pocl_single_threaded_cpu(n)]
+                       if any(quirks.is_pocl_threaded_cpu(n) for n in names) else [])
+            companion = singles[0] if singles else None
+            twin = singles[1] if len(singles) > 1 else None
             for dev in devices:
-                if companion is not None and dev is companion:
-                    continue  # serves the threaded CPU device, not listed on its own
+                if any(dev is d for d in singles):
+                    continue
                 kind = ("gpu" if dev.type & cl.device_type.GPU else
                         "cpu" if dev.type & cl.device_type.CPU else "accelerator")
                 info = base.DeviceInfo(
@@ -895,7 +925,7 @@ class OpenCLBackend(base.Backend):
                     driver_version=str(dev.driver_version),
                 )
                 if companion is not None and quirks.is_pocl_threaded_cpu(info.name):
-                    self._companions[len(found)] = companion
+                    self._companions[len(found)] = (companion, twin)
                     info = dataclasses.replace(info, companion=companion.name.strip())
                 found.append((info, dev))
         if not found and not self.reason:
@@ -906,10 +936,12 @@ class OpenCLBackend(base.Backend):
     def devices(self) -> list[base.DeviceInfo]:
         return [info for info, _ in self._scan()]
 
-    def open(self, index: int, profiling: bool = False, instance: int = 0) -> base.Context:
+    def open(self, index: int, profiling: bool = False, instance: int = 0,
+             twin: bool = True) -> base.Context:
         devs = self._scan()
         if not 0 <= index < len(devs):
             raise BackendError(f"OpenCL device index {index} out of range: {len(devs)} device(s) "
                                "found")
         info, dev = devs[index]
-        return CLContext(info, dev, profiling, self._companions.get(index), instance)
+        companion, second = self._companions.get(index, (None, None))
+        return CLContext(info, dev, profiling, companion, instance, second if twin else None)

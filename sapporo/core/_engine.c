@@ -294,6 +294,7 @@ static void Engine_dealloc(Engine *self)
 {
     if (self->ready)
         eng_wait(self);
+    twin_free(self);
     if (self->have_out)
         PyBuffer_Release(&self->out);
     Py_CLEAR(self->planner);
@@ -740,9 +741,9 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-/* shape(nj, ni, lists) -> per device (small, ni_pad, parts, jchunk, reduce) of the launches
- * a force call of this shape would make (its plans made if need be), or None when the
- * engine would not take it */
+/* shape(nj, ni, lists) -> per device (small, twin, ni_pad, parts, jchunk, reduce) of the
+ * launches a force call of this shape would make (its plans made if need be; twin: its
+ * second part on the companion's twin), or None when the engine would not take it */
 static PyObject *Engine_shape(Engine *self, PyObject *args)
 {
     int nj, ni, lists;
@@ -767,8 +768,9 @@ static PyObject *Engine_shape(Engine *self, PyObject *args)
             int32_t jchunk;
             memcpy(&jchunk, &p->force.arg_value[FA_JCHUNK], sizeof jchunk);
             PyList_SET_ITEM(out, d, Py_BuildValue(
-                "{s:O,s:i,s:i,s:i,s:O}", "small", p->small ? Py_True : Py_False,
-                "ni_pad", p->ni_pad, "parts", (int)(p->force.global[1] / (size_t)p->lj),
+                "{s:O,s:O,s:i,s:i,s:i,s:O}", "small", p->small ? Py_True : Py_False,
+                "twin", p->split ? Py_True : Py_False, "ni_pad", p->ni_pad,
+                "parts", (int)(p->force.global[1] / (size_t)p->lj) + p->split,
                 "jchunk", (int)jchunk, "reduce", p->reduce.kernel != NULL ? Py_True : Py_False));
         }
     PyMem_RawFree(call);
@@ -777,7 +779,8 @@ static PyObject *Engine_shape(Engine *self, PyObject *args)
 
 static PyMethodDef Engine_methods[] = {
     {"shape", (PyCFunction)Engine_shape, METH_VARARGS,
-     "shape(nj, ni, lists) -> [{small, ni_pad, parts, jchunk, reduce} per device] or None"},
+     "shape(nj, ni, lists) -> [{small, twin, ni_pad, parts, jchunk, reduce} per device] or "
+     "None"},
     {"put_j", (PyCFunction)(void (*)(void))Engine_put_j, METH_FASTCALL,
      "put_j(address, index, t, mass, x, v, a, jerk, snap, crackle, pop, d5) -> bool"},
     {"compute", (PyCFunction)(void (*)(void))Engine_compute, METH_FASTCALL,

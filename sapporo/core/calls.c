@@ -142,6 +142,12 @@ static int eng_start_dev(Engine *e, int d, struct dplan *p, int ni, const void *
             return eng_fail(e, "queueing the i-particles' copy", rc, 0);
     }
     memcpy(&bits, &eps2, sizeof bits);
+    if (p->split) {  /* the second part to the twin, now, while this thread runs the first */
+        if (twin_post(e, p, bits, ni) < 0)
+            return -1;
+        ed->twin_posted = 1;
+        ed->inflight = p;  /* (collected by the wait, whatever happens next) */
+    }
     if (eng_launch(e, p, &p->force, bits, ni, p->reduce.kernel != NULL ? NULL : &ev,
                    "queueing the force kernel") < 0)
         return -1;

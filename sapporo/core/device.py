@@ -56,6 +56,10 @@ SCATTER_MAX = 256
 #: 169-201 us with the prediction on the threaded device, N = 32k 208-215 against 241-245;
 #: at N = 64k and 4 active particles the threaded device wins (501-845 against 965 us)
 SMALL_PREDICT_MAX = 32768
+#: small force calls of at least this many padded i x j pairs split their j-range between
+#: the companion (the calling thread) and its twin (a thread of the engine), where the
+#: context has one (sapporo/core/twin.c)
+TWIN_PAIRS = 8192
 #: the splits of the cutoff force (:class:`Variant`), in the order of the kernels' CUTOFF
 #: values 1, 2 (sapporo/variants.h)
 CUTOFF_SHAPES = ("s2", "gauss")
@@ -375,6 +379,9 @@ class Device:
         var = self.variant
         nci, nco = layout.nci(var.order), layout.nco(var.order)
         limit = self.host_reduce_max
+        # the companion's twin takes half of a small call's j-range (host memory only; not
+        # with lists, whose counts both halves would share)
+        twin = getattr(self.ctx, "twin", False) and self.h_raw is not None and not ngb
         shapes = []
         for cfg, lo, hi in self._ranges():
             for small in (False, True) if self.ctx.small_pairs > 0 else (False,):
@@ -383,11 +390,14 @@ class Device:
                 shapes.append((cfg, lo, hi, small, pad, parts))
         pad_max = max(s[4] for s in shapes)
         # the force writes its parts to "out" when the host combines them (one part, or at
-        # most `limit` doubles), else to "partial" for the reduce kernel
-        out_n = max(max(min(s[5], limit), nco * s[4]) for s in shapes)
+        # most `limit` doubles; two parts of a call split with the twin), else to "partial"
+        # for the reduce kernel
+        out_n = max(max(min(s[5], limit), (2 if twin and s[3] else 1) * nco * s[4])
+                    for s in shapes)
         partial_n = max((s[5] for s in shapes if s[5] > limit), default=0)
         h_in = self._host("idata", nci * pad_max * 8)
         h_out = self._host("out", out_n * 8)
+        h_twin = self._host("twin_out", out_n * 8) if twin else None
         partial = self._buf("partial", partial_n * 8) if partial_n else None
         h_cnt = h_lst = None
         if ngb:
@@ -417,15 +427,25 @@ class Device:
         plans = []
         for cfg, lo, hi, small, pad, parts in shapes:
             kernel, reduce_k = self.kernels(cfg, ngb, small)
-            args = layout.kernel_args(layout.FORCE_ARGS, {
-                "nj": np.int32(0), "ni": np.int32(0), "ni_pad": np.int32(0),
-                "jchunk": np.int32(0), "eps2_d": np.float64(0.0),  # set per call
-                **{"j" + name: buf for name, buf in self.j.items()},  # jpos, jvel, jid, ...
-                "idata": h_in.buffer, "out": h_out.buffer,
-                "nb_count": None if h_cnt is None else h_cnt.buffer,
-                "nb_list": None if h_lst is None else h_lst.buffer,
-            }, var.order, var.ds, ngb)
-            force = kernel.prepare((pad // cfg.i_per_item, cfg.lj), (cfg.li, cfg.lj), *args)
+
+            def force_args(out: Any) -> list[Any]:
+                return layout.kernel_args(layout.FORCE_ARGS, {
+                    "nj": np.int32(0), "ni": np.int32(0), "ni_pad": np.int32(0),
+                    "jchunk": np.int32(0), "eps2_d": np.float64(0.0),  # set per call
+                    **{"j" + name: buf for name, buf in self.j.items()},  # jpos, jid, ...
+                    "idata": h_in.buffer, "out": out,
+                    "nb_count": None if h_cnt is None else h_cnt.buffer,
+                    "nb_list": None if h_lst is None else h_lst.buffer,
+                }, var.order, var.ds, ngb)
+
+            grid = ((pad // cfg.i_per_item, cfg.lj), (cfg.li, cfg.lj))
+            force = kernel.prepare(*grid, *force_args(h_out.buffer))
+            twin_force = None
+            if small and h_twin is not None:
+                twin_kernel = self.kernels(cfg, ngb, small, twin=True)[0]
+                twin_force = twin_kernel.prepare(*grid, *force_args(h_twin.buffer)).native()
+                if twin_force is None:
+                    return None
             reduce = None
             if parts > limit:
                 reduce = reduce_k.prepare(
@@ -438,7 +458,7 @@ class Device:
             predict = self.predict_launch(terms, small and n_pred <= SMALL_PREDICT_MAX)
             self.ctx.finish()
             launches = [predict.native(), force.native(), scatter,
-                        None if reduce is None else reduce.native()]
+                        None if reduce is None else reduce.native(), twin_force]
             if None in launches[:2] or (reduce is not None and None in (launches[3], partial_buf)):
                 return None
             plans.append({
@@ -460,21 +480,26 @@ class Device:
                 "context": self.ctx.native_context() or 0,
                 "nb_counts": 0 if h_cnt is None else h_cnt.array.ctypes.data,
                 "nb_lists": 0 if h_lst is None else h_lst.array.ctypes.data,
+                "twin_out": 0 if twin_force is None else h_twin.array.ctypes.data,
+                "twin_pairs": TWIN_PAIRS,
                 "launches": launches,
-                "call_args": (self.t_arg, self.eps2_arg, -1, -1),
-                "ni_args": (-1, self.ni_arg, 0, 0),  # the scatter's n, the reduce's ni: arg 0
+                "call_args": (self.t_arg, self.eps2_arg, -1, -1, self.eps2_arg),
+                # the scatter's n, the reduce's ni: arg 0
+                "ni_args": (-1, self.ni_arg, 0, 0, self.ni_arg),
             })
         return plans
 
-    def kernels(self, cfg: LaunchConfig, ngb: bool,
-                small: bool = False) -> tuple[Kernel, Kernel]:
-        """The force and reduce kernels for a launch shape (built once), for the device or
-        for its companion of small launches."""
-        key = (cfg, ngb, small)
+    def kernels(self, cfg: LaunchConfig, ngb: bool, small: bool = False,
+                twin: bool = False) -> tuple[Kernel, Kernel]:
+        """The force and reduce kernels for a launch shape (built once), for the device,
+        for its companion of small launches or for the companion's twin (``TWIN``: the
+        launch computes the call's second half of parts)."""
+        key = (cfg, ngb, small, twin)
         if key not in self._kernels:
             defs = {**self.variant.defines(), **cfg.defines(), "NGB": int(ngb),
-                    "NB_CAP": self.variant.nb_capacity, **self.variant.force_defines()}
-            prog = self.ctx.build(f"force.{self.ext}", defs, small=small)
+                    "NB_CAP": self.variant.nb_capacity, **self.variant.force_defines(),
+                    **({"TWIN": 1} if twin else {})}
+            prog = self.ctx.build(f"force.{self.ext}", defs, small=small, twin=twin)
             self._kernels[key] = (prog.kernel("force"), prog.kernel("reduce"))
         return self._kernels[key]
 

@@ -117,7 +117,13 @@ int eng_wait_dev(Engine *e, int d)
     struct edev *ed = &e->dev[d];
     struct dplan *p = ed->inflight;
     dcl_int rc = 0, status = 0;
-    if (p != NULL) {
+    if (ed->twin_posted) {  /* the twin's part, into its place among the parts */
+        const size_t part = (size_t)p->nco * (size_t)p->ni_pad;
+        ed->twin_posted = 0;
+        if ((rc = twin_join(e)) == 0)
+            memcpy(p->out + part, p->twin_out + part, sizeof(double) * part);
+    }
+    if (p != NULL && rc == 0) {
         ed->inflight = NULL;
         rc = plan_wait(p, p->force.queue, ed->inflight_event, &status);
         if (ed->inflight_event != NULL && p->seconds_at == NULL)
@@ -128,6 +134,7 @@ int eng_wait_dev(Engine *e, int d)
     }
     if (rc == 0 && ed->busy_queue != NULL)
         rc = drv_finish(&ed->jside, ed->busy_queue);
+    ed->inflight = NULL;
     ed->busy_queue = NULL;
     ed->staged = 0;  /* the copies that read the staging arrays are done */
     if (rc != 0) {

@@ -5,6 +5,8 @@
  *   plan.c     plans: a plan's words unpacked, and each call's launches shaped from them
  *   runtime.c  the runtime: launches, copies and waits through OpenCL's entry points or
  *              CUDA's driver API, as the plan names them
+ *   twin.c     the twin: the thread that runs the second half of a small call on PoCL's
+ *              second single-threaded device
  *   engine.c   the engine: its errors, the call in flight and its waits, timed launches,
  *              the plans it installs and asks the library's planner for, the C table
  *   jstore.c   j-memory: the argument rules of j-particles, the host mirror and the
@@ -63,13 +65,13 @@ typedef int (*dcu_event_record_fn)(void *event, void *stream);
 typedef int (*dcu_event_elapsed_fn)(float *ms, void *start, void *end);
 #define DCU_ERROR_NOT_READY 600
 
-/* The plan table: DP_* words and, for each of the four launches (prediction, force, scatter,
- * reduce), DL_*:
+/* The plan table: DP_* words and, for each of the five launches (prediction, force, scatter,
+ * reduce, twin), DL_*:
  * queue, kernel, the argument set per call and its position, dims, global[2], local[2],
  * nargs, then nargs pairs (size, value bits). The enums are in plan.h, which Python reads
  * too. */
 _Static_assert(DP_LAUNCH_WORDS == DL_ARGS + 2 * DP_MAX_ARGS, "plan.h: DP_LAUNCH_WORDS");
-_Static_assert(DP_WORDS == DP_LAUNCHES + 4 * DP_LAUNCH_WORDS, "plan.h: DP_WORDS");
+_Static_assert(DP_WORDS == DP_LAUNCHES + 5 * DP_LAUNCH_WORDS, "plan.h: DP_WORDS");
 
 struct dlaunch {
     void *queue, *kernel;
@@ -148,9 +150,16 @@ struct dplan {
     int scatter_max;
     double *scatter_batch;   /* per record raw_n double4, then (address, id, 0, 0) */
     void *scatter_batch_buf;
-    /* the launches: the prediction, the force, the scatter (device memory) and the reduce
-     * (where a kernel combines the force's j-parts; kernel NULL otherwise) */
-    struct dlaunch predict, force, scatter, reduce;
+    /* the twin (small plans on PoCL's companion; twin.kernel NULL otherwise): calls of at
+     * least twin_pairs padded pairs run their second half of the j-range there (split),
+     * writing parts to twin_out */
+    double *twin_out;
+    long twin_pairs;
+    int split;
+    /* the launches: the prediction, the force, the scatter (device memory), the reduce
+     * (where a kernel combines the force's j-parts; kernel NULL otherwise) and the twin's
+     * force */
+    struct dlaunch predict, force, scatter, reduce, twin;
 };
 
 /* A plan's words into *p (status 1); 0, or -1 for words this code does not understand. */
@@ -207,6 +216,7 @@ struct edev {
     void *busy_queue;        /* a queue with copies or kernels of the engine not yet finished */
     void *force_queue;       /* the queue of the last force launch (NULL: none yet) */
     struct dplan *inflight;  /* the device's plan of the force call in flight (or NULL) */
+    int twin_posted;         /* ... whose second half was handed to the twin (twin.c) */
     void *inflight_event;    /* ... and its launch's event (OpenCL; may be NULL) */
 };
 
@@ -260,6 +270,8 @@ typedef struct {
     double *rec;
     int *address, *index;
     size_t put_cap;          /* records rec, address and index hold */
+    /* the twin's thread and its job (twin.c; NULL until a call is split) */
+    struct twin *twin;
     /* device memory: a run of addresses staged (their ids; with several devices, their
      * records too, gathered from the mirror) */
     int32_t *run_ids;
@@ -316,6 +328,22 @@ int drv_busy(const struct dplan *p, void *queue, void *ev, dcl_int *status);
  * sleeping (a sleeping wait costs a thread wake-up, tens of us); ev is not released. 0 when
  * it completed; else the OpenCL error, and *status its execution status. */
 dcl_int plan_wait(const struct dplan *p, void *queue, void *ev, dcl_int *status);
+
+/* ---------------------------------------------------------------------- twin.c: the twin */
+
+struct twin;
+
+/* Hand the twin's launch of split plan p (call_value at its call argument) to the twin's
+ * thread, started at the first call (where it cannot start, the caller runs the launch in
+ * twin_join).  0, or -1 (error set). */
+int twin_post(Engine *e, const struct dplan *p, uint64_t call_value, int ni);
+
+/* The posted launch done: run here when the twin's thread has not taken it yet, else waited
+ * for.  The runtime's error code (0: it ran). */
+dcl_int twin_join(Engine *e);
+
+/* The twin's thread stopped and its memory freed (the engine's end). */
+void twin_free(Engine *e);
 
 /* ----------------------------------------------------------------- engine.c: the engine */
 

@@ -157,12 +157,18 @@ class Library:
         drivers must not run one from two threads at once). The C API's GRAPE-5 contexts,
         which compute at the same time from a tree code's threads, use it; the Python API
         computes one call at a time, so 0 (the default) serves it.
+    twin : bool
+        On PoCL's CPU device with two cores or more, a small force call (one that runs on
+        PoCL's single-threaded companion device rather than its threaded one) computes half
+        of its j-range on a second core, from a thread of the library's own. True (the
+        default): where there is that second core; False: one core per call, for programs
+        that compute from several threads at once (the C API's GRAPE-5 contexts).
     """
 
     def __init__(self, order: int = 4, precision: str = "double-single",
                  backend: str | None = None, devices: Any = None, nb_capacity: int | None = None,
                  profiling: bool = False, cutoff: float | None = None, cutoff_shape: str = "s2",
-                 ids: bool = True, instance: int = 0):
+                 ids: bool = True, instance: int = 0, twin: bool = True):
         self._lock = threading.RLock()  # calls from several threads are serialised
         if not isinstance(order, str):
             order = int_arg("order", order, 0, 2**31, " (expected 2, 4, 6 or 8)")
@@ -187,6 +193,8 @@ class Library:
         if not isinstance(ids, (bool, np.bool_)):
             raise InputError(f"ids: expected True or False, got {ids!r}")
         self.ids = bool(ids)
+        if not isinstance(twin, (bool, np.bool_)):
+            raise InputError(f"twin: expected True or False, got {twin!r}")
         self._variant = Variant(self.order, self.precision, self.nb_capacity, self.profiling,
                                 self.cutoff, self.cutoff_shape, self.ids)
         be = get_backend(backend)
@@ -211,7 +219,8 @@ class Library:
         self._devs: list[Device] = []
         try:
             for d in devices:
-                ctx = be.open(int(d), profiling=self.profiling, instance=self.instance)
+                ctx = be.open(int(d), profiling=self.profiling, instance=self.instance,
+                              twin=bool(twin))
                 if not ctx.info.double_support:
                     ctx.close()
                     raise BackendError(f"device {ctx.info.name} has no double-precision support, "

@@ -106,13 +106,16 @@ int plan_unpack(struct dplan *p, const int64_t *w, int lists)
     p->lgen_at = (const int64_t *)(intptr_t)w[DP_LGEN_AT];
     p->upload = (const int32_t *)(intptr_t)w[DP_UPLOAD];
     p->nupload = (int)w[DP_NUPLOAD];
-    for (int k = 0; k < 4; k++)
+    p->twin_out = (double *)(intptr_t)w[DP_TWIN_OUT];
+    p->twin_pairs = (long)w[DP_TWIN_PAIRS];
+    for (int k = 0; k < 5; k++)
         if (w[DL_NARGS + DP_LAUNCHES + k * DP_LAUNCH_WORDS] > DP_MAX_ARGS)
             return -1;
     unpack_launch(&p->predict, w + DP_LAUNCHES);
     unpack_launch(&p->force, w + DP_LAUNCHES + DP_LAUNCH_WORDS);
     unpack_launch(&p->scatter, w + DP_LAUNCHES + 2 * DP_LAUNCH_WORDS);
     unpack_launch(&p->reduce, w + DP_LAUNCHES + 3 * DP_LAUNCH_WORDS);
+    unpack_launch(&p->twin, w + DP_LAUNCHES + 4 * DP_LAUNCH_WORDS);
     const int cuda = p->cu_launch != NULL;
     if (cuda ? (p->cu_context == NULL || p->cu_htod == NULL || p->cu_dtoh == NULL
                 || p->cu_sync == NULL || p->cu_query == NULL || p->cu_push == NULL
@@ -149,7 +152,12 @@ int plan_unpack(struct dplan *p, const int64_t *w, int lists)
                           || p->scatter_max < 1 || p->scatter.kernel == NULL
                           || p->scatter.ni_arg < 0 || p->scatter_batch == NULL
                           || p->scatter_batch_buf == NULL))
-        || (lists && (p->nb_counts == NULL || p->nb_lists == NULL || p->nb_cap < 1)))
+        || (lists && (p->nb_counts == NULL || p->nb_lists == NULL || p->nb_cap < 1))
+        || (p->twin.kernel != NULL
+            && (cuda || !p->small || p->memory || lists || p->twin_out == NULL
+                || p->twin_pairs < 1 || p->twin.nargs != p->force.nargs
+                || p->twin.ni_arg != FA_NI || p->twin.call_arg != p->force.call_arg
+                || p->out_cap < 2 * sizeof(double) * (size_t)p->nco * (size_t)p->ni_pad_max)))
         return -1;
     return 0;
 }
@@ -197,15 +205,18 @@ int plan_shape(struct dplan *p, int nj, int nj_local, int ni)
 {
     const int ni_pad = round_up(ni, p->ipg);
     int nparts, jchunk, host;
-    if (p->small) {  /* the companion runs the groups one by one: one part */
-        nparts = 1;
-        jchunk = round_up(nj_local > 1 ? nj_local : 1, p->j_align);
+    /* the companion runs the groups one by one: one part, or with the twin, two (one each) */
+    p->split = p->twin.kernel != NULL && (long)ni_pad * nj_local >= p->twin_pairs
+        && nj_local > p->j_align;
+    if (p->small) {
+        nparts = 1 + p->split;
+        jchunk = round_up(ceil_div(nj_local > 1 ? nj_local : 1, nparts), p->j_align);
     }
     else
         plan_split(p->ipg, p->j_align, p->min_jchunk, p->target, ni_pad, nj_local, &nparts,
                    &jchunk);
     /* few results: the host combines the parts (one launch less) */
-    host = nparts == 1
+    host = nparts == 1 || p->split
         || (long)nparts * p->nco * ni_pad <= (long)p->host_reduce_max || p->reduce.kernel == NULL;
     if (ni < p->ni_lo || ni > p->ni_hi || ni_pad > p->ni_pad_max
         || (host && sizeof(double) * (size_t)nparts * (size_t)p->nco * (size_t)ni_pad
@@ -218,7 +229,13 @@ int plan_shape(struct dplan *p, int nj, int nj_local, int ni)
     set_i32(&p->force, FA_NI_PAD, ni_pad);
     set_i32(&p->force, FA_JCHUNK, jchunk);
     p->force.global[0] = (size_t)(ni_pad / p->ipi);
-    p->force.global[1] = (size_t)nparts * (size_t)p->lj;
+    p->force.global[1] = (size_t)(nparts - p->split) * (size_t)p->lj;
+    if (p->split) {  /* the twin's launch: the same call on the second part */
+        for (int k = FA_NJ; k <= FA_JCHUNK; k++)
+            p->twin.arg_value[k] = p->force.arg_value[k];
+        p->twin.global[0] = p->force.global[0];
+        p->twin.global[1] = (size_t)p->lj;
+    }
     if (host) {
         p->reduce.kernel = NULL;  /* (this call's copy of the plan) */
         p->nparts = nparts;

@@ -62,7 +62,8 @@ def real_array(name: str, value: Any, what: str) -> np.ndarray:
     arr = _asarray(name, value, what)
     if arr.dtype.kind not in "fiu":
         raise InputError(f"{name}: expected {what} of real numbers, got dtype {arr.dtype}")
-    return arr.astype(np.float64, copy=False)
+    arr = arr.astype(np.float64, copy=False)
+    return arr if arr.flags.c_contiguous else arr.copy()  # (a strided view: copied)
 
 
 def int_arg(name: str, value: Any, lo: int, hi: int, note: str = "") -> int:
@@ -124,11 +125,14 @@ def ints(name: str, value: Any, n: int | None, lo: int, hi: int) -> np.ndarray:
     floats are accepted; the range is checked before any conversion, so a value that does
     not fit int64 is reported as given."""
     if (type(value) is np.ndarray and value.dtype.kind == "i" and value.ndim == 1
-            and value.size <= SMALL and (n is None or value.shape[0] == n) and value.size):
+            and value.size <= SMALL and (n is None or value.shape[0] == n) and value.size
+            and value.flags.c_contiguous):
         vals = value.tolist()  # the frequent case: a few signed integers in range
         if lo <= min(vals) and max(vals) <= hi:
             return value.astype(np.int64, copy=False)
     arr = _asarray(name, value, "integers")
+    if not arr.flags.c_contiguous:  # (a strided view: copied)
+        arr = arr.copy()
     if arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.ndim != 1:

@@ -287,6 +287,7 @@ class ParallelLibrary:
         self._lib: Any = None
         node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
         self.node_rank = node.Get_rank()
+        node_size = node.Get_size()
         node.Free()
 
         def open_local() -> Any:
@@ -299,6 +300,8 @@ class ParallelLibrary:
             if opts.get("devices") is None and settings.devices is None:
                 count = len(get_backend(opts.get("backend")).devices())
                 opts["devices"] = [self.node_rank % max(1, count)]
+            # ranks that share a node keep its cores busy: no second core per small call
+            opts.setdefault("twin", node_size == 1)
             return Library(**opts)
 
         try:

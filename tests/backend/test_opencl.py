@@ -207,12 +207,18 @@ def test_companion_request_respects_the_environment(monkeypatch):
     opencl._request_pocl_companion()
     assert "POCL_DEVICES" not in opencl.os.environ  # another PoCL could lose devices
     monkeypatch.setattr(opencl, "_system_pocl_cpu_only", lambda: True)
+    monkeypatch.setattr(opencl.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     opencl._request_pocl_companion()
-    assert opencl.os.environ["POCL_DEVICES"] == "pthread basic"  # a CPU-only system PoCL
+    # a CPU-only system PoCL: the companion and, with two cores, its twin
+    assert opencl.os.environ["POCL_DEVICES"] == "pthread basic basic"
     monkeypatch.delenv("POCL_DEVICES")
     monkeypatch.setattr(opencl, "_system_pocl_installed", lambda: False)
     opencl._request_pocl_companion()
-    assert opencl.os.environ["POCL_DEVICES"] == "pthread basic"
+    assert opencl.os.environ["POCL_DEVICES"] == "pthread basic basic"
+    monkeypatch.delenv("POCL_DEVICES")
+    monkeypatch.setattr(opencl.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    opencl._request_pocl_companion()
+    assert opencl.os.environ["POCL_DEVICES"] == "pthread basic"  # one core: no twin
 
 
 def test_system_pocl_drivers_decide_the_companion(monkeypatch, tmp_path):

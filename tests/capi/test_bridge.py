@@ -181,12 +181,14 @@ def test_c_buffer_matches_the_layout() -> None:
 
 
 def test_grape5_contexts_are_separate_libraries() -> None:
-    """GRAPE-5 contexts: one order-2 library each (their forces: tests/capi/test_g5.py)."""
+    """GRAPE-5 contexts: one order-2 library each (their forces: tests/capi/test_g5.py),
+    without ids and without the companion's twin (a tree code's threads compute at once)."""
     bridge = Bridge()
     try:
         libs = [bridge.g5_open(c) for c in (0, 5)]
         assert libs[0] is not libs[1] and bridge.g5_open(5) is libs[1]
-        assert libs[0].order == 2
+        assert libs[0].order == 2 and not libs[0].ids
+        assert not any(d.ctx.twin for lib in libs for d in lib._devs)
         assert all(bridge.engine(5)) and 5 in bridge._engines  # held for C until closed
         bridge.g5_close(5)
         assert libs[1]._closed and bridge.g5_open(5) is not libs[1]

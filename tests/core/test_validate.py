@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import sapporo
+from sapporo import reference as ref
 from sapporo.core import validate
 from sapporo.errors import InputError
 
@@ -83,6 +84,23 @@ def make_lib(backend):
     yield get
     for lib in opened:
         lib.close()
+
+
+def test_strided_views_are_taken(make_lib) -> None:
+    """Columns and every k-th row of larger arrays (views that are not contiguous) are
+    valid input: the same forces as contiguous copies of them."""
+    lib = make_lib(4, "double")
+    n = 300
+    x, v, m = ref.plummer(n, seed=4)
+    ids = np.arange(n)
+    state = np.zeros((n, 7))
+    state[:, 0], state[:, 1:4], state[:, 4:] = m, x, v
+    lib.set_j_particles(ids[::-1], ids[::-1], 0.0, state[::-1, 0], state[::-1, 1:4],
+                        state[::-1, 4:])
+    f = lib.compute(state[::7, 1:4], state[::7, 4:], ids[::7], 1e-4)
+    r = ref.forces(x[::7], v[::7], ids[::7], x, v, m, ids, 1e-4, order=4)
+    assert ref.relative_vector_error(f.acc, r.acc, r.acc_abs).max() <= 1e-12
+    np.testing.assert_array_equal(f.nn_index, r.nn_index)
 
 
 def test_library_arguments(make_lib) -> None:
