@@ -51,8 +51,8 @@
  * cuEventElapsedTime, cuEventDestroy_v2) from events recorded around each launch.
  *
  * The twin (PoCL's CPU companion only): a second single-threaded device on the same memory,
- * which runs the second half of the j-range of a small call of at least DP_TWIN_PAIRS
- * padded i x j pairs from a thread of the engine (sapporo/core/twin.c), while the calling
+ * which runs the second half of the j-range of a small call of at least DP_TWIN_NI padded
+ * i-particles and DP_TWIN_PAIRS padded i x j pairs from a thread of the engine (sapporo/core/twin.c), while the calling
  * thread runs the first half on the companion.  Its force launch is the force's with the
  * kernel built with TWIN = 1, on the twin's queue, writing its parts to the host array
  * DP_TWIN_OUT (as large as DP_OUT).
@@ -81,7 +81,7 @@ enum {
     DP_DEV, DP_SMALL, DP_I_PER_GROUP, DP_I_PER_ITEM, DP_LJ, DP_J_ALIGN, DP_MIN_JCHUNK,
     DP_TARGET_GROUPS, DP_SMALL_PAIRS, DP_HOST_REDUCE_MAX, DP_OUT_ARG, DP_PARTIAL_BUF,
     DP_J_CAP, DP_MIRROR_CAP, DP_PRED_POS, DP_PRED_LO, DP_TWIN_OUT, DP_TWIN_PAIRS,
-    DP_LAUNCHES
+    DP_TWIN_NI, DP_LAUNCHES
 };
 enum { DL_QUEUE, DL_KERNEL, DL_CALL_ARG, DL_NI_ARG, DL_DIMS, DL_G0, DL_G1, DL_L0, DL_L1,
        DL_NARGS, DL_ARGS };
@@ -90,6 +90,6 @@ enum { DL_QUEUE, DL_KERNEL, DL_CALL_ARG, DL_NI_ARG, DL_DIMS, DL_G0, DL_G1, DL_L0
 enum { FA_NJ, FA_NI, FA_NI_PAD, FA_JCHUNK };
 enum { PA_N };
 enum { RA_NI, RA_NI_PAD, RA_NPARTS };
-enum { DP_MAX_ARGS = 32, DP_LAUNCH_WORDS = 74, DP_WORDS = 449 };
+enum { DP_MAX_ARGS = 32, DP_LAUNCH_WORDS = 74, DP_WORDS = 450 };
 
 #endif

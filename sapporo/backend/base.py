@@ -42,6 +42,7 @@ class DeviceInfo:
     double_support: bool
     driver_version: str
     companion: str = ""  # device that takes small launches (PoCL's single-threaded one)
+    twin: str = ""  # a second one, which takes half of a small launch (Context.twin)
     #: 64-bit integer atomics (OpenCL's cl_khr_int64_base_atomics; every CUDA device), which
     #: the particle-mesh solver's mass assignment needs
     int64_atomics: bool = True

@@ -926,7 +926,8 @@ class OpenCLBackend(base.Backend):
                 )
                 if companion is not None and quirks.is_pocl_threaded_cpu(info.name):
                     self._companions[len(found)] = (companion, twin)
-                    info = dataclasses.replace(info, companion=companion.name.strip())
+                    info = dataclasses.replace(info, companion=companion.name.strip(),
+                                               twin="" if twin is None else twin.name.strip())
                 found.append((info, dev))
         if not found and not self.reason:
             self.reason = "OpenCL platforms exist but expose no device"

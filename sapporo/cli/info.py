@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
               f"driver {d.driver_version}\n")
             if d.companion:
                 w(f"     small launches (SAPPORO_SMALL_PAIRS) on {d.companion}, the "
-                  "single-threaded device on the same memory\n")
+                  "single-threaded device on the same memory"
+                  + (", half of each on a second one (two cores)" if d.twin else "") + "\n")
             if (advice := quirks.narrow_vectors(d)) is not None:
                 w(f"     note: {advice}\n")
         for why in getattr(s.backend, "skipped", []):

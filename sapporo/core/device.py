@@ -56,10 +56,16 @@ SCATTER_MAX = 256
 #: 169-201 us with the prediction on the threaded device, N = 32k 208-215 against 241-245;
 #: at N = 64k and 4 active particles the threaded device wins (501-845 against 965 us)
 SMALL_PREDICT_MAX = 32768
-#: small force calls of at least this many padded i x j pairs split their j-range between
-#: the companion (the calling thread) and its twin (a thread of the engine), where the
-#: context has one (sapporo/core/twin.c)
-TWIN_PAIRS = 8192
+#: small force calls of at least TWIN_NI padded i-particles and TWIN_PAIRS padded i x j
+#: pairs split their j-range between the companion (the calling thread) and its twin (a
+#: thread of the engine), where the context has one (sapporo/core/twin.c). The twin's core
+#: reads its half of the j-records from the caller's caches, about 5 ns a record (4th
+#: order, N = 16k, 2 Zen 4 cores: one active particle took 130 us split against 85), and
+#: each half pays PoCL's per-command cost: blocks of 16 and more on 2048 j-particles and
+#: more earn that back (N = 1k: 16 active 34 us split against 25-34, 64 active 56-76
+#: against 72-76)
+TWIN_NI = 16
+TWIN_PAIRS = 32768
 #: the splits of the cutoff force (:class:`Variant`), in the order of the kernels' CUTOFF
 #: values 1, 2 (sapporo/variants.h)
 CUTOFF_SHAPES = ("s2", "gauss")
@@ -481,7 +487,7 @@ class Device:
                 "nb_counts": 0 if h_cnt is None else h_cnt.array.ctypes.data,
                 "nb_lists": 0 if h_lst is None else h_lst.array.ctypes.data,
                 "twin_out": 0 if twin_force is None else h_twin.array.ctypes.data,
-                "twin_pairs": TWIN_PAIRS,
+                "twin_pairs": TWIN_PAIRS, "twin_ni": TWIN_NI,
                 "launches": launches,
                 "call_args": (self.t_arg, self.eps2_arg, -1, -1, self.eps2_arg),
                 # the scatter's n, the reduce's ni: arg 0

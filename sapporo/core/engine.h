@@ -151,11 +151,12 @@ struct dplan {
     double *scatter_batch;   /* per record raw_n double4, then (address, id, 0, 0) */
     void *scatter_batch_buf;
     /* the twin (small plans on PoCL's companion; twin.kernel NULL otherwise): calls of at
-     * least twin_pairs padded pairs run their second half of the j-range there (split),
+     * least twin_ni padded i-particles and twin_pairs padded pairs run their second half
+     * of the j-range there (split),
      * writing parts to twin_out */
     double *twin_out;
     long twin_pairs;
-    int split;
+    int twin_ni, split;
     /* the launches: the prediction, the force, the scatter (device memory), the reduce
      * (where a kernel combines the force's j-parts; kernel NULL otherwise) and the twin's
      * force */

@@ -108,6 +108,7 @@ int plan_unpack(struct dplan *p, const int64_t *w, int lists)
     p->nupload = (int)w[DP_NUPLOAD];
     p->twin_out = (double *)(intptr_t)w[DP_TWIN_OUT];
     p->twin_pairs = (long)w[DP_TWIN_PAIRS];
+    p->twin_ni = (int)w[DP_TWIN_NI];
     for (int k = 0; k < 5; k++)
         if (w[DL_NARGS + DP_LAUNCHES + k * DP_LAUNCH_WORDS] > DP_MAX_ARGS)
             return -1;
@@ -155,7 +156,7 @@ int plan_unpack(struct dplan *p, const int64_t *w, int lists)
         || (lists && (p->nb_counts == NULL || p->nb_lists == NULL || p->nb_cap < 1))
         || (p->twin.kernel != NULL
             && (cuda || !p->small || p->memory || lists || p->twin_out == NULL
-                || p->twin_pairs < 1 || p->twin.nargs != p->force.nargs
+                || p->twin_pairs < 1 || p->twin_ni < 1 || p->twin.nargs != p->force.nargs
                 || p->twin.ni_arg != FA_NI || p->twin.call_arg != p->force.call_arg
                 || p->out_cap < 2 * sizeof(double) * (size_t)p->nco * (size_t)p->ni_pad_max)))
         return -1;
@@ -206,8 +207,8 @@ int plan_shape(struct dplan *p, int nj, int nj_local, int ni)
     const int ni_pad = round_up(ni, p->ipg);
     int nparts, jchunk, host;
     /* the companion runs the groups one by one: one part, or with the twin, two (one each) */
-    p->split = p->twin.kernel != NULL && (long)ni_pad * nj_local >= p->twin_pairs
-        && nj_local > p->j_align;
+    p->split = p->twin.kernel != NULL && ni_pad >= p->twin_ni
+        && (long)ni_pad * nj_local >= p->twin_pairs && nj_local > p->j_align;
     if (p->small) {
         nparts = 1 + p->split;
         jchunk = round_up(ceil_div(nj_local > 1 ? nj_local : 1, nparts), p->j_align);
