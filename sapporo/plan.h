@@ -12,10 +12,11 @@
  * capacity, DP_LGEN) and its device's own (its records and their capacity DP_J_CAP,
  * buffers, queues, launches on its local addresses, DP_GEN).
  *
- * A block: DP_* words, then five launches of DL_* words each: the prediction, the force,
+ * A block: DP_* words, then six launches of DL_* words each: the prediction, the force,
  * (device memory only; zeros otherwise) the scatter of j-records, (where a call of the
  * entry may need a kernel to combine the force's j-parts; zeros otherwise) the reduce, and
- * (small plans on a companion with a twin; zeros otherwise) the twin's force.  The
+ * (small plans on a companion with a twin; zeros otherwise) the twin's force and (where
+ * the prediction runs on the companion too) the twin's prediction.  The
  * engine sets per call the arguments FA_*, RA_* and PA_* name, the force's out argument
  * (DP_OUT_ARG: the host array's buffer, or DP_PARTIAL_BUF for the reduce) and the grids,
  * from DP_I_PER_GROUP, DP_I_PER_ITEM, DP_LJ, DP_J_ALIGN, DP_MIN_JCHUNK, DP_TARGET_GROUPS,
@@ -55,7 +56,10 @@
  * i-particles and DP_TWIN_PAIRS padded i x j pairs from a thread of the engine (sapporo/core/twin.c), while the calling
  * thread runs the first half on the companion.  Its force launch is the force's with the
  * kernel built with TWIN = 1, on the twin's queue, writing its parts to the host array
- * DP_TWIN_OUT (as large as DP_OUT).
+ * DP_TWIN_OUT (as large as DP_OUT).  Where the prediction runs on the companion, a split
+ * call's prediction is split at the same address: the twin predicts the records its half
+ * reads (a launch with a global offset), so that they are written in its own core's
+ * caches.
  *
  * DP_UPLOAD and DP_NUPLOAD: the global addresses (ascending, int32) whose records the
  * library stored itself since its last plan (new addresses, new derivative terms; all of
@@ -90,6 +94,6 @@ enum { DL_QUEUE, DL_KERNEL, DL_CALL_ARG, DL_NI_ARG, DL_DIMS, DL_G0, DL_G1, DL_L0
 enum { FA_NJ, FA_NI, FA_NI_PAD, FA_JCHUNK };
 enum { PA_N };
 enum { RA_NI, RA_NI_PAD, RA_NPARTS };
-enum { DP_MAX_ARGS = 32, DP_LAUNCH_WORDS = 74, DP_WORDS = 450 };
+enum { DP_MAX_ARGS = 32, DP_LAUNCH_WORDS = 74, DP_WORDS = 524 };
 
 #endif

@@ -741,9 +741,11 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-/* shape(nj, ni, lists) -> per device (small, twin, ni_pad, parts, jchunk, reduce) of the
- * launches a force call of this shape would make (its plans made if need be; twin: its
- * second part on the companion's twin), or None when the engine would not take it */
+/* shape(nj, ni, lists) -> per device (small, twin, twin_predicts, ni_pad, parts, jchunk,
+ * reduce) of the launches a force call of this shape would make (its plans made if need
+ * be; twin: its second part on the companion's twin, twin_predicts: which predicts the
+ * records of that part, where a prediction runs), or None when the engine would not take
+ * it */
 static PyObject *Engine_shape(Engine *self, PyObject *args)
 {
     int nj, ni, lists;
@@ -768,8 +770,10 @@ static PyObject *Engine_shape(Engine *self, PyObject *args)
             int32_t jchunk;
             memcpy(&jchunk, &p->force.arg_value[FA_JCHUNK], sizeof jchunk);
             PyList_SET_ITEM(out, d, Py_BuildValue(
-                "{s:O,s:O,s:i,s:i,s:i,s:O}", "small", p->small ? Py_True : Py_False,
-                "twin", p->split ? Py_True : Py_False, "ni_pad", p->ni_pad,
+                "{s:O,s:O,s:O,s:i,s:i,s:i,s:O}", "small", p->small ? Py_True : Py_False,
+                "twin", p->split ? Py_True : Py_False,
+                "twin_predicts", p->split && p->twin_predict.kernel != NULL ? Py_True : Py_False,
+                "ni_pad", p->ni_pad,
                 "parts", (int)(p->force.global[1] / (size_t)p->lj) + p->split,
                 "jchunk", (int)jchunk, "reduce", p->reduce.kernel != NULL ? Py_True : Py_False));
         }
@@ -779,8 +783,8 @@ static PyObject *Engine_shape(Engine *self, PyObject *args)
 
 static PyMethodDef Engine_methods[] = {
     {"shape", (PyCFunction)Engine_shape, METH_VARARGS,
-     "shape(nj, ni, lists) -> [{small, twin, ni_pad, parts, jchunk, reduce} per device] or "
-     "None"},
+     "shape(nj, ni, lists) -> [{small, twin, twin_predicts, ni_pad, parts, jchunk, reduce} "
+     "per device] or None"},
     {"put_j", (PyCFunction)(void (*)(void))Engine_put_j, METH_FASTCALL,
      "put_j(address, index, t, mass, x, v, a, jerk, snap, crackle, pop, d5) -> bool"},
     {"compute", (PyCFunction)(void (*)(void))Engine_compute, METH_FASTCALL,

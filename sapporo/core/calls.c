@@ -143,10 +143,19 @@ static int eng_start_dev(Engine *e, int d, struct dplan *p, int ni, const void *
     }
     memcpy(&bits, &eps2, sizeof bits);
     if (p->split) {  /* the second part to the twin, now, while this thread runs the first */
-        if (twin_post(e, p, bits, ni) < 0)
+        int32_t jchunk;
+        uint64_t t_bits;
+        memcpy(&jchunk, &p->force.arg_value[FA_JCHUNK], sizeof jchunk);
+        memcpy(&t_bits, &e->time, sizeof t_bits);
+        if (twin_post(e, p, bits, ni, p->twin_predicts, t_bits, (size_t)jchunk) < 0) {
+            e->pred_valid = 0;  /* (the prediction did not run) */
             return -1;
+        }
         ed->twin_posted = 1;
         ed->inflight = p;  /* (collected by the wait, whatever happens next) */
+        if (p->twin_predicts  /* this thread's half of the prediction, at once */
+            && eng_launch(e, p, &p->predict, t_bits, ni, NULL, "queueing the prediction") < 0)
+            return -1;
     }
     if (eng_launch(e, p, &p->force, bits, ni, p->reduce.kernel != NULL ? NULL : &ev,
                    "queueing the force kernel") < 0)
@@ -264,6 +273,10 @@ int eng_start_ids(Engine *e, int nj, int ni, const void *index, int wide,
             memcpy(&bits, &t, sizeof bits);
             e->pred_valid = 0;
             for (int d = 0; d < nd; d++) {
+                /* a split call's prediction is split too: the twin predicts its half, and
+                 * this thread its own once the twin has its job (eng_start_dev) */
+                if (plan_predict_split(&p[d], n_local(*p[d].n_stored_at, d, nd)) > 0)
+                    continue;
                 if (eng_on(e, d, p[d].predict.queue) < 0
                     || eng_launch(e, &p[d], &p[d].predict, bits, ni, NULL,
                                   "queueing the prediction") < 0)

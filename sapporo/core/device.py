@@ -173,7 +173,7 @@ class Device:
         self.ni_arg = layout.arg_index(layout.FORCE_ARGS, "ni", variant.order, ds)
         # predict.cl/.cu programs (scatter_j and predict) by (companion device, derivative
         # records the predictor reads: PRED_TERMS), built when first needed
-        self._predict_progs: dict[tuple[bool, int], Program] = {}
+        self._predict_progs: dict[tuple[bool, int, bool], Program] = {}
         self.table: LaunchTable = load_table(self.info, variant.order, variant.precision)
         self.cap = 0  # j capacity (local addresses)
         self.j: dict[str, Buffer] = {}
@@ -189,7 +189,7 @@ class Device:
         self._kernels: dict[tuple[LaunchConfig, bool, bool], tuple[Kernel, Kernel]] = {}
         self.hosts: dict[str, HostBuffer] = {}
         # the prepared predictions by (companion, derivative terms): (generation, launch)
-        self._predicts: dict[tuple[bool, int], tuple[int, Launch]] = {}
+        self._predicts: dict[tuple[bool, int, bool], tuple[int, Launch]] = {}
         # the generation of this device's memory: bumped whenever a buffer is reallocated
         # (launch plans hold buffers; the native engine reads it through its address)
         self.gen_cell = np.zeros(1, dtype=np.int64)
@@ -308,14 +308,14 @@ class Device:
         reduce kernel."""
         return HOST_REDUCE_MAX if self.h_raw is not None else GPU_HOST_REDUCE_MAX
 
-    def predict_launch(self, terms: int, small: bool = False) -> Launch:
-        """The prepared prediction, reading ``terms`` derivative records, on the device or its
-        companion (the engine sets its length ``n`` and grid per call, its time ``t`` at
-        :attr:`t_arg`); cached while no buffer is reallocated."""
-        key = (small, terms)
+    def predict_launch(self, terms: int, small: bool = False, twin: bool = False) -> Launch:
+        """The prepared prediction, reading ``terms`` derivative records, on the device, its
+        companion or the companion's twin (the engine sets its length ``n`` and grid per
+        call, its time ``t`` at :attr:`t_arg`); cached while no buffer is reallocated."""
+        key = (small, terms, twin)
         launch = self._predicts.get(key)
         if launch is None or launch[0] != self.gen_cell[0]:
-            kernel = self._predict_prog(small, terms).kernel("predict")
+            kernel = self._predict_prog(small, terms, twin).kernel("predict")
             args = layout.kernel_args(layout.PREDICT_ARGS, {
                 "n": np.int32(0), "t": np.float64(0.0), **self.j},  # the j-buffers by name
                 self.variant.order, self.variant.ds)
@@ -337,14 +337,15 @@ class Device:
             self.variant.order, self.variant.ds))
         return launch, packed
 
-    def _predict_prog(self, small: bool, terms: int) -> Program:
-        """The predict program for the device or its companion, reading ``terms``
-        derivative records (built once)."""
-        prog = self._predict_progs.get((small, terms))
+    def _predict_prog(self, small: bool, terms: int, twin: bool = False) -> Program:
+        """The predict program for the device, its companion or the companion's twin (a
+        program of its own: TWIN), reading ``terms`` derivative records (built once)."""
+        prog = self._predict_progs.get((small, terms, twin))
         if prog is None:
-            defs = {**self.variant.defines(), "PRED_TERMS": terms}
-            prog = self.ctx.build(f"predict.{self.ext}", defs, small=small)
-            self._predict_progs[(small, terms)] = prog
+            defs = {**self.variant.defines(), "PRED_TERMS": terms,
+                    **({"TWIN": 1} if twin else {})}
+            prog = self.ctx.build(f"predict.{self.ext}", defs, small=small, twin=twin)
+            self._predict_progs[(small, terms, twin)] = prog
         return prog
 
     # -- forces
@@ -461,10 +462,14 @@ class Device:
                         "partial": partial, "out": h_out.buffer}, var.order, var.ds))
             # the prediction before a small force launch goes to the companion too, unless
             # it is itself large (it is O(N); one core against all of them)
-            predict = self.predict_launch(terms, small and n_pred <= SMALL_PREDICT_MAX)
+            predict_small = small and n_pred <= SMALL_PREDICT_MAX
+            predict = self.predict_launch(terms, predict_small)
+            # ... and where it does, the twin predicts the half of a split call it reads
+            twin_predict = (self.predict_launch(terms, True, twin=True).native()
+                            if predict_small and twin_force is not None else None)
             self.ctx.finish()
             launches = [predict.native(), force.native(), scatter,
-                        None if reduce is None else reduce.native(), twin_force]
+                        None if reduce is None else reduce.native(), twin_force, twin_predict]
             if None in launches[:2] or (reduce is not None and None in (launches[3], partial_buf)):
                 return None
             plans.append({
@@ -489,9 +494,9 @@ class Device:
                 "twin_out": 0 if twin_force is None else h_twin.array.ctypes.data,
                 "twin_pairs": TWIN_PAIRS, "twin_ni": TWIN_NI,
                 "launches": launches,
-                "call_args": (self.t_arg, self.eps2_arg, -1, -1, self.eps2_arg),
+                "call_args": (self.t_arg, self.eps2_arg, -1, -1, self.eps2_arg, self.t_arg),
                 # the scatter's n, the reduce's ni: arg 0
-                "ni_args": (-1, self.ni_arg, 0, 0, self.ni_arg),
+                "ni_args": (-1, self.ni_arg, 0, 0, self.ni_arg, -1),
             })
         return plans
 

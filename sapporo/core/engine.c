@@ -337,7 +337,12 @@ int eng_plan(Engine *e, int nj, int ni, int lists, struct dplan *call)
             }
         if (big != NULL && small != NULL && plan_small(big, ni, nj_local))
             big = small;
-        if (big == NULL || (call[d] = *big, plan_shape(&call[d], nj, nj_local, ni)) < 0
+        if (big != NULL) {
+            call[d] = *big;
+            if (nd > 1)  /* one twin per engine: not with several devices */
+                call[d].twin.kernel = call[d].twin_predict.kernel = NULL;
+        }
+        if (big == NULL || plan_shape(&call[d], nj, nj_local, ni) < 0
             || plan_predict(&call[d], n_local(*big->n_stored_at, d, nd)) < 0)
             return eng_err(e, ENG_ERR_INTERNAL, "no plan of device %d for %d i-particles", d,
                            ni);

@@ -65,13 +65,13 @@ typedef int (*dcu_event_record_fn)(void *event, void *stream);
 typedef int (*dcu_event_elapsed_fn)(float *ms, void *start, void *end);
 #define DCU_ERROR_NOT_READY 600
 
-/* The plan table: DP_* words and, for each of the five launches (prediction, force, scatter,
- * reduce, twin), DL_*:
+/* The plan table: DP_* words and, for each of the six launches (prediction, force, scatter,
+ * reduce, twin's force, twin's prediction), DL_*:
  * queue, kernel, the argument set per call and its position, dims, global[2], local[2],
  * nargs, then nargs pairs (size, value bits). The enums are in plan.h, which Python reads
  * too. */
 _Static_assert(DP_LAUNCH_WORDS == DL_ARGS + 2 * DP_MAX_ARGS, "plan.h: DP_LAUNCH_WORDS");
-_Static_assert(DP_WORDS == DP_LAUNCHES + 5 * DP_LAUNCH_WORDS, "plan.h: DP_WORDS");
+_Static_assert(DP_WORDS == DP_LAUNCHES + 6 * DP_LAUNCH_WORDS, "plan.h: DP_WORDS");
 
 struct dlaunch {
     void *queue, *kernel;
@@ -157,10 +157,11 @@ struct dplan {
     double *twin_out;
     long twin_pairs;
     int twin_ni, split;
+    int twin_predicts;          /* this call's prediction is split (the twin's half to run) */
     /* the launches: the prediction, the force, the scatter (device memory), the reduce
-     * (where a kernel combines the force's j-parts; kernel NULL otherwise) and the twin's
-     * force */
-    struct dlaunch predict, force, scatter, reduce, twin;
+     * (where a kernel combines the force's j-parts; kernel NULL otherwise), the twin's
+     * force and the twin's prediction (kernel NULL where there is none) */
+    struct dlaunch predict, force, scatter, reduce, twin, twin_predict;
 };
 
 /* A plan's words into *p (status 1); 0, or -1 for words this code does not understand. */
@@ -183,6 +184,11 @@ int plan_shape(struct dplan *p, int nj, int nj_local, int ni);
 /* Plan p's prediction shaped for the first n_local addresses of its device (the library's
  * addresses in use); 0, or -1 when its device holds fewer. */
 int plan_predict(struct dplan *p, int n_local);
+
+/* A split call's prediction of its device's first n_local addresses, cut where its force is
+ * (plan_shape first): the caller's launch predicts [0, jchunk), the twin's from jchunk.
+ * That address, or 0 where the prediction is not split (p unchanged). */
+size_t plan_predict_split(struct dplan *p, int n_local);
 
 /* ------------------------------------------------------------------- the engine's state */
 
@@ -305,6 +311,10 @@ static inline int is_cuda(const struct dplan *p)
 dcl_int plan_launch(const struct dplan *p, const struct dlaunch *l, uint64_t call_value,
                            int ni, void **event);
 
+/* plan_launch from global index offset (OpenCL only: the twin's prediction). */
+dcl_int plan_launch_at(const struct dplan *p, const struct dlaunch *l, uint64_t call_value,
+                       int ni, size_t offset, void **event);
+
 /* Queue a copy of size bytes from host memory src to device memory mem + offset (the copy
  * reads src later: keep it until the queue has finished). */
 dcl_int drv_write(const struct dplan *p, void *queue, void *mem, size_t offset,
@@ -336,8 +346,10 @@ struct twin;
 
 /* Hand the twin's launch of split plan p (call_value at its call argument) to the twin's
  * thread, started at the first call (where it cannot start, the caller runs the launch in
- * twin_join).  0, or -1 (error set). */
-int twin_post(Engine *e, const struct dplan *p, uint64_t call_value, int ni);
+ * twin_join); with predict, its prediction to time bits t_bits from address offset first.
+ * 0, or -1 (error set). */
+int twin_post(Engine *e, const struct dplan *p, uint64_t call_value, int ni, int predict,
+              uint64_t t_bits, size_t offset);
 
 /* The posted launch done: run here when the twin's thread has not taken it yet, else waited
  * for.  The runtime's error code (0: it ran). */

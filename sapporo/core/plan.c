@@ -109,7 +109,7 @@ int plan_unpack(struct dplan *p, const int64_t *w, int lists)
     p->twin_out = (double *)(intptr_t)w[DP_TWIN_OUT];
     p->twin_pairs = (long)w[DP_TWIN_PAIRS];
     p->twin_ni = (int)w[DP_TWIN_NI];
-    for (int k = 0; k < 5; k++)
+    for (int k = 0; k < 6; k++)
         if (w[DL_NARGS + DP_LAUNCHES + k * DP_LAUNCH_WORDS] > DP_MAX_ARGS)
             return -1;
     unpack_launch(&p->predict, w + DP_LAUNCHES);
@@ -117,6 +117,7 @@ int plan_unpack(struct dplan *p, const int64_t *w, int lists)
     unpack_launch(&p->scatter, w + DP_LAUNCHES + 2 * DP_LAUNCH_WORDS);
     unpack_launch(&p->reduce, w + DP_LAUNCHES + 3 * DP_LAUNCH_WORDS);
     unpack_launch(&p->twin, w + DP_LAUNCHES + 4 * DP_LAUNCH_WORDS);
+    unpack_launch(&p->twin_predict, w + DP_LAUNCHES + 5 * DP_LAUNCH_WORDS);
     const int cuda = p->cu_launch != NULL;
     if (cuda ? (p->cu_context == NULL || p->cu_htod == NULL || p->cu_dtoh == NULL
                 || p->cu_sync == NULL || p->cu_query == NULL || p->cu_push == NULL
@@ -158,7 +159,12 @@ int plan_unpack(struct dplan *p, const int64_t *w, int lists)
             && (cuda || !p->small || p->memory || lists || p->twin_out == NULL
                 || p->twin_pairs < 1 || p->twin_ni < 1 || p->twin.nargs != p->force.nargs
                 || p->twin.ni_arg != FA_NI || p->twin.call_arg != p->force.call_arg
-                || p->out_cap < 2 * sizeof(double) * (size_t)p->nco * (size_t)p->ni_pad_max)))
+                || p->out_cap < 2 * sizeof(double) * (size_t)p->nco * (size_t)p->ni_pad_max))
+        || (p->twin_predict.kernel != NULL
+            && (p->twin.kernel == NULL || p->predict.queue != p->force.queue
+                || p->twin_predict.nargs != p->predict.nargs
+                || p->twin_predict.call_arg != p->predict.call_arg
+                || p->twin_predict.local[0] != p->predict.local[0])))
         return -1;
     return 0;
 }
@@ -259,5 +265,21 @@ int plan_predict(struct dplan *p, int n_local)
         return -1;
     set_i32(&p->predict, PA_N, n_local);
     p->predict.global[0] = (size_t)round_up(n, (int)p->predict.local[0]);
+    p->twin_predicts = 0;
     return 0;
+}
+
+size_t plan_predict_split(struct dplan *p, int n_local)
+{
+    int32_t jchunk;
+    memcpy(&jchunk, &p->force.arg_value[FA_JCHUNK], sizeof jchunk);
+    if (!p->split || p->twin_predict.kernel == NULL || jchunk >= n_local)
+        return 0;
+    set_i32(&p->twin_predict, PA_N, n_local);
+    p->twin_predict.global[0] = (size_t)round_up(n_local - jchunk,
+                                                 (int)p->twin_predict.local[0]);
+    p->predict.global[0] = (size_t)round_up(jchunk, (int)p->predict.local[0]);
+    set_i32(&p->predict, PA_N, jchunk);
+    p->twin_predicts = 1;
+    return (size_t)jchunk;
 }

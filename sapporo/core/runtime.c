@@ -25,6 +25,13 @@ static uint64_t arg_word(const struct dlaunch *l, int k, uint64_t call_value, in
 dcl_int plan_launch(const struct dplan *p, const struct dlaunch *l, uint64_t call_value,
                            int ni, void **event)
 {
+    return plan_launch_at(p, l, call_value, ni, 0, event);
+}
+
+dcl_int plan_launch_at(const struct dplan *p, const struct dlaunch *l, uint64_t call_value,
+                       int ni, size_t offset, void **event)
+{
+    const size_t offsets[2] = {offset, 0};
     dcl_int rc = 0;
     if (is_cuda(p)) {
         uint64_t words[DP_MAX_ARGS];
@@ -45,7 +52,8 @@ dcl_int plan_launch(const struct dplan *p, const struct dlaunch *l, uint64_t cal
         rc = p->set_arg(l->kernel, (uint32_t)k, l->arg_size[k], &v);
     }
     if (rc == 0)
-        rc = p->enqueue(l->queue, l->kernel, (uint32_t)l->dims, NULL, l->global,
+        rc = p->enqueue(l->queue, l->kernel, (uint32_t)l->dims, offset > 0 ? offsets : NULL,
+                        l->global,
                         l->local[0] > 0 ? l->local : NULL, 0, NULL, event);
     return rc;
 }

@@ -5,6 +5,10 @@
  * the enqueue call, so each half costs its thread the kernel's time and no hand-off; the
  * two halves are the force kernel's two j-parts, combined on the host as any parts.
  *
+ * Where the prediction runs on the companion, a split call's prediction is split too: the
+ * twin predicts the addresses its half reads before its force, so that they are written in
+ * its own core's caches (the caller's launch predicts the others).
+ *
  * One job at a time: the caller posts it (twin_post) and collects it (twin_join).  The
  * thread polls for jobs (yielding the core to any other runnable thread) for the plan's
  * spin time after its last one, then sleeps until the next post wakes it.  A job the
@@ -28,10 +32,11 @@ struct twin {
     int state;                   /* TWIN_* (atomic) */
     /* the job: a copy of the twin's launch, the runtime's entry points, the call's values */
     struct dplan p;
-    uint64_t call_value;
-    int ni;
+    uint64_t call_value, t_bits;
+    int ni, predict;             /* predict: the prediction from address offset first */
+    size_t offset;
     dcl_int rc;
-    void *event;                 /* the launch's event, where the library profiles */
+    void *event[2];              /* the launches' events, where the library profiles */
     long spin_ns;
 };
 
@@ -47,8 +52,14 @@ static inline void relax(void)
 
 static void twin_run(struct twin *t)
 {
-    t->rc = plan_launch(&t->p, &t->p.twin, t->call_value, t->ni,
-                        t->p.seconds_at != NULL ? &t->event : NULL);
+    const int timed = t->p.seconds_at != NULL;
+    t->rc = 0;
+    if (t->predict)
+        t->rc = plan_launch_at(&t->p, &t->p.twin_predict, t->t_bits, t->ni, t->offset,
+                               timed ? &t->event[1] : NULL);
+    if (t->rc == 0)
+        t->rc = plan_launch(&t->p, &t->p.twin, t->call_value, t->ni,
+                            timed ? &t->event[0] : NULL);
 }
 
 static long elapsed_ns(const struct timespec *t0)
@@ -89,7 +100,8 @@ static void *twin_main(void *arg)
     }
 }
 
-int twin_post(Engine *e, const struct dplan *p, uint64_t call_value, int ni)
+int twin_post(Engine *e, const struct dplan *p, uint64_t call_value, int ni, int predict,
+              uint64_t t_bits, size_t offset)
 {
     struct twin *t = e->twin;
     if (t == NULL) {
@@ -103,9 +115,12 @@ int twin_post(Engine *e, const struct dplan *p, uint64_t call_value, int ni)
     t->p = *p;
     t->call_value = call_value;
     t->ni = ni;
+    t->predict = predict;
+    t->t_bits = t_bits;
+    t->offset = offset;
     __atomic_store_n(&t->spin_ns, p->spin_ns, __ATOMIC_RELAXED);
     t->rc = 0;
-    t->event = NULL;
+    t->event[0] = t->event[1] = NULL;
     __atomic_store_n(&t->state, TWIN_POSTED, __ATOMIC_SEQ_CST);
     if (t->started && __atomic_load_n(&t->sleeping, __ATOMIC_SEQ_CST)) {
         pthread_mutex_lock(&t->lock);
@@ -126,16 +141,20 @@ dcl_int twin_join(Engine *e)
         while (__atomic_load_n(&t->state, __ATOMIC_ACQUIRE) != TWIN_DONE)
             relax();
     __atomic_store_n(&t->state, TWIN_IDLE, __ATOMIC_RELEASE);
-    if (t->event != NULL) {  /* timed: its device time to the library's */
+    for (int k = 0; k < 2; k++) {  /* timed: their device time to the library's */
         uint64_t t0 = 0, t1 = 0;
-        dcl_int rc = t->p.profiling_info(t->event, DCL_PROFILING_COMMAND_START, sizeof t0, &t0,
-                                         NULL);
+        dcl_int rc;
+        if (t->event[k] == NULL)
+            continue;
+        rc = t->p.profiling_info(t->event[k], DCL_PROFILING_COMMAND_START, sizeof t0, &t0,
+                                 NULL);
         if (rc == 0)
-            rc = t->p.profiling_info(t->event, DCL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+            rc = t->p.profiling_info(t->event[k], DCL_PROFILING_COMMAND_END, sizeof t1, &t1,
+                                     NULL);
         if (rc == 0)
             *t->p.seconds_at += t1 > t0 ? 1e-9 * (double)(t1 - t0) : 0.0;
-        t->p.release(t->event);
-        t->event = NULL;
+        t->p.release(t->event[k]);
+        t->event[k] = NULL;
         if (t->rc == 0)
             t->rc = rc;
     }

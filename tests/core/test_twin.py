@@ -40,9 +40,11 @@ def _threads() -> int:
                          [(2, "double-single"), (4, "double-single"), (4, "double"),
                           (6, "double-single"), (8, "double")])
 def test_split_calls_match_the_reference(order, precision):
-    """Block sizes on both sides of TWIN_PAIRS: the small ones run on the companion alone
-    (one part), the others in two parts, one on the twin; every result within the
-    precision's tolerance of the float64 reference, the nearest neighbours exact."""
+    """Block sizes on both sides of TWIN_NI and TWIN_PAIRS, at a new time each (moving
+    j-particles): the small ones run on the companion alone (one part), the others in two
+    parts, one on the twin, which also predicts the records of its part; every result
+    within the precision's tolerance of the float64 reference, the nearest neighbours
+    exact."""
     _twin_or_skip()
     n = 1500
     x, v, m = ref.plummer(n, seed=21)
@@ -54,19 +56,27 @@ def test_split_calls_match_the_reference(order, precision):
     with sapporo.Library(order=order, precision=precision, backend="opencl") as lib:
         lib.set_j_particles(np.arange(n), ids, 0.0, m, x, v, a=a, jerk=jerk)
         seen = set()
-        for ni in (1, 3, 5, 17, 43, 100, 301):
+        for k, ni in enumerate((1, 3, 5, 17, 43, 100, 301)):
+            t = 1e-3 * k
+            lib.set_time(t)
+            # the j-particles predicted as the library does, from the derivatives given
+            d = (a, jerk)
+            xp = x + t * (v + t * (d[0] / 2 + t * d[1] / 6))
+            vp = v + t * (d[0] + t * d[1] / 2)
+            ap = d[0] + t * d[1]
             sel = np.sort(rng.choice(n, ni, replace=False))
             extra = {"a": a[sel] if order >= 6 else None,
                      "jerk": jerk[sel] if order >= 8 else None}
-            f = lib.compute(x[sel], v[sel], ids[sel], EPS2, **extra)
+            f = lib.compute(xp[sel], vp[sel], ids[sel], EPS2, **extra)
             (shape,) = lib._engine.shape(n, ni, False)
             if shape["small"]:
                 twin = (shape["ni_pad"] >= core_device.TWIN_NI
                         and shape["ni_pad"] * n >= core_device.TWIN_PAIRS)
                 assert shape["twin"] == twin and shape["parts"] == 1 + twin, (ni, shape)
+                assert shape["twin_predicts"] == twin, shape
                 seen.add(twin)
-            r = ref.forces(x[sel], v[sel], ids[sel], x, v, m, ids, EPS2, order=order,
-                           ai=extra["a"], aj=a, ji=extra["jerk"], jj=jerk)
+            r = ref.forces(xp[sel], vp[sel], ids[sel], xp, vp, m, ids, EPS2, order=order,
+                           ai=extra["a"], aj=ap, ji=extra["jerk"], jj=d[1])
             assert ref.relative_vector_error(f.acc, r.acc, r.acc_abs).max() <= tol, ni
             if order >= 4:
                 assert ref.relative_vector_error(f.jerk, r.jerk, r.jerk_abs).max() <= 10 * tol
