@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 from sapporo import config
+from sapporo.backend.base import usable_cores
 from sapporo.errors import (
     BackendError,
     ConfigError,
@@ -217,9 +218,8 @@ class Bridge:
             length = config.g5_cutoff_setting() if cutoff < 0 else (float(cutoff) or None)
             if length is not None:
                 settings.update(cutoff=length, cutoff_shape="s2")
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
             lib = self.g5[context] = Library(**settings, ids=False, twin=False,
-                                             instance=context % max(1, cores))
+                                             instance=context % usable_cores())
             logger.info("C API opened GRAPE-5 context %d %s", context, settings)
         return lib
 

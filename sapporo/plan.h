@@ -53,8 +53,8 @@
  *
  * The twin (PoCL's CPU companion only): a second single-threaded device on the same memory,
  * which runs the second half of the j-range of a small call of at least DP_TWIN_NI padded
- * i-particles and DP_TWIN_PAIRS padded i x j pairs from a thread of the engine (sapporo/core/twin.c), while the calling
- * thread runs the first half on the companion.  Its force launch is the force's with the
+ * i-particles and DP_TWIN_PAIRS padded i x j pairs from a thread of the engine
+ * (sapporo/core/twin.c), while the calling thread runs the first half on the companion.  Its force launch is the force's with the
  * kernel built with TWIN = 1, on the twin's queue, writing its parts to the host array
  * DP_TWIN_OUT (as large as DP_OUT).  Where the prediction runs on the companion, a split
  * call's prediction is split at the same address: the twin predicts the records its half

@@ -305,6 +305,13 @@ class Backend(ABC):
 # Helpers shared by the implementations
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the OS says it, else all)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
 def kernel_dir(language: str) -> Path:
     """Folder of the kernel tree for ``language`` (``"opencl"`` or ``"cuda"``)."""
     with contextlib.suppress(ModuleNotFoundError):

@@ -119,8 +119,8 @@ def _request_pocl_companion() -> None:
     small = config.from_environment().small_pairs
     if small == 0 or (_system_pocl_installed() and not _system_pocl_cpu_only()):
         return
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    os.environ["POCL_DEVICES"] = "pthread basic basic" if (cores or 1) >= 2 else "pthread basic"
+    twin = base.usable_cores() >= 2
+    os.environ["POCL_DEVICES"] = "pthread basic basic" if twin else "pthread basic"
     log.debug("POCL_DEVICES set to %r (companion devices for small launches)",
               os.environ["POCL_DEVICES"])
 

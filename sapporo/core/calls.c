@@ -143,16 +143,14 @@ static int eng_start_dev(Engine *e, int d, struct dplan *p, int ni, const void *
     }
     memcpy(&bits, &eps2, sizeof bits);
     if (p->split) {  /* the second part to the twin, now, while this thread runs the first */
-        int32_t jchunk;
         uint64_t t_bits;
-        memcpy(&jchunk, &p->force.arg_value[FA_JCHUNK], sizeof jchunk);
-        memcpy(&t_bits, &e->time, sizeof t_bits);
-        if (twin_post(e, p, bits, ni, p->twin_predicts, t_bits, (size_t)jchunk) < 0) {
+        if (twin_post(e, p, bits, ni) < 0) {
             e->pred_valid = 0;  /* (the prediction did not run) */
             return -1;
         }
         ed->twin_posted = 1;
         ed->inflight = p;  /* (collected by the wait, whatever happens next) */
+        memcpy(&t_bits, &e->time, sizeof t_bits);
         if (p->twin_predicts  /* this thread's half of the prediction, at once */
             && eng_launch(e, p, &p->predict, t_bits, ni, NULL, "queueing the prediction") < 0)
             return -1;

@@ -120,7 +120,7 @@ int eng_wait_dev(Engine *e, int d)
     if (ed->twin_posted) {  /* the twin's part, into its place among the parts */
         const size_t part = (size_t)p->nco * (size_t)p->ni_pad;
         ed->twin_posted = 0;
-        if ((rc = twin_join(e)) == 0)
+        if ((rc = twin_join(e, p)) == 0)
             memcpy(p->out + part, p->twin_out + part, sizeof(double) * part);
     }
     if (p != NULL && rc == 0) {
@@ -174,6 +174,21 @@ int eng_on(Engine *e, int d, void *queue)
     }
     ed->busy_queue = queue;
     return 0;
+}
+
+void eng_timed_event(Engine *e, const struct dplan *p, void *ev)
+{
+    struct eng_timed *t;
+    if (e->ntimed == ENG_TIMED_MAX) {
+        p->release(ev);
+        return;
+    }
+    t = &e->timed[e->ntimed++];
+    t->start = NULL;
+    t->end = ev;
+    t->cell = p->seconds_at;
+    t->p = p;
+    t->dev = p->dev;
 }
 
 int eng_launch(Engine *e, struct dplan *p, struct dlaunch *l, uint64_t call_value,

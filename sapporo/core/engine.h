@@ -24,6 +24,7 @@
 #include <Python.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "engine_api.h"
 #include "layout.h"
@@ -152,8 +153,7 @@ struct dplan {
     void *scatter_batch_buf;
     /* the twin (small plans on PoCL's companion; twin.kernel NULL otherwise): calls of at
      * least twin_ni padded i-particles and twin_pairs padded pairs run their second half
-     * of the j-range there (split),
-     * writing parts to twin_out */
+     * of the j-range there (split), writing parts to twin_out */
     double *twin_out;
     long twin_pairs;
     int twin_ni, split;
@@ -335,6 +335,9 @@ dcl_int drv_finish(const struct dplan *p, void *queue);
 /* Whether queue (CUDA) or event ev (OpenCL) is still running: 1, or 0 (done or failed). */
 int drv_busy(const struct dplan *p, void *queue, void *ev, dcl_int *status);
 
+/* Nanoseconds since t0 (CLOCK_MONOTONIC). */
+long ns_since(const struct timespec *t0);
+
 /* Wait for a launch queued on queue (its event ev, or NULL), polling for p->spin_ns before
  * sleeping (a sleeping wait costs a thread wake-up, tens of us); ev is not released. 0 when
  * it completed; else the OpenCL error, and *status its execution status. */
@@ -346,14 +349,14 @@ struct twin;
 
 /* Hand the twin's launch of split plan p (call_value at its call argument) to the twin's
  * thread, started at the first call (where it cannot start, the caller runs the launch in
- * twin_join); with predict, its prediction to time bits t_bits from address offset first.
- * 0, or -1 (error set). */
-int twin_post(Engine *e, const struct dplan *p, uint64_t call_value, int ni, int predict,
-              uint64_t t_bits, size_t offset);
+ * twin_join); where p's prediction is split (plan_predict_split), the twin's half of it, to
+ * the engine's time, first.  0, or -1 (error set). */
+int twin_post(Engine *e, const struct dplan *p, uint64_t call_value, int ni);
 
-/* The posted launch done: run here when the twin's thread has not taken it yet, else waited
- * for.  The runtime's error code (0: it ran). */
-dcl_int twin_join(Engine *e);
+/* The posted launches done: run here when the twin's thread has not taken them yet, else
+ * waited for; timed (p profiles), their events join the engine's timed launches
+ * (eng_timed_event).  The runtime's error code (0: they ran). */
+dcl_int twin_join(Engine *e, const struct dplan *p);
 
 /* The twin's thread stopped and its memory freed (the engine's end). */
 void twin_free(Engine *e);
@@ -389,6 +392,11 @@ int eng_in_flight(const Engine *e);
  * device finished first (two queues of one context, such as PoCL's companion device's,
  * share the buffers). */
 int eng_on(Engine *e, int d, void *queue);
+
+/* An OpenCL launch's event ev, queued by plan p outside eng_launch (the twin's), timed as
+ * eng_launch's are: read and released at the next wait (released at once, with no time,
+ * when the table is full). */
+void eng_timed_event(Engine *e, const struct dplan *p, void *ev);
 
 /* Queue a launch (see plan_launch; event, when not NULL, receives its OpenCL event); timed
  * when the library profiles (p->seconds_at), read at the next wait. 0, or -1 (error set). */

@@ -111,6 +111,13 @@ int drv_busy(const struct dplan *p, void *queue, void *ev, dcl_int *status)
         && *status > 0;
 }
 
+long ns_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (t.tv_sec - t0->tv_sec) * 1000000000L + (t.tv_nsec - t0->tv_nsec);
+}
+
 dcl_int plan_wait(const struct dplan *p, void *queue, void *ev, dcl_int *status)
 {
     dcl_int rc;
@@ -118,11 +125,10 @@ dcl_int plan_wait(const struct dplan *p, void *queue, void *ev, dcl_int *status)
     if (!is_cuda(p))
         p->flush(queue);
     if (p->spin_ns > 0 && (ev != NULL || is_cuda(p))) {
-        struct timespec t0, t;
+        struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         while (drv_busy(p, queue, ev, status)) {
-            clock_gettime(CLOCK_MONOTONIC, &t);
-            if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > p->spin_ns)
+            if (ns_since(&t0) > p->spin_ns)
                 break;
             sched_yield();
         }

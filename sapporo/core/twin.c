@@ -17,6 +17,7 @@
  */
 #include <pthread.h>
 #include <sched.h>
+#include <string.h>
 #include <time.h>
 
 #include "engine.h"
@@ -62,13 +63,6 @@ static void twin_run(struct twin *t)
                             timed ? &t->event[0] : NULL);
 }
 
-static long elapsed_ns(const struct timespec *t0)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (t.tv_sec - t0->tv_sec) * 1000000000L + (t.tv_nsec - t0->tv_nsec);
-}
-
 static void *twin_main(void *arg)
 {
     struct twin *t = arg;
@@ -85,7 +79,7 @@ static void *twin_main(void *arg)
         }
         if (__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE))
             return NULL;
-        if (elapsed_ns(&last) < __atomic_load_n(&t->spin_ns, __ATOMIC_RELAXED)) {
+        if (ns_since(&last) < __atomic_load_n(&t->spin_ns, __ATOMIC_RELAXED)) {
             sched_yield();
             continue;
         }
@@ -100,9 +94,9 @@ static void *twin_main(void *arg)
     }
 }
 
-int twin_post(Engine *e, const struct dplan *p, uint64_t call_value, int ni, int predict,
-              uint64_t t_bits, size_t offset)
+int twin_post(Engine *e, const struct dplan *p, uint64_t call_value, int ni)
 {
+    int32_t jchunk;
     struct twin *t = e->twin;
     if (t == NULL) {
         if ((t = PyMem_RawCalloc(1, sizeof *t)) == NULL)
@@ -115,9 +109,10 @@ int twin_post(Engine *e, const struct dplan *p, uint64_t call_value, int ni, int
     t->p = *p;
     t->call_value = call_value;
     t->ni = ni;
-    t->predict = predict;
-    t->t_bits = t_bits;
-    t->offset = offset;
+    t->predict = p->twin_predicts;  /* (plan_predict_split: from the force's cut) */
+    memcpy(&t->t_bits, &e->time, sizeof t->t_bits);
+    memcpy(&jchunk, &p->force.arg_value[FA_JCHUNK], sizeof jchunk);
+    t->offset = (size_t)jchunk;
     __atomic_store_n(&t->spin_ns, p->spin_ns, __ATOMIC_RELAXED);
     t->rc = 0;
     t->event[0] = t->event[1] = NULL;
@@ -130,7 +125,7 @@ int twin_post(Engine *e, const struct dplan *p, uint64_t call_value, int ni, int
     return 0;
 }
 
-dcl_int twin_join(Engine *e)
+dcl_int twin_join(Engine *e, const struct dplan *p)
 {
     struct twin *t = e->twin;
     int expect = TWIN_POSTED;
@@ -141,23 +136,11 @@ dcl_int twin_join(Engine *e)
         while (__atomic_load_n(&t->state, __ATOMIC_ACQUIRE) != TWIN_DONE)
             relax();
     __atomic_store_n(&t->state, TWIN_IDLE, __ATOMIC_RELEASE);
-    for (int k = 0; k < 2; k++) {  /* timed: their device time to the library's */
-        uint64_t t0 = 0, t1 = 0;
-        dcl_int rc;
-        if (t->event[k] == NULL)
-            continue;
-        rc = t->p.profiling_info(t->event[k], DCL_PROFILING_COMMAND_START, sizeof t0, &t0,
-                                 NULL);
-        if (rc == 0)
-            rc = t->p.profiling_info(t->event[k], DCL_PROFILING_COMMAND_END, sizeof t1, &t1,
-                                     NULL);
-        if (rc == 0)
-            *t->p.seconds_at += t1 > t0 ? 1e-9 * (double)(t1 - t0) : 0.0;
-        t->p.release(t->event[k]);
-        t->event[k] = NULL;
-        if (t->rc == 0)
-            t->rc = rc;
-    }
+    for (int k = 0; k < 2; k++)  /* timed: read with the caller's launches at the wait */
+        if (t->event[k] != NULL) {
+            eng_timed_event(e, p, t->event[k]);
+            t->event[k] = NULL;
+        }
     return t->rc;
 }
 
